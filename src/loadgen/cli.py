@@ -1,0 +1,187 @@
+"""The command line: a thin layer that validates input once and wires the modules together.
+
+Errors a user can cause end here as one line on stderr and exit code 2 (bad input) or 1 (the run
+failed); tracebacks are left for loadgen's own bugs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from . import __version__
+from .backends import API_NAMES, GenerationParams
+from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, build_targets, check_api, parse_int_list
+from .loops import loop_factory
+from .progress import ProgressObserver
+from .report import error_lines, sweep_table
+from .results import (ResultsError, command_line, default_dir, host_facts, load_run, prepare_dir, utc_now,
+                      write_results)
+from .sweep import SweepRun, run_sweep
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class UserError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def _read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    if prompt is not None and prompt_file is not None:
+        raise ConfigError("give --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            prompt = Path(prompt_file).read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--prompt-file {prompt_file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"--prompt-file {prompt_file}: not UTF-8 text") from None
+    text = DEFAULT_PROMPT if prompt is None else prompt
+    if not text.strip():
+        raise ConfigError("the prompt is empty")
+    return text
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="loadgen")
+def cli() -> None:
+    """Load generator and concurrency tester for llama-server and OpenAI-compatible LLM servers."""
+
+
+@cli.command()
+@click.option("--ports", help="Comma-separated ports of targets on --host, e.g. 8080,8081.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports.")
+@click.option("--url", "urls", multiple=True, help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080.")
+@click.option("--label", "labels", multiple=True, help="A name per target, in order (default: the server's model alias).")
+@click.option("--concurrency", default="1,2,4,8", show_default=True, help="Concurrency levels to sweep.")
+@click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
+              help="Requests per level [default: max(8, 4×concurrency)].")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per level instead of a request count.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Unrecorded requests per target before the first level.")
+@click.option("--api", default="llamacpp", show_default=True, help=f"Server API: {', '.join(API_NAMES)}.")
+@click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request).")
+@click.option("--prompt-file", help="Read the prompt text from this UTF-8 file.")
+@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Generate exactly --n-predict tokens, so throughput is comparable.")
+@click.option("--seed", type=int, help="Sampling seed sent with every request.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True,
+              help="Seconds before a request counts as timed out.")
+@click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
+              help="Seconds to wait for a server that is still loading its model.")
+@click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
+@click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-sweep].")
+@click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
+def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s, warmup, api, prompt, prompt_file,
+          n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, parallel_targets, output, force) -> None:
+    """Sweep concurrency levels against one or more servers and compare them side by side."""
+    config = SweepConfig(
+        targets=build_targets(host, ports, urls, labels),
+        concurrency=parse_int_list(concurrency, "--concurrency", minimum=1, maximum=4096),
+        generation=GenerationParams(prompt=_read_prompt(prompt, prompt_file), n_predict=n_predict,
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed),
+        api=check_api(api), requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
+        timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
+    )
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
+    code = execute_sweep(config, out_dir)
+    sys.exit(code)
+
+
+def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None) -> int:
+    """Run a sweep, print its table, write its results. Returns the exit code."""
+    console = console or Console()
+    err = Console(stderr=True)
+    factory, loop_name = loop_factory()
+    if loop_name != "uvloop":
+        err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
+    run = SweepRun(config=config)
+    meta = {"kind": "sweep", "command": command_line(), "started_utc": utc_now().isoformat(),
+            "host": host_facts(loop_name)}
+    received: list[int] = []
+
+    def checkpoint(*_: object) -> None:
+        write_results(out_dir, run, meta=meta)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                err.print(f"\n{signal.Signals(signum).name}: stopping, cancelling in-flight requests "
+                          "(again to quit at once)", style="yellow")
+                task.cancel()
+            else:  # a second signal: keep what we have and leave now
+                run.interrupted = True
+                checkpoint()
+                os._exit(SIGNAL_EXIT.get(received[0], 130))
+
+        for sig in SIGNAL_EXIT:
+            loop.add_signal_handler(sig, on_signal, sig)
+        with ProgressObserver(err) as observer:
+            observer.level_done = _chain(observer.level_done, checkpoint)
+            try:
+                await run_sweep(run, observer)
+            except asyncio.CancelledError:
+                run.interrupted = True
+
+    loop = factory()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    doc = write_results(out_dir, run, meta=meta)
+    console.print(sweep_table(doc))
+    for line in error_lines(doc):
+        err.print(line, style="red", highlight=False, markup=False)
+    err.print(f"results: {out_dir}", highlight=False)
+    if received:
+        return SIGNAL_EXIT.get(received[0], 130)
+    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _chain(first, second):
+    def both(*args):
+        first(*args)
+        second(*args)
+    return both
+
+
+def main() -> None:
+    """Entry point: every error a user can cause becomes one line and an exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"loadgen: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except (ConfigError, ResultsError) as exc:
+        click.echo(f"loadgen: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except UserError as exc:
+        click.echo(f"loadgen: error: {exc}", err=True)
+        sys.exit(exc.code)
+
+
+if __name__ == "__main__":
+    main()

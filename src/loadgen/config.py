@@ -1,0 +1,121 @@
+"""Sweep configuration: built and validated once at the edge, then read-only.
+
+Errors here are the user's to fix; `ConfigError` carries a one-line message for them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .backends import API_NAMES, GenerationParams
+
+DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
+
+
+class ConfigError(ValueError):
+    """Bad user input; the message is one sentence that says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    url: str  # base URL, no trailing slash
+    label: str | None = None  # None: ask the server (/props model_alias), else host:port
+
+    @property
+    def hostport(self) -> str:
+        parts = urlsplit(self.url)
+        return parts.netloc
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    targets: tuple[Target, ...]
+    concurrency: tuple[int, ...]
+    generation: GenerationParams
+    api: str = "llamacpp"
+    requests_per_level: int | None = None  # None with duration None: max(8, 4*C)
+    duration_s: float | None = None
+    warmup: int = 2
+    timeout_s: float = 600.0
+    wait_ready_s: float = 60.0
+    parallel_targets: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def budget(self, concurrency: int) -> tuple[int | None, float | None]:
+        """(requests, seconds) for one level: the explicit one, or max(8, 4×C) requests."""
+        if self.duration_s is not None:
+            return self.requests_per_level, self.duration_s
+        return (self.requests_per_level or max(8, 4 * concurrency)), None
+
+    def to_dict(self) -> dict:
+        g = self.generation
+        return {
+            "api": self.api,
+            "concurrency": list(self.concurrency),
+            "requests_per_level": self.requests_per_level,
+            "duration_s": self.duration_s,
+            "warmup": self.warmup,
+            "timeout_s": self.timeout_s,
+            "parallel_targets": self.parallel_targets,
+            "prompt": g.prompt,
+            "n_predict": g.n_predict,
+            "temperature": g.temperature,
+            "ignore_eos": g.ignore_eos,
+            "seed": g.seed,
+            "cache_prompt": False,
+        }
+
+
+def parse_int_list(text: str, what: str, *, minimum: int = 1, maximum: int | None = None) -> tuple[int, ...]:
+    """"1,2,4,8" -> (1, 2, 4, 8), rejecting empties, non-integers, out-of-range and duplicates."""
+    items = [s.strip() for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise ConfigError(f"{what}: expected a comma-separated list like 1,2,4, got {text!r}")
+    values = []
+    for s in items:
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise ConfigError(f"{what}: {s!r} is not an integer")
+        v = int(s)
+        if v < minimum or (maximum is not None and v > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise ConfigError(f"{what}: {v} is out of range (must be {bound})")
+        if v in values:
+            raise ConfigError(f"{what}: {v} is listed twice")
+        values.append(v)
+    return tuple(values)
+
+
+def normalize_url(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    try:
+        parts.port
+    except ValueError:
+        raise ConfigError(f"--url {url!r}: the port is not a number between 0 and 65535") from None
+    return url.strip().rstrip("/")
+
+
+def build_targets(host: str, ports: str | None, urls: tuple[str, ...], labels: tuple[str, ...]) -> tuple[Target, ...]:
+    found: list[str] = []
+    if ports is not None:
+        h = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        found += [f"http://{h}:{p}" for p in parse_int_list(ports, "--ports", minimum=1, maximum=65535)]
+    found += [normalize_url(u) for u in urls]
+    if not found:
+        raise ConfigError("no target: give --ports 8080,8081 or --url http://HOST:PORT")
+    if len(set(found)) != len(found):
+        raise ConfigError("the same target is listed twice")
+    if len(labels) > len(found):
+        raise ConfigError(f"{len(labels)} --label values for {len(found)} targets")
+    if len(set(labels)) != len(labels):
+        raise ConfigError("--label values must be distinct")
+    return tuple(Target(u, labels[i] if i < len(labels) else None) for i, u in enumerate(found))
+
+
+def check_api(api: str) -> str:
+    if api not in API_NAMES:
+        raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
+    return api

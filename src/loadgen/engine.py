@@ -1,0 +1,118 @@
+"""The closed-loop engine: C workers send requests back to back until a level's budget is used.
+
+It knows no server API (a `Backend` builds and reads bodies) and no HTTP library (a `Transport`
+moves bytes). Everything it records is appended to a `LevelRun` the caller owns, so a run that is
+cancelled (Ctrl-C) or whose server dies still has every record up to that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Protocol
+
+from . import records
+from .backends import Backend
+from .clock import now_ns
+from .records import LevelRun, RequestRecord, ServerOutcome, make_record
+from .transport import Transport, TransportError
+
+# A target is given up when this many requests in a row could not even connect.
+CONNECT_FAILURES_BEFORE_DOWN = 3
+
+
+class Observer(Protocol):
+    def level_started(self, target: str, concurrency: int, requests: int | None,
+                      duration_s: float | None) -> None: ...
+
+    def request_done(self, record: RequestRecord) -> None: ...
+
+
+class NullObserver:
+    def level_started(self, target: str, concurrency: int, requests: int | None,
+                      duration_s: float | None) -> None:
+        pass
+
+    def request_done(self, record: RequestRecord) -> None:
+        pass
+
+
+async def run_level(
+    level: LevelRun,
+    transport: Transport,
+    backend: Backend,
+    *,
+    requests: int | None,
+    duration_s: float | None,
+    observer: Observer | None = None,
+) -> LevelRun:
+    """Run `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
+
+    In-flight requests at the deadline are allowed to finish and are recorded. On cancellation each
+    worker records its in-flight request as `cancelled` before the cancellation propagates.
+    """
+    if requests is None and duration_s is None:
+        raise ValueError("a level needs a request count or a duration")
+    obs = observer or NullObserver()
+    obs.level_started(level.target, level.concurrency, requests, duration_s)
+    issued = 0
+    connect_failures = 0
+    level.start_ns = now_ns()
+    deadline = level.start_ns + int(duration_s * 1e9) if duration_s is not None else None
+    append = level.records.append
+    method, path, build, parse = backend.method, backend.path, backend.build, backend.parse
+    send_request = transport.request
+
+    async def worker(index: int) -> None:
+        nonlocal issued, connect_failures
+        while level.stopped_reason is None:
+            if requests is not None and issued >= requests:
+                return
+            if deadline is not None and now_ns() >= deadline:
+                return
+            seq = issued
+            issued += 1
+            salt = str(uuid.uuid4())
+            body = build(salt)
+            send_ns = now_ns()
+            status = headers_ns = None
+            try:
+                response = await send_request(method, path, body)
+            except TransportError as exc:
+                complete_ns = now_ns()
+                outcome = ServerOutcome(error_kind=exc.kind, error_message=exc.message)
+            except asyncio.CancelledError:
+                append(make_record(target=level.target, level=level.concurrency, worker=index,
+                                   seq=seq, salt=salt, send_ns=send_ns, complete_ns=now_ns(),
+                                   status=None, outcome=ServerOutcome(
+                                       error_kind=records.CANCELLED,
+                                       error_message="in flight when the run was stopped")))
+                raise
+            else:
+                status, headers_ns, complete_ns = response.status, response.headers_ns, response.complete_ns
+                outcome = parse(response.status, response.body)
+            record = make_record(target=level.target, level=level.concurrency, worker=index, seq=seq,
+                                 salt=salt, send_ns=send_ns, complete_ns=complete_ns, status=status,
+                                 outcome=outcome, headers_ns=headers_ns)
+            append(record)
+            obs.request_done(record)
+            if outcome.error_kind == records.CONNECT_ERROR:
+                connect_failures += 1
+                if connect_failures >= CONNECT_FAILURES_BEFORE_DOWN and level.stopped_reason is None:
+                    level.stopped_reason = f"target down: {outcome.error_message}"
+            else:
+                connect_failures = 0
+
+    tasks = [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if level.stopped_reason is None:
+            level.stopped_reason = "interrupted"
+        raise
+    finally:
+        level.end_ns = now_ns()
+    return level

@@ -1,0 +1,118 @@
+"""Plain data that crosses modules: one record per request, as recorded.
+
+Field names that come from llama-server keep its spelling (`prompt_n`, `predicted_ms`,
+`tokens_predicted`, `stop_type`, `id_slot`, ...). Times are nanoseconds on `clock.now_ns`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# Error kinds a request can end with. HTTP errors are "http_<status>".
+CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TLS)
+DISCONNECTED = "disconnected"  # the server closed or reset the connection before a full response
+TIMEOUT = "timeout"  # no complete response within --timeout
+INVALID_JSON = "invalid_json"  # a 2xx body that is not the JSON object the API promises
+SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
+CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOutcome:
+    """What a backend read from one response. `error_kind` is None when it succeeded."""
+
+    error_kind: str | None = None
+    error_message: str | None = None
+    tokens_predicted: int | None = None
+    stop_type: str | None = None
+    id_slot: int | None = None
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    cache_n: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request as loadgen saw it, with the server's own `timings` when it sent them."""
+
+    target: str
+    level: int
+    worker: int
+    seq: int
+    salt: str
+    send_ns: int
+    complete_ns: int
+    status: int | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    tokens_predicted: int | None = None
+    stop_type: str | None = None
+    id_slot: int | None = None
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    cache_n: int | None = None
+    headers_ns: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+OUTCOME_FIELDS = tuple(f.name for f in dataclasses.fields(ServerOutcome))
+
+
+def make_record(
+    *,
+    target: str,
+    level: int,
+    worker: int,
+    seq: int,
+    salt: str,
+    send_ns: int,
+    complete_ns: int,
+    status: int | None,
+    outcome: ServerOutcome,
+    headers_ns: int | None = None,
+) -> RequestRecord:
+    return RequestRecord(
+        target=target,
+        level=level,
+        worker=worker,
+        seq=seq,
+        salt=salt,
+        send_ns=send_ns,
+        complete_ns=complete_ns,
+        status=status,
+        headers_ns=headers_ns,
+        **{name: getattr(outcome, name) for name in OUTCOME_FIELDS},
+    )
+
+
+@dataclass(slots=True)
+class LevelRun:
+    """The raw outcome of one level on one target: its records and how it ended."""
+
+    target: str
+    concurrency: int
+    records: list[RequestRecord] = field(default_factory=list)
+    start_ns: int = 0
+    end_ns: int = 0
+    stopped_reason: str | None = None  # None: budget used up; else why it stopped early
+    server_metrics_before: dict[str, float] | None = None
+    server_metrics_after: dict[str, float] | None = None

@@ -1,0 +1,163 @@
+"""The results directory: the contract that `report`, `analyze`, `compare` and `gate` read.
+
+    run.json        schema version, run metadata, per target: what the server said and a summary
+                    of every level (see `metrics.LevelSummary`)
+    requests.jsonl  one `RequestRecord` per line, every request of every level, failed ones too
+
+Both files are written atomically (temp file + rename), after every level and at the end, so a run
+cut short leaves valid files marked `"complete": false` with every record gathered so far.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .metrics import counter_delta, summarize_level
+from .records import RequestRecord
+from .sweep import SweepRun
+
+SCHEMA = "loadgen.run"
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+
+
+class ResultsError(Exception):
+    """A results directory that cannot be read or written; the message is for the user."""
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:
+    stamp = (when or utc_now()).strftime("%Y%m%dT%H%M%SZ")
+    return base / f"{stamp}-{kind}"
+
+
+def host_facts(event_loop: str) -> dict[str, Any]:
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "event_loop": event_loop,
+    }
+
+
+def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """run.json's content: metadata plus per-target level summaries (a pure function)."""
+    targets = []
+    for t in run.targets:
+        levels = []
+        for lv in t.levels:
+            summary = summarize_level(lv.concurrency, lv.records, lv.stopped_reason,
+                                      counter_delta(lv.server_metrics_before, lv.server_metrics_after))
+            levels.append(summary.to_dict())
+        targets.append({
+            "label": t.label,
+            "url": t.target.url,
+            "server": t.info.to_dict() if t.info else None,
+            "error": t.error,
+            "levels": levels,
+        })
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "loadgen_version": __version__,
+        **meta,
+        "complete": run.complete,
+        "interrupted": run.interrupted,
+        "config": run.config.to_dict(),
+        "targets": targets,
+    }
+
+
+def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_results(out_dir: Path, run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write requests.jsonl then run.json, each atomically. Returns the run document."""
+    doc = run_document(run, meta={**meta, "finished_utc": utc_now().isoformat()})
+    all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
+    _atomic_write(out_dir / REQUESTS_FILE, (json.dumps(r.to_dict(), separators=(",", ":")) + "\n"
+                                            for r in all_records))
+    _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    return doc
+
+
+def prepare_dir(out_dir: Path, force: bool) -> Path:
+    """Create the output directory; refuse a non-empty one unless `force`."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ResultsError(f"{out_dir} exists and is not a directory; choose another --output")
+    if out_dir.is_dir() and (out_dir / RUN_FILE).exists() and not force:
+        raise ResultsError(f"{out_dir} already holds a run; choose another --output or add --force")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".loadgen-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(f"cannot write to {out_dir} ({exc.strerror}); choose another --output") from None
+    return out_dir
+
+
+def load_run(results_dir: Path) -> dict[str, Any]:
+    """Read and check run.json. Raises ResultsError with a one-line reason."""
+    path = Path(results_dir) / RUN_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path} not found: give a directory written by `loadgen sweep`")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultsError(f"{path} is not valid JSON ({exc}); the run may have been written by another tool") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ResultsError(f"{path} is not a loadgen run file")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ResultsError(f"{path} has schema version {doc.get('schema_version')!r}; "
+                           f"this loadgen reads version {SCHEMA_VERSION}")
+    if not isinstance(doc.get("targets"), list):
+        raise ResultsError(f"{path} has no target list")
+    return doc
+
+
+def load_records(results_dir: Path) -> list[RequestRecord]:
+    path = Path(results_dir) / REQUESTS_FILE
+    out = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    out.append(RequestRecord.from_dict(json.loads(line)))
+    except FileNotFoundError:
+        raise ResultsError(f"{path} not found") from None
+    except (ValueError, TypeError) as exc:
+        raise ResultsError(f"{path}:{n}: not a request record ({exc})") from None
+    return out
+
+
+def command_line() -> list[str]:
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]

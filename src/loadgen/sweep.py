@@ -1,0 +1,124 @@
+"""A sweep: for each target, probe it, warm it up, then run every concurrency level in turn.
+
+Wires probe, backend, transport and engine together; owns no timing logic of its own. The
+`SweepRun` it fills is owned by the caller, so whatever happens (Ctrl-C, a dead server) the caller
+can still write every record gathered so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .backends import Backend, make_backend
+from .config import SweepConfig, Target
+from .engine import Observer, run_level
+from .probe import Probe, ServerInfo, TargetUnreachable
+from .records import LevelRun
+from .transport import AiohttpTransport, Transport
+
+
+@dataclass(slots=True)
+class TargetRun:
+    target: Target
+    label: str
+    info: ServerInfo | None = None
+    levels: list[LevelRun] = field(default_factory=list)
+    error: str | None = None  # why this target stopped early, for the user
+
+
+@dataclass(slots=True)
+class SweepRun:
+    config: SweepConfig
+    targets: list[TargetRun] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return not self.interrupted and all(t.error is None for t in self.targets) and all(
+            len(t.levels) == len(self.config.concurrency) and all(lv.stopped_reason is None for lv in t.levels)
+            for t in self.targets)
+
+
+class SweepObserver(Observer):
+    def message(self, text: str) -> None: ...
+
+    def level_done(self, run: SweepRun, target: TargetRun, level: LevelRun) -> None: ...
+
+
+def resolve_labels(targets: list[TargetRun]) -> None:
+    """Default labels: the server's model_alias, else host:port; disambiguated by port if equal."""
+    for t in targets:
+        if t.target.label:
+            t.label = t.target.label
+        elif t.info and t.info.props and t.info.props.get("model_alias"):
+            t.label = str(t.info.props["model_alias"])
+        else:
+            t.label = t.target.hostport
+    seen: dict[str, int] = {}
+    for t in targets:
+        seen[t.label] = seen.get(t.label, 0) + 1
+    for t in targets:
+        if seen[t.label] > 1 and not t.target.label:
+            t.label = f"{t.label}@{t.target.hostport}"
+
+
+async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> None:
+    async with Probe(t.target.url) as probe:
+        try:
+            await probe.wait_ready(config.wait_ready_s,
+                                   on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
+        except TargetUnreachable as exc:
+            t.error = f"{t.target.url}: {exc}"
+            return
+        t.info = await probe.server_info()
+
+
+async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: SweepObserver,
+                        transport_factory: Callable[[], Transport]) -> None:
+    config = run.config
+    transport = transport_factory()
+    await transport.open(t.target.url, max(config.concurrency), config.timeout_s)
+    try:
+        async with Probe(t.target.url) as probe:
+            if config.warmup > 0:
+                warm = LevelRun(target=t.label, concurrency=1)
+                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None)
+                if warm.stopped_reason:
+                    t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
+                    return
+            for concurrency in config.concurrency:
+                requests, duration_s = config.budget(concurrency)
+                level = LevelRun(target=t.label, concurrency=concurrency)
+                t.levels.append(level)
+                if t.info and t.info.metrics_enabled:
+                    level.server_metrics_before = await probe.metrics()
+                await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+                if t.info and t.info.metrics_enabled and not level.stopped_reason:
+                    level.server_metrics_after = await probe.metrics()
+                obs.level_done(run, t, level)
+                if level.stopped_reason:
+                    t.error = f"{t.target.url}: {level.stopped_reason} at concurrency {concurrency}"
+                    return
+    finally:
+        await transport.close()
+
+
+async def run_sweep(run: SweepRun, obs: SweepObserver,
+                    transport_factory: Callable[[], Transport] = AiohttpTransport) -> None:
+    """Fill `run` target by target (or all at once with parallel_targets)."""
+    config = run.config
+    backend = make_backend(config.api, config.generation)
+    run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in config.targets]
+    await asyncio.gather(*(_prepare(config, t, obs) for t in run.targets))
+    resolve_labels(run.targets)
+    for t in run.targets:
+        if t.error:
+            obs.message(f"skipping {t.error}")
+    live = [t for t in run.targets if t.error is None]
+    if config.parallel_targets:
+        await asyncio.gather(*(_sweep_target(run, t, backend, obs, transport_factory) for t in live))
+    else:
+        for t in live:
+            await _sweep_target(run, t, backend, obs, transport_factory)

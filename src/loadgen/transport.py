@@ -1,0 +1,105 @@
+"""The HTTP client behind a small interface, so a faster transport can sit beside aiohttp.
+
+A transport opens a connection pool to one base URL, sends one request at a time per caller,
+and reports the status, headers and body with arrival times on `clock.now_ns`. It knows nothing
+about LLM APIs (that is a backend's job) nor about scheduling (that is the engine's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+from . import records
+from .clock import now_ns
+
+
+class TransportError(Exception):
+    """A request that got no complete HTTP response. `kind` is one of the records' error kinds."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    headers: Mapping[str, str]
+    headers_ns: int  # status line and headers received
+    complete_ns: int  # last body byte received
+    body: bytes  # empty when the caller consumed the body through `on_chunk`
+
+
+ChunkCallback = Callable[[bytes, int], None]
+
+
+class Transport(Protocol):
+    async def open(self, base_url: str, max_connections: int, timeout_s: float,
+                   headers: Mapping[str, str] | None = None) -> None: ...
+
+    async def request(self, method: str, path: str, body: bytes,
+                      on_chunk: ChunkCallback | None = None) -> HttpResponse: ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpTransport:
+    """aiohttp with one keep-alive `ClientSession` per target."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._base = ""
+
+    async def open(self, base_url: str, max_connections: int, timeout_s: float,
+                   headers: Mapping[str, str] | None = None) -> None:
+        self._base = base_url.rstrip("/")
+        connector = aiohttp.TCPConnector(limit=max(1, max_connections), limit_per_host=0,
+                                         keepalive_timeout=60, enable_cleanup_closed=False)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            headers={"Content-Type": "application/json", **(headers or {})},
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def request(self, method: str, path: str, body: bytes,
+                      on_chunk: ChunkCallback | None = None) -> HttpResponse:
+        assert self._session is not None, "open() first"
+        try:
+            async with self._session.request(method, self._base + path, data=body) as resp:
+                headers_ns = now_ns()
+                if on_chunk is None:
+                    data = await resp.read()
+                else:
+                    data = b""
+                    async for chunk in resp.content.iter_any():
+                        on_chunk(chunk, now_ns())
+                return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data)
+        except asyncio.TimeoutError as exc:
+            raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise TransportError(records.CONNECT_ERROR, _reason(exc)) from exc
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                aiohttp.ClientOSError) as exc:
+            raise TransportError(records.DISCONNECTED, _reason(exc)) from exc
+        except aiohttp.ClientResponseError as exc:
+            raise TransportError(records.DISCONNECTED, _reason(exc)) from exc
+        except aiohttp.ClientError as exc:
+            raise TransportError(records.DISCONNECTED, _reason(exc)) from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]
