@@ -20,9 +20,9 @@ from .backends import API_NAMES, GenerationParams
 from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, build_targets, check_api, parse_int_list
 from .loops import loop_factory
 from .progress import ProgressObserver
-from .report import error_lines, sweep_table
-from .results import (ResultsError, command_line, default_dir, host_facts, load_run, prepare_dir, utc_now,
-                      write_results)
+from .report import error_lines, overhead_lines, queue_table, sweep_table, verdict_lines
+from .results import (ResultsError, command_line, default_dir, host_facts, load_probe, load_records, load_run,
+                      prepare_dir, target_verdict, utc_now, write_results)
 from .sweep import SweepRun, run_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -81,11 +81,18 @@ def cli() -> None:
               help="Seconds before a request counts as timed out.")
 @click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
               help="Seconds to wait for a server that is still loading its model.")
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
+              help="Seconds between scrapes of each server's /metrics and /slots during a level.")
+@click.option("--knee-gain", type=click.FloatRange(min=0), default=0.10, show_default=True,
+              help="Saturation: the next level raises throughput by less than this share...")
+@click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
+              help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
 @click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-sweep].")
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s, warmup, api, prompt, prompt_file,
-          n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, parallel_targets, output, force) -> None:
+          n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
+          parallel_targets, output, force) -> None:
     """Sweep concurrency levels against one or more servers and compare them side by side."""
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels),
@@ -94,6 +101,7 @@ def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed),
         api=check_api(api), requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
         timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
+        probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
     )
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir)
@@ -112,7 +120,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
             "host": host_facts(loop_name)}
     received: list[int] = []
 
-    def checkpoint(*_: object) -> None:
+    def checkpoint() -> None:
         write_results(out_dir, run, meta=meta)
 
     async def main() -> None:
@@ -133,8 +141,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
 
         for sig in SIGNAL_EXIT:
             loop.add_signal_handler(sig, on_signal, sig)
-        with ProgressObserver(err) as observer:
-            observer.level_done = _chain(observer.level_done, checkpoint)
+        with ProgressObserver(err, on_level_done=checkpoint) as observer:
             try:
                 await run_sweep(run, observer)
             except asyncio.CancelledError:
@@ -146,9 +153,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     finally:
         loop.close()
     doc = write_results(out_dir, run, meta=meta)
-    console.print(sweep_table(doc))
-    for line in error_lines(doc):
-        err.print(line, style="red", highlight=False, markup=False)
+    print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
     if received:
         return SIGNAL_EXIT.get(received[0], 130)
@@ -157,11 +162,37 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-def _chain(first, second):
-    def both(*args):
-        first(*args)
-        second(*args)
-    return both
+def print_run(doc: dict, console: Console, err: Console) -> None:
+    """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
+    console.print(sweep_table(doc))
+    queues = queue_table(doc)
+    if queues is not None:
+        console.print(queues)
+    for line in overhead_lines(doc):
+        console.print(line, highlight=False, markup=False, style="dim")
+    for line in verdict_lines(doc):
+        console.print(line, highlight=False, markup=False)
+    for line in error_lines(doc):
+        err.print(line, style="red", highlight=False, markup=False)
+
+
+@cli.command()
+@click.argument("results_dir", type=click.Path(file_okay=False))
+@click.option("--knee-gain", type=click.FloatRange(min=0), help="Override the run's saturation rule (throughput share).")
+@click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
+def analyze(results_dir, knee_gain, knee_latency) -> None:
+    """Reprint a saved run's tables and saturation verdicts (no server needed)."""
+    path = Path(results_dir)
+    doc = load_run(path)
+    records, samples = load_records(path), load_probe(path)
+    config = doc.get("config", {})
+    gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
+    latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)
+    for t in doc["targets"]:
+        if t.get("levels"):
+            t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
+                                          [s for s in samples if s.target == t["label"]], gain, latency)
+    print_run(doc, Console(), Console(stderr=True))
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ Errors here are the user's to fix; `ConfigError` carries a one-line message for 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .backends import API_NAMES, GenerationParams
@@ -41,7 +41,9 @@ class SweepConfig:
     timeout_s: float = 600.0
     wait_ready_s: float = 60.0
     parallel_targets: bool = False
-    extra: dict = field(default_factory=dict)
+    probe_interval_s: float = 0.25
+    knee_gain: float = 0.10
+    knee_latency: float = 0.50
 
     def budget(self, concurrency: int) -> tuple[int | None, float | None]:
         """(requests, seconds) for one level: the explicit one, or max(8, 4×C) requests."""
@@ -59,6 +61,9 @@ class SweepConfig:
             "warmup": self.warmup,
             "timeout_s": self.timeout_s,
             "parallel_targets": self.parallel_targets,
+            "probe_interval_s": self.probe_interval_s,
+            "knee_gain": self.knee_gain,
+            "knee_latency": self.knee_latency,
             "prompt": g.prompt,
             "n_predict": g.n_predict,
             "temperature": g.temperature,

@@ -16,6 +16,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .clock import now_ns
+from .records import ProbeSample
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.
 METRIC_NAMES = (
@@ -39,10 +40,21 @@ class ServerInfo:
 
     props: dict[str, Any] | None = None  # subset of /props, or None when it has none
     metrics_enabled: bool = False
+    slots_enabled: bool = False
+    slot_count: int | None = None  # length of the /slots array
+    endpoints: dict[str, int | None] = field(default_factory=dict)  # path -> HTTP status (None: no answer)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def total_slots(self) -> int | None:
+        if self.props and isinstance(self.props.get("total_slots"), int):
+            return self.props["total_slots"]
+        return self.slot_count
+
     def to_dict(self) -> dict[str, Any]:
-        return {"props": self.props, "metrics_enabled": self.metrics_enabled, "notes": self.notes}
+        return {"props": self.props, "metrics_enabled": self.metrics_enabled, "slots_enabled": self.slots_enabled,
+                "slot_count": self.slot_count, "total_slots": self.total_slots, "endpoints": self.endpoints,
+                "notes": self.notes}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -115,20 +127,81 @@ class Probe:
                 told = True
             await asyncio.sleep(0.25)
 
-    async def server_info(self) -> ServerInfo:
-        info = ServerInfo()
+    async def _get_json(self, path: str, info: ServerInfo) -> Any:
         try:
-            status, body = await self._get("/props")
-            if status == 200:
-                info.props = summarize_props(json.loads(body))
-            else:
-                info.notes.append(f"/props answered HTTP {status}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-            info.notes.append(f"/props failed: {_first_line(exc)}")
-        info.metrics_enabled = await self.metrics() is not None
+            status, body = await self._get(path)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            info.endpoints[path] = None
+            info.notes.append(f"{path} failed: {_first_line(exc)}")
+            return None
+        info.endpoints[path] = status
+        if status != 200:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            info.notes.append(f"{path} is not JSON")
+            return None
+
+    async def server_info(self) -> ServerInfo:
+        """What /props, /slots and /metrics say before the sweep, or that they are off."""
+        info = ServerInfo()
+        props = await self._get_json("/props", info)
+        if isinstance(props, dict):
+            info.props = summarize_props(props)
+        slots = await self._get_json("/slots", info)
+        if isinstance(slots, list):
+            info.slots_enabled, info.slot_count = True, len(slots)
+        metrics = await self.metrics()
+        info.endpoints["/metrics"] = 200 if metrics is not None else info.endpoints.get("/metrics")
+        info.metrics_enabled = metrics is not None
         if not info.metrics_enabled:
-            info.notes.append("/metrics is off (start llama-server with --metrics to record its counters)")
+            info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
         return info
+
+    async def busy_slots(self) -> int | None:
+        """How many slots of /slots are processing now, or None when /slots is off."""
+        try:
+            status, body = await self._get("/slots")
+            if status != 200:
+                return None
+            slots = json.loads(body)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+        if not isinstance(slots, list):
+            return None
+        return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+
+    async def sample(self, target: str, level: int, info: ServerInfo) -> ProbeSample:
+        """One timestamped look at /metrics and /slots, taken concurrently."""
+        t_ns = now_ns()
+        metrics, busy = await asyncio.gather(
+            self.metrics() if info.metrics_enabled else _none(),
+            self.busy_slots() if info.slots_enabled else _none())
+        m = metrics or {}
+        return ProbeSample(target=target, level=level, t_ns=t_ns,
+                           requests_processing=m.get("llamacpp:requests_processing"),
+                           requests_deferred=m.get("llamacpp:requests_deferred"),
+                           tokens_predicted_total=m.get("llamacpp:tokens_predicted_total"),
+                           prompt_tokens_total=m.get("llamacpp:prompt_tokens_total"),
+                           n_decode_total=m.get("llamacpp:n_decode_total"),
+                           busy_slots=busy)
+
+    async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
+                                     out: list[ProbeSample]) -> None:
+        """Append a sample every interval_s on an absolute schedule (no drift) until cancelled."""
+        if not (info.metrics_enabled or info.slots_enabled):
+            return
+        step = int(interval_s * 1e9)
+        next_ns = now_ns()
+        while True:
+            out.append(await self.sample(target, level, info))
+            next_ns += step
+            delay = (next_ns - now_ns()) / 1e9
+            if delay < 0:  # a slow scrape: skip the missed ticks rather than burst
+                next_ns = now_ns()
+                delay = 0
+            await asyncio.sleep(delay)
 
     async def metrics(self) -> dict[str, float] | None:
         """The kept /metrics values, or None when the endpoint is off or unreadable."""
@@ -140,6 +213,10 @@ class Probe:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
             return None
         return {name: values[name] for name in METRIC_NAMES if name in values}
+
+
+async def _none() -> None:
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -10,8 +12,9 @@ from .records import LevelRun, RequestRecord
 
 
 class ProgressObserver:
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, on_level_done: Callable[[], None] | None = None):
         self.console = console
+        self._on_level_done = on_level_done
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
                                  console=console, transient=True)
@@ -54,3 +57,5 @@ class ProgressObserver:
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
         self.message(f"{level.target} c={level.concurrency}: {s.requests_ok} ok, {s.requests_failed} failed, "
                      f"{s.throughput_tok_s:,.2f} tok/s{lat}{tail}")
+        if self._on_level_done is not None:
+            self._on_level_done()

@@ -104,6 +104,29 @@ def make_record(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """One look at a server during a level. Names are llama-server's; None: the endpoint was off."""
+
+    target: str
+    level: int
+    t_ns: int
+    requests_processing: float | None = None
+    requests_deferred: float | None = None
+    tokens_predicted_total: float | None = None
+    prompt_tokens_total: float | None = None
+    n_decode_total: float | None = None
+    busy_slots: int | None = None  # from /slots: how many have is_processing
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ProbeSample":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass(slots=True)
 class LevelRun:
     """The raw outcome of one level on one target: its records and how it ended."""
@@ -116,3 +139,4 @@ class LevelRun:
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
+    probe_samples: list[ProbeSample] = field(default_factory=list)

@@ -76,3 +76,44 @@ def error_lines(doc: dict[str, Any]) -> list[str]:
                 kinds = ", ".join(f"{k} ×{n}" for k, n in lv["errors_by_kind"].items())
                 lines.append(f"{t['label']} at concurrency {lv['concurrency']}: {kinds}")
     return lines
+
+
+def queue_table(doc: dict[str, Any]) -> Table | None:
+    """Per target and level: queued requests, corrected queue wait, the deferred queue, busy slots, gain."""
+    rows = [(t, lv) for t in doc["targets"] if t.get("verdict") for lv in t["verdict"]["levels"]]
+    if not rows:
+        return None
+    table = Table(title="queuing and saturation", header_style="bold")
+    for name in ("target", "C", "queued", "queue wait ms\np50", "p99", "max", "peak\ndeferred",
+                 "peak busy\n/ slots", "batching\ngain"):
+        table.add_column(name, justify="left" if name == "target" else "right")
+    last = None
+    for t, lv in rows:
+        v = t["verdict"]
+        qw = lv.get("queue_wait_ms") or {}
+        slots = v.get("total_slots")
+        busy = lv.get("peak_busy_slots")
+        table.add_row(
+            t["label"] if t["label"] != last else "", str(lv["concurrency"]),
+            f"{lv['queued']}/{lv['requests']} ({lv['queued_share']:.0%})",
+            _fmt(qw.get("p50"), 0), _fmt(qw.get("p99"), 0), _fmt(qw.get("max"), 0),
+            _fmt(lv.get("peak_deferred"), 0),
+            f"{'n/a' if busy is None else busy} / {'?' if slots is None else slots}",
+            "n/a" if lv.get("batching_gain") is None else f"{lv['batching_gain']:.2f}×",
+        )
+        last = t["label"]
+    return table
+
+
+def verdict_lines(doc: dict[str, Any]) -> list[str]:
+    return [line for t in doc["targets"] if t.get("verdict") for line in t["verdict"]["verdict"]]
+
+
+def overhead_lines(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for t in doc["targets"]:
+        v = t.get("verdict")
+        if v and v.get("overhead_ms") is not None:
+            out.append(f"{t['label']}: fixed overhead at c=1 (tokenization + HTTP) {v['overhead_ms']:.1f} ms, "
+                       "subtracted from queue waits")
+    return out

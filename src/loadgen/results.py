@@ -1,8 +1,9 @@
 """The results directory: the contract that `report`, `analyze`, `compare` and `gate` read.
 
-    run.json        schema version, run metadata, per target: what the server said and a summary
-                    of every level (see `metrics.LevelSummary`)
+    run.json        schema version, run metadata, per target: what the server said, a summary
+                    of every level (see `metrics.LevelSummary`) and the saturation verdict
     requests.jsonl  one `RequestRecord` per line, every request of every level, failed ones too
+    probe.jsonl     one `ProbeSample` per line: the server's /metrics and /slots during each level
 
 Both files are written atomically (temp file + rename), after every level and at the end, so a run
 cut short leaves valid files marked `"complete": false` with every record gathered so far.
@@ -22,13 +23,15 @@ from typing import Any
 
 from . import __version__
 from .metrics import counter_delta, summarize_level
-from .records import RequestRecord
+from .records import ProbeSample, RequestRecord
+from .saturation import analyze_target
 from .sweep import SweepRun
 
 SCHEMA = "loadgen.run"
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
+PROBE_FILE = "probe.jsonl"
 
 
 class ResultsError(Exception):
@@ -57,19 +60,24 @@ def host_facts(event_loop: str) -> dict[str, Any]:
 def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json's content: metadata plus per-target level summaries (a pure function)."""
     targets = []
+    config = run.config
     for t in run.targets:
         levels = []
         for lv in t.levels:
             summary = summarize_level(lv.concurrency, lv.records, lv.stopped_reason,
                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after))
             levels.append(summary.to_dict())
-        targets.append({
+        target = {
             "label": t.label,
             "url": t.target.url,
             "server": t.info.to_dict() if t.info else None,
             "error": t.error,
             "levels": levels,
-        })
+        }
+        target["verdict"] = target_verdict(
+            target, [r for lv in t.levels for r in lv.records], [s for lv in t.levels for s in lv.probe_samples],
+            config.knee_gain, config.knee_latency) if levels else None
+        targets.append(target)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -80,6 +88,14 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
         "config": run.config.to_dict(),
         "targets": targets,
     }
+
+
+def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples: list[ProbeSample],
+                   knee_gain: float, knee_latency: float) -> dict[str, Any]:
+    """The saturation verdict of one target of a run document (pure)."""
+    server = target.get("server") or {}
+    return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
+                          bool(server.get("metrics_enabled")), knee_gain, knee_latency).to_dict()
 
 
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
@@ -103,8 +119,8 @@ def write_results(out_dir: Path, run: SweepRun, *, meta: dict[str, Any]) -> dict
     """Write requests.jsonl then run.json, each atomically. Returns the run document."""
     doc = run_document(run, meta={**meta, "finished_utc": utc_now().isoformat()})
     all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
-    _atomic_write(out_dir / REQUESTS_FILE, (json.dumps(r.to_dict(), separators=(",", ":")) + "\n"
-                                            for r in all_records))
+    _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
+    _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
     _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
     return doc
 
@@ -144,19 +160,41 @@ def load_run(results_dir: Path) -> dict[str, Any]:
     return doc
 
 
-def load_records(results_dir: Path) -> list[RequestRecord]:
-    path = Path(results_dir) / REQUESTS_FILE
+def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
+    for item in items:
+        yield json.dumps(item.to_dict(), separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> list:
     out = []
+    n = 0
     try:
         with path.open(encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
-                    out.append(RequestRecord.from_dict(json.loads(line)))
+                    data = json.loads(line)
+                    if not isinstance(data, dict):
+                        raise ValueError("not an object")
+                    out.append(cls.from_dict(data))
     except FileNotFoundError:
+        if missing_ok:
+            return []
         raise ResultsError(f"{path} not found") from None
-    except (ValueError, TypeError) as exc:
-        raise ResultsError(f"{path}:{n}: not a request record ({exc})") from None
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        raise ResultsError(f"{path}:{n}: not a {what} ({_first_line(exc)})") from None
     return out
+
+
+def load_records(results_dir: Path) -> list[RequestRecord]:
+    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record")
+
+
+def load_probe(results_dir: Path) -> list[ProbeSample]:
+    return _load_jsonl(Path(results_dir) / PROBE_FILE, ProbeSample, "probe sample", missing_ok=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
 
 
 def command_line() -> list[str]:

@@ -94,7 +94,13 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                 t.levels.append(level)
                 if t.info and t.info.metrics_enabled:
                     level.server_metrics_before = await probe.metrics()
-                await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+                sampler = asyncio.ensure_future(probe.sample_until_cancelled(
+                    t.label, concurrency, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
+                try:
+                    await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+                finally:
+                    sampler.cancel()
+                    await asyncio.gather(sampler, return_exceptions=True)
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
@@ -116,6 +122,9 @@ async def run_sweep(run: SweepRun, obs: SweepObserver,
     for t in run.targets:
         if t.error:
             obs.message(f"skipping {t.error}")
+        elif t.info and not t.info.metrics_enabled:
+            obs.message(f"{t.label}: /metrics is off, so the deferred queue is not visible; "
+                        "queuing is judged from /slots and per-request timings")
     live = [t for t in run.targets if t.error is None]
     if config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, backend, obs, transport_factory) for t in live))

@@ -1,0 +1,233 @@
+"""Why a server stops scaling: slot saturation, the deferred queue and batching gain.
+
+Pure functions over recorded data (level summaries, request records, probe samples): a saved run
+gives the same verdicts as a live one.
+
+Definitions
+- overhead_ms: the median raw queue wait at concurrency 1 on the same target. With one request in
+  flight nothing waits for a slot, so what remains of latency - prompt_ms - predicted_ms there is
+  the fixed cost of tokenization and HTTP.
+- corrected queue wait = max(0, raw queue wait - overhead_ms).
+- a request is *queued* when its corrected queue wait > max(20 ms, 10% of its service time).
+- knee: the lowest level L whose next level raises throughput by less than `knee_gain` (10%) while
+  mean latency rises by more than `knee_latency` (50%). The server saturates at L.
+- batching gain at C: throughput at C / throughput at concurrency 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import Distribution, distribution_ms, queue_wait_ms, service_ms
+from .records import ProbeSample, RequestRecord
+
+QUEUED_MIN_MS = 20.0
+QUEUED_SERVICE_SHARE = 0.10
+UNTRUSTED_FAILURE_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class LevelPoint:
+    """The per-level figures the knee rule reads."""
+
+    concurrency: int
+    throughput_tok_s: float
+    latency_mean_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    at: int  # concurrency where the server saturates
+    next_level: int
+    throughput_gain: float  # relative: +0.02 is +2%
+    latency_ratio: float  # ×2.1
+
+
+@dataclass(frozen=True, slots=True)
+class LevelQueueing:
+    concurrency: int
+    requests: int
+    queued: int
+    queued_share: float
+    queue_wait_raw_ms: Distribution | None
+    queue_wait_ms: Distribution | None  # overhead-corrected
+    peak_deferred: float | None
+    peak_busy_slots: int | None
+    batching_gain: float | None
+    failure_share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency, "requests": self.requests, "queued": self.queued,
+            "queued_share": self.queued_share,
+            "queue_wait_raw_ms": self.queue_wait_raw_ms.to_dict() if self.queue_wait_raw_ms else None,
+            "queue_wait_ms": self.queue_wait_ms.to_dict() if self.queue_wait_ms else None,
+            "peak_deferred": self.peak_deferred, "peak_busy_slots": self.peak_busy_slots,
+            "batching_gain": self.batching_gain, "failure_share": self.failure_share,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TargetVerdict:
+    label: str
+    total_slots: int | None
+    overhead_ms: float | None
+    knee: Knee | None
+    levels: tuple[LevelQueueing, ...]
+    metrics_available: bool
+    lines: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "total_slots": self.total_slots, "overhead_ms": self.overhead_ms,
+            "saturated_at": self.knee.at if self.knee else None,
+            "knee": None if self.knee is None else {
+                "at": self.knee.at, "next_level": self.knee.next_level,
+                "throughput_gain": self.knee.throughput_gain, "latency_ratio": self.knee.latency_ratio},
+            "metrics_available": self.metrics_available,
+            "levels": [lv.to_dict() for lv in self.levels],
+            "verdict": list(self.lines),
+        }
+
+
+def overhead_ms(records_at_1: Sequence[RequestRecord]) -> float | None:
+    """Median raw queue wait at concurrency 1: tokenization + HTTP, no slot wait."""
+    waits = [q for r in records_at_1 if (q := queue_wait_ms(r)) is not None]
+    return statistics.median(waits) if waits else None
+
+
+def corrected_queue_wait_ms(r: RequestRecord, overhead: float | None) -> float | None:
+    raw = queue_wait_ms(r)
+    if raw is None:
+        return None
+    return max(0.0, raw - (overhead or 0.0))
+
+
+def is_queued(r: RequestRecord, overhead: float | None) -> bool:
+    """Corrected queue wait > max(20 ms, 10% of the request's service time)."""
+    wait = corrected_queue_wait_ms(r, overhead)
+    service = service_ms(r)
+    if wait is None or service is None:
+        return False
+    return wait > max(QUEUED_MIN_MS, QUEUED_SERVICE_SHARE * service)
+
+
+def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50) -> Knee | None:
+    """The lowest level after which throughput gains < knee_gain while latency rises > knee_latency."""
+    ordered = sorted(points, key=lambda p: p.concurrency)
+    for here, nxt in zip(ordered, ordered[1:]):
+        if here.throughput_tok_s <= 0 or not here.latency_mean_ms or nxt.latency_mean_ms is None:
+            continue
+        gain = nxt.throughput_tok_s / here.throughput_tok_s - 1
+        ratio = nxt.latency_mean_ms / here.latency_mean_ms
+        if gain < knee_gain and ratio > 1 + knee_latency:
+            return Knee(here.concurrency, nxt.concurrency, gain, ratio)
+    return None
+
+
+def _peak(values: Sequence[float | int | None]) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def level_queueing(concurrency: int, rs: Sequence[RequestRecord], samples: Sequence[ProbeSample],
+                   overhead: float | None, throughput: float, throughput_at_1: float | None) -> LevelQueueing:
+    ok = [r for r in rs if r.ok]
+    queued = sum(1 for r in ok if is_queued(r, overhead))
+    counted = [r for r in rs if r.error_kind != "cancelled"]
+    return LevelQueueing(
+        concurrency=concurrency,
+        requests=len(ok),
+        queued=queued,
+        queued_share=queued / len(ok) if ok else 0.0,
+        queue_wait_raw_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
+        queue_wait_ms=distribution_ms([q for r in ok if (q := corrected_queue_wait_ms(r, overhead)) is not None]),
+        peak_deferred=_peak([s.requests_deferred for s in samples]),
+        peak_busy_slots=_peak([s.busy_slots if s.busy_slots is not None else
+                               (int(s.requests_processing) if s.requests_processing is not None else None)
+                               for s in samples]),
+        batching_gain=throughput / throughput_at_1 if throughput_at_1 else None,
+        failure_share=(len(counted) - len(ok)) / len(counted) if counted else 0.0,
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f}%"
+
+
+def _secs(ms: float) -> str:
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _slots(n: int | None) -> str:
+    return "?" if n is None else f"{n} slot" + ("" if n == 1 else "s")
+
+
+def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
+                   samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
+                   knee_gain: float = 0.10, knee_latency: float = 0.50) -> TargetVerdict:
+    """Verdicts for one target from its level summaries (run.json), records and probe samples."""
+    by_level: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        by_level.setdefault(r.level, []).append(r)
+    samples_by_level: dict[int, list[ProbeSample]] = {}
+    for s in samples:
+        samples_by_level.setdefault(s.level, []).append(s)
+    concurrencies = [lv["concurrency"] for lv in levels]
+    throughput = {lv["concurrency"]: lv["throughput_tok_s"] for lv in levels}
+    overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies else None
+    at_1 = throughput.get(1)
+    queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
+                                    throughput[c], at_1) for c in concurrencies)
+    points = [LevelPoint(lv["concurrency"], lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
+              for lv in levels]
+    knee = find_knee(points, knee_gain, knee_latency)
+    lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available, max(concurrencies, default=0))
+    return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
+
+
+def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, knee: Knee | None,
+                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int) -> list[str]:
+    lines: list[str] = []
+    by_c = {q.concurrency: q for q in queueing}
+    if knee is not None:
+        after = by_c[knee.next_level]
+        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        if after.peak_deferred:
+            facts.append(f"up to {after.peak_deferred:g} requests deferred")
+        if after.queued and after.queue_wait_ms:
+            facts.append(f"median queue wait {_secs(after.queue_wait_ms.p50)}")
+        head = f"{label} saturates at concurrency {knee.at}"
+        peak_busy = max((q.peak_busy_slots for q in queueing if q.peak_busy_slots is not None), default=None)
+        if total_slots is not None and knee.at == total_slots:
+            head += f" = its {_slots(total_slots)}"
+        elif total_slots is not None and knee.at < total_slots:
+            busy = f"" if peak_busy is None else f" (at most {peak_busy} busy)"
+            head += (f", below its {_slots(total_slots)}{busy}: throughput is flat from c={knee.next_level} "
+                     f"with slots free, so the bottleneck is compute, not slots")
+        elif total_slots is not None:
+            head += f", above its {_slots(total_slots)}"
+        lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")
+    else:
+        lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
+        worst = max(queueing, key=lambda q: q.queued_share, default=None)
+        if worst is not None and worst.queued:
+            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} "
+                         f"waited for a slot" + (f" (median {_secs(worst.queue_wait_ms.p50)})"
+                                                 if worst.queue_wait_ms else "") + ".")
+    gains = [f"c={q.concurrency} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.concurrency != 1]
+    if gains:
+        lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
+    if overhead is None:
+        lines.append(f"{label}: no concurrency-1 level, so queue waits are not corrected for HTTP overhead.")
+    if not metrics_available:
+        lines.append(f"{label}: /metrics unavailable (start llama-server with --metrics); "
+                     "queuing is judged from /slots and per-request timings only.")
+    for q in queueing:
+        if q.failure_share > UNTRUSTED_FAILURE_SHARE:
+            lines.append(f"{label} at c={q.concurrency}: {q.failure_share:.0%} of requests failed, "
+                         "so that level's figures are not trustworthy.")
+    return lines

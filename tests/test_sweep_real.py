@@ -1,0 +1,132 @@
+"""`loadgen sweep` against real llama-servers from the test bed (scripts/testbed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from loadgen import metrics
+from loadgen.results import load_records, load_run
+from testbed import start_llama_server
+
+pytestmark = pytest.mark.real
+
+LOADGEN = [sys.executable, "-m", "loadgen.cli"]
+
+
+def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*LOADGEN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two_server_sweep(real_servers, tmp_path_factory):
+    four, one = real_servers
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    proc = sweep("--ports", f"{four.port},{one.port}", "--concurrency", "1,2,4", "--n-predict", "16",
+                 "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return proc, load_run(out), load_records(out)
+
+
+def test_every_request_is_uncached_and_distinctly_salted(two_server_sweep):
+    _, doc, records = two_server_sweep
+    assert len(records) == sum(lv["requests_ok"] for t in doc["targets"] for lv in t["levels"])
+    assert all(r.ok for r in records)
+    assert all(r.cache_n == 0 for r in records)
+    assert len({r.salt for r in records}) == len(records)
+    assert all(r.predicted_n == 16 and r.stop_type == "limit" for r in records)
+
+
+def test_labels_levels_and_default_request_budget(two_server_sweep):
+    proc, doc, _ = two_server_sweep
+    assert [t["label"] for t in doc["targets"]] == ["smollm2-4slot", "smollm2-1slot"]
+    for t in doc["targets"]:
+        assert [lv["concurrency"] for lv in t["levels"]] == [1, 2, 4]
+        assert [lv["requests_ok"] for lv in t["levels"]] == [8, 8, 16]  # max(8, 4×C)
+        assert t["server"]["props"]["total_slots"] in (1, 4)
+        assert all(lv["throughput_tok_s"] > 0 for lv in t["levels"])
+    assert doc["complete"] is True
+    assert "smollm2-4slot/smollm2-1slot" in proc.stdout  # the ratio column of the table
+
+
+def test_output_tokens_match_the_servers_own_counter(two_server_sweep):
+    _, doc, records = two_server_sweep
+    by_level = defaultdict(int)
+    for r in records:
+        by_level[(r.target, r.level)] += r.predicted_n
+    for t in doc["targets"]:
+        for lv in t["levels"]:
+            counted = lv["server_metrics_delta"]["llamacpp:tokens_predicted_total"]
+            assert by_level[(t["label"], lv["concurrency"])] == lv["output_tokens"] == counted
+
+
+def test_one_slot_server_queues_requests_at_concurrency_4(two_server_sweep):
+    _, _, records = two_server_sweep
+    burst = [r for r in records if r.target == "smollm2-1slot" and r.level == 4]
+    queued = [r for r in burst if metrics.queue_wait_ms(r) > 0.5 * metrics.service_ms(r)]
+    # closed loop, 4 workers, 1 slot: every request but the first waits for others to finish
+    assert len(queued) >= 0.75 * len(burst)
+    four_slot = [r for r in records if r.target == "smollm2-4slot" and r.level == 4]
+    assert len({r.id_slot for r in four_slot}) > 1  # several slots actually served requests
+
+
+def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers, tmp_path):
+    four, _ = real_servers
+    victim = start_llama_server("victim", 1, tmp_path)
+    out = tmp_path / "run"
+    try:
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", victim.url, "--url", four.url, "--concurrency", "1,2,4",
+                                 "--n-predict", "32", "--requests", "24", "--output", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not (out / "run.json").exists() and time.monotonic() < deadline:  # first level done
+            time.sleep(0.05)
+        victim.proc.kill()
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        victim.stop()
+    assert proc.returncode == 1, stderr
+    assert victim.url in stderr and "Traceback" not in stderr
+    doc = load_run(out)
+    assert doc["complete"] is False
+    dead, alive = doc["targets"]
+    assert dead["error"] and victim.url in dead["error"]
+    assert dead["levels"][0]["requests_ok"] == 24
+    assert [lv["concurrency"] for lv in alive["levels"]] == [1, 2, 4]
+    assert all(lv["requests_failed"] == 0 and lv["requests_ok"] == 24 for lv in alive["levels"])
+    records = load_records(out)
+    assert sum(1 for r in records if r.target == dead["label"] and not r.ok) >= 1
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_cancels_in_flight_requests_and_keeps_a_valid_incomplete_run(real_servers, tmp_path, signum, code):
+    _, one = real_servers
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LOADGEN, "sweep", "--ports", str(one.port), "--concurrency", "1,4", "--requests", "40",
+                             "--n-predict", "32", "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "run.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside level 2, with requests in flight
+    os.kill(proc.pid, signum)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    doc = load_run(out)
+    assert doc["complete"] is False and doc["interrupted"] is True
+    levels = doc["targets"][0]["levels"]
+    assert levels[0]["requests_ok"] == 40
+    assert levels[1]["stopped_reason"] == "interrupted"
+    assert levels[1]["requests_cancelled"] >= 1
+    records = load_records(out)
+    assert json.loads((out / "run.json").read_text())  # parseable, not half-written
+    assert len(records) == sum(lv["requests_ok"] + lv["requests_failed"] + lv["requests_cancelled"] for lv in levels)
