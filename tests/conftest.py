@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import start_llama_server
+from loadgen.results import load_records, load_run
+from testbed import sweep, start_llama_server
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +19,15 @@ def real_servers(tmp_path_factory):
     yield four, one
     four.stop()
     one.stop()
+
+
+@pytest.fixture(scope="session")
+def two_server_sweep(real_servers, tmp_path_factory):
+    four, one = real_servers
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    proc = sweep("--ports", f"{four.port},{one.port}", "--concurrency", "1,2,4", "--n-predict", "16",
+                 "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return proc, load_run(out), load_records(out)
+
+

@@ -15,25 +15,10 @@ import pytest
 
 from loadgen import metrics
 from loadgen.results import load_records, load_run
-from testbed import start_llama_server
+from testbed import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 
-LOADGEN = [sys.executable, "-m", "loadgen.cli"]
-
-
-def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*LOADGEN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def two_server_sweep(real_servers, tmp_path_factory):
-    four, one = real_servers
-    out = tmp_path_factory.mktemp("sweep") / "run"
-    proc = sweep("--ports", f"{four.port},{one.port}", "--concurrency", "1,2,4", "--n-predict", "16",
-                 "--output", str(out))
-    assert proc.returncode == 0, proc.stderr
-    return proc, load_run(out), load_records(out)
 
 
 def test_every_request_is_uncached_and_distinctly_salted(two_server_sweep):

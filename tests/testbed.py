@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -12,6 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOADGEN = [sys.executable, "-m", "loadgen.cli"]
+
+
+def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`loadgen sweep ARGS` in a subprocess, as a user runs it."""
+    return subprocess.run([*LOADGEN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def free_port() -> int:

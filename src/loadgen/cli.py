@@ -110,8 +110,8 @@ def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None) -> int:
     """Run a sweep, print its table, write its results. Returns the exit code."""
-    console = console or Console()
-    err = Console(stderr=True)
+    console = console or _console()
+    err = _console(stderr=True)
     factory, loop_name = loop_factory()
     if loop_name != "uvloop":
         err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
@@ -162,6 +162,12 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
+def _console(stderr: bool = False) -> Console:
+    """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 180)
+
+
 def print_run(doc: dict, console: Console, err: Console) -> None:
     """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
     console.print(sweep_table(doc))
@@ -192,7 +198,7 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
         if t.get("levels"):
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
                                           [s for s in samples if s.target == t["label"]], gain, latency)
-    print_run(doc, Console(), Console(stderr=True))
+    print_run(doc, _console(), _console(stderr=True))
 
 
 def main() -> None:

@@ -54,6 +54,7 @@ class LevelQueueing:
     queued_share: float
     queue_wait_raw_ms: Distribution | None
     queue_wait_ms: Distribution | None  # overhead-corrected
+    queued_wait_ms: Distribution | None  # corrected waits of the queued requests only
     peak_deferred: float | None
     peak_busy_slots: int | None
     batching_gain: float | None
@@ -65,6 +66,7 @@ class LevelQueueing:
             "queued_share": self.queued_share,
             "queue_wait_raw_ms": self.queue_wait_raw_ms.to_dict() if self.queue_wait_raw_ms else None,
             "queue_wait_ms": self.queue_wait_ms.to_dict() if self.queue_wait_ms else None,
+            "queued_wait_ms": self.queued_wait_ms.to_dict() if self.queued_wait_ms else None,
             "peak_deferred": self.peak_deferred, "peak_busy_slots": self.peak_busy_slots,
             "batching_gain": self.batching_gain, "failure_share": self.failure_share,
         }
@@ -145,6 +147,7 @@ def level_queueing(concurrency: int, rs: Sequence[RequestRecord], samples: Seque
         queued_share=queued / len(ok) if ok else 0.0,
         queue_wait_raw_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
         queue_wait_ms=distribution_ms([q for r in ok if (q := corrected_queue_wait_ms(r, overhead)) is not None]),
+        queued_wait_ms=distribution_ms([corrected_queue_wait_ms(r, overhead) for r in ok if is_queued(r, overhead)]),
         peak_deferred=_peak([s.requests_deferred for s in samples]),
         peak_busy_slots=_peak([s.busy_slots if s.busy_slots is not None else
                                (int(s.requests_processing) if s.requests_processing is not None else None)
@@ -197,9 +200,10 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         after = by_c[knee.next_level]
         facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
         if after.peak_deferred:
-            facts.append(f"up to {after.peak_deferred:g} requests deferred")
-        if after.queued and after.queue_wait_ms:
-            facts.append(f"median queue wait {_secs(after.queue_wait_ms.p50)}")
+            n = after.peak_deferred
+            facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
+        if after.queued and after.queued_wait_ms:
+            facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
         head = f"{label} saturates at concurrency {knee.at}"
         peak_busy = max((q.peak_busy_slots for q in queueing if q.peak_busy_slots is not None), default=None)
         if total_slots is not None and knee.at == total_slots:
@@ -214,10 +218,13 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     else:
         lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
         worst = max(queueing, key=lambda q: q.queued_share, default=None)
-        if worst is not None and worst.queued:
-            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} "
-                         f"waited for a slot" + (f" (median {_secs(worst.queue_wait_ms.p50)})"
-                                                 if worst.queue_wait_ms else "") + ".")
+        if worst is not None and worst.queued and worst.queued_wait_ms:
+            text = (f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} waited "
+                    f"before the server started them (median {_secs(worst.queued_wait_ms.p50)})")
+            if metrics_available and worst.peak_deferred == 0:
+                text += ("; the server deferred none, so the wait was outside the slot queue "
+                         "(HTTP, tokenization or a busy CPU)")
+            lines.append(text + ".")
     gains = [f"c={q.concurrency} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.concurrency != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")

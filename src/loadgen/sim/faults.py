@@ -1,18 +1,28 @@
 """Fault injection: which requests misbehave, and how each misbehaviour is put on the wire.
 
 A fault is `KIND:SHARE`: that share of completion requests (`/completion`, `/v1/completions`,
-`/v1/chat/completions`) gets it. Two kinds carry a duration in wall-clock seconds, which
-`--time-scale` does not touch (they test the client's timeouts, not the model):
+`/v1/chat/completions`) gets it; `garbage_metrics` applies to `/metrics` scrapes instead.
 
-    first_byte_stall:SECONDS[:SHARE]   nothing is sent for SECONDS, then the answer comes normally
-    slow_drip:SHARE[:SECONDS]          SECONDS (default 0.2) between the pieces of the answer
+    http_500, http_400      at once, that status with llama-server's error shape
+    http_503                at once, 503 "Loading model", as a loading llama-server answers
+    reset_before_headers    the request is read, then the connection is reset (RST) before any byte
+    reset_mid_stream        a stream is reset after 2 events, before its final one; a JSON body halfway
+    truncated_body          the same, closed cleanly (FIN): the chunked or Content-Length body is short
+    malformed_json          200, but the JSON is cut in half (in a stream: the first event)
+    stream_no_final         a stream ends cleanly without its final event and without [DONE]
+                            (no effect on a non-streaming request)
+    first_byte_stall:SECONDS[:SHARE]  nothing for SECONDS, then the normal answer
+    slow_drip:SHARE[:SECONDS]         SECONDS (default 0.2) before each event, or each of 8 pieces of a body
+    garbage_metrics         /metrics answers 200 with text that is not Prometheus
 
-`garbage_metrics:SHARE` applies to `/metrics` scrapes instead of completions.
+The seconds are wall-clock seconds, untouched by `--time-scale`: they test the client's timeouts,
+not the model. A faulty request still runs on a slot unless its fault strikes before (http_*,
+reset_before_headers).
 
-Choice is deterministic: request number n (counted from 0 per server, in arrival order) draws
+Choice is deterministic: completion request number n (from 0, in arrival order) draws
 u = Random(f"{seed}:{n}").random() and gets the rule whose slice of [0, 1) holds u, the rules'
-shares laid end to end in the order given. Shares must therefore add up to at most 1, faults never
-stack on one request, and the same seed and arrival order give the same faulty requests.
+shares laid end to end in the order given. So shares add up to at most 1, faults never stack on
+one request, and the same seed and arrival order give the same faulty requests.
 """
 
 from __future__ import annotations
@@ -45,10 +55,10 @@ class FaultKind(str, Enum):
 FAULT_KINDS = tuple(kind.value for kind in FaultKind)
 DEFAULT_DRIP_S = 0.2
 
-# The error each status fault answers with: the real server's shape and types.
+# (status, type, message) of the status faults, in llama-server's error shape; http_503 answers
+# with the server's own "Loading model" body instead.
 FAULT_ERRORS = {
     FaultKind.HTTP_500: (500, "server_error", "simulated fault: internal server error"),
-    FaultKind.HTTP_503: (503, "unavailable_error", "Loading model"),
     FaultKind.HTTP_400: (400, "invalid_request_error", "simulated fault: invalid request"),
 }
 

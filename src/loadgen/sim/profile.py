@@ -15,15 +15,11 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 from .faults import FaultConfig
-
-
-def _profiles_dir():
-    # `profiles/*.toml` is package data of `loadgen` (pyproject.toml), found the same way when installed.
-    return resources.files("loadgen").joinpath("profiles")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +49,11 @@ class Profile:
     def prefill_ms(self, n_tokens: int) -> float:
         """n_tokens * 1000 / prefill_tok_s."""
         return n_tokens * 1000.0 / self.prefill_tok_s
+
+
+def _profiles_dir() -> Traversable:
+    # `profiles/*.toml` is package data of `loadgen` (pyproject.toml), found the same way when installed.
+    return resources.files("loadgen").joinpath("profiles")
 
 
 def builtin_profiles() -> tuple[str, ...]:

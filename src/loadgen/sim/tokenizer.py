@@ -1,10 +1,12 @@
 """A deterministic stand-in tokenizer, and the text the simulated model "generates".
 
-Tokenizing: the text is cut into pieces matching `\\s*\\S{1,4}` (leading whitespace plus up to four
-non-space characters), with trailing whitespace as a last piece. So a short word with its leading
-space is one token and a long word is one token per four characters: English prose comes out near
-3.5 characters per token, close to a real BPE vocabulary. The pieces cover the text exactly, so two
-texts that share a prefix share a token prefix, which is what prompt caching depends on.
+Tokenizing cuts the text into pieces, each one token, the way a BPE vocabulary treats English:
+    a word of up to 8 letters, with one leading space      (" experts")
+    longer words: one piece per 8 letters                   (" internat", "ionaliza", "tion")
+    up to 3 digits                                          (" 202", "6")
+    a run of punctuation, an underscore run, a whitespace run
+So "Hello there" is 2 tokens and English prose about 4.5 characters per token. The pieces cover the
+text exactly, so two texts that share a prefix share a token prefix, which prompt caching relies on.
 
 A piece's id is crc32(piece) mod the ordinary vocabulary, the same in every process; ids from
 N_VOCAB_ORDINARY upwards are left for special tokens, as in Qwen's vocabulary.
@@ -21,14 +23,15 @@ N_VOCAB_ORDINARY = 151_643
 EOS_TOKEN = 151_645  # <|im_end|>
 EOS_TEXT = "<|im_end|>"
 
-_PIECE = re.compile(r"\s*\S{1,4}|\s+")
+_PIECE = re.compile(r" ?[^\W\d_]{1,8}| ?\d{1,3}| ?[^\w\s]+| ?_+|\s+")
 
-# Generated text: short words, each one token with its leading space, and punctuation as tokens.
+# Generated text: whole words, each one token with its leading space, and "." as a token.
 _WORDS = (
     " the", " of", " and", " to", " in", " is", " that", " for", " it", " as", " with", " on", " by",
     " this", " are", " be", " at", " from", " or", " an", " each", " one", " all", " more", " can",
     " its", " only", " when", " than", " then", " two", " so", " also", " into", " over", " most",
-    " mix", " of", " expe", "rts", " rout", "ing", " gate", " top", " load", " slot", " batch", " step",
+    " mixture", " experts", " routing", " router", " gate", " top", " load", " slot", " batch", " step",
+    " tokens", " layer", " shared", " active", " weights", " memory", " cache", " decode", " prefill",
 )
 _CAPITALS = (" The", " Each", " This", " When", " Only", " Most", " All")
 
