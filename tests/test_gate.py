@@ -47,9 +47,10 @@ def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int,
         out.append(RequestRecord(
             target=label, level=concurrency, worker=worker, seq=seq, salt=f"s{seq}", send_ns=int(send * MS),
             complete_ns=int(done * MS), status=500 if failed else 200, error_kind="http_500" if failed else None,
-            **({} if failed else dict(prompt_n=20, prompt_ms=prompt_ms, predicted_n=n_predict, predicted_ms=predicted_ms,
-                                      tokens_predicted=n_predict, predicted_per_second=n_predict / predicted_ms * 1000,
-                                      stop_type="limit", cache_n=0))))
+            **({} if failed else dict(prompt_n=20, prompt_ms=prompt_ms, predicted_n=n_predict,
+                                      predicted_ms=predicted_ms, tokens_predicted=n_predict,
+                                      predicted_per_second=n_predict / predicted_ms * 1000, stop_type="limit",
+                                      cache_n=0))))
     return out
 
 

@@ -7,9 +7,13 @@ failed); tracebacks are left for loadgen's own bugs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import click
@@ -17,7 +21,7 @@ from rich.console import Console
 
 from . import __version__
 from .backends import API_NAMES, GenerationParams
-from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, build_targets, check_api, parse_int_list
+from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, parse_int_list
 from .loops import loop_factory
 from .progress import ProgressObserver
 from .report import error_lines, overhead_lines, queue_table, sweep_table, verdict_lines
@@ -108,15 +112,19 @@ def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s
     sys.exit(code)
 
 
-def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None) -> int:
-    """Run a sweep, print its table, write its results. Returns the exit code."""
+def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
+                  around: Callable[[], AbstractAsyncContextManager] | None = None) -> int:
+    """Run a sweep, print its table, write its results. Returns the exit code.
+
+    `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
+    """
     console = console or _console()
     err = _console(stderr=True)
     factory, loop_name = loop_factory()
     if loop_name != "uvloop":
         err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
     run = SweepRun(config=config)
-    meta = {"kind": "sweep", "command": command_line(), "started_utc": utc_now().isoformat(),
+    meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
             "host": host_facts(loop_name)}
     received: list[int] = []
 
@@ -141,11 +149,12 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
 
         for sig in SIGNAL_EXIT:
             loop.add_signal_handler(sig, on_signal, sig)
-        with ProgressObserver(err, on_level_done=checkpoint) as observer:
-            try:
-                await run_sweep(run, observer)
-            except asyncio.CancelledError:
-                run.interrupted = True
+        async with around() if around else contextlib.nullcontext():
+            with ProgressObserver(err, on_level_done=checkpoint) as observer:
+                try:
+                    await run_sweep(run, observer)
+                except asyncio.CancelledError:
+                    run.interrupted = True
 
     loop = factory()
     try:
@@ -162,6 +171,53 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
+@cli.command()
+@click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
+              help="Run the simulated servers this much faster than the hardware they model.")
+@click.option("--concurrency", default="1,2,4,8", show_default=True, help="Concurrency levels to sweep.")
+@click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-demo].")
+@click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
+def demo(time_scale, concurrency, output, force) -> None:
+    """Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.
+
+    The simulators model the field report's Apple M1 Max servers (Qwen3.6-35B-A3B MoE and Qwen3.6-27B
+    dense); they run `--time-scale` times faster and every figure is reported in simulated time.
+    """
+    from .sim import load_profile, start_simulator
+
+    levels = parse_int_list(concurrency, "--concurrency", minimum=1, maximum=64)
+    profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
+    ports = [_free_port() for _ in profiles]
+    config = SweepConfig(
+        targets=tuple(Target(f"http://127.0.0.1:{port}", p.name) for port, p in zip(ports, profiles)),
+        concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
+        wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
+
+    @contextlib.asynccontextmanager
+    async def simulators():
+        sims = []
+        try:
+            for port, profile in zip(ports, profiles):
+                sims.append(await start_simulator(profile, port=port, slots=4, time_scale=time_scale, seed=1))
+            yield
+        finally:
+            for sim in sims:
+                await sim.stop()
+
+    err = _console(stderr=True)
+    err.print(f"loadgen demo: two simulated llama-servers, {profiles[0].name} and {profiles[1].name}, 4 slots each, "
+              f"running {1 / time_scale:.0f}× faster than the hardware they model; figures are in simulated time.",
+              highlight=False, soft_wrap=True)
+    sys.exit(execute_sweep(config, out_dir, kind="demo", around=simulators))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _console(stderr: bool = False) -> Console:
     """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
     stream = sys.stderr if stderr else sys.stdout
@@ -175,11 +231,11 @@ def print_run(doc: dict, console: Console, err: Console) -> None:
     if queues is not None:
         console.print(queues)
     for line in overhead_lines(doc):
-        console.print(line, highlight=False, markup=False, style="dim")
+        console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
     for line in verdict_lines(doc):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     for line in error_lines(doc):
-        err.print(line, style="red", highlight=False, markup=False)
+        err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
 
 
 @cli.command()
@@ -199,6 +255,15 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
                                           [s for s in samples if s.target == t["label"]], gain, latency)
     print_run(doc, _console(), _console(stderr=True))
+
+
+def _register_commands() -> None:
+    from .sim.cli import sim_command
+
+    cli.add_command(sim_command)
+
+
+_register_commands()
 
 
 def main() -> None:

@@ -42,8 +42,9 @@ from .records import CANCELLED, RequestRecord
 
 THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
 MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all
-MIN_P99_REQUESTS = 100  # per side: below this p99 is one of the two largest values, and bootstrapping an
-#                         extreme order statistic calls noise a change far more often than 1 - confidence
+# Per side, for p99. Below it p99 is the largest or second-largest value, and a bootstrap of an
+# extreme order statistic calls noise a change several times more often than 1 - confidence.
+MIN_P99_REQUESTS = 100
 RESAMPLES = 2000
 _MAX_RESAMPLE_CELLS = 2_000_000  # bound the memory of one vectorised bootstrap chunk
 CONFIG_MUST_MATCH = ("api", "prompt", "n_predict", "ignore_eos")
@@ -69,6 +70,15 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("decode_tok_s", "decode tok/s p50", "tok/s", True),
     Metric("error_rate", "error rate", "", False),
 )}
+
+
+# the per-request figure behind each per-request metric (successful requests only)
+PER_REQUEST: dict[str, Callable[[RequestRecord], float | None]] = {
+    "latency_p50": metrics.latency_ms,
+    "latency_p99": metrics.latency_ms,
+    "queue_wait_p50": metrics.queue_wait_ms,
+    "decode_tok_s": metrics.decode_tok_s,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +171,7 @@ def rank_index(n: int, q: float) -> int:
     """0-based index, in sorted order, of the q-quantile of n values: rank round(q·n), at least 1.
 
     This is HdrHistogram's definition, the one behind run.json's p50/p99: p50 of 1..4 is 2, and
-    p99 of fewer than 50 values is their maximum.
+    p99 of 50 values or fewer is their maximum.
     """
     return max(1, min(n, int(q * n + 0.5))) - 1
 
@@ -180,7 +190,7 @@ def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> flo
 def bootstrap_ratio_ci(baseline: Sequence[float], candidate: Sequence[float], q: float | None,
                        confidence: float, rng: np.random.Generator,
                        resamples: int = RESAMPLES) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of stat(candidate) / stat(baseline); stat is the q-quantile, or the mean if q is None.
+    """Percentile bootstrap interval of stat(candidate) / stat(baseline): the q-quantile, or the mean if q is None.
 
     Each side is resampled on its own (the runs are independent). None when the baseline's
     statistic is 0 in so many resamples that a ratio means nothing.
@@ -301,14 +311,17 @@ def compare_per_request(metric: str, base_values: Sequence[float], cand_values: 
 def compare_error_rate(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], *, target: str,
                        concurrency: int, confidence: float) -> MetricComparison:
     (base_failed, base_ok), (cand_failed, cand_ok) = _error_counts(base), _error_counts(cand)
-    rate = lambda failed, ok: failed / (failed + ok) if failed + ok else None  # noqa: E731
     common = dict(metric="error_rate", target=target, concurrency=concurrency,
-                  baseline=rate(base_failed, base_ok), candidate=rate(cand_failed, cand_ok),
+                  baseline=_rate(base_failed, base_ok), candidate=_rate(cand_failed, cand_ok),
                   n_baseline=base_failed + base_ok, n_candidate=cand_failed + cand_ok)
     if not common["n_baseline"] or not common["n_candidate"]:
         return MetricComparison(**common, note="no finished requests")
     p_value = float(stats.fisher_exact([[base_failed, base_ok], [cand_failed, cand_ok]]).pvalue)
     return MetricComparison(**common, p_value=p_value, significant=p_value < 1.0 - confidence)
+
+
+def _rate(failed: int, ok: int) -> float | None:
+    return failed / (failed + ok) if failed + ok else None
 
 
 def _error_counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
@@ -321,7 +334,8 @@ def compare_level(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], 
                   concurrency: int, confidence: float, seed: int = 0,
                   only: Iterable[str] | None = None) -> LevelComparison:
     """The metrics of one level (all, or those in `only`); `base` and `cand` are that level's records."""
-    wanted = [name for name in METRICS if only is None or name in set(only)]
+    chosen = None if only is None else set(only)
+    wanted = [name for name in METRICS if chosen is None or name in chosen]
     where = dict(target=target, concurrency=concurrency, confidence=confidence)
     compared = []
     for name in wanted:
@@ -334,14 +348,6 @@ def compare_level(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], 
             compared.append(compare_per_request(name, _values(base, per_record), _values(cand, per_record),
                                                 seed=seed, **where))
     return LevelComparison(target, concurrency, tuple(compared))
-
-
-PER_REQUEST: dict[str, Callable[[RequestRecord], float | None]] = {
-    "latency_p50": metrics.latency_ms,
-    "latency_p99": metrics.latency_ms,
-    "queue_wait_p50": metrics.queue_wait_ms,
-    "decode_tok_s": metrics.decode_tok_s,
-}
 
 
 def _values(records: Sequence[RequestRecord], per_record: Callable[[RequestRecord], float | None]) -> list[float]:

@@ -44,6 +44,9 @@ class SweepConfig:
     probe_interval_s: float = 0.25
     knee_gain: float = 0.10
     knee_latency: float = 0.50
+    # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
+    # the simulated hardware's figures. 1.0 for every real server.
+    time_scale: float = 1.0
 
     def budget(self, concurrency: int) -> tuple[int | None, float | None]:
         """(requests, seconds) for one level: the explicit one, or max(8, 4×C) requests."""
@@ -64,6 +67,7 @@ class SweepConfig:
             "probe_interval_s": self.probe_interval_s,
             "knee_gain": self.knee_gain,
             "knee_latency": self.knee_latency,
+            "time_scale": self.time_scale,
             "prompt": g.prompt,
             "n_predict": g.n_predict,
             "temperature": g.temperature,

@@ -439,10 +439,12 @@ def _metric_label(spec: Metric) -> str:
 
 
 def untested_notes(comparison: RunComparison) -> list[str]:
-    """Why each untested metric was not tested, once per reason."""
-    notes = {}
+    """Why untested metrics were not tested: one line per metric and reason, naming the levels."""
+    levels: dict[tuple[str, str, str], list[str]] = {}
     for level in comparison.levels:
         for m in level.metrics:
             if m.significant is None and m.note:
-                notes.setdefault(m.note, f"untested: {m.metric} {_where(m)}: {m.note}")
-    return list(notes.values())
+                reason = m.note.split(" (have ")[0]  # the counts differ per level; the reason does not
+                levels.setdefault((m.metric, m.target, reason), []).append(str(m.concurrency))
+    return [f"untested: {metric} {target} at concurrency {', '.join(cs)}: {reason}"
+            for (metric, target, reason), cs in levels.items()]

@@ -140,3 +140,26 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+
+    def to_simulated_time(self, time_scale: float) -> None:
+        """Turn a level run against a simulator running at `time_scale` into simulated time.
+
+        A simulator at time_scale 0.05 does 20 s of model work in 1 s, and reports its timings as
+        measured (scaled). Dividing every duration by the scale gives the figures of the hardware it
+        simulates; times are kept relative to the level's start.
+        """
+        origin = self.start_ns
+
+        def t(ns: int | None) -> int | None:
+            return None if ns is None else origin + round((ns - origin) / time_scale)
+
+        def d(ms: float | None) -> float | None:
+            return None if ms is None else ms / time_scale
+
+        self.records[:] = [dataclasses.replace(
+            r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
+            prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
+            predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)
+            for r in self.records]
+        self.probe_samples[:] = [dataclasses.replace(s, t_ns=t(s.t_ns)) for s in self.probe_samples]
+        self.end_ns = t(self.end_ns)

@@ -205,13 +205,15 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         if after.queued and after.queued_wait_ms:
             facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
         head = f"{label} saturates at concurrency {knee.at}"
-        peak_busy = max((q.peak_busy_slots for q in queueing if q.peak_busy_slots is not None), default=None)
+        busy_after = after.peak_busy_slots
         if total_slots is not None and knee.at == total_slots:
             head += f" = its {_slots(total_slots)}"
+        elif total_slots is not None and knee.at < total_slots and (busy_after is None or busy_after < total_slots):
+            busy = "" if busy_after is None else f", at most {busy_after} busy at c={knee.next_level}"
+            head += (f", below its {_slots(total_slots)}{busy}: throughput is flat with slots free, "
+                     f"so the bottleneck is compute, not slots")
         elif total_slots is not None and knee.at < total_slots:
-            busy = f"" if peak_busy is None else f" (at most {peak_busy} busy)"
-            head += (f", below its {_slots(total_slots)}{busy}: throughput is flat from c={knee.next_level} "
-                     f"with slots free, so the bottleneck is compute, not slots")
+            head += f", below its {_slots(total_slots)}"
         elif total_slots is not None:
             head += f", above its {_slots(total_slots)}"
         lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")

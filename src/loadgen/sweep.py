@@ -101,6 +101,8 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                 finally:
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
+                    if config.time_scale != 1.0:
+                        level.to_simulated_time(config.time_scale)
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)

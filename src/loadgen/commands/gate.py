@@ -80,6 +80,11 @@ def compare_command(baseline_dir: str, candidate_dir: str, output_format: str, c
         print_notes(comparison, err)
 
 
+FLAG_NAMES = {"max_throughput_drop": "--max-throughput-drop", "max_latency_rise": "--max-latency-rise",
+              "max_error_rate": "--max-error-rate", "confidence": "--confidence", "metrics": "--metric",
+              "strict": "--strict"}
+
+
 @click.command("gate")
 @click.argument("baseline_dir")
 @click.argument("candidate_dir")
@@ -112,7 +117,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
     print_notes(result.comparison, err)
     for check in result.checks:
         line = check_line(check, result.check_confidence)
-        if check.status == FAIL:
+        if check.status == FAIL or (check.status == INCONCLUSIVE and config.strict):
             out.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
         elif check.status in (NOT_SIGNIFICANT, INCONCLUSIVE):
             err.print(f"note: {line}" if check.status == NOT_SIGNIFICANT else f"warning: {line}",
@@ -122,11 +127,6 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
     write_step_summary(gate_markdown(result), err)
     if result.exit_code:
         sys.exit(result.exit_code)
-
-
-FLAG_NAMES = {"max_throughput_drop": "--max-throughput-drop", "max_latency_rise": "--max-latency-rise",
-              "max_error_rate": "--max-error-rate", "confidence": "--confidence", "metrics": "--metric",
-              "strict": "--strict"}
 
 
 def write_step_summary(markdown: str, err: Console) -> None:
