@@ -451,3 +451,11 @@ def test_standalone_commands_also_exit_2_with_one_line():
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "Error: baseline /nonexistent/a: no such directory; give a results directory written by `loadgen sweep`"]
+
+
+def test_a_demo_run_is_not_compared_with_a_real_sweep():
+    rng = np.random.default_rng(14)
+    base = as_run({1: closed_loop_level(rng, 1, 12)})
+    doc, records = as_run({1: closed_loop_level(rng, 1, 12)})
+    with pytest.raises(compare.CompareError, match="the candidate a demo run"):
+        compare.compare_runs(*base, {**doc, "kind": "demo"}, records)

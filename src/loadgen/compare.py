@@ -48,6 +48,7 @@ MIN_P99_REQUESTS = 100
 RESAMPLES = 2000
 _MAX_RESAMPLE_CELLS = 2_000_000  # bound the memory of one vectorised bootstrap chunk
 CONFIG_MUST_MATCH = ("api", "prompt", "n_predict", "ignore_eos")
+SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
 
 class CompareError(ValueError):
@@ -382,10 +383,13 @@ def run_levels(doc: Mapping[str, Any], which: str) -> dict[str, list[int]]:
 def check_comparable(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> list[str]:
     """Refuse (CompareError) runs whose numbers cannot be compared; return warnings for the rest."""
     for which, doc in (("baseline", baseline), ("candidate", candidate)):
-        if doc.get("kind") != "sweep":
+        if doc.get("kind") not in SWEEP_KINDS:
             raise CompareError(f"the {which} is a {doc.get('kind')!r} run; compare reads runs of `loadgen sweep`")
         if not isinstance(doc.get("config"), dict):
             raise CompareError(f"the {which} run.json has no config")
+    if baseline["kind"] != candidate["kind"]:
+        raise CompareError(f"the runs are not comparable: the baseline is a {baseline['kind']} run, the candidate "
+                           f"a {candidate['kind']} run (demo figures are simulated)")
     base_config, cand_config = baseline["config"], candidate["config"]
     for key in CONFIG_MUST_MATCH:
         if base_config.get(key) != cand_config.get(key):
