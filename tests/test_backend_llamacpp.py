@@ -60,3 +60,14 @@ def test_ok_status_without_timings_is_invalid():
 def test_error_object_in_a_200_is_a_server_error():
     o = backend().parse(200, b'{"error": {"message": "Context size has been exceeded."}}')
     assert (o.error_kind, o.error_message) == (records.SERVER_ERROR, "Context size has been exceeded.")
+
+
+def test_salts_are_distinct_version_4_uuids():
+    import uuid
+
+    from loadgen.engine import new_salt
+
+    salts = [new_salt() for _ in range(20000)]
+    assert len(set(salts)) == len(salts)
+    parsed = [uuid.UUID(s) for s in salts]
+    assert all(u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == s for u, s in zip(parsed, salts))

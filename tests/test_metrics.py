@@ -92,3 +92,11 @@ def test_counter_delta_subtracts_matching_counters():
     assert metrics.counter_delta(before, after) == {"llamacpp:n_decode_total": 4.0,
                                                    "llamacpp:tokens_predicted_total": 64.0}
     assert metrics.counter_delta(None, after) == {}
+
+
+def test_cancelled_requests_do_not_stretch_the_level_wall():
+    rs = [rec(0, 1000, predicted_n=20, seq=0), rec(0, 5000, seq=1, error_kind=records.CANCELLED)]
+    s = metrics.summarize_level(2, rs, stopped_reason="interrupted")
+    assert s.wall_s == pytest.approx(1.0)
+    assert s.throughput_tok_s == pytest.approx(20.0)
+    assert (s.requests_ok, s.requests_failed, s.requests_cancelled) == (1, 0, 1)

@@ -258,9 +258,11 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
 
 
 def _register_commands() -> None:
+    from .commands.gate import compare_command, gate_command
     from .sim.cli import sim_command
 
-    cli.add_command(sim_command)
+    for command in (sim_command, compare_command, gate_command):
+        cli.add_command(command)
 
 
 _register_commands()

@@ -8,7 +8,7 @@ cancelled (Ctrl-C) or whose server dies still has every record up to that moment
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from typing import Protocol
 
 from . import records
@@ -19,6 +19,15 @@ from .transport import Transport, TransportError
 
 # A target is given up when this many requests in a row could not even connect.
 CONNECT_FAILURES_BEFORE_DOWN = 3
+
+
+def new_salt() -> str:
+    """A random (version 4, RFC 4122 variant) UUID in its usual text form.
+
+    Equivalent to str(uuid.uuid4()) at a third of its cost, which shows at thousands of requests/s.
+    """
+    x = os.urandom(16).hex()
+    return f"{x[:8]}-{x[8:12]}-4{x[13:16]}-{'89ab'[int(x[16], 16) & 3]}{x[17:20]}-{x[20:]}"
 
 
 class Observer(Protocol):
@@ -72,7 +81,7 @@ async def run_level(
                 return
             seq = issued
             issued += 1
-            salt = str(uuid.uuid4())
+            salt = new_salt()
             body = build(salt)
             send_ns = now_ns()
             status = headers_ns = None

@@ -174,10 +174,13 @@ class LevelSummary:
 def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     stopped_reason: str | None = None,
                     server_metrics_delta: dict[str, float] | None = None) -> LevelSummary:
-    """Summarise one level. Failed requests count in the wall time but add no tokens or latency."""
+    """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
+    cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
     errors = Counter(r.error_kind for r in rs if not r.ok)
     cancelled = errors.pop(records.CANCELLED, 0)
+    # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
+    rs = [r for r in rs if r.error_kind != records.CANCELLED] if cancelled else rs
     return LevelSummary(
         concurrency=concurrency,
         requests_ok=len(ok),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .metrics import summarize_level
-from .records import LevelRun, RequestRecord
+from .metrics import latency_ms, throughput_tok_s
+from .records import CANCELLED, LevelRun, RequestRecord
 
 
 class ProgressObserver:
@@ -17,7 +18,8 @@ class ProgressObserver:
         self._on_level_done = on_level_done
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
-                                 console=console, transient=True)
+                                 console=console, transient=True, refresh_per_second=4,
+                                 disable=not console.is_terminal)
         self._tasks: dict[tuple[str, int], int] = {}
         self._failed: dict[tuple[str, int], int] = {}
 
@@ -52,10 +54,11 @@ class ProgressObserver:
         task = self._tasks.pop((level.target, level.concurrency), None)
         if task is not None:
             self.progress.remove_task(task)
-        s = summarize_level(level.concurrency, level.records, level.stopped_reason)
-        lat = f", latency p50 {s.latency_ms.p50:,.0f} ms" if s.latency_ms else ""
+        ok = [r for r in level.records if r.ok]
+        failed = sum(1 for r in level.records if not r.ok and r.error_kind != CANCELLED)
+        lat = f", latency p50 {statistics.median(latency_ms(r) for r in ok):,.0f} ms" if ok else ""
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
-        self.message(f"{level.target} c={level.concurrency}: {s.requests_ok} ok, {s.requests_failed} failed, "
-                     f"{s.throughput_tok_s:,.2f} tok/s{lat}{tail}")
+        self.message(f"{level.target} c={level.concurrency}: {len(ok)} ok, {failed} failed, "
+                     f"{throughput_tok_s(level.records):,.2f} tok/s{lat}{tail}")
         if self._on_level_done is not None:
             self._on_level_done()

@@ -6,9 +6,10 @@ Field names that come from llama-server keep its spelling (`prompt_n`, `predicte
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 # Error kinds a request can end with. HTTP errors are "http_<status>".
 CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TLS)
@@ -19,8 +20,7 @@ SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} objec
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
 
 
-@dataclass(frozen=True, slots=True)
-class ServerOutcome:
+class ServerOutcome(msgspec.Struct, frozen=True):
     """What a backend read from one response. `error_kind` is None when it succeeded."""
 
     error_kind: str | None = None
@@ -36,8 +36,7 @@ class ServerOutcome:
     cache_n: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(msgspec.Struct, frozen=True):
     """One request as loadgen saw it, with the server's own `timings` when it sent them."""
 
     target: str
@@ -66,15 +65,12 @@ class RequestRecord:
         return self.error_kind is None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return msgspec.structs.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-OUTCOME_FIELDS = tuple(f.name for f in dataclasses.fields(ServerOutcome))
+        """Validate and convert; raises msgspec.ValidationError on a wrong field type."""
+        return msgspec.convert(data, cls)
 
 
 def make_record(
@@ -100,12 +96,21 @@ def make_record(
         complete_ns=complete_ns,
         status=status,
         headers_ns=headers_ns,
-        **{name: getattr(outcome, name) for name in OUTCOME_FIELDS},
+        error_kind=outcome.error_kind,
+        error_message=outcome.error_message,
+        tokens_predicted=outcome.tokens_predicted,
+        stop_type=outcome.stop_type,
+        id_slot=outcome.id_slot,
+        prompt_n=outcome.prompt_n,
+        prompt_ms=outcome.prompt_ms,
+        predicted_n=outcome.predicted_n,
+        predicted_ms=outcome.predicted_ms,
+        predicted_per_second=outcome.predicted_per_second,
+        cache_n=outcome.cache_n,
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeSample:
+class ProbeSample(msgspec.Struct, frozen=True):
     """One look at a server during a level. Names are llama-server's; None: the endpoint was off."""
 
     target: str
@@ -119,12 +124,11 @@ class ProbeSample:
     busy_slots: int | None = None  # from /slots: how many have is_processing
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return msgspec.structs.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ProbeSample":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return msgspec.convert(data, cls)
 
 
 @dataclass(slots=True)
@@ -156,10 +160,10 @@ class LevelRun:
         def d(ms: float | None) -> float | None:
             return None if ms is None else ms / time_scale
 
-        self.records[:] = [dataclasses.replace(
+        self.records[:] = [msgspec.structs.replace(
             r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
             prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
             predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)
             for r in self.records]
-        self.probe_samples[:] = [dataclasses.replace(s, t_ns=t(s.t_ns)) for s in self.probe_samples]
+        self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=t(s.t_ns)) for s in self.probe_samples]
         self.end_ns = t(self.end_ns)

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from . import __version__
 from .metrics import counter_delta, summarize_level
 from .records import ProbeSample, RequestRecord
@@ -161,8 +163,9 @@ def load_run(results_dir: Path) -> dict[str, Any]:
 
 
 def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
+    encode = msgspec.json.encode
     for item in items:
-        yield json.dumps(item.to_dict(), separators=(",", ":"), allow_nan=False) + "\n"
+        yield encode(item).decode() + "\n"
 
 
 def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> list:
@@ -180,7 +183,7 @@ def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> l
         if missing_ok:
             return []
         raise ResultsError(f"{path} not found") from None
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, msgspec.ValidationError) as exc:
         raise ResultsError(f"{path}:{n}: not a {what} ({_first_line(exc)})") from None
     return out
 

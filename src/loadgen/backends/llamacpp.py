@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
+
+import msgspec
 
 from .. import records
 from ..records import ServerOutcome
 from . import GenerationParams
+
+
+class _Timings(msgspec.Struct):
+    """The `timings` fields loadgen records, named as llama-server emits them."""
+
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    cache_n: int | None = None
+
+
+class _Completion(msgspec.Struct):
+    """The part of a /completion response (or of its error body) that loadgen reads; the rest is skipped."""
+
+    timings: _Timings | None = None
+    tokens_predicted: int | None = None
+    stop_type: str | None = None
+    id_slot: int | None = None
+    error: Any = None
+
+
+_decode = msgspec.json.Decoder(_Completion).decode
+_encode = msgspec.json.encode
 
 
 class LlamaCppBackend:
@@ -28,55 +54,41 @@ class LlamaCppBackend:
         if params.seed is not None:
             fields["seed"] = params.seed
         # Serialise the fixed part once; per request only the salted prompt is encoded.
-        self._tail = json.dumps(fields, separators=(",", ":"))[1:].encode()
+        self._tail = _encode(fields)[1:]
         self._prompt = params.prompt
 
     def build(self, salt: str) -> bytes:
-        prompt = json.dumps(f"[{salt}] {self._prompt}", ensure_ascii=False)
-        return b'{"prompt":' + prompt.encode() + b"," + self._tail
+        return b'{"prompt":' + _encode(f"[{salt}] {self._prompt}") + b"," + self._tail
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = _decode(body)
+        except msgspec.DecodeError as exc:  # not JSON, or JSON of the wrong shape
             if status >= 400:
                 return ServerOutcome(error_kind=f"http_{status}", error_message=_snippet(body))
             return ServerOutcome(error_kind=records.INVALID_JSON,
-                                 error_message=f"response is not JSON: {_snippet(body)}")
-        if not isinstance(data, dict):
-            return ServerOutcome(error_kind=records.INVALID_JSON,
-                                 error_message="response JSON is not an object")
-        if status >= 400 or "error" in data:
-            err = data.get("error")
+                                 error_message=f"unexpected response ({exc}): {_snippet(body)}")
+        if status >= 400 or data.error is not None:
+            err = data.error
             message = err.get("message") if isinstance(err, dict) else err
             kind = f"http_{status}" if status >= 400 else records.SERVER_ERROR
             return ServerOutcome(error_kind=kind, error_message=str(message or _snippet(body)))
-        timings = data.get("timings")
-        if not isinstance(timings, dict):
-            return ServerOutcome(error_kind=records.INVALID_JSON,
-                                 error_message="response has no `timings` object")
+        t = data.timings
+        if t is None:
+            return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `timings` object")
+        pps = t.predicted_per_second
         return ServerOutcome(
-            tokens_predicted=_int(data.get("tokens_predicted")),
-            stop_type=data.get("stop_type") if isinstance(data.get("stop_type"), str) else None,
-            id_slot=_int(data.get("id_slot")),
-            prompt_n=_int(timings.get("prompt_n")),
-            prompt_ms=_float(timings.get("prompt_ms")),
-            predicted_n=_int(timings.get("predicted_n")),
-            predicted_ms=_float(timings.get("predicted_ms")),
-            predicted_per_second=_float(timings.get("predicted_per_second")),
-            cache_n=_int(timings.get("cache_n")),
+            tokens_predicted=data.tokens_predicted,
+            stop_type=data.stop_type,
+            id_slot=data.id_slot,
+            prompt_n=t.prompt_n,
+            prompt_ms=t.prompt_ms,
+            predicted_n=t.predicted_n,
+            predicted_ms=t.predicted_ms,
+            # llama-server writes inf/nan as null; guard against a server that writes them otherwise.
+            predicted_per_second=pps if pps is None or math.isfinite(pps) else None,
+            cache_n=t.cache_n,
         )
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value: Any) -> float | None:
-    # llama-server writes inf/nan as null (predicted_per_second with a single token, for one).
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
