@@ -55,6 +55,14 @@ BAD = [
     (["sweep", "--ports", "8080", "--label", "a", "--label", "b"], "--label"),
     (["sweep", "--ports", "8080", "--output", "{taken}"], "--force"),
     (["sweep", "--ports", "8080", "--timeout", "0"], "--timeout"),
+    (["sweep", "--host", "http://127.0.0.1", "--ports", "8080"], "host name or address only"),
+    (["sweep", "--host", "localhost:8080", "--ports", "8080"], "put the port in --ports"),
+    (["sweep", "--url", "http://[::1"], "not a valid URL"),
+    (["sweep", "--url", "http://127.0.0.1:8080/v1"], "without a path"),
+    (["sweep", "--url", "http://127.0.0.1:8080/?x=1"], "without a path or query"),
+    (["sweep", "--url", "http://user:pw@127.0.0.1:8080"], "credentials"),
+    (["analyze", "{missing}"], "not found"),
+    (["analyze", "{taken}"], "not a loadgen run file"),
 ]
 
 

@@ -100,3 +100,24 @@ def test_cancelled_requests_do_not_stretch_the_level_wall():
     assert s.wall_s == pytest.approx(1.0)
     assert s.throughput_tok_s == pytest.approx(20.0)
     assert (s.requests_ok, s.requests_failed, s.requests_cancelled) == (1, 0, 1)
+
+
+def test_metrics_parser_keeps_unlabelled_finite_samples_with_llama_server_names():
+    from loadgen.probe import parse_metrics
+
+    text = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 1.23457e+06
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 3
+# TYPE llamacpp:predicted_tokens_seconds gauge
+llamacpp:predicted_tokens_seconds +Inf
+"""
+    values = parse_metrics(text)
+    assert values == {"llamacpp:tokens_predicted_total": 1234570.0, "llamacpp:requests_deferred": 3.0}
+
+
+def test_counter_delta_skips_gauges():
+    before = {"llamacpp:requests_deferred": 0.0, "llamacpp:n_decode_total": 1.0}
+    after = {"llamacpp:requests_deferred": 3.0, "llamacpp:n_decode_total": 5.0}
+    assert metrics.counter_delta(before, after) == {"llamacpp:n_decode_total": 4.0}

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -127,9 +128,21 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
             "host": host_facts(loop_name)}
     received: list[int] = []
+    save_failures: list[str] = []
+    # One writer thread: checkpoints land in order and never stall the event loop (with
+    # --parallel-targets another target's requests are still in flight while one is saved).
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
+
+    def save() -> None:
+        try:
+            write_results(out_dir, run, meta=meta)
+        except (OSError, ValueError) as exc:
+            if not save_failures:
+                err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
+            save_failures.append(str(exc))
 
     def checkpoint() -> None:
-        write_results(out_dir, run, meta=meta)
+        writer.submit(save)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -144,24 +157,33 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 task.cancel()
             else:  # a second signal: keep what we have and leave now
                 run.interrupted = True
-                checkpoint()
+                save()
                 os._exit(SIGNAL_EXIT.get(received[0], 130))
 
         for sig in SIGNAL_EXIT:
             loop.add_signal_handler(sig, on_signal, sig)
-        async with around() if around else contextlib.nullcontext():
-            with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                try:
+        try:
+            async with around() if around else contextlib.nullcontext():
+                with ProgressObserver(err, on_level_done=checkpoint) as observer:
                     await run_sweep(run, observer)
-                except asyncio.CancelledError:
-                    run.interrupted = True
+        except asyncio.CancelledError:
+            run.interrupted = True
 
     loop = factory()
     try:
         loop.run_until_complete(main())
     finally:
         loop.close()
-    doc = write_results(out_dir, run, meta=meta)
+        writer.shutdown(wait=True)
+    # The loop's signal handlers are gone: let nothing interrupt the final write.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNAL_EXIT}
+    try:
+        doc = write_results(out_dir, run, meta=meta)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"could not write the results to {out_dir} ({exc})", EXIT_FAILED) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
     if received:
@@ -226,7 +248,8 @@ def _console(stderr: bool = False) -> Console:
 
 def print_run(doc: dict, console: Console, err: Console) -> None:
     """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
-    console.print(sweep_table(doc))
+    if any(t.get("levels") for t in doc["targets"]):
+        console.print(sweep_table(doc))
     queues = queue_table(doc)
     if queues is not None:
         console.print(queues)

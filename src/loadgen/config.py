@@ -5,6 +5,7 @@ Errors here are the user's to fix; `ConfigError` carries a one-line message for 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -96,22 +97,46 @@ def parse_int_list(text: str, what: str, *, minimum: int = 1, maximum: int | Non
     return tuple(values)
 
 
-def normalize_url(url: str) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--url {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+def normalize_url(url: str, what: str = "--url") -> str:
+    """Check a target's base URL: http(s), a host, a numeric port, no path, query or credentials."""
+    text = url.strip()
     try:
-        parts.port
+        parts = urlsplit(text)
+        port = parts.port
     except ValueError:
-        raise ConfigError(f"--url {url!r}: the port is not a number between 0 and 65535") from None
-    return url.strip().rstrip("/")
+        raise ConfigError(f"{what} {url!r}: not a valid URL (check the host and the port, 1-65535)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    if parts.username or parts.password:
+        raise ConfigError(f"{what} {url!r}: credentials in the URL are not supported; use an API key")
+    if parts.query or parts.fragment or parts.path not in ("", "/"):
+        raise ConfigError(f"{what} {url!r}: give the server's base URL without a path or query, "
+                          "e.g. http://127.0.0.1:8080")
+    if port == 0:
+        raise ConfigError(f"{what} {url!r}: port 0 is not a server's port")
+    return text.rstrip("/")
+
+
+def _host_for_url(host: str) -> str:
+    """--host as it goes into a URL: IPv6 addresses get brackets; no scheme, path or port allowed."""
+    h = host.strip()
+    if not h or "/" in h or "://" in h:
+        raise ConfigError(f"--host {host!r}: give a host name or address only, e.g. 127.0.0.1")
+    try:
+        if ipaddress.ip_address(h.strip("[]")).version == 6:
+            return f"[{h.strip('[]')}]"
+    except ValueError:
+        if ":" in h:
+            raise ConfigError(f"--host {host!r}: put the port in --ports, not in --host") from None
+    return h
 
 
 def build_targets(host: str, ports: str | None, urls: tuple[str, ...], labels: tuple[str, ...]) -> tuple[Target, ...]:
     found: list[str] = []
     if ports is not None:
-        h = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        found += [f"http://{h}:{p}" for p in parse_int_list(ports, "--ports", minimum=1, maximum=65535)]
+        h = _host_for_url(host)
+        found += [normalize_url(f"http://{h}:{p}", "--host/--ports")
+                  for p in parse_int_list(ports, "--ports", minimum=1, maximum=65535)]
     found += [normalize_url(u) for u in urls]
     if not found:
         raise ConfigError("no target: give --ports 8080,8081 or --url http://HOST:PORT")

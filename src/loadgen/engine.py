@@ -124,4 +124,5 @@ async def run_level(
         raise
     finally:
         level.end_ns = now_ns()
+        level.finished = True
     return level

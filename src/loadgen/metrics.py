@@ -116,12 +116,13 @@ def distribution_ms(values_ms: Sequence[float]) -> Distribution | None:
     if not values:
         return None
     h = histogram_ms(values)
+    at = h.get_percentile_to_value_dict([50, 90, 99])  # one walk over the buckets for all three
     return Distribution(
         count=len(values),
         mean=sum(values) / len(values),
-        p50=h.get_value_at_percentile(50) / 1000,
-        p90=h.get_value_at_percentile(90) / 1000,
-        p99=h.get_value_at_percentile(99) / 1000,
+        p50=at[50] / 1000,
+        p90=at[90] / 1000,
+        p99=at[99] / 1000,
         max=h.get_max_value() / 1000,
     )
 
@@ -201,7 +202,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
 
 
 def counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
-    """after - before for every counter both snapshots have."""
+    """after - before for every counter (a `_total` name) both snapshots have; gauges are skipped."""
     if not before or not after:
         return {}
-    return {k: after[k] - before[k] for k in sorted(after) if k in before}
+    return {k: after[k] - before[k] for k in sorted(after) if k in before and k.endswith("_total")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if not sample.labels:
+            if not sample.labels and math.isfinite(sample.value):
                 values[sample.name] = float(sample.value)
     return values
 
@@ -108,10 +109,10 @@ class Probe:
         while True:
             try:
                 status, body = await self._get("/health")
+            except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
+                raise TargetUnreachable("/health did not answer within 10 s") from exc
             except (aiohttp.ClientConnectorError, OSError) as exc:
                 raise TargetUnreachable(f"cannot connect ({_first_line(exc)})") from exc
-            except asyncio.TimeoutError as exc:
-                raise TargetUnreachable("/health did not answer within 10 s") from exc
             except aiohttp.ClientError as exc:
                 raise TargetUnreachable(f"does not speak HTTP ({_first_line(exc)})") from exc
             if status == 200:
@@ -138,7 +139,7 @@ class Probe:
         if status != 200:
             return None
         try:
-            return json.loads(body)
+            return json.loads(body, parse_constant=_reject_constant)
         except ValueError:
             info.notes.append(f"{path} is not JSON")
             return None
@@ -165,7 +166,7 @@ class Probe:
             status, body = await self._get("/slots")
             if status != 200:
                 return None
-            slots = json.loads(body)
+            slots = json.loads(body, parse_constant=_reject_constant)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return None
         if not isinstance(slots, list):
@@ -213,6 +214,10 @@ class Probe:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
             return None
         return {name: values[name] for name in METRIC_NAMES if name in values}
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 async def _none() -> None:

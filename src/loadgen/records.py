@@ -141,6 +141,7 @@ class LevelRun:
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early
+    finished: bool = False  # False while the level runs (a checkpoint then saves it as in progress)
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)

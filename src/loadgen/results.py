@@ -45,8 +45,14 @@ def utc_now() -> _dt.datetime:
 
 
 def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:
+    """results/<UTC time>-<kind>, with a -2, -3, ... suffix when a run of the same second has it."""
     stamp = (when or utc_now()).strftime("%Y%m%dT%H%M%SZ")
-    return base / f"{stamp}-{kind}"
+    path = base / f"{stamp}-{kind}"
+    n = 2
+    while path.exists():
+        path = base / f"{stamp}-{kind}-{n}"
+        n += 1
+    return path
 
 
 def host_facts(event_loop: str) -> dict[str, Any]:
@@ -66,7 +72,8 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
     for t in run.targets:
         levels = []
         for lv in t.levels:
-            summary = summarize_level(lv.concurrency, lv.records, lv.stopped_reason,
+            summary = summarize_level(lv.concurrency, list(lv.records),
+                                      lv.stopped_reason or (None if lv.finished else "in progress"),
                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after))
             levels.append(summary.to_dict())
         target = {

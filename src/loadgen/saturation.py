@@ -185,8 +185,9 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     at_1 = throughput.get(1)
     queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
                                     throughput[c], at_1) for c in concurrencies)
+    # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared.
     points = [LevelPoint(lv["concurrency"], lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
-              for lv in levels]
+              for lv in levels if not lv.get("stopped_reason")]
     knee = find_knee(points, knee_gain, knee_latency)
     lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available, max(concurrencies, default=0))
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))

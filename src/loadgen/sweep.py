@@ -37,7 +37,8 @@ class SweepRun:
     @property
     def complete(self) -> bool:
         return not self.interrupted and all(t.error is None for t in self.targets) and all(
-            len(t.levels) == len(self.config.concurrency) and all(lv.stopped_reason is None for lv in t.levels)
+            len(t.levels) == len(self.config.concurrency)
+            and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
 
 
@@ -91,9 +92,9 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
             for concurrency in config.concurrency:
                 requests, duration_s = config.budget(concurrency)
                 level = LevelRun(target=t.label, concurrency=concurrency)
-                t.levels.append(level)
                 if t.info and t.info.metrics_enabled:
                     level.server_metrics_before = await probe.metrics()
+                t.levels.append(level)
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
                     t.label, concurrency, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
                 try:

@@ -53,12 +53,12 @@ class LlamaCppBackend:
         }
         if params.seed is not None:
             fields["seed"] = params.seed
-        # Serialise the fixed part once; per request only the salted prompt is encoded.
-        self._tail = _encode(fields)[1:]
-        self._prompt = params.prompt
+        # Serialise everything once; per request only the salt (hex digits and dashes, which JSON
+        # needs no escaping for) is put in front: {"prompt":"[<salt>] <prompt>",<fields>}.
+        self._after_salt = b"] " + _encode(params.prompt)[1:] + b"," + _encode(fields)[1:]
 
     def build(self, salt: str) -> bytes:
-        return b'{"prompt":' + _encode(f"[{salt}] {self._prompt}") + b"," + self._tail
+        return b'{"prompt":"[' + salt.encode() + self._after_salt
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:
