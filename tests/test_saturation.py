@@ -115,3 +115,14 @@ def test_a_level_with_many_failures_is_called_untrustworthy():
     records = [rec(1, i, i * 300, 113, error_kind="http_500" if i < 3 else None) for i in range(10)]
     v = analyze_target("c", levels, records, [], total_slots=1, metrics_available=True)
     assert any("30% of requests failed" in line for line in v.lines)
+
+
+def test_waits_without_deferred_tasks_are_not_blamed_on_slots():
+    levels = [level_doc(1, 100, 113), level_doc(2, 101, 300)]
+    records = [rec(1, i, i * 300, 113) for i in range(4)] + [rec(2, 10 + i, i * 300, 113 + 150) for i in range(4)]
+    samples = [ProbeSample("a", 2, i, requests_processing=2, requests_deferred=0, busy_slots=2) for i in range(3)]
+    v = analyze_target("a", levels, records, samples, total_slots=4, metrics_available=True)
+    assert v.knee.at == 1 and "compute, not slots" in v.lines[0]
+    assert "queue wait" not in v.lines[0]
+    assert any(line.startswith("a at c=2: 4 of 4 requests waited before the server started them")
+               and "outside the slot queue" in line for line in v.lines)

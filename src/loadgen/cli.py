@@ -282,9 +282,10 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
 
 def _register_commands() -> None:
     from .commands.gate import compare_command, gate_command
+    from .commands.report import export_command, report_command
     from .sim.cli import sim_command
 
-    for command in (sim_command, compare_command, gate_command):
+    for command in (sim_command, compare_command, gate_command, export_command, report_command):
         cli.add_command(command)
 
 

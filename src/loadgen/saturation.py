@@ -157,6 +157,11 @@ def level_queueing(concurrency: int, rs: Sequence[RequestRecord], samples: Seque
     )
 
 
+def _outside_slot_queue(q: LevelQueueing, metrics_available: bool) -> bool:
+    """Requests waited although the server's /metrics saw no deferred task during the level."""
+    return metrics_available and q.peak_deferred == 0
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.0f}%"
 
@@ -203,7 +208,7 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         if after.peak_deferred:
             n = after.peak_deferred
             facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
-        if after.queued and after.queued_wait_ms:
+        if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
             facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
         head = f"{label} saturates at concurrency {knee.at}"
         busy_after = after.peak_busy_slots
@@ -220,14 +225,17 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")
     else:
         lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
-        worst = max(queueing, key=lambda q: q.queued_share, default=None)
-        if worst is not None and worst.queued and worst.queued_wait_ms:
-            text = (f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} waited "
-                    f"before the server started them (median {_secs(worst.queued_wait_ms.p50)})")
-            if metrics_available and worst.peak_deferred == 0:
-                text += ("; the server deferred none, so the wait was outside the slot queue "
-                         "(HTTP, tokenization or a busy CPU)")
-            lines.append(text + ".")
+        slot_waits = [q for q in queueing if q.queued and not _outside_slot_queue(q, metrics_available)]
+        worst = max(slot_waits, key=lambda q: q.queued_share, default=None)
+        if worst is not None and worst.queued_wait_ms:
+            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} "
+                         f"waited for a slot (median {_secs(worst.queued_wait_ms.p50)}).")
+    for q in queueing:
+        if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
+            lines.append(f"{label} at c={q.concurrency}: {q.queued} of {q.requests} requests waited before the "
+                         f"server started them (median {_secs(q.queued_wait_ms.p50)}), but it deferred none, so the "
+                         "wait was outside the slot queue (HTTP, tokenization, or the server finishing another "
+                         "request's prompt first).")
     gains = [f"c={q.concurrency} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.concurrency != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")

@@ -1,0 +1,257 @@
+"""Exporters: a results directory's data rewritten for other tools, one exporter per format.
+
+Every exporter has the same shape (`Exporter.export(data, out_dir) -> written paths`) and reads the
+same `ExportData` (the run document, the request records, the chosen targets and metrics), so adding
+a format is adding one class to `EXPORTERS`. Exporters only write; the figures come from `metrics`.
+
+    hgrm   HdrHistogram percentile distribution text, values in ms: <label>-c<level>-<metric>.hgrm
+    hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
+           <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
+    csv    requests.csv (every field of every record) and levels.csv (one row per level summary)
+    json   levels.json: every level summary with its target and the saturation verdict
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogWriter
+
+from . import metrics
+from .records import RequestRecord
+
+US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
+
+
+def _predicted_ms(r: RequestRecord) -> float | None:
+    """The server's decode time (first -> last token) of a successful request."""
+    return r.predicted_ms if r.ok else None
+
+
+def _latency_ms(r: RequestRecord) -> float | None:
+    return metrics.latency_ms(r) if r.ok else None
+
+
+# Which per-request figure each --metric name exports; successful requests only, as in run.json.
+METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
+    "latency": _latency_ms,
+    "queue_wait": metrics.queue_wait_ms,
+    "predicted_ms": _predicted_ms,
+}
+
+
+class ExportError(Exception):
+    """A request the data cannot satisfy (unknown target or metric); the message is for the user."""
+
+
+@dataclass(frozen=True)
+class ExportData:
+    """What every exporter reads: one run, narrowed to the chosen targets and metrics."""
+
+    run: dict[str, Any]
+    records: list[RequestRecord]
+    targets: list[dict[str, Any]]
+    metric_names: list[str]
+
+    def records_of(self, label: str, level: int | None = None) -> list[RequestRecord]:
+        return [r for r in self.records if r.target == label and (level is None or r.level == level)]
+
+
+def select(run: dict[str, Any], records: list[RequestRecord], target: str | None = None,
+           metric: str | None = None) -> ExportData:
+    """Narrow a run to one target and/or one metric; raise ExportError naming what exists."""
+    targets = [t for t in run["targets"] if isinstance(t, dict)]
+    if target is not None:
+        labels = [t.get("label") for t in targets]
+        if target not in labels:
+            raise ExportError(f"no target {target!r} in this run; it has {', '.join(map(str, labels)) or 'none'}")
+        targets = [t for t in targets if t.get("label") == target]
+    if metric is not None and metric not in METRICS:
+        raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    labels = {t.get("label") for t in targets}
+    return ExportData(run=run, records=[r for r in records if r.target in labels], targets=targets,
+                      metric_names=[metric] if metric else list(METRICS))
+
+
+def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistogram:
+    """An HdrHistogram (µs) of one metric over the records that have it."""
+    value_of = METRICS[metric]
+    return metrics.histogram_ms(v for r in records if (v := value_of(r)) is not None)
+
+
+def file_safe(label: str) -> str:
+    """A target label as a file-name part: path separators and odd characters become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._") or "target"
+
+
+def _levels(target: dict[str, Any]) -> list[int]:
+    return [lv["concurrency"] for lv in target.get("levels") or []]
+
+
+class Exporter(Protocol):
+    name: str
+
+    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+        """Write this format's files into out_dir; return their paths."""
+        ...
+
+
+class HgrmExporter:
+    """HdrHistogram's classic percentile distribution, one file per target × level × metric."""
+
+    name = "hgrm"
+
+    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+        written = []
+        for target in data.targets:
+            label = target["label"]
+            for level in _levels(target):
+                records = data.records_of(label, level)
+                for metric in data.metric_names:
+                    histogram = metric_histogram(records, metric)
+                    if not histogram.get_total_count():
+                        continue
+                    path = out_dir / f"{file_safe(label)}-c{level}-{metric}.hgrm"
+                    path.write_bytes(percentile_distribution(histogram))
+                    written.append(path)
+        return written
+
+
+def percentile_distribution(histogram: HdrHistogram) -> bytes:
+    """The .hgrm text of a µs histogram, values in ms."""
+    out = io.BytesIO()
+    histogram.output_percentile_distribution(out, US_PER_MS)
+    text = out.getvalue().decode()
+    # hdrhistogram 0.10 scales the mean but not the standard deviation; restate both in ms.
+    mean_ms = histogram.get_mean_value() / US_PER_MS
+    stddev_ms = histogram.get_stddev() / US_PER_MS
+    digits = histogram.significant_figures
+    text = re.sub(r"^#\[Mean .*$",
+                  f"#[Mean    = {mean_ms:12.{digits}f}, StdDeviation   = {stddev_ms:12.{digits}f}]",
+                  text, count=1, flags=re.M)
+    return text.encode()
+
+
+class HlogExporter:
+    """HdrHistogram interval logs: one per metric, an interval per target and level.
+
+    Interval times are seconds since the run's first request (the log's BaseTime is the run's start),
+    each spanning its level's first send to last completion. Intervals of the same tag can be merged
+    with `HistogramLogReader.add_next_interval_histogram`.
+    """
+
+    name = "hlog"
+
+    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+        origin_ns = min((r.send_ns for r in data.records), default=0)
+        written = []
+        for metric in data.metric_names:
+            path = out_dir / f"{metric}.hlog"
+            with path.open("w", encoding="utf-8") as f:
+                writer = HistogramLogWriter(f)
+                writer.output_log_format_version()
+                writer.output_comment(f"[loadgen {data.run.get('kind', 'run')}: {metric}, values in µs, "
+                                      f"times in s since the first request; started {data.run.get('started_utc')}]")
+                writer.output_legend()
+                for target in data.targets:
+                    for level in _levels(target):
+                        records = data.records_of(target["label"], level)
+                        histogram = metric_histogram(records, metric)
+                        if not histogram.get_total_count():
+                            continue
+                        start_s = (min(r.send_ns for r in records) - origin_ns) / 1e9
+                        end_s = (max(r.complete_ns for r in records) - origin_ns) / 1e9
+                        # The writer has no tag support; the reader parses a "Tag=<tag>," line prefix.
+                        f.write(f"Tag={hlog_tag(target['label'], level, metric)},")
+                        # A zero start stamp makes the writer fall back to the histogram's own stamps.
+                        writer.output_interval_histogram(histogram, start_time_stamp_sec=start_s or 1e-9,
+                                                         end_time_stamp_sec=max(end_s, start_s + 1e-9),
+                                                         max_value_unit_ratio=US_PER_MS)
+            written.append(path)
+        return written
+
+
+def hlog_tag(label: str, level: int, metric: str) -> str:
+    """<label>/c<level>/<metric>; commas and whitespace would break the log line."""
+    safe_label = re.sub(r"[,\s]+", "_", label)
+    return f"{safe_label}/c{level}/{metric}"
+
+
+REQUEST_FIELDS = list(RequestRecord.__struct_fields__)
+LEVEL_FIELDS = ["target", "concurrency", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
+                "output_tokens", "wall_s", "throughput_tok_s",
+                *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
+                *(f"queue_wait_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
+                "predicted_ms_mean", "prompt_ms_mean", "decode_tok_s_mean", "stopped_reason",
+                "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain"]
+
+
+def level_rows(data: ExportData) -> list[dict[str, Any]]:
+    """Each level summary of run.json flattened, with its verdict figures (queued share, gain...)."""
+    rows = []
+    for target in data.targets:
+        verdict_levels = {lv.get("concurrency"): lv for lv in ((target.get("verdict") or {}).get("levels") or [])}
+        for level in target.get("levels") or []:
+            row: dict[str, Any] = {"target": target["label"]}
+            for key, value in level.items():
+                if isinstance(value, dict) and key in ("latency_ms", "queue_wait_ms"):
+                    row.update({f"{key}_{k}": v for k, v in value.items()})
+                elif key == "errors_by_kind":
+                    row[key] = ";".join(f"{k}={v}" for k, v in value.items())
+                elif key != "server_metrics_delta":
+                    row[key] = value
+            verdict = verdict_levels.get(level["concurrency"], {})
+            row.update({k: verdict.get(k) for k in ("queued_share", "peak_deferred", "peak_busy_slots",
+                                                    "batching_gain")})
+            rows.append(row)
+    return rows
+
+
+class CsvExporter:
+    """requests.csv: one row per request, every record field; levels.csv: one row per level."""
+
+    name = "csv"
+
+    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+        requests_path, levels_path = out_dir / "requests.csv", out_dir / "levels.csv"
+        with requests_path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=REQUEST_FIELDS)
+            writer.writeheader()
+            writer.writerows(r.to_dict() for r in data.records)
+        with levels_path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=LEVEL_FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(level_rows(data))
+        return [requests_path, levels_path]
+
+
+class JsonExporter:
+    """levels.json: the level summaries of run.json per target, with the verdict."""
+
+    name = "json"
+
+    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+        doc = {
+            "schema": "loadgen.levels",
+            "schema_version": 1,
+            "kind": data.run.get("kind"),
+            "complete": data.run.get("complete"),
+            "started_utc": data.run.get("started_utc"),
+            "targets": [{"label": t["label"], "url": t.get("url"), "error": t.get("error"),
+                         "total_slots": (t.get("server") or {}).get("total_slots"),
+                         "levels": t.get("levels") or [], "verdict": t.get("verdict")} for t in data.targets],
+        }
+        path = out_dir / "levels.json"
+        path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        return [path]
+
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter())}
