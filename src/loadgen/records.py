@@ -146,14 +146,15 @@ class LevelRun:
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
 
-    def to_simulated_time(self, time_scale: float) -> None:
+    def to_simulated_time(self, time_scale: float, origin_ns: int) -> None:
         """Turn a level run against a simulator running at `time_scale` into simulated time.
 
         A simulator at time_scale 0.05 does 20 s of model work in 1 s, and reports its timings as
         measured (scaled). Dividing every duration by the scale gives the figures of the hardware it
-        simulates; times are kept relative to the level's start.
+        simulates. Every time is stretched away from one origin, the run's start, so the levels of a
+        run stay in order on one time axis.
         """
-        origin = self.start_ns
+        origin = origin_ns
 
         def t(ns: int | None) -> int | None:
             return None if ns is None else origin + round((ns - origin) / time_scale)
@@ -167,4 +168,4 @@ class LevelRun:
             predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)
             for r in self.records]
         self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=t(s.t_ns)) for s in self.probe_samples]
-        self.end_ns = t(self.end_ns)
+        self.start_ns, self.end_ns = t(self.start_ns), t(self.end_ns)

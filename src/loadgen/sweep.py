@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .backends import Backend, make_backend
 from .config import SweepConfig, Target
+from .clock import now_ns
 from .engine import Observer, run_level
 from .probe import Probe, ServerInfo, TargetUnreachable
 from .records import LevelRun
@@ -33,6 +34,7 @@ class SweepRun:
     config: SweepConfig
     targets: list[TargetRun] = field(default_factory=list)
     interrupted: bool = False
+    start_ns: int = field(default_factory=now_ns)
 
     @property
     def complete(self) -> bool:
@@ -103,7 +105,7 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
                     if config.time_scale != 1.0:
-                        level.to_simulated_time(config.time_scale)
+                        level.to_simulated_time(config.time_scale, run.start_ns)
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
