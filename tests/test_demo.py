@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from loadgen.results import load_run
+from loadgen.results import load_probe, load_records, load_run
 from testbed import LOADGEN
 
 
@@ -26,3 +26,12 @@ def test_demo_sweeps_two_simulators_and_gives_a_verdict_for_each(tmp_path):
     # figures are in simulated time: single-stream decode near the profile's 47.6 and 11.7 tok/s
     assert 40 < moe["levels"][0]["decode_tok_s_mean"] < 55
     assert 9 < dense["levels"][0]["decode_tok_s_mean"] < 14
+
+    # one time axis in simulated time: each target's levels follow each other
+    for label in ("moe-35b-a3b", "dense-27b"):
+        samples = [p for p in load_probe(tmp_path / "demo") if p.target == label]
+        assert all(a.t_ns <= b.t_ns and a.level <= b.level for a, b in zip(samples, samples[1:]))
+        records = [r for r in load_records(tmp_path / "demo") if r.target == label]
+        for lower, upper in ((1, 2), (2, 4), (4, 8)):
+            assert max(r.complete_ns for r in records if r.level == lower) <= min(
+                r.send_ns for r in records if r.level == upper)
