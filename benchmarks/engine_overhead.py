@@ -237,7 +237,8 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
         summary_s = None
         cpu0, t0 = _cpu_s(), time.perf_counter()
         if with_obs:
-            with ProgressObserver(Console(file=devnull)) as obs:
+            # force_terminal: measure the live progress bar, as a user at a terminal has it
+            with ProgressObserver(Console(file=devnull, force_terminal=True)) as obs:
                 await run_level(level, transport, backend, requests=requests, duration_s=None,
                                 observer=obs)
             s0 = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 from collections.abc import Callable
 
@@ -13,21 +14,30 @@ from .records import CANCELLED, LevelRun, RequestRecord
 
 
 class ProgressObserver:
+    FLUSH_S = 0.25
+
     def __init__(self, console: Console, on_level_done: Callable[[], None] | None = None):
         self.console = console
         self._on_level_done = on_level_done
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
-                                 console=console, transient=True, refresh_per_second=4,
+                                 console=console, transient=True, auto_refresh=False,
                                  disable=not console.is_terminal)
+        self._ticker: asyncio.TimerHandle | None = None
         self._tasks: dict[tuple[str, int], int] = {}
-        self._failed: dict[tuple[str, int], int] = {}
+        # Completions are counted here and handed to Rich every FLUSH_S by a timer on the event loop.
+        # A Rich update per request, or Rich's own refresh thread (which makes the loop's thread
+        # fight for the GIL), cost more than the engine's whole bookkeeping at thousands of req/s.
+        self._done: dict[tuple[str, int], list[int]] = {}  # key -> [completed, failed, flushed]
 
     def __enter__(self) -> "ProgressObserver":
         self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         self.progress.stop()
 
     def message(self, text: str) -> None:
@@ -36,21 +46,35 @@ class ProgressObserver:
     def level_started(self, target: str, concurrency: int, requests: int | None, duration_s: float | None) -> None:
         what = f"{target} c={concurrency}" + (f" {duration_s:g}s" if duration_s is not None else "")
         key = (target, concurrency)
-        self._failed[key] = 0
+        self._done[key] = [0, 0, 0]
         self._tasks[key] = self.progress.add_task(what, total=requests, failed="")
+        if self._ticker is None and not self.progress.disable:
+            self._ticker = asyncio.get_running_loop().call_later(self.FLUSH_S, self._tick)
 
     def request_done(self, record: RequestRecord) -> None:
-        key = (record.target, record.level)
-        task = self._tasks.get(key)
-        if task is None:
-            return
-        if not record.ok:
-            self._failed[key] += 1
-            self.progress.update(task, advance=1, failed=f"[red]{self._failed[key]} failed")
-        else:
-            self.progress.advance(task)
+        counts = self._done.get((record.target, record.level))
+        if counts is not None:
+            counts[0] += 1
+            if not record.ok:
+                counts[1] += 1
+
+    def _tick(self) -> None:
+        self._ticker = None
+        self._flush()
+        if self._tasks:
+            self._ticker = asyncio.get_running_loop().call_later(self.FLUSH_S, self._tick)
+
+    def _flush(self) -> None:
+        for key, counts in self._done.items():
+            completed, failed, flushed = counts
+            if completed != flushed and key in self._tasks:
+                counts[2] = completed
+                self.progress.update(self._tasks[key], completed=completed,
+                                     failed=f"[red]{failed} failed" if failed else "")
+        self.progress.refresh()
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:
+        self._done.pop((level.target, level.concurrency), None)
         task = self._tasks.pop((level.target, level.concurrency), None)
         if task is not None:
             self.progress.remove_task(task)
