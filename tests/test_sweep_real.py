@@ -42,6 +42,21 @@ def test_labels_levels_and_default_request_budget(two_server_sweep):
     assert "smollm2-4slot/smollm2-1slot" in proc.stdout  # the ratio column of the table
 
 
+def test_the_sweep_writes_hgrm_histograms_next_to_run_json(two_server_sweep, tmp_path_factory):
+    _, doc, _ = two_server_sweep
+    out = next(p for p in tmp_path_factory.getbasetemp().glob("sweep*/run"))
+    names = {p.name for p in (out / "histograms").glob("*.hgrm")}
+    for t in doc["targets"]:
+        for lv in t["levels"]:
+            assert f"{t['label']}-c{lv['concurrency']}-latency.hgrm" in names
+    lines = (out / "histograms" / "smollm2-1slot-c4-latency.hgrm").read_text().splitlines()
+    assert lines[0].split() == ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]
+    rows = [line.split() for line in lines[2:] if line.strip() and not line.startswith("#")]
+    c4 = next(lv for t in doc["targets"] if t["label"] == "smollm2-1slot" for lv in t["levels"] if lv["concurrency"] == 4)
+    assert float(rows[-1][0]) == pytest.approx(c4["latency_ms"]["max"], abs=0.002)  # 100% row = run.json max
+    assert int(rows[-1][2]) == c4["requests_ok"]
+
+
 def test_output_tokens_match_the_servers_own_counter(two_server_sweep):
     _, doc, records = two_server_sweep
     by_level = defaultdict(int)
@@ -69,7 +84,7 @@ def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers,
     out = tmp_path / "run"
     try:
         proc = subprocess.Popen([*LOADGEN, "sweep", "--url", victim.url, "--url", four.url, "--concurrency", "1,2,4",
-                                 "--n-predict", "32", "--requests", "24", "--output", str(out)],
+                                 "--n-predict", "32", "--requests", "24", "--no-histograms", "--output", str(out)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while not (out / "run.json").exists() and time.monotonic() < deadline:  # first level done
@@ -89,6 +104,7 @@ def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers,
     assert all(lv["requests_failed"] == 0 and lv["requests_ok"] == 24 for lv in alive["levels"])
     records = load_records(out)
     assert sum(1 for r in records if r.target == dead["label"] and not r.ok) >= 1
+    assert not (out / "histograms").exists()  # --no-histograms
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

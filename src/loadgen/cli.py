@@ -95,9 +95,11 @@ def cli() -> None:
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
 @click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-sweep].")
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
+@click.option("--histograms/--no-histograms", default=True, show_default=True,
+              help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s, warmup, api, prompt, prompt_file,
           n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
-          parallel_targets, output, force) -> None:
+          parallel_targets, output, force, histograms) -> None:
     """Sweep concurrency levels against one or more servers and compare them side by side."""
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels),
@@ -109,12 +111,12 @@ def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
     )
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
-    code = execute_sweep(config, out_dir)
+    code = execute_sweep(config, out_dir, histograms=histograms)
     sys.exit(code)
 
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
-                  around: Callable[[], AbstractAsyncContextManager] | None = None) -> int:
+                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True) -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
@@ -184,6 +186,15 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if histograms:
+        from .export import EXPORTERS, select
+
+        records = [r for t in run.targets for lv in t.levels for r in lv.records]
+        try:
+            (out_dir / "histograms").mkdir(exist_ok=True)
+            EXPORTERS["hgrm"].export(select(doc, records), out_dir / "histograms")
+        except OSError as exc:
+            err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
     if received:
