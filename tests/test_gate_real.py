@@ -10,7 +10,6 @@ on a quiet one), so the regression pair is a simulated server and the same serve
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -6,10 +6,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 

@@ -17,10 +17,3 @@ def loop_factory(prefer_uvloop: bool = True) -> tuple[Callable[[], asyncio.Abstr
             return uvloop.new_event_loop, "uvloop"
     return asyncio.new_event_loop, "asyncio"
 
-
-def uvloop_missing() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return True
-    return False

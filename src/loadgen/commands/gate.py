@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +21,18 @@ from ..gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigError, build_
                     parse_settings, run_gate, summary_line, untested_notes)
 from ..records import RequestRecord
 from ..results import ResultsError, load_records, load_run
+from . import results_dir
+from . import user_errors as _user_errors
 
-EXIT_REGRESSION, EXIT_USAGE = 1, 2
-
-
-class InputError(click.ClickException):
-    """One line for the user, exit code 2 (also when click runs the command standalone)."""
-
-    exit_code = EXIT_USAGE
+EXIT_REGRESSION = 1
 
 
-@contextmanager
-def user_errors() -> Iterator[None]:
-    try:
-        yield
-    except (ResultsError, CompareError, GateConfigError) as exc:
-        raise InputError(str(exc)) from None
+def user_errors():
+    return _user_errors(ResultsError, CompareError, GateConfigError)
 
 
-def load(results_dir: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:
-    path = Path(results_dir)
-    if not path.is_dir():
-        raise InputError(f"{which} {path}: no such directory; give a results directory written by `loadgen sweep`")
+def load(results_dir_text: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:
+    path = results_dir(results_dir_text, which)
     return load_run(path), load_records(path)
 
 

@@ -15,33 +15,19 @@ from typing import Any
 import click
 
 from ..results import ResultsError, load_probe, load_records, load_run
+from . import InputError, results_dir
+from . import user_errors as _user_errors
 
-EXIT_USAGE = 2
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json")
 REPORT_FORMATS = ("html", "markdown")
 
 
-class InputError(click.ClickException):
-    """One line for the user, exit code 2 (also when click runs the command standalone)."""
-
-    exit_code = EXIT_USAGE
-
-
 @contextmanager
 def user_errors() -> Iterator[None]:
-    from ..export import ExportError
+    from ..export import ExportError  # lazily: `export` must not pay for what `report` imports
 
-    try:
+    with _user_errors(ResultsError, ExportError):
         yield
-    except (ResultsError, ExportError) as exc:
-        raise InputError(str(exc)) from None
-
-
-def results_dir(path_text: str) -> Path:
-    path = Path(path_text)
-    if not path.is_dir():
-        raise InputError(f"{path}: no such directory; give a results directory written by `loadgen sweep`")
-    return path
 
 
 def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
