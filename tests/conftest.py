@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from loadgen.results import load_records, load_run
@@ -31,3 +33,23 @@ def two_server_sweep(real_servers, tmp_path_factory):
     return proc, load_run(out), load_records(out)
 
 
+
+
+@pytest.fixture
+def loadgen(monkeypatch, capsys):
+    """Run `loadgen ARGS` in-process through cli.main, the real error path; returns (code, stdout, stderr)."""
+    from loadgen import cli
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    def run(*args) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["loadgen", *map(str, args)])
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

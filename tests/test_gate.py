@@ -7,17 +7,15 @@ the previous one completes; service times are log-normal. A "slower" candidate m
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from loadgen import cli, compare, gate, metrics, results
+from loadgen import compare, gate, metrics, results
 from loadgen.backends import GenerationParams
-from loadgen.commands.gate import compare_command, gate_command
+from loadgen.commands.gate import gate_command
 from loadgen.config import SweepConfig, Target
 from loadgen.records import CANCELLED, LevelRun, RequestRecord
 from loadgen.sweep import SweepRun, TargetRun
@@ -312,26 +310,6 @@ def test_a_bad_gate_file_names_the_file_and_key(tmp_path, text, message):
 
 
 # ---------------------------------------------------------------- the commands
-
-
-@pytest.fixture
-def loadgen(monkeypatch, capsys):
-    """Run `loadgen ...` through cli.main, the real error path, with compare and gate registered."""
-    group = click.Group("loadgen", commands={"compare": compare_command, "gate": gate_command})
-    monkeypatch.setattr(cli, "cli", group)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["loadgen", *map(str, args)])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture

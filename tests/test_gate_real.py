@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 
-import click
 import pytest
 
-from loadgen import cli
-from loadgen.commands.gate import compare_command, gate_command
-from testbed import free_port, start_llama_server
+from testbed import LOADGEN, free_port, start_llama_server
 
 pytestmark = pytest.mark.real
 
-LOADGEN = [sys.executable, "-m", "loadgen.cli"]
+
 LABEL = "smollm2"
 
 
@@ -84,25 +80,6 @@ def sweeps(tmp_path_factory):
             proc.terminate()
             proc.wait(10)
     return out
-
-
-@pytest.fixture
-def loadgen(monkeypatch, capsys):
-    """`loadgen ...` through cli.main, with compare and gate registered (as the lead will in cli.py)."""
-    group = click.Group("loadgen", commands={**cli.cli.commands, "compare": compare_command, "gate": gate_command})
-    monkeypatch.setattr(cli, "cli", group)
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-
-    def run(*args) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["loadgen", *map(str, args)])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        return (code, *capsys.readouterr())
-
-    return run
 
 
 def test_a_throttled_candidate_fails_the_gate(sweeps, loadgen):
