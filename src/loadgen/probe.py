@@ -88,6 +88,7 @@ class Probe:
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._metrics_status: int | None = None  # of the last /metrics scrape (None: no answer)
 
     async def __aenter__(self) -> "Probe":
         self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
@@ -111,10 +112,8 @@ class Probe:
                 status, body = await self._get("/health")
             except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
                 raise TargetUnreachable("/health did not answer within 10 s") from exc
-            except (aiohttp.ClientConnectorError, OSError) as exc:
-                raise TargetUnreachable(f"cannot connect ({_first_line(exc)})") from exc
-            except aiohttp.ClientError as exc:
-                raise TargetUnreachable(f"does not speak HTTP ({_first_line(exc)})") from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                raise TargetUnreachable(_unreachable(exc)) from exc
             if status == 200:
                 return
             if status == 404:  # not a llama-server (an OpenAI-compatible server without /health)
@@ -154,9 +153,11 @@ class Probe:
         if isinstance(slots, list):
             info.slots_enabled, info.slot_count = True, len(slots)
         metrics = await self.metrics()
-        info.endpoints["/metrics"] = 200 if metrics is not None else info.endpoints.get("/metrics")
+        info.endpoints["/metrics"] = self._metrics_status
         info.metrics_enabled = metrics is not None
-        if not info.metrics_enabled:
+        if not info.metrics_enabled and self._metrics_status == 200:
+            info.notes.append("/metrics answered but is not Prometheus text, so it is not used")
+        elif not info.metrics_enabled:
             info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
         return info
 
@@ -206,14 +207,34 @@ class Probe:
 
     async def metrics(self) -> dict[str, float] | None:
         """The kept /metrics values, or None when the endpoint is off or unreadable."""
+        self._metrics_status = None
         try:
             status, body = await self._get("/metrics")
+            self._metrics_status = status
             if status != 200:
                 return None
             values = parse_metrics(body.decode("utf-8", "replace"))
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
             return None
         return {name: values[name] for name in METRIC_NAMES if name in values}
+
+
+_DNS_ERROR = getattr(aiohttp, "ClientConnectorDNSError", ())  # aiohttp >= 3.10
+
+
+def _unreachable(exc: BaseException) -> str:
+    """Why a target could not be asked /health, in one short line."""
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return (f"TLS handshake failed ({_first_line(getattr(exc, 'os_error', exc))}); "
+                "if the server speaks plain HTTP, use an http:// URL")
+    if _DNS_ERROR and isinstance(exc, _DNS_ERROR):
+        return f"cannot resolve the host name ({_first_line(getattr(exc, 'os_error', exc))})"
+    if isinstance(exc, (aiohttp.ClientConnectorError, OSError)) and not isinstance(exc, aiohttp.ClientResponseError):
+        return f"cannot connect ({_first_line(exc)})"
+    if isinstance(exc, aiohttp.ClientResponseError):  # the parser's message, with what it got
+        reason = " ".join(str(exc.message).split())
+        return f"does not speak HTTP ({reason[:120]}{'…' if len(reason) > 120 else ''})"
+    return f"does not speak HTTP ({_first_line(exc)})"
 
 
 def _reject_constant(name: str) -> None:

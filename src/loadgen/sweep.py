@@ -128,7 +128,7 @@ async def run_sweep(run: SweepRun, obs: SweepObserver,
         if t.error:
             obs.message(f"skipping {t.error}")
         elif t.info and not t.info.metrics_enabled:
-            obs.message(f"{t.label}: /metrics is off, so the deferred queue is not visible; "
+            obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
                         "queuing is judged from /slots and per-request timings")
     live = [t for t in run.targets if t.error is None]
     if config.parallel_targets:

@@ -1,0 +1,222 @@
+"""Faults: every fault the simulator injects, a server that dies or restarts mid-level, and targets
+that are not llama-servers at all. The run completes, every request is recorded once with its error
+kind, the level summary counts it, and the verdicts say when a level is not to be trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from loadgen.results import load_probe, load_records, load_run
+from loadgen.sim import FaultConfig
+from simbed import RawListener, SimThread
+from testbed import free_port
+
+LEVELS = (1, 4)
+PER_LEVEL = 24
+SEED = 3
+
+# (fault spec, extra sweep flags, the error kind it must be recorded as; None: requests still succeed)
+FAULT_TABLE = [
+    ("http_500:0.3", [], "http_500"),
+    ("http_503:0.3", [], "http_503"),
+    ("http_400:0.3", [], "http_400"),
+    ("reset_before_headers:0.3", [], "disconnected"),
+    ("reset_mid_stream:0.3", [], "disconnected"),  # a JSON body cut halfway by a RST
+    ("truncated_body:0.3", [], "disconnected"),  # ... by a FIN, short of its Content-Length
+    ("malformed_json:0.3", [], "invalid_json"),
+    ("first_byte_stall:3:0.2", ["--timeout", "0.4"], "timeout"),
+    ("first_byte_stall:0.05:0.3", [], None),  # a stall shorter than --timeout is only slow
+    ("slow_drip:0.2:0.01", [], None),  # eight pieces of a body 10 ms apart
+    ("slow_drip:0.2:0.2", ["--timeout", "0.6"], "timeout"),  # ... 200 ms apart: past the timeout
+    ("stream_no_final:0.5", [], None),  # no effect without --stream
+    ("garbage_metrics:0.5", [], None),  # a scraper's fault, never a request's
+]
+
+
+def faulty_indices(spec: str, n: int) -> int:
+    """How many of the first n completion requests the simulator makes faulty (deterministic per seed)."""
+    config = FaultConfig.parse([spec])
+    return sum(config.for_request(SEED, i) is not None for i in range(n))
+
+
+def sweep_args(url: str, out, *extra) -> list[str]:
+    return ["sweep", "--url", url, "--concurrency", ",".join(map(str, LEVELS)), "--requests", str(PER_LEVEL),
+            "--n-predict", "4", "--warmup", "0", "--probe-interval", "0.02", "--no-histograms", "--output", str(out),
+            *extra]
+
+
+def check_level_counts(doc: dict, records: list) -> None:
+    """Nothing dropped: each level's summary adds up to its records, and only successes make tokens."""
+    for target in doc["targets"]:
+        for lv in target["levels"]:
+            rs = [r for r in records if r.target == target["label"] and r.level == lv["concurrency"]]
+            assert sorted(r.seq for r in rs) == list(range(len(rs)))  # each request once
+            assert lv["requests_ok"] + lv["requests_failed"] + lv["requests_cancelled"] == len(rs)
+            assert lv["requests_ok"] == sum(r.ok for r in rs)
+            kinds: dict[str, int] = {}
+            for r in rs:
+                if not r.ok and r.error_kind != "cancelled":
+                    kinds[r.error_kind] = kinds.get(r.error_kind, 0) + 1
+            assert lv["errors_by_kind"] == dict(sorted(kinds.items()))
+            assert lv["output_tokens"] == sum(r.predicted_n for r in rs if r.ok)
+            assert all(r.predicted_n is None and r.tokens_predicted is None for r in rs if not r.ok)
+            if lv["wall_s"] > 0:
+                assert lv["throughput_tok_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"])
+
+
+@pytest.mark.parametrize("spec,extra,kind", FAULT_TABLE, ids=[row[0] for row in FAULT_TABLE])
+def test_fault_table(loadgen, tmp_path, spec, extra, kind):
+    out = tmp_path / "run"
+    with SimThread(faults=[spec], seed=SEED) as sim:
+        code, stdout, stderr = loadgen(*sweep_args(sim.url, out, *extra))
+        sent = sim.completion_requests()
+    assert code == 0, stderr  # failed requests are counted, not fatal
+    assert "Traceback" not in stderr
+    doc, records = load_run(out), load_records(out)
+    assert doc["complete"] is True
+    total = PER_LEVEL * len(LEVELS)
+    assert len(records) == total == sent  # one record per request the server saw
+    check_level_counts(doc, records)
+    failed = [r for r in records if not r.ok]
+    if kind is None:
+        assert failed == []
+        assert not any("failed" in line for line in doc["targets"][0]["verdict"]["verdict"])
+    else:
+        assert {r.error_kind for r in failed} == {kind}
+        assert len(failed) == faulty_indices(spec, total)
+        assert all(r.error_message for r in failed)
+        for lv in doc["targets"][0]["levels"]:
+            n = lv["requests_failed"]
+            assert lv["errors_by_kind"] == ({kind: n} if n else {})
+            share = n / PER_LEVEL
+            line = (f"{doc['targets'][0]['label']} at c={lv['concurrency']}: {share:.0%} of requests failed, "
+                    "so that level's figures are not trustworthy.")
+            assert (line in stdout) == (share > 0.05), stdout
+            if n:
+                assert f"at concurrency {lv['concurrency']}: {kind} ×{n}" in stderr
+    if spec.startswith("garbage_metrics"):
+        samples = load_probe(out)
+        assert samples and any(s.requests_processing is None for s in samples)
+        assert any(s.requests_processing is not None for s in samples)
+
+
+def test_a_level_with_only_failures_makes_no_tokens_and_no_knee(loadgen, tmp_path):
+    out = tmp_path / "run"
+    with SimThread(faults=["http_500:1"]) as sim:
+        code, stdout, stderr = loadgen(*sweep_args(sim.url, out))
+    assert code == 0, stderr
+    doc = load_run(out)
+    for lv in doc["targets"][0]["levels"]:
+        assert (lv["requests_ok"], lv["requests_failed"], lv["output_tokens"]) == (0, PER_LEVEL, 0)
+        assert lv["throughput_tok_s"] == 0 and lv["latency_ms"] is None
+        assert f"at c={lv['concurrency']}: 100% of requests failed" in stdout
+    assert doc["targets"][0]["verdict"]["saturated_at"] is None
+
+
+def test_metrics_that_are_not_prometheus_are_not_called_off(loadgen, tmp_path):
+    out = tmp_path / "run"
+    with SimThread(faults=["garbage_metrics:1"]) as sim:
+        code, stdout, stderr = loadgen(*sweep_args(sim.url, out))
+    assert code == 0, stderr
+    server = load_run(out)["targets"][0]["server"]
+    assert server["metrics_enabled"] is False and server["endpoints"]["/metrics"] == 200
+    assert server["notes"] == ["/metrics answered but is not Prometheus text, so it is not used"]
+    assert len(load_records(out)) == PER_LEVEL * len(LEVELS)
+
+
+# --- a server that dies or restarts in the middle of a level ---------------------------------------
+
+def _when_requests_reach(sim: SimThread, n: int, action, timeout: float = 30) -> threading.Thread:
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while sim.completion_requests() < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        action()
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["killed", "restarted"])
+def test_server_gone_mid_level(loadgen, tmp_path, restart):
+    """The target is given up at that level with every record kept; the next target still runs.
+
+    A server that comes back half a second later is still given up: three refused connections in a
+    row mean it is down, and a level half against one server process and half against another
+    would not measure either.
+    """
+    out = tmp_path / "run"
+
+    def restart_later() -> None:
+        dying.stop()
+        time.sleep(0.5)
+        dying.start()
+
+    with SimThread(time_scale=0.2) as dying, SimThread() as healthy:
+        watcher = _when_requests_reach(dying, PER_LEVEL + 10, restart_later if restart else dying.stop)
+        code, stdout, stderr = loadgen("sweep", "--url", dying.url, "--url", healthy.url, "--label", "dying",
+                                       "--label", "healthy", "--concurrency", "1,4", "--requests", str(PER_LEVEL),
+                                       "--n-predict", "8", "--warmup", "0", "--no-histograms",
+                                       "--output", str(out))
+        watcher.join(10)
+    assert code == 1, stderr
+    assert "Traceback" not in stderr
+    doc, records = load_run(out), load_records(out)
+    assert doc["complete"] is False and doc["interrupted"] is False
+    dying_doc, healthy_doc = doc["targets"]
+    assert "target down" in dying_doc["error"] and "at concurrency 4" in dying_doc["error"]
+    assert f"dying: {dying_doc['error']}" in stderr
+    assert [lv["concurrency"] for lv in healthy_doc["levels"]] == [1, 4] and healthy_doc["error"] is None
+    assert all(lv["requests_failed"] == 0 for lv in healthy_doc["levels"])
+    check_level_counts(doc, records)
+    cut = dying_doc["levels"][1]
+    assert cut["stopped_reason"].startswith("target down")
+    assert cut["requests_ok"] >= 10 - 4
+    kinds = {r.error_kind for r in records if r.target == "dying" and not r.ok}
+    # in flight when it went: cut off, or failed by the stopping server (503); afterwards: refused
+    assert "connect_error" in kinds and kinds <= {"connect_error", "disconnected", "http_503"}
+    assert "not trustworthy" in stdout
+
+
+# --- targets that are not llama-servers -------------------------------------------------------------
+
+def _ssh_banner(_: bytes) -> bytes:
+    return b"SSH-2.0-OpenSSH_9.6p1 Debian-4\r\n"
+
+
+def _echo(data: bytes) -> bytes:
+    return data
+
+
+def _garbage(_: bytes) -> bytes:
+    return os.urandom(512)
+
+
+UNREACHABLE = {"refused": "cannot connect", "dns": "cannot resolve the host name", "ssh": "does not speak HTTP",
+               "echo": "does not speak HTTP", "garbage": "does not speak HTTP", "tls": "TLS handshake failed"}
+
+
+@pytest.mark.parametrize("case", list(UNREACHABLE))
+def test_a_target_that_is_not_a_llama_server(loadgen, tmp_path, case):
+    """One line naming the target and why, exit 1, and the other target still runs."""
+    out = tmp_path / "run"
+    with SimThread() as good, RawListener({"ssh": _ssh_banner, "echo": _echo}.get(case, _garbage)) as raw:
+        bad = {"refused": f"http://127.0.0.1:{free_port()}", "dns": "http://loadgen-test.invalid:8080",
+               "tls": good.url.replace("http://", "https://")}.get(case, f"http://127.0.0.1:{raw.port}")
+        code, stdout, stderr = loadgen("sweep", "--url", bad, "--url", good.url, "--concurrency", "1",
+                                       "--requests", "4", "--n-predict", "4", "--warmup", "0",
+                                       "--no-histograms", "--output", str(out))
+    assert code == 1, stderr
+    assert "Traceback" not in stderr
+    told = [line for line in stderr.splitlines() if f"{bad}: {UNREACHABLE[case]}" in line]
+    assert told and all(len(line) < 300 for line in told), stderr
+    doc = load_run(out)
+    bad_doc, good_doc = doc["targets"]
+    assert bad_doc["error"].startswith(f"{bad}: {UNREACHABLE[case]}") and "\n" not in bad_doc["error"]
+    assert bad_doc["levels"] == []
+    assert good_doc["error"] is None and good_doc["levels"][0]["requests_ok"] == 4
