@@ -150,13 +150,104 @@ def prepare_dir(out_dir: Path, force: bool) -> Path:
     return out_dir
 
 
+class _Distribution(msgspec.Struct):
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+class _LevelSummary(msgspec.Struct):
+    """The level fields readers index directly (`metrics.LevelSummary.to_dict`); the rest may be absent."""
+
+    concurrency: int
+    requests_ok: int
+    requests_failed: int
+    output_tokens: int
+    wall_s: float
+    throughput_tok_s: float
+    decode_tok_s_mean: float | None
+    predicted_ms_mean: float | None
+    requests_cancelled: int = 0
+    errors_by_kind: dict[str, int] = {}
+    latency_ms: _Distribution | None = None
+    queue_wait_ms: _Distribution | None = None
+    prompt_ms_mean: float | None = None
+    stopped_reason: str | None = None
+    server_metrics_delta: dict[str, float] = {}
+
+
+class _LevelVerdict(msgspec.Struct):
+    concurrency: int
+    requests: int
+    queued: int
+    queued_share: float
+    queue_wait_raw_ms: _Distribution | None = None
+    queue_wait_ms: _Distribution | None = None
+    queued_wait_ms: _Distribution | None = None
+    peak_deferred: float | None = None
+    peak_busy_slots: int | None = None
+    batching_gain: float | None = None
+    failure_share: float = 0.0
+
+
+class _Verdict(msgspec.Struct):
+    verdict: list[str]
+    levels: list[_LevelVerdict]
+    total_slots: int | None = None
+    overhead_ms: float | None = None
+    saturated_at: int | None = None
+
+
+class _Server(msgspec.Struct):
+    props: dict[str, Any] | None = None
+    metrics_enabled: bool = False
+    total_slots: int | None = None
+
+
+class _Target(msgspec.Struct):
+    label: str
+    levels: list[_LevelSummary] = []
+    url: str | None = None
+    server: _Server | None = None
+    error: str | None = None
+    verdict: _Verdict | None = None
+
+
+class _Config(msgspec.Struct, frozen=True):
+    knee_gain: float = 0.10
+    knee_latency: float = 0.50
+
+
+class _RunFile(msgspec.Struct):
+    """What run.json must hold for report, analyze, compare, gate and export to read it.
+
+    Checked on load so that a damaged or hand-edited file is one line for the user, not a traceback
+    in whichever reader trips over it first. Unknown fields are allowed (newer writers add some).
+    """
+
+    targets: list[_Target]
+    config: _Config = _Config()
+    kind: str = "sweep"
+    complete: bool = False
+
+
+def _check_contract(doc: dict[str, Any], path: Path) -> None:
+    try:
+        msgspec.convert(doc, _RunFile)
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
+
+
 def load_run(results_dir: Path) -> dict[str, Any]:
     """Read and check run.json. Raises ResultsError with a one-line reason."""
     path = Path(results_dir) / RUN_FILE
     if not path.is_file():
         raise ResultsError(f"{path} not found: give a directory written by `loadgen sweep`")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultsError(f"{path} is not valid JSON ({exc}); the run may have been written by another tool") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
@@ -166,6 +257,7 @@ def load_run(results_dir: Path) -> dict[str, Any]:
                            f"this loadgen reads version {SCHEMA_VERSION}")
     if not isinstance(doc.get("targets"), list):
         raise ResultsError(f"{path} has no target list")
+    _check_contract(doc, path)
     return doc
 
 
@@ -179,8 +271,9 @@ def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> l
     out = []
     n = 0
     try:
-        with path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+        with path.open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                line = raw.decode("utf-8")
                 if line.strip():
                     data = json.loads(line)
                     if not isinstance(data, dict):
@@ -201,6 +294,10 @@ def load_records(results_dir: Path) -> list[RequestRecord]:
 
 def load_probe(results_dir: Path) -> list[ProbeSample]:
     return _load_jsonl(Path(results_dir) / PROBE_FILE, ProbeSample, "probe sample", missing_ok=True)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,132 @@
+"""The results reader against damaged files: any bytes in run.json, requests.jsonl or probe.jsonl end
+as a `ResultsError` (one line, exit 2 from every command that reads them), never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loadgen import cli
+from loadgen.results import ResultsError, load_probe, load_records, load_run
+
+FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
+GOOD_DOC = json.loads((FIXTURE / "run.json").read_text())
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8)
+
+
+def run_command(*args) -> tuple[int, str, str]:
+    """`loadgen ARGS` in-process through cli.main, as the `loadgen` fixture does (usable inside @given)."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["loadgen", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    shutil.copytree(FIXTURE, root / "good")
+    shutil.copytree(FIXTURE, root / "bad")
+    return root / "good", root / "bad"
+
+
+def assert_clean(code: int, err: str) -> None:
+    assert "Traceback" not in err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("loadgen: error: "), err
+
+
+def _reads(path: Path) -> None:
+    for load in (load_run, load_records, load_probe):
+        try:
+            load(path)
+        except ResultsError as exc:
+            assert "\n" not in str(exc)
+
+
+@FUZZ
+@given(data=st.binary(max_size=400))
+def test_any_bytes_in_any_results_file_is_a_results_error(dirs, data):
+    _, bad = dirs
+    for name in ("run.json", "requests.jsonl", "probe.jsonl"):
+        shutil.copy(FIXTURE / name, bad / name)
+    for name in ("run.json", "requests.jsonl", "probe.jsonl"):
+        (bad / name).write_bytes(data)
+        _reads(bad)
+        shutil.copy(FIXTURE / name, bad / name)
+
+
+def _mutate(doc: object, path: list[int], value: object) -> object:
+    """Replace the node reached by walking `path` (indices into each container's keys) with `value`."""
+    if not path or not isinstance(doc, (dict, list)) or not doc:
+        return value
+    keys = list(doc.keys()) if isinstance(doc, dict) else list(range(len(doc)))
+    key = keys[path[0] % len(keys)]
+    doc[key] = _mutate(doc[key], path[1:], value)
+    return doc
+
+
+COMMANDS = {
+    "analyze": lambda good, bad: ["analyze", bad],
+    "report": lambda good, bad: ["report", bad, "--format", "markdown"],
+    "export": lambda good, bad: ["export", bad, "--format", "csv", "--out", bad.parent / "export"],
+    "compare": lambda good, bad: ["compare", good, bad],
+    "gate": lambda good, bad: ["gate", bad, good],
+}
+
+
+@FUZZ
+@given(path=st.lists(st.integers(0, 50), min_size=1, max_size=6), value=json_values,
+       command=st.sampled_from(sorted(COMMANDS)))
+def test_a_run_file_damaged_anywhere_is_one_line_for_every_reader(dirs, path, value, command):
+    """A run.json that is JSON and says it is a loadgen run, with any one node replaced by any value."""
+    good, bad = dirs
+    doc = _mutate(json.loads(json.dumps(GOOD_DOC)), path, value)
+    if isinstance(doc, dict):  # keep it a loadgen run of this version, or it is refused at the door
+        doc.setdefault("schema", GOOD_DOC["schema"])
+        doc.setdefault("schema_version", GOOD_DOC["schema_version"])
+    (bad / "run.json").write_text(json.dumps(doc))
+    code, out, err = run_command(*COMMANDS[command](good, bad))
+    assert code in (0, 1, 2), (code, err)
+    assert_clean(code, err)
+
+
+@FUZZ
+@given(line=st.integers(0, 30), field=st.sampled_from(
+    ["target", "level", "seq", "send_ns", "complete_ns", "status", "error_kind", "predicted_n", "prompt_ms",
+     "headers_ns"]), value=json_values, command=st.sampled_from(sorted(COMMANDS)))
+def test_a_request_record_damaged_anywhere_is_one_line_for_every_reader(dirs, line, field, value, command):
+    good, bad = dirs
+    shutil.copy(FIXTURE / "run.json", bad / "run.json")
+    lines = (FIXTURE / "requests.jsonl").read_text().splitlines()
+    record = json.loads(lines[line % len(lines)])
+    record[field] = value
+    lines[line % len(lines)] = json.dumps(record)
+    (bad / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = run_command(*COMMANDS[command](good, bad))
+    assert code in (0, 1, 2), (code, err)
+    assert_clean(code, err)
+    shutil.copy(FIXTURE / "requests.jsonl", bad / "requests.jsonl")
