@@ -279,6 +279,7 @@ def load_run(results_dir: Path) -> dict[str, Any]:
 def _upgrade_v1(doc: dict[str, Any]) -> None:
     if isinstance(doc.get("config"), dict):
         doc["config"].setdefault("mode", "concurrency")
+        doc["config"].setdefault("stream", False)
     for t in doc["targets"]:
         for lv in (t.get("levels") if isinstance(t, dict) else None) or []:
             if isinstance(lv, dict) and "concurrency" in lv:
