@@ -140,9 +140,45 @@ def sweep(ports, host, urls, labels, concurrency, rates, arrival, burstiness, ma
         timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
     )
+    ensure_open_files(connections_needed(config))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir, histograms=histograms)
     sys.exit(code)
+
+
+# Descriptors besides the request connections: stdio, each target's probe session, result files,
+# the event loop's own (epoll, self-pipe), the checkpoint thread.
+FD_RESERVE = 64
+
+
+def connections_needed(config: SweepConfig) -> int:
+    """The most connections the sweep holds open at once (0 when an open loop sets no bound)."""
+    if config.open_loop:
+        per_target = config.max_in_flight or 0
+    else:
+        per_target = max(config.concurrency)
+    return per_target * (len(config.targets) if config.parallel_targets else 1)
+
+
+def ensure_open_files(connections: int) -> None:
+    """Make room for `connections` sockets: raise the soft RLIMIT_NOFILE up to the hard limit if it
+    is too low, or refuse (ConfigError) before the sweep rather than fail requests with EMFILE."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    need = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if connections == 0 or soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    raise ConfigError(f"{connections} connections need about {need} open files, but this process may open "
+                      f"{soft} (hard limit {hard}); raise the limit (ulimit -n {need}) or lower the concurrency")
 
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
