@@ -36,7 +36,7 @@ def sweep_table(doc: dict[str, Any]) -> Table:
     targets = doc["targets"]
     pair = [t for t in targets if t.get("levels")][:2]
     ratio_title = f"{pair[0]['label']}/{pair[1]['label']}\nthroughput" if len(pair) == 2 else None
-    title = "loadgen sweep" + ("" if doc.get("complete", True) else "  [incomplete]")
+    title = "loadgen sweep" + ("" if doc.get("complete", True) else "  \\[incomplete]")  # \[: not Rich markup
     table = Table(title=title, header_style="bold", show_lines=False)
     for name, justify in [("req/s" if _open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
                           ("wall s", "right"), ("tok/s", "right"), ("decode tok/s\nper req", "right"),
