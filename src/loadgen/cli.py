@@ -22,6 +22,7 @@ from rich.console import Console
 
 from . import __version__
 from .backends import GenerationParams
+from .clock import now_ns
 from .config import (DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, check_arrival,
                      parse_int_list, parse_rate_list)
 from .loops import loop_factory
@@ -225,6 +226,9 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 task.cancel()
             else:  # a second signal: keep what we have and leave now
                 run.interrupted = True
+                for t in run.targets:
+                    for lv in t.levels:
+                        lv.abandon(now_ns())
                 save()
                 os._exit(SIGNAL_EXIT.get(received[0], 130))
 

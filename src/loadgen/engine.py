@@ -66,6 +66,7 @@ class _Sender:
         stream = StreamReader(backend.event_reader()) if backend.stream else None
         send_ns = now_ns()
         status = headers_ns = None
+        level.in_flight[seq] = (worker, salt, send_ns, intended_ns)
         try:
             response = await self.transport.request(backend.method, backend.path, body,
                                                     stream.on_chunk if stream is not None else None)
@@ -100,6 +101,7 @@ class _Sender:
                 outcome: ServerOutcome, headers_ns: int | None, intended_ns: int | None,
                 stream: StreamReader | None) -> RequestRecord:
         level = self.level
+        level.in_flight.pop(seq, None)
         timing = {}
         if stream is not None and stream.chunks:
             timing = dict(first_token_ns=stream.first_ns, last_token_ns=stream.last_ns,

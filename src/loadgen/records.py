@@ -199,6 +199,21 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+    # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
+    in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
+
+    def abandon(self, at_ns: int) -> None:
+        """The run is left at once (a second Ctrl-C): what is in flight is recorded as cancelled and
+        a level still running ends as interrupted, so the file written next is a finished one."""
+        for seq, (worker, salt, send_ns, intended_ns) in sorted(self.in_flight.items()):
+            self.records.append(make_record(
+                target=self.target, level=self.level, worker=worker, seq=seq, salt=salt, send_ns=send_ns,
+                complete_ns=at_ns, status=None, intended_ns=send_ns if intended_ns is None else intended_ns,
+                outcome=ServerOutcome(error_kind=CANCELLED, error_message="in flight when the run was stopped")))
+        self.in_flight.clear()
+        if not self.finished:
+            self.stopped_reason = self.stopped_reason or "interrupted"
+            self.end_ns, self.finished = at_ns, True
 
     @property
     def level(self) -> int | float:

@@ -1,0 +1,125 @@
+"""Ctrl-C and SIGTERM in the middle of a level, in a subprocess as a user would send them: in-flight
+requests are cancelled, run.json is valid and marked incomplete, the exit code is 130 or 143, and a
+second Ctrl-C leaves at once with a valid file all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadgen.results import load_records, load_run
+from testbed import LOADGEN
+
+N_PREDICT = 16
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    """`loadgen sim` in its own process: a request takes ~20 ms, so a level is mid-way when signalled."""
+    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", "4",
+                             "--time-scale", "0.5"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stderr.readline()
+        yield line.split(" on ")[1].split(",")[0]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def server_metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return next(float(line.split()[1]) for line in text.splitlines() if line.startswith(f"llamacpp:{name} "))
+
+
+def completed_requests(url: str) -> int:
+    return int(server_metric(url, "tokens_predicted_total")) // N_PREDICT
+
+
+def requests_started(url: str) -> bool:
+    return server_metric(url, "requests_processing") + server_metric(url, "requests_deferred") > 0
+
+
+def sweep_until(url: str, out: Path, after: int, signals: list[signal.Signals], gap_s: float = 0.0,
+                *extra: str) -> subprocess.CompletedProcess:
+    """Start a sweep that would run for minutes; once `after` more requests completed (0: once the
+    first one reached the server), send `signals`."""
+    start = completed_requests(url)
+    proc = subprocess.Popen([*LOADGEN, "sweep", "--url", url, "--concurrency", "4", "--requests", "100000",
+                             "--n-predict", str(N_PREDICT), "--warmup", "0", "--no-histograms",
+                             "--output", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while completed_requests(url) - start < after or not (after or requests_started(url)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sweep made no progress"
+            time.sleep(0.01)
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(gap_s)
+            proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def check_incomplete_run(out: Path, at_least: int) -> tuple[dict, list]:
+    doc = json.loads((out / "run.json").read_text())  # valid JSON, and a valid loadgen run:
+    doc, records = load_run(out), load_records(out)
+    assert doc["complete"] is False and doc["interrupted"] is True
+    level = doc["targets"][0]["levels"][0]
+    assert level["stopped_reason"] == "interrupted"
+    assert sorted(r.seq for r in records) == list(range(len(records)))  # none lost, none twice
+    assert level["requests_ok"] + level["requests_failed"] + level["requests_cancelled"] == len(records)
+    assert level["requests_ok"] >= at_least
+    assert level["requests_failed"] == 0  # a stopped request is cancelled, not the server's failure
+    assert level["requests_cancelled"] <= 4  # at most one in flight per worker
+    assert not list(out.glob(".*.tmp")) and not list(out.glob(".run.json.*"))  # no half-written file left
+    return doc, records
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_level_keeps_every_record(sim_url, tmp_path, sig, code):
+    out = tmp_path / "run"
+    proc = sweep_until(sim_url, out, 20, [sig])
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{sig.name}: stopping" in proc.stderr
+    doc, records = check_incomplete_run(out, 20)
+    assert doc["targets"][0]["levels"][0]["requests_cancelled"] >= 1  # in flight when it came
+    assert "[incomplete]" in proc.stdout
+
+
+def test_a_signal_before_the_first_answer_still_writes_a_valid_file(sim_url, tmp_path):
+    out = tmp_path / "run"
+    proc = sweep_until(sim_url, out, 0, [signal.SIGINT])
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = load_run(out)
+    assert doc["complete"] is False and doc["interrupted"] is True
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.02])
+def test_a_second_sigint_exits_at_once_with_a_valid_file(sim_url, tmp_path, gap_s):
+    out = tmp_path / "run"
+    proc = sweep_until(sim_url, out, 10, [signal.SIGINT, signal.SIGINT], gap_s)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    check_incomplete_run(out, 10)
