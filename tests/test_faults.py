@@ -5,16 +5,20 @@ kind, the level summary counts it, and the verdicts say when a level is not to b
 
 from __future__ import annotations
 
+import inspect
 import os
+import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from loadgen.results import load_probe, load_records, load_run
-from loadgen.sim import FaultConfig
+from loadgen.sim import FaultConfig, start_simulator
 from simbed import RawListener, SimThread
-from testbed import free_port
+from testbed import LOADGEN, free_port
 
 LEVELS = (1, 4)
 PER_LEVEL = 24
@@ -220,3 +224,33 @@ def test_a_target_that_is_not_a_llama_server(loadgen, tmp_path, case):
     assert bad_doc["error"].startswith(f"{bad}: {UNREACHABLE[case]}") and "\n" not in bad_doc["error"]
     assert bad_doc["levels"] == []
     assert good_doc["error"] is None and good_doc["levels"][0]["requests_ok"] == 4
+
+
+# --- the simulator is not exposed unless asked ------------------------------------------------------
+
+def _listening(port: int) -> set[str]:
+    """Local IPv4 addresses with a socket listening on `port`, from /proc/net/tcp."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+@pytest.mark.parametrize("host_args,address", [([], "127.0.0.1"), (["--host", "127.0.0.2"], "127.0.0.2")],
+                         ids=["default", "explicit"])
+def test_the_simulator_binds_to_loopback_unless_host_is_given(host_args, address):
+    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", *host_args],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url = proc.stderr.readline().split(" on ")[1].split(",")[0]
+        port = int(url.rsplit(":", 1)[1])
+        assert url == f"http://{address}:{port}"
+        assert _listening(port) == {address}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    assert inspect.signature(start_simulator).parameters["host"].default == "127.0.0.1"
