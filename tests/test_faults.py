@@ -38,7 +38,29 @@ FAULT_TABLE = [
     ("slow_drip:0.2:0.01", [], None),  # eight pieces of a body 10 ms apart
     ("slow_drip:0.2:0.2", ["--timeout", "0.6"], "timeout"),  # ... 200 ms apart: past the timeout
     ("stream_no_final:0.5", [], None),  # no effect without --stream
+    ("error_mid_stream:0.3", [], "http_500"),  # without --stream the failed task is a 500
     ("garbage_metrics:0.5", [], None),  # a scraper's fault, never a request's
+]
+
+# The same with --stream: what a cut, broken or unfinished stream is recorded as.
+STREAM_TABLE = [
+    ("http_500:0.3", [], "http_500"),  # before the stream: a plain JSON error with its status
+    ("http_503:0.3", [], "http_503"),
+    ("http_400:0.3", [], "http_400"),
+    ("reset_before_headers:0.3", [], "disconnected"),
+    ("reset_mid_stream:0.3", [], "disconnected"),  # RST after 2 events
+    ("truncated_body:0.3", [], "disconnected"),  # FIN after 2 events, the chunked body unfinished
+    ("malformed_json:0.3", [], "stream_error"),  # the first event is half a JSON text
+    ("stream_no_final:0.3", [], "truncated_stream"),  # ends cleanly, without its final event
+    ("error_mid_stream:0.3", [], "stream_error"),  # data: {"error": ...} after 2 events
+    ("first_byte_stall:3:0.2", ["--timeout", "0.4"], "timeout"),
+    ("slow_drip:0.2:0.005", [], None),  # 5 ms before each event: slow, not broken
+    ("slow_drip:0.2:0.2", ["--timeout", "0.5"], "timeout"),
+    # the OpenAI chat API ends its streams with [DONE]: the same faults, its stream reader
+    ("stream_no_final:0.3", ["--api", "chat"], "truncated_stream"),
+    ("error_mid_stream:0.3", ["--api", "chat"], "stream_error"),
+    ("malformed_json:0.3", ["--api", "chat"], "stream_error"),
+    ("reset_mid_stream:0.3", ["--api", "completions"], "disconnected"),
 ]
 
 
@@ -67,13 +89,16 @@ def check_level_counts(doc: dict, records: list) -> None:
                 if not r.ok and r.error_kind != "cancelled":
                     kinds[r.error_kind] = kinds.get(r.error_kind, 0) + 1
             assert lv["errors_by_kind"] == dict(sorted(kinds.items()))
-            assert lv["output_tokens"] == sum(r.predicted_n for r in rs if r.ok)
-            assert all(r.predicted_n is None and r.tokens_predicted is None for r in rs if not r.ok)
+            assert lv["output_tokens"] == sum(r.output_tokens for r in rs if r.ok)
+            assert all(r.output_tokens for r in rs if r.ok)
             if lv["wall_s"] > 0:
                 assert lv["throughput_tok_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"])
 
 
-@pytest.mark.parametrize("spec,extra,kind", FAULT_TABLE, ids=[row[0] for row in FAULT_TABLE])
+@pytest.mark.parametrize("spec,extra,kind", [
+    *(pytest.param(spec, extra, kind, id=spec) for spec, extra, kind in FAULT_TABLE),
+    *(pytest.param(spec, ["--stream", *extra], kind, id=" ".join([spec, "--stream", *extra[:2]]))
+      for spec, extra, kind in STREAM_TABLE)])
 def test_fault_table(loadgen, tmp_path, spec, extra, kind):
     out = tmp_path / "run"
     with SimThread(faults=[spec], seed=SEED) as sim:

@@ -11,6 +11,8 @@ A fault is `KIND:SHARE`: that share of completion requests (`/completion`, `/v1/
     malformed_json          200, but the JSON is cut in half (in a stream: the first event)
     stream_no_final         a stream ends cleanly without its final event and without [DONE]
                             (no effect on a non-streaming request)
+    error_mid_stream        a stream sends `data: {"error": ...}` after 2 events and ends there, as
+                            llama-server does when a running task fails; a JSON body is a 500 instead
     first_byte_stall:SECONDS[:SHARE]  nothing for SECONDS, then the normal answer
     slow_drip:SHARE[:SECONDS]         SECONDS (default 0.2) before each event, or each of 8 pieces of a body
     garbage_metrics         /metrics answers 200 with text that is not Prometheus
@@ -47,6 +49,7 @@ class FaultKind(str, Enum):
     MALFORMED_JSON = "malformed_json"
     TRUNCATED_BODY = "truncated_body"
     STREAM_NO_FINAL = "stream_no_final"
+    ERROR_MID_STREAM = "error_mid_stream"
     FIRST_BYTE_STALL = "first_byte_stall"
     SLOW_DRIP = "slow_drip"
     GARBAGE_METRICS = "garbage_metrics"
@@ -61,6 +64,8 @@ FAULT_ERRORS = {
     FaultKind.HTTP_500: (500, "server_error", "simulated fault: internal server error"),
     FaultKind.HTTP_400: (400, "invalid_request_error", "simulated fault: invalid request"),
 }
+# What error_mid_stream reports, in the stream or as a non-streaming answer's 500.
+MID_STREAM_ERROR = (500, "server_error", "simulated fault: the task failed while generating")
 
 # Not Prometheus text: what a proxy error page or a half-written file looks like to a scraper.
 GARBAGE_METRICS = b"<html><body><h1>502 Bad Gateway</h1></body></html>\nllamacpp:requests_processing ???\n"

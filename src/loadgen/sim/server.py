@@ -19,8 +19,8 @@ from aiohttp import web
 
 from ..clock import NS_PER_S, now_ns
 from . import formats
-from .faults import (FAULT_ERRORS, GARBAGE_METRICS, FaultConfig, FaultKind, FaultRule, close_connection, drip,
-                     malformed, reset_connection)
+from .faults import (FAULT_ERRORS, GARBAGE_METRICS, MID_STREAM_ERROR, FaultConfig, FaultKind, FaultRule,
+                     close_connection, drip, malformed, reset_connection)
 from .metrics import ServerMetrics
 from .params import Api, InvalidRequest, parse_request
 from .profile import Profile
@@ -179,6 +179,8 @@ class SimServer:
             event = await task.next_event()
         if isinstance(event, ErrorEvent):
             return json_response({"error": event.error}, event.status), True
+        if fault is not None and fault.kind is FaultKind.ERROR_MID_STREAM:
+            return error_response(*MID_STREAM_ERROR), True
         return await _send_body(request, formats.dumps(dialect.final(event.result)), fault), True
 
     async def _stream(self, request: web.Request, task: Task, dialect: formats.Dialect,
@@ -272,11 +274,16 @@ class _SseWriter:
         return self._kind is FaultKind.STREAM_NO_FINAL
 
     async def write_all(self, objects: list[dict[str, object]], final: bool = False) -> bool:
-        """Write the events; False when a fault cut the connection instead."""
+        """Write the events; False when a fault cut the connection or ended the stream instead."""
         for obj in objects:
             if self._kind in (FaultKind.RESET_MID_STREAM, FaultKind.TRUNCATED_BODY) and (
                     final or self._written >= FAULT_AFTER_CHUNKS):
                 (reset_connection if self._kind is FaultKind.RESET_MID_STREAM else close_connection)(self._request)
+                return False
+            if self._kind is FaultKind.ERROR_MID_STREAM and (final or self._written >= FAULT_AFTER_CHUNKS):
+                status, type_, message = MID_STREAM_ERROR
+                await self._response.write(formats.sse(formats.error(status, message, type_)))
+                await self._response.write_eof()
                 return False
             data = formats.sse(obj)
             if self._kind is FaultKind.MALFORMED_JSON and self._written == 0:

@@ -1,0 +1,118 @@
+"""Properties of the SSE parser and the stream readers, checked with hypothesis.
+
+- Any split of a valid event stream into network reads gives the same events as the whole stream.
+- Any bytes, in any reads, through any API's stream reader: never an exception; at worst the
+  request is recorded with an error kind (`stream_error`, `truncated_stream`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen import records
+from loadgen.backends import GenerationParams, make_backend
+from loadgen.sse import SSESplitter, StreamReader
+from fixture_server import chat_stream, completion_stream
+
+API_NAMES = ("llamacpp", "completions", "chat")
+PARAMS = GenerationParams(prompt="hello", n_predict=8, stream=True)
+PROPERTY = settings(max_examples=200, deadline=None)
+
+# A payload line: any bytes but the line breaks. An event: one or more lines (joined by "\n").
+line_bytes = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b""))
+payloads = st.lists(line_bytes, min_size=1, max_size=3).map(lambda lines: b"\n".join(lines))
+
+
+@st.composite
+def event_streams(draw) -> tuple[bytes, list[bytes]]:
+    """(wire bytes, the payloads they carry): data lines with LF or CRLF endings, and comments,
+    other fields and extra blank lines between events, as servers and proxies send them."""
+    events = draw(st.lists(payloads, max_size=8))
+    wire = b""
+    for payload in events:
+        eol = draw(st.sampled_from([b"\n", b"\r\n"]))
+        for noise in draw(st.lists(st.sampled_from([b": ping", b"event: message", b"id: 7", b"retry: 100", b""]),
+                                   max_size=2)):
+            wire += noise + eol
+        for line in payload.split(b"\n"):
+            # "data:" without its space only when the value does not start with one (the spec strips one)
+            tight = draw(st.booleans()) and not line.startswith(b" ")
+            wire += (b"data:" if tight else b"data: ") + line + eol
+        wire += eol
+    return wire, events
+
+
+def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+
+
+def parse(reads: list[bytes]) -> list[bytes]:
+    splitter = SSESplitter()
+    out: list[bytes] = []
+    for chunk in reads:
+        out += splitter.feed(chunk)
+    return out + splitter.close()
+
+
+@PROPERTY
+@given(stream=event_streams(), cuts=st.lists(st.integers(0, 2000), max_size=12))
+def test_any_split_into_reads_parses_to_the_same_events(stream, cuts):
+    wire, events = stream
+    assert parse([wire]) == events
+    assert parse(split_at(wire, cuts)) == events
+
+
+@PROPERTY
+@given(stream=event_streams())
+def test_one_byte_reads_parse_to_the_same_events(stream):
+    wire, events = stream
+    assert parse([wire[i:i + 1] for i in range(len(wire))]) == events
+
+
+def read(api: str, reads: list[bytes]) -> tuple[records.ServerOutcome, StreamReader]:
+    backend = make_backend(api, PARAMS, model=None if api == "llamacpp" else "m")
+    stream = StreamReader(backend.event_reader())
+    for i, chunk in enumerate(reads):
+        stream.on_chunk(chunk, 1_000_000 * (i + 1))
+    return stream.finish(1_000_000 * (len(reads) + 1)), stream
+
+
+ERROR_KINDS = {records.STREAM_ERROR, records.TRUNCATED_STREAM, records.SERVER_ERROR, records.INVALID_JSON}
+
+
+@PROPERTY
+@given(api=st.sampled_from(API_NAMES), noise=st.binary(max_size=600), cuts=st.lists(st.integers(0, 600), max_size=8))
+def test_random_bytes_never_raise_and_end_as_a_recorded_error(api, noise, cuts):
+    outcome, stream = read(api, split_at(noise, cuts))
+    assert isinstance(outcome, records.ServerOutcome)
+    assert outcome.error_kind in ERROR_KINDS  # noise is never a complete answer
+    assert outcome.error_message
+
+
+json_noise = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["content", "stop", "tokens_predicted", "timings", "choices", "delta", "usage", "error",
+                         "finish_reason", "text", "predicted_n", "index"]) | st.text(max_size=4),
+        inner, max_size=4),
+    max_leaves=10)
+
+
+@PROPERTY
+@given(api=st.sampled_from(API_NAMES), junk=st.lists(json_noise, min_size=1, max_size=4),
+       at=st.integers(0, 20), cuts=st.lists(st.integers(0, 3000), max_size=8))
+def test_events_of_the_wrong_shape_in_a_valid_stream_never_raise(api, junk, at, cuts):
+    """JSON that is valid but not what the API sends, spliced into a real stream."""
+    events = completion_stream(4) if api == "llamacpp" else chat_stream(4)
+    if api == "completions":
+        events = [e.replace(b'"delta": {"content": "y"}', b'"text": "y"') for e in events]
+    at = at % (len(events) + 1)
+    spliced = events[:at] + [b"data: " + json.dumps(j, allow_nan=True).encode() + b"\n\n" for j in junk] + events[at:]
+    outcome, stream = read(api, split_at(b"".join(spliced), cuts))
+    assert isinstance(outcome, records.ServerOutcome)
+    assert outcome.error_kind is None or outcome.error_kind in ERROR_KINDS
+    assert outcome.error_kind is None or outcome.error_message
