@@ -129,13 +129,38 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
 
 
 def write_results(out_dir: Path, run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
-    """Write requests.jsonl then run.json, each atomically. Returns the run document."""
+    """Write requests.jsonl then run.json, each atomically. Returns the run document.
+
+    The API key is masked ("***") wherever a server quoted it back (an error message, a target's
+    error), so no results file carries it.
+    """
+    secret = run.config.api_key
     doc = run_document(run, meta={**meta, "finished_utc": utc_now().isoformat()})
     all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
+    if secret:
+        doc = redact(doc, secret)
+        all_records = (_redact_record(r, secret) for r in all_records)
     _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
     _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
     _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
     return doc
+
+
+def redact(value: Any, secret: str) -> Any:
+    """`value` (JSON-like) with every occurrence of `secret` in its strings replaced by "***"."""
+    if isinstance(value, str):
+        return value.replace(secret, "***") if secret in value else value
+    if isinstance(value, dict):
+        return {k: redact(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secret) for v in value]
+    return value
+
+
+def _redact_record(r: RequestRecord, secret: str) -> RequestRecord:
+    if r.error_message is not None and secret in r.error_message:
+        return msgspec.structs.replace(r, error_message=r.error_message.replace(secret, "***"))
+    return r
 
 
 def prepare_dir(out_dir: Path, force: bool) -> Path:
