@@ -135,7 +135,7 @@ def test_default_out_is_the_results_dir(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["/nonexistent/run", "--format", "csv"], "no such directory"),
     ([str(FIXTURE), "--format", "hgrm", "--target", "nope"], "no target 'nope'"),
-    ([str(FIXTURE), "--format", "hgrm", "--metric", "ttft"], "unknown metric 'ttft'"),
+    ([str(FIXTURE), "--format", "hgrm", "--metric", "e2e"], "unknown metric 'e2e'"),
     ([str(FIXTURE), "--format", "xml"], "--format 'xml'"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
