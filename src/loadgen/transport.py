@@ -8,9 +8,12 @@ about LLM APIs (that is a backend's job) nor about scheduling (that is the engin
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -30,7 +33,7 @@ class TransportError(Exception):
 @dataclass(slots=True)
 class HttpResponse:
     status: int
-    headers: Mapping[str, str]
+    headers: Mapping[str, str]  # names case-insensitive
     headers_ns: int  # status line and headers received
     complete_ns: int  # last body byte received
     body: bytes  # empty when the caller consumed the body through `on_chunk`
@@ -41,7 +44,7 @@ ChunkCallback = Callable[[bytes, int], None]
 
 class Transport(Protocol):
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None) -> None: ...
+                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None: ...
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse: ...
@@ -50,17 +53,21 @@ class Transport(Protocol):
 
 
 class AiohttpTransport:
-    """aiohttp with one keep-alive `ClientSession` per target."""
+    """aiohttp with one keep-alive `ClientSession` per target, through `proxy` when one is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, proxy: str | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._base = ""
+        self._proxy = proxy
+        self._hostport = ""
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None) -> None:
+                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None:
         self._base = base_url.rstrip("/")
+        self._hostport = urlsplit(base_url).netloc
         connector = aiohttp.TCPConnector(limit=max(1, max_connections), limit_per_host=0,
-                                         keepalive_timeout=60, enable_cleanup_closed=False)
+                                         keepalive_timeout=60, enable_cleanup_closed=False,
+                                         ssl=tls_context(insecure) if base_url.startswith("https:") else True)
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
@@ -73,7 +80,7 @@ class AiohttpTransport:
                       on_chunk: ChunkCallback | None = None) -> HttpResponse:
         assert self._session is not None, "open() first"
         try:
-            async with self._session.request(method, self._base + path, data=body) as resp:
+            async with self._session.request(method, self._base + path, data=body, proxy=self._proxy) as resp:
                 headers_ns = now_ns()
                 if on_chunk is None:
                     data = await resp.read()
@@ -84,8 +91,10 @@ class AiohttpTransport:
                 return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data)
         except asyncio.TimeoutError as exc:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise TransportError(records.CONNECT_ERROR, connect_reason(exc.certificate_error, self._hostport)) from exc
         except aiohttp.ClientConnectorError as exc:
-            raise TransportError(records.CONNECT_ERROR, _reason(exc)) from exc
+            raise TransportError(records.CONNECT_ERROR, connect_reason(exc.os_error, self._hostport)) from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
                 aiohttp.ClientOSError) as exc:
             raise TransportError(records.DISCONNECTED, _reason(exc)) from exc
@@ -98,6 +107,32 @@ class AiohttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def tls_context(insecure: bool) -> ssl.SSLContext:
+    """The TLS settings of every https target: the system's CAs, or no verification at all (--insecure)."""
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def connect_reason(exc: BaseException, hostport: str) -> str:
+    """One line on why a connection could not be opened, with what to do when it is ours to say."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = exc.verify_message or _reason(exc)
+        return (f"TLS certificate verification failed for {hostport} ({detail}); "
+                "pass --insecure to skip certificate verification")
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake with {hostport} failed ({exc.reason or _reason(exc)})"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host of {hostport} ({exc.strerror})"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {hostport} (is the server running?)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot connect to {hostport} ({exc.strerror})"
+    return f"cannot connect to {hostport} ({_reason(exc)})"
 
 
 def _reason(exc: BaseException) -> str:
