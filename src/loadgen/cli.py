@@ -29,6 +29,7 @@ from .report import error_lines, overhead_lines, queue_table, sweep_table, verdi
 from .results import (ResultsError, command_line, default_dir, host_facts, load_probe, load_records, load_run,
                       prepare_dir, target_verdict, utc_now, write_results)
 from .sweep import SweepRun, run_sweep
+from .transport_fast import TRANSPORT_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -97,9 +98,12 @@ def cli() -> None:
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@click.option("--transport", type=click.Choice(TRANSPORT_NAMES), default="fast", show_default=True,
+              help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy).")
+@click.option("--insecure", is_flag=True, help="Do not verify https targets' TLS certificates (self-signed ones).")
 def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s, warmup, api, prompt, prompt_file,
           n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
-          parallel_targets, output, force, histograms) -> None:
+          parallel_targets, output, force, histograms, transport, insecure) -> None:
     """Sweep concurrency levels against one or more servers and compare them side by side."""
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels),
@@ -109,6 +113,7 @@ def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s
         api=check_api(api), requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
         timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
+        transport=transport, insecure=insecure,
     )
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir, histograms=histograms)

@@ -48,6 +48,8 @@ class SweepConfig:
     # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
     # the simulated hardware's figures. 1.0 for every real server.
     time_scale: float = 1.0
+    transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
+    insecure: bool = False  # https without certificate verification
 
     def budget(self, concurrency: int) -> tuple[int | None, float | None]:
         """(requests, seconds) for one level: the explicit one, or max(8, 4×C) requests."""
@@ -69,6 +71,8 @@ class SweepConfig:
             "knee_gain": self.knee_gain,
             "knee_latency": self.knee_latency,
             "time_scale": self.time_scale,
+            "transport": self.transport,
+            "insecure": self.insecure,
             "prompt": g.prompt,
             "n_predict": g.n_predict,
             "temperature": g.temperature,

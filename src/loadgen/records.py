@@ -145,6 +145,10 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+    # The client's own load during the level (see `looplag`); None until it ends.
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    client_cpu_fraction: float | None = None
 
     def to_simulated_time(self, time_scale: float, origin_ns: int) -> None:
         """Turn a level run against a simulator running at `time_scale` into simulated time.

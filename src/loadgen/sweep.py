@@ -15,9 +15,11 @@ from .backends import Backend, make_backend
 from .config import SweepConfig, Target
 from .clock import now_ns
 from .engine import Observer, run_level
+from .looplag import LoopLagSampler, bottleneck_warning
 from .probe import Probe, ServerInfo, TargetUnreachable
 from .records import LevelRun
-from .transport import AiohttpTransport, Transport
+from .transport import Transport
+from .transport_fast import make_transport
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ def resolve_labels(targets: list[TargetRun]) -> None:
 
 
 async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> None:
-    async with Probe(t.target.url) as probe:
+    async with Probe(t.target.url, insecure=config.insecure) as probe:
         try:
             await probe.wait_ready(config.wait_ready_s,
                                    on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
@@ -79,12 +81,15 @@ async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> Non
 
 
 async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: SweepObserver,
-                        transport_factory: Callable[[], Transport]) -> None:
+                        transport_factory: Callable[[], Transport] | None) -> None:
     config = run.config
-    transport = transport_factory()
-    await transport.open(t.target.url, max(config.concurrency), config.timeout_s)
+    if transport_factory is not None:
+        transport = transport_factory()
+    else:
+        transport = make_transport(config.transport, t.target.url, obs.message)
+    await transport.open(t.target.url, max(config.concurrency), config.timeout_s, insecure=config.insecure)
     try:
-        async with Probe(t.target.url) as probe:
+        async with Probe(t.target.url, insecure=config.insecure) as probe:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
                 await run_level(warm, transport, backend, requests=config.warmup, duration_s=None)
@@ -99,9 +104,13 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                 t.levels.append(level)
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
                     t.label, concurrency, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
+                lag = LoopLagSampler().start()
                 try:
                     await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
                 finally:
+                    load = lag.stop()
+                    level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms
+                    level.client_cpu_fraction = load.client_cpu_fraction
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
                     if config.time_scale != 1.0:
@@ -109,6 +118,9 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
+                warning = bottleneck_warning(load)
+                if warning:
+                    obs.message(f"warning: {t.label} c={concurrency}: {warning}")
                 if level.stopped_reason:
                     t.error = f"{t.target.url}: {level.stopped_reason} at concurrency {concurrency}"
                     return
@@ -117,8 +129,11 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
 
 
 async def run_sweep(run: SweepRun, obs: SweepObserver,
-                    transport_factory: Callable[[], Transport] = AiohttpTransport) -> None:
-    """Fill `run` target by target (or all at once with parallel_targets)."""
+                    transport_factory: Callable[[], Transport] | None = None) -> None:
+    """Fill `run` target by target (or all at once with parallel_targets).
+
+    The transport is `config.transport`'s (see `transport_fast.make_transport`) unless a factory is given.
+    """
     config = run.config
     backend = make_backend(config.api, config.generation)
     run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in config.targets]
