@@ -22,7 +22,7 @@ import ipaddress
 import ssl
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 import httptools
@@ -104,8 +104,8 @@ class ResponseParser:
         p = self._pieces
         return b"" if not p else p[0] if len(p) == 1 else b"".join(p)
 
-    def headers(self) -> CIMultiDictProxy[str]:
-        return CIMultiDictProxy(CIMultiDict((n.decode("latin-1"), v.decode("latin-1")) for n, v in self._raw_headers))
+    def headers(self) -> "ResponseHeaders":
+        return ResponseHeaders(self._raw_headers)
 
     # httptools callbacks -------------------------------------------------------------------------
 
@@ -130,6 +130,40 @@ class ResponseParser:
         if self.status and not self.complete:
             self.complete, self.complete_ns = True, self._t_ns
             self.keep_alive = self._parser.should_keep_alive()
+
+
+class ResponseHeaders(Mapping[str, str]):
+    """A response's headers, names case-insensitive; decoded only when first read (most never are)."""
+
+    __slots__ = ("_raw", "_decoded")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]):
+        self._raw = raw
+        self._decoded: CIMultiDictProxy[str] | None = None
+
+    def _headers(self) -> CIMultiDictProxy[str]:
+        if self._decoded is None:
+            self._decoded = CIMultiDictProxy(CIMultiDict(
+                (n.decode("latin-1"), v.decode("latin-1")) for n, v in self._raw))
+        return self._decoded
+
+    def __getitem__(self, name: str) -> str:
+        return self._headers()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._headers())
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def items(self):  # every (name, value), repeated names included, in the order received
+        return self._headers().items()
+
+    def getall(self, name: str) -> list[str]:
+        return self._headers().getall(name)
+
+    def __repr__(self) -> str:
+        return f"ResponseHeaders({dict(self._headers().items())!r})"
 
 
 class _RetryOnNewConnection(Exception):
@@ -303,8 +337,11 @@ class FastTransport:
             data, rest = head, body
         deadline = self._loop.time() + self._timeout_s
         fresh = False
+        idle = self._idle
         while True:
-            conn = await self._acquire(deadline, fresh)
+            conn = idle.pop() if idle and not fresh else None
+            if conn is None or not conn.open:  # the fast path above skips a coroutine per request
+                conn = await self._acquire(deadline, fresh)
             waiter = conn.send(data, rest, on_chunk, deadline)
             try:
                 return await waiter
