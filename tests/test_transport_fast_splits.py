@@ -79,3 +79,11 @@ def test_every_two_way_split_of_a_chunked_response():
     for cut in range(1, len(wire)):
         for streamed in (False, True):
             assert parse(wire, [cut], "chunked", streamed) == (200, [("Transfer-Encoding", "chunked")], body)
+
+
+def test_bytes_after_the_response_are_not_its_body():
+    for extra in (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad", b"garbage"):
+        parser = ResponseParser()
+        parser.start(None)
+        parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + extra, 1)
+        assert (parser.complete, parser.body(), parser.extra_data) == (True, b"ok", True)

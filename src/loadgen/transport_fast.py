@@ -109,14 +109,13 @@ class ResponseParser:
 
     # httptools callbacks -------------------------------------------------------------------------
 
-    def on_message_begin(self) -> None:
-        if self.complete:
-            self.extra_data = True
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:  # a second response after ours: the server is out of step
+            self.extra_data = True
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # 100 Continue, 103 Early Hints: a final response follows
             self._raw_headers = []
@@ -124,7 +123,8 @@ class ResponseParser:
         self.status, self.headers_ns = status, self._t_ns
 
     def on_body(self, body: bytes) -> None:
-        self._pieces.append(body)
+        if not self.complete:
+            self._pieces.append(body)
 
     def on_message_complete(self) -> None:
         if self.status and not self.complete:
@@ -181,7 +181,7 @@ class _Connection(asyncio.Protocol):
         self.open = False  # counted in the pool: connected and not yet retired
         self.reused = False
         self._waiter: asyncio.Future | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # loop time by which the current request must be complete
         self._got_bytes = False
 
     # asyncio callbacks
@@ -232,7 +232,8 @@ class _Connection(asyncio.Protocol):
         self.parser.start(on_chunk)
         self._got_bytes = False
         waiter = self._waiter = self._loop.create_future()
-        self._timer = self._loop.call_at(deadline, self._timed_out)
+        self.deadline = deadline
+        self._pool._busy.add(self)
         transport = self.transport
         assert transport is not None
         if body is None:
@@ -244,9 +245,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self) -> None:
         parser, waiter = self.parser, self._waiter
         self._waiter = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._pool._busy.discard(self)
         transport = self.transport
         reusable = parser.keep_alive and not parser.extra_data and self.open and transport is not None \
             and transport.get_write_buffer_size() == 0  # a server that answered before reading the whole body
@@ -263,23 +262,18 @@ class _Connection(asyncio.Protocol):
     def _fail(self, exc: BaseException) -> None:
         waiter = self._waiter
         self._waiter = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._pool._busy.discard(self)
         self._retire()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
-    def _timed_out(self) -> None:
-        self._timer = None
+    def timed_out(self) -> None:
         self._fail(TransportError(records.TIMEOUT, "no complete response within the timeout"))
 
     def abandon(self) -> None:
         """The caller gave up (cancelled): the connection's state is unknown, so close it."""
         self._waiter = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._pool._busy.discard(self)
         self._retire()
 
     def _retire(self) -> None:
@@ -300,6 +294,11 @@ class FastTransport:
         self._heads: dict[tuple[str, str], bytes] = {}
         self._timeout_s = 600.0
         self._closed = False
+        # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
+        # costs far less than arming and cancelling a timer per request (~4 µs with uvloop).
+        self._busy: set[_Connection] = set()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_every_s = 1.0
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False) -> None:
@@ -313,6 +312,8 @@ class FastTransport:
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None
         self._max = max(1, max_connections)
         self._timeout_s = timeout_s
+        self._watch_every_s = min(1.0, max(0.005, timeout_s / 20))  # a timeout fires at most 5% late
+        self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
         fields = {"Host": parts.netloc, "Content-Type": "application/json"}
         for name, value in (headers or {}).items():
             for existing in [k for k in fields if k.lower() == name.lower()]:
@@ -408,6 +409,12 @@ class FastTransport:
             raise
         return conn
 
+    def _watch(self) -> None:
+        now = self._loop.time()
+        for conn in [c for c in self._busy if c.deadline <= now]:
+            conn.timed_out()
+        self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
+
     def _release(self, conn: _Connection) -> None:
         if self._closed:
             conn._retire()
@@ -430,6 +437,9 @@ class FastTransport:
 
     async def close(self) -> None:
         self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         for conn in self._idle:
             conn._retire()
         self._idle.clear()
