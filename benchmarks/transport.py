@@ -7,6 +7,7 @@ the other core):
   non-stream  against a private nginx answering `POST /completion` with a canned llama-server
               response (see engine_overhead.py): CPU µs/request for
                 bare          a bare aiohttp loop (the yardstick of engine_overhead.py)
+                bare-fast     the same loop on FastTransport.request (the transport alone)
                 engine        loadgen's run_level + llama.cpp backend through AiohttpTransport
                 engine+fast   the same through FastTransport
   stream      nginx answering `POST /stream` with 64 SSE events (text/event-stream, 6.5 kB):
@@ -48,7 +49,7 @@ SSE_BODY = "".join(
      '"tokens_evaluated":20,"stop_type":"limit","timings":{"prompt_n":20,"prompt_ms":5.1,'
      '"predicted_n":64,"predicted_ms":300.0,"predicted_per_second":213.3}}\n\n')
 
-NONSTREAM = ("bare", "engine", "engine+fast")
+NONSTREAM = ("bare", "bare-fast", "engine", "engine+fast")
 STREAM = ("sse-aiohttp", "sse-fast")
 HOLD_S = 0.050
 
@@ -103,6 +104,35 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
             "latency_ms": lat}
 
 
+async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> dict:
+    from loadgen.transport_fast import FastTransport
+
+    transport = FastTransport()
+    await transport.open(url, concurrency, 60.0)
+    bad = [0]
+
+    async def loop(n: int) -> None:
+        remaining = [n]
+
+        async def task() -> None:
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                r = await transport.request("POST", "/completion", body)
+                if r.status != 200 or len(r.body) != len(CANNED_BODY):
+                    bad[0] += 1
+
+        await asyncio.gather(*(task() for _ in range(concurrency)))
+
+    try:
+        await loop(concurrency * 4)
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        await loop(requests)
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+    finally:
+        await transport.close()
+    return {"done": requests, "failed": bad[0], "wall_s": wall, "cpu_s": cpu}
+
+
 async def _sse(url: str, requests: int, concurrency: int, transport_name: str) -> dict:
     """Requests whose SSE bodies are split into events as the bytes arrive (a minimal splitter)."""
     from loadgen.transport_fast import make_transport
@@ -155,6 +185,8 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
 
     if variant == "bare":
         coro = _bare(url, _engine_like_body(), requests, concurrency)
+    elif variant == "bare-fast":
+        coro = _bare_fast(url, _engine_like_body(), requests, concurrency)
     elif variant in ("engine", "engine+fast", "accuracy"):
         coro = _engine(url, requests, concurrency, "aiohttp" if variant == "engine" else "fast")
     else:
