@@ -80,6 +80,7 @@ class StreamingNginx(Nginx):
 async def _engine(url: str, requests: int, concurrency: int, transport_name: str) -> dict:
     from loadgen.backends import GenerationParams, make_backend
     from loadgen.engine import run_level
+    from loadgen.looplag import LoopLagSampler
     from loadgen.records import LevelRun
     from loadgen.transport_fast import make_transport
 
@@ -91,9 +92,11 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
                                requests=concurrency * 4, duration_s=None)
         assert all(r.ok for r in warm.records), warm.records[0].error_message
         level = LevelRun("bench", concurrency)
+        lag = LoopLagSampler().start()
         cpu0, t0 = _cpu_s(), time.perf_counter()
         await run_level(level, transport, backend, requests=requests, duration_s=None)
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        load = lag.stop()
     finally:
         await transport.close()
     failed = [r for r in level.records if not r.ok]
@@ -101,7 +104,7 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
         print(f"first failure: {failed[0].error_kind}: {failed[0].error_message}", file=sys.stderr)
     lat = sorted((r.complete_ns - r.send_ns) / 1e6 for r in level.records if r.ok)
     return {"done": len(level.records), "failed": len(failed), "wall_s": wall, "cpu_s": cpu,
-            "latency_ms": lat}
+            "latency_ms": lat, "loop_lag_p99_ms": load.loop_lag_p99_ms, "loop_lag_max_ms": load.loop_lag_max_ms}
 
 
 async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> dict:
@@ -377,6 +380,10 @@ def main() -> int:
         s = acc["server"]
         print(f"  latency - 50 ms: p50 {acc['p50_excess_ms']:.3f} ms, p99 {acc['p99_excess_ms']:.3f} ms, "
               f"max {acc['max_excess_ms']:.3f} ms  (target: p99 < 1 ms)")
+        c = acc["client"]
+        if c.get("loop_lag_p99_ms") is not None:
+            print(f"  the client's event-loop lag: p99 {c['loop_lag_p99_ms']:.2f} ms, max {c['loop_lag_max_ms']:.2f} ms, "
+                  f"client CPU {c['cpu_s'] / c['wall_s']:.0%} of a core")
         if s:
             print(f"  the server's own overshoot: p99 {s['overshoot_p99_us']:.0f} µs, max {s['overshoot_max_us']:.0f} µs "
                   f"over {s['answers']:,} answers")
