@@ -411,3 +411,69 @@ def test_environment_proxy_falls_back_to_aiohttp(monkeypatch):
     assert isinstance(make_transport("fast", "http://10.1.2.3:8080", said.append), FastTransport)
     assert isinstance(make_transport("aiohttp", "http://10.1.2.3:8080"), AiohttpTransport)
     assert len(said) == 1
+
+
+COMPLETION = (b'{"content":"hi","tokens_predicted":4,"stop_type":"limit","id_slot":0,"timings":{"prompt_n":5,'
+              b'"prompt_ms":1.0,"predicted_n":4,"predicted_ms":2.0,"predicted_per_second":2000.0,"cache_n":0}}')
+
+
+class ThreadedServer:
+    """A FixtureServer on its own event loop in a thread, for the CLI (which runs its own loop)."""
+
+    def __init__(self, handler, tls=None):
+        import threading
+
+        self._server = FixtureServer(handler, tls=tls)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self):
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        async with self._server:
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> FixtureServer:
+        self._thread.start()
+        self._ready.wait(10)
+        return self._server
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+async def llama_like(request, writer):
+    if request.path == "/completion":
+        writer.write(response(COMPLETION, headers=("Content-Type: application/json",)))
+    elif request.path == "/health":
+        writer.write(response(b'{"status":"ok"}'))
+    else:
+        writer.write(response(b"not here", "404 Not Found"))
+    await writer.drain()
+    return True
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, tmp_path, transport):
+    from loadgen.results import load_records, load_run
+
+    context, _ = self_signed_tls(tmp_path)
+    with ThreadedServer(llama_like, tls=context) as server:
+        args = ["sweep", "--url", server.url, "--concurrency", "1,2", "--requests", "3", "--warmup", "1",
+                "--transport", transport, "--no-histograms", "--wait-ready", "1"]
+        code, _, err = loadgen(*args, "--output", tmp_path / "refused")
+        assert code == 1
+        assert "certificate verification failed" in err and "--insecure" in err
+        code, _, err = loadgen(*args, "--insecure", "--output", tmp_path / "ok")
+        assert code == 0, err
+    doc = load_run(tmp_path / "ok")
+    assert doc["config"]["transport"] == transport and doc["config"]["insecure"] is True
+    assert [lv["requests_ok"] for lv in doc["targets"][0]["levels"]] == [3, 3]
+    assert all(r.ok and r.predicted_n == 4 for r in load_records(tmp_path / "ok"))
+
+
+def test_unknown_transport_is_a_usage_error(loadgen):
+    code, _, err = loadgen("sweep", "--ports", "1", "--transport", "curl")
+    assert code == 2 and "fast" in err and "aiohttp" in err
