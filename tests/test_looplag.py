@@ -46,7 +46,7 @@ def test_an_idle_loop_shows_little_lag_and_cpu():
 def test_warning_names_the_reason_and_the_remedy():
     assert bottleneck_warning(ClientLoad(1.0, 3.0, 0.5, 100)) is None
     lag = bottleneck_warning(ClientLoad(2.5, 9.0, 0.5, 100))
-    assert lag is not None and "event-loop lag p99 2.5 ms" in lag and "worker processes" in lag
+    assert lag is not None and "event-loop lag p99 2.50 ms" in lag and "worker processes" in lag
     cpu = bottleneck_warning(ClientLoad(0.5, 1.0, 0.95, 100))
     assert cpu is not None and "client CPU 95% of a core" in cpu and "lag" not in cpu.split("(")[1]
     assert bottleneck_warning(ClientLoad(None, None, 0.1, 0)) is None

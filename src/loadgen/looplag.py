@@ -68,10 +68,10 @@ def bottleneck_warning(load: ClientLoad) -> str | None:
     """One line when the client may have limited the level, else None."""
     reasons = []
     if load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms > LAG_P99_WARN_MS:
-        reasons.append(f"event-loop lag p99 {load.loop_lag_p99_ms:.1f} ms > {LAG_P99_WARN_MS:g} ms")
+        reasons.append(f"event-loop lag p99 {load.loop_lag_p99_ms:.2f} ms > {LAG_P99_WARN_MS:g} ms")
     if load.client_cpu_fraction > CPU_WARN_FRACTION:
         reasons.append(f"client CPU {load.client_cpu_fraction:.0%} of a core > {CPU_WARN_FRACTION:.0%}")
     if not reasons:
         return None
-    return (f"the client may be the bottleneck ({', '.join(reasons)}): its latencies include its own delay; "
-            "spread the load over more worker processes (e.g. one loadgen per target) or lower the concurrency")
+    return (f"the client may be the bottleneck ({', '.join(reasons)}), so latencies include its own delay; "
+            "use more worker processes or a quieter machine")
