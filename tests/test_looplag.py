@@ -98,7 +98,7 @@ def test_every_level_records_the_clients_load_in_run_json(transport):
 def test_a_client_that_stalls_the_loop_is_warned_about():
     recorder = Recorder(stall_s=0.02)
     _sweep("fast", recorder, concurrency=(2,))
-    warnings = [m for m in recorder.messages if m.startswith("warning: smoke c=2: the client may be the bottleneck")]
+    warnings = [m for m in recorder.messages if m.startswith("warning: smoke at concurrency 2: the client may be the bottleneck")]
     assert len(warnings) == 1 and "event-loop lag p99" in warnings[0]
 
 

@@ -310,7 +310,7 @@ class FastTransport:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._hostport = parts.netloc
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None
-        self._max = max(1, max_connections)
+        self._max = max_connections if max_connections > 0 else 1 << 30  # 0: no limit (open loop)
         self._timeout_s = timeout_s
         self._watch_every_s = min(1.0, max(0.005, timeout_s / 20))  # a timeout fires at most 5% late
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
