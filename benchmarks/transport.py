@@ -12,8 +12,9 @@ the other core):
                 engine+fast   the same through FastTransport
   stream      nginx answering `POST /stream` with 64 SSE events (text/event-stream, 6.5 kB):
               events/s split out of on_chunk's bytes by a minimal line splitter, per transport
-              (sse-aiohttp, sse-fast). This is the transport's share of streaming; the SSE and
-              record bookkeeping of a streaming backend come on top.
+              (sse-aiohttp, sse-fast): the transport's share of streaming. stream-engine and
+              stream-engine+fast run the same body through run_level with the streaming llama.cpp
+              backend (sse.py splitting, every event decoded, chunk times kept in the record).
   accuracy    a Python server (its own core, spinning the last millisecond so it answers on time)
               that answers every request exactly 50 ms after reading it; run_level through the fast
               transport at concurrency 256: latency p99 - 50 ms, next to the server's own overshoot.
@@ -50,7 +51,7 @@ SSE_BODY = "".join(
      '"predicted_n":64,"predicted_ms":300.0,"predicted_per_second":213.3}}\n\n')
 
 NONSTREAM = ("bare", "bare-fast", "engine", "engine+fast")
-STREAM = ("sse-aiohttp", "sse-fast")
+STREAM = ("sse-aiohttp", "sse-fast", "stream-engine", "stream-engine+fast")
 HOLD_S = 0.050
 
 
@@ -77,14 +78,16 @@ class StreamingNginx(Nginx):
 # children
 # --------------------------------------------------------------------------------------------
 
-async def _engine(url: str, requests: int, concurrency: int, transport_name: str) -> dict:
+async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False) -> dict:
     from loadgen.backends import GenerationParams, make_backend
     from loadgen.engine import run_level
     from loadgen.looplag import LoopLagSampler
     from loadgen.records import LevelRun
     from loadgen.transport_fast import make_transport
 
-    backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT))
+    backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT, stream=stream))
+    if stream:
+        backend.path = "/stream"  # nginx's canned SSE body
     transport = make_transport(transport_name, url)
     await transport.open(url, concurrency, 60.0)
     try:
@@ -103,8 +106,9 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
     if failed:
         print(f"first failure: {failed[0].error_kind}: {failed[0].error_message}", file=sys.stderr)
     lat = sorted((r.complete_ns - r.send_ns) / 1e6 for r in level.records if r.ok)
+    events = sum(r.chunks or 0 for r in level.records) + len(level.records) if stream else None
     return {"done": len(level.records), "failed": len(failed), "wall_s": wall, "cpu_s": cpu,
-            "latency_ms": lat, "loop_lag_p99_ms": load.loop_lag_p99_ms, "loop_lag_max_ms": load.loop_lag_max_ms}
+            **({"events": events} if stream else {}), "latency_ms": lat if not stream else [], "loop_lag_p99_ms": load.loop_lag_p99_ms, "loop_lag_max_ms": load.loop_lag_max_ms}
 
 
 async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> dict:
@@ -190,8 +194,9 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
         coro = _bare(url, _engine_like_body(), requests, concurrency)
     elif variant == "bare-fast":
         coro = _bare_fast(url, _engine_like_body(), requests, concurrency)
-    elif variant in ("engine", "engine+fast", "accuracy"):
-        coro = _engine(url, requests, concurrency, "aiohttp" if variant == "engine" else "fast")
+    elif variant in ("engine", "engine+fast", "accuracy", "stream-engine", "stream-engine+fast"):
+        coro = _engine(url, requests, concurrency, "fast" if variant.endswith(("fast", "accuracy")) else "aiohttp",
+                       stream=variant.startswith("stream"))
     else:
         coro = _sse(url, requests, concurrency, variant.removeprefix("sse-"))
     print("RESULT " + json.dumps(uvloop.run(coro)), flush=True)
@@ -350,7 +355,7 @@ def main() -> int:
             for rnd in range(args.rounds):
                 order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
                 for v in order:
-                    n = args.stream_requests if v.startswith("sse") else args.requests
+                    n = args.stream_requests if v.startswith(("sse", "stream")) else args.requests
                     r = run_child(v, nginx.url, n, args.concurrency, client_cpu)
                     results[v].append(r)
                     failed += r["failed"]
@@ -365,7 +370,7 @@ def main() -> int:
         for v, rs in results.items():
             rps = statistics.median(r["done"] / r["wall_s"] for r in rs)
             us = statistics.median(r["cpu_s"] / max(r["done"], 1) * 1e6 for r in rs)
-            if v.startswith("sse"):
+            if "events" in rs[0]:
                 eps = statistics.median(r["events"] / r["wall_s"] for r in rs)
                 ue = statistics.median(r["cpu_s"] / max(r["events"], 1) * 1e6 for r in rs)
                 print(f"{v:<13}{rps:>10,.0f}{us:>12.1f}{eps:>12,.0f}{ue:>14.2f}")
