@@ -32,6 +32,7 @@ from .results import (ResultsError, command_line, default_dir, host_facts, load_
                       open_loop, prepare_dir, target_verdict, utc_now, write_results)
 from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
+from .transport_fast import TRANSPORT_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -115,10 +116,13 @@ def cli() -> None:
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@click.option("--transport", type=click.Choice(TRANSPORT_NAMES), default="fast", show_default=True,
+              help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy).")
+@click.option("--insecure", is_flag=True, help="Do not verify https targets' TLS certificates (self-signed ones).")
 def sweep(ports, host, urls, labels, concurrency, rates, arrival, burstiness, max_in_flight, arrival_seed,
           requests_per_level, duration_s, warmup, api, model, stream, api_key, prompt, prompt_file,
           n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
-          parallel_targets, output, force, histograms) -> None:
+          parallel_targets, output, force, histograms, transport, insecure) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if concurrency is not None and rates is not None:
         raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
@@ -140,6 +144,7 @@ def sweep(ports, host, urls, labels, concurrency, rates, arrival, burstiness, ma
         api=api, requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
         timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
+        transport=transport, insecure=insecure,
     )
     ensure_open_files(connections_needed(config))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)

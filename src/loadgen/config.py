@@ -59,6 +59,8 @@ class SweepConfig:
     # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
     # the simulated hardware's figures. 1.0 for every real server.
     time_scale: float = 1.0
+    transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
+    insecure: bool = False  # https without certificate verification
 
     @property
     def open_loop(self) -> bool:
@@ -104,6 +106,8 @@ class SweepConfig:
             "knee_gain": self.knee_gain,
             "knee_latency": self.knee_latency,
             "time_scale": self.time_scale,
+            "transport": self.transport,
+            "insecure": self.insecure,
             "prompt": g.prompt,
             "n_predict": g.n_predict,
             "temperature": g.temperature,

@@ -12,12 +12,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .clock import now_ns
 from .records import ProbeSample
+from .transport import connect_reason, tls_context
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.
 METRIC_NAMES = (
@@ -84,15 +86,18 @@ def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
 class Probe:
     """A small aiohttp session for one target's management endpoints."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10):
+    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
+                 insecure: bool = False):
         self.base_url = base_url.rstrip("/")
+        self._insecure = insecure
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._metrics_status: int | None = None  # of the last /metrics scrape (None: no answer)
 
     async def __aenter__(self) -> "Probe":
-        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        connector = aiohttp.TCPConnector(ssl=tls_context(True)) if self._insecure else None
+        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -113,6 +118,10 @@ class Probe:
                 status, body = await self._get("/health")
             except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
                 raise TargetUnreachable("/health did not answer within 10 s") from exc
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise TargetUnreachable(connect_reason(exc.certificate_error, urlsplit(self.base_url).netloc)) from exc
+            except aiohttp.ClientConnectorError as exc:
+                raise TargetUnreachable(connect_reason(exc.os_error, urlsplit(self.base_url).netloc)) from exc
             except (aiohttp.ClientError, OSError) as exc:
                 raise TargetUnreachable(_unreachable(exc)) from exc
             if status == 200:
@@ -226,22 +235,14 @@ class Probe:
         return {name: values[name] for name in METRIC_NAMES if name in values}
 
 
-_DNS_ERROR = getattr(aiohttp, "ClientConnectorDNSError", ())  # aiohttp >= 3.10
-
-
 def _unreachable(exc: BaseException) -> str:
-    """Why a target could not be asked /health, in one short line."""
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return (f"TLS handshake failed ({_first_line(getattr(exc, 'os_error', exc))}); "
-                "if the server speaks plain HTTP, use an http:// URL")
-    if _DNS_ERROR and isinstance(exc, _DNS_ERROR):
-        return f"cannot resolve the host name ({_first_line(getattr(exc, 'os_error', exc))})"
-    if isinstance(exc, (aiohttp.ClientConnectorError, OSError)) and not isinstance(exc, aiohttp.ClientResponseError):
-        return f"cannot connect ({_first_line(exc)})"
-    if isinstance(exc, aiohttp.ClientResponseError):  # the parser's message, with what it got
+    """Why a target that accepted the connection could not be asked /health, in one short line."""
+    if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP parser's complaint, with what it got
         reason = " ".join(str(exc.message).split())
         return f"does not speak HTTP ({reason[:120]}{'…' if len(reason) > 120 else ''})"
-    return f"does not speak HTTP ({_first_line(exc)})"
+    if isinstance(exc, aiohttp.ClientError):
+        return f"does not speak HTTP ({_first_line(exc)})"
+    return f"cannot connect ({_first_line(exc)})"
 
 
 def _reject_constant(name: str) -> None:

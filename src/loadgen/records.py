@@ -199,6 +199,10 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+    # The client's own load during the level (see `looplag`); None until it ends.
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    client_cpu_fraction: float | None = None
     # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
     in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
 

@@ -79,7 +79,8 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
                                       lv.stopped_reason or (None if lv.finished else "in progress"),
                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after),
                                       rate=lv.rate)
-            levels.append(summary.to_dict())
+            levels.append({**summary.to_dict(), "loop_lag_p99_ms": lv.loop_lag_p99_ms,
+                           "loop_lag_max_ms": lv.loop_lag_max_ms, "client_cpu_fraction": lv.client_cpu_fraction})
         target = {
             "label": t.label,
             "url": t.target.url,
