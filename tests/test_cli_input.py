@@ -120,11 +120,11 @@ def test_unreachable_port_is_named_and_exits_1_with_a_valid_run_file(monkeypatch
     code, out, err = run_cli(monkeypatch, capsys, "sweep", "--ports", str(port), "--concurrency", "1",
                              "--output", str(out_dir))
     assert code == 1
-    assert f"127.0.0.1:{port}" in err and "cannot connect" in err
+    assert f"127.0.0.1:{port}" in err and "connection refused" in err
     assert "Traceback" not in err
     doc = json.loads((out_dir / "run.json").read_text())
     assert doc["complete"] is False
-    assert "cannot connect" in doc["targets"][0]["error"]
+    assert "connection refused" in doc["targets"][0]["error"]
 
 
 # --- damaged results directories, for every command that reads one ------------------------------------

@@ -95,10 +95,19 @@ def check_level_counts(doc: dict, records: list) -> None:
                 assert lv["throughput_tok_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"])
 
 
+# The faults a transport sees (cut connections, timeouts), also through the aiohttp transport.
+AIOHTTP = [(spec, extra, kind) for spec, extra, kind in [*FAULT_TABLE, *(
+    (spec, ["--stream", *extra], kind) for spec, extra, kind in STREAM_TABLE if "--api" not in extra)]
+    if spec.split(":")[0] in ("reset_before_headers", "reset_mid_stream", "truncated_body", "first_byte_stall",
+                              "slow_drip") and kind is not None]
+
+
 @pytest.mark.parametrize("spec,extra,kind", [
     *(pytest.param(spec, extra, kind, id=spec) for spec, extra, kind in FAULT_TABLE),
     *(pytest.param(spec, ["--stream", *extra], kind, id=" ".join([spec, "--stream", *extra[:2]]))
-      for spec, extra, kind in STREAM_TABLE)])
+      for spec, extra, kind in STREAM_TABLE),
+    *(pytest.param(spec, ["--transport", "aiohttp", *extra], kind, id=" ".join([spec, "aiohttp", *extra[:1]]))
+      for spec, extra, kind in AIOHTTP)])
 def test_fault_table(loadgen, tmp_path, spec, extra, kind):
     out = tmp_path / "run"
     with SimThread(faults=[spec], seed=SEED) as sim:
@@ -226,8 +235,8 @@ def _garbage(_: bytes) -> bytes:
     return os.urandom(512)
 
 
-UNREACHABLE = {"refused": "cannot connect", "dns": "cannot resolve the host name", "ssh": "does not speak HTTP",
-               "echo": "does not speak HTTP", "garbage": "does not speak HTTP", "tls": "TLS handshake failed"}
+UNREACHABLE = {"refused": "connection refused by", "dns": "cannot resolve the host of", "ssh": "does not speak HTTP",
+               "echo": "does not speak HTTP", "garbage": "does not speak HTTP", "tls": "TLS handshake with"}
 
 
 @pytest.mark.parametrize("case", list(UNREACHABLE))

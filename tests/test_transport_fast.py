@@ -79,7 +79,8 @@ def test_chunked_response_split_at_every_byte_boundary():
                     assert (r.status, r.body, b"".join(pieces)) == (200, b"", body)
             finally:
                 await transport.close()
-        assert server.connections == 1
+        # a plain request's connection is reused by the next request; a streamed one's is not
+        assert server.connections == len(cuts) // 2
     run(main())
 
 
@@ -248,23 +249,46 @@ def test_idle_keep_alive_closed_by_the_server_is_no_error():
     run(main())
 
 
-def test_keep_alive_closed_as_the_next_request_arrives_is_retried_once():
+def test_keep_alive_closed_as_the_next_request_arrives_is_an_error_not_a_retry():
+    """The server read the request and closed without a byte. It may be the race with a closing
+    keep-alive connection, or a server dropping requests: a retry cannot tell, and would hide the
+    second. So it is recorded, and the request is not sent again."""
     async def main():
         async def close_second(request, writer):
             if request.index_on_connection == 1:
-                return False  # read the request, close without a byte: the race every keep-alive client meets
+                return False
             writer.write(response(b"ok"))
             return True
 
         async with FixtureServer(close_second) as server:
             transport = await _open(server)
             try:
-                results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
+                first = await transport.request("POST", "/x", b"{}")
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+                third = await transport.request("POST", "/x", b"{}")
             finally:
                 await transport.close()
-        assert [r.body for r in results] == [b"ok"] * 3
-        # each connection's second request is dropped and retried on a new one: 3 answered + 2 retried
-        assert server.connections == 3 and len(server.requests) == 5
+        assert first.body == third.body == b"ok"
+        assert err.value.kind == records.DISCONNECTED and "before the response" in err.value.message
+        assert server.connections == 2 and len(server.requests) == 3  # nothing sent twice
+    run(main())
+
+
+def test_a_streamed_request_asks_for_connection_close():
+    async def main():
+        async with FixtureServer(answer(response(b"data: {}\n\n"))) as server:
+            transport = await _open(server)
+            try:
+                await transport.request("POST", "/x", b"{}", on_chunk=lambda c, t: None)
+                await transport.request("POST", "/x", b"{}", on_chunk=lambda c, t: None)
+                await transport.request("POST", "/x", b"{}")
+                await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        closes = [r.headers.get("connection") for r in server.requests]
+        assert closes == ["close", "close", None, None]
+        assert server.connections == 3  # one per stream, then one kept alive for both plain requests
     run(main())
 
 

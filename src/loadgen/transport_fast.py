@@ -4,8 +4,11 @@ aiohttp spends 250-300 µs of CPU per request; this transport spends a fifth of 
 core can keep 64 requests in flight against a fast server and measure it rather than itself.
 
 - One HTTP/1.1 keep-alive connection per in-flight request, per target; idle ones are reused
-  (last in, first out). A reused connection that fails before a single response byte arrives (the
-  server closed it while idle) is retried once on a new connection and counts as no error.
+  (last in, first out); one the server closed while idle is dropped, not used. Nothing is retried:
+  a request the server read and then dropped or reset is recorded as `disconnected`, since a retry
+  cannot tell that from the race with a closing keep-alive connection and would hide the fault.
+  Streamed requests ask for `Connection: close` (llama-server closes the connection after every
+  stream although it announces keep-alive, so a reused one would die under the next request).
 - The request head (method, path, Host, headers) is serialised once per (method, path); per request
   only Content-Length and the body are written, in one `write`.
 - Responses are parsed incrementally by `ResponseParser` (Content-Length, chunked, read-until-close,
@@ -166,10 +169,6 @@ class ResponseHeaders(Mapping[str, str]):
         return f"ResponseHeaders({dict(self._headers().items())!r})"
 
 
-class _RetryOnNewConnection(Exception):
-    """A reused keep-alive connection died before any response byte: the server had closed it."""
-
-
 class _Connection(asyncio.Protocol):
     """One TCP (or TLS) connection; carries one request at a time."""
 
@@ -179,7 +178,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = ResponseParser()
         self.open = False  # counted in the pool: connected and not yet retired
-        self.reused = False
+        self.close_after = False  # the request asked for Connection: close
         self._waiter: asyncio.Future | None = None
         self.deadline = 0.0  # loop time by which the current request must be complete
         self._got_bytes = False
@@ -218,8 +217,6 @@ class _Connection(asyncio.Protocol):
             return
         if self.parser.feed_eof(now_ns()):
             self._finish()
-        elif not self._got_bytes and self.reused:
-            self._fail(_RetryOnNewConnection())
         else:
             what = "reset the connection" if isinstance(exc, ConnectionResetError) else "closed the connection"
             when = "mid-body" if self.parser.status else "before the response" if not self._got_bytes \
@@ -231,6 +228,7 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes, body: bytes | None, on_chunk: ChunkCallback | None, deadline: float) -> asyncio.Future:
         self.parser.start(on_chunk)
         self._got_bytes = False
+        self.close_after = on_chunk is not None
         waiter = self._waiter = self._loop.create_future()
         self.deadline = deadline
         self._pool._busy.add(self)
@@ -247,12 +245,12 @@ class _Connection(asyncio.Protocol):
         self._waiter = None
         self._pool._busy.discard(self)
         transport = self.transport
-        reusable = parser.keep_alive and not parser.extra_data and self.open and transport is not None \
+        reusable = parser.keep_alive and not self.close_after and not parser.extra_data and self.open \
+            and transport is not None \
             and transport.get_write_buffer_size() == 0  # a server that answered before reading the whole body
         response = HttpResponse(parser.status, parser.headers(), parser.headers_ns, parser.complete_ns,
                                 b"" if parser._on_chunk is not None else parser.body())
         if reusable:
-            self.reused = True
             self._pool._release(self)
         else:
             self._retire()
@@ -291,7 +289,7 @@ class FastTransport:
         self._open = 0
         self._max = 1
         self._waiters: deque[asyncio.Future] = deque()
-        self._heads: dict[tuple[str, str], bytes] = {}
+        self._heads: dict[tuple[str, str, bool], bytes] = {}
         self._timeout_s = 600.0
         self._closed = False
         # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
@@ -321,49 +319,42 @@ class FastTransport:
             fields[name] = value
         self._header_lines = "".join(f"{k}: {v}\r\n" for k, v in fields.items())
 
-    def _head(self, method: str, path: str) -> bytes:
-        head = f"{method} {path} HTTP/1.1\r\n{self._header_lines}Content-Length: ".encode("latin-1")
-        self._heads[(method, path)] = head
+    def _head(self, method: str, path: str, close: bool) -> bytes:
+        connection = "Connection: close\r\n" if close else ""
+        head = f"{method} {path} HTTP/1.1\r\n{self._header_lines}{connection}Content-Length: ".encode("latin-1")
+        self._heads[(method, path, close)] = head
         return head
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse:
         if method == "HEAD":
             raise ValueError("the fast transport does not send HEAD requests; use the aiohttp transport")
-        head = self._heads.get((method, path)) or self._head(method, path)
+        close = on_chunk is not None
+        head = self._heads.get((method, path, close)) or self._head(method, path, close)
         head += b"%d\r\n\r\n" % len(body)
         if len(body) <= _ONE_WRITE_MAX:
             data, rest = head + body, None
         else:
             data, rest = head, body
         deadline = self._loop.time() + self._timeout_s
-        fresh = False
         idle = self._idle
-        while True:
-            conn = idle.pop() if idle and not fresh else None
-            if conn is None or not conn.open:  # the fast path above skips a coroutine per request
-                conn = await self._acquire(deadline, fresh)
-            waiter = conn.send(data, rest, on_chunk, deadline)
-            try:
-                return await waiter
-            except _RetryOnNewConnection:
-                if fresh:  # cannot happen: a fresh connection is never "reused"
-                    raise TransportError(records.DISCONNECTED, "the server closed the connection") from None
-                fresh = True
-            except asyncio.CancelledError:
-                conn.abandon()
-                raise
+        conn = idle.pop() if idle else None
+        if conn is None or not conn.open:  # the fast path above skips a coroutine per request
+            conn = await self._acquire(deadline)
+        waiter = conn.send(data, rest, on_chunk, deadline)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            conn.abandon()
+            raise
 
-    async def _acquire(self, deadline: float, fresh: bool) -> _Connection:
+    async def _acquire(self, deadline: float) -> _Connection:
         idle = self._idle
-        while idle and not fresh:
+        while idle:
             conn = idle.pop()
             if conn.open:
                 return conn
         while self._open >= self._max:
-            if idle:  # a retry needs a new connection: make room by closing an idle one
-                idle.pop()._retire()
-                continue
             waiter = self._loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -374,7 +365,7 @@ class FastTransport:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
-            while idle and not fresh:
+            while idle:
                 conn = idle.pop()
                 if conn.open:
                     return conn
