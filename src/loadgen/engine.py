@@ -30,6 +30,17 @@ def new_salt() -> str:
     return f"{x[:8]}-{x[8:12]}-4{x[13:16]}-{'89ab'[int(x[16], 16) & 3]}{x[17:20]}-{x[20:]}"
 
 
+def new_decimal_salt() -> str:
+    """A random version 4 UUID whose hex digits are all 0-9 (about 100 random bits).
+
+    Tokenizers split runs of decimal digits by fixed rules (one token per digit, or per group of
+    up to three), so every such salt is the same number of tokens, where a hex UUID's letters merge
+    unpredictably (31 to 39 tokens on SmolLM2). Exact prompt lengths (`--prompt-tokens`) need that.
+    """
+    d = "".join(str(b % 10) for b in os.urandom(32))  # 256 % 10 != 0: a bias too small to matter here
+    return f"{d[:8]}-{d[8:12]}-4{d[13:16]}-{'89'[d[16] in '01234']}{d[17:20]}-{d[20:32]}"
+
+
 class Observer(Protocol):
     def level_started(self, target: str, concurrency: int, requests: int | None,
                       duration_s: float | None) -> None: ...
