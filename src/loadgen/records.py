@@ -59,6 +59,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     headers_ns: int | None = None
+    prompt_tokens_target: int | None = None  # length asked for (--prompt-tokens, a depth); prompt_n: computed
 
     @property
     def ok(self) -> bool:
@@ -85,6 +86,7 @@ def make_record(
     status: int | None,
     outcome: ServerOutcome,
     headers_ns: int | None = None,
+    prompt_tokens_target: int | None = None,
 ) -> RequestRecord:
     return RequestRecord(
         target=target,
@@ -107,6 +109,7 @@ def make_record(
         predicted_ms=outcome.predicted_ms,
         predicted_per_second=outcome.predicted_per_second,
         cache_n=outcome.cache_n,
+        prompt_tokens_target=prompt_tokens_target,
     )
 
 
@@ -137,6 +140,7 @@ class LevelRun:
 
     target: str
     concurrency: int
+    prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
     records: list[RequestRecord] = field(default_factory=list)
     start_ns: int = 0
     end_ns: int = 0
