@@ -22,12 +22,12 @@ from .metrics import MeanSd, decode_tok_s, mean_sd
 from .records import RequestRecord
 
 
-def skip_reason(depth: int, n_predict: int, n_ctx: int | None) -> str | None:
-    """Why a depth cannot run on a server with this per-slot context, or None when it fits."""
-    if n_ctx is None or depth + n_predict <= n_ctx:
+def skip_reason(prompt_tokens: int, n_predict: int, n_ctx: int | None) -> str | None:
+    """Why a prompt of this many tokens cannot run on a server with this per-slot context, or None."""
+    if n_ctx is None or prompt_tokens + n_predict <= n_ctx:
         return None
-    return (f"skipped: depth {depth:,} + n_predict {n_predict} exceeds the server's per-slot context "
-            f"n_ctx {n_ctx:,} (raise -c or lower --parallel)")
+    return (f"skipped: {prompt_tokens:,} prompt tokens + n_predict {n_predict} exceed the server's per-slot "
+            f"context n_ctx {n_ctx:,} (raise its -c, or lower --parallel)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Protocol
 
 from . import records
@@ -65,11 +66,19 @@ async def run_level(
     requests: int | None,
     duration_s: float | None,
     observer: Observer | None = None,
+    salt: Callable[[], str] = new_salt,
+    give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN,
+    pause_after_error_s: float = 0.0,
 ) -> LevelRun:
     """Run `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
 
     In-flight requests at the deadline are allowed to finish and are recorded. On cancellation each
     worker records its in-flight request as `cancelled` before the cancellation propagates.
+
+    `salt` makes each request's salt (`new_decimal_salt` for exact prompt lengths). The level stops
+    with "target down" after `give_up_after` connect failures in a row; None never gives up (a
+    soak rides out a restart). A worker whose request failed waits `pause_after_error_s` before its
+    next one, so a server that is down is not hammered with thousands of refused connections.
     """
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
@@ -92,8 +101,8 @@ async def run_level(
                 return
             seq = issued
             issued += 1
-            salt = new_salt()
-            body = build(salt)
+            request_salt = salt()
+            body = build(request_salt)
             send_ns = now_ns()
             status = headers_ns = None
             try:
@@ -103,25 +112,31 @@ async def run_level(
                 outcome = ServerOutcome(error_kind=exc.kind, error_message=exc.message)
             except asyncio.CancelledError:
                 append(make_record(target=level.target, level=level.concurrency, worker=index,
-                                   seq=seq, salt=salt, send_ns=send_ns, complete_ns=now_ns(),
+                                   seq=seq, salt=request_salt, send_ns=send_ns, complete_ns=now_ns(),
                                    status=None, outcome=ServerOutcome(
                                        error_kind=records.CANCELLED,
-                                       error_message="in flight when the run was stopped")))
+                                       error_message="in flight when the run was stopped"),
+                                   prompt_tokens_target=level.prompt_tokens))
                 raise
             else:
                 status, headers_ns, complete_ns = response.status, response.headers_ns, response.complete_ns
                 outcome = parse(response.status, response.body)
             record = make_record(target=level.target, level=level.concurrency, worker=index, seq=seq,
-                                 salt=salt, send_ns=send_ns, complete_ns=complete_ns, status=status,
-                                 outcome=outcome, headers_ns=headers_ns)
+                                 salt=request_salt, send_ns=send_ns, complete_ns=complete_ns, status=status,
+                                 outcome=outcome, headers_ns=headers_ns, prompt_tokens_target=level.prompt_tokens)
             append(record)
             obs.request_done(record)
             if outcome.error_kind == records.CONNECT_ERROR:
                 connect_failures += 1
-                if connect_failures >= CONNECT_FAILURES_BEFORE_DOWN and level.stopped_reason is None:
+                if (give_up_after is not None and connect_failures >= give_up_after
+                        and level.stopped_reason is None):
                     level.stopped_reason = f"target down: {outcome.error_message}"
             else:
                 connect_failures = 0
+            if outcome.error_kind is not None and pause_after_error_s > 0:
+                pause = pause_after_error_s if deadline is None else min(pause_after_error_s,
+                                                                         max(0, deadline - now_ns()) / 1e9)
+                await asyncio.sleep(pause)
 
     tasks = [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)]
     try:

@@ -182,9 +182,11 @@ def estimate_prompt(source: Callable[[int], str], n_tokens: int) -> FittedPrompt
 
 
 async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list[int],
-                      headers: Mapping[str, str] | None = None, timeout_s: float = 60) -> dict[int, FittedPrompt]:
-    """One fitted prompt per length for the server at base_url; estimates when it has no /tokenize."""
-    out: dict[int, FittedPrompt] = {}
+                      headers: Mapping[str, str] | None = None,
+                      timeout_s: float = 120) -> dict[int, FittedPrompt | PromptTooShort]:
+    """Per length, a fitted prompt for the server at base_url (estimated when it has no /tokenize),
+    or the PromptTooShort error of a length that cannot hold the salt."""
+    out: dict[int, FittedPrompt | PromptTooShort] = {}
     async with aiohttp.ClientSession(headers=dict(headers or {}),
                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         tokenizer = ServerTokenizer(session, base_url)
@@ -193,4 +195,6 @@ async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list
                 out[n] = await fit_prompt(tokenizer, source, n)
             except TokenizeUnavailable:
                 out[n] = estimate_prompt(source, n)
+            except PromptTooShort as exc:
+                out[n] = exc
     return out

@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
 
 DEFAULT_FIELD = "prompt"
+MAX_FITTED_PROMPTS = 16  # distinct exact-length prompts cut from a dataset, per target
 SHAREGPT_HUMAN = ("human", "user")
 
 _SUBJECTS = ("the router", "each expert", "the scheduler", "a decode step", "the prompt cache", "the batch",
@@ -153,3 +155,27 @@ def sample_prompts(prompts: list[str], count: int | None, seed: int) -> list[str
     order = list(prompts)
     random.Random(seed).shuffle(order)
     return order if count is None else order[:count]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSource:
+    """The run's prompt texts (from --prompt, --prompt-file or --dataset), or none: synthetic prose."""
+
+    texts: tuple[str, ...] = ()
+    seed: int = 0
+
+    @property
+    def synthetic(self) -> bool:
+        return not self.texts
+
+    def text(self, min_chars: int, start: int = 0) -> str:
+        """At least `min_chars` of text to cut a prompt from: the texts from number `start` on, in
+        a cycle, separated by blank lines; or synthetic prose seeded with seed + start."""
+        if self.synthetic:
+            return synthetic_text(min_chars, self.seed + start)
+        k = start % len(self.texts)
+        return repeat_to("\n\n".join(self.texts[k:] + self.texts[:k]), min_chars)
+
+    def variants(self) -> int:
+        """How many distinct exact-length prompts to cut per target (one per text, up to a cap)."""
+        return 1 if self.synthetic else min(len(self.texts), MAX_FITTED_PROMPTS)
