@@ -35,7 +35,7 @@ def test_depth_change_is_relative_to_depth_zero_and_skips_are_explained():
     rows = [summarize_depth(0, [rec(0, 1, predicted_per_second=50.0, prompt_n=39)]),
             summarize_depth(4096, [rec(0, 1, predicted_per_second=45.0), rec(1, 2, predicted_per_second=47.0)])]
     reason = skip_reason(32768, 64, 8192)
-    assert "32,768 prompt tokens + n_predict 64 exceed the server's per-slot context n_ctx 8,192" in reason
+    assert reason == "skipped: prompt 32,768 + n_predict 64 > per-slot n_ctx 8,192"
     rows.append(DepthRow(depth=32768, skipped=reason))
     out = with_change(rows)
     assert out[0].change == 0 and out[0].reference_depth == 0

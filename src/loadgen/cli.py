@@ -280,6 +280,11 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
     """Reprint a saved run's tables and saturation verdicts (no server needed)."""
     path = Path(results_dir)
     doc = load_run(path)
+    if doc.get("kind") in ("prefill", "depth", "soak"):
+        from .commands.modes import print_mode
+
+        print_mode(doc, _console(), _console(stderr=True))
+        return
     records, samples = load_records(path), load_probe(path)
     config = doc.get("config", {})
     gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
@@ -293,10 +298,12 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
 
 def _register_commands() -> None:
     from .commands.gate import compare_command, gate_command
+    from .commands.modes import MODE_COMMANDS
     from .commands.report import export_command, report_command
+    from .commands.run import run_command
     from .sim.cli import sim_command
 
-    for command in (sim_command, compare_command, gate_command, export_command, report_command):
+    for command in (run_command, *MODE_COMMANDS, sim_command, compare_command, gate_command, export_command, report_command):
         cli.add_command(command)
 
 

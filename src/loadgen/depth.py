@@ -26,8 +26,11 @@ def skip_reason(prompt_tokens: int, n_predict: int, n_ctx: int | None) -> str | 
     """Why a prompt of this many tokens cannot run on a server with this per-slot context, or None."""
     if n_ctx is None or prompt_tokens + n_predict <= n_ctx:
         return None
-    return (f"skipped: {prompt_tokens:,} prompt tokens + n_predict {n_predict} exceed the server's per-slot "
-            f"context n_ctx {n_ctx:,} (raise its -c, or lower --parallel)")
+    return f"skipped: prompt {prompt_tokens:,} + n_predict {n_predict} > per-slot n_ctx {n_ctx:,}"
+
+
+SKIP_HINT = ("a row skipped for n_ctx did not fit the server's per-slot context (/props "
+             "default_generation_settings.n_ctx): restart it with a larger -c or fewer --parallel slots")
 
 
 @dataclass(frozen=True, slots=True)

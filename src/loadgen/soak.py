@@ -188,7 +188,7 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
     """
     factory = transport_factory or AiohttpTransport
     config, settings = run.base, run.settings
-    concurrency, duration_s = settings["concurrency"], settings["duration_s"]
+    concurrency, duration_s = config.concurrency[0], settings["duration_s"]
     prompt_tokens = settings.get("prompt_tokens")
     live = await prepare_targets(run, obs)
 
