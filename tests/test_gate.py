@@ -73,7 +73,7 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
     else:
         doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": "sweep", "complete": True,
                "config": run.config.to_dict(),
-               "targets": [{"label": t.label, "levels": [{"concurrency": lv.concurrency} for lv in t.levels]}
+               "targets": [{"label": t.label, "levels": [{"level": lv.concurrency, "concurrency": lv.concurrency} for lv in t.levels]}
                            for t in run.targets]}
     return doc, [r for rs in levels.values() for r in rs]
 
@@ -382,7 +382,7 @@ def corrupt(path: Path, text: str) -> Path:
 @pytest.mark.parametrize("case, message", [
     ("missing", "no such directory"),
     ("corrupt", "is not valid JSON"),
-    ("version", "has schema version 2; this loadgen reads version 1"),
+    ("version", "has schema version 99; this loadgen reads versions 1, 2"),
     ("disjoint", "share no concurrency level"),
     ("n_predict", "n_predict is 16 in the baseline, 32 in the candidate"),
     ("label", "share no target label"),
@@ -402,7 +402,7 @@ def test_bad_input_is_one_line_and_exit_2(loadgen, runs, command, case, message)
     elif case == "version":
         candidate = write_run(tmp / "c", {1: closed_loop_level(rng, 1, 8)})
         doc = json.loads((candidate / "run.json").read_text())
-        corrupt(candidate, json.dumps({**doc, "schema_version": 2}))
+        corrupt(candidate, json.dumps({**doc, "schema_version": 99}))
     elif case == "disjoint":
         candidate = write_run(tmp / "c", {2: closed_loop_level(rng, 2, 8), 8: closed_loop_level(rng, 8, 16)})
     elif case == "n_predict":

@@ -20,7 +20,7 @@ def test_one_slot_server_saturates_at_1_with_a_deferred_queue(two_server_sweep):
     proc, doc, records = two_server_sweep
     v = verdict(doc, "smollm2-1slot")
     assert v["saturated_at"] == 1 and v["total_slots"] == 1
-    c4 = next(lv for lv in v["levels"] if lv["concurrency"] == 4)
+    c4 = next(lv for lv in v["levels"] if lv["level"] == 4)
     assert c4["peak_deferred"] >= 2  # from the /metrics probe series
     assert c4["peak_busy_slots"] == 1
     assert c4["queued"] >= 0.75 * c4["requests"]  # ≥ 3 of every 4 in a burst

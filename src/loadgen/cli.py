@@ -21,13 +21,15 @@ import click
 from rich.console import Console
 
 from . import __version__
-from .backends import API_NAMES, GenerationParams
-from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, parse_int_list
+from .backends import GenerationParams
+from .config import (DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, check_arrival,
+                     parse_int_list, parse_rate_list)
 from .loops import loop_factory
 from .progress import ProgressObserver
-from .report import error_lines, overhead_lines, queue_table, sweep_table, verdict_lines
+from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
 from .results import (ResultsError, command_line, default_dir, host_facts, load_probe, load_records, load_run,
-                      prepare_dir, target_verdict, utc_now, write_results)
+                      open_loop, prepare_dir, target_verdict, utc_now, write_results)
+from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -67,14 +69,29 @@ def cli() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports.")
 @click.option("--url", "urls", multiple=True, help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080.")
 @click.option("--label", "labels", multiple=True, help="A name per target, in order (default: the server's model alias).")
-@click.option("--concurrency", default="1,2,4,8", show_default=True, help="Concurrency levels to sweep.")
+@click.option("--concurrency", help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
+@click.option("--rate", "rates", help="Request rates (requests/s) to sweep instead, open loop, e.g. 0.5,1,2,4.")
+@click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
+              help="Open loop: the arrival process of the requests.")
+@click.option("--burstiness", type=float, default=1.0, show_default=True,
+              help="Open loop, --arrival gamma: the gamma shape (1 = Poisson, <1 burstier, >1 more regular).")
+@click.option("--max-in-flight", type=click.IntRange(min=1),
+              help="Open loop: at most this many requests in flight; late sends still count from their intended time.")
+@click.option("--arrival-seed", type=int, default=0, show_default=True, help="Open loop: seed of the arrival schedule.")
 @click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
-              help="Requests per level [default: max(8, 4×concurrency)].")
+              help="Requests per level [default: max(8, 4×concurrency); open loop max(16, 20 s worth)].")
 @click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
               help="Seconds per level instead of a request count.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests per target before the first level.")
-@click.option("--api", default="llamacpp", show_default=True, help=f"Server API: {', '.join(API_NAMES)}.")
+@click.option("--api", default="llamacpp", show_default=True,
+              help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
+                   "chat (POST /v1/chat/completions).")
+@click.option("--model", help="Model name for the OpenAI APIs [default: the first id of the server's /v1/models].")
+@click.option("--stream/--no-stream", default=False, show_default=True,
+              help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
+@click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
+              help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows in ps).")
 @click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request).")
 @click.option("--prompt-file", help="Read the prompt text from this UTF-8 file.")
 @click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
@@ -97,16 +114,29 @@ def cli() -> None:
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
-def sweep(ports, host, urls, labels, concurrency, requests_per_level, duration_s, warmup, api, prompt, prompt_file,
+def sweep(ports, host, urls, labels, concurrency, rates, arrival, burstiness, max_in_flight, arrival_seed,
+          requests_per_level, duration_s, warmup, api, model, stream, api_key, prompt, prompt_file,
           n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
           parallel_targets, output, force, histograms) -> None:
-    """Sweep concurrency levels against one or more servers and compare them side by side."""
+    """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
+    if concurrency is not None and rates is not None:
+        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
+        raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
+    api = check_api(api)
+    if model is not None and api == "llamacpp":
+        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+    if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
+        raise ConfigError("the API key is empty or spans lines")
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels),
-        concurrency=parse_int_list(concurrency, "--concurrency", minimum=1, maximum=4096),
+        concurrency=parse_int_list("1,2,4,8" if concurrency is None else concurrency, "--concurrency", minimum=1, maximum=4096),
+        rates=parse_rate_list(rates) if rates is not None else (),
+        arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
+        arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=_read_prompt(prompt, prompt_file), n_predict=n_predict,
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed),
-        api=check_api(api), requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+        api=api, requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
         timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
     )
@@ -261,9 +291,9 @@ def print_run(doc: dict, console: Console, err: Console) -> None:
     """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
     if any(t.get("levels") for t in doc["targets"]):
         console.print(sweep_table(doc))
-    queues = queue_table(doc)
-    if queues is not None:
-        console.print(queues)
+    for table in (latency_table(doc), queue_table(doc)):
+        if table is not None:
+            console.print(table)
     for line in overhead_lines(doc):
         console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
     for line in verdict_lines(doc):
@@ -292,7 +322,8 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
     for t in doc["targets"]:
         if t.get("levels"):
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
-                                          [s for s in samples if s.target == t["label"]], gain, latency)
+                                          [s for s in samples if s.target == t["label"]], gain, latency,
+                                          open_loop(doc))
     print_run(doc, _console(), _console(stderr=True))
 
 

@@ -370,7 +370,7 @@ def run_levels(doc: Mapping[str, Any], which: str) -> dict[str, list[int]]:
     for t in doc["targets"]:
         try:
             label = t["label"]
-            levels = [lv["concurrency"] for lv in t.get("levels") or []]
+            levels = [lv["level"] for lv in t.get("levels") or []]
         except (TypeError, KeyError, AttributeError):
             raise CompareError(f"the {which} run.json has a malformed target entry") from None
         if not isinstance(label, str) or not all(isinstance(c, int) for c in levels):

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .backends import API_NAMES, GenerationParams
+from .schedule import ARRIVALS
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
 
@@ -33,9 +35,18 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class SweepConfig:
     targets: tuple[Target, ...]
-    concurrency: tuple[int, ...]
+    concurrency: tuple[int, ...]  # closed-loop levels; ignored when `rates` is given
     generation: GenerationParams
     api: str = "llamacpp"
+    model: str | None = None  # OpenAI APIs: None = the first id of the server's /v1/models
+    # Open loop: requests/s per level (empty: closed loop), arrival process, gamma shape, cap.
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int | None = None
+    arrival_seed: int = 0
+    # Sent as `Authorization: Bearer ...`; never written anywhere (see to_dict).
+    api_key: str | None = field(default=None, repr=False)
     requests_per_level: int | None = None  # None with duration None: max(8, 4*C)
     duration_s: float | None = None
     warmup: int = 2
@@ -49,17 +60,41 @@ class SweepConfig:
     # the simulated hardware's figures. 1.0 for every real server.
     time_scale: float = 1.0
 
-    def budget(self, concurrency: int) -> tuple[int | None, float | None]:
-        """(requests, seconds) for one level: the explicit one, or max(8, 4×C) requests."""
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
+
+    @property
+    def levels(self) -> tuple[int, ...] | tuple[float, ...]:
+        """The level keys, in order: rates (open loop) or concurrencies."""
+        return self.rates if self.rates else self.concurrency
+
+    def budget(self, level: int | float) -> tuple[int | None, float | None]:
+        """(requests, seconds) for one level: the explicit ones, else max(8, 4×C) requests
+        (closed loop) or max(16, 20 s worth) requests (open loop)."""
         if self.duration_s is not None:
             return self.requests_per_level, self.duration_s
-        return (self.requests_per_level or max(8, 4 * concurrency)), None
+        if self.requests_per_level is not None:
+            return self.requests_per_level, None
+        return (max(16, math.ceil(20 * level)) if self.open_loop else max(8, 4 * int(level))), None
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def to_dict(self) -> dict:
         g = self.generation
         return {
             "api": self.api,
-            "concurrency": list(self.concurrency),
+            "mode": "rate" if self.open_loop else "concurrency",
+            "concurrency": list(self.concurrency) if not self.open_loop else None,
+            "rates": list(self.rates) if self.open_loop else None,
+            "arrival": self.arrival if self.open_loop else None,
+            "burstiness": self.burstiness if self.open_loop else None,
+            "max_in_flight": self.max_in_flight if self.open_loop else None,
+            "arrival_seed": self.arrival_seed if self.open_loop else None,
+            "model": self.model,
+            "stream": g.stream,
+            "api_key_set": bool(self.api_key),
             "requests_per_level": self.requests_per_level,
             "duration_s": self.duration_s,
             "warmup": self.warmup,
@@ -153,3 +188,34 @@ def check_api(api: str) -> str:
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
     return api
+
+
+def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:
+    """"0.5,1,2" -> (0.5, 1.0, 2.0): positive, finite, distinct requests/s."""
+    items = [s.strip() for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise ConfigError(f"{what}: expected a comma-separated list like 0.5,1,2, got {text!r}")
+    values: list[float] = []
+    for s in items:
+        try:
+            v = float(s)
+        except ValueError:
+            raise ConfigError(f"{what}: {s!r} is not a number") from None
+        if not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"{what}: {s} is not a positive rate in requests/s")
+        if v > 100_000:
+            raise ConfigError(f"{what}: {s} requests/s is beyond what one client process can send")
+        if v in values:
+            raise ConfigError(f"{what}: {s} is listed twice")
+        values.append(v)
+    return tuple(values)
+
+
+def check_arrival(arrival: str, burstiness: float) -> str:
+    if arrival not in ARRIVALS:
+        raise ConfigError(f"--arrival {arrival!r}: choose one of {', '.join(ARRIVALS)}")
+    if not math.isfinite(burstiness) or burstiness <= 0:
+        raise ConfigError(f"--burstiness {burstiness}: must be a positive gamma shape (1 = Poisson)")
+    if burstiness != 1.0 and arrival != "gamma":
+        raise ConfigError("--burstiness only applies to --arrival gamma")
+    return arrival

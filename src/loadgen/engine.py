@@ -1,4 +1,8 @@
-"""The closed-loop engine: C workers send requests back to back until a level's budget is used.
+"""The engine: sends a level's requests, closed loop or open loop, and records each one.
+
+Closed loop (`run_level`): C workers send requests back to back until the level's budget is used.
+Open loop (`run_open_level`): requests leave at precomputed intended times (see `schedule`),
+whatever the server's answers, optionally capped at a number in flight.
 
 It knows no server API (a `Backend` builds and reads bodies) and no HTTP library (a `Transport`
 moves bytes). Everything it records is appended to a `LevelRun` the caller owns, so a run that is
@@ -9,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from . import records
 from .backends import Backend
 from .clock import now_ns
 from .records import LevelRun, RequestRecord, ServerOutcome, make_record
+from .sse import StreamReader
 from .transport import Transport, TransportError
 
 # A target is given up when this many requests in a row could not even connect.
@@ -42,20 +48,106 @@ def new_decimal_salt() -> str:
     return f"{d[:8]}-{d[8:12]}-4{d[13:16]}-{'89'[d[16] in '01234']}{d[17:20]}-{d[20:32]}"
 
 
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How a level treats salts and failures. The defaults are a sweep's.
+
+    salt                   makes each request's salt (`new_decimal_salt` for exact prompt lengths)
+    give_up_after          the level stops with "target down" after this many connect failures in a
+                           row; None never gives up (a soak rides out a server restart)
+    pause_after_error_s    closed loop: a worker whose request failed waits this long before its
+                           next one, so a server that is down is not hammered with refused connections
+    """
+
+    salt: Callable[[], str] = new_salt
+    give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN
+    pause_after_error_s: float = 0.0
+
+
+DEFAULT_OPTIONS = EngineOptions()
+
+
 class Observer(Protocol):
-    def level_started(self, target: str, concurrency: int, requests: int | None,
-                      duration_s: float | None) -> None: ...
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None: ...
 
     def request_done(self, record: RequestRecord) -> None: ...
 
 
 class NullObserver:
-    def level_started(self, target: str, concurrency: int, requests: int | None,
-                      duration_s: float | None) -> None:
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         pass
 
     def request_done(self, record: RequestRecord) -> None:
         pass
+
+
+class _Sender:
+    """Sends one request and appends its record: the part both loops share."""
+
+    __slots__ = ("level", "transport", "backend", "obs", "options", "connect_failures")
+
+    def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
+                 options: EngineOptions = DEFAULT_OPTIONS):
+        self.level, self.transport, self.backend, self.obs = level, transport, backend, obs
+        self.options = options
+        self.connect_failures = 0
+
+    async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> bool:
+        """Send request `seq`, record it; True when it succeeded."""
+        level, backend = self.level, self.backend
+        salt = self.options.salt()
+        body = backend.build(salt, seq)
+        stream = StreamReader(backend.event_reader()) if backend.stream else None
+        send_ns = now_ns()
+        status = headers_ns = None
+        try:
+            response = await self.transport.request(backend.method, backend.path, body,
+                                                    stream.on_chunk if stream is not None else None)
+        except TransportError as exc:
+            complete_ns = now_ns()
+            outcome = ServerOutcome(error_kind=exc.kind, error_message=exc.message)
+        except asyncio.CancelledError:
+            self._append(worker, seq, salt, send_ns, now_ns(), None, ServerOutcome(
+                error_kind=records.CANCELLED, error_message="in flight when the run was stopped"),
+                None, intended_ns, stream)
+            raise
+        else:
+            status, headers_ns, complete_ns = response.status, response.headers_ns, response.complete_ns
+            if stream is None:
+                outcome = backend.parse(status, response.body)
+            elif status >= 300 or stream.events == 0 and stream.raw_prefix[:1] == b"{":
+                # An error before the stream started (or a server that ignored `stream`): plain JSON.
+                outcome = backend.parse(status, stream.raw_prefix)
+            else:
+                outcome = stream.finish(complete_ns)
+        record = self._append(worker, seq, salt, send_ns, complete_ns, status, outcome, headers_ns,
+                              intended_ns, stream)
+        self.obs.request_done(record)
+        if outcome.error_kind == records.CONNECT_ERROR:
+            self.connect_failures += 1
+            give_up_after = self.options.give_up_after
+            if give_up_after is not None and self.connect_failures >= give_up_after and level.stopped_reason is None:
+                level.stopped_reason = f"target down: {outcome.error_message}"
+        else:
+            self.connect_failures = 0
+        return outcome.error_kind is None
+
+    def _append(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
+                outcome: ServerOutcome, headers_ns: int | None, intended_ns: int | None,
+                stream: StreamReader | None) -> RequestRecord:
+        level = self.level
+        timing = {}
+        if stream is not None and stream.chunks:
+            timing = dict(first_token_ns=stream.first_ns, last_token_ns=stream.last_ns,
+                          chunk_gaps_us=stream.gaps_us.tolist(), chunks=stream.chunks)
+        elif stream is not None:
+            timing = dict(chunks=0)
+        record = make_record(target=level.target, level=level.level, worker=worker, seq=seq, salt=salt,
+                             send_ns=send_ns, complete_ns=complete_ns, status=status, outcome=outcome,
+                             headers_ns=headers_ns, intended_ns=send_ns if intended_ns is None else intended_ns,
+                             prompt_tokens_target=level.prompt_tokens, **timing)
+        level.records.append(record)
+        return record
 
 
 async def run_level(
@@ -66,34 +158,25 @@ async def run_level(
     requests: int | None,
     duration_s: float | None,
     observer: Observer | None = None,
-    salt: Callable[[], str] = new_salt,
-    give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN,
-    pause_after_error_s: float = 0.0,
+    options: EngineOptions = DEFAULT_OPTIONS,
 ) -> LevelRun:
-    """Run `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
+    """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
 
     In-flight requests at the deadline are allowed to finish and are recorded. On cancellation each
     worker records its in-flight request as `cancelled` before the cancellation propagates.
-
-    `salt` makes each request's salt (`new_decimal_salt` for exact prompt lengths). The level stops
-    with "target down" after `give_up_after` connect failures in a row; None never gives up (a
-    soak rides out a restart). A worker whose request failed waits `pause_after_error_s` before its
-    next one, so a server that is down is not hammered with thousands of refused connections.
     """
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     obs = observer or NullObserver()
-    obs.level_started(level.target, level.concurrency, requests, duration_s)
+    obs.level_started(level, requests, duration_s)
+    sender = _Sender(level, transport, backend, obs, options)
+    pause_ns = int(options.pause_after_error_s * 1e9)
     issued = 0
-    connect_failures = 0
     level.start_ns = now_ns()
     deadline = level.start_ns + int(duration_s * 1e9) if duration_s is not None else None
-    append = level.records.append
-    method, path, build, parse = backend.method, backend.path, backend.build, backend.parse
-    send_request = transport.request
 
     async def worker(index: int) -> None:
-        nonlocal issued, connect_failures
+        nonlocal issued
         while level.stopped_reason is None:
             if requests is not None and issued >= requests:
                 return
@@ -101,44 +184,73 @@ async def run_level(
                 return
             seq = issued
             issued += 1
-            request_salt = salt()
-            body = build(request_salt)
-            send_ns = now_ns()
-            status = headers_ns = None
-            try:
-                response = await send_request(method, path, body)
-            except TransportError as exc:
-                complete_ns = now_ns()
-                outcome = ServerOutcome(error_kind=exc.kind, error_message=exc.message)
-            except asyncio.CancelledError:
-                append(make_record(target=level.target, level=level.concurrency, worker=index,
-                                   seq=seq, salt=request_salt, send_ns=send_ns, complete_ns=now_ns(),
-                                   status=None, outcome=ServerOutcome(
-                                       error_kind=records.CANCELLED,
-                                       error_message="in flight when the run was stopped"),
-                                   prompt_tokens_target=level.prompt_tokens))
-                raise
-            else:
-                status, headers_ns, complete_ns = response.status, response.headers_ns, response.complete_ns
-                outcome = parse(response.status, response.body)
-            record = make_record(target=level.target, level=level.concurrency, worker=index, seq=seq,
-                                 salt=request_salt, send_ns=send_ns, complete_ns=complete_ns, status=status,
-                                 outcome=outcome, headers_ns=headers_ns, prompt_tokens_target=level.prompt_tokens)
-            append(record)
-            obs.request_done(record)
-            if outcome.error_kind == records.CONNECT_ERROR:
-                connect_failures += 1
-                if (give_up_after is not None and connect_failures >= give_up_after
-                        and level.stopped_reason is None):
-                    level.stopped_reason = f"target down: {outcome.error_message}"
-            else:
-                connect_failures = 0
-            if outcome.error_kind is not None and pause_after_error_s > 0:
-                pause = pause_after_error_s if deadline is None else min(pause_after_error_s,
-                                                                         max(0, deadline - now_ns()) / 1e9)
-                await asyncio.sleep(pause)
+            if not await sender.send(index, seq) and pause_ns:
+                until = now_ns() + pause_ns if deadline is None else min(now_ns() + pause_ns, deadline)
+                await asyncio.sleep(max(0, until - now_ns()) / 1e9)
 
-    tasks = [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)]
+    await _run_tasks(level, [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)])
+    return level
+
+
+async def run_open_level(
+    level: LevelRun,
+    transport: Transport,
+    backend: Backend,
+    offsets_ns: Sequence[int],
+    *,
+    max_in_flight: int | None = None,
+    observer: Observer | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> LevelRun:
+    """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
+
+    Each record keeps its intended send time, so latency counts from when the request should have
+    left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
+    skipped, and its latency still counts from its intended time.
+    """
+    obs = observer or NullObserver()
+    obs.level_started(level, len(offsets_ns), None)
+    sender = _Sender(level, transport, backend, obs, options)
+    gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    in_flight: set[asyncio.Task] = set()
+    level.start_ns = start = now_ns()
+
+    async def one(seq: int, intended_ns: int) -> None:
+        try:
+            await sender.send(0, seq, intended_ns)
+        finally:
+            if gate is not None:
+                gate.release()
+
+    async def dispatch() -> None:
+        for seq, offset in enumerate(offsets_ns):
+            intended = start + int(offset)
+            delay = intended - now_ns()
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            if gate is not None:
+                await gate.acquire()
+            if level.stopped_reason is not None:
+                return
+            task = asyncio.ensure_future(one(seq, intended))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+
+    dispatcher = asyncio.ensure_future(dispatch())
+    try:
+        await _run_tasks(level, [dispatcher])
+    finally:
+        for t in list(in_flight):
+            t.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+    return level
+
+
+async def _run_tasks(level: LevelRun, tasks: list[asyncio.Future]) -> None:
+    """Await a level's tasks; on any exit cancel them (each records its request) and close the level."""
     try:
         await asyncio.gather(*tasks)
     except BaseException:
@@ -151,4 +263,3 @@ async def run_level(
     finally:
         level.end_ns = now_ns()
         level.finished = True
-    return level

@@ -10,6 +10,8 @@ With llama-server's `POST /tokenize` (`add_special` counts the BOS token the ser
   3. re-tokenize "[<salt>] " + body and move the cut a piece at a time until the count is N
      (a cut can merge two pieces into one, or split one);
   4. check the count with a few other salts, and say so when the tokenizer makes them differ.
+With `--api chat` the server wraps the prompt in its chat template: the template's tokens are
+measured once with `POST /apply-template` and the body is cut that much shorter.
 Without /tokenize (an OpenAI-compatible server), the body is cut at an estimated
 `WORDS_PER_TOKEN` and the caller warns that the lengths are estimates; the server's `prompt_n` is
 recorded either way.
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from .engine import new_decimal_salt
+from .prompts import PromptSource
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask
@@ -39,6 +42,8 @@ class TokenizeUnavailable(Exception):
 
 class Tokenizer(Protocol):
     async def pieces(self, text: str) -> list[bytes]: ...
+
+    async def template_overhead(self) -> int: ...
 
     async def count(self, text: str) -> int: ...
 
@@ -89,6 +94,20 @@ class ServerTokenizer:
         """Tokens the server computes for this prompt, BOS included when the model adds one."""
         return len(await self._tokenize(text, add_special=True, with_pieces=False))
 
+    async def template_overhead(self) -> int:
+        """Tokens the chat template adds around one user message (POST /apply-template)."""
+        url = self._url.removesuffix("/tokenize") + "/apply-template"
+        try:
+            async with self._session.post(url, json={"messages": [{"role": "user", "content": "x"}]}) as resp:
+                if resp.status != 200:
+                    raise TokenizeUnavailable(f"/apply-template answered HTTP {resp.status}")
+                prompt = json.loads(await resp.read()).get("prompt")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as exc:
+            raise TokenizeUnavailable(f"/apply-template failed ({type(exc).__name__})") from None
+        if not isinstance(prompt, str):
+            raise TokenizeUnavailable("/apply-template gave no prompt")
+        return await self.count(prompt) - await self.count("x")
+
     async def specials(self) -> int:
         if self._specials is None:
             with_bos = await self.count("x")
@@ -103,6 +122,7 @@ class FittedPrompt:
     measured_tokens: int | None  # the server's count with a sample salt; None: estimated
     salt_spread: int = 0  # max - min count over several salts (0: every salt fits exactly)
     method: str = "tokenize"  # "tokenize" or "estimate"
+    template_tokens: int = 0  # added by the chat template (--api chat), inside the count
 
     @property
     def exact(self) -> bool:
@@ -127,19 +147,24 @@ class PromptTooShort(ValueError):
 
 
 async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_tokens: int,
-                     salt: Callable[[], str] = new_decimal_salt) -> FittedPrompt:
-    """A body such that "[<salt>] " + body is `n_tokens` tokens on this server.
+                     salt: Callable[[], str] = new_decimal_salt, template_tokens: int = 0) -> FittedPrompt:
+    """A body such that "[<salt>] " + body is `n_tokens` tokens on this server (`template_tokens`
+    of them being the chat template's).
 
     `source(min_chars)` returns at least that many characters of text to cut the body from.
     Raises PromptTooShort when n_tokens cannot even hold the salt and one token of text.
     """
+    wanted = n_tokens
+    n_tokens -= template_tokens
     specials = await tokenizer.specials()
     prefix = salted(salt(), "")
     prefix_pieces = len(await tokenizer.pieces(prefix.rstrip(" ")))
     need = n_tokens - specials  # pieces of "[salt] body"
     if need <= prefix_pieces:
-        raise PromptTooShort(f"{n_tokens} tokens cannot hold the uuid salt ({prefix_pieces + specials} tokens on "
-                             f"this server) and any text; ask for at least {prefix_pieces + specials + 1}")
+        least = prefix_pieces + specials + template_tokens + 1
+        raise PromptTooShort(f"{wanted} tokens cannot hold the uuid salt ({least - 1} tokens on this server"
+                             f"{' with its chat template' if template_tokens else ''}) and any text; "
+                             f"ask for at least {least}")
     chars = max(64, (need - prefix_pieces) * 6)
     while True:
         pieces = await tokenizer.pieces(prefix + source(chars))
@@ -169,8 +194,8 @@ async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_token
     assert best is not None
     body, got = best
     counts = [got] + [await tokenizer.count(salted(salt(), body)) for _ in range(SALT_CHECKS)]
-    return FittedPrompt(body=body, target_tokens=n_tokens, measured_tokens=got,
-                        salt_spread=max(counts) - min(counts))
+    return FittedPrompt(body=body, target_tokens=wanted, measured_tokens=got + template_tokens,
+                        salt_spread=max(counts) - min(counts), template_tokens=template_tokens)
 
 
 def estimate_prompt(source: Callable[[int], str], n_tokens: int) -> FittedPrompt:
@@ -181,7 +206,7 @@ def estimate_prompt(source: Callable[[int], str], n_tokens: int) -> FittedPrompt
                         method="estimate")
 
 
-async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list[int],
+async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list[int], *, api: str = "llamacpp",
                       headers: Mapping[str, str] | None = None,
                       timeout_s: float = 120) -> dict[int, FittedPrompt | PromptTooShort]:
     """Per length, a fitted prompt for the server at base_url (estimated when it has no /tokenize),
@@ -190,11 +215,37 @@ async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list
     async with aiohttp.ClientSession(headers=dict(headers or {}),
                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         tokenizer = ServerTokenizer(session, base_url)
+        template: int | None = 0
+        if api == "chat":
+            try:
+                template = await tokenizer.template_overhead()
+            except TokenizeUnavailable:
+                template = None
         for n in lengths:
             try:
-                out[n] = await fit_prompt(tokenizer, source, n)
+                if template is None:
+                    raise TokenizeUnavailable("the chat template cannot be measured")
+                out[n] = await fit_prompt(tokenizer, source, n, template_tokens=template)
             except TokenizeUnavailable:
                 out[n] = estimate_prompt(source, n)
             except PromptTooShort as exc:
                 out[n] = exc
     return out
+
+
+async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, api: str = "llamacpp",
+                        headers: Mapping[str, str] | None = None,
+                        timeout_s: float = 120) -> tuple[tuple[str, ...], str | None]:
+    """Prompt bodies of exactly n_tokens for this server (one per source text, up to a cap), and a
+    note for the user when they are not exact. Raises PromptTooShort."""
+    bodies: list[str] = []
+    notes: list[str] = []
+    for start in range(source.variants()):
+        fit = (await fit_prompts(base_url, lambda m, s=start: source.text(m, s), [n_tokens], api=api,
+                                 headers=headers, timeout_s=timeout_s))[n_tokens]
+        if not isinstance(fit, FittedPrompt):
+            raise fit
+        bodies.append(fit.body)
+        if (note := fit.note()) and note not in notes:
+            notes.append(note)
+    return tuple(bodies), "; ".join(notes) or None

@@ -93,7 +93,7 @@ def file_safe(label: str) -> str:
 
 
 def _levels(target: dict[str, Any]) -> list[int]:
-    return [lv["concurrency"] for lv in target.get("levels") or []]
+    return [lv["level"] for lv in target.get("levels") or []]
 
 
 class Exporter(Protocol):
@@ -198,7 +198,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
     """Each level summary of run.json flattened, with its verdict figures (queued share, gain...)."""
     rows = []
     for target in data.targets:
-        verdict_levels = {lv.get("concurrency"): lv for lv in ((target.get("verdict") or {}).get("levels") or [])}
+        verdict_levels = {lv.get("level", lv.get("concurrency")): lv for lv in ((target.get("verdict") or {}).get("levels") or [])}
         for level in target.get("levels") or []:
             row: dict[str, Any] = {"target": target["label"]}
             for key, value in level.items():
@@ -208,7 +208,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
                 elif key != "server_metrics_delta":
                     row[key] = value
-            verdict = verdict_levels.get(level["concurrency"], {})
+            verdict = verdict_levels.get(level["level"], {})
             row.update({k: verdict.get(k) for k in ("queued_share", "peak_deferred", "peak_busy_slots",
                                                     "batching_gain")})
             rows.append(row)

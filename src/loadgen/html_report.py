@@ -101,12 +101,12 @@ TABLE_COLUMNS = ["C", "ok / failed", "tok/s", "latency mean ms", "p50", "p90", "
 
 def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
     """One table row of a level: run.json's summary and its verdict figures, formatted."""
-    verdict = next((v for v in series.verdict.get("levels") or [] if v.get("concurrency") == level["concurrency"]), {})
+    verdict = next((v for v in series.verdict.get("levels") or [] if v.get("level", v.get("concurrency")) == level["level"]), {})
     failed = level.get("requests_failed", 0) + level.get("requests_cancelled", 0)
     queued_share = verdict.get("queued_share")
     gain = verdict.get("batching_gain")
     return [
-        str(level["concurrency"]),
+        str(level["level"]),
         f"{level.get('requests_ok', 0)} / {failed}",
         _fmt(level.get("throughput_tok_s"), 2),
         _fmt(_dist(level, "latency_ms", "mean")),

@@ -1,8 +1,19 @@
 """Every derived metric, defined once. Pure functions over recorded data: no I/O, no clock.
 
-Per request (r is a `RequestRecord`; times on the monotonic clock):
-- latency_ms     = (r.complete_ns - r.send_ns) / 1e6: client wall time from the request's send
-                   to its last response byte. It includes any time the request waited for a slot.
+Per request (r is a `RequestRecord`; times on the monotonic clock). `start` is the request's
+intended send time (open loop: the schedule's; closed loop: the actual send), so every latency is
+the coordinated-omission-corrected figure; the `_uncorrected` ones count from the actual send.
+- latency_ms     = (r.complete_ns - start) / 1e6: the end-to-end latency (E2E), to the last
+                   response byte. It includes any time the request waited for a slot.
+- latency_uncorrected_ms = (r.complete_ns - r.send_ns) / 1e6.
+- schedule_lag_ms = (r.send_ns - start) / 1e6: how late the client sent it (open loop; 0 closed).
+- ttft_ms        = (r.first_token_ns - start) / 1e6: time to the first content chunk (streaming).
+                   llama-server sends a queued stream's headers only when a slot takes it, so
+                   TTFT includes the slot wait; ttft_queue_ms = ttft_ms - prompt_ms is that share.
+- tpot_ms        = (r.last_token_ns - r.first_token_ns) / 1e6 / (tokens - 1): time per output
+                   token after the first, tokens as the server counted them (not chunks).
+- itl_ms         = each gap between successive content chunks / 1e3 (r.chunk_gaps_us). A chunk
+                   may carry more than one token, so ITL is per chunk, TPOT per token.
 - service_ms     = prompt_ms + predicted_ms: the time the server says it worked on the request
                    (prompt_ms: slot start -> first token; predicted_ms: first -> last token).
 - queue_wait_ms  = max(0, latency_ms - service_ms): time the request spent neither in prefill nor
@@ -12,8 +23,9 @@ Per request (r is a `RequestRecord`; times on the monotonic clock):
 - decode_tok_s   = the server's timings.predicted_per_second (tokens after the first / predicted_ms).
 
 Per level (the requests of one concurrency level on one target):
-- wall_s         = last completion - first send over all of the level's requests.
-- output_tokens  = sum of predicted_n over successful requests.
+- wall_s         = last completion - first (intended) send over all of the level's requests.
+- output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
+                   else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 """
@@ -36,8 +48,42 @@ HISTOGRAM_DIGITS = 3
 
 
 def latency_ms(r: RequestRecord) -> float:
-    """Client wall latency: complete - send."""
+    """End-to-end latency from the intended send: complete - start."""
+    return (r.complete_ns - r.start_ns) / 1e6
+
+
+def latency_uncorrected_ms(r: RequestRecord) -> float:
+    """Latency from the actual send: complete - send (what a coordinated-omission-prone tool reports)."""
     return (r.complete_ns - r.send_ns) / 1e6
+
+
+def schedule_lag_ms(r: RequestRecord) -> float:
+    """Actual send - intended send (0 in closed loop)."""
+    return (r.send_ns - r.start_ns) / 1e6
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    """First content chunk - intended send; None without a streamed content chunk."""
+    return None if r.first_token_ns is None else (r.first_token_ns - r.start_ns) / 1e6
+
+
+def ttft_queue_ms(r: RequestRecord) -> float | None:
+    """TTFT - prompt_ms: the part of TTFT that was not the server's prefill (slot wait + HTTP)."""
+    ttft = ttft_ms(r)
+    return None if ttft is None or r.prompt_ms is None else max(0.0, ttft - r.prompt_ms)
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    """(last token - first token) / (tokens - 1), tokens from the server's count."""
+    n = r.output_tokens
+    if r.first_token_ns is None or r.last_token_ns is None or n is None or n < 2:
+        return None
+    return (r.last_token_ns - r.first_token_ns) / 1e6 / (n - 1)
+
+
+def itl_ms(r: RequestRecord) -> list[float]:
+    """Gaps between successive content chunks, in ms."""
+    return [g / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
 
 
 def service_ms(r: RequestRecord) -> float | None:
@@ -48,11 +94,12 @@ def service_ms(r: RequestRecord) -> float | None:
 
 
 def queue_wait_ms(r: RequestRecord) -> float | None:
-    """max(0, latency - prompt_ms - predicted_ms); None for a failed request or one without timings."""
+    """max(0, latency - prompt_ms - predicted_ms) from the actual send (a late client is not the
+    server's queue); None for a failed request or one without timings."""
     service = service_ms(r)
     if not r.ok or service is None:
         return None
-    return max(0.0, latency_ms(r) - service)
+    return max(0.0, latency_uncorrected_ms(r) - service)
 
 
 def decode_tok_s(r: RequestRecord) -> float | None:
@@ -64,17 +111,12 @@ def level_wall_s(rs: Sequence[RequestRecord]) -> float:
     """First send -> last completion of the level, in seconds (0 when there are no records)."""
     if not rs:
         return 0.0
-    return (max(r.complete_ns for r in rs) - min(r.send_ns for r in rs)) / 1e9
+    return (max(r.complete_ns for r in rs) - min(r.start_ns for r in rs)) / 1e9
 
 
 def output_tokens(rs: Iterable[RequestRecord]) -> int:
-    """Σ predicted_n over successful requests (falls back to tokens_predicted)."""
-    total = 0
-    for r in rs:
-        if r.ok:
-            n = r.predicted_n if r.predicted_n is not None else r.tokens_predicted
-            total += n or 0
-    return total
+    """Σ predicted_n over successful requests (else tokens_predicted, else usage.completion_tokens)."""
+    return sum(r.output_tokens or 0 for r in rs if r.ok)
 
 
 def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
@@ -136,7 +178,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 class LevelSummary:
     """The figures of one concurrency level on one target, as `run.json` stores them."""
 
-    concurrency: int
+    concurrency: int  # closed loop: the level; open loop: the in-flight cap (0: none)
     requests_ok: int
     requests_failed: int
     requests_cancelled: int
@@ -151,10 +193,23 @@ class LevelSummary:
     decode_tok_s_mean: float | None
     stopped_reason: str | None = None
     server_metrics_delta: dict[str, float] = field(default_factory=dict)
+    rate: float | None = None  # open loop: requests/s
+    ttft_ms: Distribution | None = None
+    ttft_queue_ms: Distribution | None = None
+    tpot_ms: Distribution | None = None
+    itl_ms: Distribution | None = None
+    latency_uncorrected_ms: Distribution | None = None  # open loop only
+    schedule_lag_ms: Distribution | None = None  # open loop only
+
+    @property
+    def level(self) -> int | float:
+        return self.concurrency if self.rate is None else self.rate
 
     def to_dict(self) -> dict:
         return {
+            "level": self.level,
             "concurrency": self.concurrency,
+            "rate": self.rate,
             "requests_ok": self.requests_ok,
             "requests_failed": self.requests_failed,
             "requests_cancelled": self.requests_cancelled,
@@ -169,12 +224,17 @@ class LevelSummary:
             "decode_tok_s_mean": self.decode_tok_s_mean,
             "stopped_reason": self.stopped_reason,
             "server_metrics_delta": dict(self.server_metrics_delta),
+            **{name: d.to_dict() if d else None for name, d in (
+                ("ttft_ms", self.ttft_ms), ("ttft_queue_ms", self.ttft_queue_ms), ("tpot_ms", self.tpot_ms),
+                ("itl_ms", self.itl_ms), ("latency_uncorrected_ms", self.latency_uncorrected_ms),
+                ("schedule_lag_ms", self.schedule_lag_ms))},
         }
 
 
 def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     stopped_reason: str | None = None,
-                    server_metrics_delta: dict[str, float] | None = None) -> LevelSummary:
+                    server_metrics_delta: dict[str, float] | None = None,
+                    rate: float | None = None) -> LevelSummary:
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
     cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
@@ -198,6 +258,15 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
         decode_tok_s_mean=_mean(decode_tok_s(r) for r in ok),
         stopped_reason=stopped_reason,
         server_metrics_delta=dict(server_metrics_delta or {}),
+        rate=rate,
+        ttft_ms=distribution_ms([v for r in ok if (v := ttft_ms(r)) is not None]),
+        ttft_queue_ms=distribution_ms([v for r in ok if (v := ttft_queue_ms(r)) is not None]),
+        tpot_ms=distribution_ms([v for r in ok if (v := tpot_ms(r)) is not None]),
+        itl_ms=distribution_ms([g for r in ok for g in itl_ms(r)]),
+        latency_uncorrected_ms=distribution_ms([latency_uncorrected_ms(r) for r in ok]) if rate is not None else None,
+        # Every sent request was late or not by its schedule, whatever its answer.
+        schedule_lag_ms=distribution_ms([schedule_lag_ms(r) for r in rs if r.error_kind != records.CANCELLED])
+        if rate is not None else None,
     )
 
 

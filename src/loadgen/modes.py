@@ -17,7 +17,7 @@ from .backends import make_backend
 from .clock import now_ns
 from .config import SweepConfig
 from .depth import skip_reason as context_skip_reason
-from .engine import new_decimal_salt, run_level
+from .engine import EngineOptions, new_decimal_salt, run_level
 from .exact_prompt import FittedPrompt, fit_prompts
 from .prompts import PromptSource
 from .records import LevelRun
@@ -79,6 +79,7 @@ class StepObserver(SweepObserver):
 
 
 SALT_ONLY_NOTE = "the shortest prompt there is: the uuid salt alone"
+EXACT = EngineOptions(salt=new_decimal_salt)  # salts of a fixed token count, for exact prompt lengths
 
 
 async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes: tuple[int, ...], *,
@@ -94,10 +95,11 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
     live = await prepare_targets(run, obs)
     for t in live:
         obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in sizes)} tokens with its tokenizer")
-        fitted = await fit_prompts(t.target.url, source.text, [n for n in sizes if n > 0], timeout_s=config.timeout_s)
+        fitted = await fit_prompts(t.target.url, source.text, [n for n in sizes if n > 0], api=config.api,
+                                   headers=config.auth_headers(), timeout_s=config.timeout_s)
         n_ctx = slot_context(t)
         transport = transport_factory()
-        await transport.open(t.target.url, 1, config.timeout_s)
+        await transport.open(t.target.url, 1, config.timeout_s, config.auth_headers())
         try:
             warm = config.warmup
             for size in sizes:
@@ -116,11 +118,12 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
                 if step.skipped:
                     obs.step_done(run, t, step)
                     continue
-                backend = make_backend(config.api, replace(config.generation, prompt=body, n_predict=n_predict))
+                backend = make_backend(config.api, replace(config.generation, prompt=body, prompts=(),
+                                                           n_predict=n_predict), t.model)
                 if warm > 0:  # unrecorded, with the first prompt that fits
                     warm_level = LevelRun(target=t.label, concurrency=1)
                     await run_level(warm_level, transport, backend, requests=warm, duration_s=None,
-                                    salt=new_decimal_salt)
+                                    options=EXACT)
                     warm = 0
                     if warm_level.stopped_reason:
                         t.error = f"{t.target.url}: warm-up failed, {warm_level.stopped_reason}"
@@ -129,7 +132,7 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
                 t.levels.append(step.level)
                 obs.step_started(t, step)
                 await run_level(step.level, transport, backend, requests=repeat, duration_s=None, observer=obs,
-                                salt=new_decimal_salt)
+                                options=EXACT)
                 obs.level_done(run, t, step.level)  # type: ignore[arg-type]
                 obs.step_done(run, t, step)
                 if step.level.stopped_reason:
@@ -138,19 +141,3 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
         finally:
             await transport.close()
 
-
-async def exact_prompts(t: TargetRun, source: PromptSource, n_tokens: int,
-                        timeout_s: float) -> tuple[tuple[str, ...], str | None]:
-    """Prompt bodies of exactly n_tokens for this target (one per source text, up to a cap), and a
-    note for the user when they are not exact. Raises PromptTooShort."""
-    bodies: list[str] = []
-    notes: list[str] = []
-    for start in range(source.variants()):
-        fit = (await fit_prompts(t.target.url, lambda m, s=start: source.text(m, s), [n_tokens],
-                                 timeout_s=timeout_s))[n_tokens]
-        if not isinstance(fit, FittedPrompt):
-            raise fit
-        bodies.append(fit.body)
-        if (note := fit.note()) and note not in notes:
-            notes.append(note)
-    return tuple(bodies), "; ".join(notes) or None

@@ -45,6 +45,7 @@ class ServerInfo:
     slot_count: int | None = None  # length of the /slots array
     endpoints: dict[str, int | None] = field(default_factory=dict)  # path -> HTTP status (None: no answer)
     notes: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # ids from /v1/models, in the server's order
 
     @property
     def total_slots(self) -> int | None:
@@ -55,7 +56,7 @@ class ServerInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"props": self.props, "metrics_enabled": self.metrics_enabled, "slots_enabled": self.slots_enabled,
                 "slot_count": self.slot_count, "total_slots": self.total_slots, "endpoints": self.endpoints,
-                "notes": self.notes}
+                "notes": self.notes, "models": self.models}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -117,6 +118,9 @@ class Probe:
                 raise TargetUnreachable(f"does not speak HTTP ({_first_line(exc)})") from exc
             if status == 200:
                 return
+            if status in (401, 403):
+                raise TargetUnreachable(f"/health answered HTTP {status}: the server wants an API key "
+                                        "(set LOADGEN_API_KEY or --api-key)")
             if status == 404:  # not a llama-server (an OpenAI-compatible server without /health)
                 return
             if status != 503:
@@ -150,6 +154,9 @@ class Probe:
         props = await self._get_json("/props", info)
         if isinstance(props, dict):
             info.props = summarize_props(props)
+        models = await self._get_json("/v1/models", info)
+        if isinstance(models, dict) and isinstance(models.get("data"), list):
+            info.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
         slots = await self._get_json("/slots", info)
         if isinstance(slots, list):
             info.slots_enabled, info.slot_count = True, len(slots)

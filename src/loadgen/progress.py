@@ -34,7 +34,7 @@ class ProgressObserver:
         # Completions are counted here and handed to Rich every FLUSH_S by a timer on the event loop.
         # A Rich update per request, or Rich's own refresh thread (which makes the loop's thread
         # fight for the GIL), cost more than the engine's whole bookkeeping at thousands of req/s.
-        self._done: dict[tuple[str, int], list[int]] = {}  # key -> [completed, failed, flushed]
+        self._done: dict[tuple[str, int | float], list[int]] = {}  # key -> [completed, failed, flushed]
 
     def __enter__(self) -> "ProgressObserver":
         self.progress.start()
@@ -49,9 +49,9 @@ class ProgressObserver:
     def message(self, text: str) -> None:
         self.progress.console.print(text, highlight=False, markup=False)
 
-    def level_started(self, target: str, concurrency: int, requests: int | None, duration_s: float | None) -> None:
-        what = f"{target} c={concurrency}" + (f" {duration_s:g}s" if duration_s is not None else "")
-        key = (target, concurrency)
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        what = f"{level.target} {_short(level)}" + (f" {duration_s:g}s" if duration_s is not None else "")
+        key = (level.target, level.level)
         self._done[key] = [0, 0, 0]
         self._tasks[key] = self.progress.add_task(what, total=requests, failed="")
         if self._ticker is None and not self.progress.disable:
@@ -80,18 +80,22 @@ class ProgressObserver:
         self.progress.refresh()
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:
-        self._done.pop((level.target, level.concurrency), None)
-        task = self._tasks.pop((level.target, level.concurrency), None)
+        self._done.pop((level.target, level.level), None)
+        task = self._tasks.pop((level.target, level.level), None)
         if task is not None:
             self.progress.remove_task(task)
         ok = [r for r in level.records if r.ok]
         failed = sum(1 for r in level.records if not r.ok and r.error_kind != CANCELLED)
         lat = f", latency p50 {statistics.median(latency_ms(r) for r in ok):,.0f} ms" if ok else ""
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
-        self.message(f"{level.target} c={level.concurrency}: {len(ok)} ok, {failed} failed, "
+        self.message(f"{level.target} {_short(level)}: {len(ok)} ok, {failed} failed, "
                      f"{throughput_tok_s(level.records):,.2f} tok/s{lat}{tail}")
         if self._on_level_done is not None:
             self._on_level_done()
+
+
+def _short(level: LevelRun) -> str:
+    return f"c={level.concurrency}" if level.rate is None else f"{level.rate:g} req/s"
 
 
 class StepProgress(ProgressObserver):
@@ -106,13 +110,13 @@ class StepProgress(ProgressObserver):
     def step_started(self, target: Any, step: Any) -> None:
         self._step_text = f"{step.size:,} tok" if self.kind == "prefill" else f"depth {step.size:,}"
 
-    def level_started(self, target: str, concurrency: int, requests: int | None, duration_s: float | None) -> None:
-        super().level_started(target, concurrency, requests, duration_s)
-        self.progress.update(self._tasks[(target, concurrency)], description=f"{target} {self._step_text}")
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        super().level_started(level, requests, duration_s)
+        self.progress.update(self._tasks[(level.target, level.level)], description=f"{level.target} {self._step_text}")
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:
-        self._done.pop((level.target, level.concurrency), None)
-        task = self._tasks.pop((level.target, level.concurrency), None)
+        self._done.pop((level.target, level.level), None)
+        task = self._tasks.pop((level.target, level.level), None)
         if task is not None:
             self.progress.remove_task(task)
 
@@ -180,7 +184,8 @@ class SoakStatus:
     def message(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)
 
-    def level_started(self, target: str, concurrency: int, requests: int | None, duration_s: float | None) -> None:
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        target = level.target
         self._ok.setdefault(target, 0)
         self._errors.setdefault(target, Counter())
         self._recent.setdefault(target, deque())

@@ -18,6 +18,16 @@ TIMEOUT = "timeout"  # no complete response within --timeout
 INVALID_JSON = "invalid_json"  # a 2xx body that is not the JSON object the API promises
 SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
+STREAM_ERROR = "stream_error"  # a stream that carried `data: {"error": ...}` or an unreadable event
+TRUNCATED_STREAM = "truncated_stream"  # a stream that ended before its API's final event
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """The OpenAI-style `usage` object, as the server sent it."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
 
 
 class ServerOutcome(msgspec.Struct, frozen=True):
@@ -27,6 +37,7 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     error_message: str | None = None
     tokens_predicted: int | None = None
     stop_type: str | None = None
+    finish_reason: str | None = None  # the OpenAI APIs' counterpart of stop_type
     id_slot: int | None = None
     prompt_n: int | None = None
     prompt_ms: float | None = None
@@ -34,13 +45,14 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     predicted_ms: float | None = None
     predicted_per_second: float | None = None
     cache_n: int | None = None
+    usage: Usage | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
     """One request as loadgen saw it, with the server's own `timings` when it sent them."""
 
     target: str
-    level: int
+    level: int | float  # the level's concurrency (closed loop) or rate in requests/s (open loop)
     worker: int
     seq: int
     salt: str
@@ -51,6 +63,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
     error_message: str | None = None
     tokens_predicted: int | None = None
     stop_type: str | None = None
+    finish_reason: str | None = None  # the OpenAI APIs' counterpart of stop_type
     id_slot: int | None = None
     prompt_n: int | None = None
     prompt_ms: float | None = None
@@ -58,15 +71,38 @@ class RequestRecord(msgspec.Struct, frozen=True):
     predicted_ms: float | None = None
     predicted_per_second: float | None = None
     cache_n: int | None = None
+    usage: Usage | None = None
     headers_ns: int | None = None
+    # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
+    intended_ns: int | None = None
+    # Streaming only: arrival of the first and last content events, the gaps between successive
+    # content events (µs, one per event after the first) and how many content events came.
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    chunk_gaps_us: list[int] | None = None
+    chunks: int | None = None
     prompt_tokens_target: int | None = None  # length asked for (--prompt-tokens, a depth); prompt_n: computed
 
     @property
     def ok(self) -> bool:
         return self.error_kind is None
 
+    @property
+    def start_ns(self) -> int:
+        """Where latencies count from: the intended send time when there was a schedule."""
+        return self.send_ns if self.intended_ns is None else self.intended_ns
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Generated tokens as the server counted them (never the chunk count)."""
+        if self.predicted_n is not None:
+            return self.predicted_n
+        if self.tokens_predicted is not None:
+            return self.tokens_predicted
+        return self.usage.completion_tokens if self.usage is not None else None
+
     def to_dict(self) -> dict[str, Any]:
-        return msgspec.structs.asdict(self)
+        return msgspec.to_builtins(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
@@ -77,7 +113,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
 def make_record(
     *,
     target: str,
-    level: int,
+    level: int | float,
     worker: int,
     seq: int,
     salt: str,
@@ -86,6 +122,11 @@ def make_record(
     status: int | None,
     outcome: ServerOutcome,
     headers_ns: int | None = None,
+    intended_ns: int | None = None,
+    first_token_ns: int | None = None,
+    last_token_ns: int | None = None,
+    chunk_gaps_us: list[int] | None = None,
+    chunks: int | None = None,
     prompt_tokens_target: int | None = None,
 ) -> RequestRecord:
     return RequestRecord(
@@ -102,6 +143,7 @@ def make_record(
         error_message=outcome.error_message,
         tokens_predicted=outcome.tokens_predicted,
         stop_type=outcome.stop_type,
+        finish_reason=outcome.finish_reason,
         id_slot=outcome.id_slot,
         prompt_n=outcome.prompt_n,
         prompt_ms=outcome.prompt_ms,
@@ -109,6 +151,12 @@ def make_record(
         predicted_ms=outcome.predicted_ms,
         predicted_per_second=outcome.predicted_per_second,
         cache_n=outcome.cache_n,
+        usage=outcome.usage,
+        intended_ns=intended_ns,
+        first_token_ns=first_token_ns,
+        last_token_ns=last_token_ns,
+        chunk_gaps_us=chunk_gaps_us,
+        chunks=chunks,
         prompt_tokens_target=prompt_tokens_target,
     )
 
@@ -117,7 +165,7 @@ class ProbeSample(msgspec.Struct, frozen=True):
     """One look at a server during a level. Names are llama-server's; None: the endpoint was off."""
 
     target: str
-    level: int
+    level: int | float
     t_ns: int
     requests_processing: float | None = None
     requests_deferred: float | None = None
@@ -134,12 +182,18 @@ class ProbeSample(msgspec.Struct, frozen=True):
         return msgspec.convert(data, cls)
 
 
+def level_name(level: int | float, open_loop: bool) -> str:
+    """How a level is called in messages: "concurrency 4" or "2 req/s"."""
+    return f"{level:g} req/s" if open_loop else f"concurrency {level}"
+
+
 @dataclass(slots=True)
 class LevelRun:
     """The raw outcome of one level on one target: its records and how it ended."""
 
     target: str
-    concurrency: int
+    concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
+    rate: float | None = None  # open loop: requests/s; None: closed loop
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
     records: list[RequestRecord] = field(default_factory=list)
     start_ns: int = 0
@@ -149,6 +203,15 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+
+    @property
+    def level(self) -> int | float:
+        """The level's key in records and results: its concurrency, or its rate when open loop."""
+        return self.concurrency if self.rate is None else self.rate
+
+    @property
+    def name(self) -> str:
+        return level_name(self.level, self.rate is not None)
 
     def to_simulated_time(self, time_scale: float, origin_ns: int) -> None:
         """Turn a level run against a simulator running at `time_scale` into simulated time.
@@ -168,6 +231,9 @@ class LevelRun:
 
         self.records[:] = [msgspec.structs.replace(
             r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
+            intended_ns=t(r.intended_ns), first_token_ns=t(r.first_token_ns),
+            last_token_ns=t(r.last_token_ns),
+            chunk_gaps_us=None if r.chunk_gaps_us is None else [round(g / time_scale) for g in r.chunk_gaps_us],
             prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
             predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)
             for r in self.records]

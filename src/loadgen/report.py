@@ -23,6 +23,14 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×"
 
 
+def _open_loop(doc: dict[str, Any]) -> bool:
+    return (doc.get("config") or {}).get("mode") == "rate"
+
+
+def _level_name(doc: dict[str, Any], level: int | float) -> str:
+    return f"{level:g} req/s" if _open_loop(doc) else f"concurrency {level}"
+
+
 def sweep_table(doc: dict[str, Any]) -> Table:
     """One row per level × target, levels grouped; the last column compares the first two targets."""
     targets = doc["targets"]
@@ -30,16 +38,16 @@ def sweep_table(doc: dict[str, Any]) -> Table:
     ratio_title = f"{pair[0]['label']}/{pair[1]['label']}\nthroughput" if len(pair) == 2 else None
     title = "loadgen sweep" + ("" if doc.get("complete", True) else "  [incomplete]")
     table = Table(title=title, header_style="bold", show_lines=False)
-    for name, justify in [("C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
+    for name, justify in [("req/s" if _open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
                           ("wall s", "right"), ("tok/s", "right"), ("decode tok/s\nper req", "right"),
                           ("latency ms\nmean", "right"), ("p50", "right"), ("p99", "right"), ("max", "right"),
                           ("predicted_ms\nmean", "right"), ("queue wait ms\nmean", "right")]:
         table.add_column(name, justify=justify)
     if ratio_title:
         table.add_column(ratio_title, justify="right")
-    levels = sorted({lv["concurrency"] for t in targets for lv in t.get("levels", [])})
+    levels = sorted({lv["level"] for t in targets for lv in t.get("levels", [])})
     for c in levels:
-        by_target = {t["label"]: next((lv for lv in t.get("levels", []) if lv["concurrency"] == c), None)
+        by_target = {t["label"]: next((lv for lv in t.get("levels", []) if lv["level"] == c), None)
                      for t in targets}
         first = True
         for t in targets:
@@ -48,7 +56,7 @@ def sweep_table(doc: dict[str, Any]) -> Table:
                 continue
             failed = lv["requests_failed"]
             okf = Text(f"{lv['requests_ok']}/{failed}", style="red" if failed else "")
-            row = [str(c) if first else "", t["label"], okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
+            row = [f"{c:g}" if first else "", t["label"], okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
                    _fmt(lv["throughput_tok_s"], 2), _fmt(lv["decode_tok_s_mean"], 1),
                    _fmt(_dist(lv, "latency_ms", "mean"), 0), _fmt(_dist(lv, "latency_ms", "p50"), 0),
                    _fmt(_dist(lv, "latency_ms", "p99"), 0), _fmt(_dist(lv, "latency_ms", "max"), 0),
@@ -74,7 +82,7 @@ def error_lines(doc: dict[str, Any]) -> list[str]:
         for lv in t.get("levels", []):
             if lv.get("errors_by_kind"):
                 kinds = ", ".join(f"{k} ×{n}" for k, n in lv["errors_by_kind"].items())
-                lines.append(f"{t['label']} at concurrency {lv['concurrency']}: {kinds}")
+                lines.append(f"{t['label']} at {_level_name(doc, lv['level'])}: {kinds}")
     return lines
 
 
@@ -84,7 +92,7 @@ def queue_table(doc: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     table = Table(title="queuing and saturation", header_style="bold")
-    for name in ("target", "C", "queued", "queue wait ms\np50", "p99", "max", "peak\ndeferred",
+    for name in ("target", "req/s" if _open_loop(doc) else "C", "queued", "queue wait ms\np50", "p99", "max", "peak\ndeferred",
                  "peak busy\n/ slots", "batching\ngain"):
         table.add_column(name, justify="left" if name == "target" else "right")
     last = None
@@ -94,13 +102,42 @@ def queue_table(doc: dict[str, Any]) -> Table | None:
         slots = v.get("total_slots")
         busy = lv.get("peak_busy_slots")
         table.add_row(
-            t["label"] if t["label"] != last else "", str(lv["concurrency"]),
+            t["label"] if t["label"] != last else "", f"{lv['level']:g}",
             f"{lv['queued']}/{lv['requests']} ({lv['queued_share']:.0%})",
             _fmt(qw.get("p50"), 0), _fmt(qw.get("p99"), 0), _fmt(qw.get("max"), 0),
             _fmt(lv.get("peak_deferred"), 0),
             f"{'n/a' if busy is None else busy} / {'?' if slots is None else slots}",
             "n/a" if lv.get("batching_gain") is None else f"{lv['batching_gain']:.2f}×",
         )
+        last = t["label"]
+    return table
+
+
+# (column title, summary key, statistic) of the latency detail table, shown when any level has them.
+_DETAIL = [("TTFT ms\np50", "ttft_ms", "p50"), ("TTFT\np99", "ttft_ms", "p99"),
+           ("TTFT−prompt_ms\np50 (queue)", "ttft_queue_ms", "p50"), ("TPOT ms\nmean", "tpot_ms", "mean"),
+           ("ITL ms\np50", "itl_ms", "p50"), ("ITL\np99", "itl_ms", "p99"),
+           ("E2E ms p99\nfrom intended", "latency_ms", "p99"),
+           ("E2E p99\nfrom actual send", "latency_uncorrected_ms", "p99"),
+           ("send lag ms\np99", "schedule_lag_ms", "p99")]
+
+
+def latency_table(doc: dict[str, Any]) -> Table | None:
+    """Streaming and open-loop latencies (TTFT, TPOT, ITL, corrected vs uncorrected E2E, send lag)."""
+    rows = [(t, lv) for t in doc["targets"] for lv in t.get("levels", [])]
+    columns = [c for c in _DETAIL if any(isinstance(lv.get(c[1]), dict) for _, lv in rows)]
+    if not any(key != "latency_ms" for _, key, _ in columns):
+        return None
+    table = Table(title="latency detail (ms)", header_style="bold")
+    table.add_column("target")
+    table.add_column("req/s" if _open_loop(doc) else "C", justify="right")
+    for title, _, _ in columns:
+        table.add_column(title, justify="right")
+    last = None
+    for t, lv in rows:
+        table.add_row(t["label"] if t["label"] != last else "", f"{lv['level']:g}",
+                      *[_fmt(_dist(lv, key, stat), 1 if key in ("tpot_ms", "itl_ms", "schedule_lag_ms") else 0)
+                        for _, key, stat in columns])
         last = t["label"]
     return table
 

@@ -41,7 +41,10 @@ from .soak import summarize_soak
 from .sweep import SweepRun
 
 SCHEMA = "loadgen.run"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 had no "level"/"rate" per level (every run was closed loop, keyed by concurrency) and
+# no streaming fields: it is read by filling those in.
+READABLE_VERSIONS = (1, 2)
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
@@ -91,7 +94,7 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
         }
         target["verdict"] = target_verdict(
             target, [r for lv in t.levels for r in lv.records], [s for lv in t.levels for s in lv.probe_samples],
-            config.knee_gain, config.knee_latency) if levels else None
+            config.knee_gain, config.knee_latency, config.open_loop) if levels else None
         targets.append(target)
     return {
         "schema": SCHEMA,
@@ -106,11 +109,11 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples: list[ProbeSample],
-                   knee_gain: float, knee_latency: float) -> dict[str, Any]:
+                   knee_gain: float, knee_latency: float, open_loop: bool = False) -> dict[str, Any]:
     """The saturation verdict of one target of a run document (pure)."""
     server = target.get("server") or {}
     return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
-                          bool(server.get("metrics_enabled")), knee_gain, knee_latency).to_dict()
+                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop).to_dict()
 
 
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
@@ -144,7 +147,8 @@ def write_results(out_dir: Path, run: SweepRun | ModeRun, *, meta: dict[str, Any
 def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
     return [summarize_level(lv.concurrency, list(lv.records),
                             lv.stopped_reason or (None if lv.finished else "in progress"),
-                            counter_delta(lv.server_metrics_before, lv.server_metrics_after)).to_dict()
+                            counter_delta(lv.server_metrics_before, lv.server_metrics_after),
+                            rate=lv.rate).to_dict()
             for lv in levels]
 
 
@@ -229,12 +233,30 @@ def load_run(results_dir: Path) -> dict[str, Any]:
         raise ResultsError(f"{path} is not valid JSON ({exc}); the run may have been written by another tool") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ResultsError(f"{path} is not a loadgen run file")
-    if doc.get("schema_version") != SCHEMA_VERSION:
+    if doc.get("schema_version") not in READABLE_VERSIONS:
         raise ResultsError(f"{path} has schema version {doc.get('schema_version')!r}; "
-                           f"this loadgen reads version {SCHEMA_VERSION}")
+                           f"this loadgen reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc.get("targets"), list):
         raise ResultsError(f"{path} has no target list")
+    if doc["schema_version"] == 1:
+        _upgrade_v1(doc)
     return doc
+
+
+def _upgrade_v1(doc: dict[str, Any]) -> None:
+    if isinstance(doc.get("config"), dict):
+        doc["config"].setdefault("mode", "concurrency")
+    for t in doc["targets"]:
+        for lv in (t.get("levels") if isinstance(t, dict) else None) or []:
+            if isinstance(lv, dict) and "concurrency" in lv:
+                lv.setdefault("level", lv["concurrency"])
+                lv.setdefault("rate", None)
+
+
+def open_loop(doc: dict[str, Any]) -> bool:
+    """Whether a run document's levels are request rates (open loop) rather than concurrencies."""
+    config = doc.get("config")
+    return isinstance(config, dict) and config.get("mode") == "rate"
 
 
 def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
@@ -275,5 +297,23 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__).splitlines()[0][:200]
 
 
-def command_line() -> list[str]:
-    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+SECRET_OPTIONS = ("--api-key",)
+
+
+def command_line(argv: list[str] | None = None) -> list[str]:
+    """The command as typed, with the values of secret options replaced by "***"."""
+    args = list(sys.argv if argv is None else argv)
+    out = [Path(args[0]).name] if args else []
+    hide_next = False
+    for a in args[1:]:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif a in SECRET_OPTIONS:
+            out.append(a)
+            hide_next = True
+        elif a.startswith(tuple(o + "=" for o in SECRET_OPTIONS)):
+            out.append(a.split("=", 1)[0] + "=***")
+        else:
+            out.append(a)
+    return out

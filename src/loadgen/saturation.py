@@ -33,22 +33,22 @@ UNTRUSTED_FAILURE_SHARE = 0.05
 class LevelPoint:
     """The per-level figures the knee rule reads."""
 
-    concurrency: int
+    level: int | float  # concurrency, or offered rate in open loop
     throughput_tok_s: float
     latency_mean_ms: float | None
 
 
 @dataclass(frozen=True, slots=True)
 class Knee:
-    at: int  # concurrency where the server saturates
-    next_level: int
+    at: int | float  # level (concurrency or rate) where the server saturates
+    next_level: int | float
     throughput_gain: float  # relative: +0.02 is +2%
     latency_ratio: float  # ×2.1
 
 
 @dataclass(frozen=True, slots=True)
 class LevelQueueing:
-    concurrency: int
+    level: int | float
     requests: int
     queued: int
     queued_share: float
@@ -62,7 +62,7 @@ class LevelQueueing:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "concurrency": self.concurrency, "requests": self.requests, "queued": self.queued,
+            "level": self.level, "requests": self.requests, "queued": self.queued,
             "queued_share": self.queued_share,
             "queue_wait_raw_ms": self.queue_wait_raw_ms.to_dict() if self.queue_wait_raw_ms else None,
             "queue_wait_ms": self.queue_wait_ms.to_dict() if self.queue_wait_ms else None,
@@ -119,14 +119,14 @@ def is_queued(r: RequestRecord, overhead: float | None) -> bool:
 
 def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50) -> Knee | None:
     """The lowest level after which throughput gains < knee_gain while latency rises > knee_latency."""
-    ordered = sorted(points, key=lambda p: p.concurrency)
+    ordered = sorted(points, key=lambda p: p.level)
     for here, nxt in zip(ordered, ordered[1:]):
         if here.throughput_tok_s <= 0 or not here.latency_mean_ms or nxt.latency_mean_ms is None:
             continue
         gain = nxt.throughput_tok_s / here.throughput_tok_s - 1
         ratio = nxt.latency_mean_ms / here.latency_mean_ms
         if gain < knee_gain and ratio > 1 + knee_latency:
-            return Knee(here.concurrency, nxt.concurrency, gain, ratio)
+            return Knee(here.level, nxt.level, gain, ratio)
     return None
 
 
@@ -135,13 +135,13 @@ def _peak(values: Sequence[float | int | None]) -> Any:
     return max(present) if present else None
 
 
-def level_queueing(concurrency: int, rs: Sequence[RequestRecord], samples: Sequence[ProbeSample],
+def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Sequence[ProbeSample],
                    overhead: float | None, throughput: float, throughput_at_1: float | None) -> LevelQueueing:
     ok = [r for r in rs if r.ok]
     queued = sum(1 for r in ok if is_queued(r, overhead))
     counted = [r for r in rs if r.error_kind != "cancelled"]
     return LevelQueueing(
-        concurrency=concurrency,
+        level=level,
         requests=len(ok),
         queued=queued,
         queued_share=queued / len(ok) if ok else 0.0,
@@ -176,32 +176,41 @@ def _slots(n: int | None) -> str:
 
 def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
                    samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
-                   knee_gain: float = 0.10, knee_latency: float = 0.50) -> TargetVerdict:
-    """Verdicts for one target from its level summaries (run.json), records and probe samples."""
-    by_level: dict[int, list[RequestRecord]] = {}
+                   knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False) -> TargetVerdict:
+    """Verdicts for one target from its level summaries (run.json), records and probe samples.
+
+    Open loop (levels are offered request rates) the same knee rule applies to rate instead of
+    concurrency; slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
+    """
+    by_level: dict[int | float, list[RequestRecord]] = {}
     for r in records:
         by_level.setdefault(r.level, []).append(r)
-    samples_by_level: dict[int, list[ProbeSample]] = {}
+    samples_by_level: dict[int | float, list[ProbeSample]] = {}
     for s in samples:
         samples_by_level.setdefault(s.level, []).append(s)
-    concurrencies = [lv["concurrency"] for lv in levels]
-    throughput = {lv["concurrency"]: lv["throughput_tok_s"] for lv in levels}
-    overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies else None
-    at_1 = throughput.get(1)
+    concurrencies = [_key(lv) for lv in levels]
+    throughput = {_key(lv): lv["throughput_tok_s"] for lv in levels}
+    overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies and not open_loop else None
+    at_1 = None if open_loop else throughput.get(1)
     queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
                                     throughput[c], at_1) for c in concurrencies)
     # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared.
-    points = [LevelPoint(lv["concurrency"], lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
+    points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
               for lv in levels if not lv.get("stopped_reason")]
     knee = find_knee(points, knee_gain, knee_latency)
-    lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available, max(concurrencies, default=0))
+    if open_loop:
+        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
+    else:
+        lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
+                               max(concurrencies, default=0))
+    lines += _failure_lines(label, queueing, open_loop)
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
 
 
 def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, knee: Knee | None,
                    queueing: Sequence[LevelQueueing], metrics_available: bool, top: int) -> list[str]:
     lines: list[str] = []
-    by_c = {q.concurrency: q for q in queueing}
+    by_c = {q.level: q for q in queueing}
     if knee is not None:
         after = by_c[knee.next_level]
         facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
@@ -228,15 +237,15 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         slot_waits = [q for q in queueing if q.queued and not _outside_slot_queue(q, metrics_available)]
         worst = max(slot_waits, key=lambda q: q.queued_share, default=None)
         if worst is not None and worst.queued_wait_ms:
-            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.concurrency} "
+            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.level} "
                          f"waited for a slot (median {_secs(worst.queued_wait_ms.p50)}).")
     for q in queueing:
         if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
-            lines.append(f"{label} at c={q.concurrency}: {q.queued} of {q.requests} requests waited before the "
+            lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited before the "
                          f"server started them (median {_secs(q.queued_wait_ms.p50)}), but it deferred none, so the "
                          "wait was outside the slot queue (HTTP, tokenization, or the server finishing another "
                          "request's prompt first).")
-    gains = [f"c={q.concurrency} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.concurrency != 1]
+    gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
     if overhead is None:
@@ -244,8 +253,53 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     if not metrics_available:
         lines.append(f"{label}: /metrics unavailable (start llama-server with --metrics); "
                      "queuing is judged from /slots and per-request timings only.")
-    for q in queueing:
-        if q.failure_share > UNTRUSTED_FAILURE_SHARE:
-            lines.append(f"{label} at c={q.concurrency}: {q.failure_share:.0%} of requests failed, "
-                         "so that level's figures are not trustworthy.")
+    return lines
+
+
+def _key(lv: dict[str, Any]) -> int | float:
+    """A level summary's key: its "level" (schema 2), else its concurrency."""
+    return lv["level"] if "level" in lv else lv["concurrency"]
+
+
+def _name(level: int | float, open_loop: bool) -> str:
+    return f"{level:g} req/s" if open_loop else f"c={level}"
+
+
+def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: bool) -> list[str]:
+    return [f"{label} at {_name(q.level, open_loop)}: {q.failure_share:.0%} of requests failed, "
+            "so that level's figures are not trustworthy."
+            for q in queueing if q.failure_share > UNTRUSTED_FAILURE_SHARE]
+
+
+# The client is behind its schedule when its sends are this late at the 99th percentile.
+SCHEDULE_LAG_P99_MS = 5.0
+
+
+def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueueing],
+                     levels: Sequence[dict[str, Any]], metrics_available: bool) -> list[str]:
+    lines: list[str] = []
+    by_level = {q.level: q for q in queueing}
+    if knee is not None:
+        after = by_level[knee.next_level]
+        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        if after.peak_deferred:
+            facts.append(f"up to {after.peak_deferred:g} deferred")
+        lines.append(f"{label} saturates at {knee.at:g} req/s. At {knee.next_level:g} req/s: "
+                     + ", ".join(facts) + ": requests arrive faster than it finishes them.")
+    elif levels:
+        top = max(_key(lv) for lv in levels)
+        lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")
+    for lv in levels:
+        lag = lv.get("schedule_lag_ms") or {}
+        if lag.get("p99") is not None and lag["p99"] > SCHEDULE_LAG_P99_MS:
+            lines.append(f"{label} at {_key(lv):g} req/s: the client sent requests late (schedule lag p99 "
+                         f"{lag['p99']:.1f} ms): the client, not the server, may be the bottleneck; "
+                         "latencies still count from the intended send times.")
+        corrected, raw = lv.get("latency_ms") or {}, lv.get("latency_uncorrected_ms") or {}
+        if corrected.get("p99") and raw.get("p99") and corrected["p99"] > 1.2 * raw["p99"]:
+            lines.append(f"{label} at {_key(lv):g} req/s: p99 latency {_secs(corrected['p99'])} from the intended "
+                         f"send times vs {_secs(raw['p99'])} from the actual sends: requests waited to be sent "
+                         "(coordinated omission would have hidden this).")
+    if not metrics_available:
+        lines.append(f"{label}: /metrics unavailable, so the server's deferred queue is not visible.")
     return lines

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, replace
 
 from . import records
 from .backends import make_backend
-from .engine import new_decimal_salt, new_salt, run_level
-from .modes import ModeRun, ModeTarget, exact_prompts, prepare_targets
+from .engine import EngineOptions, new_decimal_salt, new_salt, run_level
+from .exact_prompt import exact_prompts
+from .modes import ModeRun, ModeTarget, prepare_targets
 from .probe import Probe, ServerInfo
 from .prompts import PromptSource
 from .records import LevelRun, RequestRecord
@@ -195,29 +196,32 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
     async def soak_target(t: ModeTarget) -> None:
         generation = config.generation
         if prompt_tokens:
-            bodies, note = await exact_prompts(t, source, prompt_tokens, config.timeout_s)
+            bodies, note = await exact_prompts(t.target.url, source, prompt_tokens, api=config.api,
+                                               headers=config.auth_headers(), timeout_s=config.timeout_s)
             if note:
                 obs.message(f"{t.label}: {note}")
-            generation = replace(generation, prompt=bodies[0])
-        backend = make_backend(config.api, generation)
+            generation = replace(generation, prompt=bodies[0], prompts=bodies)
+        backend = make_backend(config.api, generation, t.model)
         salt = new_decimal_salt if prompt_tokens else new_salt
         transport = factory()
-        await transport.open(t.target.url, concurrency, config.timeout_s)
+        await transport.open(t.target.url, concurrency, config.timeout_s, config.auth_headers())
         try:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
-                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None, salt=salt)
+                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None,
+                                options=EngineOptions(salt=salt))
                 if warm.stopped_reason:
                     t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
                     return
             level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
             t.levels.append(level)
-            async with Probe(t.target.url) as probe:
+            async with Probe(t.target.url, config.auth_headers()) as probe:
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
                     t.label, concurrency, t.info or ServerInfo(), settings["probe_interval_s"], level.probe_samples))
                 try:
                     await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
-                                    salt=salt, give_up_after=None, pause_after_error_s=PAUSE_AFTER_ERROR_S)
+                                    options=EngineOptions(salt=salt, give_up_after=None,
+                                                          pause_after_error_s=PAUSE_AFTER_ERROR_S))
                 finally:
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)

@@ -1,4 +1,6 @@
-"""A sweep: for each target, probe it, warm it up, then run every concurrency level in turn.
+"""A sweep: for each target, probe it, warm it up, then run every level in turn.
+
+A level is a concurrency (closed loop) or a request rate (open loop, on a precomputed schedule).
 
 Wires probe, backend, transport and engine together; owns no timing logic of its own. The
 `SweepRun` it fills is owned by the caller, so whatever happens (Ctrl-C, a dead server) the caller
@@ -11,12 +13,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .backends import Backend, make_backend
+from .backends import OPENAI_APIS, Backend, make_backend
 from .config import SweepConfig, Target
 from .clock import now_ns
-from .engine import Observer, run_level
+from .engine import Observer, run_level, run_open_level
 from .probe import Probe, ServerInfo, TargetUnreachable
 from .records import LevelRun
+from .schedule import arrival_offsets_ns
 from .transport import AiohttpTransport, Transport
 
 
@@ -27,6 +30,7 @@ class TargetRun:
     info: ServerInfo | None = None
     levels: list[LevelRun] = field(default_factory=list)
     error: str | None = None  # why this target stopped early, for the user
+    model: str | None = None  # the model name sent (OpenAI APIs)
 
 
 @dataclass(slots=True)
@@ -39,7 +43,7 @@ class SweepRun:
     @property
     def complete(self) -> bool:
         return not self.interrupted and all(t.error is None for t in self.targets) and all(
-            len(t.levels) == len(self.config.concurrency)
+            len(t.levels) == len(self.config.levels)
             and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
 
@@ -68,7 +72,7 @@ def resolve_labels(targets: list[TargetRun]) -> None:
 
 
 async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> None:
-    async with Probe(t.target.url) as probe:
+    async with Probe(t.target.url, config.auth_headers()) as probe:
         try:
             await probe.wait_ready(config.wait_ready_s,
                                    on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
@@ -76,31 +80,52 @@ async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> Non
             t.error = f"{t.target.url}: {exc}"
             return
         t.info = await probe.server_info()
+    if config.api in OPENAI_APIS:
+        t.model = config.model or (t.info.models[0] if t.info.models else None)
+        if t.model is None:
+            obs.message(f"{t.target.hostport}: /v1/models named no model, so requests carry none "
+                        "(give --model if the server needs one)")
 
 
-async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: SweepObserver,
+async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
+                         obs: SweepObserver) -> None:
+    requests, duration_s = config.budget(level.level)
+    if level.rate is None:
+        await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+    else:
+        offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
+                                     burstiness=config.burstiness, seed=config.arrival_seed)
+        await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs)
+
+
+async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                         transport_factory: Callable[[], Transport]) -> None:
     config = run.config
+    backend = make_backend(config.api, config.generation, t.model)
     transport = transport_factory()
-    await transport.open(t.target.url, max(config.concurrency), config.timeout_s)
+    # Open loop without a cap: as many connections as requests in flight (0 = no limit).
+    pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
+    await transport.open(t.target.url, pool, config.timeout_s, config.auth_headers())
     try:
-        async with Probe(t.target.url) as probe:
+        async with Probe(t.target.url, config.auth_headers()) as probe:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
                 await run_level(warm, transport, backend, requests=config.warmup, duration_s=None)
                 if warm.stopped_reason:
                     t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
                     return
-            for concurrency in config.concurrency:
-                requests, duration_s = config.budget(concurrency)
-                level = LevelRun(target=t.label, concurrency=concurrency)
+            for key in config.levels:
+                if config.open_loop:
+                    level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key)
+                else:
+                    level = LevelRun(target=t.label, concurrency=key)
                 if t.info and t.info.metrics_enabled:
                     level.server_metrics_before = await probe.metrics()
                 t.levels.append(level)
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
-                    t.label, concurrency, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
+                    t.label, key, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
                 try:
-                    await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+                    await _run_one_level(config, level, transport, backend, obs)
                 finally:
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
@@ -110,7 +135,7 @@ async def _sweep_target(run: SweepRun, t: TargetRun, backend: Backend, obs: Swee
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
                 if level.stopped_reason:
-                    t.error = f"{t.target.url}: {level.stopped_reason} at concurrency {concurrency}"
+                    t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
                     return
     finally:
         await transport.close()
@@ -120,7 +145,6 @@ async def run_sweep(run: SweepRun, obs: SweepObserver,
                     transport_factory: Callable[[], Transport] = AiohttpTransport) -> None:
     """Fill `run` target by target (or all at once with parallel_targets)."""
     config = run.config
-    backend = make_backend(config.api, config.generation)
     run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in config.targets]
     await asyncio.gather(*(_prepare(config, t, obs) for t in run.targets))
     resolve_labels(run.targets)
@@ -132,7 +156,7 @@ async def run_sweep(run: SweepRun, obs: SweepObserver,
                         "queuing is judged from /slots and per-request timings")
     live = [t for t in run.targets if t.error is None]
     if config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, backend, obs, transport_factory) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, backend, obs, transport_factory)
+            await _sweep_target(run, t, obs, transport_factory)

@@ -1,32 +1,27 @@
-"""llama.cpp's native `POST /completion` (non-streaming)."""
+"""llama.cpp's native `POST /completion`, whole or streamed.
+
+Streamed, every event is a JSON object; the last one has `stop: true` and `timings`, and then the
+server closes the stream without a `[DONE]` line.
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
 
 from .. import records
 from ..records import ServerOutcome
-from . import GenerationParams
-
-
-class _Timings(msgspec.Struct):
-    """The `timings` fields loadgen records, named as llama-server emits them."""
-
-    prompt_n: int | None = None
-    prompt_ms: float | None = None
-    predicted_n: int | None = None
-    predicted_ms: float | None = None
-    predicted_per_second: float | None = None
-    cache_n: int | None = None
+from . import GenerationParams, SaltedBodies
+from .common import Timings, error_message, error_outcome, stream_error, timing_fields, truncated, undecodable
 
 
 class _Completion(msgspec.Struct):
-    """The part of a /completion response (or of its error body) that loadgen reads; the rest is skipped."""
+    """The part of a /completion response, stream event or error body that loadgen reads."""
 
-    timings: _Timings | None = None
+    content: str | None = None
+    stop: bool | None = None
+    timings: Timings | None = None
     tokens_predicted: int | None = None
     stop_type: str | None = None
     id_slot: int | None = None
@@ -34,7 +29,11 @@ class _Completion(msgspec.Struct):
 
 
 _decode = msgspec.json.Decoder(_Completion).decode
-_encode = msgspec.json.encode
+
+
+def _outcome(data: _Completion) -> ServerOutcome:
+    return ServerOutcome(tokens_predicted=data.tokens_predicted, stop_type=data.stop_type,
+                         id_slot=data.id_slot, **timing_fields(data.timings))
 
 
 class LlamaCppBackend:
@@ -44,6 +43,7 @@ class LlamaCppBackend:
 
     def __init__(self, params: GenerationParams):
         self.params = params
+        self.stream = params.stream
         fields: dict[str, Any] = {
             "n_predict": params.n_predict,
             "temperature": params.temperature,
@@ -53,44 +53,56 @@ class LlamaCppBackend:
         }
         if params.seed is not None:
             fields["seed"] = params.seed
-        # Serialise everything once; per request only the salt (hex digits and dashes, which JSON
-        # needs no escaping for) is put in front: {"prompt":"[<salt>] <prompt>",<fields>}.
-        self._after_salt = b"] " + _encode(params.prompt)[1:] + b"," + _encode(fields)[1:]
-
-    def build(self, salt: str) -> bytes:
-        return b'{"prompt":"[' + salt.encode() + self._after_salt
+        if params.stream:
+            fields["stream"] = True
+        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields)
+        self.build = self._bodies.build
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:
             data = _decode(body)
         except msgspec.DecodeError as exc:  # not JSON, or JSON of the wrong shape
-            if status >= 400:
-                return ServerOutcome(error_kind=f"http_{status}", error_message=_snippet(body))
-            return ServerOutcome(error_kind=records.INVALID_JSON,
-                                 error_message=f"unexpected response ({exc}): {_snippet(body)}")
+            return undecodable(status, body, exc)
         if status >= 400 or data.error is not None:
-            err = data.error
-            message = err.get("message") if isinstance(err, dict) else err
-            kind = f"http_{status}" if status >= 400 else records.SERVER_ERROR
-            return ServerOutcome(error_kind=kind, error_message=str(message or _snippet(body)))
-        t = data.timings
-        if t is None:
+            return error_outcome(status, body, data.error)
+        if data.timings is None:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `timings` object")
-        pps = t.predicted_per_second
-        return ServerOutcome(
-            tokens_predicted=data.tokens_predicted,
-            stop_type=data.stop_type,
-            id_slot=data.id_slot,
-            prompt_n=t.prompt_n,
-            prompt_ms=t.prompt_ms,
-            predicted_n=t.predicted_n,
-            predicted_ms=t.predicted_ms,
-            # llama-server writes inf/nan as null; guard against a server that writes them otherwise.
-            predicted_per_second=pps if pps is None or math.isfinite(pps) else None,
-            cache_n=t.cache_n,
-        )
+        return _outcome(data)
+
+    def event_reader(self) -> "_StreamEvents":
+        return _StreamEvents()
 
 
-def _snippet(body: bytes, limit: int = 120) -> str:
-    text = body[:limit].decode("utf-8", "replace").replace("\n", " ").strip()
-    return text + ("…" if len(body) > limit else "") if text else "(empty body)"
+class _StreamEvents:
+    """One streamed /completion: content events until the `stop: true` one."""
+
+    __slots__ = ("final", "error")
+
+    def __init__(self) -> None:
+        self.final: _Completion | None = None
+        self.error: ServerOutcome | None = None
+
+    def event(self, data: bytes) -> bool:
+        if self.final is not None or self.error is not None:
+            return False  # nothing after the end counts
+        try:
+            chunk = _decode(data)
+        except msgspec.DecodeError as exc:
+            self.error = stream_error(f"unreadable event ({exc}): {data[:80]!r}")
+            return False
+        if chunk.error is not None:
+            self.error = stream_error(error_message(chunk.error, data))
+            return False
+        if chunk.stop:
+            self.final = chunk
+            return bool(chunk.content) and chunk.timings is None
+        return bool(chunk.content)
+
+    def finish(self) -> ServerOutcome:
+        if self.error is not None:
+            return self.error
+        if self.final is None:
+            return truncated("its final `stop: true` event")
+        if self.final.timings is None:
+            return ServerOutcome(error_kind=records.INVALID_JSON, error_message="final event has no `timings` object")
+        return _outcome(self.final)

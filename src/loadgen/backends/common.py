@@ -1,0 +1,66 @@
+"""What the backends share: llama-server's `timings` object and the reading of error bodies."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from .. import records
+from ..records import ServerOutcome
+
+
+class Timings(msgspec.Struct):
+    """The `timings` fields loadgen records, named as llama-server emits them."""
+
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    predicted_per_second: float | None = None
+    cache_n: int | None = None
+
+
+def timing_fields(t: Timings | None) -> dict[str, Any]:
+    """ServerOutcome keyword arguments from a `timings` object (none when the server sent none)."""
+    if t is None:
+        return {}
+    pps = t.predicted_per_second
+    return {
+        "prompt_n": t.prompt_n, "prompt_ms": t.prompt_ms, "predicted_n": t.predicted_n,
+        "predicted_ms": t.predicted_ms, "cache_n": t.cache_n,
+        # llama-server writes inf/nan as null; guard against a server that writes them otherwise.
+        "predicted_per_second": pps if pps is None or math.isfinite(pps) else None,
+    }
+
+
+def error_message(err: Any, body: bytes) -> str:
+    """The one line a server's `{"error": ...}` says (llama-server and OpenAI both nest `message`)."""
+    message = err.get("message") if isinstance(err, dict) else err
+    return str(message or snippet(body))[:300]
+
+
+def error_outcome(status: int, body: bytes, err: Any = None) -> ServerOutcome:
+    kind = f"http_{status}" if status >= 400 else records.SERVER_ERROR
+    return ServerOutcome(error_kind=kind, error_message=error_message(err, body))
+
+
+def undecodable(status: int, body: bytes, exc: Exception) -> ServerOutcome:
+    """A body that is not the JSON object the API promises."""
+    if status >= 400:
+        return ServerOutcome(error_kind=f"http_{status}", error_message=snippet(body))
+    return ServerOutcome(error_kind=records.INVALID_JSON, error_message=f"unexpected response ({exc}): {snippet(body)}")
+
+
+def stream_error(message: str) -> ServerOutcome:
+    return ServerOutcome(error_kind=records.STREAM_ERROR, error_message=message[:300])
+
+
+def truncated(what: str) -> ServerOutcome:
+    return ServerOutcome(error_kind=records.TRUNCATED_STREAM, error_message=f"the stream ended before {what}")
+
+
+def snippet(body: bytes, limit: int = 120) -> str:
+    text = body[:limit].decode("utf-8", "replace").replace("\n", " ").strip()
+    return text + ("…" if len(body) > limit else "") if text else "(empty body)"
