@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .config import ConfigError, parse_int_list
+from .config import ConfigError, parse_int_list, parse_rate_list
 
 
 class IntList(click.ParamType):
@@ -42,6 +42,25 @@ class IntList(click.ParamType):
             self.fail(f"expected a list of integers like 1,2,4, got {value!r}", param, ctx)
         try:
             return parse_int_list(text, "", minimum=self.minimum, maximum=self.maximum)
+        except ConfigError as exc:
+            self.fail(str(exc).removeprefix(": "), param, ctx)
+
+
+class RateList(click.ParamType):
+    """A comma-separated list of distinct positive request rates (requests/s); also a TOML array."""
+
+    name = "rates"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+            return value
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            self.fail("the list is empty", param, ctx)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in items):
+            self.fail(f"expected request rates like 0.5,1,2, got {value!r}", param, ctx)
+        try:
+            return parse_rate_list(",".join(map(str, items)), "")
         except ConfigError as exc:
             self.fail(str(exc).removeprefix(": "), param, ctx)
 
@@ -91,6 +110,7 @@ class Duration(click.ParamType):
 
 
 PORTS = IntList(1, 65535)
+RATES = RateList()
 LEVELS = IntList(1, 4096)
 PROMPT_LENGTHS = IntList(1, 10_000_000)
 DEPTHS = IntList(0, 10_000_000)

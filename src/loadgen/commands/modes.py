@@ -1,115 +1,48 @@
 """`loadgen prefill`, `loadgen depth` and `loadgen soak`: the field reports' other experiments.
 
-Thin: options are read and checked here, the measuring is in prefill.py, depth.py, soak.py and
-modes.py, the figures in their pure summary functions, the tables in report.py.
+Thin: options are read and checked here, the measuring is in modes.py (prefill, depth) and
+soak.py, the figures in the pure summary functions of prefill.py, depth.py and soak.py, the tables
+in report.py.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from ..backends import API_NAMES, GenerationParams
+from ..backends import GenerationParams
+from ..config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..depth import SKIP_HINT
-from ..config import DEFAULT_PROMPT, ConfigError, SweepConfig, build_targets, check_api
 from ..modes import ModeRun, run_steps
-from ..options import DEPTHS, DURATION, PORTS, PROMPT_LENGTHS
+from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
 from ..progress import SoakStatus, StepProgress
-from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
+from ..prompts import PromptSource
 from ..report import depth_table, error_lines, prefill_table, soak_table
 from ..results import default_dir, prepare_dir
 from ..soak import run_soak
 from .execute import Execution, FinalWriteError, execute
+from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
-def target_options(f: Callable) -> Callable:
-    for option in reversed([
-        click.option("--ports", type=PORTS, help="Comma-separated ports of targets on --host, e.g. 8080,8081."),
-        click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports."),
-        click.option("--url", "urls", multiple=True, help="A target's base URL (repeatable)."),
-        click.option("--label", "labels", multiple=True, help="A name per target, in order "
-                                                               "(default: the server's model alias)."),
-        click.option("--api", default="llamacpp", show_default=True, help=f"Server API: {', '.join(API_NAMES)}."),
-    ]):
-        f = option(f)
-    return f
-
-
-def prompt_source_options(f: Callable) -> Callable:
-    for option in reversed([
-        click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request)."),
-        click.option("--prompt-file", help="Read the prompt text from this UTF-8 file."),
-        click.option("--dataset", help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file."),
-        click.option("--dataset-field", default=DEFAULT_FIELD, show_default=True,
-                     help="The field of each JSONL object that holds the prompt (dotted for nested: input.text)."),
-        click.option("--dataset-samples", type=click.IntRange(min=1),
-                     help="Draw this many prompts from --dataset [default: all of them]."),
-        click.option("--dataset-seed", type=int, default=0, show_default=True,
-                     help="Seed of the draw from --dataset: the same seed, the same prompts in the same order."),
-    ]):
-        f = option(f)
-    return f
-
-
-def request_options(f: Callable) -> Callable:
-    for option in reversed([
-        click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True),
-        click.option("--seed", type=int, help="Sampling seed sent with every request."),
-        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600,
-                     show_default=True, help="Seconds before a request counts as timed out."),
-        click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
-                     help="Seconds to wait for a server that is still loading its model."),
-        click.option("--output", type=click.Path(file_okay=False), help="Results directory "
-                                                                         "[default: results/<UTC time>-<command>]."),
-        click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run."),
-    ]):
-        f = option(f)
-    return f
-
-
-def prompt_source(prompt: str | None, prompt_file: str | None, dataset: str | None, dataset_field: str,
-                  dataset_samples: int | None, dataset_seed: int) -> PromptSource:
-    """The run's texts: --prompt, --prompt-file or --dataset (one of them), else none (synthetic)."""
-    given = [name for name, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--dataset", dataset))
-             if v is not None]
-    if len(given) > 1:
-        raise ConfigError(f"give one of {', '.join(given)}, not several")
-    if prompt is not None:
-        if not prompt.strip():
-            raise ConfigError("the prompt is empty")
-        return PromptSource((prompt,), dataset_seed)
-    if prompt_file is not None:
-        return PromptSource((read_text_file(prompt_file),), dataset_seed)
-    if dataset is not None:
-        return PromptSource(tuple(sample_prompts(read_dataset(dataset, dataset_field), dataset_samples,
-                                                 dataset_seed)), dataset_seed)
-    return PromptSource(seed=dataset_seed)
-
-
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
-                api: str, temperature: float, seed: int | None, timeout_s: float, wait_ready_s: float, warmup: int,
-                n_predict: int, ignore_eos: bool = True, concurrency: int = 1,
-                probe_interval_s: float = 0.25) -> SweepConfig:
-    """Targets, API and request settings as a sweep would have them (one level)."""
+                api: str, model: str | None, api_key: str | None, temperature: float, seed: int | None,
+                timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
+                stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25) -> SweepConfig:
+    """Targets, API and request settings as a sweep would hold them (one level)."""
     return SweepConfig(
-        targets=build_targets(host, ",".join(map(str, ports)) if ports else None, urls, labels),
-        concurrency=(concurrency,),
+        targets=build_targets(host, ports, urls, labels), concurrency=(concurrency,),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                    ignore_eos=ignore_eos, seed=seed),
-        api=check_api(api), warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        probe_interval_s=probe_interval_s)
-
-
-def _console(stderr: bool = False) -> Console:
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 180)
+                                    ignore_eos=ignore_eos, seed=seed, stream=stream),
+        api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
+        wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s)
 
 
 def print_mode(doc: dict[str, Any], console: Console, err: Console) -> None:
@@ -130,7 +63,7 @@ def print_mode(doc: dict[str, Any], console: Console, err: Console) -> None:
 
 def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     doc = execution.doc
-    print_mode(doc, _console(), err)
+    print_mode(doc, console(), err)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
@@ -162,17 +95,18 @@ def _out_dir(output: str | None, force: bool, kind: str) -> Path:
               help="Unrecorded requests per target first, with the shortest prompt.")
 @prompt_source_options
 @request_options
-def prefill_command(ports, host, urls, labels, api, prompt_tokens, repeat, warmup, prompt, prompt_file, dataset,
-                    dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s, wait_ready_s,
-                    output, force) -> None:
+def prefill_command(ports, host, urls, labels, api, model, api_key, prompt_tokens, repeat, warmup, prompt,
+                    prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
+                    wait_ready_s, output, force) -> None:
     """Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, temperature=temperature,
-                       seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s, warmup=warmup, n_predict=1)
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=1)
     run = ModeRun("prefill", base, {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
-                                    "concurrency": [1], "prompt_source": _describe(source)})
+                                    "concurrency": [1], "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "prefill")
-    err = _console(stderr=True)
+    err = console(stderr=True)
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "prefill", on_step_done=checkpoint) as obs:
@@ -193,18 +127,18 @@ def prefill_command(ports, host, urls, labels, api, prompt_tokens, repeat, warmu
               help="Unrecorded requests per target first, at the lowest depth.")
 @prompt_source_options
 @request_options
-def depth_command(ports, host, urls, labels, api, depths, n_predict, repeat, warmup, prompt, prompt_file, dataset,
-                  dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s, wait_ready_s,
-                  output, force) -> None:
+def depth_command(ports, host, urls, labels, api, model, api_key, depths, n_predict, repeat, warmup, prompt,
+                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
+                  wait_ready_s, output, force) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, temperature=temperature,
-                       seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s, warmup=warmup,
-                       n_predict=n_predict)
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=n_predict)
     run = ModeRun("depth", base, {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
-                                  "concurrency": [1], "prompt_source": _describe(source)})
+                                  "concurrency": [1], "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "depth")
-    err = _console(stderr=True)
+    err = console(stderr=True)
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "depth", on_step_done=checkpoint) as obs:
@@ -224,6 +158,8 @@ def depth_command(ports, host, urls, labels, api, depths, n_predict, repeat, war
 @click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable over time.")
+@click.option("--stream/--no-stream", default=False, show_default=True,
+              help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1),
               help="Cut the prompt to exactly this many tokens for each server.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
@@ -232,38 +168,29 @@ def depth_command(ports, host, urls, labels, api, depths, n_predict, repeat, war
               help="Seconds between scrapes of each server's /metrics and /slots.")
 @prompt_source_options
 @request_options
-def soak_command(ports, host, urls, labels, api, concurrency, duration_s, checkpoint_interval_s, n_predict,
-                 ignore_eos, prompt_tokens, warmup, probe_interval_s, prompt, prompt_file, dataset, dataset_field,
-                 dataset_samples, dataset_seed, temperature, seed, timeout_s, wait_ready_s, output, force) -> None:
+def soak_command(ports, host, urls, labels, api, model, api_key, concurrency, duration_s, checkpoint_interval_s,
+                 n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt, prompt_file, dataset,
+                 dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s, wait_ready_s, output,
+                 force) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, temperature=temperature,
-                       seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s, warmup=warmup,
-                       n_predict=n_predict, ignore_eos=ignore_eos, concurrency=concurrency,
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream, concurrency=concurrency,
                        probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
-        base = _with_prompt(base, source.texts[0])
+        base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
     run = ModeRun("soak", base, {"concurrency": [concurrency], "duration_s": duration_s,
                                  "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
-                                 "probe_interval_s": probe_interval_s, "prompt_source": _describe(source)})
+                                 "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "soak")
-    err = _console(stderr=True)
+    err = console(stderr=True)
 
     async def main(checkpoint) -> None:
         with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
             await run_soak(run, obs, source, checkpoint)
 
     _run(run, out_dir, main, err)
-
-
-def _with_prompt(config: SweepConfig, prompt: str) -> SweepConfig:
-    from dataclasses import replace
-
-    return replace(config, generation=replace(config.generation, prompt=prompt))
-
-
-def _describe(source: PromptSource) -> str:
-    return "synthetic" if source.synthetic else f"{len(source.texts)} text(s)"
 
 
 MODE_COMMANDS = (prefill_command, depth_command, soak_command)
