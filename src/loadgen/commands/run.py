@@ -26,14 +26,22 @@ def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
 @click.argument("scenario_file", metavar="FILE.toml")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a key of the file (repeatable), e.g. --set concurrency=1,2 --set url=http://127.0.0.1:8080.")
+@click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
 @click.pass_context
-def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...]) -> None:
-    """Run a scenario file: `mode` (sweep, prefill, depth or soak) and the values of its flags, in TOML."""
+def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:
+    """Run a scenario file: `mode` (sweep, prefill, depth or soak) and the values of its flags, in TOML.
+
+    A key is a flag's name without the dashes, `-` written `_` (--n-predict: n_predict); lists are
+    TOML arrays (concurrency = [1, 2, 4]), durations numbers of seconds or strings ("6h").
+    """
     commands = mode_commands(ctx)
     scenario = load_scenario(Path(scenario_file), commands).with_overrides(parse_set(s) for s in overrides)
     check_mode(scenario, commands)
     command = commands[scenario.mode]
     kwargs = resolve(command, scenario.settings, ctx)
+    if check:
+        click.echo(f"{scenario.source}: mode {scenario.mode}, {len(kwargs)} keys, all valid")
+        return
     click.echo(f"loadgen run {scenario.source}: {scenario.mode}", err=True)
     try:
         ctx.invoke(command, **kwargs)
