@@ -37,7 +37,7 @@ from .modes import ModeRun, ModeTarget, slot_context
 from .prefill import summarize_prefill
 from .records import LevelRun, ProbeSample, RequestRecord
 from .saturation import analyze_target
-from .soak import summarize_soak
+from .soak import summarize_soak, window_seconds
 from .sweep import SweepRun
 
 SCHEMA = "loadgen.run"
@@ -187,7 +187,7 @@ def mode_document(run: ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()
                 target["soak"] = summarize_soak(list(lv.records), lv.start_ns, end,
-                                                run.settings.get("window_s")).to_dict()
+                                                window_seconds(run.settings["duration_s"])).to_dict()
             else:
                 target["soak"] = None
         else:

@@ -113,8 +113,10 @@ def load_scenario(path: Path, modes: Iterable[str]) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         m = _TOML_POSITION.search(message)
-        where = f"{source}:{m.group(1)}" if m else source
-        raise ScenarioError(f"{where}: not valid TOML ({_TOML_POSITION.sub('', message).strip()})") from None
+        line = m.group(1) if m else (len(text.splitlines()) or 1) if "end of document" in message else None
+        where = f"{source}:{line}" if line else source
+        reason = _TOML_POSITION.sub("", message).replace("(at end of document)", "at the end of the file").strip()
+        raise ScenarioError(f"{where}: not valid TOML ({reason})") from None
     lines = key_lines(text)
     settings: dict[str, Setting] = {}
     for key, value in data.items():
