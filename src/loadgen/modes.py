@@ -94,8 +94,9 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
     config = run.base
     live = await prepare_targets(run, obs)
     for t in live:
-        obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in sizes)} tokens with its tokenizer")
-        fitted = await fit_prompts(t.target.url, source.text, [n for n in sizes if n > 0], api=config.api,
+        to_cut = [n for n in sizes if n > 0]
+        obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in to_cut)} tokens with its tokenizer")
+        fitted = await fit_prompts(t.target.url, source.text, to_cut, api=config.api,
                                    headers=config.auth_headers(), timeout_s=config.timeout_s)
         n_ctx = slot_context(t)
         transport = transport_factory()

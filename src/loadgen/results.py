@@ -174,8 +174,8 @@ def _step_rows(kind: str, t: ModeTarget) -> list[dict[str, Any]]:
 
 def mode_document(run: ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
-    named after the kind (a pure function). A soak's one level is also in `levels`, so compare and
-    gate read two soaks like two one-level sweeps."""
+    named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
+    a sweep's would be, so `report` and `export` show it."""
     targets = []
     for t in run.targets:
         target: dict[str, Any] = {"label": t.label, "url": t.target.url,

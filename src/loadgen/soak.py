@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from . import records
 from .backends import make_backend
 from .engine import EngineOptions, new_decimal_salt, new_salt, run_level
-from .exact_prompt import exact_prompts
+from .exact_prompt import PromptTooShort, exact_prompts
 from .modes import ModeRun, ModeTarget, prepare_targets
 from .probe import Probe, ServerInfo
 from .prompts import PromptSource
@@ -196,8 +196,12 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
     async def soak_target(t: ModeTarget) -> None:
         generation = config.generation
         if prompt_tokens:
-            bodies, note = await exact_prompts(t.target.url, source, prompt_tokens, api=config.api,
-                                               headers=config.auth_headers(), timeout_s=config.timeout_s)
+            try:
+                bodies, note = await exact_prompts(t.target.url, source, prompt_tokens, api=config.api,
+                                                   headers=config.auth_headers(), timeout_s=config.timeout_s)
+            except PromptTooShort as exc:
+                t.error = f"{t.target.url}: --prompt-tokens: {exc}"
+                return
             if note:
                 obs.message(f"{t.label}: {note}")
             generation = replace(generation, prompt=bodies[0], prompts=bodies)

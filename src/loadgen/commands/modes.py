@@ -22,7 +22,6 @@ from ..depth import SKIP_HINT
 from ..modes import ModeRun, run_steps
 from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
 from ..progress import SoakStatus, StepProgress
-from ..prompts import PromptSource
 from ..report import depth_table, error_lines, prefill_table, soak_table
 from ..results import default_dir, prepare_dir
 from ..soak import run_soak
@@ -68,6 +67,10 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
     if any(t["error"] for t in doc["targets"]):
+        return EXIT_FAILED
+    if not any(t.get("levels") or any(r["requests_ok"] for r in (t.get(doc["kind"]) or {}).get("rows", []))
+               for t in doc["targets"]):
+        err.print("nothing was measured: every step was skipped", style="red", highlight=False)
         return EXIT_FAILED
     return EXIT_OK
 
@@ -176,8 +179,8 @@ def soak_command(ports, host, urls, labels, api, model, api_key, concurrency, du
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-                       warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream, concurrency=concurrency,
-                       probe_interval_s=probe_interval_s)
+                       warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream,
+                       concurrency=concurrency, probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
     run = ModeRun("soak", base, {"concurrency": [concurrency], "duration_s": duration_s,

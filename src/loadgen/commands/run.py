@@ -25,7 +25,8 @@ def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
 @click.command("run")
 @click.argument("scenario_file", metavar="FILE.toml")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a key of the file (repeatable), e.g. --set concurrency=1,2 --set url=http://127.0.0.1:8080.")
+              help="Override a key of the file (repeatable), e.g. --set concurrency=1,2 "
+                   "--set url=http://127.0.0.1:8080.")
 @click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
 @click.pass_context
 def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:

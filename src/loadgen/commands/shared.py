@@ -12,7 +12,6 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
-from ..backends import API_NAMES
 from ..config import ConfigError
 from ..options import PORTS
 from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
