@@ -248,7 +248,7 @@ def test_disjoint_levels_are_refused():
     rng = np.random.default_rng(11)
     base = as_run({1: closed_loop_level(rng, 1, 12)})
     cand = as_run({2: closed_loop_level(rng, 2, 12)})
-    with pytest.raises(compare.CompareError, match="share no concurrency level"):
+    with pytest.raises(compare.CompareError, match="share no level"):
         gate.run_gate(*base, *cand, gate.GateConfig())
 
 
@@ -383,7 +383,7 @@ def corrupt(path: Path, text: str) -> Path:
     ("missing", "no such directory"),
     ("corrupt", "is not valid JSON"),
     ("version", "has schema version 99; this loadgen reads versions 1, 2"),
-    ("disjoint", "share no concurrency level"),
+    ("disjoint", "share no level"),
     ("n_predict", "n_predict is 16 in the baseline, 32 in the candidate"),
     ("label", "share no target label"),
     ("bad-limit", "--max-latency-rise: unknown key 'p95'"),

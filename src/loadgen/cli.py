@@ -86,7 +86,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           arrival_seed, requests_per_level, duration_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms) -> None:
+          histograms, transport, insecure) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if concurrency is not None and rates is not None:
         raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
@@ -105,7 +105,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
-        prompt_tokens=prompt_tokens, prompt_source=source,
+        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir, histograms=histograms)

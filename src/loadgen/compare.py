@@ -47,7 +47,7 @@ MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all
 MIN_P99_REQUESTS = 100
 RESAMPLES = 2000
 _MAX_RESAMPLE_CELLS = 2_000_000  # bound the memory of one vectorised bootstrap chunk
-CONFIG_MUST_MATCH = ("api", "prompt", "n_predict", "ignore_eos")
+CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos")
 SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
 
@@ -373,7 +373,8 @@ def run_levels(doc: Mapping[str, Any], which: str) -> dict[str, list[int]]:
             levels = [lv["level"] for lv in t.get("levels") or []]
         except (TypeError, KeyError, AttributeError):
             raise CompareError(f"the {which} run.json has a malformed target entry") from None
-        if not isinstance(label, str) or not all(isinstance(c, int) for c in levels):
+        if not isinstance(label, str) or not all(isinstance(c, (int, float)) and not isinstance(c, bool)
+                                                 for c in levels):
             raise CompareError(f"the {which} run.json has a malformed target entry")
         if levels:
             out[label] = levels
@@ -410,14 +411,14 @@ def check_comparable(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) 
                            f"{', '.join(sorted(base_levels)) or 'none'}; candidate: "
                            f"{', '.join(sorted(cand_levels)) or 'none'}); give both sweeps the same --label")
     if not any(set(base_levels[label]) & set(cand_levels[label]) for label in shared):
-        raise CompareError("the runs share no concurrency level for "
+        raise CompareError("the runs share no level for "
                            + "; ".join(f"{label} (baseline {_levels_text(base_levels[label])}, "
                                        f"candidate {_levels_text(cand_levels[label])})" for label in shared))
     return warnings
 
 
 def _levels_text(levels: Iterable[int]) -> str:
-    return ",".join(str(c) for c in sorted(levels))
+    return ",".join(f"{c:g}" for c in sorted(levels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +433,11 @@ def plan_levels(baseline: Mapping[str, Any], baseline_records: Sequence[RequestR
                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord]) -> LevelPlan:
     """The levels both runs have records for; the others are reported as skipped."""
     base_levels, cand_levels = run_levels(baseline, "baseline"), run_levels(candidate, "candidate")
+    rate_mode = (baseline.get("config") or {}).get("mode") == "rate"
+
+    def where(level: int | float) -> str:
+        return f"{level:g} req/s" if rate_mode else f"concurrency {level}"
+
     base_seen = {(r.target, r.level) for r in baseline_records}
     cand_seen = {(r.target, r.level) for r in candidate_records}
     pairs, skipped = [], []
@@ -443,12 +449,12 @@ def plan_levels(baseline: Mapping[str, Any], baseline_records: Sequence[RequestR
         base_set, cand_set = set(base_levels[label]), set(cand_levels[label])
         for c in sorted(base_set | cand_set):
             if c not in cand_set:
-                skipped.append(f"{label} at concurrency {c}: only in the baseline")
+                skipped.append(f"{label} at {where(c)}: only in the baseline")
             elif c not in base_set:
-                skipped.append(f"{label} at concurrency {c}: only in the candidate")
+                skipped.append(f"{label} at {where(c)}: only in the candidate")
             elif (label, c) not in base_seen or (label, c) not in cand_seen:
                 which = "baseline" if (label, c) not in base_seen else "candidate"
-                skipped.append(f"{label} at concurrency {c}: the {which} has no request records for it")
+                skipped.append(f"{label} at {where(c)}: the {which} has no request records for it")
             else:
                 pairs.append((label, c))
     return LevelPlan(tuple(pairs), tuple(skipped))

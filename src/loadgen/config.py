@@ -63,6 +63,8 @@ class SweepConfig:
     # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
     # the simulated hardware's figures. 1.0 for every real server.
     time_scale: float = 1.0
+    transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
+    insecure: bool = False  # https without certificate verification
     # --prompt-tokens: every prompt is cut to exactly this many tokens per server, from
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
@@ -112,6 +114,8 @@ class SweepConfig:
             "knee_gain": self.knee_gain,
             "knee_latency": self.knee_latency,
             "time_scale": self.time_scale,
+            "transport": self.transport,
+            "insecure": self.insecure,
             "prompt": g.prompt,
             "n_predict": g.n_predict,
             "temperature": g.temperature,

@@ -52,14 +52,15 @@ def new_decimal_salt() -> str:
 class EngineOptions:
     """How a level treats salts and failures. The defaults are a sweep's.
 
-    salt                   makes each request's salt (`new_decimal_salt` for exact prompt lengths)
+    salt                   makes each request's salt (`new_decimal_salt` for exact prompt lengths;
+                           None: `new_salt`)
     give_up_after          the level stops with "target down" after this many connect failures in a
                            row; None never gives up (a soak rides out a server restart)
     pause_after_error_s    closed loop: a worker whose request failed waits this long before its
                            next one, so a server that is down is not hammered with refused connections
     """
 
-    salt: Callable[[], str] = new_salt
+    salt: Callable[[], str] | None = None
     give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN
     pause_after_error_s: float = 0.0
 
@@ -84,18 +85,19 @@ class NullObserver:
 class _Sender:
     """Sends one request and appends its record: the part both loops share."""
 
-    __slots__ = ("level", "transport", "backend", "obs", "options", "connect_failures")
+    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures")
 
     def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
                  options: EngineOptions = DEFAULT_OPTIONS):
         self.level, self.transport, self.backend, self.obs = level, transport, backend, obs
         self.options = options
+        self.salt = options.salt or new_salt
         self.connect_failures = 0
 
     async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> bool:
         """Send request `seq`, record it; True when it succeeded."""
         level, backend = self.level, self.backend
-        salt = self.options.salt()
+        salt = self.salt()
         body = backend.build(salt, seq)
         stream = StreamReader(backend.event_reader()) if backend.stream else None
         send_ns = now_ns()

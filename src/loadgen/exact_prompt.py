@@ -29,6 +29,7 @@ import aiohttp
 
 from .engine import new_decimal_salt
 from .prompts import PromptSource
+from .transport import tls_context
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask
@@ -207,12 +208,13 @@ def estimate_prompt(source: Callable[[int], str], n_tokens: int) -> FittedPrompt
 
 
 async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list[int], *, api: str = "llamacpp",
-                      headers: Mapping[str, str] | None = None,
-                      timeout_s: float = 120) -> dict[int, FittedPrompt | PromptTooShort]:
+                      headers: Mapping[str, str] | None = None, timeout_s: float = 120,
+                      insecure: bool = False) -> dict[int, FittedPrompt | PromptTooShort]:
     """Per length, a fitted prompt for the server at base_url (estimated when it has no /tokenize),
     or the PromptTooShort error of a length that cannot hold the salt."""
     out: dict[int, FittedPrompt | PromptTooShort] = {}
-    async with aiohttp.ClientSession(headers=dict(headers or {}),
+    connector = aiohttp.TCPConnector(ssl=tls_context(insecure) if base_url.startswith("https:") else True)
+    async with aiohttp.ClientSession(headers=dict(headers or {}), connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         tokenizer = ServerTokenizer(session, base_url)
         template: int | None = 0
@@ -234,15 +236,15 @@ async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list
 
 
 async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, api: str = "llamacpp",
-                        headers: Mapping[str, str] | None = None,
-                        timeout_s: float = 120) -> tuple[tuple[str, ...], str | None]:
+                        headers: Mapping[str, str] | None = None, timeout_s: float = 120,
+                        insecure: bool = False) -> tuple[tuple[str, ...], str | None]:
     """Prompt bodies of exactly n_tokens for this server (one per source text, up to a cap), and a
     note for the user when they are not exact. Raises PromptTooShort."""
     bodies: list[str] = []
     notes: list[str] = []
     for start in range(source.variants()):
         fit = (await fit_prompts(base_url, lambda m, s=start: source.text(m, s), [n_tokens], api=api,
-                                 headers=headers, timeout_s=timeout_s))[n_tokens]
+                                 headers=headers, timeout_s=timeout_s, insecure=insecure))[n_tokens]
         if not isinstance(fit, FittedPrompt):
             raise fit
         bodies.append(fit.body)

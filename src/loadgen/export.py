@@ -40,12 +40,28 @@ def _latency_ms(r: RequestRecord) -> float | None:
     return metrics.latency_ms(r) if r.ok else None
 
 
+def _only_ok(fn: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
+    return lambda r: fn(r) if r.ok else None
+
+
+def _itl_ms(r: RequestRecord) -> list[float]:
+    return metrics.itl_ms(r) if r.ok else []
+
+
 # Which per-request figure each --metric name exports; successful requests only, as in run.json.
+# Corrected (from the intended send) and uncorrected latency are separate histograms; streaming and
+# open-loop metrics are exported only by runs that have them.
 METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
     "latency": _latency_ms,
+    "latency_uncorrected": _only_ok(metrics.latency_uncorrected_ms),
     "queue_wait": metrics.queue_wait_ms,
     "predicted_ms": _predicted_ms,
+    "ttft": _only_ok(metrics.ttft_ms),
+    "tpot": _only_ok(metrics.tpot_ms),
+    "schedule_lag": metrics.schedule_lag_ms,
 }
+# Metrics with many values per request.
+MULTI_METRICS: dict[str, Callable[[RequestRecord], list[float]]] = {"itl": _itl_ms}
 
 
 class ExportError(Exception):
@@ -74,16 +90,24 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
         if target not in labels:
             raise ExportError(f"no target {target!r} in this run; it has {', '.join(map(str, labels)) or 'none'}")
         targets = [t for t in targets if t.get("label") == target]
-    if metric is not None and metric not in METRICS:
-        raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    names = [*METRICS, *MULTI_METRICS]
+    if metric is not None and metric not in names:
+        raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(names)}")
     labels = {t.get("label") for t in targets}
-    return ExportData(run=run, records=[r for r in records if r.target in labels], targets=targets,
-                      metric_names=[metric] if metric else list(METRICS))
+    kept = [r for r in records if r.target in labels]
+    if metric is None:  # every metric the run has values for (no TTFT without streaming, ...)
+        names = [m for m in names if metric_histogram(kept, m).get_total_count()]
+    return ExportData(run=run, records=kept, targets=targets, metric_names=[metric] if metric else names)
 
 
 def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistogram:
     """An HdrHistogram (µs) of one metric over the records that have it."""
+    if metric in MULTI_METRICS:
+        values_of = MULTI_METRICS[metric]
+        return metrics.histogram_ms(v for r in records for v in values_of(r))
     value_of = METRICS[metric]
+    if metric == "schedule_lag" and not any(r.intended_ns not in (None, r.send_ns) for r in records):
+        return metrics.new_histogram()  # closed loop: no schedule, nothing to export
     return metrics.histogram_ms(v for r in records if (v := value_of(r)) is not None)
 
 
@@ -119,7 +143,7 @@ class HgrmExporter:
                     histogram = metric_histogram(records, metric)
                     if not histogram.get_total_count():
                         continue
-                    path = out_dir / f"{file_safe(label)}-c{level}-{metric}.hgrm"
+                    path = out_dir / f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm"
                     path.write_bytes(percentile_distribution(histogram))
                     written.append(path)
         return written
@@ -179,19 +203,38 @@ class HlogExporter:
         return written
 
 
-def hlog_tag(label: str, level: int, metric: str) -> str:
-    """<label>/c<level>/<metric>; commas and whitespace would break the log line."""
+def level_tag(level: int | float) -> str:
+    """c4 for concurrency 4, r0.5 for an open-loop rate of 0.5 requests/s."""
+    return f"r{level:g}" if isinstance(level, float) else f"c{level}"
+
+
+def hlog_tag(label: str, level: int | float, metric: str) -> str:
+    """<label>/c<level>/<metric> (r<rate> open loop); commas and whitespace would break the log line."""
     safe_label = re.sub(r"[,\s]+", "_", label)
-    return f"{safe_label}/c{level}/{metric}"
+    return f"{safe_label}/{level_tag(level)}/{metric}"
 
 
-REQUEST_FIELDS = list(RequestRecord.__struct_fields__)
-LEVEL_FIELDS = ["target", "concurrency", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
+USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
+REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
+LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
                 "output_tokens", "wall_s", "throughput_tok_s",
                 *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
                 *(f"queue_wait_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
                 "predicted_ms_mean", "prompt_ms_mean", "decode_tok_s_mean", "stopped_reason",
-                "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain"]
+                "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
+                *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
+                  for k in ("mean", "p50", "p99"))]
+
+
+def request_row(r: RequestRecord) -> dict[str, Any]:
+    """A record as flat CSV cells: `usage` spread over three columns, chunk gaps space-separated."""
+    row = r.to_dict()
+    usage = row.pop("usage") or {}
+    for name in USAGE_FIELDS:
+        row[name] = usage.get(name.removeprefix("usage_"))
+    if row["chunk_gaps_us"] is not None:
+        row["chunk_gaps_us"] = " ".join(map(str, row["chunk_gaps_us"]))
+    return row
 
 
 def level_rows(data: ExportData) -> list[dict[str, Any]]:
@@ -202,7 +245,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
         for level in target.get("levels") or []:
             row: dict[str, Any] = {"target": target["label"]}
             for key, value in level.items():
-                if isinstance(value, dict) and key in ("latency_ms", "queue_wait_ms"):
+                if isinstance(value, dict) and key.endswith("_ms"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})
                 elif key == "errors_by_kind":
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
@@ -225,7 +268,7 @@ class CsvExporter:
         with requests_path.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=REQUEST_FIELDS)
             writer.writeheader()
-            writer.writerows(r.to_dict() for r in data.records)
+            writer.writerows(request_row(r) for r in data.records)
         with levels_path.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=LEVEL_FIELDS, extrasaction="ignore")
             writer.writeheader()

@@ -331,8 +331,13 @@ def _percent(share: float) -> str:
     return f"{text}%"
 
 
+def _level(level: int | float) -> str:
+    """Concurrency levels are integers; open-loop rates are floats (requests/s)."""
+    return f"{level:g} req/s" if isinstance(level, float) else f"concurrency {level}"
+
+
 def _where(comparison: MetricComparison) -> str:
-    return f"{comparison.target} at concurrency {comparison.concurrency}"
+    return f"{comparison.target} at {_level(comparison.concurrency)}"
 
 
 def check_line(check: Check, confidence: float) -> str:
@@ -445,6 +450,12 @@ def untested_notes(comparison: RunComparison) -> list[str]:
         for m in level.metrics:
             if m.significant is None and m.note:
                 reason = m.note.split(" (have ")[0]  # the counts differ per level; the reason does not
-                levels.setdefault((m.metric, m.target, reason), []).append(str(m.concurrency))
-    return [f"untested: {metric} {target} at concurrency {', '.join(cs)}: {reason}"
+                levels.setdefault((m.metric, m.target, reason), []).append(m.concurrency)
+    return [f"untested: {metric} {target} at {_levels(cs)}: {reason}"
             for (metric, target, reason), cs in levels.items()]
+
+
+def _levels(levels: list[int | float]) -> str:
+    if isinstance(levels[0], float):
+        return ", ".join(f"{c:g}" for c in levels) + " req/s"
+    return "concurrency " + ", ".join(str(c) for c in levels)

@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from . import records
@@ -144,11 +145,26 @@ def new_histogram() -> HdrHistogram:
 
 
 def histogram_ms(values_ms: Iterable[float]) -> HdrHistogram:
-    """An HdrHistogram of millisecond values, recorded in whole microseconds."""
+    """An HdrHistogram of millisecond values, recorded in whole microseconds.
+
+    Values are first mapped (with numpy) to the lowest value of their histogram bucket and counted,
+    so the histogram gets one `record_value(v, count)` per occupied bucket instead of one call per
+    value: the same histogram at a fraction of the cost (a level of a fast server holds 100k+
+    requests, and a streamed one 64 ITL values per request).
+    """
     h = new_histogram()
-    for v in values_ms:
-        us = int(round(v * 1000))
-        h.record_value(min(max(us, HISTOGRAM_LOWEST_US), HISTOGRAM_HIGHEST_US))
+    us = np.rint(np.fromiter(values_ms, dtype=np.float64) * 1000)
+    if us.size == 0:
+        return h
+    us = np.clip(us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)
+    # HdrHistogram's bucket of v (lowest value 1, 2048 sub-buckets for 3 digits): units of
+    # 2**max(0, floor(log2 v) - 10). frexp gives floor(log2 v) exactly: v = m * 2**e, 0.5 <= m < 1.
+    shift = np.maximum(0, np.frexp(us.astype(np.float64))[1] - 1 - (h.sub_bucket_half_count_magnitude + h.unit_magnitude))
+    lowest_equivalent = (us >> shift) << shift
+    values, counts = np.unique(lowest_equivalent, return_counts=True)
+    record = h.record_value
+    for v, c in zip(values.tolist(), counts.tolist()):
+        record(v, c)
     return h
 
 

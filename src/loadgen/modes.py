@@ -22,7 +22,8 @@ from .exact_prompt import FittedPrompt, fit_prompts
 from .prompts import PromptSource
 from .records import LevelRun
 from .sweep import SweepObserver, TargetRun, _prepare, resolve_labels
-from .transport import AiohttpTransport, Transport
+from .transport import Transport
+from .transport_fast import make_transport
 
 
 @dataclass(slots=True)
@@ -84,7 +85,7 @@ EXACT = EngineOptions(salt=new_decimal_salt)  # salts of a fixed token count, fo
 
 async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes: tuple[int, ...], *,
                     n_predict: int, repeat: int, salt_only_below: bool,
-                    transport_factory: Callable[[], Transport] = AiohttpTransport) -> None:
+                    transport_factory: Callable[[], Transport] | None = None) -> None:
     """For each reachable target in turn, each size in turn: `repeat` requests one after another
     with a prompt of exactly `size` tokens for that target and `n_predict` tokens to generate.
 
@@ -96,11 +97,12 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
     for t in live:
         to_cut = [n for n in sizes if n > 0]
         obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in to_cut)} tokens with its tokenizer")
-        fitted = await fit_prompts(t.target.url, source.text, to_cut, api=config.api,
-                                   headers=config.auth_headers(), timeout_s=config.timeout_s)
+        fitted = await fit_prompts(t.target.url, source.text, to_cut, api=config.api, headers=config.auth_headers(),
+                                   timeout_s=config.timeout_s, insecure=config.insecure)
         n_ctx = slot_context(t)
-        transport = transport_factory()
-        await transport.open(t.target.url, 1, config.timeout_s, config.auth_headers())
+        transport = (transport_factory() if transport_factory is not None
+                     else make_transport(config.transport, t.target.url, obs.message))
+        await transport.open(t.target.url, 1, config.timeout_s, config.auth_headers(), insecure=config.insecure)
         try:
             warm = config.warmup
             for size in sizes:

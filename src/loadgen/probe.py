@@ -12,12 +12,14 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .clock import now_ns
 from .records import ProbeSample
+from .transport import connect_reason, tls_context
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.
 METRIC_NAMES = (
@@ -84,14 +86,17 @@ def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
 class Probe:
     """A small aiohttp session for one target's management endpoints."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10):
+    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
+                 insecure: bool = False):
         self.base_url = base_url.rstrip("/")
+        self._insecure = insecure
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "Probe":
-        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        connector = aiohttp.TCPConnector(ssl=tls_context(True)) if self._insecure else None
+        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -112,6 +117,8 @@ class Probe:
                 status, body = await self._get("/health")
             except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
                 raise TargetUnreachable("/health did not answer within 10 s") from exc
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise TargetUnreachable(connect_reason(exc.certificate_error, urlsplit(self.base_url).netloc)) from exc
             except (aiohttp.ClientConnectorError, OSError) as exc:
                 raise TargetUnreachable(f"cannot connect ({_first_line(exc)})") from exc
             except aiohttp.ClientError as exc:

@@ -203,6 +203,10 @@ class LevelRun:
     server_metrics_before: dict[str, float] | None = None
     server_metrics_after: dict[str, float] | None = None
     probe_samples: list[ProbeSample] = field(default_factory=list)
+    # The client's own load during the level (see `looplag`); None until it ends.
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    client_cpu_fraction: float | None = None
 
     @property
     def level(self) -> int | float:

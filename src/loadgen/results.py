@@ -145,10 +145,12 @@ def write_results(out_dir: Path, run: SweepRun | ModeRun, *, meta: dict[str, Any
 
 
 def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
-    return [summarize_level(lv.concurrency, list(lv.records),
-                            lv.stopped_reason or (None if lv.finished else "in progress"),
-                            counter_delta(lv.server_metrics_before, lv.server_metrics_after),
-                            rate=lv.rate).to_dict()
+    return [{**summarize_level(lv.concurrency, list(lv.records),
+                               lv.stopped_reason or (None if lv.finished else "in progress"),
+                               counter_delta(lv.server_metrics_before, lv.server_metrics_after),
+                               rate=lv.rate).to_dict(),
+             "loop_lag_p99_ms": lv.loop_lag_p99_ms, "loop_lag_max_ms": lv.loop_lag_max_ms,
+             "client_cpu_fraction": lv.client_cpu_fraction}
             for lv in levels]
 
 
@@ -246,6 +248,7 @@ def load_run(results_dir: Path) -> dict[str, Any]:
 def _upgrade_v1(doc: dict[str, Any]) -> None:
     if isinstance(doc.get("config"), dict):
         doc["config"].setdefault("mode", "concurrency")
+        doc["config"].setdefault("stream", False)
     for t in doc["targets"]:
         for lv in (t.get("levels") if isinstance(t, dict) else None) or []:
             if isinstance(lv, dict) and "concurrency" in lv:

@@ -36,16 +36,22 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
     n = requests if requests is not None else int(np.ceil(duration_s * rate * 1.5)) + 16
     mean_gap = 1.0 / rate
     if arrival == "constant":
-        gaps = np.full(n, mean_gap)
+        offsets = np.arange(n) / rate
+        if duration_s is not None and requests is None:
+            offsets = np.arange(int(np.ceil(duration_s * rate)) + 1) / rate
     else:
         rng = np.random.default_rng(seed)
         shape = 1.0 if arrival == "poisson" else burstiness
-        gaps = rng.gamma(shape, mean_gap / shape, size=n)
-    gaps[0] = 0.0
-    offsets = np.cumsum(gaps)
+
+        def draw(k: int) -> np.ndarray:
+            return rng.gamma(shape, mean_gap / shape, size=k)
+
+        gaps = draw(n)
+        gaps[0] = 0.0
+        offsets = np.cumsum(gaps)
+        while duration_s is not None and requests is None and offsets[-1] < duration_s:  # a long draw: extend
+            offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(draw(n))])
+    ns = np.round(offsets * 1e9).astype(np.int64)
     if duration_s is not None:
-        while offsets[-1] < duration_s and requests is None:  # a rare long draw: extend
-            more = np.cumsum(np.full(n, mean_gap) if arrival == "constant" else rng.gamma(shape, mean_gap / shape, size=n))
-            offsets = np.concatenate([offsets, offsets[-1] + more])
-        offsets = offsets[offsets < duration_s]
-    return np.round(offsets * 1e9).astype(np.int64)
+        ns = ns[ns < round(duration_s * 1e9)]
+    return ns[:requests] if requests is not None else ns

@@ -29,7 +29,8 @@ from .probe import Probe, ServerInfo
 from .prompts import PromptSource
 from .records import LevelRun, RequestRecord
 from .sweep import SweepObserver
-from .transport import AiohttpTransport, Transport
+from .transport import Transport
+from .transport_fast import make_transport
 
 DRIFT_SHARE = 0.10  # the first and last tenth of the windows are compared
 DRIFT_P = 0.05
@@ -187,7 +188,6 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
     and pauses a failed worker for PAUSE_AFTER_ERROR_S. `checkpoint` is called every
     `checkpoint_interval_s`, so a crash loses at most that much.
     """
-    factory = transport_factory or AiohttpTransport
     config, settings = run.base, run.settings
     concurrency, duration_s = config.concurrency[0], settings["duration_s"]
     prompt_tokens = settings.get("prompt_tokens")
@@ -198,7 +198,8 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
         if prompt_tokens:
             try:
                 bodies, note = await exact_prompts(t.target.url, source, prompt_tokens, api=config.api,
-                                                   headers=config.auth_headers(), timeout_s=config.timeout_s)
+                                                   headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                                   insecure=config.insecure)
             except PromptTooShort as exc:
                 t.error = f"{t.target.url}: --prompt-tokens: {exc}"
                 return
@@ -207,8 +208,10 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
             generation = replace(generation, prompt=bodies[0], prompts=bodies)
         backend = make_backend(config.api, generation, t.model)
         salt = new_decimal_salt if prompt_tokens else new_salt
-        transport = factory()
-        await transport.open(t.target.url, concurrency, config.timeout_s, config.auth_headers())
+        transport = (transport_factory() if transport_factory is not None
+                     else make_transport(config.transport, t.target.url, obs.message))
+        await transport.open(t.target.url, concurrency, config.timeout_s, config.auth_headers(),
+                             insecure=config.insecure)
         try:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
@@ -219,7 +222,7 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
                     return
             level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
             t.levels.append(level)
-            async with Probe(t.target.url, config.auth_headers()) as probe:
+            async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
                     t.label, concurrency, t.info or ServerInfo(), settings["probe_interval_s"], level.probe_samples))
                 try:

@@ -25,44 +25,63 @@ MAX_LINE = 16 * 1024 * 1024
 
 
 class SSESplitter:
-    """Incremental SSE parser: `feed(read)` returns the payloads of the events the read completed."""
+    """Incremental SSE parser: `feed(read)` returns the payloads of the events the read completed.
 
-    __slots__ = ("_tail", "_data", "overflow")
+    Works a block (one event: the lines up to a blank line) at a time: the usual single-line
+    `data: ...` block costs one slice, and only other blocks are parsed line by line.
+    """
+
+    __slots__ = ("_tail", "overflow")
 
     def __init__(self) -> None:
-        self._tail = b""  # an incomplete line carried over to the next read
-        self._data: list[bytes] = []  # data lines of the event being assembled
+        self._tail = b""  # an incomplete event carried over to the next read
         self.overflow = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._tail:
-            chunk = self._tail + chunk
-        lines = chunk.split(b"\n")
-        self._tail = lines.pop()
-        if len(self._tail) > MAX_LINE:
+        buf = self._tail + chunk if self._tail else chunk
+        if b"\r" in buf:
+            # CRLF line ends; a CR at the very end waits for its LF in the next read.
+            keep_cr = buf.endswith(b"\r")
+            buf = buf.replace(b"\r\n", b"\n")
+            if keep_cr:
+                buf, cr = buf[:-1], b"\r"
+            else:
+                cr = b""
+        else:
+            cr = b""
+        blocks = buf.split(b"\n\n")
+        tail = blocks.pop() + cr
+        if len(tail) > MAX_LINE:
             self.overflow = True
-            self._tail = b""
+            tail = b""
+        self._tail = tail
         events: list[bytes] = []
-        data = self._data
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:  # blank line: the event is complete
-                if data:
-                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
-                    data.clear()
-            elif line.startswith(b"data:"):
-                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
-            # comments (":...") and other fields (event:, id:, retry:) carry nothing we record
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(block[6:])
+            elif block:
+                payload = _block_payload(block)
+                if payload is not None:
+                    events.append(payload)
         return events
 
     def close(self) -> list[bytes]:
         """End of stream: an event not followed by a blank line still counts (servers do that)."""
-        events = self.feed(b"\n\n") if self._tail else []
-        if self._data:
-            events.append(b"\n".join(self._data))
-            self._data.clear()
-        return events
+        tail, self._tail = self._tail, b""
+        payload = _block_payload(tail.replace(b"\r\n", b"\n").rstrip(b"\r\n")) if tail else None
+        return [] if payload is None else [payload]
+
+
+def _block_payload(block: bytes) -> bytes | None:
+    """The data of one event block, its `data:` lines joined by newlines; None when it has none.
+
+    Comment lines (":...") and other fields (event:, id:, retry:) carry nothing loadgen records.
+    """
+    data = [line[6:] if line.startswith(b"data: ") else line[5:]
+            for line in block.split(b"\n") if line.startswith(b"data:")]
+    if not data:
+        return None
+    return data[0] if len(data) == 1 else b"\n".join(data)
 
 
 class EventReader(Protocol):
@@ -91,7 +110,7 @@ class StreamReader:
         self.chunks = 0  # content events
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        self.gaps_us = array("q")  # between successive content events, in microseconds
+        self.gaps_us = array("q")  # between successive content events, in microseconds (8-byte ints)
         self.failed: ServerOutcome | None = None  # the first event the backend could not read
 
     def on_chunk(self, chunk: bytes, t_ns: int) -> None:
@@ -100,23 +119,28 @@ class StreamReader:
         self._take(self._splitter.feed(chunk), t_ns)
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
+        # Every event of one read arrived at the same time: the first content event of the read is
+        # a gap after the previous read's last one, the others follow it with a gap of 0.
         event = self._reader.event
+        content = 0
         for payload in payloads:
-            self.events += 1
             try:
-                content = event(payload)
+                if event(payload):
+                    content += 1
             except Exception as exc:  # noqa: BLE001 - a backend bug must not lose the record
                 if self.failed is None:
                     self.failed = ServerOutcome(error_kind=STREAM_ERROR,
                                                 error_message=f"unreadable event: {exc}"[:300])
-                continue
-            if content:
-                self.chunks += 1
-                if self.last_ns is None:
-                    self.first_ns = t_ns
-                else:
-                    self.gaps_us.append((t_ns - self.last_ns) // 1000)
-                self.last_ns = t_ns
+        self.events += len(payloads)
+        if content:
+            if self.last_ns is None:
+                self.first_ns = t_ns
+            else:
+                self.gaps_us.append((t_ns - self.last_ns) // 1000)
+            if content > 1:
+                self.gaps_us.frombytes(bytes(8 * (content - 1)))
+            self.chunks += content
+            self.last_ns = t_ns
 
     def finish(self, t_ns: int) -> ServerOutcome:
         self._take(self._splitter.close(), t_ns)

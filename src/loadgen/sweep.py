@@ -18,11 +18,13 @@ from .config import SweepConfig, Target
 from .clock import now_ns
 from .engine import DEFAULT_OPTIONS, EngineOptions, Observer, new_decimal_salt, run_level, run_open_level
 from .exact_prompt import PromptTooShort, exact_prompts
+from .looplag import LoopLagSampler, bottleneck_warning
 from .probe import Probe, ServerInfo, TargetUnreachable
 from .prompts import PromptSource
 from .records import LevelRun
 from .schedule import arrival_offsets_ns
-from .transport import AiohttpTransport, Transport
+from .transport import Transport
+from .transport_fast import make_transport
 
 
 @dataclass(slots=True)
@@ -74,7 +76,7 @@ def resolve_labels(targets: list[TargetRun]) -> None:
 
 
 async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> None:
-    async with Probe(t.target.url, config.auth_headers()) as probe:
+    async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
         try:
             await probe.wait_ready(config.wait_ready_s,
                                    on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
@@ -109,7 +111,8 @@ async def _exact_generation(config: SweepConfig, t: TargetRun,
     assert config.prompt_tokens is not None
     try:
         bodies, note = await exact_prompts(t.target.url, config.prompt_source or PromptSource(), config.prompt_tokens,
-                                           api=config.api, headers=config.auth_headers(), timeout_s=config.timeout_s)
+                                           api=config.api, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                           insecure=config.insecure)
     except PromptTooShort as exc:
         t.error = f"{t.target.url}: --prompt-tokens: {exc}"
         return None
@@ -120,7 +123,7 @@ async def _exact_generation(config: SweepConfig, t: TargetRun,
 
 
 async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
-                        transport_factory: Callable[[], Transport]) -> None:
+                        transport_factory: Callable[[], Transport] | None) -> None:
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     if config.prompt_tokens:
@@ -129,12 +132,15 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
             return
         generation, options = exact
     backend = make_backend(config.api, generation, t.model)
-    transport = transport_factory()
+    if transport_factory is not None:
+        transport = transport_factory()
+    else:
+        transport = make_transport(config.transport, t.target.url, obs.message)
     # Open loop without a cap: as many connections as requests in flight (0 = no limit).
     pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
-    await transport.open(t.target.url, pool, config.timeout_s, config.auth_headers())
+    await transport.open(t.target.url, pool, config.timeout_s, config.auth_headers(), insecure=config.insecure)
     try:
-        async with Probe(t.target.url, config.auth_headers()) as probe:
+        async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
                 await run_level(warm, transport, backend, requests=config.warmup, duration_s=None, options=options)
@@ -152,9 +158,13 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                 t.levels.append(level)
                 sampler = asyncio.ensure_future(probe.sample_until_cancelled(
                     t.label, key, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
+                lag = LoopLagSampler().start()
                 try:
                     await _run_one_level(config, level, transport, backend, obs, options)
                 finally:
+                    load = lag.stop()
+                    level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms
+                    level.client_cpu_fraction = load.client_cpu_fraction
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
                     if config.time_scale != 1.0:
@@ -162,6 +172,9 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
+                warning = bottleneck_warning(load)
+                if warning:
+                    obs.message(f"warning: {t.label} at {level.name}: {warning}")
                 if level.stopped_reason:
                     t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
                     return
@@ -170,8 +183,11 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
 
 
 async def run_sweep(run: SweepRun, obs: SweepObserver,
-                    transport_factory: Callable[[], Transport] = AiohttpTransport) -> None:
-    """Fill `run` target by target (or all at once with parallel_targets)."""
+                    transport_factory: Callable[[], Transport] | None = None) -> None:
+    """Fill `run` target by target (or all at once with parallel_targets).
+
+    The transport is `config.transport`'s (see `transport_fast.make_transport`) unless a factory is given.
+    """
     config = run.config
     run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in config.targets]
     await asyncio.gather(*(_prepare(config, t, obs) for t in run.targets))

@@ -8,9 +8,12 @@ about LLM APIs (that is a backend's job) nor about scheduling (that is the engin
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -30,7 +33,7 @@ class TransportError(Exception):
 @dataclass(slots=True)
 class HttpResponse:
     status: int
-    headers: Mapping[str, str]
+    headers: Mapping[str, str]  # names case-insensitive
     headers_ns: int  # status line and headers received
     complete_ns: int  # last body byte received
     body: bytes  # empty when the caller consumed the body through `on_chunk`
@@ -43,7 +46,7 @@ class Transport(Protocol):
     """`max_connections` 0 means no limit (open loop without an in-flight cap)."""
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None) -> None: ...
+                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None: ...
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse: ...
@@ -52,17 +55,21 @@ class Transport(Protocol):
 
 
 class AiohttpTransport:
-    """aiohttp with one keep-alive `ClientSession` per target."""
+    """aiohttp with one keep-alive `ClientSession` per target, through `proxy` when one is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, proxy: str | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._base = ""
+        self._proxy = proxy
+        self._hostport = ""
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None) -> None:
+                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None:
         self._base = base_url.rstrip("/")
+        self._hostport = urlsplit(base_url).netloc
         connector = aiohttp.TCPConnector(limit=max(0, max_connections), limit_per_host=0,
-                                         keepalive_timeout=60, enable_cleanup_closed=False)
+                                         keepalive_timeout=60, enable_cleanup_closed=False,
+                                         ssl=tls_context(insecure) if base_url.startswith("https:") else True)
         reuse = aiohttp.TraceConfig()
         reuse.on_connection_reuseconn.append(_mark_reused)
         self._session = aiohttp.ClientSession(
@@ -84,17 +91,18 @@ class AiohttpTransport:
             # the request is sent again, once, on a fresh connection. (llama-server closes the
             # connection after every streamed response although it announces keep-alive.)
             if not ctx["reused"] or ctx["received"] or isinstance(exc, aiohttp.ClientConnectorError):
-                raise _transport_error(exc) from exc
+                raise self._transport_error(exc) from exc
         try:
             return await self._request(method, path, body, on_chunk, {"reused": False, "received": False})
         except aiohttp.ClientError as exc:
-            raise _transport_error(exc) from exc
+            raise self._transport_error(exc) from exc
 
     async def _request(self, method: str, path: str, body: bytes, on_chunk: ChunkCallback | None,
                        ctx: dict[str, bool]) -> HttpResponse:
         assert self._session is not None, "open() first"
         try:
-            async with self._session.request(method, self._base + path, data=body, trace_request_ctx=ctx) as resp:
+            async with self._session.request(method, self._base + path, data=body, trace_request_ctx=ctx,
+                                             proxy=self._proxy) as resp:
                 ctx["received"] = True
                 headers_ns = now_ns()
                 if on_chunk is None:
@@ -109,7 +117,14 @@ class AiohttpTransport:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             raise  # request() decides whether it is worth a second try
         except aiohttp.ClientError as exc:
-            raise _transport_error(exc) from exc
+            raise self._transport_error(exc) from exc
+
+    def _transport_error(self, exc: aiohttp.ClientError) -> TransportError:
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return TransportError(records.CONNECT_ERROR, connect_reason(exc.certificate_error, self._hostport))
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return TransportError(records.CONNECT_ERROR, connect_reason(exc.os_error, self._hostport))
+        return TransportError(records.DISCONNECTED, _reason(exc))
 
     async def close(self) -> None:
         if self._session is not None:
@@ -123,10 +138,30 @@ async def _mark_reused(session: object, ctx: object, params: object) -> None:
         trace_ctx["reused"] = True
 
 
-def _transport_error(exc: aiohttp.ClientError) -> TransportError:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return TransportError(records.CONNECT_ERROR, _reason(exc))
-    return TransportError(records.DISCONNECTED, _reason(exc))
+def tls_context(insecure: bool) -> ssl.SSLContext:
+    """The TLS settings of every https target: the system's CAs, or no verification at all (--insecure)."""
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def connect_reason(exc: BaseException, hostport: str) -> str:
+    """One line on why a connection could not be opened, with what to do when it is ours to say."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = exc.verify_message or _reason(exc)
+        return (f"TLS certificate verification failed for {hostport} ({detail}); "
+                "pass --insecure to skip certificate verification")
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake with {hostport} failed ({exc.reason or _reason(exc)})"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host of {hostport} ({exc.strerror})"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {hostport} (is the server running?)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot connect to {hostport} ({exc.strerror})"
+    return f"cannot connect to {hostport} ({_reason(exc)})"
 
 
 def _reason(exc: BaseException) -> str:

@@ -39,7 +39,8 @@ def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
 @click.command("export")
 @click.argument("results_dir_text", metavar="RESULTS_DIR")
 @click.option("--format", "output_format", required=True, help=f"One of {', '.join(EXPORT_FORMATS)}.")
-@click.option("--metric", help="hgrm/hlog only: latency, queue_wait or predicted_ms.  [default: all three]")
+@click.option("--metric", help="hgrm/hlog only: latency, latency_uncorrected, queue_wait, predicted_ms, ttft, tpot, "
+                                 "schedule_lag or itl.  [default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
 @click.option("--out", "out_dir", help="Directory to write into.  [default: RESULTS_DIR]")
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,

@@ -15,6 +15,7 @@ from rich.console import Console
 from ..config import ConfigError
 from ..options import PORTS
 from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
+from ..transport_fast import TRANSPORT_NAMES
 
 
 def _apply(f: Callable, options: list[Callable]) -> Callable:
@@ -24,7 +25,7 @@ def _apply(f: Callable, options: list[Callable]) -> Callable:
 
 
 def target_options(f: Callable) -> Callable:
-    """--ports, --host, --url, --label; --api, --model, --api-key."""
+    """--ports, --host, --url, --label; --api, --model, --api-key; --transport, --insecure."""
     return _apply(f, [
         click.option("--ports", type=PORTS, help="Comma-separated ports of targets on --host, e.g. 8080,8081."),
         click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports."),
@@ -40,6 +41,10 @@ def target_options(f: Callable) -> Callable:
         click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
                      help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows "
                           "in ps)."),
+        click.option("--transport", type=click.Choice(TRANSPORT_NAMES), default="fast", show_default=True,
+                     help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy)."),
+        click.option("--insecure", is_flag=True,
+                     help="Do not verify https targets' TLS certificates (self-signed ones)."),
     ])
 
 

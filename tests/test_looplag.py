@@ -1,0 +1,113 @@
+"""Event-loop lag and client CPU per level, and sweeps through both transports against the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import uvloop
+
+from loadgen.backends import GenerationParams
+from loadgen.config import SweepConfig, Target
+from loadgen.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
+from loadgen.results import run_document
+from loadgen.sim import load_profile, start_simulator
+from loadgen.sweep import SweepRun, run_sweep
+
+SMOKE = load_profile("smoke")
+
+
+def test_a_stalled_loop_shows_as_lag():
+    async def main():
+        sampler = LoopLagSampler(interval_s=0.005).start()
+        await asyncio.sleep(0.05)
+        end = time.monotonic() + 0.06
+        while time.monotonic() < end:  # a callback that hogs the loop (and a core)
+            pass
+        await asyncio.sleep(0.05)
+        return sampler.stop()
+    load = uvloop.run(main())
+    assert load.samples >= 10
+    assert 50 <= load.loop_lag_max_ms < 200
+    assert 0.2 < load.client_cpu_fraction <= 1.2  # 60 ms of spinning in ~160 ms
+
+
+def test_an_idle_loop_shows_little_lag_and_cpu():
+    async def main():
+        sampler = LoopLagSampler().start()
+        await asyncio.sleep(0.3)
+        return sampler.stop()
+    load = uvloop.run(main())
+    assert load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms < 20  # generous: a shared machine
+    assert load.client_cpu_fraction < 0.5
+
+
+def test_warning_names_the_reason_and_the_remedy():
+    assert bottleneck_warning(ClientLoad(1.0, 3.0, 0.5, 100)) is None
+    lag = bottleneck_warning(ClientLoad(2.5, 9.0, 0.5, 100))
+    assert lag is not None and "event-loop lag p99 2.50 ms" in lag and "worker processes" in lag
+    cpu = bottleneck_warning(ClientLoad(0.5, 1.0, 0.95, 100))
+    assert cpu is not None and "client CPU 95% of a core" in cpu and "lag" not in cpu.split("(")[1]
+    assert bottleneck_warning(ClientLoad(None, None, 0.1, 0)) is None
+
+
+class Recorder:
+    def __init__(self, stall_s: float = 0.0):
+        self.messages: list[str] = []
+        self.stall_s = stall_s
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+    def level_started(self, *args) -> None:
+        pass
+
+    def request_done(self, record) -> None:
+        if self.stall_s:
+            time.sleep(self.stall_s)  # a slow observer: the client is the bottleneck
+
+    def level_done(self, run, target, level) -> None:
+        pass
+
+
+def _sweep(transport: str, observer: Recorder, concurrency=(1, 4)) -> SweepRun:
+    async def main():
+        async with await start_simulator(SMOKE, slots=4, seed=3) as sim:
+            config = SweepConfig(targets=(Target(sim.url, "smoke"),), concurrency=concurrency,
+                                 generation=GenerationParams(prompt="hi", n_predict=8, seed=1),
+                                 requests_per_level=8, warmup=1, transport=transport, wait_ready_s=5,
+                                 probe_interval_s=0.05)
+            run = SweepRun(config=config)
+            await run_sweep(run, observer)
+            return run
+    return uvloop.run(main())
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_every_level_records_the_clients_load_in_run_json(transport):
+    run = _sweep(transport, Recorder())
+    doc = run_document(run, meta={})
+    assert doc["complete"] and doc["config"]["transport"] == transport and doc["config"]["insecure"] is False
+    for level in doc["targets"][0]["levels"]:
+        assert level["requests_failed"] == 0 and level["requests_ok"] == 8
+        assert level["loop_lag_max_ms"] >= level["loop_lag_p99_ms"] >= 0
+        assert 0 < level["client_cpu_fraction"] < 2
+
+
+def test_a_client_that_stalls_the_loop_is_warned_about():
+    recorder = Recorder(stall_s=0.02)
+    _sweep("fast", recorder, concurrency=(2,))
+    warnings = [m for m in recorder.messages if m.startswith("warning: smoke at concurrency 2: the client may be the bottleneck")]
+    assert len(warnings) == 1 and "event-loop lag p99" in warnings[0]
+
+
+def test_both_transports_give_the_same_records_from_the_simulator(monkeypatch):
+    def content(transport: str):
+        salts = (f"00000000-0000-4000-8000-{n:012d}" for n in range(1000))  # same prompts for both
+        monkeypatch.setattr("loadgen.engine.new_salt", lambda: next(salts))
+        run = _sweep(transport, Recorder())
+        return sorted((r.level, r.salt, r.status, r.error_kind, r.tokens_predicted, r.predicted_n, r.prompt_n)
+                      for t in run.targets for lv in t.levels for r in lv.records)
+    fast = content("fast")
+    assert len(fast) == 16 and fast == content("aiohttp")

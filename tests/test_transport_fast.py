@@ -1,0 +1,479 @@
+"""The fast transport against a fixture server that writes every byte as the test says."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import uvloop
+
+from httpfixture import FixtureServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
+from loadgen import records
+from loadgen.transport import AiohttpTransport, TransportError
+from loadgen.transport_fast import FastTransport, environment_proxy, make_transport
+
+TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
+SSE = b"".join(b'data: {"content":"tok%d","stop":false}\n\n' % i for i in range(64))
+
+
+def run(coro):
+    return uvloop.run(coro)
+
+
+async def _open(server: FixtureServer, kind: str = "fast", timeout_s: float = 5.0, max_connections: int = 8,
+                insecure: bool = False):
+    transport = TRANSPORTS[kind]()
+    await transport.open(server.url, max_connections, timeout_s, insecure=insecure)
+    return transport
+
+
+def answer(data: bytes, keep_open: bool = True):
+    async def handler(request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(data)
+        await writer.drain()
+        return keep_open
+    return handler
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_keep_alive_requests_share_one_connection(kind):
+    async def main():
+        async def echo(request, writer):
+            writer.write(response(request.body, headers=("X-Path: " + request.path,)))
+            return True
+
+        async with FixtureServer(echo) as server:
+            transport = await _open(server, kind)
+            try:
+                results = [await transport.request("POST", "/completion", b'{"n":%d}' % i) for i in range(5)]
+            finally:
+                await transport.close()
+        assert [r.body for r in results] == [b'{"n":%d}' % i for i in range(5)]
+        assert all(r.status == 200 and r.headers["x-path"] == "/completion" for r in results)
+        assert all(r.headers_ns <= r.complete_ns for r in results)
+        assert server.connections == 1
+        first = server.requests[0]
+        assert first.method == "POST" and first.headers["content-type"] == "application/json"
+        assert first.headers["host"] == f"127.0.0.1:{server.port}"
+    run(main())
+
+
+def test_chunked_response_split_at_every_byte_boundary():
+    body = b'data: {"content":"hello, world"}\n\n'
+    data = chunked(body, [5, 1, 10], headers=("X-Trace: 1",))
+    cuts = [cut for cut in range(1, len(data)) for _ in ("plain", "streamed")]
+
+    async def main():
+        async def split(request, writer):
+            await write_in_pieces(writer, data, [cuts[len(server.requests) - 1]], pause_s=0.001)
+            return True
+
+        async with FixtureServer(split) as server:
+            transport = await _open(server)
+            try:
+                for _ in range(len(cuts) // 2):
+                    r = await transport.request("POST", "/completion", b"{}")
+                    assert (r.status, r.body, r.headers["x-trace"]) == (200, body, "1")
+                    pieces: list[bytes] = []
+                    r = await transport.request("POST", "/completion", b"{}", on_chunk=lambda c, t: pieces.append(c))
+                    assert (r.status, r.body, b"".join(pieces)) == (200, b"", body)
+            finally:
+                await transport.close()
+        assert server.connections == 1
+    run(main())
+
+
+def test_streamed_body_arrives_per_read_with_times_and_intact():
+    async def main():
+        cuts = list(range(7, len(SSE), 97))  # cuts inside lines, inside "data:", between events
+
+        async def stream(request, writer):
+            await write_in_pieces(writer, chunked(SSE, [40, 300, 1000], headers=("Content-Type: text/event-stream",)),
+                                  cuts)
+            return True
+
+        async with FixtureServer(stream) as server:
+            transport = await _open(server)
+            chunks: list[tuple[bytes, int]] = []
+            try:
+                r = await transport.request("POST", "/completion", b"{}", on_chunk=lambda c, t: chunks.append((c, t)))
+            finally:
+                await transport.close()
+        assert r.status == 200 and r.body == b"" and r.headers["content-type"] == "text/event-stream"
+        assert b"".join(c for c, _ in chunks) == SSE
+        assert len(chunks) > 10  # one call per read, not one per body
+        times = [t for _, t in chunks]
+        assert times == sorted(times) and r.headers_ns <= times[0] and times[-1] <= r.complete_ns
+    run(main())
+
+
+def test_connection_close_response_then_a_new_connection():
+    async def main():
+        async with FixtureServer(answer(response(b"bye", headers=("Connection: close",)), keep_open=False)) as server:
+            transport = await _open(server)
+            try:
+                results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
+            finally:
+                await transport.close()
+        assert [r.body for r in results] == [b"bye"] * 3
+        assert server.connections == 3
+    run(main())
+
+
+def test_body_delimited_by_the_close_of_the_connection():
+    async def main():
+        async with FixtureServer(answer(b"HTTP/1.0 200 OK\r\n\r\nuntil the end", keep_open=False)) as server:
+            transport = await _open(server)
+            try:
+                r = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert (r.status, r.body) == (200, b"until the end")
+    run(main())
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_reset_mid_body_is_disconnected(kind):
+    async def main():
+        async def half(request, writer):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 40)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            reset(writer)
+            return False
+
+        async with FixtureServer(half) as server:
+            transport = await _open(server, kind)
+            try:
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert err.value.kind == records.DISCONNECTED
+        return err.value.message
+    message = run(main())
+    if kind == "fast":
+        assert message == "the server reset the connection mid-body"
+
+
+def test_interim_100_continue_is_skipped():
+    async def main():
+        async def cont(request, writer):
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.005)
+            writer.write(response(b"final", headers=("X-Final: yes",)))
+            return True
+
+        async with FixtureServer(cont) as server:
+            transport = await _open(server)
+            try:
+                r = await transport.request("POST", "/x", b"{}")
+                again = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert (r.status, r.body, r.headers["x-final"]) == (200, b"final", "yes")
+        assert "x-final" in again.headers and server.connections == 1
+    run(main())
+
+
+def test_204_has_no_body_and_keeps_the_connection():
+    async def main():
+        async with FixtureServer(answer(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")) as server:
+            transport = await _open(server)
+            try:
+                results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
+            finally:
+                await transport.close()
+        assert [(r.status, r.body) for r in results] == [(204, b"")] * 3
+        assert server.connections == 1
+    run(main())
+
+
+@pytest.mark.parametrize("encoding", ["length", "chunked"])
+def test_bodies_over_one_mib_both_ways(encoding):
+    big = bytes(range(256)) * (5 * 4096 + 7)  # 5 MiB + 1792 B
+
+    async def main():
+        async def echo(request, writer):
+            writer.write(response(request.body) if encoding == "length" else chunked(request.body, [65536] * 40))
+            await writer.drain()
+            return True
+
+        async with FixtureServer(echo) as server:
+            transport = await _open(server)
+            try:
+                r = await transport.request("POST", "/x", big)
+                small = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert r.body == big and small.body == b"{}" and server.connections == 1
+    run(main())
+
+
+def test_server_that_answers_before_reading_the_whole_body():
+    big = b"x" * (8 * 1024 * 1024)
+
+    async def main():
+        async def refuse(request, writer):
+            writer.write(response(b"too large", "413 Payload Too Large", ("Connection: close",)))
+            await writer.drain()
+            return False
+
+        async with FixtureServer(refuse, read_body=False) as server:
+            transport = await _open(server)
+            try:
+                r = await transport.request("POST", "/x", big)
+                server.handler = answer(response(b"fine"))
+                server.read_body = True
+                after = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert (r.status, r.body) == (413, b"too large")
+        assert (after.status, after.body) == (200, b"fine") and server.connections == 2
+    run(main())
+
+
+def test_idle_keep_alive_closed_by_the_server_is_no_error():
+    async def main():
+        async with FixtureServer(answer(response(b"one"), keep_open=False)) as server:  # FIN after each answer
+            transport = await _open(server)
+            try:
+                first = await transport.request("POST", "/x", b"{}")
+                await asyncio.sleep(0.05)  # the FIN arrives while the connection is idle
+                second = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert first.body == second.body == b"one" and server.connections == 2
+    run(main())
+
+
+def test_keep_alive_closed_as_the_next_request_arrives_is_retried_once():
+    async def main():
+        async def close_second(request, writer):
+            if request.index_on_connection == 1:
+                return False  # read the request, close without a byte: the race every keep-alive client meets
+            writer.write(response(b"ok"))
+            return True
+
+        async with FixtureServer(close_second) as server:
+            transport = await _open(server)
+            try:
+                results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
+            finally:
+                await transport.close()
+        assert [r.body for r in results] == [b"ok"] * 3
+        # each connection's second request is dropped and retried on a new one: 3 answered + 2 retried
+        assert server.connections == 3 and len(server.requests) == 5
+    run(main())
+
+
+def test_a_new_connection_closed_without_answer_is_an_error():
+    async def main():
+        async with FixtureServer(answer(b"", keep_open=False)) as server:
+            transport = await _open(server)
+            try:
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert err.value.kind == records.DISCONNECTED and server.connections == 1  # no retry on a fresh one
+        assert "before the response" in err.value.message
+    run(main())
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_total_timeout(kind):
+    async def main():
+        async def slow(request, writer):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+            await asyncio.sleep(5)
+            return False
+
+        async with FixtureServer(slow) as server:
+            transport = await _open(server, kind, timeout_s=0.2)
+            try:
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert err.value.kind == records.TIMEOUT
+    run(main())
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_connection_refused_is_connect_error(kind):
+    async def main():
+        async with FixtureServer(answer(b"")) as server:
+            url = server.url
+        transport = TRANSPORTS[kind]()
+        await transport.open(url, 1, 5)
+        try:
+            with pytest.raises(TransportError) as err:
+                await transport.request("POST", "/x", b"{}")
+        finally:
+            await transport.close()
+        assert err.value.kind == records.CONNECT_ERROR and "\n" not in err.value.message
+        return err.value.message
+    message = run(main())
+    assert "refused" in message.lower()
+
+
+def test_malformed_response_is_disconnected():
+    async def main():
+        async with FixtureServer(answer(b"HTTP/1.1 abc nonsense\r\n\r\n")) as server:
+            transport = await _open(server)
+            try:
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        assert err.value.kind == records.DISCONNECTED and "invalid HTTP response" in err.value.message
+    run(main())
+
+
+def test_pool_holds_at_most_max_connections():
+    async def main():
+        async def slow(request, writer):
+            await asyncio.sleep(0.01)
+            writer.write(response(b"ok"))
+            return True
+
+        async with FixtureServer(slow) as server:
+            transport = await _open(server, max_connections=3)
+            try:
+                results = await asyncio.gather(*(transport.request("POST", "/x", b"{}") for _ in range(20)))
+            finally:
+                await transport.close()
+        assert all(r.body == b"ok" for r in results)
+        assert server.max_open_connections <= 3 and server.connections == 3
+    run(main())
+
+
+def test_cancelled_request_closes_its_connection():
+    async def main():
+        async def never(request, writer):
+            await asyncio.sleep(5)
+            return False
+
+        async with FixtureServer(never) as server:
+            transport = await _open(server, max_connections=1)
+            try:
+                task = asyncio.ensure_future(transport.request("POST", "/x", b"{}"))
+                await asyncio.sleep(0.05)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                server.handler = answer(response(b"ok"))
+                r = await transport.request("POST", "/x", b"{}")  # the one slot is free again
+            finally:
+                await transport.close()
+        assert r.body == b"ok" and server.connections == 2
+    run(main())
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_tls_self_signed_needs_insecure(kind, tmp_path):
+    context, _ = self_signed_tls(tmp_path)
+
+    async def main():
+        async with FixtureServer(answer(response(b"secret")), tls=context) as server:
+            transport = await _open(server, kind, insecure=True)
+            try:
+                ok = await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+            transport = await _open(server, kind)
+            try:
+                with pytest.raises(TransportError) as err:
+                    await transport.request("POST", "/x", b"{}")
+            finally:
+                await transport.close()
+        return ok, err.value
+    ok, err = run(main())
+    assert (ok.status, ok.body) == (200, b"secret")
+    assert err.kind == records.CONNECT_ERROR
+    assert "certificate verification failed" in err.message and "--insecure" in err.message
+
+
+def test_environment_proxy_falls_back_to_aiohttp(monkeypatch):
+    said: list[str] = []
+    monkeypatch.setenv("http_proxy", "http://user:pw@proxy.example:3128")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert isinstance(make_transport("fast", "http://10.1.2.3:8080", said.append), AiohttpTransport)
+    assert len(said) == 1 and "proxy" in said[0] and "pw" not in said[0] and "10.1.2.3:8080" in said[0]
+    assert isinstance(make_transport("fast", "http://127.0.0.1:8080", said.append), FastTransport)
+    assert isinstance(make_transport("fast", "http://[::1]:8080", said.append), FastTransport)
+    assert isinstance(make_transport("fast", "http://localhost:8080", said.append), FastTransport)
+    monkeypatch.setenv("no_proxy", "10.1.2.3")
+    assert environment_proxy("http://10.1.2.3:8080") is None
+    assert isinstance(make_transport("fast", "http://10.1.2.3:8080", said.append), FastTransport)
+    assert isinstance(make_transport("aiohttp", "http://10.1.2.3:8080"), AiohttpTransport)
+    assert len(said) == 1
+
+
+COMPLETION = (b'{"content":"hi","tokens_predicted":4,"stop_type":"limit","id_slot":0,"timings":{"prompt_n":5,'
+              b'"prompt_ms":1.0,"predicted_n":4,"predicted_ms":2.0,"predicted_per_second":2000.0,"cache_n":0}}')
+
+
+class ThreadedServer:
+    """A FixtureServer on its own event loop in a thread, for the CLI (which runs its own loop)."""
+
+    def __init__(self, handler, tls=None):
+        import threading
+
+        self._server = FixtureServer(handler, tls=tls)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self):
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        async with self._server:
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> FixtureServer:
+        self._thread.start()
+        self._ready.wait(10)
+        return self._server
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+async def llama_like(request, writer):
+    if request.path == "/completion":
+        writer.write(response(COMPLETION, headers=("Content-Type: application/json",)))
+    elif request.path == "/health":
+        writer.write(response(b'{"status":"ok"}'))
+    else:
+        writer.write(response(b"not here", "404 Not Found"))
+    await writer.drain()
+    return True
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, tmp_path, transport):
+    from loadgen.results import load_records, load_run
+
+    context, _ = self_signed_tls(tmp_path)
+    with ThreadedServer(llama_like, tls=context) as server:
+        args = ["sweep", "--url", server.url, "--concurrency", "1,2", "--requests", "3", "--warmup", "1",
+                "--transport", transport, "--no-histograms", "--wait-ready", "1"]
+        code, _, err = loadgen(*args, "--output", tmp_path / "refused")
+        assert code == 1
+        assert "certificate verification failed" in err and "--insecure" in err
+        code, _, err = loadgen(*args, "--insecure", "--output", tmp_path / "ok")
+        assert code == 0, err
+    doc = load_run(tmp_path / "ok")
+    assert doc["config"]["transport"] == transport and doc["config"]["insecure"] is True
+    assert [lv["requests_ok"] for lv in doc["targets"][0]["levels"]] == [3, 3]
+    assert all(r.ok and r.predicted_n == 4 for r in load_records(tmp_path / "ok"))
+
+
+def test_unknown_transport_is_a_usage_error(loadgen):
+    code, _, err = loadgen("sweep", "--ports", "1", "--transport", "curl")
+    assert code == 2 and "fast" in err and "aiohttp" in err
