@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
 from loadgen.results import load_records, load_run
-from testbed import sweep, start_llama_server
+from testbed import LOADGEN, free_port, sweep, start_llama_server
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +56,25 @@ def loadgen(monkeypatch, capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def simulator():
+    """A simulated llama-server in its own process, on a free loopback port."""
+    port = free_port()
+    proc = subprocess.Popen([*LOADGEN, "sim", "--port", str(port), "--profile", "smoke", "--slots", "2",
+                             "--time-scale", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("the simulator did not start")
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(10)

@@ -60,10 +60,11 @@ class LlamaServer:
 
 
 def start_llama_server(alias: str, slots: int, log_dir: Path, *, metrics: bool = True,
-                       extra: tuple[str, ...] = (), ready_timeout: float = 120) -> LlamaServer:
+                       extra: tuple[str, ...] = (), ready_timeout: float = 120, port: int | None = None) -> LlamaServer:
+    """A llama-server on `port` (a free one when None: give the old port to restart a server)."""
     binary, model = testbed_paths()
-    port = free_port()
-    log = log_dir / f"{alias}-{port}.log"
+    port = port or free_port()
+    log = log_dir / f"{alias}-{port}-{time.monotonic_ns()}.log"
     args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots),
             "-c", "4096", "-t", "1", "--alias", alias, *(["--metrics"] if metrics else []), *extra]
     with log.open("wb") as f:

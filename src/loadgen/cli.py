@@ -6,14 +6,10 @@ failed); tracebacks are left for loadgen's own bugs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import signal
 import socket
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -22,42 +18,25 @@ from rich.console import Console
 
 from . import __version__
 from .backends import GenerationParams
-from .clock import now_ns
-from .config import (DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, check_arrival,
-                     parse_int_list, parse_rate_list)
-from .loops import loop_factory
+from .commands.execute import FinalWriteError, execute
+from .commands.shared import console as _console
+from .commands.shared import prompt_source, prompt_source_options, request_options, target_options
+from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, check_arrival
+from .options import DURATION, LEVELS, RATES, IntList
 from .progress import ProgressObserver
 from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
-from .results import (ResultsError, command_line, default_dir, host_facts, load_probe, load_records, load_run,
-                      open_loop, prepare_dir, target_verdict, utc_now, write_results)
+from .results import (ResultsError, default_dir, load_probe, load_records, load_run, open_loop, prepare_dir,
+                      target_verdict)
 from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
-from .transport_fast import TRANSPORT_NAMES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 class UserError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
         self.code = code
-
-
-def _read_prompt(prompt: str | None, prompt_file: str | None) -> str:
-    if prompt is not None and prompt_file is not None:
-        raise ConfigError("give --prompt or --prompt-file, not both")
-    if prompt_file is not None:
-        try:
-            prompt = Path(prompt_file).read_bytes().decode("utf-8")
-        except OSError as exc:
-            raise ConfigError(f"--prompt-file {prompt_file}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"--prompt-file {prompt_file}: not UTF-8 text") from None
-    text = DEFAULT_PROMPT if prompt is None else prompt
-    if not text.strip():
-        raise ConfigError("the prompt is empty")
-    return text
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,12 +46,10 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--ports", help="Comma-separated ports of targets on --host, e.g. 8080,8081.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports.")
-@click.option("--url", "urls", multiple=True, help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080.")
-@click.option("--label", "labels", multiple=True, help="A name per target, in order (default: the server's model alias).")
-@click.option("--concurrency", help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
-@click.option("--rate", "rates", help="Request rates (requests/s) to sweep instead, open loop, e.g. 0.5,1,2,4.")
+@target_options
+@click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
+@click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
+                                                  "e.g. 0.5,1,2,4.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
               help="Open loop: the arrival process of the requests.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
@@ -82,29 +59,20 @@ def cli() -> None:
 @click.option("--arrival-seed", type=int, default=0, show_default=True, help="Open loop: seed of the arrival schedule.")
 @click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
               help="Requests per level [default: max(8, 4×concurrency); open loop max(16, 20 s worth)].")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds per level instead of a request count.")
+@click.option("--duration", "duration_s", type=DURATION, help="Time per level instead of a request count: "
+                                                              "seconds, or 90s, 5m.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests per target before the first level.")
-@click.option("--api", default="llamacpp", show_default=True,
-              help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
-                   "chat (POST /v1/chat/completions).")
-@click.option("--model", help="Model name for the OpenAI APIs [default: the first id of the server's /v1/models].")
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
-@click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
-              help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows in ps).")
-@click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request).")
-@click.option("--prompt-file", help="Read the prompt text from this UTF-8 file.")
+@prompt_source_options
+@click.option("--prompt-tokens", type=click.IntRange(min=1),
+              help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
+                   "from the prompt source or synthetic text.")
 @click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True)
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
-@click.option("--seed", type=int, help="Sampling seed sent with every request.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True,
-              help="Seconds before a request counts as timed out.")
-@click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
-              help="Seconds to wait for a server that is still loading its model.")
+@request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level.")
 @click.option("--knee-gain", type=click.FloatRange(min=0), default=0.10, show_default=True,
@@ -112,39 +80,32 @@ def cli() -> None:
 @click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
               help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
-@click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-sweep].")
-@click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
-@click.option("--transport", type=click.Choice(TRANSPORT_NAMES), default="fast", show_default=True,
-              help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy).")
-@click.option("--insecure", is_flag=True, help="Do not verify https targets' TLS certificates (self-signed ones).")
-def sweep(ports, host, urls, labels, concurrency, rates, arrival, burstiness, max_in_flight, arrival_seed,
-          requests_per_level, duration_s, warmup, api, model, stream, api_key, prompt, prompt_file,
-          n_predict, temperature, ignore_eos, seed, timeout_s, wait_ready_s, probe_interval_s, knee_gain, knee_latency,
-          parallel_targets, output, force, histograms, transport, insecure) -> None:
+def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
+          arrival_seed, requests_per_level, duration_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
+          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
+          histograms, transport, insecure) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if concurrency is not None and rates is not None:
         raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
-    api = check_api(api)
-    if model is not None and api == "llamacpp":
-        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
-    if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
-        raise ConfigError("the API key is empty or spans lines")
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels),
-        concurrency=parse_int_list("1,2,4,8" if concurrency is None else concurrency, "--concurrency", minimum=1, maximum=4096),
-        rates=parse_rate_list(rates) if rates is not None else (),
+        concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
+        rates=rates or (),
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
         arrival_seed=arrival_seed, model=model, api_key=api_key,
-        generation=GenerationParams(prompt=_read_prompt(prompt, prompt_file), n_predict=n_predict,
+        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
-        api=api, requests_per_level=requests_per_level, duration_s=duration_s, warmup=warmup,
-        timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
+        api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
+        warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
-        transport=transport, insecure=insecure,
+        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
     ensure_open_files(connections_needed(config))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
@@ -195,72 +156,18 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     """
     console = console or _console()
     err = _console(stderr=True)
-    factory, loop_name = loop_factory()
-    if loop_name != "uvloop":
-        err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
     run = SweepRun(config=config)
-    meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
-            "host": host_facts(loop_name)}
-    received: list[int] = []
-    save_failures: list[str] = []
-    # One writer thread: checkpoints land in order and never stall the event loop (with
-    # --parallel-targets another target's requests are still in flight while one is saved).
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
 
-    def save() -> None:
-        try:
-            write_results(out_dir, run, meta=meta)
-        except (OSError, ValueError) as exc:
-            if not save_failures:
-                err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
-            save_failures.append(str(exc))
+    async def main(checkpoint: Callable[[], None]) -> None:
+        async with around() if around else contextlib.nullcontext():
+            with ProgressObserver(err, on_level_done=checkpoint) as observer:
+                await run_sweep(run, observer)
 
-    def checkpoint() -> None:
-        writer.submit(save)
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-
-        def on_signal(signum: int) -> None:
-            received.append(signum)
-            if len(received) == 1:
-                err.print(f"\n{signal.Signals(signum).name}: stopping, cancelling in-flight requests "
-                          "(again to quit at once)", style="yellow")
-                task.cancel()
-            else:  # a second signal: keep what we have and leave now
-                run.interrupted = True
-                for t in run.targets:
-                    for lv in t.levels:
-                        lv.abandon(now_ns())
-                save()
-                os._exit(SIGNAL_EXIT.get(received[0], 130))
-
-        for sig in SIGNAL_EXIT:
-            loop.add_signal_handler(sig, on_signal, sig)
-        try:
-            async with around() if around else contextlib.nullcontext():
-                with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                    await run_sweep(run, observer)
-        except asyncio.CancelledError:
-            run.interrupted = True
-
-    loop = factory()
     try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-        writer.shutdown(wait=True)
-    # The loop's signal handlers are gone: let nothing interrupt the final write.
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNAL_EXIT}
-    try:
-        doc = write_results(out_dir, run, meta=meta)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"could not write the results to {out_dir} ({exc})", EXIT_FAILED) from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        execution = execute(run, out_dir, main, kind=kind, err=err)
+    except FinalWriteError as exc:
+        raise UserError(str(exc), EXIT_FAILED) from None
+    doc = execution.doc
     if histograms:
         from .export import EXPORTERS, select
 
@@ -272,8 +179,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
             err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
-    if received:
-        return SIGNAL_EXIT.get(received[0], 130)
+    if execution.exit_code_for_signal is not None:
+        return execution.exit_code_for_signal
     if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
         return EXIT_FAILED
     return EXIT_OK
@@ -282,7 +189,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
 @cli.command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Run the simulated servers this much faster than the hardware they model.")
-@click.option("--concurrency", default="1,2,4,8", show_default=True, help="Concurrency levels to sweep.")
+@click.option("--concurrency", type=IntList(1, 64), default="1,2,4,8", show_default=True,
+              help="Concurrency levels to sweep.")
 @click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-demo].")
 @click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
 def demo(time_scale, concurrency, output, force) -> None:
@@ -293,7 +201,7 @@ def demo(time_scale, concurrency, output, force) -> None:
     """
     from .sim import load_profile, start_simulator
 
-    levels = parse_int_list(concurrency, "--concurrency", minimum=1, maximum=64)
+    levels = concurrency
     profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
     ports = [_free_port() for _ in profiles]
     config = SweepConfig(
@@ -326,11 +234,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _console(stderr: bool = False) -> Console:
-    """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 180)
-
 
 def print_run(doc: dict, console: Console, err: Console) -> None:
     """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
@@ -355,6 +258,11 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
     """Reprint a saved run's tables and saturation verdicts (no server needed)."""
     path = Path(results_dir)
     doc = load_run(path)
+    if doc.get("kind") in ("prefill", "depth", "soak"):
+        from .commands.modes import print_mode
+
+        print_mode(doc, _console(), _console(stderr=True))
+        return
     records, samples = load_records(path), load_probe(path)
     config = doc.get("config", {})
     gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
@@ -369,10 +277,12 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
 
 def _register_commands() -> None:
     from .commands.gate import compare_command, gate_command
+    from .commands.modes import MODE_COMMANDS
     from .commands.report import export_command, report_command
+    from .commands.run import run_command
     from .sim.cli import sim_command
 
-    for command in (sim_command, compare_command, gate_command, export_command, report_command):
+    for command in (run_command, *MODE_COMMANDS, sim_command, compare_command, gate_command, export_command, report_command):
         cli.add_command(command)
 
 

@@ -9,10 +9,14 @@ import ipaddress
 import re
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .backends import API_NAMES, GenerationParams
 from .schedule import ARRIVALS
+
+if TYPE_CHECKING:  # prompts.py raises ConfigError, so it imports this module
+    from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
 
@@ -61,6 +65,10 @@ class SweepConfig:
     time_scale: float = 1.0
     transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
     insecure: bool = False  # https without certificate verification
+    # --prompt-tokens: every prompt is cut to exactly this many tokens per server, from
+    # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
+    prompt_tokens: int | None = None
+    prompt_source: PromptSource | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -114,6 +122,8 @@ class SweepConfig:
             "ignore_eos": g.ignore_eos,
             "seed": g.seed,
             "cache_prompt": False,
+            "prompt_tokens": self.prompt_tokens,
+            "prompts": len(g.prompt_list),
         }
 
 
@@ -170,12 +180,14 @@ def _host_for_url(host: str) -> str:
     return h
 
 
-def build_targets(host: str, ports: str | None, urls: tuple[str, ...], labels: tuple[str, ...]) -> tuple[Target, ...]:
+def build_targets(host: str, ports: tuple[int, ...] | str | None, urls: tuple[str, ...],
+                  labels: tuple[str, ...]) -> tuple[Target, ...]:
     found: list[str] = []
-    if ports is not None:
+    if isinstance(ports, str):
+        ports = parse_int_list(ports, "--ports", minimum=1, maximum=65535)
+    if ports:
         h = _host_for_url(host)
-        found += [normalize_url(f"http://{h}:{p}", "--host/--ports")
-                  for p in parse_int_list(ports, "--ports", minimum=1, maximum=65535)]
+        found += [normalize_url(f"http://{h}:{p}", "--host/--ports") for p in ports]
     found += [normalize_url(u) for u in urls]
     if not found:
         raise ConfigError("no target: give --ports 8080,8081 or --url http://HOST:PORT")
@@ -188,9 +200,14 @@ def build_targets(host: str, ports: str | None, urls: tuple[str, ...], labels: t
     return tuple(Target(u, labels[i] if i < len(labels) else None) for i, u in enumerate(found))
 
 
-def check_api(api: str) -> str:
+def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
+    """--api, and the --model and --api-key that go with it."""
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
+    if model is not None and api == "llamacpp":
+        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+    if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
+        raise ConfigError("the API key is empty or spans lines")
     return api
 
 

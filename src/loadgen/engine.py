@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from . import records
@@ -36,6 +37,37 @@ def new_salt() -> str:
     return f"{x[:8]}-{x[8:12]}-4{x[13:16]}-{'89ab'[int(x[16], 16) & 3]}{x[17:20]}-{x[20:]}"
 
 
+def new_decimal_salt() -> str:
+    """A random version 4 UUID whose hex digits are all 0-9 (about 100 random bits).
+
+    Tokenizers split runs of decimal digits by fixed rules (one token per digit, or per group of
+    up to three), so every such salt is the same number of tokens, where a hex UUID's letters merge
+    unpredictably (31 to 39 tokens on SmolLM2). Exact prompt lengths (`--prompt-tokens`) need that.
+    """
+    d = "".join(str(b % 10) for b in os.urandom(32))  # 256 % 10 != 0: a bias too small to matter here
+    return f"{d[:8]}-{d[8:12]}-4{d[13:16]}-{'89'[d[16] in '01234']}{d[17:20]}-{d[20:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How a level treats salts and failures. The defaults are a sweep's.
+
+    salt                   makes each request's salt (`new_decimal_salt` for exact prompt lengths;
+                           None: `new_salt`)
+    give_up_after          the level stops with "target down" after this many connect failures in a
+                           row; None never gives up (a soak rides out a server restart)
+    pause_after_error_s    closed loop: a worker whose request failed waits this long before its
+                           next one, so a server that is down is not hammered with refused connections
+    """
+
+    salt: Callable[[], str] | None = None
+    give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN
+    pause_after_error_s: float = 0.0
+
+
+DEFAULT_OPTIONS = EngineOptions()
+
+
 class Observer(Protocol):
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None: ...
 
@@ -53,15 +85,19 @@ class NullObserver:
 class _Sender:
     """Sends one request and appends its record: the part both loops share."""
 
-    __slots__ = ("level", "transport", "backend", "obs", "connect_failures")
+    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures")
 
-    def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer):
+    def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
+                 options: EngineOptions = DEFAULT_OPTIONS):
         self.level, self.transport, self.backend, self.obs = level, transport, backend, obs
+        self.options = options
+        self.salt = options.salt or new_salt
         self.connect_failures = 0
 
-    async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> None:
+    async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> bool:
+        """Send request `seq`, record it; True when it succeeded."""
         level, backend = self.level, self.backend
-        salt = new_salt()
+        salt = self.salt()
         body = backend.build(salt, seq)
         stream = StreamReader(backend.event_reader()) if backend.stream else None
         send_ns = now_ns()
@@ -92,10 +128,12 @@ class _Sender:
         self.obs.request_done(record)
         if outcome.error_kind == records.CONNECT_ERROR:
             self.connect_failures += 1
-            if self.connect_failures >= CONNECT_FAILURES_BEFORE_DOWN and level.stopped_reason is None:
+            give_up_after = self.options.give_up_after
+            if give_up_after is not None and self.connect_failures >= give_up_after and level.stopped_reason is None:
                 level.stopped_reason = f"target down: {outcome.error_message}"
         else:
             self.connect_failures = 0
+        return outcome.error_kind is None
 
     def _append(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
                 outcome: ServerOutcome, headers_ns: int | None, intended_ns: int | None,
@@ -111,7 +149,7 @@ class _Sender:
         record = make_record(target=level.target, level=level.level, worker=worker, seq=seq, salt=salt,
                              send_ns=send_ns, complete_ns=complete_ns, status=status, outcome=outcome,
                              headers_ns=headers_ns, intended_ns=send_ns if intended_ns is None else intended_ns,
-                             **timing)
+                             prompt_tokens_target=level.prompt_tokens, **timing)
         level.records.append(record)
         return record
 
@@ -124,6 +162,7 @@ async def run_level(
     requests: int | None,
     duration_s: float | None,
     observer: Observer | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
 ) -> LevelRun:
     """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
 
@@ -134,7 +173,8 @@ async def run_level(
         raise ValueError("a level needs a request count or a duration")
     obs = observer or NullObserver()
     obs.level_started(level, requests, duration_s)
-    sender = _Sender(level, transport, backend, obs)
+    sender = _Sender(level, transport, backend, obs, options)
+    pause_ns = int(options.pause_after_error_s * 1e9)
     issued = 0
     level.start_ns = now_ns()
     deadline = level.start_ns + int(duration_s * 1e9) if duration_s is not None else None
@@ -148,7 +188,9 @@ async def run_level(
                 return
             seq = issued
             issued += 1
-            await sender.send(index, seq)
+            if not await sender.send(index, seq) and pause_ns:
+                until = now_ns() + pause_ns if deadline is None else min(now_ns() + pause_ns, deadline)
+                await asyncio.sleep(max(0, until - now_ns()) / 1e9)
 
     await _run_tasks(level, [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)])
     return level
@@ -162,6 +204,7 @@ async def run_open_level(
     *,
     max_in_flight: int | None = None,
     observer: Observer | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
 ) -> LevelRun:
     """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
 
@@ -171,7 +214,7 @@ async def run_open_level(
     """
     obs = observer or NullObserver()
     obs.level_started(level, len(offsets_ns), None)
-    sender = _Sender(level, transport, backend, obs)
+    sender = _Sender(level, transport, backend, obs, options)
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     in_flight: set[asyncio.Task] = set()
     level.start_ns = start = now_ns()

@@ -291,3 +291,31 @@ def counter_delta(before: dict[str, float] | None, after: dict[str, float] | Non
     if not before or not after:
         return {}
     return {k: after[k] - before[k] for k in sorted(after) if k in before and k.endswith("_total")}
+
+
+def prompt_tok_s(r: RequestRecord) -> float | None:
+    """Prefill speed of one request as the server measured it: prompt_n / prompt_ms × 1000."""
+    if not r.ok or not r.prompt_n or not r.prompt_ms:
+        return None
+    return r.prompt_n / r.prompt_ms * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MeanSd:
+    """Mean ± sample standard deviation of n values (sd None below two), as llama-bench's -r shows them."""
+
+    n: int
+    mean: float
+    sd: float | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"n": self.n, "mean": self.mean, "sd": self.sd}
+
+
+def mean_sd(values: Iterable[float | None]) -> MeanSd | None:
+    vs = [v for v in values if v is not None and math.isfinite(v)]
+    if not vs:
+        return None
+    mean = sum(vs) / len(vs)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vs) / (len(vs) - 1)) if len(vs) > 1 else None
+    return MeanSd(len(vs), mean, sd)

@@ -81,6 +81,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
     last_token_ns: int | None = None
     chunk_gaps_us: list[int] | None = None
     chunks: int | None = None
+    prompt_tokens_target: int | None = None  # length asked for (--prompt-tokens, a depth); prompt_n: computed
 
     @property
     def ok(self) -> bool:
@@ -126,6 +127,7 @@ def make_record(
     last_token_ns: int | None = None,
     chunk_gaps_us: list[int] | None = None,
     chunks: int | None = None,
+    prompt_tokens_target: int | None = None,
 ) -> RequestRecord:
     return RequestRecord(
         target=target,
@@ -155,6 +157,7 @@ def make_record(
         last_token_ns=last_token_ns,
         chunk_gaps_us=chunk_gaps_us,
         chunks=chunks,
+        prompt_tokens_target=prompt_tokens_target,
     )
 
 
@@ -191,6 +194,7 @@ class LevelRun:
     target: str
     concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s; None: closed loop
+    prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
     records: list[RequestRecord] = field(default_factory=list)
     start_ns: int = 0
     end_ns: int = 0

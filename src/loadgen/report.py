@@ -154,3 +154,117 @@ def overhead_lines(doc: dict[str, Any]) -> list[str]:
             out.append(f"{t['label']}: fixed overhead at c=1 (tokenization + HTTP) {v['overhead_ms']:.1f} ms, "
                        "subtracted from queue waits")
     return out
+
+
+def _pm(stat: dict[str, Any] | None, digits: int = 1) -> str:
+    """mean ± sd of a MeanSd dict, or n/a."""
+    if not stat:
+        return "n/a"
+    sd = stat.get("sd")
+    return f"{stat['mean']:,.{digits}f}" + (f" ± {sd:,.{digits}f}" if sd is not None else "")
+
+
+def _okf(row: dict[str, Any]) -> Text:
+    failed = row["requests_failed"]
+    return Text(f"{row['requests_ok']}/{failed}", style="red" if failed else "")
+
+
+def _title(kind: str, doc: dict[str, Any]) -> str:
+    return f"loadgen {kind}" + ("" if doc.get("complete", True) else "  [incomplete]")
+
+
+def prefill_table(doc: dict[str, Any]) -> Table:
+    """Per prompt length × target: prompt_n, prompt_ms, prompt tok/s, client TTFT; the first two
+    targets' prefill speed ratio."""
+    targets = [t for t in doc["targets"] if t.get("prefill")]
+    pair = targets[:2] if len(targets) >= 2 else []
+    table = Table(title=_title("prefill", doc), header_style="bold")
+    for name in ("prompt\ntokens", "target", "ok/failed", "prompt_n", "prompt_ms", "prompt tok/s", "TTFT ms\n(client)"):
+        table.add_column(name, justify="left" if name == "target" else "right")
+    if pair:
+        table.add_column(f"{pair[0]['label']}/{pair[1]['label']}\nprompt tok/s", justify="right")
+    table.add_column("note", justify="left", style="dim")
+    lengths = sorted({r["prompt_tokens"] for t in targets for r in t["prefill"]["rows"]})
+    for n in lengths:
+        rows = {t["label"]: next((r for r in t["prefill"]["rows"] if r["prompt_tokens"] == n), None) for t in targets}
+        first = True
+        for t in targets:
+            r = rows[t["label"]]
+            if r is None:
+                continue
+            pn = r.get("prompt_n")
+            count = "n/a" if not pn else (f"{r['prompt_n_min']:,}" if r["prompt_n_min"] == r["prompt_n_max"]
+                                          else f"{r['prompt_n_min']:,}-{r['prompt_n_max']:,}")
+            cells = [f"{n:,}" if first else "", t["label"], _okf(r), count, _pm(r["prompt_ms"], 0),
+                     _pm(r["prompt_tok_s"], 1), _pm(r["ttft_ms"], 0)]
+            if pair:
+                a, b = (rows.get(p["label"]) for p in pair)
+                speed = [(x or {}).get("prompt_tok_s") for x in (a, b)]
+                cells.append(_ratio(speed[0]["mean"], speed[1]["mean"]) if first and all(speed) else "")
+            cells.append(r.get("skipped") or r.get("note") or "")
+            table.add_row(*cells)
+            first = False
+        if table.rows:
+            table.rows[-1].end_section = True
+    return table
+
+
+def depth_table(doc: dict[str, Any]) -> Table:
+    """Per target × depth: decode tok/s and its change against depth 0; skipped depths say why."""
+    table = Table(title=_title("depth", doc), header_style="bold")
+    for name in ("target", "depth", "ok/failed", "prompt_n", "decode tok/s", "vs depth 0", "note"):
+        table.add_column(name, justify="left" if name in ("target", "note") else "right",
+                         style="dim" if name == "note" else None)
+    for t in doc["targets"]:
+        section = t.get("depth")
+        if not section:
+            continue
+        for i, r in enumerate(section["rows"]):
+            ref = r.get("reference_depth")
+            change = r.get("change")
+            change_text = "n/a" if change is None else ("—" if r["depth"] == ref else f"{change:+.1%}")
+            if change is not None and ref not in (0, None) and r["depth"] != ref:
+                change_text += f" (vs {ref:,})"
+            if r.get("skipped"):
+                cells = [t["label"] if i == 0 else "", f"{r['depth']:,}", "—", "—", "—", "—", r["skipped"]]
+            else:
+                cells = [t["label"] if i == 0 else "", f"{r['depth']:,}", _okf(r), _pm(r["prompt_n"], 0),
+                         _pm(r["decode_tok_s"], 2), change_text, r.get("note") or ""]
+            table.add_row(*cells, end_section=i == len(section["rows"]) - 1)
+    return table
+
+
+def _hours(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def soak_table(doc: dict[str, Any]) -> Table:
+    """Per target: requests, errors by kind, throughput, error-free time and throughput drift."""
+    table = Table(title=_title("soak", doc), header_style="bold")
+    for name in ("target", "duration", "ok/failed", "errors", "tok/s", "error-free", "longest\nerror-free",
+                 "first → last window\ntok/s", "drift"):
+        table.add_column(name, justify="left" if name in ("target", "errors") else "right")
+    for t in doc["targets"]:
+        s = t.get("soak")
+        if not s:
+            continue
+        errors = ", ".join(f"{k} ×{n}" for k, n in s["errors_by_kind"].items()) or "none"
+        failed = s["requests_failed"]
+        if s["drift"] is None:
+            drift = "n/a (too short)"
+        else:
+            verdict = {True: "significant", False: "noise", None: "untested"}[s["drift_significant"]]
+            drift = f"{s['drift']:+.1%} ({verdict})"
+        first, last = s["first_throughput_tok_s"], s["last_throughput_tok_s"]
+        table.add_row(t["label"], _hours(s["duration_s"]),
+                      Text(f"{s['requests_ok']}/{failed}", style="red" if failed else ""),
+                      Text(errors, style="red" if failed else ""), _fmt(s["throughput_tok_s"], 2),
+                      f"{_hours(s['error_free_s'])} of {_hours(s['duration_s'])}", _hours(s["longest_error_free_s"]),
+                      "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift)
+    return table

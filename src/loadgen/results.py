@@ -5,7 +5,12 @@
     requests.jsonl  one `RequestRecord` per line, every request of every level, failed ones too
     probe.jsonl     one `ProbeSample` per line: the server's /metrics and /slots during each level
 
-Both files are written atomically (temp file + rename), after every level and at the end, so a run
+`kind` says which command wrote it: "sweep" and "demo" (levels and verdicts), "prefill" and "depth"
+(per target a `prefill` or `depth` section: `n_ctx` and one row per prompt length or depth, a
+skipped row saying why), "soak" (its one level in `levels`, and a `soak` section: windows,
+error-free time, drift).
+
+The files are written atomically (temp file + rename), after every level and at the end, so a run
 cut short leaves valid files marked `"complete": false` with every record gathered so far.
 """
 
@@ -18,15 +23,21 @@ import platform
 import sys
 import tempfile
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from . import __version__
+from .clock import now_ns
+from .depth import summarize_depth, with_change
 from .metrics import counter_delta, summarize_level
-from .records import ProbeSample, RequestRecord
+from .modes import ModeRun, ModeTarget, slot_context
+from .prefill import summarize_prefill
+from .records import LevelRun, ProbeSample, RequestRecord
 from .saturation import analyze_target
+from .soak import summarize_soak, window_seconds
 from .sweep import SweepRun
 
 SCHEMA = "loadgen.run"
@@ -73,14 +84,7 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
     targets = []
     config = run.config
     for t in run.targets:
-        levels = []
-        for lv in t.levels:
-            summary = summarize_level(lv.concurrency, list(lv.records),
-                                      lv.stopped_reason or (None if lv.finished else "in progress"),
-                                      counter_delta(lv.server_metrics_before, lv.server_metrics_after),
-                                      rate=lv.rate)
-            levels.append({**summary.to_dict(), "loop_lag_p99_ms": lv.loop_lag_p99_ms,
-                           "loop_lag_max_ms": lv.loop_lag_max_ms, "client_cpu_fraction": lv.client_cpu_fraction})
+        levels = _level_summaries(t.levels)
         target = {
             "label": t.label,
             "url": t.target.url,
@@ -129,14 +133,15 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
         raise
 
 
-def write_results(out_dir: Path, run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
-    """Write requests.jsonl then run.json, each atomically. Returns the run document.
+def write_results(out_dir: Path, run: SweepRun | ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
 
     The API key is masked ("***") wherever a server quoted it back (an error message, a target's
     error), so no results file carries it.
     """
-    secret = run.config.api_key
-    doc = run_document(run, meta={**meta, "finished_utc": utc_now().isoformat()})
+    secret = run.base.api_key if isinstance(run, ModeRun) else run.config.api_key
+    meta = {**meta, "finished_utc": utc_now().isoformat()}
+    doc = mode_document(run, meta=meta) if isinstance(run, ModeRun) else run_document(run, meta=meta)
     all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
     if secret:
         doc = redact(doc, secret)
@@ -162,6 +167,70 @@ def _redact_record(r: RequestRecord, secret: str) -> RequestRecord:
     if r.error_message is not None and secret in r.error_message:
         return msgspec.structs.replace(r, error_message=r.error_message.replace(secret, "***"))
     return r
+
+
+def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
+    return [{**summarize_level(lv.concurrency, list(lv.records),
+                               lv.stopped_reason or (None if lv.finished else "in progress"),
+                               counter_delta(lv.server_metrics_before, lv.server_metrics_after),
+                               rate=lv.rate).to_dict(),
+             "loop_lag_p99_ms": lv.loop_lag_p99_ms, "loop_lag_max_ms": lv.loop_lag_max_ms,
+             "client_cpu_fraction": lv.client_cpu_fraction}
+            for lv in levels]
+
+
+def _step_rows(kind: str, t: ModeTarget) -> list[dict[str, Any]]:
+    rows = []
+    for step in t.steps:
+        rs = list(step.level.records) if step.level else []
+        if kind == "prefill":
+            row: Any = summarize_prefill(step.size, rs, step.note)
+        else:
+            row = summarize_depth(step.size, rs, step.note)
+        if step.skipped:
+            row = replace(row, skipped=step.skipped)
+        elif step.level is not None and not step.level.finished:
+            row = replace(row, skipped="in progress")
+        elif step.level is not None and step.level.stopped_reason:
+            row = replace(row, skipped=f"stopped: {step.level.stopped_reason}")
+        rows.append(row)
+    if kind == "depth":
+        rows = with_change(rows)
+    return [r.to_dict() for r in rows]
+
+
+def mode_document(run: ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
+    named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
+    a sweep's would be, so `report` and `export` show it."""
+    targets = []
+    for t in run.targets:
+        target: dict[str, Any] = {"label": t.label, "url": t.target.url,
+                                  "server": t.info.to_dict() if t.info else None, "error": t.error,
+                                  "levels": [], "verdict": None}
+        if run.kind == "soak":
+            target["levels"] = _level_summaries(t.levels)
+            lv = t.levels[0] if t.levels else None
+            if lv is not None and lv.start_ns:
+                end = lv.end_ns if lv.finished else now_ns()
+                target["soak"] = summarize_soak(list(lv.records), lv.start_ns, end,
+                                                window_seconds(run.settings["duration_s"])).to_dict()
+            else:
+                target["soak"] = None
+        else:
+            target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t)}
+        targets.append(target)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "loadgen_version": __version__,
+        **meta,
+        "kind": run.kind,
+        "complete": run.complete,
+        "interrupted": run.interrupted,
+        "config": {**run.base.to_dict(), **run.settings},
+        "targets": targets,
+    }
 
 
 def prepare_dir(out_dir: Path, force: bool) -> Path:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .backends import OPENAI_APIS, Backend, make_backend
+from .backends import OPENAI_APIS, Backend, GenerationParams, make_backend
 from .config import SweepConfig, Target
 from .clock import now_ns
-from .engine import Observer, run_level, run_open_level
+from .engine import DEFAULT_OPTIONS, EngineOptions, Observer, new_decimal_salt, run_level, run_open_level
+from .exact_prompt import PromptTooShort, exact_prompts
 from .looplag import LoopLagSampler, bottleneck_warning
 from .probe import Probe, ServerInfo, TargetUnreachable
+from .prompts import PromptSource
 from .records import LevelRun
 from .schedule import arrival_offsets_ns
 from .transport import Transport
@@ -90,20 +92,46 @@ async def _prepare(config: SweepConfig, t: TargetRun, obs: SweepObserver) -> Non
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
-                         obs: SweepObserver) -> None:
+                         obs: SweepObserver, options: EngineOptions) -> None:
     requests, duration_s = config.budget(level.level)
     if level.rate is None:
-        await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs)
+        await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
+                        options=options)
     else:
         offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
                                      burstiness=config.burstiness, seed=config.arrival_seed)
-        await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs)
+        await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs,
+                             options=options)
+
+
+async def _exact_generation(config: SweepConfig, t: TargetRun,
+                            obs: SweepObserver) -> tuple[GenerationParams, EngineOptions] | None:
+    """--prompt-tokens: the prompts cut to exactly that many tokens for this target, and salts of a
+    fixed token count; None (and the target's error set) when the length cannot be built."""
+    assert config.prompt_tokens is not None
+    try:
+        bodies, note = await exact_prompts(t.target.url, config.prompt_source or PromptSource(), config.prompt_tokens,
+                                           api=config.api, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                           insecure=config.insecure)
+    except PromptTooShort as exc:
+        t.error = f"{t.target.url}: --prompt-tokens: {exc}"
+        return None
+    if note:
+        obs.message(f"{t.label}: {note}")
+    generation = replace(config.generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
+    return generation, EngineOptions(salt=new_decimal_salt)
 
 
 async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                         transport_factory: Callable[[], Transport] | None) -> None:
     config = run.config
-    backend = make_backend(config.api, config.generation, t.model)
+    generation, options = config.generation, DEFAULT_OPTIONS
+    if config.prompt_tokens:
+        exact = await _exact_generation(config, t, obs)
+        if exact is None:
+            return
+        generation, options = exact
+    backend = make_backend(config.api, generation, t.model)
     if transport_factory is not None:
         transport = transport_factory()
     else:
@@ -115,15 +143,16 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)
-                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None)
+                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None, options=options)
                 if warm.stopped_reason:
                     t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
                     return
             for key in config.levels:
                 if config.open_loop:
-                    level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key)
+                    level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
+                                     prompt_tokens=config.prompt_tokens)
                 else:
-                    level = LevelRun(target=t.label, concurrency=key)
+                    level = LevelRun(target=t.label, concurrency=key, prompt_tokens=config.prompt_tokens)
                 if t.info and t.info.metrics_enabled:
                     level.server_metrics_before = await probe.metrics()
                 t.levels.append(level)
@@ -131,7 +160,7 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                     t.label, key, t.info or ServerInfo(), config.probe_interval_s, level.probe_samples))
                 lag = LoopLagSampler().start()
                 try:
-                    await _run_one_level(config, level, transport, backend, obs)
+                    await _run_one_level(config, level, transport, backend, obs, options)
                 finally:
                     load = lag.stop()
                     level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms

@@ -1,0 +1,45 @@
+"""Engine options: a soak never gives a target up and does not hammer a server that is down."""
+
+from __future__ import annotations
+
+import asyncio
+
+from loadgen import records
+from loadgen.backends import GenerationParams, make_backend
+from loadgen.engine import EngineOptions, new_decimal_salt, run_level
+from loadgen.records import LevelRun
+from loadgen.transport import TransportError
+
+
+class RefusingTransport:
+    """Every request is refused, as by a server that is down."""
+
+    async def open(self, *args, **kwargs) -> None:
+        pass
+
+    async def request(self, method, path, body, on_chunk=None):
+        await asyncio.sleep(0)
+        raise TransportError(records.CONNECT_ERROR, "Connection refused")
+
+    async def close(self) -> None:
+        pass
+
+
+BACKEND = make_backend("llamacpp", GenerationParams(prompt="hi"))
+
+
+def test_by_default_a_level_gives_up_after_three_refused_connections():
+    level = LevelRun(target="t", concurrency=1)
+    asyncio.run(run_level(level, RefusingTransport(), BACKEND, requests=None, duration_s=5))
+    assert level.stopped_reason.startswith("target down") and len(level.records) == 3
+
+
+def test_never_giving_up_keeps_the_level_going_and_pauses_each_worker():
+    level = LevelRun(target="t", concurrency=2, prompt_tokens=64)
+    options = EngineOptions(salt=new_decimal_salt, give_up_after=None, pause_after_error_s=0.1)
+    asyncio.run(run_level(level, RefusingTransport(), BACKEND, requests=None, duration_s=0.5, options=options))
+    assert level.stopped_reason is None and level.finished
+    # 2 workers, one attempt per 0.1 s each, for 0.5 s: about 10, not thousands
+    assert 6 <= len(level.records) <= 14
+    assert all(r.error_kind == records.CONNECT_ERROR for r in level.records)
+    assert all(r.salt.replace("-", "").isdigit() and r.prompt_tokens_target == 64 for r in level.records)
