@@ -79,7 +79,7 @@ BAD = [
     (["sweep", "--url", ""], "expected http"),
     (["sweep", "--host", "", "--ports", "8080"], "host name or address only"),
     (["sweep", "--ports", "8080", "--prompt-file", "{dir}"], "Is a directory"),
-    (["sweep", "--ports", "8080", "--prompt-file", "{empty}"], "prompt is empty"),
+    (["sweep", "--ports", "8080", "--prompt-file", "{empty}"], "empty"),
     (["sweep", "--ports", "8080", "--output", "{file}/run"], "cannot write to"),
     (["sweep", "--ports", "8080", "--output", "{file}"], "is a file"),
     (["sweep", "--ports", "8080", "--rate", "1", "--concurrency", "2"], "not both"),

@@ -196,9 +196,10 @@ def test_server_gone_mid_level(loadgen, tmp_path, restart):
         dying.start()
 
     with SimThread(time_scale=0.2) as dying, SimThread() as healthy:
-        watcher = _when_requests_reach(dying, PER_LEVEL + 10, restart_later if restart else dying.stop)
+        # 100 requests a level, so the budget outlasts the 503s a stopping server still gives
+        watcher = _when_requests_reach(dying, 100 + 10, restart_later if restart else dying.stop)
         code, stdout, stderr = loadgen("sweep", "--url", dying.url, "--url", healthy.url, "--label", "dying",
-                                       "--label", "healthy", "--concurrency", "1,4", "--requests", str(PER_LEVEL),
+                                       "--label", "healthy", "--concurrency", "1,4", "--requests", "100",
                                        "--n-predict", "8", "--warmup", "0", "--no-histograms",
                                        "--output", str(out))
         watcher.join(10)

@@ -130,3 +130,58 @@ def test_a_request_record_damaged_anywhere_is_one_line_for_every_reader(dirs, li
     assert code in (0, 1, 2), (code, err)
     assert_clean(code, err)
     shutil.copy(FIXTURE / "requests.jsonl", bad / "requests.jsonl")
+
+
+# --- scenario files (`loadgen run FILE --check`) -----------------------------------------------------
+
+def _toml(value: object) -> str:
+    """A TOML literal for a JSON-like value (inline tables for dicts)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if not isinstance(value, float) or value == value and abs(value) != float("inf") \
+            else ("nan" if value != value else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    return '""'
+
+
+def _scenario_keys() -> list[str]:
+    from loadgen.scenario import keys_of
+
+    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.commands[name])}
+    return sorted(keys | {"mode", "nonsense_key"})
+
+
+toml_values = st.recursive(
+    st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats() | st.text(max_size=12)
+    | st.sampled_from(["1,2,4", "6h", "30s", "http://127.0.0.1:9", "poisson", "chat", "0", "-1", "1e400"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
+    max_leaves=6)
+
+
+@FUZZ
+@given(data=st.binary(max_size=300))
+def test_any_bytes_as_a_scenario_file_is_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("scenario") / "s.toml"
+    path.write_bytes(data)
+    code, out, err = run_command("run", path, "--check")
+    assert code in (0, 2), (code, err)
+    assert_clean(code, err)
+
+
+@FUZZ
+@given(mode=st.sampled_from(["sweep", "prefill", "depth", "soak", "bogus"]),
+       settings=st.dictionaries(st.sampled_from(_scenario_keys()), toml_values, max_size=6),
+       overrides=st.lists(st.text(max_size=20), max_size=2))
+def test_any_keys_and_values_in_a_scenario_file_are_one_line(tmp_path_factory, mode, settings, overrides):
+    path = tmp_path_factory.mktemp("scenario") / "s.toml"
+    lines = [f'mode = "{mode}"'] + [f"{key} = {_toml(value)}" for key, value in settings.items() if key != "mode"]
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = run_command("run", path, "--check", *(a for o in overrides for a in ("--set", o)))
+    assert code in (0, 2), (code, err)
+    assert_clean(code, err)
