@@ -22,7 +22,7 @@ import os
 import platform
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -398,7 +398,8 @@ def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
         yield encode(item).decode() + "\n"
 
 
-def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> list:
+def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
+                check: Callable[[Any], str | None] | None = None) -> list:
     out = []
     n = 0
     try:
@@ -409,7 +410,11 @@ def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> l
                     data = json.loads(line)
                     if not isinstance(data, dict):
                         raise ValueError("not an object")
-                    out.append(cls.from_dict(data))
+                    item = cls.from_dict(data)
+                    problem = check(item) if check is not None else None
+                    if problem:
+                        raise ValueError(problem)
+                    out.append(item)
     except FileNotFoundError:
         if missing_ok:
             return []
@@ -419,8 +424,13 @@ def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False) -> l
     return out
 
 
+def _record_problem(r: RequestRecord) -> str | None:
+    """What makes a record one loadgen never writes (readers rely on its times being in order)."""
+    return "it completes before it was sent" if r.complete_ns < r.send_ns else None
+
+
 def load_records(results_dir: Path) -> list[RequestRecord]:
-    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record")
+    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem)
 
 
 def load_probe(results_dir: Path) -> list[ProbeSample]:
