@@ -74,7 +74,7 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
         xs = [lv["level"] for lv in s.levels]
         ys = [lv.get("throughput_tok_s") or 0.0 for lv in s.levels]
         ax.plot(xs, ys, marker="o", color=colour(i), label=s.label)
-        if s.total_slots:
+        if s.total_slots and not _open_loop(series):  # slots are a concurrency, not a rate
             ax.axvline(s.total_slots, color=colour(i), linestyle=":", linewidth=1.5,
                        label=f"{s.label}: {s.total_slots} slots")
     _concurrency_axis(ax, series)
