@@ -44,6 +44,18 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
 
 
+def _open_loop(series: Sequence[TargetSeries]) -> bool:
+    return any(lv.get("rate") is not None for s in series for lv in s.levels)
+
+
+def _x_label(series: Sequence[TargetSeries]) -> str:
+    return "offered rate (requests/s)" if _open_loop(series) else "concurrency (requests in flight)"
+
+
+def _short(lv: dict) -> str:
+    return f"{lv['rate']:g} req/s" if lv.get("rate") is not None else f"c={lv['level']}"
+
+
 def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:
     levels = sorted({lv["level"] for s in series for lv in s.levels})
     if levels and levels[-1] / max(levels[0], 1) >= 8:
@@ -51,7 +63,7 @@ def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:
     ax.xaxis.set_major_locator(FixedLocator(levels or [1]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([str(c) for c in levels or [1]])
-    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_xlabel(_x_label(series))
     ax.grid(True, alpha=0.3)
 
 
@@ -62,13 +74,13 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
         xs = [lv["level"] for lv in s.levels]
         ys = [lv.get("throughput_tok_s") or 0.0 for lv in s.levels]
         ax.plot(xs, ys, marker="o", color=colour(i), label=s.label)
-        if s.total_slots:
+        if s.total_slots and not _open_loop(series):  # slots are a concurrency, not a rate
             ax.axvline(s.total_slots, color=colour(i), linestyle=":", linewidth=1.5,
                        label=f"{s.label}: {s.total_slots} slots")
     _concurrency_axis(ax, series)
     ax.set_ylabel("throughput (generated tok/s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("Throughput vs concurrency")
+    ax.set_title("Throughput vs offered rate" if _open_loop(series) else "Throughput vs concurrency")
     if series:
         ax.legend(fontsize="small")
     else:
@@ -105,9 +117,9 @@ def latency_figure(series: Sequence[TargetSeries]) -> Figure:
     _concurrency_axis(top, series)
     top.set_ylabel("latency (ms)")
     top.set_ylim(bottom=0)
-    top.set_title("Latency percentiles vs concurrency")
+    top.set_title("Latency percentiles vs offered rate" if _open_loop(series) else "Latency percentiles vs concurrency")
     bottom.set_xticks(range(len(levels)), [str(c) for c in levels])
-    bottom.set_xlabel("concurrency (requests in flight)")
+    bottom.set_xlabel(_x_label(series))
     bottom.set_ylabel("mean latency (ms)")
     bottom.set_title("Mean latency: server work (prompt + decode) and queue wait (share labelled)")
     bottom.grid(True, axis="y", alpha=0.3)
@@ -139,7 +151,7 @@ def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
                 continue
             xs, ys = percentile_curve(values)
             ax.plot(xs, ys, color=colour(i), linestyle=styles[k % len(styles)],
-                    alpha=1.0 - 0.5 * k / max(len(s.levels), 1), label=f"{s.label} c={lv['concurrency']}")
+                    alpha=1.0 - 0.5 * k / max(len(s.levels), 1), label=f"{s.label} {_short(lv)}")
             drawn += 1
     ax.set_xscale("log")
     ax.set_xlim(1, 1e4)
@@ -217,7 +229,7 @@ def decode_figure(series: Sequence[TargetSeries]) -> Figure:
             drawn += 1
     ax.set_xticks(range(len(levels)), [str(c) for c in levels])
     ax.set_xlim(-0.6, max(len(levels), 1) - 0.4)
-    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_xlabel(_x_label(series))
     ax.set_ylabel("decode speed per request (tok/s)")
     ax.set_ylim(bottom=0)
     ax.set_title("Per-request decode speed (timings.predicted_per_second)")
