@@ -375,13 +375,16 @@ def _upgrade_v1(doc: dict[str, Any]) -> None:
     if isinstance(doc.get("config"), dict):
         doc["config"].setdefault("mode", "concurrency")
         doc["config"].setdefault("stream", False)
+    def items(container: Any, key: str) -> list:  # what the contract check then judges, if damaged
+        value = container.get(key) if isinstance(container, dict) else None
+        return value if isinstance(value, list) else []
+
     for t in doc["targets"]:
-        for lv in (t.get("levels") if isinstance(t, dict) else None) or []:
+        for lv in items(t, "levels"):
             if isinstance(lv, dict) and "concurrency" in lv:
                 lv.setdefault("level", lv["concurrency"])
                 lv.setdefault("rate", None)
-        verdict = t.get("verdict") if isinstance(t, dict) else None
-        for lv in (verdict.get("levels") if isinstance(verdict, dict) else None) or []:
+        for lv in items(t.get("verdict") if isinstance(t, dict) else None, "levels"):
             if isinstance(lv, dict) and "concurrency" in lv:
                 lv.setdefault("level", lv["concurrency"])
 
