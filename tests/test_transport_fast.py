@@ -21,9 +21,9 @@ def run(coro):
 
 
 async def _open(server: FixtureServer, kind: str = "fast", timeout_s: float = 5.0, max_connections: int = 8,
-                insecure: bool = False):
+                insecure: bool = False, close_streams: bool = True):
     transport = TRANSPORTS[kind]()
-    await transport.open(server.url, max_connections, timeout_s, insecure=insecure)
+    await transport.open(server.url, max_connections, timeout_s, insecure=insecure, close_streams=close_streams)
     return transport
 
 
@@ -289,6 +289,22 @@ def test_a_streamed_request_asks_for_connection_close():
         closes = [r.headers.get("connection") for r in server.requests]
         assert closes == ["close", "close", None, None]
         assert server.connections == 3  # one per stream, then one kept alive for both plain requests
+    run(main())
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_streams_keep_the_connection_for_servers_that_keep_it(kind):
+    # Only llama-server closes after a stream; elsewhere a stream's connection is reused like any.
+    async def main():
+        async with FixtureServer(answer(response(b"data: {}\n\n"))) as server:
+            transport = await _open(server, kind, close_streams=False)
+            try:
+                for _ in range(3):
+                    await transport.request("POST", "/x", b"{}", on_chunk=lambda c, t: None)
+            finally:
+                await transport.close()
+        assert [r.headers.get("connection") for r in server.requests] == [None] * 3
+        assert server.connections == 1
     run(main())
 
 

@@ -102,7 +102,8 @@ async def run_steps(run: ModeRun, obs: StepObserver, source: PromptSource, sizes
         n_ctx = slot_context(t)
         transport = (transport_factory() if transport_factory is not None
                      else make_transport(config.transport, t.target.url, obs.message))
-        await transport.open(t.target.url, 1, config.timeout_s, config.auth_headers(), insecure=config.insecure)
+        await transport.open(t.target.url, 1, config.timeout_s, config.auth_headers(), insecure=config.insecure,
+                             close_streams=t.info.closes_streams if t.info else True)
         try:
             warm = config.warmup
             for size in sizes:

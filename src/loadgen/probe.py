@@ -50,6 +50,12 @@ class ServerInfo:
     models: list[str] = field(default_factory=list)  # ids from /v1/models, in the server's order
 
     @property
+    def closes_streams(self) -> bool:
+        """llama-server (it answers /props) closes the connection after every streamed response,
+        although it announces keep-alive; other servers keep it open. Unknown: assume it closes."""
+        return self.props is not None or not self.endpoints
+
+    @property
     def total_slots(self) -> int | None:
         if self.props and isinstance(self.props.get("total_slots"), int):
             return self.props["total_slots"]

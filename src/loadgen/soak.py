@@ -211,7 +211,7 @@ async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, check
         transport = (transport_factory() if transport_factory is not None
                      else make_transport(config.transport, t.target.url, obs.message))
         await transport.open(t.target.url, concurrency, config.timeout_s, config.auth_headers(),
-                             insecure=config.insecure)
+                             insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True)
         try:
             if config.warmup > 0:
                 warm = LevelRun(target=t.label, concurrency=1)

@@ -138,7 +138,8 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
         transport = make_transport(config.transport, t.target.url, obs.message)
     # Open loop without a cap: as many connections as requests in flight (0 = no limit).
     pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
-    await transport.open(t.target.url, pool, config.timeout_s, config.auth_headers(), insecure=config.insecure)
+    await transport.open(t.target.url, pool, config.timeout_s, config.auth_headers(), insecure=config.insecure,
+                         close_streams=t.info.closes_streams if t.info else True)
     try:
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
             if config.warmup > 0:

@@ -46,7 +46,11 @@ class Transport(Protocol):
     """`max_connections` 0 means no limit (open loop without an in-flight cap)."""
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None: ...
+                   headers: Mapping[str, str] | None = None, insecure: bool = False,
+                   close_streams: bool = True) -> None:
+        """`close_streams`: streamed requests ask for `Connection: close` (for servers that close
+        the connection after a stream anyway, like llama-server; elsewhere it costs a connect)."""
+        ...
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse: ...
@@ -63,11 +67,14 @@ class AiohttpTransport:
     def __init__(self, proxy: str | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._base = ""
+        self._close_streams = True
         self._proxy = proxy
         self._hostport = ""
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None:
+                   headers: Mapping[str, str] | None = None, insecure: bool = False,
+                   close_streams: bool = True) -> None:
+        self._close_streams = close_streams
         self._base = base_url.rstrip("/")
         self._hostport = urlsplit(base_url).netloc
         connector = aiohttp.TCPConnector(limit=max(0, max_connections), limit_per_host=0,
@@ -91,7 +98,8 @@ class AiohttpTransport:
             # stream asks for `Connection: close` and its connection is not reused. (Retrying such
             # a request instead would also hide a server that resets requests it has read.)
             async with self._session.request(method, self._base + path, data=body, proxy=self._proxy,
-                                             headers=None if on_chunk is None else _CLOSE) as resp:
+                                             headers=_CLOSE if on_chunk is not None and self._close_streams
+                                             else None) as resp:
                 headers_ns = now_ns()
                 if on_chunk is None:
                     data = await resp.read()

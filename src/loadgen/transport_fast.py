@@ -7,8 +7,9 @@ core can keep 64 requests in flight against a fast server and measure it rather 
   (last in, first out); one the server closed while idle is dropped, not used. Nothing is retried:
   a request the server read and then dropped or reset is recorded as `disconnected`, since a retry
   cannot tell that from the race with a closing keep-alive connection and would hide the fault.
-  Streamed requests ask for `Connection: close` (llama-server closes the connection after every
-  stream although it announces keep-alive, so a reused one would die under the next request).
+  With `close_streams` (llama-server targets) streamed requests ask for `Connection: close`:
+  llama-server closes the connection after every stream although it announces keep-alive, so a
+  reused one would die under the next request.
 - The request head (method, path, Host, headers) is serialised once per (method, path); per request
   only Content-Length and the body are written, in one `write`.
 - Responses are parsed incrementally by `ResponseParser` (Content-Length, chunked, read-until-close,
@@ -225,10 +226,11 @@ class _Connection(asyncio.Protocol):
 
     # the request
 
-    def send(self, data: bytes, body: bytes | None, on_chunk: ChunkCallback | None, deadline: float) -> asyncio.Future:
+    def send(self, data: bytes, body: bytes | None, on_chunk: ChunkCallback | None, deadline: float,
+             close_after: bool = False) -> asyncio.Future:
         self.parser.start(on_chunk)
         self._got_bytes = False
-        self.close_after = on_chunk is not None
+        self.close_after = close_after
         waiter = self._waiter = self._loop.create_future()
         self.deadline = deadline
         self._pool._busy.add(self)
@@ -299,7 +301,9 @@ class FastTransport:
         self._watch_every_s = 1.0
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
-                   headers: Mapping[str, str] | None = None, insecure: bool = False) -> None:
+                   headers: Mapping[str, str] | None = None, insecure: bool = False,
+                   close_streams: bool = True) -> None:
+        self._close_streams = close_streams
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) base URL: {base_url!r}")
@@ -329,7 +333,7 @@ class FastTransport:
                       on_chunk: ChunkCallback | None = None) -> HttpResponse:
         if method == "HEAD":
             raise ValueError("the fast transport does not send HEAD requests; use the aiohttp transport")
-        close = on_chunk is not None
+        close = on_chunk is not None and self._close_streams
         head = self._heads.get((method, path, close)) or self._head(method, path, close)
         head += b"%d\r\n\r\n" % len(body)
         if len(body) <= _ONE_WRITE_MAX:
@@ -341,7 +345,7 @@ class FastTransport:
         conn = idle.pop() if idle else None
         if conn is None or not conn.open:  # the fast path above skips a coroutine per request
             conn = await self._acquire(deadline)
-        waiter = conn.send(data, rest, on_chunk, deadline)
+        waiter = conn.send(data, rest, on_chunk, deadline, close)
         try:
             return await waiter
         except asyncio.CancelledError:
