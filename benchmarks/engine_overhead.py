@@ -278,8 +278,10 @@ def _engine_like_body() -> bytes:
     return make_backend("llamacpp", GenerationParams(prompt=PROMPT)).build("0" * 36)
 
 
-def run_child(variant: str, url: str, requests: int, concurrency: int, cpu: int | None) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", variant, "--_url", url,
+def run_child(variant: str, url: str, requests: int, concurrency: int, cpu: int | None,
+              script: str = __file__) -> dict:
+    """Run one variant in a fresh `script --_child` process; its last RESULT line as a dict."""
+    cmd = [sys.executable, os.path.abspath(script), "--_child", variant, "--_url", url,
            "--requests", str(requests), "--concurrency", str(concurrency)]
     if cpu is not None:
         cmd += ["--_cpu", str(cpu)]

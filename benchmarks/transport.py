@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_overhead  # noqa: E402
 from engine_overhead import CANNED_BODY, PROMPT, Nginx, _bare, _cpu_s, _engine_like_body, ensure_nginx, free_port, pick_cpus  # noqa: E402
 
 SSE_EVENTS = 64
@@ -203,18 +204,7 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
 
 
 def run_child(variant: str, url: str, requests: int, concurrency: int, cpu: int | None) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", variant, "--_url", url,
-           "--requests", str(requests), "--concurrency", str(concurrency)]
-    if cpu is not None:
-        cmd += ["--_cpu", str(cpu)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.stderr.write(proc.stderr)
-        return {"done": 0, "failed": requests, "wall_s": float("nan"), "cpu_s": float("nan"), "crashed": True}
-    if proc.stderr.strip():
-        sys.stderr.write(proc.stderr)
-    return json.loads(lines[-1][len("RESULT "):])
+    return engine_overhead.run_child(variant, url, requests, concurrency, cpu, script=__file__)
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
 from .. import records
 from ..records import ServerOutcome
+
+T = TypeVar("T")
 
 
 class Timings(msgspec.Struct):
@@ -51,6 +54,19 @@ def undecodable(status: int, body: bytes, exc: Exception) -> ServerOutcome:
     if status >= 400:
         return ServerOutcome(error_kind=f"http_{status}", error_message=snippet(body))
     return ServerOutcome(error_kind=records.INVALID_JSON, error_message=f"unexpected response ({exc}): {snippet(body)}")
+
+
+def decode_event(decode: Callable[[bytes], T], data: bytes) -> tuple[T | None, ServerOutcome | None]:
+    """One stream event's JSON as (chunk, None), or (None, the stream_error it is): an unreadable
+    event, or one that carries an `error` object (a failure mid-stream)."""
+    try:
+        chunk = decode(data)
+    except msgspec.DecodeError as exc:
+        return None, stream_error(f"unreadable event ({exc}): {data[:80]!r}")
+    err = getattr(chunk, "error", None)
+    if err is not None:
+        return None, stream_error(error_message(err, data))
+    return chunk, None
 
 
 def stream_error(message: str) -> ServerOutcome:

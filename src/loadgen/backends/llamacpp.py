@@ -13,7 +13,7 @@ import msgspec
 from .. import records
 from ..records import ServerOutcome
 from . import GenerationParams, SaltedBodies
-from .common import Timings, error_message, error_outcome, stream_error, timing_fields, truncated, undecodable
+from .common import Timings, decode_event, error_outcome, timing_fields, truncated, undecodable
 
 
 class _Completion(msgspec.Struct):
@@ -90,13 +90,8 @@ class _StreamEvents:
         # tests cannot be fooled by generated text. llama-server writes compact JSON.
         if data.startswith(b"{") and data.endswith(b"}") and b'"stop":false' in data and b'"error"' not in data:
             return b'"content":""' not in data
-        try:
-            chunk = _decode(data)
-        except msgspec.DecodeError as exc:
-            self.error = stream_error(f"unreadable event ({exc}): {data[:80]!r}")
-            return False
-        if chunk.error is not None:
-            self.error = stream_error(error_message(chunk.error, data))
+        chunk, self.error = decode_event(_decode, data)
+        if chunk is None:
             return False
         if chunk.stop:
             self.final = chunk

@@ -14,7 +14,7 @@ import msgspec
 from .. import records
 from ..records import ServerOutcome, Usage
 from . import GenerationParams, SaltedBodies
-from .common import Timings, error_message, error_outcome, stream_error, timing_fields, truncated, undecodable
+from .common import Timings, decode_event, error_outcome, timing_fields, truncated, undecodable
 
 
 class _Delta(msgspec.Struct):
@@ -106,13 +106,8 @@ class _StreamEvents:
         if data == DONE:
             self.done = True
             return False
-        try:
-            chunk = _decode(data)
-        except msgspec.DecodeError as exc:
-            self.error = stream_error(f"unreadable event ({exc}): {data[:80]!r}")
-            return False
-        if chunk.error is not None:
-            self.error = stream_error(error_message(chunk.error, data))
+        chunk, self.error = decode_event(_decode, data)
+        if chunk is None:
             return False
         if chunk.usage is not None:
             self.usage = chunk.usage
