@@ -79,7 +79,8 @@ class StreamingNginx(Nginx):
 # children
 # --------------------------------------------------------------------------------------------
 
-async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False) -> dict:
+async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False,
+                  keep_latencies: bool = False) -> dict:
     from loadgen.backends import GenerationParams, make_backend
     from loadgen.engine import run_level
     from loadgen.looplag import LoopLagSampler
@@ -90,7 +91,8 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
     if stream:
         backend.path = "/stream"  # nginx's canned SSE body
     transport = make_transport(transport_name, url)
-    await transport.open(url, concurrency, 60.0)
+    # nginx keeps connections alive after a stream (llama-server does not, and gets Connection: close).
+    await transport.open(url, concurrency, 60.0, close_streams=False)
     try:
         warm = await run_level(LevelRun("bench", concurrency), transport, backend,
                                requests=concurrency * 4, duration_s=None)
@@ -109,7 +111,7 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
     lat = sorted((r.complete_ns - r.send_ns) / 1e6 for r in level.records if r.ok)
     events = sum(r.chunks or 0 for r in level.records) + len(level.records) if stream else None
     return {"done": len(level.records), "failed": len(failed), "wall_s": wall, "cpu_s": cpu,
-            **({"events": events} if stream else {}), "latency_ms": lat if not stream else [], "loop_lag_p99_ms": load.loop_lag_p99_ms, "loop_lag_max_ms": load.loop_lag_max_ms}
+            **({"events": events} if stream else {}), "latency_ms": lat if keep_latencies else [], "loop_lag_p99_ms": load.loop_lag_p99_ms, "loop_lag_max_ms": load.loop_lag_max_ms}
 
 
 async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> dict:
@@ -146,7 +148,8 @@ async def _sse(url: str, requests: int, concurrency: int, transport_name: str) -
     from loadgen.transport_fast import make_transport
 
     transport = make_transport(transport_name, url)
-    await transport.open(url, concurrency, 60.0)
+    # nginx keeps connections alive after a stream (llama-server does not, and gets Connection: close).
+    await transport.open(url, concurrency, 60.0, close_streams=False)
     body = _engine_like_body()
     events = [0]
     bad = [0]
@@ -197,7 +200,7 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
         coro = _bare_fast(url, _engine_like_body(), requests, concurrency)
     elif variant in ("engine", "engine+fast", "accuracy", "stream-engine", "stream-engine+fast"):
         coro = _engine(url, requests, concurrency, "fast" if variant.endswith(("fast", "accuracy")) else "aiohttp",
-                       stream=variant.startswith("stream"))
+                       stream=variant.startswith("stream"), keep_latencies=variant == "accuracy")
     else:
         coro = _sse(url, requests, concurrency, variant.removeprefix("sse-"))
     print("RESULT " + json.dumps(uvloop.run(coro)), flush=True)

@@ -129,36 +129,22 @@ def make_record(
     chunks: int | None = None,
     prompt_tokens_target: int | None = None,
 ) -> RequestRecord:
-    return RequestRecord(
-        target=target,
-        level=level,
-        worker=worker,
-        seq=seq,
-        salt=salt,
-        send_ns=send_ns,
-        complete_ns=complete_ns,
-        status=status,
-        headers_ns=headers_ns,
-        error_kind=outcome.error_kind,
-        error_message=outcome.error_message,
-        tokens_predicted=outcome.tokens_predicted,
-        stop_type=outcome.stop_type,
-        finish_reason=outcome.finish_reason,
-        id_slot=outcome.id_slot,
-        prompt_n=outcome.prompt_n,
-        prompt_ms=outcome.prompt_ms,
-        predicted_n=outcome.predicted_n,
-        predicted_ms=outcome.predicted_ms,
-        predicted_per_second=outcome.predicted_per_second,
-        cache_n=outcome.cache_n,
-        usage=outcome.usage,
-        intended_ns=intended_ns,
-        first_token_ns=first_token_ns,
-        last_token_ns=last_token_ns,
-        chunk_gaps_us=chunk_gaps_us,
-        chunks=chunks,
-        prompt_tokens_target=prompt_tokens_target,
-    )
+    # Positional: a record is made per request, and msgspec takes positional arguments several
+    # times faster than 28 keywords. The outcome's fields sit in the record in the outcome's
+    # order (checked below, at import).
+    return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
+                         *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
+                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target)
+
+
+_OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
+assert RequestRecord.__struct_fields__[:_OUTCOME_AT] == (
+    "target", "level", "worker", "seq", "salt", "send_ns", "complete_ns", "status")
+assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutcome.__struct_fields__)] == \
+    ServerOutcome.__struct_fields__
+assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
+    "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
+    "prompt_tokens_target")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):

@@ -82,14 +82,22 @@ class _StreamEvents:
         self.final: _Completion | None = None
         self.error: ServerOutcome | None = None
 
-    def event(self, data: bytes) -> bool:
-        if self.final is not None or self.error is not None:
-            return False  # nothing after the end counts
-        # The many partial events are judged from their bytes, the final one is decoded. A key with
-        # its quotes cannot occur inside a JSON string (quotes in strings are escaped), so these
-        # tests cannot be fooled by generated text. llama-server writes compact JSON.
-        if data.startswith(b"{") and data.endswith(b"}") and b'"stop":false' in data and b'"error"' not in data:
-            return b'"content":""' not in data
+    def events(self, payloads: list[bytes]) -> int:
+        # The many partial events are judged from their bytes, the final one (and an error) is
+        # decoded. A key with its quotes cannot occur inside a JSON string (quotes in strings are
+        # escaped), so generated text cannot fool these tests. llama-server writes compact JSON.
+        content = 0
+        for data in payloads:
+            if self.final is not None or self.error is not None:
+                break  # nothing after the end counts
+            if b'"stop":false' in data and b'"error"' not in data:
+                if b'"content":""' not in data:
+                    content += 1
+            elif self._event(data):
+                content += 1
+        return content
+
+    def _event(self, data: bytes) -> bool:
         chunk, self.error = decode_event(_decode, data)
         if chunk is None:
             return False

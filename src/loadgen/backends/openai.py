@@ -100,7 +100,10 @@ class _StreamEvents:
         self.timings: Timings | None = None
         self.finish_reason: str | None = None
 
-    def event(self, data: bytes) -> bool:
+    def events(self, payloads: list[bytes]) -> int:
+        return sum(self._event(data) for data in payloads)
+
+    def _event(self, data: bytes) -> bool:
         if self.done or self.error is not None:
             return False
         if data == DONE:
