@@ -28,7 +28,7 @@ def sse(*payloads: object) -> bytes:
         elif isinstance(p, str):
             out += f"data: {p}\n\n".encode()
         else:
-            out += b"data: " + json.dumps(p).encode() + b"\n\n"
+            out += b"data: " + json.dumps(p, separators=(",", ":")).encode() + b"\n\n"  # compact, as llama-server
     return out
 
 

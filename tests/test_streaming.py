@@ -147,3 +147,22 @@ def test_a_dataset_of_prompts_is_used_in_turn():
     backend = make_backend("llamacpp", GenerationParams(prompt="unused", prompts=("a", "b", "c")))
     texts = [json.loads(backend.build("s", i))["prompt"] for i in range(4)]
     assert texts == ["[s] a", "[s] b", "[s] c", "[s] a"]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 333, 4096])
+def test_counting_a_region_of_partial_events_matches_reading_them_one_by_one(size):
+    data = b"".join(completion_stream(40)[:20]) + b": ping\n\n" + b"".join(completion_stream(40)[20:])
+    data = data.replace(b'"content":"x","stop":false,"tokens_predicted":7', b'"content":"","stop":false,"tokens_predicted":7')
+    reads = [data[i:i + size] for i in range(0, len(data), size)]
+    results = []
+    for fast in (True, False):
+        backend = make_backend("llamacpp", PARAMS)
+        stream = StreamReader(backend.event_reader())
+        if not fast:
+            stream._count = None
+        for i, chunk in enumerate(reads):
+            stream.on_chunk(chunk, 1_000_000 * (i + 1))
+        results.append((stream.finish(10**12), stream.events, stream.chunks, stream.first_ns, stream.last_ns,
+                        list(stream.gaps_us)))
+    assert results[0] == results[1]
+    assert results[0][0].error_kind is None and results[0][2] == 39  # one partial had no content

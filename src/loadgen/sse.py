@@ -38,6 +38,11 @@ class SSESplitter:
         self.overflow = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        return self.payloads(self.complete(chunk))
+
+    def complete(self, chunk: bytes) -> bytes:
+        """Take a read; return the complete event blocks it finished, as one bytes object ending
+        in a blank line (b"" when none), with CRLF line ends made LF. The rest waits for more."""
         buf = self._tail + chunk if self._tail else chunk
         if b"\r" in buf:
             # CRLF line ends; a CR at the very end waits for its LF in the next read.
@@ -49,12 +54,21 @@ class SSESplitter:
                 cr = b""
         else:
             cr = b""
-        blocks = buf.split(b"\n\n")
-        tail = blocks.pop() + cr
+        end = buf.rfind(b"\n\n")
+        tail = (buf[end + 2:] if end >= 0 else buf) + cr
         if len(tail) > MAX_LINE:
             self.overflow = True
             tail = b""
         self._tail = tail
+        return buf[:end + 2] if end >= 0 else b""
+
+    @staticmethod
+    def payloads(region: bytes) -> list[bytes]:
+        """The data of each event block of a `complete` region, in order."""
+        if not region:
+            return []
+        blocks = region.split(b"\n\n")
+        blocks.pop()  # the region ends with a blank line: nothing after it
         events: list[bytes] = []
         for block in blocks:
             if block.startswith(b"data: ") and b"\n" not in block:
@@ -101,12 +115,14 @@ class EventReader(Protocol):
 class StreamReader:
     """One streaming request: payloads to the backend, content events stamped with arrival times."""
 
-    __slots__ = ("_splitter", "_reader", "_raw", "events", "chunks", "first_ns", "last_ns", "gaps_us",
+    __slots__ = ("_splitter", "_reader", "_count", "_raw", "events", "chunks", "first_ns", "last_ns", "gaps_us",
                  "failed")
 
     def __init__(self, reader: EventReader):
         self._splitter = SSESplitter()
         self._reader = reader
+        # A backend may count a whole region of plain events at once; None from it: event by event.
+        self._count = getattr(reader, "count_region", None)
         self._raw = bytearray()
         self.events = 0
         self.chunks = 0  # content events
@@ -118,18 +134,37 @@ class StreamReader:
     def on_chunk(self, chunk: bytes, t_ns: int) -> None:
         if self.events == 0 and len(self._raw) < RAW_PREFIX_LIMIT:
             self._raw += chunk[:RAW_PREFIX_LIMIT - len(self._raw)]
-        self._take(self._splitter.feed(chunk), t_ns)
+        region = self._splitter.complete(chunk)
+        if not region:
+            return
+        if self._count is not None:
+            counted = self._count(region)
+            if counted is not None:
+                self._timed(counted[0], counted[1], t_ns)
+                return
+            # Often all but the last event are plain (the last one ends the stream): count those,
+            # read the last one by itself.
+            cut = region.rfind(b"\n\n", 0, len(region) - 2) + 2
+            counted = self._count(region[:cut]) if cut > 2 else None
+            if counted is not None:
+                self._timed(counted[0], counted[1], t_ns)
+                self._take(self._splitter.payloads(region[cut:]), t_ns)
+                return
+        self._take(self._splitter.payloads(region), t_ns)
 
     def _take(self, payloads: list[bytes], t_ns: int) -> None:
-        # Every event of one read arrived at the same time: the first content event of the read is
-        # a gap after the previous read's last one, the others follow it with a gap of 0.
         try:
             content = self._reader.events(payloads)
         except Exception as exc:  # noqa: BLE001 - a backend bug must not lose the record
             content = 0
             if self.failed is None:
                 self.failed = ServerOutcome(error_kind=STREAM_ERROR, error_message=f"unreadable event: {exc}"[:300])
-        self.events += len(payloads)
+        self._timed(len(payloads), content, t_ns)
+
+    def _timed(self, events: int, content: int, t_ns: int) -> None:
+        # Every event of one read arrived at the same time: the first content event of the read is
+        # a gap after the previous read's last one, the others follow it with a gap of 0.
+        self.events += events
         if content:
             if self.last_ns is None:
                 self.first_ns = t_ns
