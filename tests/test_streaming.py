@@ -166,3 +166,12 @@ def test_counting_a_region_of_partial_events_matches_reading_them_one_by_one(siz
                         list(stream.gaps_us)))
     assert results[0] == results[1]
     assert results[0][0].error_kind is None and results[0][2] == 39  # one partial had no content
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_partial_event_cut_short_after_its_stop_key_is_a_stream_error(split):
+    events = completion_stream(4)
+    cut = events[0][:events[0].index(b'"stop":false') + len(b'"stop":false')] + b"\n\n"
+    reads = [cut, *events[1:]] if split else [cut + b"".join(events[1:])]
+    outcome, _ = read_stream("llamacpp", reads)
+    assert outcome.error_kind == records.STREAM_ERROR

@@ -84,14 +84,17 @@ class _StreamEvents:
 
     def count_region(self, region: bytes) -> tuple[int, int] | None:
         """(events, content events) of a region holding only partial events, from a few byte counts
-        (each done in C); None for anything else (the final event, an error, comments), which is
-        then read event by event. A key with its quotes cannot occur inside a JSON string, nor a raw
-        newline, so generated text cannot fool the counts."""
+        (each done in C); None for anything else (the final event, an error, comments, an event
+        that is not one `data: {...}` line), which is then read event by event. A key with its
+        quotes cannot occur inside a JSON string, nor a raw newline, so generated text cannot fool
+        the counts. Partial events are checked for shape, not parsed: one cut short fails the
+        shape and is read (and reported) like any other."""
         if self.final is not None or self.error is not None:
             return None
         events = region.count(b"\n\n")
         if (region.count(b'"stop":false') != events or region.count(b"\n") != 2 * events
-                or b'"error"' in region or not region.startswith(b"data:")):
+                or region.count(b"}\n\n") != events or region.count(b"data: {") != events
+                or b'"error"' in region):
             return None
         return events, events - region.count(b'"content":""')
 
@@ -103,7 +106,7 @@ class _StreamEvents:
         for data in payloads:
             if self.final is not None or self.error is not None:
                 break  # nothing after the end counts
-            if b'"stop":false' in data and b'"error"' not in data:
+            if b'"stop":false' in data and data.endswith(b"}") and b'"error"' not in data:
                 if b'"content":""' not in data:
                     content += 1
             elif self._event(data):
