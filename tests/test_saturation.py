@@ -126,3 +126,13 @@ def test_waits_without_deferred_tasks_are_not_blamed_on_slots():
     assert "queue wait" not in v.lines[0]
     assert any(line.startswith("a at c=2: 4 of 4 requests waited before the server started them")
                and "outside the slot queue" in line for line in v.lines)
+
+
+def test_the_servers_full_slots_make_a_knee_even_when_throughput_creeps_up():
+    # A 1-slot llama-server: c=2 gains 11% (HTTP and tokenization overlap the busy slot) while
+    # latency rises 1.7x; the server says its slot was full and requests were deferred.
+    pts = points((1, 18.7, 854), (2, 20.8, 1453), (4, 24.6, 2360))
+    assert find_knee(pts) is None
+    knee = find_knee(pts, slots_full={2, 4})
+    assert knee is not None and (knee.at, knee.next_level) == (1, 2)
+    assert find_knee(points((1, 18.7, 854), (2, 30.0, 1000)), slots_full={2}) is None  # latency barely rose

@@ -17,7 +17,7 @@ Definitions
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,17 +117,30 @@ def is_queued(r: RequestRecord, overhead: float | None) -> bool:
     return wait > max(QUEUED_MIN_MS, QUEUED_SERVICE_SHARE * service)
 
 
-def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50) -> Knee | None:
-    """The lowest level after which throughput gains < knee_gain while latency rises > knee_latency."""
+def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50,
+              slots_full: Collection[int | float] = ()) -> Knee | None:
+    """The lowest level after which throughput gains < knee_gain while latency rises > knee_latency.
+
+    `slots_full`: levels at which the server itself showed every slot busy and requests deferred.
+    Going into such a level with latency rising > knee_latency is saturation whatever throughput
+    did: on a real server it can still creep up (HTTP and tokenization overlap the busy slot).
+    """
     ordered = sorted(points, key=lambda p: p.level)
     for here, nxt in zip(ordered, ordered[1:]):
         if here.throughput_tok_s <= 0 or not here.latency_mean_ms or nxt.latency_mean_ms is None:
             continue
         gain = nxt.throughput_tok_s / here.throughput_tok_s - 1
         ratio = nxt.latency_mean_ms / here.latency_mean_ms
-        if gain < knee_gain and ratio > 1 + knee_latency:
+        if ratio > 1 + knee_latency and (gain < knee_gain or nxt.level in slots_full):
             return Knee(here.level, nxt.level, gain, ratio)
     return None
+
+
+def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
+    """The server's own evidence of a full house: every slot busy, requests deferred, and most of
+    the level's requests queued."""
+    return (total_slots is not None and q.peak_busy_slots == total_slots and bool(q.peak_deferred)
+            and q.queued_share >= 0.5)
 
 
 def _peak(values: Sequence[float | int | None]) -> Any:
@@ -197,7 +210,8 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared.
     points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
               for lv in levels if not lv.get("stopped_reason")]
-    knee = find_knee(points, knee_gain, knee_latency)
+    slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
+    knee = find_knee(points, knee_gain, knee_latency, slots_full)
     if open_loop:
         lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
     else:
