@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from . import metrics
+from .records import level_short
 
 if TYPE_CHECKING:
     from .html_report import TargetSeries
@@ -53,7 +54,7 @@ def _x_label(series: Sequence[TargetSeries]) -> str:
 
 
 def _short(lv: dict) -> str:
-    return f"{lv['rate']:g} req/s" if lv.get("rate") is not None else f"c={lv['level']}"
+    return level_short(lv["level"], lv.get("rate") is not None)
 
 
 def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:

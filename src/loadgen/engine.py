@@ -140,16 +140,15 @@ class _Sender:
                 stream: StreamReader | None) -> RequestRecord:
         level = self.level
         level.in_flight.pop(seq, None)
-        timing = {}
-        if stream is not None and stream.chunks:
-            timing = dict(first_token_ns=stream.first_ns, last_token_ns=stream.last_ns,
-                          chunk_gaps_us=stream.gaps_us.tolist(), chunks=stream.chunks)
-        elif stream is not None:
-            timing = dict(chunks=0)
         record = make_record(target=level.target, level=level.level, worker=worker, seq=seq, salt=salt,
                              send_ns=send_ns, complete_ns=complete_ns, status=status, outcome=outcome,
                              headers_ns=headers_ns, intended_ns=send_ns if intended_ns is None else intended_ns,
-                             prompt_tokens_target=level.prompt_tokens, **timing)
+                             prompt_tokens_target=level.prompt_tokens,
+                             # streaming only: content event times (none when no content came)
+                             first_token_ns=None if stream is None else stream.first_ns,
+                             last_token_ns=None if stream is None else stream.last_ns,
+                             chunk_gaps_us=stream.gaps_us.tolist() if stream is not None and stream.chunks else None,
+                             chunks=None if stream is None else stream.chunks)
         level.records.append(record)
         return record
 

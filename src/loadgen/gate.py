@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
-from .records import RequestRecord
+from .records import RequestRecord, level_name
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
 DEFAULT_LIMITS = {  # worse by more than this share fails
@@ -333,7 +333,7 @@ def _percent(share: float) -> str:
 
 def _level(level: int | float) -> str:
     """Concurrency levels are integers; open-loop rates are floats (requests/s)."""
-    return f"{level:g} req/s" if isinstance(level, float) else f"concurrency {level}"
+    return level_name(level, isinstance(level, float))
 
 
 def _where(comparison: MetricComparison) -> str:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from .clock import now_ns
 from .metrics import latency_ms, prompt_tok_s, throughput_tok_s
-from .records import CANCELLED, LevelRun, RequestRecord
+from .records import CANCELLED, LevelRun, RequestRecord, level_short
 
 
 class ProgressObserver:
@@ -95,7 +95,7 @@ class ProgressObserver:
 
 
 def _short(level: LevelRun) -> str:
-    return f"c={level.concurrency}" if level.rate is None else f"{level.rate:g} req/s"
+    return level_short(level.level, level.rate is not None)
 
 
 class StepProgress(ProgressObserver):

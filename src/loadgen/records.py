@@ -173,6 +173,11 @@ def level_name(level: int | float, open_loop: bool) -> str:
     return f"{level:g} req/s" if open_loop else f"concurrency {level}"
 
 
+def level_short(level: int | float, open_loop: bool) -> str:
+    """How a level is called in tables and lists: "c=4" or "2 req/s"."""
+    return f"{level:g} req/s" if open_loop else f"c={level}"
+
+
 @dataclass(slots=True)
 class LevelRun:
     """The raw outcome of one level on one target: its records and how it ended."""

@@ -7,6 +7,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from .records import level_name
+
 
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
@@ -28,7 +30,7 @@ def _open_loop(doc: dict[str, Any]) -> bool:
 
 
 def _level_name(doc: dict[str, Any], level: int | float) -> str:
-    return f"{level:g} req/s" if _open_loop(doc) else f"concurrency {level}"
+    return level_name(level, _open_loop(doc))
 
 
 def sweep_table(doc: dict[str, Any]) -> Table:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .metrics import Distribution, distribution_ms, queue_wait_ms, service_ms
-from .records import ProbeSample, RequestRecord
+from .records import ProbeSample, RequestRecord, level_short
 
 QUEUED_MIN_MS = 20.0
 QUEUED_SERVICE_SHARE = 0.10
@@ -275,12 +275,8 @@ def _key(lv: dict[str, Any]) -> int | float:
     return lv["level"] if "level" in lv else lv["concurrency"]
 
 
-def _name(level: int | float, open_loop: bool) -> str:
-    return f"{level:g} req/s" if open_loop else f"c={level}"
-
-
 def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: bool) -> list[str]:
-    return [f"{label} at {_name(q.level, open_loop)}: {q.failure_share:.0%} of requests failed, "
+    return [f"{label} at {level_short(q.level, open_loop)}: {q.failure_share:.0%} of requests failed, "
             "so that level's figures are not trustworthy."
             for q in queueing if q.failure_share > UNTRUSTED_FAILURE_SHARE]
 
