@@ -71,3 +71,20 @@ def test_salts_are_distinct_version_4_uuids():
     assert len(set(salts)) == len(salts)
     parsed = [uuid.UUID(s) for s in salts]
     assert all(u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == s for u, s in zip(parsed, salts))
+
+
+def test_a_forked_child_makes_other_salts_than_its_parent():
+    import os
+
+    from loadgen.engine import new_salt
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next salt, then out at once
+        os.write(write, new_salt().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    os.close(write)
+    assert len(child) == 36 and child != new_salt()

@@ -111,7 +111,6 @@ class RequestRecord(msgspec.Struct, frozen=True):
 
 
 def make_record(
-    *,
     target: str,
     level: int | float,
     worker: int,
@@ -129,8 +128,9 @@ def make_record(
     chunks: int | None = None,
     prompt_tokens_target: int | None = None,
 ) -> RequestRecord:
-    # Positional: a record is made per request, and msgspec takes positional arguments several
-    # times faster than 28 keywords. The outcome's fields sit in the record in the outcome's
+    # A record is made per request: callers on the hot path pass arguments by position, and the
+    # record is built positionally too (msgspec takes positional arguments several times faster
+    # than 28 keywords). The outcome's fields sit in the record in the outcome's
     # order (checked below, at import).
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,

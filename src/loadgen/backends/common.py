@@ -25,17 +25,26 @@ class Timings(msgspec.Struct):
     cache_n: int | None = None
 
 
-def timing_fields(t: Timings | None) -> dict[str, Any]:
-    """ServerOutcome keyword arguments from a `timings` object (none when the server sent none)."""
+def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_type: str | None = None,
+                   finish_reason: str | None = None, id_slot: int | None = None,
+                   usage: records.Usage | None = None) -> ServerOutcome:
+    """The outcome of a response the server served, with its `timings` (None: it sent none).
+
+    Built positionally (in `ServerOutcome`'s field order, checked below at import): this runs once
+    per request, and keywords cost several times more.
+    """
     if t is None:
-        return {}
+        return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, usage=usage)
     pps = t.predicted_per_second
-    return {
-        "prompt_n": t.prompt_n, "prompt_ms": t.prompt_ms, "predicted_n": t.predicted_n,
-        "predicted_ms": t.predicted_ms, "cache_n": t.cache_n,
-        # llama-server writes inf/nan as null; guard against a server that writes them otherwise.
-        "predicted_per_second": pps if pps is None or math.isfinite(pps) else None,
-    }
+    if pps is not None and not math.isfinite(pps):
+        pps = None  # llama-server writes inf/nan as null; guard against a server that writes them otherwise
+    return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, t.prompt_n,
+                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage)
+
+
+assert ServerOutcome.__struct_fields__ == (
+    "error_kind", "error_message", "tokens_predicted", "stop_type", "finish_reason", "id_slot", "prompt_n",
+    "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage")
 
 
 def error_message(err: Any, body: bytes) -> str:

@@ -13,7 +13,7 @@ import msgspec
 from .. import records
 from ..records import ServerOutcome
 from . import GenerationParams, SaltedBodies
-from .common import Timings, decode_event, error_outcome, timing_fields, truncated, undecodable
+from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 
 
 class _Completion(msgspec.Struct):
@@ -32,8 +32,7 @@ _decode = msgspec.json.Decoder(_Completion).decode
 
 
 def _outcome(data: _Completion) -> ServerOutcome:
-    return ServerOutcome(tokens_predicted=data.tokens_predicted, stop_type=data.stop_type,
-                         id_slot=data.id_slot, **timing_fields(data.timings))
+    return served_outcome(data.timings, data.tokens_predicted, data.stop_type, None, data.id_slot)
 
 
 class LlamaCppBackend:

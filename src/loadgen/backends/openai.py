@@ -14,7 +14,7 @@ import msgspec
 from .. import records
 from ..records import ServerOutcome, Usage
 from . import GenerationParams, SaltedBodies
-from .common import Timings, decode_event, error_outcome, timing_fields, truncated, undecodable
+from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 
 
 class _Delta(msgspec.Struct):
@@ -81,8 +81,7 @@ class OpenAIBackend:
             return error_outcome(status, body, data.error)
         if not data.choices:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `choices`")
-        return ServerOutcome(finish_reason=data.choices[0].finish_reason, usage=data.usage,
-                             **timing_fields(data.timings))
+        return served_outcome(data.timings, finish_reason=data.choices[0].finish_reason, usage=data.usage)
 
     def event_reader(self) -> "_StreamEvents":
         return _StreamEvents()
@@ -131,4 +130,4 @@ class _StreamEvents:
             return self.error
         if not self.done:
             return truncated("its `data: [DONE]` line")
-        return ServerOutcome(finish_reason=self.finish_reason, usage=self.usage, **timing_fields(self.timings))
+        return served_outcome(self.timings, finish_reason=self.finish_reason, usage=self.usage)
