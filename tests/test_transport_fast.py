@@ -517,3 +517,184 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
 def test_unknown_transport_is_a_usage_error(loadgen):
     code, _, err = loadgen("sweep", "--ports", "1", "--transport", "curl")
     assert code == 2 and "fast" in err and "aiohttp" in err
+
+
+OK_JSON = response(b'{"ok":true}')
+
+
+def _thread_server(script=((OK_JSON, False),)):
+    """A server in its own thread (so a blocked event loop cannot hold it up). Request i on a
+    connection is answered at once with script[i] = (bytes, reset): reset closes the connection
+    with a RST right behind the bytes. Past the script's end, its last entry. Returns (url, stop,
+    connections), `connections` a list that grows by one per accepted connection."""
+    import socket
+    import struct
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    connections: list[int] = []
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connections.append(1)
+            with conn:
+                conn.settimeout(0.2)
+                buf, index = b"", 0
+                while not stop.is_set():
+                    try:
+                        data = conn.recv(65536)
+                    except TimeoutError:
+                        continue
+                    if not data:
+                        break
+                    buf += data
+                    if b"\r\n\r\n" not in buf:
+                        continue
+                    buf = buf.partition(b"\r\n\r\n")[2][2:]  # bodies here are "{}" (Content-Length: 2)
+                    reply, reset = script[min(index, len(script) - 1)]
+                    index += 1
+                    conn.sendall(reply)
+                    if reset:  # SO_LINGER 0: the close sends a RST
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        break
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: (stop.set(), thread.join(5)), connections
+
+
+def _instant_server():
+    url, stop, _ = _thread_server()
+    return url, stop
+
+
+async def _while_the_loop_is_blocked(transport, seconds=0.3):
+    """A request on an idle connection whose answer (and what follows) arrives while the loop is busy."""
+    import time
+
+    pending = asyncio.ensure_future(transport.request("POST", "/x", b"{}"))
+    await asyncio.sleep(0)  # its first step writes the request
+    time.sleep(seconds)
+    return await pending
+
+
+def test_a_reset_that_arrives_with_half_a_body_is_disconnected_not_a_hang():
+    """uvloop (libuv) reports a socket error once, with the bytes before it, then stops watching."""
+    half = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 40
+    url, stop, _ = _thread_server([(OK_JSON, False), (half, True)])
+
+    async def main():
+        transport = FastTransport()
+        await transport.open(url, 1, 5.0)
+        try:
+            await transport.request("POST", "/x", b"{}")  # connected, now idle
+            await _while_the_loop_is_blocked(transport)
+        except TransportError as exc:
+            return exc
+        finally:
+            await transport.close()
+
+    try:
+        error = uvloop.run(asyncio.wait_for(main(), 4))  # a hang would wait for the 5 s timeout
+    finally:
+        stop()
+    assert isinstance(error, TransportError) and error.kind == records.DISCONNECTED
+    assert "reset the connection mid-body" in error.message
+
+
+def test_a_reset_right_behind_a_whole_response_retires_the_connection():
+    url, stop, connections = _thread_server([(OK_JSON, False), (OK_JSON, True)])
+
+    async def main():
+        transport = FastTransport()
+        await transport.open(url, 1, 5.0)
+        try:
+            await transport.request("POST", "/x", b"{}")  # connected, now idle
+            blocked = await _while_the_loop_is_blocked(transport, 0.1)
+            return blocked, await transport.request("POST", "/x", b"{}")
+        finally:
+            await transport.close()
+
+    try:
+        blocked, after = uvloop.run(asyncio.wait_for(main(), 4))
+    finally:
+        stop()
+    assert blocked.status == 200 and after.status == 200 and after.body == b'{"ok":true}'
+    assert len(connections) == 2  # the reset one was not used again
+
+
+@pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
+@pytest.mark.parametrize("kernel_stamps", [True, False])
+def test_a_read_is_timed_when_it_arrived_not_when_a_busy_loop_got_to_it(kernel_stamps):
+    """The answer arrives while the loop is blocked for 300 ms: the kernel's stamp says when it came."""
+    import time
+
+    from loadgen.clock import now_ns
+
+    url, stop = _instant_server()
+
+    async def main():
+        transport = FastTransport(kernel_stamps=kernel_stamps)
+        await transport.open(url, 1, 5.0)
+        try:
+            await transport.request("POST", "/x", b"{}")  # connect first: the next request is one write
+            sent = now_ns()
+            pending = asyncio.ensure_future(transport.request("POST", "/x", b"{}"))
+            await asyncio.sleep(0)  # its first step writes the request
+            time.sleep(0.3)  # the loop is busy; the answer waits in the socket
+            r = await pending
+            return (r.headers_ns - sent) / 1e6, (r.complete_ns - sent) / 1e6
+        finally:
+            await transport.close()
+
+    try:
+        headers_ms, complete_ms = run(main())
+    finally:
+        stop()
+    if kernel_stamps:
+        assert headers_ms < 100 and complete_ms < 100
+    else:
+        assert headers_ms >= 300 and complete_ms >= 300
+
+
+def test_implausible_kernel_stamps_fall_back_to_the_read_time():
+    import socket
+    import struct
+    import time
+
+    from loadgen.transport_fast import _SO_TIMESTAMPNS, _kernel_time
+
+    def anc(ns):
+        return [(socket.SOL_SOCKET, _SO_TIMESTAMPNS, struct.pack("qq", ns // 10**9, ns % 10**9))]
+
+    now = 10**15
+    wall = time.clock_gettime_ns(time.CLOCK_REALTIME)
+    assert now - 5_000_000 - 1_000_000 < _kernel_time(anc(wall - 5_000_000), now) <= now - 5_000_000
+    assert _kernel_time(anc(wall + 10**9), now) == now  # from the future: a clock step
+    assert _kernel_time(anc(wall - 3600 * 10**9), now) == now  # an hour old: a clock step
+    assert _kernel_time([(socket.SOL_SOCKET, 99, b"x" * 16)], now) == now  # another message
+
+
+def test_a_host_name_is_resolved_once_and_its_working_address_tried_first():
+    """"localhost" may resolve to ::1 first; the server listens on 127.0.0.1 only."""
+    async def main():
+        async with FixtureServer(answer(response(b"ok", headers=("Connection: close",)), keep_open=False)) as server:
+            transport = FastTransport()
+            await transport.open(f"http://localhost:{server.port}", 2, 5.0)
+            try:
+                results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
+                addrs = list(transport._addrs)
+            finally:
+                await transport.close()
+            return results, addrs, server.connections
+
+    results, addrs, connections = run(main())
+    assert [r.body for r in results] == [b"ok"] * 3 and connections == 3
+    assert addrs[0][1][0] == "127.0.0.1"
