@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from ..clock import now_ns
-from ..loops import loop_factory
+from ..loops import freeze_startup_heap, loop_factory
 from ..modes import ModeRun
 from ..results import command_line, host_facts, utc_now, write_results
 from ..sweep import SweepRun
@@ -48,6 +48,7 @@ def execute(run: SweepRun | ModeRun, out_dir: Path, main: Callable[[Checkpoint],
             kind: str, err: Console) -> Execution:
     """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document."""
     factory, loop_name = loop_factory()
+    freeze_startup_heap()
     if loop_name != "uvloop":
         err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
     meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
