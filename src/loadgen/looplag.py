@@ -73,5 +73,6 @@ def bottleneck_warning(load: ClientLoad) -> str | None:
         reasons.append(f"client CPU {load.client_cpu_fraction:.0%} of a core > {CPU_WARN_FRACTION:.0%}")
     if not reasons:
         return None
-    return (f"the client may be the bottleneck ({', '.join(reasons)}), so latencies include its own delay; "
+    return (f"the client may be the bottleneck ({', '.join(reasons)}): requests leave late, so the server "
+            "gets less load than asked (and over TLS or aiohttp latencies include the client's delay); "
             "use more worker processes or a quieter machine")
