@@ -370,12 +370,10 @@ class _SocketConnection(_Exchange):
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close_io()
-            self._lost(exc)
+            self._broken(exc)
             return
         if not size:  # the server closed its side: close ours too
-            self._close_io()
-            self._lost(None)
+            self._broken(None)
             return
         t_ns = now_ns()
         if anc:
@@ -384,8 +382,7 @@ class _SocketConnection(_Exchange):
         # A reset that came in with these bytes: uvloop (libuv) runs this callback once for it and
         # then stops watching the socket, so the error must be picked up now or never.
         if self._fd >= 0 and self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-            self._close_io()
-            self._lost(ConnectionResetError())
+            self._broken(ConnectionResetError())
 
     def _write(self, data: bytes, body: bytes | None) -> None:
         pending = self._pending
@@ -396,8 +393,7 @@ class _SocketConnection(_Exchange):
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
-            self._close_io()
-            self._lost(exc)
+            self._broken(exc)
             return
         size = len(data) + (0 if body is None else len(body))
         if sent < size:
@@ -421,8 +417,7 @@ class _SocketConnection(_Exchange):
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close_io()
-            self._lost(exc)
+            self._broken(exc)
             return
         while pending and sent >= len(pending[0]):
             sent -= len(pending.pop(0))
@@ -433,6 +428,11 @@ class _SocketConnection(_Exchange):
 
     def _unsent(self) -> bool:
         return bool(self._pending)
+
+    def _broken(self, exc: BaseException | None) -> None:
+        """The socket failed or reached its end: close it, then settle the request in flight."""
+        self._close_io()
+        self._lost(exc)
 
     def _close_io(self) -> None:
         if self._fd >= 0:
