@@ -698,3 +698,53 @@ def test_a_host_name_is_resolved_once_and_its_working_address_tried_first():
     results, addrs, connections = run(main())
     assert [r.body for r in results] == [b"ok"] * 3 and connections == 3
     assert addrs[0][1][0] == "127.0.0.1"
+
+
+def test_a_reset_never_ends_a_body_delimited_by_the_close():
+    url, stop, _ = _thread_server([(b"HTTP/1.1 200 OK\r\n\r\npart of a body", True)])
+
+    async def main():
+        transport = FastTransport()
+        await transport.open(url, 1, 5.0)
+        try:
+            await transport.request("POST", "/x", b"{}")
+        except TransportError as exc:
+            return exc
+        finally:
+            await transport.close()
+
+    try:
+        error = uvloop.run(asyncio.wait_for(main(), 4))
+    finally:
+        stop()
+    assert isinstance(error, TransportError) and error.kind == records.DISCONNECTED
+    assert error.message == "the server reset the connection mid-body"
+
+
+def test_concurrent_connects_skip_an_address_that_refuses():
+    """The target's first address refuses (as ::1 does for a server on 127.0.0.1 only): eight
+    connects at once each go on to the next address, none fails, and the working one goes first."""
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections to it are refused
+    refused = ("127.0.0.1", closed.getsockname()[1])
+
+    async def main():
+        async with FixtureServer(answer(response(b"ok"))) as server:
+            transport = FastTransport()
+            await transport.open(server.url, 8, 5.0)
+            working = ("127.0.0.1", server.port)
+            transport._addrs = [(socket.AF_INET, refused), (socket.AF_INET, working)]
+            try:
+                results = await asyncio.gather(*(transport.request("POST", "/x", b"{}") for _ in range(8)))
+                return results, transport._addrs, working
+            finally:
+                await transport.close()
+
+    try:
+        results, addrs, working = run(main())
+    finally:
+        closed.close()
+    assert [r.body for r in results] == [b"ok"] * 8
+    assert addrs == [(socket.AF_INET, working), (socket.AF_INET, refused)]

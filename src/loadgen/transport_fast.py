@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import os
 import socket
 import ssl
 import struct
@@ -150,7 +151,7 @@ def _head_fields(reads: list[bytes]) -> list[tuple[bytes, bytes]]:
     """The header fields of the final (non-1xx) response head at the start of `reads`, which
     httptools has already found valid: interim 1xx heads before it are skipped."""
     data = b"".join(reads)
-    start = 0
+    start = len(data) - len(data.lstrip(b"\r\n"))  # empty lines before a status line are allowed
     while True:
         end = data.find(b"\r\n\r\n", start)
         if end < 0:
@@ -160,6 +161,7 @@ def _head_fields(reads: list[bytes]) -> list[tuple[bytes, bytes]]:
         if not (status and status[0][:1] == b"1" and len(status[0]) == 3):
             break
         start = end + 4
+        start += len(data) - start - len(data[start:].lstrip(b"\r\n"))
     fields = []
     for line in lines[1:]:
         name, _, value = line.partition(b":")
@@ -251,7 +253,7 @@ class _Exchange:
         self._pool._connection_closed(self)
         if self._waiter is None:
             return
-        if self.parser.feed_eof(now_ns()):
+        if exc is None and self.parser.feed_eof(now_ns()):  # a reset never ends a body cleanly
             self._finish()
         else:
             what = "reset the connection" if isinstance(exc, ConnectionResetError) else "closed the connection"
@@ -359,7 +361,7 @@ class _SocketConnection(_Exchange):
         self._fd = sock.fileno()
         self._pending: list[memoryview] = []  # request bytes the socket did not take yet
         self.kernel_stamps = pool.kernel_stamps and _enable_rx_stamps(sock)
-        self._buffer = memoryview(bytearray(_READ_SIZE))
+        self._buffer = pool._read_buffer  # shared: each read is copied out before the next one
         self._loop.add_reader(self._fd, self._readable)
         self.open = True
 
@@ -381,8 +383,10 @@ class _SocketConnection(_Exchange):
         self._received(buffer[:size].tobytes(), t_ns)
         # A reset that came in with these bytes: uvloop (libuv) runs this callback once for it and
         # then stops watching the socket, so the error must be picked up now or never.
-        if self._fd >= 0 and self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-            self._broken(ConnectionResetError())
+        if self._fd >= 0:
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                self._broken(OSError(error, os.strerror(error)))  # ECONNRESET: a ConnectionResetError
 
     def _write(self, data: bytes, body: bytes | None) -> None:
         pending = self._pending
@@ -447,10 +451,14 @@ class _SocketConnection(_Exchange):
 # Linux: SO_TIMESTAMPNS (35; Python's socket module does not name it) and its control message,
 # a struct timespec (two 64-bit fields) of CLOCK_REALTIME.
 _SO_TIMESTAMPNS = 35
-_ANC_SIZE = socket.CMSG_SPACE(16)
-_READ_SIZE = 64 * 1024  # one buffer per connection, reused
+_ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 64 * 1024  # one buffer per transport, reused by every read
 _MAX_STAMP_AGE_NS = 60 * 1_000_000_000  # older than this: a clock step, not a packet; ignore it
-_realtime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_REALTIME)
+_realtime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_REALTIME) if sys.platform == "linux" else None
+
+
+# Reading sockets through loop.add_reader needs a selector-style loop (not Windows' proactor).
+_OWN_SOCKETS = sys.platform != "win32"
 
 
 def _enable_rx_stamps(sock: socket.socket) -> bool:
@@ -515,6 +523,8 @@ class FastTransport:
         self._hostport = parts.netloc
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None
         self._addrs: list[tuple[int, tuple]] = []  # resolved once (plain TCP), the working one first
+        self._resolving: asyncio.Future | None = None
+        self._read_buffer = memoryview(bytearray(_READ_SIZE))  # every socket's reads, copied out at once
         self._max = max_connections if max_connections > 0 else 1 << 30  # 0: no limit (open loop)
         self._timeout_s = timeout_s
         self._watch_every_s = min(1.0, max(0.005, timeout_s / 20))  # a timeout fires at most 5% late
@@ -590,7 +600,7 @@ class FastTransport:
 
         try:
             async with asyncio.timeout_at(deadline):
-                if self._ssl is None:
+                if self._ssl is None and _OWN_SOCKETS:
                     return await self._connect_socket()
                 _, conn = await self._loop.create_connection(
                     protocol, self._host, self._port, ssl=self._ssl, server_hostname=self._host)
@@ -611,25 +621,34 @@ class FastTransport:
     async def _connect_socket(self) -> _SocketConnection:
         """A plain TCP connection to the first of the target's addresses that takes it."""
         if not self._addrs:
-            infos = await self._loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-            self._addrs = [(family, addr) for family, _, _, _, addr in infos]
-        error: OSError | None = None
-        for family, addr in self._addrs:
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            if self._resolving is None:  # one lookup, shared by the connects that wait for it
+                self._resolving = asyncio.ensure_future(
+                    self._loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM))
             try:
+                infos = await asyncio.shield(self._resolving)
+            except OSError:
+                self._resolving = None  # a failed lookup is tried again by the next connect
+                raise
+            self._addrs = self._addrs or [(family, addr) for family, _, _, _, addr in infos]
+        error: OSError | None = None
+        for family, addr in tuple(self._addrs):  # a snapshot: other connects reorder the list
+            sock = None
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 await self._loop.sock_connect(sock, addr)
             except OSError as exc:
-                sock.close()
+                if sock is not None:
+                    sock.close()
                 error = error or exc  # the first address's reason is the one to tell
                 continue
             except BaseException:
-                sock.close()
+                if sock is not None:
+                    sock.close()
                 raise
-            if (family, addr) != self._addrs[0]:  # start with the address that works next time
-                self._addrs.remove((family, addr))
-                self._addrs.insert(0, (family, addr))
+            if self._addrs[0] != (family, addr):  # start with the address that works next time
+                self._addrs = [(family, addr), *(a for a in self._addrs if a != (family, addr))]
             return _SocketConnection(self, sock)
         raise error or OSError(f"no address for {self._host}")
 
