@@ -510,8 +510,22 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
         assert code == 0, err
     doc = load_run(tmp_path / "ok")
     assert doc["config"]["transport"] == transport and doc["config"]["insecure"] is True
+    assert doc["targets"][0]["read_clock"] == "loop"  # TLS reads are timed by the loop
     assert [lv["requests_ok"] for lv in doc["targets"][0]["levels"]] == [3, 3]
     assert all(r.ok and r.predicted_n == 4 for r in load_records(tmp_path / "ok"))
+
+
+@pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
+@pytest.mark.parametrize("transport,clock", [("fast", "kernel"), ("aiohttp", "loop")])
+def test_run_json_says_how_reads_were_timed(loadgen, tmp_path, transport, clock):
+    from loadgen.results import load_run
+
+    with ThreadedServer(llama_like) as server:
+        code, _, err = loadgen("sweep", "--url", server.url, "--concurrency", "1", "--requests", "2", "--warmup", "0",
+                               "--transport", transport, "--no-histograms", "--wait-ready", "1",
+                               "--output", tmp_path / "run")
+    assert code == 0, err
+    assert load_run(tmp_path / "run")["targets"][0]["read_clock"] == clock
 
 
 def test_unknown_transport_is_a_usage_error(loadgen):

@@ -90,6 +90,7 @@ def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
             "url": t.target.url,
             "server": t.info.to_dict() if t.info else None,
             "error": t.error,
+            "read_clock": t.read_clock,
             "levels": levels,
         }
         target["verdict"] = target_verdict(
@@ -320,6 +321,7 @@ class _Target(msgspec.Struct):
     url: str | None = None
     server: _Server | None = None
     error: str | None = None
+    read_clock: str | None = None
     verdict: _Verdict | None = None
 
 

@@ -35,6 +35,7 @@ class TargetRun:
     levels: list[LevelRun] = field(default_factory=list)
     error: str | None = None  # why this target stopped early, for the user
     model: str | None = None  # the model name sent (OpenAI APIs)
+    read_clock: str | None = None  # what its reads' times are: "kernel" or "loop" (see transport)
 
 
 @dataclass(slots=True)
@@ -180,6 +181,7 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                     t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
                     return
     finally:
+        t.read_clock = transport.read_clock
         await transport.close()
 
 

@@ -43,7 +43,13 @@ ChunkCallback = Callable[[bytes, int], None]
 
 
 class Transport(Protocol):
-    """`max_connections` 0 means no limit (open loop without an in-flight cap)."""
+    """`max_connections` 0 means no limit (open loop without an in-flight cap).
+
+    `read_clock` says what a read's time is: "kernel" (the kernel's receive stamp) or "loop" (when
+    the event loop handed the bytes over).
+    """
+
+    read_clock: str
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
@@ -63,6 +69,8 @@ _CLOSE = {"Connection": "close"}
 
 class AiohttpTransport:
     """aiohttp with one keep-alive `ClientSession` per target, through `proxy` when one is given."""
+
+    read_clock = "loop"
 
     def __init__(self, proxy: str | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None

@@ -361,6 +361,8 @@ class _SocketConnection(_Exchange):
         self._fd = sock.fileno()
         self._pending: list[memoryview] = []  # request bytes the socket did not take yet
         self.kernel_stamps = pool.kernel_stamps and _enable_rx_stamps(sock)
+        if not self.kernel_stamps:
+            pool._loop_timed = True
         self._buffer = pool._read_buffer  # shared: each read is copied out before the next one
         self._loop.add_reader(self._fd, self._readable)
         self.open = True
@@ -496,6 +498,7 @@ class FastTransport:
         # Plain-TCP reads timed by the kernel's receive stamps (see `_SocketConnection`); False
         # times them on the loop's clock when it reads them, as TLS connections always are.
         self.kernel_stamps = kernel_stamps
+        self._loop_timed = not kernel_stamps  # some read was (or will be) timed on the loop's clock
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._idle: list[_Exchange] = []
         self._open = 0
@@ -522,6 +525,8 @@ class FastTransport:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._hostport = parts.netloc
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None
+        if self._ssl is not None or not _OWN_SOCKETS:
+            self._loop_timed = True
         self._addrs: list[tuple[int, tuple]] = []  # resolved once (plain TCP), the working one first
         self._resolving: asyncio.Future | None = None
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # every socket's reads, copied out at once
@@ -535,6 +540,11 @@ class FastTransport:
                 del fields[existing]
             fields[name] = value
         self._header_lines = "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+
+    @property
+    def read_clock(self) -> str:
+        """"kernel" while every connection so far times its reads by the kernel's stamps."""
+        return "loop" if self._loop_timed else "kernel"
 
     def _head(self, method: str, path: str, close: bool) -> bytes:
         connection = "Connection: close\r\n" if close else ""
