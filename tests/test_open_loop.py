@@ -100,7 +100,9 @@ def test_a_constant_20_per_second_schedule_sends_200_requests_on_time():
     assert 198 <= len(level.records) <= 202
     lag = metrics.distribution_ms([metrics.schedule_lag_ms(r) for r in level.records])
     print(f"schedule lag p50 {lag.p50:.3f} ms, p99 {lag.p99:.3f} ms, max {lag.max:.3f} ms")
-    assert lag.p99 < 5.0
+    # Generous bounds (a shared 2-core CI box runs llama-servers beside this): a dispatcher that
+    # bunched sends or slept in coarse steps would be seconds or tens of ms late, not this.
+    assert lag.p50 < 5.0 and lag.p99 < 25.0
 
 
 @pytest.mark.parametrize("api,events", [("llamacpp", completion_stream(8)), ("chat", chat_stream(8))])
