@@ -71,13 +71,13 @@ class Recorder:
         pass
 
 
-def _sweep(transport: str, observer: Recorder, concurrency=(1, 4)) -> SweepRun:
+def _sweep(transport: str, observer: Recorder, concurrency=(1, 4), servers_in_process=False) -> SweepRun:
     async def main():
         async with await start_simulator(SMOKE, slots=4, seed=3) as sim:
             config = SweepConfig(targets=(Target(sim.url, "smoke"),), concurrency=concurrency,
                                  generation=GenerationParams(prompt="hi", n_predict=8, seed=1),
                                  requests_per_level=8, warmup=1, transport=transport, wait_ready_s=5,
-                                 probe_interval_s=0.05)
+                                 probe_interval_s=0.05, servers_in_process=servers_in_process)
             run = SweepRun(config=config)
             await run_sweep(run, observer)
             return run
@@ -100,6 +100,14 @@ def test_a_client_that_stalls_the_loop_is_warned_about():
     _sweep("fast", recorder, concurrency=(2,))
     warnings = [m for m in recorder.messages if m.startswith("warning: smoke at concurrency 2: the client may be the bottleneck")]
     assert len(warnings) == 1 and "event-loop lag p99" in warnings[0]
+
+
+def test_no_bottleneck_warning_when_the_servers_share_the_clients_loop():
+    """The demo's simulators run on the client's loop: the lag is theirs too, recorded, not warned of."""
+    recorder = Recorder(stall_s=0.02)
+    run = _sweep("fast", recorder, concurrency=(2,), servers_in_process=True)
+    assert not [m for m in recorder.messages if "bottleneck" in m]
+    assert run.targets[0].levels[0].loop_lag_p99_ms > 2
 
 
 def test_both_transports_give_the_same_records_from_the_simulator(monkeypatch):

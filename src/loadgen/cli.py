@@ -207,7 +207,7 @@ def demo(time_scale, concurrency, output, force) -> None:
     config = SweepConfig(
         targets=tuple(Target(f"http://127.0.0.1:{port}", p.name) for port, p in zip(ports, profiles)),
         concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
-        wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
+        servers_in_process=True, wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
 
     @contextlib.asynccontextmanager

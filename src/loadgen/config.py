@@ -63,6 +63,9 @@ class SweepConfig:
     # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
     # the simulated hardware's figures. 1.0 for every real server.
     time_scale: float = 1.0
+    # The demo: its simulated servers run on this process's event loop, so loop lag and CPU are
+    # theirs too, and are recorded but not taken as a sign that the client is the bottleneck.
+    servers_in_process: bool = False
     transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
     insecure: bool = False  # https without certificate verification
     # --prompt-tokens: every prompt is cut to exactly this many tokens per server, from
