@@ -50,6 +50,10 @@ def test_warning_names_the_reason_and_the_remedy():
     cpu = bottleneck_warning(ClientLoad(0.5, 1.0, 0.95, 100))
     assert cpu is not None and "client CPU 95% of a core" in cpu and "lag" not in cpu.split("(")[1]
     assert bottleneck_warning(ClientLoad(None, None, 0.1, 0)) is None
+    # what the lag costs depends on how reads are timed
+    assert "latencies include its own delay" in lag
+    kernel = bottleneck_warning(ClientLoad(2.5, 9.0, 0.5, 100), read_clock="kernel")
+    assert kernel is not None and "less load than asked" in kernel and "latencies" not in kernel
 
 
 class Recorder:

@@ -64,8 +64,9 @@ class LoopLagSampler:
                           client_cpu_fraction=cpu / wall if wall > 0 else 0.0, samples=len(self._lags_ms))
 
 
-def bottleneck_warning(load: ClientLoad) -> str | None:
-    """One line when the client may have limited the level, else None."""
+def bottleneck_warning(load: ClientLoad, read_clock: str = "loop") -> str | None:
+    """One line when the client may have limited the level, else None. `read_clock` is the
+    transport's: with kernel receive stamps a busy client still sends late, but times reads right."""
     reasons = []
     if load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms > LAG_P99_WARN_MS:
         reasons.append(f"event-loop lag p99 {load.loop_lag_p99_ms:.2f} ms > {LAG_P99_WARN_MS:g} ms")
@@ -73,6 +74,7 @@ def bottleneck_warning(load: ClientLoad) -> str | None:
         reasons.append(f"client CPU {load.client_cpu_fraction:.0%} of a core > {CPU_WARN_FRACTION:.0%}")
     if not reasons:
         return None
-    return (f"the client may be the bottleneck ({', '.join(reasons)}): requests leave late, so the server "
-            "gets less load than asked (and over TLS or aiohttp latencies include the client's delay); "
+    effect = ("requests leave late, so the server gets less load than asked" if read_clock == "kernel"
+              else "latencies include its own delay and requests leave late")
+    return (f"the client may be the bottleneck ({', '.join(reasons)}): {effect}; "
             "use more worker processes or a quieter machine")

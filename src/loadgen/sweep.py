@@ -174,7 +174,7 @@ async def _sweep_target(run: SweepRun, t: TargetRun, obs: SweepObserver,
                 if t.info and t.info.metrics_enabled and not level.stopped_reason:
                     level.server_metrics_after = await probe.metrics()
                 obs.level_done(run, t, level)
-                warning = None if config.servers_in_process else bottleneck_warning(load)
+                warning = None if config.servers_in_process else bottleneck_warning(load, transport.read_clock)
                 if warning:
                     obs.message(f"warning: {t.label} at {level.name}: {warning}")
                 if level.stopped_reason:
