@@ -88,14 +88,13 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
     from loadgen.engine import run_level
     from loadgen.looplag import LoopLagSampler
     from loadgen.records import LevelRun
-    from loadgen.transport_fast import make_transport
+    from loadgen.transport_fast import FastTransport, make_transport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT, stream=stream))
     if stream:
         backend.path = "/stream"  # nginx's canned SSE body
-    transport = make_transport(transport_name, url)
-    if not kernel_stamps:
-        transport.kernel_stamps = False
+    # accuracy-loop: the fast transport timing its reads on the loop's clock instead of the kernel's
+    transport = make_transport(transport_name, url) if kernel_stamps else FastTransport(kernel_stamps=False)
     # nginx keeps connections alive after a stream (llama-server does not, and gets Connection: close).
     await transport.open(url, concurrency, 60.0, close_streams=False)
     try:

@@ -584,11 +584,6 @@ def _thread_server(script=((OK_JSON, False),)):
     return f"http://127.0.0.1:{listener.getsockname()[1]}", lambda: (stop.set(), thread.join(5)), connections
 
 
-def _instant_server():
-    url, stop, _ = _thread_server()
-    return url, stop
-
-
 async def _while_the_loop_is_blocked(transport, seconds=0.3):
     """A request on an idle connection whose answer (and what follows) arrives while the loop is busy."""
     import time
@@ -652,7 +647,7 @@ def test_a_read_is_timed_when_it_arrived_not_when_a_busy_loop_got_to_it(kernel_s
 
     from loadgen.clock import now_ns
 
-    url, stop = _instant_server()
+    url, stop, _ = _thread_server()
 
     async def main():
         transport = FastTransport(kernel_stamps=kernel_stamps)

@@ -360,8 +360,7 @@ class _SocketConnection(_Exchange):
         self.sock = sock
         self._fd = sock.fileno()
         self._pending: list[memoryview] = []  # request bytes the socket did not take yet
-        self.kernel_stamps = pool.kernel_stamps and _enable_rx_stamps(sock)
-        if not self.kernel_stamps:
+        if not (pool.kernel_stamps and _enable_rx_stamps(sock)):
             pool._loop_timed = True
         self._buffer = pool._read_buffer  # shared: each read is copied out before the next one
         self._loop.add_reader(self._fd, self._readable)
