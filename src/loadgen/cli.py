@@ -28,6 +28,7 @@ from .report import error_lines, latency_table, overhead_lines, queue_table, swe
 from .results import (ResultsError, default_dir, load_probe, load_records, load_run, open_loop, prepare_dir,
                       target_verdict)
 from .schedule import ARRIVALS
+from .signals import LATCH
 from .sweep import SweepRun, run_sweep
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -290,7 +291,19 @@ _register_commands()
 
 
 def main() -> None:
-    """Entry point: every error a user can cause becomes one line and an exit code."""
+    """Entry point: every error a user can cause becomes one line and an exit code; a SIGINT/SIGTERM
+    that came during a run makes it 130/143, and none that comes later ends the process by itself."""
+    try:
+        _main()
+        code: int | str | None = EXIT_OK
+    except SystemExit as exc:
+        code = exc.code
+    signal_code = LATCH.exit_code
+    LATCH.release()
+    sys.exit(signal_code if signal_code is not None else code)
+
+
+def _main() -> None:
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
