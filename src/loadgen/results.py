@@ -306,7 +306,7 @@ class _Verdict(msgspec.Struct):
     levels: list[_LevelVerdict]
     total_slots: int | None = None
     overhead_ms: float | None = None
-    saturated_at: int | None = None
+    saturated_at: int | float | None = None
 
 
 class _Server(msgspec.Struct):

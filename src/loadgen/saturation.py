@@ -9,8 +9,22 @@ Definitions
   the fixed cost of tokenization and HTTP.
 - corrected queue wait = max(0, raw queue wait - overhead_ms).
 - a request is *queued* when its corrected queue wait > max(20 ms, 10% of its service time).
-- knee: the lowest level L whose next level raises throughput by less than `knee_gain` (10%) while
-  mean latency rises by more than `knee_latency` (50%). The server saturates at L.
+- knee (the saturation point), judged step by step up the ladder of full levels, each step from a
+  level P to the next level N of relative size s = N/P - 1 (1 for a doubling), against the best
+  throughput so far B (the highest of the levels up to P):
+  * the step is *flat* when throughput(N) < B x (1 + knee_gain x s): less than a tenth of what
+    linear scaling would add (10% for a doubling, 5% for x1.5, 30% for x4);
+  * the step *saturates* when it is flat, or when the server showed every slot busy and requests
+    deferred at N, and in either case mean latency rose by more than knee_latency x min(s, 1)
+    (x1.5 for a doubling or more, x1.25 for x1.5; on a saturated closed loop latency grows like
+    the concurrency, Little's law, so a real knee clears this by a wide margin).
+  The first saturating step places the knee: a flat step that gained < knee_gain puts it at or
+  below P; one that still gained puts it above P, at or below N; one made by the slot evidence
+  puts it at or above P, below N. When the ladder pins it (neighbouring concurrencies, or the
+  bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
+  tested levels and the verdict says so. A ladder whose first level is already saturated (and
+  above concurrency 1) puts the knee at or below that level. `saturated_at` is the knee when
+  exact, else the lowest tested level known to be saturated.
 - batching gain at C: throughput at C / throughput at concurrency 1.
 """
 
@@ -40,10 +54,17 @@ class LevelPoint:
 
 @dataclass(frozen=True, slots=True)
 class Knee:
-    at: int | float  # level (concurrency or rate) where the server saturates
-    next_level: int | float
-    throughput_gain: float  # relative: +0.02 is +2%
+    at: int | float  # level (concurrency or rate) where the server saturates (see `between`)
+    next_level: int | float  # the level whose step showed it
+    throughput_gain: float  # relative, against the best level so far: +0.02 is +2%
     latency_ratio: float  # ×2.1
+    between: tuple[int | float, int | float] | None = None  # the knee lies in this range of untested levels
+    at_or_below: bool = False  # the ladder's first level was already saturated: the knee may be lower
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "next_level": self.next_level, "throughput_gain": self.throughput_gain,
+                "latency_ratio": self.latency_ratio,
+                "between": None if self.between is None else list(self.between), "at_or_below": self.at_or_below}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +107,7 @@ class TargetVerdict:
         return {
             "label": self.label, "total_slots": self.total_slots, "overhead_ms": self.overhead_ms,
             "saturated_at": self.knee.at if self.knee else None,
-            "knee": None if self.knee is None else {
-                "at": self.knee.at, "next_level": self.knee.next_level,
-                "throughput_gain": self.knee.throughput_gain, "latency_ratio": self.knee.latency_ratio},
+            "knee": None if self.knee is None else self.knee.to_dict(),
             "metrics_available": self.metrics_available,
             "levels": [lv.to_dict() for lv in self.levels],
             "verdict": list(self.lines),
@@ -118,22 +137,50 @@ def is_queued(r: RequestRecord, overhead: float | None) -> bool:
 
 
 def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50,
-              slots_full: Collection[int | float] = ()) -> Knee | None:
-    """The lowest level after which throughput gains < knee_gain while latency rises > knee_latency.
+              slots_full: Collection[int | float] = (), total_slots: int | None = None) -> Knee | None:
+    """The saturation point: the first saturating step up the ladder (see the module's definition).
 
-    `slots_full`: levels at which the server itself showed every slot busy and requests deferred.
-    Going into such a level with latency rising > knee_latency is saturation whatever throughput
-    did: on a real server it can still creep up (HTTP and tokenization overlap the busy slot).
+    `slots_full`: levels at which the server itself showed every slot busy and requests deferred:
+    going into one with latency up is saturation whatever throughput did (on a real server it can
+    still creep up while HTTP and tokenization overlap the busy slot). `total_slots` lets a
+    bracket that ends on the slot count be called exact.
     """
-    ordered = sorted(points, key=lambda p: p.level)
-    for here, nxt in zip(ordered, ordered[1:]):
-        if here.throughput_tok_s <= 0 or not here.latency_mean_ms or nxt.latency_mean_ms is None:
+    ordered = [p for p in sorted(points, key=lambda p: p.level)
+               if p.throughput_tok_s > 0 and p.latency_mean_ms]
+    best: LevelPoint | None = None
+    for i, (here, nxt) in enumerate(zip(ordered, ordered[1:])):
+        best = here if best is None or here.throughput_tok_s > best.throughput_tok_s else best
+        step = nxt.level / here.level - 1
+        gain = nxt.throughput_tok_s / best.throughput_tok_s - 1
+        ratio = nxt.latency_mean_ms / here.latency_mean_ms  # type: ignore[operator]
+        flat = gain < knee_gain * step
+        if ratio <= 1 + knee_latency * min(step, 1.0) or not (flat or nxt.level in slots_full):
             continue
-        gain = nxt.throughput_tok_s / here.throughput_tok_s - 1
-        ratio = nxt.latency_mean_ms / here.latency_mean_ms
-        if ratio > 1 + knee_latency and (gain < knee_gain or nxt.level in slots_full):
-            return Knee(here.level, nxt.level, gain, ratio)
+        below = ordered[i - 1].level if i else None
+        if flat and gain < knee_gain:  # N added nothing: saturated by P already
+            low, high, at_low = below, here.level, False
+        elif flat:  # N still gained: the knee is above P
+            low, high, at_low = here.level, nxt.level, False
+        else:  # the slots ran out before N
+            low, high, at_low = here.level, nxt.level, True
+        knee_at, between = _place(low, high, at_low, total_slots)
+        at_or_below = low is None and not (isinstance(high, int) and high == 1)
+        return Knee(knee_at, nxt.level, gain, ratio, between, at_or_below)
     return None
+
+
+def _place(low: int | float | None, high: int | float, at_low: bool,
+           total_slots: int | None) -> tuple[int | float, tuple[int | float, int | float] | None]:
+    """Where in the bracket the knee is: exact when the ladder leaves no level between (neighbouring
+    concurrencies) or the bracket's end is the slot count; else (the lowest level known saturated,
+    the bracket)."""
+    if low is None:
+        return high, None
+    exact_end = low if at_low else high
+    neighbours = isinstance(low, int) and isinstance(high, int) and high - low == 1
+    if neighbours or exact_end == total_slots:
+        return exact_end, None
+    return high, (low, high)
 
 
 def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
@@ -211,7 +258,7 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
               for lv in levels if not lv.get("stopped_reason")]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
-    knee = find_knee(points, knee_gain, knee_latency, slots_full)
+    knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots)
     if open_loop:
         lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
     else:
@@ -233,18 +280,7 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
             facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
         if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
             facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
-        head = f"{label} saturates at concurrency {knee.at}"
-        busy_after = after.peak_busy_slots
-        if total_slots is not None and knee.at == total_slots:
-            head += f" = its {_slots(total_slots)}"
-        elif total_slots is not None and knee.at < total_slots and (busy_after is None or busy_after < total_slots):
-            busy = "" if busy_after is None else f", at most {busy_after} busy at c={knee.next_level}"
-            head += (f", below its {_slots(total_slots)}{busy}: throughput is flat with slots free, "
-                     f"so the bottleneck is compute, not slots")
-        elif total_slots is not None and knee.at < total_slots:
-            head += f", below its {_slots(total_slots)}"
-        elif total_slots is not None:
-            head += f", above its {_slots(total_slots)}"
+        head = _knee_head(label, knee, total_slots, after.peak_busy_slots)
         lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")
     else:
         lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
@@ -268,6 +304,33 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         lines.append(f"{label}: /metrics unavailable (start llama-server with --metrics); "
                      "queuing is judged from /slots and per-request timings only.")
     return lines
+
+
+def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int | None) -> str:
+    """Where the knee is and what the slot count says of it. "Below its slots" only on evidence: the
+    whole bracket is below the slot count, and the level after it still had a slot free."""
+    low, high = knee.between or (knee.at, knee.at)
+    if knee.at_or_below:
+        head = f"{label} is saturated from the lowest tested level, concurrency {knee.at} (the knee is there or below)"
+        if total_slots is not None and total_slots < knee.at:
+            return head + f"; its {_slots(total_slots)} are below it"
+    elif knee.between is None:
+        head = f"{label} saturates at concurrency {knee.at}"
+    else:
+        head = f"{label} saturates between concurrency {low} and {high}"
+    if total_slots is None:
+        return head
+    if knee.between is None and knee.at == total_slots:
+        return head + f" = its {_slots(total_slots)}"
+    if low <= total_slots <= high:
+        return head + f"; its {_slots(total_slots)} are in that range"
+    if high < total_slots and (busy_after is None or busy_after < total_slots):
+        busy = "" if busy_after is None else f", at most {busy_after} busy at c={knee.next_level}"
+        return (head + f", below its {_slots(total_slots)}{busy}: throughput is flat with slots free, "
+                "so the bottleneck is compute, not slots")
+    if high < total_slots:
+        return head + f", below its {_slots(total_slots)}"
+    return head + f", above its {_slots(total_slots)}"
 
 
 def _key(lv: dict[str, Any]) -> int | float:
@@ -294,7 +357,10 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
         if after.peak_deferred:
             facts.append(f"up to {after.peak_deferred:g} deferred")
-        lines.append(f"{label} saturates at {knee.at:g} req/s. At {knee.next_level:g} req/s: "
+        where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
+                 else f"at or below {knee.at:g} req/s, the lowest offered rate," if knee.at_or_below
+                 else f"at {knee.at:g} req/s")
+        lines.append(f"{label} saturates {where}. At {knee.next_level:g} req/s: "
                      + ", ".join(facts) + ": requests arrive faster than it finishes them.")
     elif levels:
         top = max(_key(lv) for lv in levels)
