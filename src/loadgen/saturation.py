@@ -18,7 +18,8 @@ Definitions
     deferred at N, and in either case mean latency rose by more than knee_latency x min(s, 1)
     (x1.5 for a doubling or more, x1.25 for x1.5; on a saturated closed loop latency grows like
     the concurrency, Little's law, so a real knee clears this by a wide margin).
-  The first saturating step places the knee: a flat step that gained < knee_gain puts it at or
+  The first saturating step places the knee, unless it was flat without the slot evidence and a
+  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau): a flat step that gained < knee_gain puts it at or
   below P; one that still gained puts it above P, at or below N; one made by the slot evidence
   puts it at or above P, below N. When the ladder pins it (neighbouring concurrencies, or the
   bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
@@ -156,6 +157,9 @@ def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latenc
         flat = gain < knee_gain * step
         if ratio <= 1 + knee_latency * min(step, 1.0) or not (flat or nxt.level in slots_full):
             continue
+        plateau = max(best.throughput_tok_s, nxt.throughput_tok_s) * (1 + knee_gain)
+        if nxt.level not in slots_full and any(p.throughput_tok_s > plateau for p in ordered[i + 2:]):
+            continue  # a later level rose well past it: a dip (a noisy machine), not a knee
         below = ordered[i - 1].level if i else None
         if flat and gain < knee_gain:  # N added nothing: saturated by P already
             low, high, at_low = below, here.level, False
