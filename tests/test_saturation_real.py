@@ -86,3 +86,15 @@ def test_analyze_reprints_the_same_verdicts(two_server_sweep, tmp_path_factory):
     for t in doc["targets"]:
         for line in t["verdict"]["verdict"]:
             assert line in again.stdout
+
+
+def test_four_slot_server_on_a_doubling_ladder_saturates_at_its_slots(real_servers, tmp_path):
+    """The table's real row: 4 slots at 1,2,4,8. The 1-thread server batches 4 sequences ~1.4x better
+    than 1 (it may gain nothing from 1 to 2), is flat past 4, and defers requests at 8."""
+    four, _ = real_servers
+    proc = sweep("--ports", str(four.port), "--concurrency", "1,2,4,8", "--n-predict", "32",
+                 "--output", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    v = verdict(load_run(tmp_path / "r"), "smollm2-4slot")
+    assert v["saturated_at"] == 4 and v["knee"]["between"] is None, v["verdict"]
+    assert v["verdict"][0].startswith("smollm2-4slot saturates at concurrency 4 = its 4 slots."), v["verdict"]
