@@ -222,7 +222,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
     from loadgen.engine import run_level
     from loadgen.metrics import summarize_level
     from loadgen.progress import ProgressObserver
-    from loadgen.records import LevelRun
+    from loadgen.core.records import LevelRun
     from loadgen.transport import AiohttpTransport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT))

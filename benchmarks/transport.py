@@ -87,7 +87,7 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
     from loadgen.backends import GenerationParams, make_backend
     from loadgen.engine import run_level
     from loadgen.looplag import LoopLagSampler
-    from loadgen.records import LevelRun
+    from loadgen.core.records import LevelRun
     from loadgen.transport_fast import FastTransport, make_transport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT, stream=stream))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loadgen import records
+from loadgen.core import records
 from loadgen.backends import GenerationParams
 from loadgen.backends.llamacpp import LlamaCppBackend
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from loadgen import records
+from loadgen.core import records
 from loadgen.backends import GenerationParams, make_backend
 from loadgen.engine import EngineOptions, new_decimal_salt, run_level
-from loadgen.records import LevelRun
+from loadgen.core.records import LevelRun
 from loadgen.transport import TransportError
 
 

@@ -17,7 +17,7 @@ from loadgen import compare, gate, metrics, results
 from loadgen.backends import GenerationParams
 from loadgen.commands.gate import gate_command
 from loadgen.config import SweepConfig, Target
-from loadgen.records import CANCELLED, LevelRun, RequestRecord
+from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
 from loadgen.sweep import SweepRun, TargetRun
 
 MS = 1_000_000

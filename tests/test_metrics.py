@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from loadgen import metrics, records
-from loadgen.records import RequestRecord
+from loadgen import metrics
+from loadgen.core import records
+from loadgen.core.records import RequestRecord
 
 MS = 1_000_000
 

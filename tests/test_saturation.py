@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.records import ProbeSample, RequestRecord
+from loadgen.core.records import ProbeSample, RequestRecord
 from loadgen.saturation import LevelPoint, analyze_target, find_knee, is_queued, overhead_ms
 
 MS = 1_000_000

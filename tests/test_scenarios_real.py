@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import records as record_kinds
+from loadgen.core import records as record_kinds
 from loadgen.results import load_records, load_run
 from testbed import LOADGEN, start_llama_server
 

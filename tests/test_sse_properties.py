@@ -12,7 +12,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import records
+from loadgen.core import records
 from loadgen.backends import GenerationParams, make_backend
 from loadgen.sse import SSESplitter, StreamReader
 from fixture_server import chat_stream, completion_stream

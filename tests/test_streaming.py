@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import records
+from loadgen.core import records
 from loadgen.backends import GenerationParams, make_backend
 from loadgen.sse import SSESplitter, StreamReader
 from fixture_server import chat_stream, completion_stream, sse

@@ -8,7 +8,7 @@ import pytest
 import uvloop
 
 from httpfixture import FixtureServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
-from loadgen import records
+from loadgen.core import records
 from loadgen.transport import AiohttpTransport, TransportError
 from loadgen.transport_fast import FastTransport, environment_proxy, make_transport
 
@@ -645,7 +645,7 @@ def test_a_read_is_timed_when_it_arrived_not_when_a_busy_loop_got_to_it(kernel_s
     """The answer arrives while the loop is blocked for 300 ms: the kernel's stamp says when it came."""
     import time
 
-    from loadgen.clock import now_ns
+    from loadgen.core.clock import now_ns
 
     url, stop, _ = _thread_server()
 

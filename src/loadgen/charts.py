@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from . import metrics
-from .records import level_short
+from .core.records import level_short
 
 if TYPE_CHECKING:
     from .html_report import TargetSeries

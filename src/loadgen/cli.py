@@ -21,23 +21,15 @@ from .backends import GenerationParams
 from .commands.execute import FinalWriteError, execute
 from .commands.shared import console as _console
 from .commands.shared import prompt_source, prompt_source_options, request_options, target_options
-from .config import DEFAULT_PROMPT, ConfigError, SweepConfig, Target, build_targets, check_api, check_arrival
+from .config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from .core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, ConfigError, UserError
 from .options import DURATION, LEVELS, RATES, IntList
 from .progress import ProgressObserver
 from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
-from .results import (ResultsError, default_dir, load_probe, load_records, load_run, open_loop, prepare_dir,
+from .results import (default_dir, load_probe, load_records, load_run, open_loop, prepare_dir,
                       target_verdict)
 from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UserError(Exception):
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="loadgen")
@@ -296,16 +288,13 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        sys.exit(130)
+        sys.exit(EXIT_SIGINT)
     except click.ClickException as exc:
         click.echo(f"loadgen: error: {exc.format_message()}", err=True)
-        sys.exit(EXIT_USAGE)
-    except (ConfigError, ResultsError) as exc:
-        click.echo(f"loadgen: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(getattr(exc, "user_exit_code", EXIT_USAGE))
     except UserError as exc:
         click.echo(f"loadgen: error: {exc}", err=True)
-        sys.exit(exc.code)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

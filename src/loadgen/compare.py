@@ -38,7 +38,8 @@ import numpy as np
 from scipy import stats
 
 from . import metrics
-from .records import CANCELLED, RequestRecord
+from .core.errors import UserError
+from .core.records import CANCELLED, RequestRecord
 
 THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
 MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all
@@ -51,7 +52,7 @@ CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos
 SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
 
-class CompareError(ValueError):
+class CompareError(UserError, ValueError):
     """The two runs cannot be compared; the message is one line for the user."""
 
 

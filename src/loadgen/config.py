@@ -1,6 +1,6 @@
 """Sweep configuration: built and validated once at the edge, then read-only.
 
-Errors here are the user's to fix; `ConfigError` carries a one-line message for them.
+Errors here are the user's to fix; `ConfigError` (core.errors) carries a one-line message for them.
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .backends import API_NAMES, GenerationParams
+from .core.errors import ConfigError
 from .schedule import ARRIVALS
 
-if TYPE_CHECKING:  # prompts.py raises ConfigError, so it imports this module
+if TYPE_CHECKING:
     from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
-
-
-class ConfigError(ValueError):
-    """Bad user input; the message is one sentence that says what to change."""
 
 
 @dataclass(frozen=True, slots=True)

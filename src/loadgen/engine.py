@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import records
+from .core import records
 from .backends import Backend
-from .clock import now_ns
-from .records import LevelRun, RequestRecord, ServerOutcome, make_record
+from .core.clock import now_ns
+from .core.records import LevelRun, RequestRecord, ServerOutcome, make_record
 from .sse import StreamReader
 from .transport import Transport, TransportError
 

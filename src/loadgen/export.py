@@ -26,7 +26,8 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
 from . import metrics
-from .records import RequestRecord
+from .core.errors import UserError
+from .core.records import RequestRecord
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
 
@@ -64,7 +65,7 @@ METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
 MULTI_METRICS: dict[str, Callable[[RequestRecord], list[float]]] = {"itl": _itl_ms}
 
 
-class ExportError(Exception):
+class ExportError(UserError):
     """A request the data cannot satisfy (unknown target or metric); the message is for the user."""
 
 

@@ -27,7 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
-from .records import RequestRecord, level_name
+from .core.errors import UserError
+from .core.records import RequestRecord, level_name
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
 DEFAULT_LIMITS = {  # worse by more than this share fails
@@ -50,7 +51,7 @@ FILE_KEYS = ("max_throughput_drop", "max_latency_rise", "max_error_rate", "confi
 PASS, FAIL, NOT_SIGNIFICANT, INCONCLUSIVE = "pass", "fail", "not significant", "inconclusive"
 
 
-class GateConfigError(ValueError):
+class GateConfigError(UserError, ValueError):
     """A bad limit, flag or gate file; the message is one line: `where: what is wrong`."""
 
 

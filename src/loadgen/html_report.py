@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import ProbeSample, RequestRecord
+from .core.records import ProbeSample, RequestRecord
 
 INCOMPLETE = "incomplete"
 

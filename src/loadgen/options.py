@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from .config import ConfigError, parse_int_list, parse_rate_list
+from .config import parse_int_list, parse_rate_list
+from .core.errors import ConfigError
 
 
 class IntList(click.ParamType):

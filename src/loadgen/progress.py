@@ -14,9 +14,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from .clock import now_ns
+from .core.clock import now_ns
 from .metrics import latency_ms, prompt_tok_s, throughput_tok_s
-from .records import CANCELLED, LevelRun, RequestRecord, level_short
+from .core.records import CANCELLED, LevelRun, RequestRecord, level_short
 
 
 class ProgressObserver:

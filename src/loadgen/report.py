@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from .records import level_name
+from .core.records import level_name
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

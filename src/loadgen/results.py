@@ -30,12 +30,13 @@ from typing import Any
 import msgspec
 
 from . import __version__
-from .clock import now_ns
+from .core.clock import now_ns
+from .core.errors import ResultsError
 from .depth import summarize_depth, with_change
 from .metrics import counter_delta, summarize_level
 from .modes import ModeRun, ModeTarget, slot_context
 from .prefill import summarize_prefill
-from .records import LevelRun, ProbeSample, RequestRecord
+from .core.records import LevelRun, ProbeSample, RequestRecord
 from .saturation import analyze_target
 from .soak import summarize_soak, window_seconds
 from .sweep import SweepRun
@@ -48,10 +49,6 @@ READABLE_VERSIONS = (1, 2)
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
-
-
-class ResultsError(Exception):
-    """A results directory that cannot be read or written; the message is for the user."""
 
 
 def utc_now() -> _dt.datetime:

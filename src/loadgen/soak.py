@@ -20,14 +20,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from . import records
+from .core import records
 from .backends import make_backend
 from .engine import EngineOptions, new_decimal_salt, new_salt, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
 from .modes import ModeRun, ModeTarget, prepare_targets
 from .probe import Probe, ServerInfo
 from .prompts import PromptSource
-from .records import LevelRun, RequestRecord
+from .core.records import LevelRun, RequestRecord
 from .sweep import SweepObserver
 from .transport import Transport
 from .transport_fast import make_transport

@@ -15,7 +15,7 @@ from __future__ import annotations
 from array import array
 from typing import Protocol
 
-from .records import STREAM_ERROR, ServerOutcome
+from .core.records import STREAM_ERROR, ServerOutcome
 
 # Bytes of a non-SSE body kept for the error message when a "stream" turns out to be something else
 # (a JSON error with its HTTP status, an HTML page from a proxy). Past this nothing more is kept.

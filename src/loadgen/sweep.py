@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from .backends import OPENAI_APIS, Backend, GenerationParams, make_backend
 from .config import SweepConfig, Target
-from .clock import now_ns
+from .core.clock import now_ns
 from .engine import DEFAULT_OPTIONS, EngineOptions, Observer, new_decimal_salt, run_level, run_open_level
 from .exact_prompt import PromptTooShort, exact_prompts
 from .looplag import LoopLagSampler, bottleneck_warning
 from .probe import Probe, ServerInfo, TargetUnreachable
 from .prompts import PromptSource
-from .records import LevelRun
+from .core.records import LevelRun
 from .schedule import arrival_offsets_ns
 from .transport import Transport
 from .transport_fast import make_transport

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from . import records
-from .clock import now_ns
+from .core import records
+from .core.clock import now_ns
 
 
 class TransportError(Exception):

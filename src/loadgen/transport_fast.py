@@ -42,8 +42,8 @@ from urllib.parse import urlsplit
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from . import records
-from .clock import now_ns
+from .core import records
+from .core.clock import now_ns
 from .transport import (AiohttpTransport, ChunkCallback, HttpResponse, Transport, TransportError, connect_reason,
                         tls_context)
 

@@ -8,22 +8,25 @@ from pathlib import Path
 
 import click
 
-EXIT_USAGE = 2
+from ..core.errors import InputError, UserError
 
 
-class InputError(click.ClickException):
-    """One line for the user, exit code 2 (also when click runs the command standalone)."""
+class ReportedError(click.ClickException):
+    """A `UserError` on its way out through click, which prints it as one line and exits with its
+    code (also when click runs the command standalone). Not an error type of its own."""
 
-    exit_code = EXIT_USAGE
+    def __init__(self, error: UserError):
+        super().__init__(str(error))
+        self.exit_code = self.user_exit_code = error.exit_code
 
 
 @contextmanager
-def user_errors(*kinds: type[Exception]) -> Iterator[None]:
-    """Turn the given exception types (errors in the user's input) into an InputError."""
+def user_errors() -> Iterator[None]:
+    """Errors in the user's input (any `UserError`) leave as one line and their exit code."""
     try:
         yield
-    except kinds as exc:
-        raise InputError(str(exc)) from None
+    except UserError as exc:
+        raise ReportedError(exc) from None
 
 
 def results_dir(path_text: str, which: str = "") -> Path:

@@ -19,13 +19,14 @@ from typing import Any
 
 from rich.console import Console
 
-from ..clock import now_ns
+from ..core.clock import now_ns
+from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM
 from ..loops import freeze_startup_heap, loop_factory
 from ..modes import ModeRun
 from ..results import command_line, host_facts, utc_now, write_results
 from ..sweep import SweepRun
 
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNAL_EXIT = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
 
 Checkpoint = Callable[[], None]
 

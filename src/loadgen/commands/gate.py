@@ -15,20 +15,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..compare import CompareError, RunComparison, compare_runs
-from ..gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigError, build_config, check_line,
-                    comparison_markdown, comparison_table, gate_markdown, load_gate_file, parse_confidence,
-                    parse_settings, run_gate, summary_line, untested_notes)
-from ..records import RequestRecord
-from ..results import ResultsError, load_records, load_run
-from . import results_dir
-from . import user_errors as _user_errors
-
-EXIT_REGRESSION = 1
-
-
-def user_errors():
-    return _user_errors(ResultsError, CompareError, GateConfigError)
+from ..compare import RunComparison, compare_runs
+from ..gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, build_config, check_line, comparison_markdown,
+                    comparison_table, gate_markdown, load_gate_file, parse_confidence, parse_settings, run_gate,
+                    summary_line, untested_notes)
+from ..core.records import RequestRecord
+from ..results import load_records, load_run
+from . import results_dir, user_errors
 
 
 def load(results_dir_text: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:

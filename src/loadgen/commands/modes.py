@@ -18,6 +18,7 @@ from rich.console import Console
 
 from ..backends import GenerationParams
 from ..config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..depth import SKIP_HINT
 from ..modes import ModeRun, run_steps
 from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
@@ -28,7 +29,6 @@ from ..soak import run_soak
 from .execute import Execution, FinalWriteError, execute
 from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
 
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],

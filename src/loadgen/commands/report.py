@@ -7,27 +7,17 @@ commands that measure never pay for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..results import ResultsError, load_probe, load_records, load_run
-from . import InputError, results_dir
-from . import user_errors as _user_errors
+from ..core.errors import InputError
+from ..results import load_probe, load_records, load_run
+from . import results_dir, user_errors
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json")
 REPORT_FORMATS = ("html", "markdown")
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    from ..export import ExportError  # lazily: `export` must not pay for what `report` imports
-
-    with _user_errors(ResultsError, ExportError):
-        yield
 
 
 def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
@@ -43,6 +33,7 @@ def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
                                  "schedule_lag or itl.  [default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
 @click.option("--out", "out_dir", help="Directory to write into.  [default: RESULTS_DIR]")
+@user_errors()
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
                    out_dir: str | None) -> None:
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON."""
@@ -50,8 +41,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
     choice(output_format, EXPORT_FORMATS, "--format")
     source = results_dir(results_dir_text)
-    with user_errors():
-        data = select(load_run(source), load_records(source), target=target, metric=metric)
+    data = select(load_run(source), load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -66,9 +56,8 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
 def load_source(path_text: str) -> dict[str, Any]:
     path = results_dir(path_text)
-    with user_errors():
-        return {"name": path.resolve().name, "run": load_run(path), "records": load_records(path),
-                "probe": load_probe(path)}
+    return {"name": path.resolve().name, "run": load_run(path), "records": load_records(path),
+            "probe": load_probe(path)}
 
 
 @click.command("report")
@@ -77,6 +66,7 @@ def load_source(path_text: str) -> dict[str, Any]:
               help="HTML file to write; the charts are also written as PNG files next to it.")
 @click.option("--format", "output_format", default="html", show_default=True,
               help="html (a self-contained file) or markdown (level tables and verdicts on stdout).")
+@user_errors()
 def report_command(results_dirs: tuple[str, ...], out_file: str, output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps, overlaid."""
     from .. import html_report

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..config import ConfigError
+from ..core.errors import ConfigError
 from ..scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
 
 MODES = ("sweep", "prefill", "depth", "soak")

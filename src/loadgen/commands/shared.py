@@ -12,7 +12,7 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
-from ..config import ConfigError
+from ..core.errors import ConfigError
 from ..options import PORTS
 from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from ..transport_fast import TRANSPORT_NAMES

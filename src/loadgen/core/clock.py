@@ -13,10 +13,3 @@ now_ns = time.monotonic_ns
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 
-
-def ns_to_ms(ns: int) -> float:
-    return ns / NS_PER_MS
-
-
-def ns_to_s(ns: int) -> float:
-    return ns / NS_PER_S
