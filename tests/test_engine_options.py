@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from loadgen.core import records
-from loadgen.backends import GenerationParams, make_backend
+from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.engine import EngineOptions, new_decimal_salt, run_level
 from loadgen.core.records import LevelRun
-from loadgen.transport import TransportError
+from loadgen.client.transport import TransportError
 
 
 class RefusingTransport:

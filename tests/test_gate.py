@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen import compare, gate, metrics, results
-from loadgen.backends import GenerationParams
+from loadgen.client.backends import GenerationParams
 from loadgen.commands.gate import gate_command
 from loadgen.config import SweepConfig, Target
 from loadgen.core.records import CANCELLED, LevelRun, RequestRecord

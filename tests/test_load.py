@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.backends import GenerationParams
+from loadgen.client.backends import GenerationParams
 from loadgen.cli import execute_sweep
 from loadgen.config import SweepConfig, Target
 from loadgen.results import load_records, load_run

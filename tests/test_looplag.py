@@ -8,7 +8,7 @@ import time
 import pytest
 import uvloop
 
-from loadgen.backends import GenerationParams
+from loadgen.client.backends import GenerationParams
 from loadgen.config import SweepConfig, Target
 from loadgen.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from loadgen.results import run_document

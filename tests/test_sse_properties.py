@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen.core import records
-from loadgen.backends import GenerationParams, make_backend
-from loadgen.sse import SSESplitter, StreamReader
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.client.sse import SSESplitter, StreamReader
 from fixture_server import chat_stream, completion_stream
 
 API_NAMES = ("llamacpp", "completions", "chat")

@@ -9,8 +9,10 @@ import uvloop
 
 from httpfixture import FixtureServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
 from loadgen.core import records
-from loadgen.transport import AiohttpTransport, TransportError
-from loadgen.transport_fast import FastTransport, environment_proxy, make_transport
+from loadgen.client.aiohttp_transport import AiohttpTransport
+from loadgen.client.transport import TransportError
+from loadgen.client.fast import FastTransport
+from loadgen.client.registry import environment_proxy, make_transport
 
 TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
 SSE = b"".join(b'data: {"content":"tok%d","stop":false}\n\n' % i for i in range(64))
@@ -678,17 +680,17 @@ def test_implausible_kernel_stamps_fall_back_to_the_read_time():
     import struct
     import time
 
-    from loadgen.transport_fast import _SO_TIMESTAMPNS, _kernel_time
+    from loadgen.client.connections import SO_TIMESTAMPNS, kernel_time
 
     def anc(ns):
-        return [(socket.SOL_SOCKET, _SO_TIMESTAMPNS, struct.pack("qq", ns // 10**9, ns % 10**9))]
+        return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", ns // 10**9, ns % 10**9))]
 
     now = 10**15
     wall = time.clock_gettime_ns(time.CLOCK_REALTIME)
-    assert now - 5_000_000 - 1_000_000 < _kernel_time(anc(wall - 5_000_000), now) <= now - 5_000_000
-    assert _kernel_time(anc(wall + 10**9), now) == now  # from the future: a clock step
-    assert _kernel_time(anc(wall - 3600 * 10**9), now) == now  # an hour old: a clock step
-    assert _kernel_time([(socket.SOL_SOCKET, 99, b"x" * 16)], now) == now  # another message
+    assert now - 5_000_000 - 1_000_000 < kernel_time(anc(wall - 5_000_000), now) <= now - 5_000_000
+    assert kernel_time(anc(wall + 10**9), now) == now  # from the future: a clock step
+    assert kernel_time(anc(wall - 3600 * 10**9), now) == now  # an hour old: a clock step
+    assert kernel_time([(socket.SOL_SOCKET, 99, b"x" * 16)], now) == now  # another message
 
 
 def test_a_host_name_is_resolved_once_and_its_working_address_tried_first():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import uvloop
 
-from loadgen.backends import GenerationParams
+from loadgen.client.backends import GenerationParams
 from loadgen.config import SweepConfig, Target
 from loadgen.sweep import SweepRun, run_sweep
 

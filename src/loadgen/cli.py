@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 
 from . import __version__
-from .backends import GenerationParams
+from .client.backends import GenerationParams
 from .commands.execute import FinalWriteError, execute
 from .commands.shared import console as _console
 from .commands.shared import prompt_source, prompt_source_options, request_options, target_options
@@ -26,8 +26,7 @@ from .core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, ConfigEr
 from .options import DURATION, LEVELS, RATES, IntList
 from .progress import ProgressObserver
 from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
-from .results import (default_dir, load_probe, load_records, load_run, open_loop, prepare_dir,
-                      target_verdict)
+from .results import default_dir, load_probe, load_records, load_run, open_loop, prepare_dir, target_verdict
 from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .backends import API_NAMES, GenerationParams
+from .client.backends import API_NAMES, GenerationParams
 from .core.errors import ConfigError
 from .schedule import ARRIVALS
 
@@ -63,7 +63,7 @@ class SweepConfig:
     # The demo: its simulated servers run on this process's event loop, so loop lag and CPU are
     # theirs too, and are recorded but not taken as a sign that the client is the bottleneck.
     servers_in_process: bool = False
-    transport: str = "fast"  # "fast" (transport_fast) or "aiohttp"
+    transport: str = "fast"  # "fast" (client/fast.py) or "aiohttp"; see client/registry.py
     insecure: bool = False  # https without certificate verification
     # --prompt-tokens: every prompt is cut to exactly this many tokens per server, from
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.

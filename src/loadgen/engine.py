@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .core import records
-from .backends import Backend
+from .client.backends import Backend
 from .core.clock import now_ns
 from .core.records import LevelRun, RequestRecord, ServerOutcome, make_record
-from .sse import StreamReader
-from .transport import Transport, TransportError
+from .client.sse import StreamReader
+from .client.transport import Transport, TransportError
 
 # A target is given up when this many requests in a row could not even connect.
 CONNECT_FAILURES_BEFORE_DOWN = 3

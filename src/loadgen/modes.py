@@ -13,17 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .backends import make_backend
+from .client.backends import make_backend
 from .core.clock import now_ns
 from .config import SweepConfig
 from .depth import skip_reason as context_skip_reason
 from .engine import EngineOptions, new_decimal_salt, run_level
-from .exact_prompt import FittedPrompt, fit_prompts
+from .run.exact_prompt import FittedPrompt, fit_prompts
 from .prompts import PromptSource
 from .core.records import LevelRun
 from .sweep import SweepObserver, TargetRun, _prepare, resolve_labels
-from .transport import Transport
-from .transport_fast import make_transport
+from .client.transport import Transport
+from .client.registry import make_transport
 
 
 @dataclass(slots=True)

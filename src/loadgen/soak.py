@@ -21,16 +21,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .core import records
-from .backends import make_backend
+from .client.backends import make_backend
 from .engine import EngineOptions, new_decimal_salt, new_salt, run_level
-from .exact_prompt import PromptTooShort, exact_prompts
+from .run.exact_prompt import PromptTooShort, exact_prompts
 from .modes import ModeRun, ModeTarget, prepare_targets
-from .probe import Probe, ServerInfo
+from .client.probe import Probe, ServerInfo
 from .prompts import PromptSource
 from .core.records import LevelRun, RequestRecord
 from .sweep import SweepObserver
-from .transport import Transport
-from .transport_fast import make_transport
+from .client.transport import Transport
+from .client.registry import make_transport
 
 DRIFT_SHARE = 0.10  # the first and last tenth of the windows are compared
 DRIFT_P = 0.05

@@ -13,18 +13,18 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .backends import OPENAI_APIS, Backend, GenerationParams, make_backend
+from .client.backends import OPENAI_APIS, Backend, GenerationParams, make_backend
 from .config import SweepConfig, Target
 from .core.clock import now_ns
 from .engine import DEFAULT_OPTIONS, EngineOptions, Observer, new_decimal_salt, run_level, run_open_level
-from .exact_prompt import PromptTooShort, exact_prompts
+from .run.exact_prompt import PromptTooShort, exact_prompts
 from .looplag import LoopLagSampler, bottleneck_warning
-from .probe import Probe, ServerInfo, TargetUnreachable
+from .client.probe import Probe, ServerInfo, TargetUnreachable
 from .prompts import PromptSource
 from .core.records import LevelRun
 from .schedule import arrival_offsets_ns
-from .transport import Transport
-from .transport_fast import make_transport
+from .client.transport import Transport
+from .client.registry import make_transport
 
 
 @dataclass(slots=True)
@@ -189,7 +189,7 @@ async def run_sweep(run: SweepRun, obs: SweepObserver,
                     transport_factory: Callable[[], Transport] | None = None) -> None:
     """Fill `run` target by target (or all at once with parallel_targets).
 
-    The transport is `config.transport`'s (see `transport_fast.make_transport`) unless a factory is given.
+    The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is given.
     """
     config = run.config
     run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in config.targets]

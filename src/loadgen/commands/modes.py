@@ -16,7 +16,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..backends import GenerationParams
+from ..client.backends import GenerationParams
 from ..config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..depth import SKIP_HINT

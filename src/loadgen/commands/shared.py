@@ -15,7 +15,7 @@ from rich.console import Console
 from ..core.errors import ConfigError
 from ..options import PORTS
 from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
-from ..transport_fast import TRANSPORT_NAMES
+from ..client.registry import TRANSPORT_NAMES
 
 
 def _apply(f: Callable, options: list[Callable]) -> Callable:

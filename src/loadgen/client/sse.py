@@ -15,12 +15,13 @@ from __future__ import annotations
 from array import array
 from typing import Protocol
 
-from .core.records import STREAM_ERROR, ServerOutcome
+from ..core.records import STREAM_ERROR, ServerOutcome
 
 # Bytes of a non-SSE body kept for the error message when a "stream" turns out to be something else
 # (a JSON error with its HTTP status, an HTML page from a proxy). Past this nothing more is kept.
 RAW_PREFIX_LIMIT = 64 * 1024
-# A single SSE line longer than this is not an event stream we can trust; stop buffering it.
+# A single SSE event longer than this is not an event stream we can trust: it is dropped, and the
+# request ends as a `stream_error` saying so.
 MAX_LINE = 16 * 1024 * 1024
 
 
@@ -35,7 +36,7 @@ class SSESplitter:
 
     def __init__(self) -> None:
         self._tail = b""  # an incomplete event carried over to the next read
-        self.overflow = False
+        self.overflow = False  # an event grew past MAX_LINE and was dropped (StreamReader reports it)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         return self.payloads(self.complete(chunk))
@@ -134,7 +135,11 @@ class StreamReader:
     def on_chunk(self, chunk: bytes, t_ns: int) -> None:
         if self.events == 0 and len(self._raw) < RAW_PREFIX_LIMIT:
             self._raw += chunk[:RAW_PREFIX_LIMIT - len(self._raw)]
-        region = self._splitter.complete(chunk)
+        splitter = self._splitter
+        region = splitter.complete(chunk)
+        if splitter.overflow and self.failed is None:  # an event was dropped: say so, never lose it silently
+            self.failed = ServerOutcome(error_kind=STREAM_ERROR,
+                                        error_message=f"an event longer than {MAX_LINE} bytes was dropped")
         if not region:
             return
         if self._count is not None:

@@ -1,7 +1,7 @@
 """Prompts of an exact token count for one server, measured with its own tokenizer.
 
 A request's prompt is "[<salt>] " + body, so the count N includes the salt. The salt is a UUID of
-decimal digits only (`engine.new_decimal_salt`): tokenizers split digit runs by fixed rules, so
+decimal digits only (`salts.new_decimal_salt`): tokenizers split digit runs by fixed rules, so
 every salt costs the same number of tokens and one body fits every request.
 
 With llama-server's `POST /tokenize` (`add_special` counts the BOS token the server adds):
@@ -14,22 +14,17 @@ With `--api chat` the server wraps the prompt in its chat template: the template
 measured once with `POST /apply-template` and the body is cut that much shorter.
 Without /tokenize (an OpenAI-compatible server), the body is cut at an estimated
 `WORDS_PER_TOKEN` and the caller warns that the lengths are estimates; the server's `prompt_n` is
-recorded either way.
+recorded either way. The server's tokenizer is client/tokenize.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-import aiohttp
-
-from .engine import new_decimal_salt
-from .prompts import PromptSource
-from .transport import tls_context
+from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
+from ..engine import new_decimal_salt
+from ..prompts import PromptSource
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask
@@ -37,83 +32,9 @@ SALT_CHECKS = 3  # other salts the fitted length is confirmed with
 MAX_ADJUST = 8  # re-tokenize rounds before settling for the closest cut
 
 
-class TokenizeUnavailable(Exception):
-    """The server has no usable /tokenize (not llama-server, or an error)."""
-
-
-class Tokenizer(Protocol):
-    async def pieces(self, text: str) -> list[bytes]: ...
-
-    async def template_overhead(self) -> int: ...
-
-    async def count(self, text: str) -> int: ...
-
-    async def specials(self) -> int: ...
-
-
 def salted(salt: str, body: str) -> str:
     """Exactly what the backends send as the prompt text."""
     return f"[{salt}] {body}"
-
-
-class ServerTokenizer:
-    """llama-server's POST /tokenize on an open aiohttp session."""
-
-    def __init__(self, session: aiohttp.ClientSession, base_url: str):
-        self._session = session
-        self._url = base_url.rstrip("/") + "/tokenize"
-        self._specials: int | None = None
-
-    async def _tokenize(self, text: str, *, add_special: bool, with_pieces: bool) -> list[Any]:
-        body = {"content": text, "add_special": add_special, "with_pieces": with_pieces}
-        try:
-            async with self._session.post(self._url, json=body) as resp:
-                if resp.status != 200:
-                    raise TokenizeUnavailable(f"/tokenize answered HTTP {resp.status}")
-                data = json.loads(await resp.read())
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
-            raise TokenizeUnavailable(f"/tokenize failed ({type(exc).__name__}: {exc})") from None
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list):
-            raise TokenizeUnavailable("/tokenize gave no token list")
-        return tokens
-
-    async def pieces(self, text: str) -> list[bytes]:
-        """The text's tokens (no BOS) as byte strings; joined they give the text back."""
-        out = []
-        for t in await self._tokenize(text, add_special=False, with_pieces=True):
-            piece = t.get("piece") if isinstance(t, dict) else None
-            if isinstance(piece, str):
-                out.append(piece.encode("utf-8"))
-            elif isinstance(piece, list):  # bytes of an incomplete UTF-8 sequence
-                out.append(bytes(piece))
-            else:
-                raise TokenizeUnavailable("/tokenize with_pieces gave no pieces")
-        return out
-
-    async def count(self, text: str) -> int:
-        """Tokens the server computes for this prompt, BOS included when the model adds one."""
-        return len(await self._tokenize(text, add_special=True, with_pieces=False))
-
-    async def template_overhead(self) -> int:
-        """Tokens the chat template adds around one user message (POST /apply-template)."""
-        url = self._url.removesuffix("/tokenize") + "/apply-template"
-        try:
-            async with self._session.post(url, json={"messages": [{"role": "user", "content": "x"}]}) as resp:
-                if resp.status != 200:
-                    raise TokenizeUnavailable(f"/apply-template answered HTTP {resp.status}")
-                prompt = json.loads(await resp.read()).get("prompt")
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as exc:
-            raise TokenizeUnavailable(f"/apply-template failed ({type(exc).__name__})") from None
-        if not isinstance(prompt, str):
-            raise TokenizeUnavailable("/apply-template gave no prompt")
-        return await self.count(prompt) - await self.count("x")
-
-    async def specials(self) -> int:
-        if self._specials is None:
-            with_bos = await self.count("x")
-            self._specials = with_bos - len(await self._tokenize("x", add_special=False, with_pieces=False))
-        return self._specials
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,10 +134,7 @@ async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list
     """Per length, a fitted prompt for the server at base_url (estimated when it has no /tokenize),
     or the PromptTooShort error of a length that cannot hold the salt."""
     out: dict[int, FittedPrompt | PromptTooShort] = {}
-    connector = aiohttp.TCPConnector(ssl=tls_context(insecure) if base_url.startswith("https:") else True)
-    async with aiohttp.ClientSession(headers=dict(headers or {}), connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        tokenizer = ServerTokenizer(session, base_url)
+    async with server_tokenizer(base_url, headers=headers, timeout_s=timeout_s, insecure=insecure) as tokenizer:
         template: int | None = 0
         if api == "chat":
             try:

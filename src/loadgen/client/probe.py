@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from .core.clock import now_ns
-from .core.records import ProbeSample
+from ..core.clock import now_ns
+from ..core.records import ProbeSample
 from .transport import connect_reason, tls_context
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..core import records
-from ..core.records import ServerOutcome, Usage
+from ...core import records
+from ...core.records import ServerOutcome, Usage
 from . import GenerationParams, SaltedBodies
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 

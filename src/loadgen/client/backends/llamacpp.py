@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from ..core import records
-from ..core.records import ServerOutcome
+from ...core import records
+from ...core.records import ServerOutcome
 from . import GenerationParams, SaltedBodies
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 

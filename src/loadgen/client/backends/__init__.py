@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..core.records import ServerOutcome
+from ...core.records import ServerOutcome
 from ..sse import EventReader
 
 

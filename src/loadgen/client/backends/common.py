@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ..core import records
-from ..core.records import ServerOutcome
+from ...core import records
+from ...core.records import ServerOutcome
 
 T = TypeVar("T")
 
