@@ -86,7 +86,7 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
                   keep_latencies: bool = False, kernel_stamps: bool = True) -> dict:
     from loadgen.client.backends import GenerationParams, make_backend
     from loadgen.engine import run_level
-    from loadgen.looplag import LoopLagSampler
+    from loadgen.run.looplag import LoopLagSampler
     from loadgen.core.records import LevelRun
     from loadgen.client.fast import FastTransport
     from loadgen.client.registry import make_transport

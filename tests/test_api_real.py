@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import metrics
+from loadgen.analysis import metrics
 from loadgen.results import load_records, load_run
 from testbed import sweep
 

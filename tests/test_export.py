@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from hdrh.log import HistogramLogReader
 
-from loadgen import metrics
+from loadgen.analysis import metrics
 from loadgen.commands.report import export_command
 from loadgen.results import load_records, load_run
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadgen import metrics
+from loadgen.analysis import metrics
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from loadgen.core import records
-from loadgen.depth import DepthRow, skip_reason, summarize_depth, with_change
-from loadgen.prefill import summarize_prefill
+from loadgen.analysis.depth import DepthRow, skip_reason, summarize_depth, with_change
+from loadgen.analysis.prefill import summarize_prefill
 from loadgen.core.records import RequestRecord
-from loadgen.soak import summarize_soak, window_seconds
+from loadgen.analysis.soak import summarize_soak, window_seconds
 
 S = 1_000_000_000
 

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from loadgen import metrics
+from loadgen.analysis import metrics
 from loadgen.core import records
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.engine import run_level, run_open_level

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.core.records import ProbeSample, RequestRecord
-from loadgen.saturation import LevelPoint, analyze_target, find_knee, is_queued, overhead_ms
+from loadgen.analysis.saturation import LevelPoint, analyze_target, find_knee, is_queued, overhead_ms
 
 MS = 1_000_000
 

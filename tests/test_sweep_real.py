@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from loadgen import metrics
+from loadgen.analysis import metrics
 from loadgen.results import load_records, load_run
 from testbed import LOADGEN, start_llama_server
 

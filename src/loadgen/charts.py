@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from . import metrics
+from .analysis import metrics
 from .core.records import level_short
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from . import metrics
+from .analysis import metrics
 from .core.errors import UserError
 from .core.records import RequestRecord
 

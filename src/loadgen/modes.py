@@ -16,7 +16,7 @@ from typing import Any
 from .client.backends import make_backend
 from .core.clock import now_ns
 from .config import SweepConfig
-from .depth import skip_reason as context_skip_reason
+from .analysis.depth import skip_reason as context_skip_reason
 from .engine import EngineOptions, new_decimal_salt, run_level
 from .run.exact_prompt import FittedPrompt, fit_prompts
 from .prompts import PromptSource

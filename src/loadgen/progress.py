@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.text import Text
 
 from .core.clock import now_ns
-from .metrics import latency_ms, prompt_tok_s, throughput_tok_s
+from .analysis.metrics import latency_ms, prompt_tok_s, throughput_tok_s
 from .core.records import CANCELLED, LevelRun, RequestRecord, level_short
 
 

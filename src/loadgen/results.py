@@ -32,13 +32,13 @@ import msgspec
 from . import __version__
 from .core.clock import now_ns
 from .core.errors import ResultsError
-from .depth import summarize_depth, with_change
-from .metrics import counter_delta, summarize_level
+from .analysis.depth import summarize_depth, with_change
+from .analysis.metrics import counter_delta, summarize_level
 from .modes import ModeRun, ModeTarget, slot_context
-from .prefill import summarize_prefill
+from .analysis.prefill import summarize_prefill
 from .core.records import LevelRun, ProbeSample, RequestRecord
-from .saturation import analyze_target
-from .soak import summarize_soak, window_seconds
+from .analysis.saturation import analyze_target
+from .analysis.soak import summarize_soak, window_seconds
 from .sweep import SweepRun
 
 SCHEMA = "loadgen.run"

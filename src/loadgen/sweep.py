@@ -18,7 +18,7 @@ from .config import SweepConfig, Target
 from .core.clock import now_ns
 from .engine import DEFAULT_OPTIONS, EngineOptions, Observer, new_decimal_salt, run_level, run_open_level
 from .run.exact_prompt import PromptTooShort, exact_prompts
-from .looplag import LoopLagSampler, bottleneck_warning
+from .run.looplag import LoopLagSampler, bottleneck_warning
 from .client.probe import Probe, ServerInfo, TargetUnreachable
 from .prompts import PromptSource
 from .core.records import LevelRun

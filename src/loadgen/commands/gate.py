@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 
-from ..compare import RunComparison, compare_runs
-from ..gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, build_config, check_line, comparison_markdown,
-                    comparison_table, gate_markdown, load_gate_file, parse_confidence, parse_settings, run_gate,
-                    summary_line, untested_notes)
+from ..analysis.compare import RunComparison, compare_runs
+from ..analysis.gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigError, build_config, parse_confidence,
+                             parse_settings, run_gate)
+from ..output.comparison import (check_line, comparison_markdown, comparison_table, gate_markdown, summary_line,
+                                 untested_notes)
 from ..core.records import RequestRecord
 from ..results import load_records, load_run
 from . import results_dir, user_errors
@@ -27,6 +29,27 @@ from . import results_dir, user_errors
 def load(results_dir_text: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:
     path = results_dir(results_dir_text, which)
     return load_run(path), load_records(path)
+
+
+def load_gate_file(path: Path) -> dict[str, Any]:
+    """Read and check the [gate] table of a TOML file; errors read `file: key: what is wrong`."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GateConfigError(f"{path}: not found") from None
+    except OSError as exc:
+        raise GateConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise GateConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise GateConfigError(f"{path}: not valid TOML ({exc})") from None
+    unknown = [key for key in data if key != "gate"]
+    if unknown:
+        raise GateConfigError(f"{path}: {unknown[0]}: unknown table or key; only a [gate] table is read")
+    table = data.get("gate")
+    if not isinstance(table, dict):
+        raise GateConfigError(f"{path}: gate: missing; put the settings under a [gate] table")
+    return parse_settings(table, lambda key: f"{path}: {key}")
 
 
 def print_notes(comparison: RunComparison, err: Console) -> None:

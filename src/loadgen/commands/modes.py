@@ -19,13 +19,13 @@ from rich.console import Console
 from ..client.backends import GenerationParams
 from ..config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..core.errors import EXIT_FAILED, EXIT_OK
-from ..depth import SKIP_HINT
+from ..analysis.depth import SKIP_HINT
 from ..modes import ModeRun, run_steps
 from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
 from ..progress import SoakStatus, StepProgress
 from ..report import depth_table, error_lines, prefill_table, soak_table
 from ..results import default_dir, prepare_dir
-from ..soak import run_soak
+from ..run.soak import run_soak
 from .execute import Execution, FinalWriteError, execute
 from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .metrics import Distribution, distribution_ms, queue_wait_ms, service_ms
-from .core.records import ProbeSample, RequestRecord, level_short
+from ..core.records import ProbeSample, RequestRecord, level_short
 
 QUEUED_MIN_MS = 20.0
 QUEUED_SERVICE_SHARE = 0.10

@@ -1,6 +1,6 @@
 """Soak: steady load for hours through errors and restarts, and what its records say over time.
 
-`run_soak` drives the load; everything above it is pure functions over records (no I/O, no clock).
+Pure functions over records (no I/O, no clock); run/soak.py drives the load.
 A soak is one long closed-loop level. Its records are cut into windows by completion time:
 - window throughput = Σ predicted_n of the window's successful requests / the window's length (s)
 - error-free time   = total length of the windows in which no request failed
@@ -14,23 +14,13 @@ Requests cancelled when the soak was stopped are neither counted as ok nor as fa
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from .core import records
-from .client.backends import make_backend
-from .engine import EngineOptions, new_decimal_salt, new_salt, run_level
-from .run.exact_prompt import PromptTooShort, exact_prompts
-from .modes import ModeRun, ModeTarget, prepare_targets
-from .client.probe import Probe, ServerInfo
-from .prompts import PromptSource
-from .core.records import LevelRun, RequestRecord
-from .sweep import SweepObserver
-from .client.transport import Transport
-from .client.registry import make_transport
+from ..core import records
+from ..core.records import RequestRecord
 
 DRIFT_SHARE = 0.10  # the first and last tenth of the windows are compared
 DRIFT_P = 0.05
@@ -173,76 +163,3 @@ def summarize_soak(rs: Sequence[RequestRecord], start_ns: int, end_ns: int,
         longest_error_free_s=longest_error_free_s(rs, start_ns, end_ns) if end_ns > start_ns else 0.0,
         first_throughput_tok_s=first_mean, last_throughput_tok_s=last_mean, drift_windows=k, drift=drift,
         drift_p=_welch_p(first, last), windows=windows)
-
-
-# --- running a soak -------------------------------------------------------------------------------
-
-PAUSE_AFTER_ERROR_S = 1.0  # a worker whose request failed waits this long: a down server is not hammered
-
-
-async def run_soak(run: ModeRun, obs: SweepObserver, source: PromptSource, checkpoint: Callable[[], None],
-                   transport_factory: Callable[[], Transport] | None = None) -> None:
-    """Every reachable target at once: `concurrency` workers for `duration_s`, through errors.
-
-    The engine never gives a target up here (a restart is ridden out, its errors counted by kind)
-    and pauses a failed worker for PAUSE_AFTER_ERROR_S. `checkpoint` is called every
-    `checkpoint_interval_s`, so a crash loses at most that much.
-    """
-    config, settings = run.base, run.settings
-    concurrency, duration_s = config.concurrency[0], settings["duration_s"]
-    prompt_tokens = settings.get("prompt_tokens")
-    live = await prepare_targets(run, obs)
-
-    async def soak_target(t: ModeTarget) -> None:
-        generation = config.generation
-        if prompt_tokens:
-            try:
-                bodies, note = await exact_prompts(t.target.url, source, prompt_tokens, api=config.api,
-                                                   headers=config.auth_headers(), timeout_s=config.timeout_s,
-                                                   insecure=config.insecure)
-            except PromptTooShort as exc:
-                t.error = f"{t.target.url}: --prompt-tokens: {exc}"
-                return
-            if note:
-                obs.message(f"{t.label}: {note}")
-            generation = replace(generation, prompt=bodies[0], prompts=bodies)
-        backend = make_backend(config.api, generation, t.model)
-        salt = new_decimal_salt if prompt_tokens else new_salt
-        transport = (transport_factory() if transport_factory is not None
-                     else make_transport(config.transport, t.target.url, obs.message))
-        await transport.open(t.target.url, concurrency, config.timeout_s, config.auth_headers(),
-                             insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True)
-        try:
-            if config.warmup > 0:
-                warm = LevelRun(target=t.label, concurrency=1)
-                await run_level(warm, transport, backend, requests=config.warmup, duration_s=None,
-                                options=EngineOptions(salt=salt))
-                if warm.stopped_reason:
-                    t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
-                    return
-            level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
-            t.levels.append(level)
-            async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
-                sampler = asyncio.ensure_future(probe.sample_until_cancelled(
-                    t.label, concurrency, t.info or ServerInfo(), settings["probe_interval_s"], level.probe_samples))
-                try:
-                    await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
-                                    options=EngineOptions(salt=salt, give_up_after=None,
-                                                          pause_after_error_s=PAUSE_AFTER_ERROR_S))
-                finally:
-                    sampler.cancel()
-                    await asyncio.gather(sampler, return_exceptions=True)
-        finally:
-            await transport.close()
-
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(settings["checkpoint_interval_s"])
-            checkpoint()
-
-    ticking = asyncio.ensure_future(ticker())
-    try:
-        await asyncio.gather(*(soak_target(t) for t in live))
-    finally:
-        ticking.cancel()
-        await asyncio.gather(ticking, return_exceptions=True)

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from .core import records
-from .core.records import RequestRecord
+from ..core import records
+from ..core.records import RequestRecord
 
 HISTOGRAM_LOWEST_US = 1
 HISTOGRAM_HIGHEST_US = 3_600 * 1_000_000  # one hour

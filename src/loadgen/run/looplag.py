@@ -14,7 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from .metrics import distribution_ms
+from ..analysis.metrics import distribution_ms
 
 # Above either of these the client, not the server, may be what limits the figures.
 LAG_P99_WARN_MS = 2.0

@@ -38,8 +38,8 @@ import numpy as np
 from scipy import stats
 
 from . import metrics
-from .core.errors import UserError
-from .core.records import CANCELLED, RequestRecord
+from ..core.errors import UserError
+from ..core.records import CANCELLED, RequestRecord
 
 THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
 MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all

@@ -17,9 +17,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .core import records
+from ..core import records
 from .metrics import MeanSd, latency_ms, mean_sd, prompt_tok_s
-from .core.records import RequestRecord
+from ..core.records import RequestRecord
 
 
 def client_ttft_ms(r: RequestRecord) -> float | None:
