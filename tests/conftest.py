@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from testbed import LOADGEN, free_port, sweep, start_llama_server
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from testbed import sweep
 
 pytestmark = pytest.mark.real

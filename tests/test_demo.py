@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from loadgen.results import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run
 from testbed import LOADGEN
 
 

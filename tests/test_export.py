@@ -12,7 +12,7 @@ from hdrh.log import HistogramLogReader
 
 from loadgen.analysis import metrics
 from loadgen.commands.report import export_command
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 

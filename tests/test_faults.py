@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run
 from loadgen.sim import FaultConfig, start_simulator
 from simbed import RawListener, SimThread
 from testbed import LOADGEN, free_port

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.analysis import compare, gate, metrics
-from loadgen import results
+from loadgen.results import schema, writer
 from loadgen.client.backends import GenerationParams
 from loadgen.commands.gate import gate_command, load_gate_file
 from loadgen.output import comparison
@@ -71,9 +71,9 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
     """
     run = sweep_run(levels, **kw)
     if summaries:
-        doc = json.loads(json.dumps(results.run_document(run, meta={"kind": "sweep"})))
+        doc = json.loads(json.dumps(writer.run_document(run, meta={"kind": "sweep"})))
     else:
-        doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": "sweep", "complete": True,
+        doc = {"schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION, "kind": "sweep", "complete": True,
                "config": run.config.to_dict(),
                "targets": [{"label": t.label, "levels": [{"level": lv.concurrency, "concurrency": lv.concurrency} for lv in t.levels]}
                            for t in run.targets]}
@@ -82,7 +82,7 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
 
 def write_run(path: Path, levels: dict[int, list[RequestRecord]], **kw) -> Path:
     path.mkdir(parents=True)
-    results.write_results(path, sweep_run(levels, **kw), meta={"kind": "sweep"})
+    writer.write_results(path, sweep_run(levels, **kw), meta={"kind": "sweep"})
     return path
 
 

@@ -11,7 +11,7 @@ import uvloop
 from loadgen.client.backends import GenerationParams
 from loadgen.config import SweepConfig, Target
 from loadgen.run.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
-from loadgen.results import run_document
+from loadgen.results.writer import run_document
 from loadgen.sim import load_profile, start_simulator
 from loadgen.sweep import SweepRun, run_sweep
 

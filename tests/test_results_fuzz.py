@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadgen import cli
-from loadgen.results import ResultsError, load_probe, load_records, load_run
+from loadgen.core.errors import ResultsError
+from loadgen.results.reader import load_probe, load_records, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 GOOD_DOC = json.loads((FIXTURE / "run.json").read_text())

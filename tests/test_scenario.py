@@ -11,7 +11,7 @@ import pytest
 
 from loadgen import cli
 from loadgen.commands.run import MODES
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from loadgen.scenario import keys_of
 from testbed import LOADGEN
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.core import records as record_kinds
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from testbed import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real

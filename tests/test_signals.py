@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from testbed import LOADGEN
 
 N_PREDICT = 16

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 from testbed import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real

@@ -499,7 +499,7 @@ async def llama_like(request, writer):
 
 @pytest.mark.parametrize("transport", ["fast", "aiohttp"])
 def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, tmp_path, transport):
-    from loadgen.results import load_records, load_run
+    from loadgen.results.reader import load_records, load_run
 
     context, _ = self_signed_tls(tmp_path)
     with ThreadedServer(llama_like, tls=context) as server:
@@ -520,7 +520,7 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
 @pytest.mark.parametrize("transport,clock", [("fast", "kernel"), ("aiohttp", "loop")])
 def test_run_json_says_how_reads_were_timed(loadgen, tmp_path, transport, clock):
-    from loadgen.results import load_run
+    from loadgen.results.reader import load_run
 
     with ThreadedServer(llama_like) as server:
         code, _, err = loadgen("sweep", "--url", server.url, "--concurrency", "1", "--requests", "2", "--warmup", "0",

@@ -46,7 +46,7 @@ def _empty(ax, text: str) -> None:
 
 
 def _open_loop(series: Sequence[TargetSeries]) -> bool:
-    return any(lv.get("rate") is not None for s in series for lv in s.levels)
+    return any(s.open_loop for s in series)
 
 
 def _x_label(series: Sequence[TargetSeries]) -> str:

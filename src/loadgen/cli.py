@@ -26,7 +26,9 @@ from .core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, ConfigEr
 from .options import DURATION, LEVELS, RATES, IntList
 from .progress import ProgressObserver
 from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
-from .results import default_dir, load_probe, load_records, load_run, open_loop, prepare_dir, target_verdict
+from .results.writer import default_dir, prepare_dir
+from .results.reader import load_probe, load_records, load_run, open_loop
+from .analysis.saturation import target_verdict
 from .schedule import ARRIVALS
 from .sweep import SweepRun, run_sweep
 

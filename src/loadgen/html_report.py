@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.records import ProbeSample, RequestRecord
+from .core.rundoc import is_open_loop
 
 INCOMPLETE = "incomplete"
 
@@ -49,6 +50,7 @@ class TargetSeries:
     records: list[RequestRecord] = field(default_factory=list)
     probe: list[ProbeSample] = field(default_factory=list)
     complete: bool = True
+    open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
 
     @property
     def levels(self) -> list[dict[str, Any]]:
@@ -76,7 +78,7 @@ def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
             if not complete:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete,
+                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
                 records=[r for r in source["records"] if r.target == name],
                 probe=[s for s in source["probe"] if s.target == name]))
     return series

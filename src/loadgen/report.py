@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .core.records import level_name
+from .core.rundoc import is_open_loop
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -25,12 +26,8 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×"
 
 
-def _open_loop(doc: dict[str, Any]) -> bool:
-    return (doc.get("config") or {}).get("mode") == "rate"
-
-
 def _level_name(doc: dict[str, Any], level: int | float) -> str:
-    return level_name(level, _open_loop(doc))
+    return level_name(level, is_open_loop(doc))
 
 
 def sweep_table(doc: dict[str, Any]) -> Table:
@@ -40,7 +37,7 @@ def sweep_table(doc: dict[str, Any]) -> Table:
     ratio_title = f"{pair[0]['label']}/{pair[1]['label']}\nthroughput" if len(pair) == 2 else None
     title = "loadgen sweep" + ("" if doc.get("complete", True) else "  \\[incomplete]")  # \[: not Rich markup
     table = Table(title=title, header_style="bold", show_lines=False)
-    for name, justify in [("req/s" if _open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
+    for name, justify in [("req/s" if is_open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
                           ("wall s", "right"), ("tok/s", "right"), ("decode tok/s\nper req", "right"),
                           ("latency ms\nmean", "right"), ("p50", "right"), ("p99", "right"), ("max", "right"),
                           ("predicted_ms\nmean", "right"), ("queue wait ms\nmean", "right")]:
@@ -94,7 +91,7 @@ def queue_table(doc: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     table = Table(title="queuing and saturation", header_style="bold")
-    for name in ("target", "req/s" if _open_loop(doc) else "C", "queued", "queue wait ms\np50", "p99", "max", "peak\ndeferred",
+    for name in ("target", "req/s" if is_open_loop(doc) else "C", "queued", "queue wait ms\np50", "p99", "max", "peak\ndeferred",
                  "peak busy\n/ slots", "batching\ngain"):
         table.add_column(name, justify="left" if name == "target" else "right")
     last = None
@@ -132,7 +129,7 @@ def latency_table(doc: dict[str, Any]) -> Table | None:
         return None
     table = Table(title="latency detail (ms)", header_style="bold")
     table.add_column("target")
-    table.add_column("req/s" if _open_loop(doc) else "C", justify="right")
+    table.add_column("req/s" if is_open_loop(doc) else "C", justify="right")
     for title, _, _ in columns:
         table.add_column(title, justify="right")
     last = None

@@ -40,6 +40,7 @@ from scipy import stats
 from . import metrics
 from ..core.errors import UserError
 from ..core.records import CANCELLED, RequestRecord
+from ..core.rundoc import is_open_loop
 
 THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
 MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all
@@ -434,7 +435,7 @@ def plan_levels(baseline: Mapping[str, Any], baseline_records: Sequence[RequestR
                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord]) -> LevelPlan:
     """The levels both runs have records for; the others are reported as skipped."""
     base_levels, cand_levels = run_levels(baseline, "baseline"), run_levels(candidate, "candidate")
-    rate_mode = (baseline.get("config") or {}).get("mode") == "rate"
+    rate_mode = is_open_loop(baseline)
 
     def where(level: int | float) -> str:
         return f"{level:g} req/s" if rate_mode else f"concurrency {level}"

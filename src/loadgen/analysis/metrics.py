@@ -28,6 +28,7 @@ Per level (the requests of one concurrency level on one target):
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
+A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in run.json.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from ..core import records
 from ..core.records import RequestRecord
+from ..core.rundoc import Distribution, LevelSummary
 
 HISTOGRAM_LOWEST_US = 1
 HISTOGRAM_HIGHEST_US = 3_600 * 1_000_000  # one hour
@@ -126,20 +128,6 @@ def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
     return output_tokens(rs) / wall if wall > 0 else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Distribution:
-    count: int
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"count": self.count, "mean": self.mean, "p50": self.p50, "p90": self.p90,
-                "p99": self.p99, "max": self.max}
-
-
 def new_histogram() -> HdrHistogram:
     return HdrHistogram(HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US, HISTOGRAM_DIGITS)
 
@@ -190,63 +178,6 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
-@dataclass(frozen=True, slots=True)
-class LevelSummary:
-    """The figures of one concurrency level on one target, as `run.json` stores them."""
-
-    concurrency: int  # closed loop: the level; open loop: the in-flight cap (0: none)
-    requests_ok: int
-    requests_failed: int
-    requests_cancelled: int
-    errors_by_kind: dict[str, int]
-    output_tokens: int
-    wall_s: float
-    throughput_tok_s: float
-    latency_ms: Distribution | None
-    queue_wait_ms: Distribution | None
-    predicted_ms_mean: float | None
-    prompt_ms_mean: float | None
-    decode_tok_s_mean: float | None
-    stopped_reason: str | None = None
-    server_metrics_delta: dict[str, float] = field(default_factory=dict)
-    rate: float | None = None  # open loop: requests/s
-    ttft_ms: Distribution | None = None
-    ttft_queue_ms: Distribution | None = None
-    tpot_ms: Distribution | None = None
-    itl_ms: Distribution | None = None
-    latency_uncorrected_ms: Distribution | None = None  # open loop only
-    schedule_lag_ms: Distribution | None = None  # open loop only
-
-    @property
-    def level(self) -> int | float:
-        return self.concurrency if self.rate is None else self.rate
-
-    def to_dict(self) -> dict:
-        return {
-            "level": self.level,
-            "concurrency": self.concurrency,
-            "rate": self.rate,
-            "requests_ok": self.requests_ok,
-            "requests_failed": self.requests_failed,
-            "requests_cancelled": self.requests_cancelled,
-            "errors_by_kind": dict(self.errors_by_kind),
-            "output_tokens": self.output_tokens,
-            "wall_s": self.wall_s,
-            "throughput_tok_s": self.throughput_tok_s,
-            "latency_ms": self.latency_ms.to_dict() if self.latency_ms else None,
-            "queue_wait_ms": self.queue_wait_ms.to_dict() if self.queue_wait_ms else None,
-            "predicted_ms_mean": self.predicted_ms_mean,
-            "prompt_ms_mean": self.prompt_ms_mean,
-            "decode_tok_s_mean": self.decode_tok_s_mean,
-            "stopped_reason": self.stopped_reason,
-            "server_metrics_delta": dict(self.server_metrics_delta),
-            **{name: d.to_dict() if d else None for name, d in (
-                ("ttft_ms", self.ttft_ms), ("ttft_queue_ms", self.ttft_queue_ms), ("tpot_ms", self.tpot_ms),
-                ("itl_ms", self.itl_ms), ("latency_uncorrected_ms", self.latency_uncorrected_ms),
-                ("schedule_lag_ms", self.schedule_lag_ms))},
-        }
-
-
 def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     stopped_reason: str | None = None,
                     server_metrics_delta: dict[str, float] | None = None,
@@ -259,6 +190,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
     rs = [r for r in rs if r.error_kind != records.CANCELLED] if cancelled else rs
     return LevelSummary(
+        level=concurrency if rate is None else rate,
         concurrency=concurrency,
         requests_ok=len(ok),
         requests_failed=sum(errors.values()),

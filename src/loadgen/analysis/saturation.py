@@ -21,7 +21,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import Distribution, distribution_ms, queue_wait_ms, service_ms
+from ..core.rundoc import Distribution
+from .metrics import distribution_ms, queue_wait_ms, service_ms
 from ..core.records import ProbeSample, RequestRecord, level_short
 
 QUEUED_MIN_MS = 20.0
@@ -313,3 +314,11 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
     if not metrics_available:
         lines.append(f"{label}: /metrics unavailable, so the server's deferred queue is not visible.")
     return lines
+
+
+def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples: list[ProbeSample],
+                   knee_gain: float, knee_latency: float, open_loop: bool = False) -> dict[str, Any]:
+    """The saturation verdict of one target of a run document (pure)."""
+    server = target.get("server") or {}
+    return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
+                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop).to_dict()

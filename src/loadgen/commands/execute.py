@@ -23,7 +23,7 @@ from ..core.clock import now_ns
 from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM
 from ..loops import freeze_startup_heap, loop_factory
 from ..modes import ModeRun
-from ..results import command_line, host_facts, utc_now, write_results
+from ..results.writer import command_line, host_facts, utc_now, write_results
 from ..sweep import SweepRun
 
 SIGNAL_EXIT = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}

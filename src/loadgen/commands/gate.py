@@ -22,7 +22,7 @@ from ..analysis.gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigErro
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, gate_markdown, summary_line,
                                  untested_notes)
 from ..core.records import RequestRecord
-from ..results import load_records, load_run
+from ..results.reader import load_records, load_run
 from . import results_dir, user_errors
 
 

@@ -24,7 +24,7 @@ from ..modes import ModeRun, run_steps
 from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
 from ..progress import SoakStatus, StepProgress
 from ..report import depth_table, error_lines, prefill_table, soak_table
-from ..results import default_dir, prepare_dir
+from ..results.writer import default_dir, prepare_dir
 from ..run.soak import run_soak
 from .execute import Execution, FinalWriteError, execute
 from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options

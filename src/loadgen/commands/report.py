@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results import load_probe, load_records, load_run
+from ..results.reader import load_probe, load_records, load_run
 from . import results_dir, user_errors
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json")
