@@ -219,7 +219,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
     from rich.console import Console
 
     from loadgen.client.backends import GenerationParams, make_backend
-    from loadgen.engine import run_level
+    from loadgen.run.engine import run_level
     from loadgen.analysis.metrics import summarize_level
     from loadgen.progress import ProgressObserver
     from loadgen.core.records import LevelRun

@@ -85,7 +85,7 @@ class StreamingNginx(Nginx):
 async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False,
                   keep_latencies: bool = False, kernel_stamps: bool = True) -> dict:
     from loadgen.client.backends import GenerationParams, make_backend
-    from loadgen.engine import run_level
+    from loadgen.run.engine import run_level
     from loadgen.run.looplag import LoopLagSampler
     from loadgen.core.records import LevelRun
     from loadgen.client.fast import FastTransport
@@ -199,7 +199,7 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
         os.sched_setaffinity(0, {cpu})
     import uvloop
 
-    from loadgen.loops import freeze_startup_heap
+    from loadgen.run.loops import freeze_startup_heap
     freeze_startup_heap()  # as the CLI does before its first level
 
     if variant == "bare":

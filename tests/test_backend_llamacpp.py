@@ -65,7 +65,7 @@ def test_error_object_in_a_200_is_a_server_error():
 def test_salts_are_distinct_version_4_uuids():
     import uuid
 
-    from loadgen.engine import new_salt
+    from loadgen.run.salts import new_salt
 
     salts = [new_salt() for _ in range(20000)]
     assert len(set(salts)) == len(salts)
@@ -76,7 +76,7 @@ def test_salts_are_distinct_version_4_uuids():
 def test_a_forked_child_makes_other_salts_than_its_parent():
     import os
 
-    from loadgen.engine import new_salt
+    from loadgen.run.salts import new_salt
 
     read, write = os.pipe()
     pid = os.fork()

@@ -6,7 +6,8 @@ import asyncio
 
 from loadgen.core import records
 from loadgen.client.backends import GenerationParams, make_backend
-from loadgen.engine import EngineOptions, new_decimal_salt, run_level
+from loadgen.run.engine import EngineOptions, run_level
+from loadgen.run.salts import new_decimal_salt
 from loadgen.core.records import LevelRun
 from loadgen.client.transport import TransportError
 

@@ -18,9 +18,9 @@ from loadgen.results import schema, writer
 from loadgen.client.backends import GenerationParams
 from loadgen.commands.gate import gate_command, load_gate_file
 from loadgen.output import comparison
-from loadgen.config import SweepConfig, Target
+from loadgen.run.config import SweepConfig, Target
 from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
-from loadgen.sweep import SweepRun, TargetRun
+from loadgen.run.model import Run, TargetRun
 
 MS = 1_000_000
 LABEL = "smollm2"
@@ -55,12 +55,12 @@ def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int,
 
 
 def sweep_run(levels: dict[int, list[RequestRecord]], *, label: str = LABEL, n_predict: int = 16,
-              prompt: str = PROMPT) -> SweepRun:
+              prompt: str = PROMPT) -> Run:
     target = Target(url="http://127.0.0.1:8080", label=label)
     config = SweepConfig(targets=(target,), concurrency=tuple(levels),
                          generation=GenerationParams(prompt=prompt, n_predict=n_predict))
     levels_run = [LevelRun(target=label, concurrency=c, records=rs) for c, rs in levels.items()]
-    return SweepRun(config=config, targets=[TargetRun(target=target, label=label, levels=levels_run)])
+    return Run(config=config, targets=[TargetRun(target=target, label=label, levels=levels_run)])
 
 
 def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **kw) -> tuple[dict, list[RequestRecord]]:

@@ -18,7 +18,7 @@ import pytest
 
 from loadgen.client.backends import GenerationParams
 from loadgen.cli import execute_sweep
-from loadgen.config import SweepConfig, Target
+from loadgen.run.config import SweepConfig, Target
 from loadgen.results.reader import load_records, load_run
 from testbed import LOADGEN
 

@@ -21,7 +21,7 @@ from .client.backends import GenerationParams
 from .commands.execute import FinalWriteError, execute
 from .commands.shared import console as _console
 from .commands.shared import prompt_source, prompt_source_options, request_options, target_options
-from .config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from .run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
 from .core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, ConfigError, UserError
 from .options import DURATION, LEVELS, RATES, IntList
 from .progress import ProgressObserver
@@ -29,8 +29,9 @@ from .report import error_lines, latency_table, overhead_lines, queue_table, swe
 from .results.writer import default_dir, prepare_dir
 from .results.reader import load_probe, load_records, load_run, open_loop
 from .analysis.saturation import target_verdict
-from .schedule import ARRIVALS
-from .sweep import SweepRun, run_sweep
+from .run.schedule import ARRIVALS
+from .run.model import Run
+from .run.sweep import run_sweep
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="loadgen")
@@ -149,7 +150,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     """
     console = console or _console()
     err = _console(stderr=True)
-    run = SweepRun(config=config)
+    run = Run(config, kind)
 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .config import parse_int_list, parse_rate_list
+from .run.config import parse_int_list, parse_rate_list
 from .core.errors import ConfigError
 
 

@@ -21,10 +21,9 @@ from rich.console import Console
 
 from ..core.clock import now_ns
 from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM
-from ..loops import freeze_startup_heap, loop_factory
-from ..modes import ModeRun
+from ..run.loops import freeze_startup_heap, loop_factory
 from ..results.writer import command_line, host_facts, utc_now, write_results
-from ..sweep import SweepRun
+from ..run.model import Run
 
 SIGNAL_EXIT = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
 
@@ -45,7 +44,7 @@ class Execution:
         return SIGNAL_EXIT.get(self.signals[0], 130) if self.signals else None
 
 
-def execute(run: SweepRun | ModeRun, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
+def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
             kind: str, err: Console) -> Execution:
     """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document."""
     factory, loop_name = loop_factory()

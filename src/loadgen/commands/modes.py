@@ -17,10 +17,11 @@ import click
 from rich.console import Console
 
 from ..client.backends import GenerationParams
-from ..config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..analysis.depth import SKIP_HINT
-from ..modes import ModeRun, run_steps
+from ..run.model import Run
+from ..run.steps import run_steps
 from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
 from ..progress import SoakStatus, StepProgress
 from ..report import depth_table, error_lines, prefill_table, soak_table
@@ -76,7 +77,7 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     return EXIT_OK
 
 
-def _run(run: ModeRun, out_dir: Path, main: Callable, err: Console) -> None:
+def _run(run: Run, out_dir: Path, main: Callable, err: Console) -> None:
     try:
         execution = execute(run, out_dir, main, kind=run.kind, err=err)
     except FinalWriteError as exc:
@@ -108,7 +109,7 @@ def prefill_command(ports, host, urls, labels, api, model, api_key, transport, i
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=1)
-    run = ModeRun("prefill", base, {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
+    run = Run(base, "prefill", {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
                                     "concurrency": [1], "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "prefill")
     err = console(stderr=True)
@@ -141,7 +142,7 @@ def depth_command(ports, host, urls, labels, api, model, api_key, transport, ins
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=n_predict)
-    run = ModeRun("depth", base, {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
+    run = Run(base, "depth", {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
                                   "concurrency": [1], "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "depth")
     err = console(stderr=True)
@@ -187,7 +188,7 @@ def soak_command(ports, host, urls, labels, api, model, api_key, transport, inse
                        concurrency=concurrency, probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
-    run = ModeRun("soak", base, {"concurrency": [concurrency], "duration_s": duration_s,
+    run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
                                  "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
                                  "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
     out_dir = _out_dir(output, force, "soak")

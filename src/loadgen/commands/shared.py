@@ -14,7 +14,7 @@ from rich.console import Console
 
 from ..core.errors import ConfigError
 from ..options import PORTS
-from ..prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
+from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from ..client.registry import TRANSPORT_NAMES
 
 

@@ -29,8 +29,7 @@ from ..analysis.soak import summarize_soak, window_seconds
 from ..core.clock import now_ns
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
-from ..modes import ModeRun, ModeTarget, slot_context
-from ..sweep import SweepRun
+from ..run.model import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
@@ -59,7 +58,7 @@ def host_facts(event_loop: str) -> dict[str, Any]:
     }
 
 
-def run_document(run: SweepRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json's content: metadata plus per-target level summaries (a pure function)."""
     targets = []
     config = run.config
@@ -106,15 +105,15 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
         raise
 
 
-def write_results(out_dir: Path, run: SweepRun | ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
 
     The API key is masked ("***") wherever a server quoted it back (an error message, a target's
     error), so no results file carries it.
     """
-    secret = run.base.api_key if isinstance(run, ModeRun) else run.config.api_key
+    secret = run.config.api_key
     meta = {**meta, "finished_utc": utc_now().isoformat()}
-    doc = mode_document(run, meta=meta) if isinstance(run, ModeRun) else run_document(run, meta=meta)
+    doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
     all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
     if secret:
         doc = redact(doc, secret)
@@ -151,7 +150,7 @@ def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
             for lv in levels]
 
 
-def _step_rows(kind: str, t: ModeTarget) -> list[dict[str, Any]]:
+def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:
     rows = []
     for step in t.steps:
         rs = list(step.level.records) if step.level else []
@@ -171,7 +170,7 @@ def _step_rows(kind: str, t: ModeTarget) -> list[dict[str, Any]]:
     return [r.to_dict() for r in rows]
 
 
-def mode_document(run: ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
+def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
     named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
     a sweep's would be, so `report` and `export` show it."""
@@ -200,7 +199,7 @@ def mode_document(run: ModeRun, *, meta: dict[str, Any]) -> dict[str, Any]:
         "kind": run.kind,
         "complete": run.complete,
         "interrupted": run.interrupted,
-        "config": {**run.base.to_dict(), **run.settings},
+        "config": {**run.config.to_dict(), **run.settings},
         "targets": targets,
     }
 

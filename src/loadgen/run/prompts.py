@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ConfigError
+from ..core.errors import ConfigError
 
 DEFAULT_FIELD = "prompt"
 MAX_FITTED_PROMPTS = 16  # distinct exact-length prompts cut from a dataset, per target

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .client.backends import API_NAMES, GenerationParams
-from .core.errors import ConfigError
+from ..client.backends import API_NAMES, GenerationParams
+from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
