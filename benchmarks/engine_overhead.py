@@ -221,7 +221,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
     from loadgen.client.backends import GenerationParams, make_backend
     from loadgen.run.engine import run_level
     from loadgen.analysis.metrics import summarize_level
-    from loadgen.progress import ProgressObserver
+    from loadgen.output.progress import ProgressObserver
     from loadgen.core.records import LevelRun
     from loadgen.client.aiohttp_transport import AiohttpTransport
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loadgen.core import records
 from loadgen.client.backends import GenerationParams
 from loadgen.client.backends.llamacpp import LlamaCppBackend
+from loadgen.core import records
 
 BODY = {"content": "x", "id_slot": 2, "stop": True, "tokens_predicted": 16, "stop_type": "limit",
         "timings": {"cache_n": 0, "prompt_n": 23, "prompt_ms": 12.5, "predicted_n": 16, "predicted_ms": 80.0,

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.analysis import compare, gate, metrics
-from loadgen.results import schema, writer
+from loadgen.cli.gate import gate_command, load_gate_file
 from loadgen.client.backends import GenerationParams
-from loadgen.commands.gate import gate_command, load_gate_file
-from loadgen.output import comparison
-from loadgen.run.config import SweepConfig, Target
 from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
+from loadgen.output import comparison
+from loadgen.results import schema, writer
+from loadgen.run.config import SweepConfig, Target
 from loadgen.run.model import Run, TargetRun
 
 MS = 1_000_000

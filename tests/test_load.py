@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.cli.sweep import execute_sweep
 from loadgen.client.backends import GenerationParams
-from loadgen.cli import execute_sweep
-from loadgen.run.config import SweepConfig, Target
 from loadgen.results.reader import load_records, load_run
+from loadgen.run.config import SweepConfig, Target
 from testbed import LOADGEN
 
 REQUESTS = 10_000

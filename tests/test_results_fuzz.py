@@ -154,9 +154,9 @@ def _toml(value: object) -> str:
 
 
 def _scenario_keys() -> list[str]:
-    from loadgen.scenario import keys_of
+    from loadgen.cli.scenario import keys_of
 
-    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.commands[name])}
+    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.get_command(None, name))}
     return sorted(keys | {"mode", "nonsense_key"})
 
 

@@ -8,11 +8,11 @@ import pytest
 import uvloop
 
 from httpfixture import FixtureServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
-from loadgen.core import records
 from loadgen.client.aiohttp_transport import AiohttpTransport
-from loadgen.client.transport import TransportError
 from loadgen.client.fast import FastTransport
 from loadgen.client.registry import environment_proxy, make_transport
+from loadgen.client.transport import TransportError
+from loadgen.core import records
 
 TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
 SSE = b"".join(b'data: {"content":"tok%d","stop":false}\n\n' % i for i in range(64))

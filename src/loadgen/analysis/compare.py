@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from . import metrics
 from ..core.errors import UserError
 from ..core.records import CANCELLED, RequestRecord
 from ..core.rundoc import is_open_loop
+from . import metrics
 
 THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
 MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all

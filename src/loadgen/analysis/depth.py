@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..core import records
-from .metrics import MeanSd, decode_tok_s, mean_sd
 from ..core.records import RequestRecord
+from .metrics import MeanSd, decode_tok_s, mean_sd
 
 
 def skip_reason(prompt_tokens: int, n_predict: int, n_ctx: int | None) -> str | None:

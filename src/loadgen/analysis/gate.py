@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
 from ..core.errors import EXIT_FAILED, EXIT_OK, UserError
 from ..core.records import RequestRecord
+from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
 DEFAULT_LIMITS = {  # worse by more than this share fails

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core import records
-from .metrics import MeanSd, latency_ms, mean_sd, prompt_tok_s
 from ..core.records import RequestRecord
+from .metrics import MeanSd, latency_ms, mean_sd, prompt_tok_s
 
 
 def client_ttft_ms(r: RequestRecord) -> float | None:

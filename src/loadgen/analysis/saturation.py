@@ -21,9 +21,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.records import ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .metrics import distribution_ms, queue_wait_ms, service_ms
-from ..core.records import ProbeSample, RequestRecord, level_short
 
 QUEUED_MIN_MS = 20.0
 QUEUED_SERVICE_SHARE = 0.10

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..core import records
 from ..client.backends import Backend
-from ..core.clock import now_ns
-from ..core.records import LevelRun, RequestRecord, ServerOutcome, make_record
 from ..client.sse import StreamReader
 from ..client.transport import Transport, TransportError
+from ..core import records
+from ..core.clock import now_ns
+from ..core.records import LevelRun, RequestRecord, ServerOutcome, make_record
 from .salts import new_salt
 
 # A target is given up when this many requests in a row could not even connect.

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
-from .salts import new_decimal_salt
 from .prompts import PromptSource
+from .salts import new_decimal_salt
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask

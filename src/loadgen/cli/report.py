@@ -14,7 +14,7 @@ import click
 
 from ..core.errors import InputError
 from ..results.reader import load_probe, load_records, load_run
-from . import results_dir, user_errors
+from .common import results_dir, user_errors
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json")
 REPORT_FORMATS = ("html", "markdown")
@@ -37,7 +37,7 @@ def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
                    out_dir: str | None) -> None:
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON."""
-    from ..export import EXPORTERS, select
+    from ..output.exporters import export, select
 
     choice(output_format, EXPORT_FORMATS, "--format")
     source = results_dir(results_dir_text)
@@ -45,7 +45,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
     out = Path(out_dir) if out_dir else source
     try:
         out.mkdir(parents=True, exist_ok=True)
-        written = EXPORTERS[output_format].export(data, out)
+        written = export(output_format, data, out)
     except OSError as exc:
         raise InputError(f"cannot write to {out} ({exc.strerror or exc}); choose another --out") from None
     for path in written:
@@ -69,7 +69,7 @@ def load_source(path_text: str) -> dict[str, Any]:
 @user_errors()
 def report_command(results_dirs: tuple[str, ...], out_file: str, output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps, overlaid."""
-    from .. import html_report
+    from ..output import html as html_report
 
     choice(output_format, REPORT_FORMATS, "--format")
     series = html_report.build_series([load_source(d) for d in results_dirs])

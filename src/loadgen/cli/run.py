@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..core.errors import ConfigError
-from ..scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
+from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
 
 MODES = ("sweep", "prefill", "depth", "soak")
 
@@ -19,7 +19,8 @@ MODES = ("sweep", "prefill", "depth", "soak")
 def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
     root = ctx.find_root().command
     assert isinstance(root, click.Group)
-    return {name: root.commands[name] for name in MODES if name in root.commands}
+    found = {name: root.get_command(ctx, name) for name in MODES}
+    return {name: command for name, command in found.items() if command is not None}
 
 
 @click.command("run")

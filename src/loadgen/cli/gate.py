@@ -19,11 +19,11 @@ from rich.console import Console
 from ..analysis.compare import RunComparison, compare_runs
 from ..analysis.gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigError, build_config, parse_confidence,
                              parse_settings, run_gate)
+from ..core.records import RequestRecord
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, gate_markdown, summary_line,
                                  untested_notes)
-from ..core.records import RequestRecord
 from ..results.reader import load_records, load_run
-from . import results_dir, user_errors
+from .common import results_dir, user_errors
 
 
 def load(results_dir_text: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:

@@ -17,11 +17,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from .analysis import metrics
-from .core.records import level_short
+from ..analysis import metrics
+from ..core.records import level_short
 
 if TYPE_CHECKING:
-    from .html_report import TargetSeries
+    from .html import TargetSeries
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]

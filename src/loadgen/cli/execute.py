@@ -21,8 +21,8 @@ from rich.console import Console
 
 from ..core.clock import now_ns
 from ..core.errors import EXIT_SIGINT, EXIT_SIGTERM
-from ..run.loops import freeze_startup_heap, loop_factory
 from ..results.writer import command_line, host_facts, utc_now, write_results
+from ..run.loops import freeze_startup_heap, loop_factory
 from ..run.model import Run
 
 SIGNAL_EXIT = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}

@@ -14,9 +14,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from .core.clock import now_ns
-from .analysis.metrics import latency_ms, prompt_tok_s, throughput_tok_s
-from .core.records import CANCELLED, LevelRun, RequestRecord, level_short
+from ..analysis.metrics import latency_ms, prompt_tok_s, throughput_tok_s
+from ..core.clock import now_ns
+from ..core.records import CANCELLED, LevelRun, RequestRecord, level_short
 
 
 class ProgressObserver:

@@ -1,8 +1,9 @@
 """Exporters: a results directory's data rewritten for other tools, one exporter per format.
 
-Every exporter has the same shape (`Exporter.export(data, out_dir) -> written paths`) and reads the
+Every exporter has the same shape (`Exporter.render(data) -> [(file name, bytes)]`) and reads the
 same `ExportData` (the run document, the request records, the chosen targets and metrics), so adding
-a format is adding one class to `EXPORTERS`. Exporters only write; the figures come from `metrics`.
+a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no file; `write_files`
+(or `export`, both at once) is the one writer. The figures come from `analysis.metrics`.
 
     hgrm   HdrHistogram percentile distribution text, values in ms: <label>-c<level>-<metric>.hgrm
     hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
@@ -25,9 +26,10 @@ from typing import Any, Protocol
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from .analysis import metrics
-from .core.errors import UserError
-from .core.records import RequestRecord
+from ..analysis import metrics
+from ..core.errors import UserError
+from ..core.records import RequestRecord
+from .files import ExportFiles, write_files
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
 
@@ -124,9 +126,14 @@ def _levels(target: dict[str, Any]) -> list[int]:
 class Exporter(Protocol):
     name: str
 
-    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
-        """Write this format's files into out_dir; return their paths."""
+    def render(self, data: ExportData) -> ExportFiles:
+        """This format's files: their names and contents."""
         ...
+
+
+def export(name: str, data: ExportData, out_dir: Path) -> list[Path]:
+    """Render the `name` format and write its files into out_dir."""
+    return write_files(EXPORTERS[name].render(data), out_dir)
 
 
 class HgrmExporter:
@@ -134,20 +141,18 @@ class HgrmExporter:
 
     name = "hgrm"
 
-    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
-        written = []
+    def render(self, data: ExportData) -> ExportFiles:
+        files = []
         for target in data.targets:
             label = target["label"]
             for level in _levels(target):
                 records = data.records_of(label, level)
                 for metric in data.metric_names:
                     histogram = metric_histogram(records, metric)
-                    if not histogram.get_total_count():
-                        continue
-                    path = out_dir / f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm"
-                    path.write_bytes(percentile_distribution(histogram))
-                    written.append(path)
-        return written
+                    if histogram.get_total_count():
+                        files.append((f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm",
+                                      percentile_distribution(histogram)))
+        return files
 
 
 def percentile_distribution(histogram: HdrHistogram) -> bytes:
@@ -175,33 +180,33 @@ class HlogExporter:
 
     name = "hlog"
 
-    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+    def render(self, data: ExportData) -> ExportFiles:
         origin_ns = min((r.send_ns for r in data.records), default=0)
-        written = []
-        for metric in data.metric_names:
-            path = out_dir / f"{metric}.hlog"
-            with path.open("w", encoding="utf-8") as f:
-                writer = HistogramLogWriter(f)
-                writer.output_log_format_version()
-                writer.output_comment(f"[loadgen {data.run.get('kind', 'run')}: {metric}, values in µs, "
-                                      f"times in s since the first request; started {data.run.get('started_utc')}]")
-                writer.output_legend()
-                for target in data.targets:
-                    for level in _levels(target):
-                        records = data.records_of(target["label"], level)
-                        histogram = metric_histogram(records, metric)
-                        if not histogram.get_total_count():
-                            continue
-                        start_s = (min(r.send_ns for r in records) - origin_ns) / 1e9
-                        end_s = (max(r.complete_ns for r in records) - origin_ns) / 1e9
-                        # The writer has no tag support; the reader parses a "Tag=<tag>," line prefix.
-                        f.write(f"Tag={hlog_tag(target['label'], level, metric)},")
-                        # A zero start stamp makes the writer fall back to the histogram's own stamps.
-                        writer.output_interval_histogram(histogram, start_time_stamp_sec=start_s or 1e-9,
-                                                         end_time_stamp_sec=max(end_s, start_s + 1e-9),
-                                                         max_value_unit_ratio=US_PER_MS)
-            written.append(path)
-        return written
+        return [(f"{metric}.hlog", self._log(data, metric, origin_ns).encode("utf-8")) for metric in data.metric_names]
+
+    def _log(self, data: ExportData, metric: str, origin_ns: int) -> str:
+        """The interval log of one metric: an interval per target and level that has values."""
+        with io.StringIO(newline="") as f:
+            writer = HistogramLogWriter(f)
+            writer.output_log_format_version()
+            writer.output_comment(f"[loadgen {data.run.get('kind', 'run')}: {metric}, values in µs, "
+                                  f"times in s since the first request; started {data.run.get('started_utc')}]")
+            writer.output_legend()
+            for target in data.targets:
+                for level in _levels(target):
+                    records = data.records_of(target["label"], level)
+                    histogram = metric_histogram(records, metric)
+                    if not histogram.get_total_count():
+                        continue
+                    start_s = (min(r.send_ns for r in records) - origin_ns) / 1e9
+                    end_s = (max(r.complete_ns for r in records) - origin_ns) / 1e9
+                    # The writer has no tag support; the reader parses a "Tag=<tag>," line prefix.
+                    f.write(f"Tag={hlog_tag(target['label'], level, metric)},")
+                    # A zero start stamp makes the writer fall back to the histogram's own stamps.
+                    writer.output_interval_histogram(histogram, start_time_stamp_sec=start_s or 1e-9,
+                                                     end_time_stamp_sec=max(end_s, start_s + 1e-9),
+                                                     max_value_unit_ratio=US_PER_MS)
+            return f.getvalue()
 
 
 def level_tag(level: int | float) -> str:
@@ -264,17 +269,15 @@ class CsvExporter:
 
     name = "csv"
 
-    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
-        requests_path, levels_path = out_dir / "requests.csv", out_dir / "levels.csv"
-        with requests_path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=REQUEST_FIELDS)
-            writer.writeheader()
-            writer.writerows(request_row(r) for r in data.records)
-        with levels_path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=LEVEL_FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(level_rows(data))
-        return [requests_path, levels_path]
+    def render(self, data: ExportData) -> ExportFiles:
+        requests, levels = io.StringIO(newline=""), io.StringIO(newline="")
+        writer = csv.DictWriter(requests, fieldnames=REQUEST_FIELDS)
+        writer.writeheader()
+        writer.writerows(request_row(r) for r in data.records)
+        writer = csv.DictWriter(levels, fieldnames=LEVEL_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(level_rows(data))
+        return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]
 
 
 class JsonExporter:
@@ -282,7 +285,7 @@ class JsonExporter:
 
     name = "json"
 
-    def export(self, data: ExportData, out_dir: Path) -> list[Path]:
+    def render(self, data: ExportData) -> ExportFiles:
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,
@@ -293,9 +296,7 @@ class JsonExporter:
                          "total_slots": (t.get("server") or {}).get("total_slots"),
                          "levels": t.get("levels") or [], "verdict": t.get("verdict")} for t in data.targets],
         }
-        path = out_dir / "levels.json"
-        path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        return [path]
+        return [("levels.json", (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
 
 
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter())}

@@ -1,8 +1,4 @@
-"""The command line: a thin layer that validates input once and wires the modules together.
-
-Errors a user can cause end here as one line on stderr and exit code 2 (bad input) or 1 (the run
-failed); tracebacks are left for loadgen's own bugs.
-"""
+"""`loadgen sweep` and `loadgen demo`: build the sweep's config (validated once, here), run it, print it."""
 
 from __future__ import annotations
 
@@ -16,30 +12,21 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from . import __version__
-from .client.backends import GenerationParams
-from .commands.execute import FinalWriteError, execute
-from .commands.shared import console as _console
-from .commands.shared import prompt_source, prompt_source_options, request_options, target_options
-from .run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
-from .core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE, ConfigError, UserError
+from ..client.backends import GenerationParams
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..output.progress import ProgressObserver
+from ..output.tables import print_run
+from ..results.writer import default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from ..run.model import Run
+from ..run.schedule import ARRIVALS
+from ..run.sweep import run_sweep
+from .execute import FinalWriteError, execute
 from .options import DURATION, LEVELS, RATES, IntList
-from .progress import ProgressObserver
-from .report import error_lines, latency_table, overhead_lines, queue_table, sweep_table, verdict_lines
-from .results.writer import default_dir, prepare_dir
-from .results.reader import load_probe, load_records, load_run, open_loop
-from .analysis.saturation import target_verdict
-from .run.schedule import ARRIVALS
-from .run.model import Run
-from .run.sweep import run_sweep
+from .shared import console as _console
+from .shared import prompt_source, prompt_source_options, request_options, target_options
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="loadgen")
-def cli() -> None:
-    """Load generator and concurrency tester for llama-server and OpenAI-compatible LLM servers."""
-
-
-@cli.command()
+@click.command()
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
@@ -163,12 +150,12 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc
     if histograms:
-        from .export import EXPORTERS, select
+        from ..output.exporters import export, select
 
         records = [r for t in run.targets for lv in t.levels for r in lv.records]
         try:
             (out_dir / "histograms").mkdir(exist_ok=True)
-            EXPORTERS["hgrm"].export(select(doc, records), out_dir / "histograms")
+            export("hgrm", select(doc, records), out_dir / "histograms")
         except OSError as exc:
             err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)
@@ -180,7 +167,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-@cli.command()
+@click.command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Run the simulated servers this much faster than the hardware they model.")
 @click.option("--concurrency", type=IntList(1, 64), default="1,2,4,8", show_default=True,
@@ -193,7 +180,7 @@ def demo(time_scale, concurrency, output, force) -> None:
     The simulators model the field report's Apple M1 Max servers (Qwen3.6-35B-A3B MoE and Qwen3.6-27B
     dense); they run `--time-scale` times faster and every figure is reported in simulated time.
     """
-    from .sim import load_profile, start_simulator
+    from ..sim import load_profile, start_simulator
 
     levels = concurrency
     profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
@@ -226,78 +213,3 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-
-def print_run(doc: dict, console: Console, err: Console) -> None:
-    """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
-    if any(t.get("levels") for t in doc["targets"]):
-        console.print(sweep_table(doc))
-    for table in (latency_table(doc), queue_table(doc)):
-        if table is not None:
-            console.print(table)
-    for line in overhead_lines(doc):
-        console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
-    for line in verdict_lines(doc):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    for line in error_lines(doc):
-        err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
-
-
-@cli.command()
-@click.argument("results_dir", type=click.Path(file_okay=False))
-@click.option("--knee-gain", type=click.FloatRange(min=0), help="Override the run's saturation rule (throughput share).")
-@click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
-def analyze(results_dir, knee_gain, knee_latency) -> None:
-    """Reprint a saved run's tables and saturation verdicts (no server needed)."""
-    path = Path(results_dir)
-    doc = load_run(path)
-    if doc.get("kind") in ("prefill", "depth", "soak"):
-        from .commands.modes import print_mode
-
-        print_mode(doc, _console(), _console(stderr=True))
-        return
-    records, samples = load_records(path), load_probe(path)
-    config = doc.get("config", {})
-    gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
-    latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)
-    for t in doc["targets"]:
-        if t.get("levels"):
-            t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
-                                          [s for s in samples if s.target == t["label"]], gain, latency,
-                                          open_loop(doc))
-    print_run(doc, _console(), _console(stderr=True))
-
-
-def _register_commands() -> None:
-    from .commands.gate import compare_command, gate_command
-    from .commands.modes import MODE_COMMANDS
-    from .commands.report import export_command, report_command
-    from .commands.run import run_command
-    from .sim.cli import sim_command
-
-    for command in (run_command, *MODE_COMMANDS, sim_command, compare_command, gate_command, export_command, report_command):
-        cli.add_command(command)
-
-
-_register_commands()
-
-
-def main() -> None:
-    """Entry point: every error a user can cause becomes one line and an exit code."""
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(EXIT_SIGINT)
-    except click.ClickException as exc:
-        click.echo(f"loadgen: error: {exc.format_message()}", err=True)
-        sys.exit(getattr(exc, "user_exit_code", EXIT_USAGE))
-    except UserError as exc:
-        click.echo(f"loadgen: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-
-
-if __name__ == "__main__":
-    main()

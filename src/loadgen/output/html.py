@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core.records import ProbeSample, RequestRecord
-from .core.rundoc import is_open_loop
+from ..core.records import ProbeSample, RequestRecord
+from ..core.rundoc import is_open_loop
+from .files import ExportFiles, write_files
 
 INCOMPLETE = "incomplete"
 
@@ -213,17 +214,18 @@ def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
     return parts
 
 
-def write_report(series: Sequence[TargetSeries], out: Path) -> list[Path]:
-    """Write the charts as <stem>-<section>.png next to `out`, then `out` itself; return every path."""
+def render_report(series: Sequence[TargetSeries], out_name: str) -> ExportFiles:
+    """The charts as <stem>-<section>.png, then the HTML file `out_name`, as (file name, bytes)."""
     from . import charts  # matplotlib is loaded only here
 
     images = charts.render_all(series)
-    written = []
-    for section_id, png in images.items():
-        path = out.with_name(f"{out.stem}-{section_id}.png")
-        path.write_bytes(png)
-        written.append(path)
+    stem = Path(out_name).stem
+    files = [(f"{stem}-{section_id}.png", png) for section_id, png in images.items()]
     sources = list(dict.fromkeys(s.run_name for s in series))
-    out.write_text(html_document(series, images, sources), encoding="utf-8")
-    written.append(out)
-    return written
+    files.append((out_name, html_document(series, images, sources).encode("utf-8")))
+    return files
+
+
+def write_report(series: Sequence[TargetSeries], out: Path) -> list[Path]:
+    """Write the charts as <stem>-<section>.png next to `out`, then `out` itself; return every path."""
+    return write_files(render_report(series, out.name), out.parent)

@@ -12,10 +12,10 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
-from ..core.errors import ConfigError
-from ..options import PORTS
-from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from ..client.registry import TRANSPORT_NAMES
+from ..core.errors import ConfigError
+from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
+from .options import PORTS
 
 
 def _apply(f: Callable, options: list[Callable]) -> Callable:

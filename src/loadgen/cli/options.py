@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from .run.config import parse_int_list, parse_rate_list
-from .core.errors import ConfigError
+from ..core.errors import ConfigError
+from ..run.config import parse_int_list, parse_rate_list
 
 
 class IntList(click.ParamType):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .core.records import level_name
-from .core.rundoc import is_open_loop
+from ..analysis.depth import SKIP_HINT
+from ..core.records import level_name
+from ..core.rundoc import is_open_loop
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -267,3 +269,34 @@ def soak_table(doc: dict[str, Any]) -> Table:
                       f"{_hours(s['error_free_s'])} of {_hours(s['duration_s'])}", _hours(s["longest_error_free_s"]),
                       "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift)
     return table
+
+
+def print_run(doc: dict, console: Console, err: Console) -> None:
+    """The tables and verdicts of a run document: the same after a sweep and from `analyze`."""
+    if any(t.get("levels") for t in doc["targets"]):
+        console.print(sweep_table(doc))
+    for table in (latency_table(doc), queue_table(doc)):
+        if table is not None:
+            console.print(table)
+    for line in overhead_lines(doc):
+        console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
+    for line in verdict_lines(doc):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in error_lines(doc):
+        err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
+
+
+def print_mode(doc: dict[str, Any], console: Console, err: Console) -> None:
+    """The table of a prefill, depth or soak run document (after the run, and from `analyze`)."""
+    kind = doc.get("kind")
+    if kind == "prefill":
+        console.print(prefill_table(doc))
+    elif kind == "depth":
+        console.print(depth_table(doc))
+    elif kind == "soak":
+        console.print(soak_table(doc))
+    sections = [t.get(kind) for t in doc["targets"] if kind in ("prefill", "depth")]
+    if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
+        console.print(SKIP_HINT, style="dim", highlight=False, markup=False, soft_wrap=True)
+    for line in error_lines(doc):
+        err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 import click
 
-from .core.errors import ConfigError
+from ..core.errors import ConfigError
 
 MODE_KEY = "mode"
 DEFAULT_MODE = "sweep"

@@ -11,23 +11,21 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 
 from ..client.backends import GenerationParams
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..core.errors import EXIT_FAILED, EXIT_OK
-from ..analysis.depth import SKIP_HINT
-from ..run.model import Run
-from ..run.steps import run_steps
-from ..options import DEPTHS, DURATION, PROMPT_LENGTHS
-from ..progress import SoakStatus, StepProgress
-from ..report import depth_table, error_lines, prefill_table, soak_table
+from ..output.progress import SoakStatus, StepProgress
+from ..output.tables import print_mode
 from ..results.writer import default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..run.model import Run
 from ..run.soak import run_soak
+from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
+from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
 
 
@@ -44,22 +42,6 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
                                     ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
         wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure)
-
-
-def print_mode(doc: dict[str, Any], console: Console, err: Console) -> None:
-    """The table of a prefill, depth or soak run document (after the run, and from `analyze`)."""
-    kind = doc.get("kind")
-    if kind == "prefill":
-        console.print(prefill_table(doc))
-    elif kind == "depth":
-        console.print(depth_table(doc))
-    elif kind == "soak":
-        console.print(soak_table(doc))
-    sections = [t.get(kind) for t in doc["targets"] if kind in ("prefill", "depth")]
-    if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
-        console.print(SKIP_HINT, style="dim", highlight=False, markup=False, soft_wrap=True)
-    for line in error_lines(doc):
-        err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
 
 
 def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
