@@ -6,7 +6,7 @@ import pytest
 
 from loadgen.analysis import metrics
 from loadgen.results.reader import load_records, load_run
-from testbed import sweep
+from servers import sweep
 
 pytestmark = pytest.mark.real
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import cli
-from testbed import LOADGEN, free_port
+from servers import LOADGEN, free_port
 
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from loadgen.results.reader import load_probe, load_records, load_run
-from testbed import LOADGEN
+from servers import LOADGEN
 
 
 def test_demo_sweeps_two_simulators_and_gives_a_verdict_for_each(tmp_path):

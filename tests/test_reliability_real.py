@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from loadgen.results.reader import load_records, load_run
-from testbed import LOADGEN, start_llama_server
+from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 

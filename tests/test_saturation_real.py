@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from loadgen.results.reader import load_probe, load_run
-from testbed import LOADGEN, start_llama_server, sweep
+from servers import LOADGEN, start_llama_server, sweep
 
 pytestmark = pytest.mark.real
 

@@ -13,7 +13,7 @@ from loadgen import cli
 from loadgen.cli.run import MODES
 from loadgen.cli.scenario import keys_of
 from loadgen.results.reader import load_records, load_run
-from testbed import LOADGEN
+from servers import LOADGEN
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
 

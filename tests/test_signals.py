@@ -6,7 +6,6 @@ second Ctrl-C leaves at once with a valid file all the same.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.results.reader import load_records, load_run
-from testbed import LOADGEN
+from servers import LOADGEN, SimProcess
 
 N_PREDICT = 16
 
@@ -24,19 +23,8 @@ N_PREDICT = 16
 @pytest.fixture(scope="module")
 def sim_url():
     """`loadgen sim` in its own process: a request takes ~20 ms, so a level is mid-way when signalled."""
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", "4",
-                             "--time-scale", "0.5"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        line = proc.stderr.readline()
-        yield line.split(" on ")[1].split(",")[0]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "0.5") as sim:
+        yield sim.url
 
 
 def server_metric(url: str, name: str) -> float:

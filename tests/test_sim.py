@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -22,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.sim import FaultConfig, builtin_profiles, load_profile, parse_fault, start_simulator
 from loadgen.sim.cli import sim_command
+from servers import SimProcess
 
 SMOKE = load_profile("smoke")
 MOE = load_profile("moe-35b-a3b")
@@ -631,21 +629,12 @@ def test_cli_rejects_an_unknown_profile():
 
 def test_cli_serves_until_sigint():
     code = "from loadgen.sim.cli import sim_command; sim_command()"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--port", "0", "--profile", "smoke", "--slots", "2"],
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        line = proc.stderr.readline()
-        url = line.split(" on ")[1].split(",")[0]
-        assert url.startswith("http://127.0.0.1:")
+    with SimProcess("--profile", "smoke", "--slots", "2", command=(sys.executable, "-c", code)) as sim:
+        assert sim.url.startswith("http://127.0.0.1:")
 
         async def ask() -> tuple[int, Any]:
             async with aiohttp.ClientSession() as session:
-                return await post(session, url + "/completion", {"prompt": "hi", "n_predict": 3})
+                return await post(session, sim.url + "/completion", {"prompt": "hi", "n_predict": 3})
         status, body = run(ask())
         assert status == 200 and body["tokens_predicted"] == 3
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        assert sim.stop() == 0
