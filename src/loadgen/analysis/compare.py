@@ -1,6 +1,6 @@
 """Is the candidate run different from the baseline? Pure statistics over two runs: no I/O.
 
-A run is its run.json document plus its request records (see `results.py`). Every figure is
+A run is its run.json document plus its request records (see results/reader.py). Every figure is
 recomputed from the records with the definitions in `metrics.py`; requests cancelled by the user
 are left out. For each target label and concurrency level present in both runs:
 

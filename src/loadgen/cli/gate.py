@@ -1,4 +1,4 @@
-"""`loadgen compare` and `loadgen gate`: read two results directories, then let compare.py and gate.py decide.
+"""`loadgen compare` and `loadgen gate`: read two results directories, let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
 limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression.

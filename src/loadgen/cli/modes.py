@@ -1,8 +1,8 @@
 """`loadgen prefill`, `loadgen depth` and `loadgen soak`: the field reports' other experiments.
 
-Thin: options are read and checked here, the measuring is in modes.py (prefill, depth) and
-soak.py, the figures in the pure summary functions of prefill.py, depth.py and soak.py, the tables
-in report.py.
+Thin: options are read and checked here, the measuring is in run/steps.py (prefill, depth) and
+run/soak.py, the figures in the pure summary functions of analysis/prefill.py, depth.py and
+soak.py, the tables in output/tables.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`loadgen export` and `loadgen report`: read results directories, hand them to export.py or html_report.py.
+"""`loadgen export` and `loadgen report`: read results directories, hand them to output/exporters.py or output/html.py.
 
 Errors a user can cause (a missing directory, a bad run.json, an unknown target, metric or format)
 become one line and exit code 2. matplotlib is imported only when a report is drawn, so the
