@@ -218,12 +218,12 @@ async def _bare(url: str, body: bytes, requests: int, concurrency: int) -> dict:
 async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> dict:
     from rich.console import Console
 
-    from loadgen.backends import GenerationParams, make_backend
-    from loadgen.engine import run_level
-    from loadgen.metrics import summarize_level
-    from loadgen.progress import ProgressObserver
-    from loadgen.records import LevelRun
-    from loadgen.transport import AiohttpTransport
+    from loadgen.client.backends import GenerationParams, make_backend
+    from loadgen.run.engine import run_level
+    from loadgen.analysis.metrics import summarize_level
+    from loadgen.output.progress import ProgressObserver
+    from loadgen.core.records import LevelRun
+    from loadgen.client.aiohttp_transport import AiohttpTransport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT))
     transport = AiohttpTransport()
@@ -274,7 +274,7 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
 
 def _engine_like_body() -> bytes:
     """A body the size of the engine's (same prompt, a uuid4-sized salt), built once."""
-    from loadgen.backends import GenerationParams, make_backend
+    from loadgen.client.backends import GenerationParams, make_backend
     return make_backend("llamacpp", GenerationParams(prompt=PROMPT)).build("0" * 36)
 
 

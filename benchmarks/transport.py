@@ -84,11 +84,12 @@ class StreamingNginx(Nginx):
 
 async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False,
                   keep_latencies: bool = False, kernel_stamps: bool = True) -> dict:
-    from loadgen.backends import GenerationParams, make_backend
-    from loadgen.engine import run_level
-    from loadgen.looplag import LoopLagSampler
-    from loadgen.records import LevelRun
-    from loadgen.transport_fast import FastTransport, make_transport
+    from loadgen.client.backends import GenerationParams, make_backend
+    from loadgen.run.engine import run_level
+    from loadgen.run.looplag import LoopLagSampler
+    from loadgen.core.records import LevelRun
+    from loadgen.client.fast import FastTransport
+    from loadgen.client.registry import make_transport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT, stream=stream))
     if stream:
@@ -119,7 +120,7 @@ async def _engine(url: str, requests: int, concurrency: int, transport_name: str
 
 
 async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> dict:
-    from loadgen.transport_fast import FastTransport
+    from loadgen.client.fast import FastTransport
 
     transport = FastTransport()
     await transport.open(url, concurrency, 60.0)
@@ -149,7 +150,7 @@ async def _bare_fast(url: str, body: bytes, requests: int, concurrency: int) -> 
 
 async def _sse(url: str, requests: int, concurrency: int, transport_name: str) -> dict:
     """Requests whose SSE bodies are split into events as the bytes arrive (a minimal splitter)."""
-    from loadgen.transport_fast import make_transport
+    from loadgen.client.registry import make_transport
 
     transport = make_transport(transport_name, url)
     # nginx keeps connections alive after a stream (llama-server does not, and gets Connection: close).
@@ -198,7 +199,7 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
         os.sched_setaffinity(0, {cpu})
     import uvloop
 
-    from loadgen.loops import freeze_startup_heap
+    from loadgen.run.loops import freeze_startup_heap
     freeze_startup_heap()  # as the CLI does before its first level
 
     if variant == "bare":

@@ -1,14 +1,9 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-import urllib.request
-
 import pytest
 
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN, free_port, sweep, start_llama_server
+from loadgen.results.reader import load_records, load_run
+from servers import SimProcess, in_process_cli, start_llama_server, sweep
 
 
 @pytest.fixture(scope="session")
@@ -41,40 +36,11 @@ def two_server_sweep(real_servers, tmp_path_factory):
 @pytest.fixture
 def loadgen(monkeypatch, capsys):
     """Run `loadgen ARGS` in-process through cli.main, the real error path; returns (code, stdout, stderr)."""
-    from loadgen import cli
-
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-
-    def run(*args) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["loadgen", *map(str, args)])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+    return in_process_cli(monkeypatch, capsys)
 
 
 @pytest.fixture
 def simulator():
     """A simulated llama-server in its own process, on a free loopback port."""
-    port = free_port()
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", str(port), "--profile", "smoke", "--slots", "2",
-                             "--time-scale", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1):
-                break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("the simulator did not start")
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with SimProcess("--profile", "smoke", "--slots", "2", "--time-scale", "0.05") as sim:
+        yield sim.url

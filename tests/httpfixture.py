@@ -29,7 +29,10 @@ Handler = Callable[[Request, asyncio.StreamWriter], Awaitable[bool]]
 
 
 @dataclass
-class FixtureServer:
+class RawHttpServer:
+    """`async with RawHttpServer(handler) as server:` listening at `server.url` (named apart from
+    fixture_server.FixtureServer, the llama-like one that answers by a `Behaviour`)."""
+
     handler: Handler
     tls: ssl.SSLContext | None = None
     read_body: bool = True
@@ -38,7 +41,7 @@ class FixtureServer:
     open_connections: int = 0
     max_open_connections: int = 0
 
-    async def __aenter__(self) -> "FixtureServer":
+    async def __aenter__(self) -> "RawHttpServer":
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import metrics
-from loadgen.results import load_records, load_run
-from testbed import sweep
+from loadgen.analysis import metrics
+from loadgen.results.reader import load_records, load_run
+from servers import sweep
 
 pytestmark = pytest.mark.real
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loadgen import records
-from loadgen.backends import GenerationParams
-from loadgen.backends.llamacpp import LlamaCppBackend
+from loadgen.client.backends import GenerationParams
+from loadgen.client.backends.llamacpp import LlamaCppBackend
+from loadgen.core import records
 
 BODY = {"content": "x", "id_slot": 2, "stop": True, "tokens_predicted": 16, "stop_type": "limit",
         "timings": {"cache_n": 0, "prompt_n": 23, "prompt_ms": 12.5, "predicted_n": 16, "predicted_ms": 80.0,
@@ -65,7 +65,7 @@ def test_error_object_in_a_200_is_a_server_error():
 def test_salts_are_distinct_version_4_uuids():
     import uuid
 
-    from loadgen.engine import new_salt
+    from loadgen.run.salts import new_salt
 
     salts = [new_salt() for _ in range(20000)]
     assert len(set(salts)) == len(salts)
@@ -76,7 +76,7 @@ def test_salts_are_distinct_version_4_uuids():
 def test_a_forked_child_makes_other_salts_than_its_parent():
     import os
 
-    from loadgen.engine import new_salt
+    from loadgen.run.salts import new_salt
 
     read, write = os.pipe()
     pid = os.fork()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import cli
-from testbed import LOADGEN, free_port
+from servers import LOADGEN, free_port
 
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -209,7 +209,7 @@ def test_parallel_targets_count_every_targets_connections(tmp_path):
 
 
 def test_a_low_soft_fd_limit_is_raised_up_to_the_hard_one(monkeypatch):
-    from loadgen.cli import ensure_open_files
+    from loadgen.cli.sweep import ensure_open_files
 
     calls = []
     monkeypatch.setattr(resource, "getrlimit", lambda which: (256, 8192))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
-from loadgen.results import load_probe, load_records, load_run
-from testbed import LOADGEN
+from loadgen.results.reader import load_probe, load_records, load_run
+from servers import LOADGEN
 
 
 def test_demo_sweeps_two_simulators_and_gives_a_verdict_for_each(tmp_path):

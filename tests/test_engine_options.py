@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from loadgen import records
-from loadgen.backends import GenerationParams, make_backend
-from loadgen.engine import EngineOptions, new_decimal_salt, run_level
-from loadgen.records import LevelRun
-from loadgen.transport import TransportError
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.client.transport import TransportError
+from loadgen.core import records
+from loadgen.core.records import LevelRun
+from loadgen.run.engine import EngineOptions, run_level
+from loadgen.run.salts import new_decimal_salt
 
 
 class RefusingTransport:

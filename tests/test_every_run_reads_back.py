@@ -10,14 +10,22 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
-from loadgen.results import load_run
-from testbed import LOADGEN, free_port
+from loadgen.results.reader import load_run
+from servers import LOADGEN, SimProcess, free_port
 
 SWEEPS = ("closed", "open_knee", "open_calm", "stream", "interrupted", "down")
 MODES = ("prefill", "depth", "soak")
+
+
+def tokens_predicted(url: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("llamacpp:tokens_predicted_total "))
 
 
 def loadgen(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -27,10 +35,8 @@ def loadgen(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("kinds")
-    sim = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", "4"],
-                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    try:
-        url = sim.stderr.readline().split(" on ")[1].split(",")[0]
+    with SimProcess("--profile", "smoke", "--slots", "4") as sim:
+        url = sim.url
         common = ("--url", url, "--n-predict", "16", "--warmup", "0")
         argv = {
             "closed": ("sweep", *common, "--concurrency", "1,2", "--requests", "8"),
@@ -54,21 +60,14 @@ def runs(tmp_path_factory):
         proc = subprocess.Popen([*LOADGEN, "sweep", *common, "--concurrency", "2", "--requests", "100000",
                                  "--output", str(out["interrupted"])],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not (out["interrupted"] / "run.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)  # the first checkpoint: the run is under way
-        time.sleep(0.5)
+        start, deadline = tokens_predicted(url), time.monotonic() + 60
+        while tokens_predicted(url) < start + 5 * 16:  # five requests done: the level is under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
         assert proc.returncode == 130
         yield out
-    finally:
-        sim.send_signal(signal.SIGINT)
-        try:
-            sim.wait(10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
-            sim.wait()
 
 
 def read(loadgen, *args) -> tuple[int, str, str]:

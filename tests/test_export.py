@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from hdrh.log import HistogramLogReader
 
-from loadgen import metrics
-from loadgen.commands.report import export_command
-from loadgen.results import load_records, load_run
+from loadgen.analysis import metrics
+from loadgen.cli.report import export_command
+from loadgen.results.reader import load_records, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import inspect
 import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from loadgen.results import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run
 from loadgen.sim import FaultConfig, start_simulator
-from simbed import RawListener, SimThread
-from testbed import LOADGEN, free_port
+from servers import RawListener, SimProcess, SimThread, free_port
 
 LEVELS = (1, 4)
 PER_LEVEL = 24
@@ -278,14 +275,8 @@ def _listening(port: int) -> set[str]:
 @pytest.mark.parametrize("host_args,address", [([], "127.0.0.1"), (["--host", "127.0.0.2"], "127.0.0.2")],
                          ids=["default", "explicit"])
 def test_the_simulator_binds_to_loopback_unless_host_is_given(host_args, address):
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", *host_args],
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        url = proc.stderr.readline().split(" on ")[1].split(",")[0]
-        port = int(url.rsplit(":", 1)[1])
-        assert url == f"http://{address}:{port}"
+    with SimProcess("--profile", "smoke", *host_args) as sim:
+        port = int(sim.url.rsplit(":", 1)[1])
+        assert sim.url == f"http://{address}:{port}"
         assert _listening(port) == {address}
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
     assert inspect.signature(start_simulator).parameters["host"].default == "127.0.0.1"

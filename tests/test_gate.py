@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from loadgen import compare, gate, metrics, results
-from loadgen.backends import GenerationParams
-from loadgen.commands.gate import gate_command
-from loadgen.config import SweepConfig, Target
-from loadgen.records import CANCELLED, LevelRun, RequestRecord
-from loadgen.sweep import SweepRun, TargetRun
+from loadgen.analysis import compare, gate, metrics
+from loadgen.cli.gate import gate_command, load_gate_file
+from loadgen.client.backends import GenerationParams
+from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
+from loadgen.output import comparison
+from loadgen.results import schema, writer
+from loadgen.run.config import SweepConfig, Target
+from loadgen.run.model import Run, TargetRun
 
 MS = 1_000_000
 LABEL = "smollm2"
@@ -53,12 +55,12 @@ def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int,
 
 
 def sweep_run(levels: dict[int, list[RequestRecord]], *, label: str = LABEL, n_predict: int = 16,
-              prompt: str = PROMPT) -> SweepRun:
+              prompt: str = PROMPT) -> Run:
     target = Target(url="http://127.0.0.1:8080", label=label)
     config = SweepConfig(targets=(target,), concurrency=tuple(levels),
                          generation=GenerationParams(prompt=prompt, n_predict=n_predict))
     levels_run = [LevelRun(target=label, concurrency=c, records=rs) for c, rs in levels.items()]
-    return SweepRun(config=config, targets=[TargetRun(target=target, label=label, levels=levels_run)])
+    return Run(config=config, targets=[TargetRun(target=target, label=label, levels=levels_run)])
 
 
 def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **kw) -> tuple[dict, list[RequestRecord]]:
@@ -69,9 +71,9 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
     """
     run = sweep_run(levels, **kw)
     if summaries:
-        doc = json.loads(json.dumps(results.run_document(run, meta={"kind": "sweep"})))
+        doc = json.loads(json.dumps(writer.run_document(run, meta={"kind": "sweep"})))
     else:
-        doc = {"schema": results.SCHEMA, "schema_version": results.SCHEMA_VERSION, "kind": "sweep", "complete": True,
+        doc = {"schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION, "kind": "sweep", "complete": True,
                "config": run.config.to_dict(),
                "targets": [{"label": t.label, "levels": [{"level": lv.concurrency, "concurrency": lv.concurrency} for lv in t.levels]}
                            for t in run.targets]}
@@ -80,7 +82,7 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
 
 def write_run(path: Path, levels: dict[int, list[RequestRecord]], **kw) -> Path:
     path.mkdir(parents=True)
-    results.write_results(path, sweep_run(levels, **kw), meta={"kind": "sweep"})
+    writer.write_results(path, sweep_run(levels, **kw), meta={"kind": "sweep"})
     return path
 
 
@@ -144,7 +146,7 @@ def test_a_20_percent_throughput_drop_fails_every_time():
         base, cand = pair(2000 + seed, {1: 40, 4: 120}, slowdown=1.25)  # 1/1.25 = 80% of the throughput
         result = gate.run_gate(*base, *cand, gate.GateConfig())
         assert result.exit_code == 1
-        failing = [gate.check_line(c, result.check_confidence) for c in result.with_status(gate.FAIL)]
+        failing = [comparison.check_line(c, result.check_confidence) for c in result.with_status(gate.FAIL)]
         assert any(line.startswith(f"REGRESSION: throughput {LABEL} at concurrency 4") for line in failing)
 
 
@@ -183,7 +185,7 @@ def test_beyond_the_limit_but_not_significant_passes_with_a_note():
     (check,) = result.checks
     assert check.comparison.change == pytest.approx(0.10) and check.comparison.significant is False
     assert check.status == gate.NOT_SIGNIFICANT and result.exit_code == 0
-    assert "within noise, not counted" in gate.check_line(check, result.check_confidence)
+    assert "within noise, not counted" in comparison.check_line(check, result.check_confidence)
 
 
 def test_too_little_data_is_inconclusive_and_fails_only_with_strict():
@@ -207,7 +209,7 @@ def test_error_rate_is_an_absolute_ceiling_and_ignores_cancelled_requests():
     (check,) = strict_zero.checks
     assert check.comparison.candidate == pytest.approx(1 / 20)  # the cancelled one is not counted
     assert check.status == gate.FAIL and strict_zero.exit_code == 1
-    assert "1 of 20 requests failed" in gate.check_line(check, strict_zero.check_confidence)
+    assert "1 of 20 requests failed" in comparison.check_line(check, strict_zero.check_confidence)
     tolerant = gate.run_gate(*base, *cand, gate.GateConfig(metrics=("error_rate",), max_error_rate=0.10))
     assert tolerant.exit_code == 0
 
@@ -280,7 +282,7 @@ def test_gate_file_sets_limits_and_flags_override_it(tmp_path):
     path = tmp_path / "gate.toml"
     path.write_text('[gate]\nmax_throughput_drop = "10%"\nmax_latency_rise = { p99 = "20%", p50 = 0.08 }\n'
                     'max_error_rate = "2%"\nconfidence = 0.99\nmetrics = ["throughput", "p99"]\nstrict = true\n')
-    config = gate.build_config(gate.load_gate_file(path),
+    config = gate.build_config(load_gate_file(path),
                                gate.parse_settings({"max_latency_rise": "p99:30%", "strict": False}, str))
     assert config.limits["throughput"] == 0.10 and config.limits["decode_tok_s"] == 0.10
     assert config.limits["latency_p99"] == 0.30 and config.limits["latency_p50"] == 0.08
@@ -304,7 +306,7 @@ def test_a_bad_gate_file_names_the_file_and_key(tmp_path, text, message):
     path = tmp_path / "gate.toml"
     path.write_text(text)
     with pytest.raises(gate.GateConfigError) as exc:
-        gate.load_gate_file(path)
+        load_gate_file(path)
     assert str(exc.value).startswith(message.format(path=path))
     assert "\n" not in str(exc.value)
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import urllib.request
 
 import pytest
+from servers import LOADGEN, SimProcess, start_llama_server
 
-from testbed import LOADGEN, free_port, start_llama_server
 
 pytestmark = pytest.mark.real
 
@@ -41,22 +39,6 @@ eos_probability = 0.02
 """
 
 
-def start_sim(profile_path, tmp) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", str(port), "--profile", str(profile_path), "--slots", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1):
-                return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the simulator did not start")
-
-
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
     logs = tmp_path_factory.mktemp("gate-llama-logs")
@@ -67,18 +49,11 @@ def sweeps(tmp_path_factory):
         sweep(baseline.url, out / "real-again")
     finally:
         baseline.stop()
-    procs = []
-    try:
-        for name, step_ms in (("baseline", 5.0), ("candidate", 8.0)):
-            profile = logs / f"{name}.toml"
-            profile.write_text(PROFILE.format(name=name, step_ms=step_ms))
-            proc, url = start_sim(profile, logs)
-            procs.append(proc)
-            sweep(url, out / name, requests=40)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(10)
+    for name, step_ms in (("baseline", 5.0), ("candidate", 8.0)):
+        profile = logs / f"{name}.toml"
+        profile.write_text(PROFILE.format(name=name, step_ms=step_ms))
+        with SimProcess("--profile", str(profile), "--slots", "2") as sim:
+            sweep(sim.url, out / name, requests=40)
     return out
 
 

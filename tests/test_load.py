@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from loadgen.backends import GenerationParams
-from loadgen.cli import execute_sweep
-from loadgen.config import SweepConfig, Target
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN
+from loadgen.cli.sweep import execute_sweep
+from loadgen.client.backends import GenerationParams
+from loadgen.results.reader import load_records, load_run
+from loadgen.run.config import SweepConfig, Target
+from servers import SimProcess
 
 REQUESTS = 10_000
 CONCURRENCY = 512
@@ -69,18 +67,8 @@ class PeakRss:
 
 @pytest.fixture
 def big_sim():
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", str(CONCURRENCY),
-                             "--time-scale", "0.001", "--no-metrics"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        yield proc.stderr.readline().split(" on ")[1].split(",")[0]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with SimProcess("--profile", "smoke", "--slots", str(CONCURRENCY), "--time-scale", "0.001", "--no-metrics") as sim:
+        yield sim.url
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")

@@ -8,12 +8,13 @@ import time
 import pytest
 import uvloop
 
-from loadgen.backends import GenerationParams
-from loadgen.config import SweepConfig, Target
-from loadgen.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
-from loadgen.results import run_document
+from loadgen.client.backends import GenerationParams
+from loadgen.results.writer import run_document
+from loadgen.run.config import SweepConfig, Target
+from loadgen.run.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
+from loadgen.run.model import Run
+from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
-from loadgen.sweep import SweepRun, run_sweep
 
 SMOKE = load_profile("smoke")
 
@@ -75,14 +76,14 @@ class Recorder:
         pass
 
 
-def _sweep(transport: str, observer: Recorder, concurrency=(1, 4), servers_in_process=False) -> SweepRun:
+def _sweep(transport: str, observer: Recorder, concurrency=(1, 4), servers_in_process=False) -> Run:
     async def main():
         async with await start_simulator(SMOKE, slots=4, seed=3) as sim:
             config = SweepConfig(targets=(Target(sim.url, "smoke"),), concurrency=concurrency,
                                  generation=GenerationParams(prompt="hi", n_predict=8, seed=1),
                                  requests_per_level=8, warmup=1, transport=transport, wait_ready_s=5,
                                  probe_interval_s=0.05, servers_in_process=servers_in_process)
-            run = SweepRun(config=config)
+            run = Run(config=config)
             await run_sweep(run, observer)
             return run
     return uvloop.run(main())
@@ -117,7 +118,7 @@ def test_no_bottleneck_warning_when_the_servers_share_the_clients_loop():
 def test_both_transports_give_the_same_records_from_the_simulator(monkeypatch):
     def content(transport: str):
         salts = (f"00000000-0000-4000-8000-{n:012d}" for n in range(1000))  # same prompts for both
-        monkeypatch.setattr("loadgen.engine.new_salt", lambda: next(salts))
+        monkeypatch.setattr("loadgen.run.engine.new_salt", lambda: next(salts))
         run = _sweep(transport, Recorder())
         return sorted((r.level, r.salt, r.status, r.error_kind, r.tokens_predicted, r.predicted_n, r.prompt_n)
                       for t in run.targets for lv in t.levels for r in lv.records)

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from loadgen import metrics, records
-from loadgen.records import RequestRecord
+from loadgen.analysis import metrics
+from loadgen.core import records
+from loadgen.core.records import RequestRecord
 
 MS = 1_000_000
 
@@ -103,7 +104,7 @@ def test_cancelled_requests_do_not_stretch_the_level_wall():
 
 
 def test_metrics_parser_keeps_unlabelled_finite_samples_with_llama_server_names():
-    from loadgen.probe import parse_metrics
+    from loadgen.client.probe import parse_metrics
 
     text = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
 # TYPE llamacpp:tokens_predicted_total counter

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import records
-from loadgen.depth import DepthRow, skip_reason, summarize_depth, with_change
-from loadgen.prefill import summarize_prefill
-from loadgen.records import RequestRecord
-from loadgen.soak import summarize_soak, window_seconds
+from loadgen.analysis.depth import DepthRow, skip_reason, summarize_depth, with_change
+from loadgen.analysis.prefill import summarize_prefill
+from loadgen.analysis.soak import summarize_soak, window_seconds
+from loadgen.core import records
+from loadgen.core.records import RequestRecord
 
 S = 1_000_000_000
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.results import load_records, load_run
+from loadgen.results.reader import load_records, load_run
 
 
 def test_prefill_reports_each_length_and_skips_one_beyond_the_context(loadgen, simulator, tmp_path):

@@ -10,13 +10,14 @@ import threading
 import numpy as np
 import pytest
 
-from loadgen import metrics, records
-from loadgen.backends import GenerationParams, make_backend
-from loadgen.engine import run_level, run_open_level
-from loadgen.loops import loop_factory
-from loadgen.records import LevelRun
-from loadgen.schedule import arrival_offsets_ns
-from loadgen.transport import AiohttpTransport
+from loadgen.analysis import metrics
+from loadgen.client.aiohttp_transport import AiohttpTransport
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.core import records
+from loadgen.core.records import LevelRun
+from loadgen.run.engine import run_level, run_open_level
+from loadgen.run.loops import loop_factory
+from loadgen.run.schedule import arrival_offsets_ns
 from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
 
 

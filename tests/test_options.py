@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 import pytest
 
-from loadgen.options import DURATION, LEVELS, PORTS, parse_duration
-from loadgen.scenario import ScenarioError, key_lines, load_scenario, parse_set
+from loadgen.cli.options import DURATION, LEVELS, PORTS, parse_duration
+from loadgen.cli.scenario import ScenarioError, key_lines, load_scenario, parse_set
 
 
 @pytest.mark.parametrize("value,expected", [("1,2,4", (1, 2, 4)), ([1, 2, 4], (1, 2, 4)), (8, (8,)), ("8", (8,))])

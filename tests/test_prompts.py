@@ -9,9 +9,10 @@ import re
 import aiohttp
 import pytest
 
-from loadgen.engine import new_decimal_salt
-from loadgen.exact_prompt import FittedPrompt, PromptTooShort, ServerTokenizer, fit_prompt, fit_prompts, salted
-from loadgen.prompts import PromptSourceError, read_dataset, repeat_to, sample_prompts, synthetic_text
+from loadgen.client.tokenize import ServerTokenizer
+from loadgen.run.exact_prompt import FittedPrompt, PromptTooShort, fit_prompt, fit_prompts, salted
+from loadgen.run.prompts import PromptSourceError, read_dataset, repeat_to, sample_prompts, synthetic_text
+from loadgen.run.salts import new_decimal_salt
 from loadgen.sim import load_profile, start_simulator
 from loadgen.sim.tokenizer import tokenize
 

@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN, start_llama_server
+from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.commands.report import report_command
-from loadgen.html_report import SECTIONS
+from loadgen.cli.report import report_command
+from loadgen.output.html import SECTIONS
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -149,7 +149,7 @@ def test_bad_input_exits_2_with_one_line(args, message):
 
 
 def test_matplotlib_is_not_imported_by_the_command_module():
-    code = ("import sys, loadgen.commands.report, loadgen.export; "
+    code = ("import sys, loadgen.cli.report, loadgen.output.exporters; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

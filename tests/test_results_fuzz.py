@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadgen import cli
-from loadgen.results import ResultsError, load_probe, load_records, load_run
+from loadgen.core.errors import ResultsError
+from loadgen.results.reader import load_probe, load_records, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 GOOD_DOC = json.loads((FIXTURE / "run.json").read_text())
@@ -153,9 +154,9 @@ def _toml(value: object) -> str:
 
 
 def _scenario_keys() -> list[str]:
-    from loadgen.scenario import keys_of
+    from loadgen.cli.scenario import keys_of
 
-    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.commands[name])}
+    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.get_command(None, name))}
     return sorted(keys | {"mode", "nonsense_key"})
 
 

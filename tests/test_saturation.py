@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.records import ProbeSample, RequestRecord
-from loadgen.saturation import LevelPoint, analyze_target, find_knee, is_queued, overhead_ms
+from loadgen.analysis.saturation import LevelPoint, analyze_target, find_knee, is_queued, overhead_ms
+from loadgen.core.records import ProbeSample, RequestRecord
 
 MS = 1_000_000
 

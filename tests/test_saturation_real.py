@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from loadgen.results import load_probe, load_run
-from testbed import LOADGEN, start_llama_server, sweep
+from loadgen.results.reader import load_probe, load_run
+from servers import LOADGEN, start_llama_server, sweep
 
 pytestmark = pytest.mark.real
 

@@ -17,14 +17,13 @@ timing, the probe's slot evidence).
 
 from __future__ import annotations
 
-import signal
-import subprocess
+from contextlib import ExitStack
 
 import pytest
 
-from loadgen.results import load_run
-from loadgen.saturation import LevelPoint, find_knee
-from testbed import LOADGEN, sweep
+from loadgen.analysis.saturation import LevelPoint, find_knee
+from loadgen.results.reader import load_run
+from servers import SimProcess, sweep
 
 
 def decode_tok_s(busy: int) -> float:
@@ -81,25 +80,9 @@ def test_a_dip_that_a_later_level_climbs_out_of_is_not_the_knee():
 @pytest.fixture(scope="module")
 def sims():
     """`loadgen sim` servers (smoke profile) with 1, 2, 3, 4 and 8 slots, each in its own process."""
-    procs, urls = [], {}
-    try:
-        for slots in (1, 2, 3, 4, 8):
-            proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", str(slots)],
-                                    stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-            procs.append(proc)
-            line = proc.stderr.readline()
-            assert " on " in line, f"the {slots}-slot simulator did not start: {line!r}"
-            urls[slots] = line.split(" on ")[1].split(",")[0]
-        yield urls
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with ExitStack() as stack:
+        yield {slots: stack.enter_context(SimProcess("--profile", "smoke", "--slots", str(slots))).url
+               for slots in (1, 2, 3, 4, 8)}
 
 
 @pytest.mark.parametrize("slots,ladder,expected", TABLE, ids=IDS)

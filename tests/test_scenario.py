@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from loadgen import cli
-from loadgen.commands.run import MODES
-from loadgen.results import load_records, load_run
-from loadgen.scenario import keys_of
-from testbed import LOADGEN
+from loadgen.cli.run import MODES
+from loadgen.cli.scenario import keys_of
+from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
 
@@ -32,7 +32,7 @@ def test_every_shipped_scenario_loads_and_says_what_it_measures(loadgen, path):
 
 
 def test_every_sweep_flag_has_a_key():
-    sweep_keys = set(keys_of(cli.cli.commands["sweep"]))
+    sweep_keys = set(keys_of(cli.cli.get_command(None, "sweep")))
     for flag in ("ports", "url", "label", "concurrency", "rate", "arrival", "burstiness", "max_in_flight",
                  "arrival_seed", "requests", "duration", "warmup", "api", "model", "stream", "api_key", "prompt",
                  "prompt_file", "dataset", "dataset_field", "prompt_tokens", "n_predict", "temperature",
@@ -40,7 +40,7 @@ def test_every_sweep_flag_has_a_key():
                  "parallel_targets", "output", "force", "histograms"):
         assert flag in sweep_keys
     for mode in MODES:  # every option of every mode is reachable from a file
-        command = cli.cli.commands[mode]
+        command = cli.cli.get_command(None, mode)
         options = [p for p in command.params if p.param_type_name == "option" and p.expose_value]
         assert len(keys_of(command)) == len(options)
 

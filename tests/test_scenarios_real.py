@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import records as record_kinds
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN, start_llama_server
+from loadgen.core import records as record_kinds
+from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 

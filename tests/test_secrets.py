@@ -10,7 +10,7 @@ import json
 import pytest
 from aiohttp import web
 
-from simbed import LoopThread
+from servers import LoopThread
 
 SECRET = "sk-reliability-7c4f0b1e-never-print-me"
 

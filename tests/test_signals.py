@@ -6,7 +6,6 @@ second Ctrl-C leaves at once with a valid file all the same.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN
+from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN, SimProcess
 
 N_PREDICT = 16
 
@@ -25,19 +24,8 @@ N_PREDICT = 16
 @pytest.fixture(scope="module")
 def sim_url():
     """`loadgen sim` in its own process: a request takes ~20 ms, so a level is mid-way when signalled."""
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", "--profile", "smoke", "--slots", "4",
-                             "--time-scale", "0.5"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        line = proc.stderr.readline()
-        yield line.split(" on ")[1].split(",")[0]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "0.5") as sim:
+        yield sim.url
 
 
 def server_metric(url: str, name: str) -> float:
@@ -133,8 +121,10 @@ def test_a_second_sigint_exits_at_once_with_a_valid_file(sim_url, tmp_path, gap_
 # itself at exactly those moments (no sleep can hit them reliably).
 _SIGNAL_AT = """
 import os, signal, sys, threading
-import loadgen.cli as cli
-import loadgen.commands.execute as execute
+import importlib
+execute = importlib.import_module("loadgen.cli.execute")
+sweep = importlib.import_module("loadgen.cli.sweep")
+main = importlib.import_module("loadgen.cli.main").main
 
 def pepper(when, names):
     def wrap(real):
@@ -155,9 +145,9 @@ where, when, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 if where == "write":
     execute.write_results = pepper(when, names)(execute.write_results)
 else:
-    cli.print_run = pepper(when, names)(cli.print_run)
+    sweep.print_run = pepper(when, names)(sweep.print_run)
 sys.argv = ["loadgen", *sys.argv[4:]]
-cli.main()
+main()
 """
 
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -22,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.sim import FaultConfig, builtin_profiles, load_profile, parse_fault, start_simulator
 from loadgen.sim.cli import sim_command
+from servers import SimProcess
 
 SMOKE = load_profile("smoke")
 MOE = load_profile("moe-35b-a3b")
@@ -66,14 +64,19 @@ async def sse_events(resp: aiohttp.ClientResponse) -> list[bytes]:
 
 # --- profiles -------------------------------------------------------------------------------------
 
+def aggregate_tok_s(profile, busy: int) -> float:
+    """Tokens per second over all `busy` slots in steady decoding: b * 1000 / step_ms(b)."""
+    return busy * 1000.0 / profile.decode_step_ms(busy)
+
+
 def test_builtin_profiles_are_calibrated_to_the_field_report():
     assert {"moe-35b-a3b", "dense-27b", "smoke"} <= set(builtin_profiles())
     # llama-bench tg128 single-stream decode and the 4-slot aggregate of the concurrency table.
-    assert MOE.aggregate_tok_s(1) == pytest.approx(47.63, rel=1e-3)
-    assert MOE.aggregate_tok_s(4) == pytest.approx(72.18, rel=1e-3)
+    assert aggregate_tok_s(MOE, 1) == pytest.approx(47.63, rel=1e-3)
+    assert aggregate_tok_s(MOE, 4) == pytest.approx(72.18, rel=1e-3)
     assert MOE.prefill_tok_s == pytest.approx(835.51)
-    assert DENSE.aggregate_tok_s(1) == pytest.approx(11.70, rel=1e-3)
-    assert DENSE.aggregate_tok_s(4) == pytest.approx(17.69, rel=1e-3)
+    assert aggregate_tok_s(DENSE, 1) == pytest.approx(11.70, rel=1e-3)
+    assert aggregate_tok_s(DENSE, 4) == pytest.approx(17.69, rel=1e-3)
     assert DENSE.prefill_tok_s == pytest.approx(128.21)
 
 
@@ -146,7 +149,7 @@ def test_four_slot_aggregate_matches_the_profile():
             short_s, _ = await one_round(200)
             long_s, answers = await one_round(1000)
         simulated_s = (long_s - short_s) / scale
-        assert 4 * 800 / simulated_s == pytest.approx(MOE.aggregate_tok_s(4), rel=0.05)
+        assert 4 * 800 / simulated_s == pytest.approx(aggregate_tok_s(MOE, 4), rel=0.05)
         # The server's own timings: each stream decodes at 1000 / step_ms(4) tokens per second.
         for answer in answers:
             timings = answer["timings"]
@@ -626,21 +629,12 @@ def test_cli_rejects_an_unknown_profile():
 
 def test_cli_serves_until_sigint():
     code = "from loadgen.sim.cli import sim_command; sim_command()"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--port", "0", "--profile", "smoke", "--slots", "2"],
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        line = proc.stderr.readline()
-        url = line.split(" on ")[1].split(",")[0]
-        assert url.startswith("http://127.0.0.1:")
+    with SimProcess("--profile", "smoke", "--slots", "2", command=(sys.executable, "-c", code)) as sim:
+        assert sim.url.startswith("http://127.0.0.1:")
 
         async def ask() -> tuple[int, Any]:
             async with aiohttp.ClientSession() as session:
-                return await post(session, url + "/completion", {"prompt": "hi", "n_predict": 3})
+                return await post(session, sim.url + "/completion", {"prompt": "hi", "n_predict": 3})
         status, body = run(ask())
         assert status == 200 and body["tokens_predicted"] == 3
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        assert sim.stop() == 0

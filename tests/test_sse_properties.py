@@ -12,9 +12,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import records
-from loadgen.backends import GenerationParams, make_backend
-from loadgen.sse import SSESplitter, StreamReader
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.client.sse import SSESplitter, StreamReader
+from loadgen.core import records
 from fixture_server import chat_stream, completion_stream
 
 API_NAMES = ("llamacpp", "completions", "chat")

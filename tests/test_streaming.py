@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import records
-from loadgen.backends import GenerationParams, make_backend
-from loadgen.sse import SSESplitter, StreamReader
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.client.sse import SSESplitter, StreamReader
+from loadgen.core import records
 from fixture_server import chat_stream, completion_stream, sse
 
 PARAMS = GenerationParams(prompt="hello", n_predict=8, stream=True)
@@ -60,6 +60,18 @@ def test_completion_stream_is_complete_without_done_and_counts_the_servers_token
 def test_completion_stream_without_its_final_event_is_truncated():
     outcome, _ = read_stream("llamacpp", completion_stream(8)[:-1])
     assert outcome.error_kind == records.TRUNCATED_STREAM
+
+
+def test_an_over_long_event_is_dropped_and_recorded_as_a_stream_error(monkeypatch):
+    from loadgen.client import sse
+
+    monkeypatch.setattr(sse, "MAX_LINE", 1024)  # the real bound is 16 MiB
+    reads = completion_stream(8)
+    reads.insert(3, b"data: " + b"x" * 2000)  # no blank line: the event never ends
+    outcome, stream = read_stream("llamacpp", reads)
+    assert outcome.error_kind == records.STREAM_ERROR
+    assert "longer than 1024 bytes was dropped" in outcome.error_message
+    assert stream.chunks == 8  # the events around it are still read
 
 
 @pytest.mark.parametrize("api", ["llamacpp", "completions", "chat"])

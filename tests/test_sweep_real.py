@@ -11,9 +11,9 @@ from collections import defaultdict
 
 import pytest
 
-from loadgen import metrics
-from loadgen.results import load_records, load_run
-from testbed import LOADGEN, start_llama_server
+from loadgen.analysis import metrics
+from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 

@@ -7,10 +7,12 @@ import asyncio
 import pytest
 import uvloop
 
-from httpfixture import FixtureServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
-from loadgen import records
-from loadgen.transport import AiohttpTransport, TransportError
-from loadgen.transport_fast import FastTransport, environment_proxy, make_transport
+from httpfixture import RawHttpServer, Request, chunked, reset, response, self_signed_tls, write_in_pieces
+from loadgen.client.aiohttp_transport import AiohttpTransport
+from loadgen.client.fast import FastTransport
+from loadgen.client.registry import environment_proxy, make_transport
+from loadgen.client.transport import TransportError
+from loadgen.core import records
 
 TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
 SSE = b"".join(b'data: {"content":"tok%d","stop":false}\n\n' % i for i in range(64))
@@ -20,7 +22,7 @@ def run(coro):
     return uvloop.run(coro)
 
 
-async def _open(server: FixtureServer, kind: str = "fast", timeout_s: float = 5.0, max_connections: int = 8,
+async def _open(server: RawHttpServer, kind: str = "fast", timeout_s: float = 5.0, max_connections: int = 8,
                 insecure: bool = False, close_streams: bool = True):
     transport = TRANSPORTS[kind]()
     await transport.open(server.url, max_connections, timeout_s, insecure=insecure, close_streams=close_streams)
@@ -42,7 +44,7 @@ def test_keep_alive_requests_share_one_connection(kind):
             writer.write(response(request.body, headers=("X-Path: " + request.path,)))
             return True
 
-        async with FixtureServer(echo) as server:
+        async with RawHttpServer(echo) as server:
             transport = await _open(server, kind)
             try:
                 results = [await transport.request("POST", "/completion", b'{"n":%d}' % i) for i in range(5)]
@@ -68,7 +70,7 @@ def test_chunked_response_split_at_every_byte_boundary():
             await write_in_pieces(writer, data, [cuts[len(server.requests) - 1]], pause_s=0.001)
             return True
 
-        async with FixtureServer(split) as server:
+        async with RawHttpServer(split) as server:
             transport = await _open(server)
             try:
                 for _ in range(len(cuts) // 2):
@@ -93,7 +95,7 @@ def test_streamed_body_arrives_per_read_with_times_and_intact():
                                   cuts)
             return True
 
-        async with FixtureServer(stream) as server:
+        async with RawHttpServer(stream) as server:
             transport = await _open(server)
             chunks: list[tuple[bytes, int]] = []
             try:
@@ -110,7 +112,7 @@ def test_streamed_body_arrives_per_read_with_times_and_intact():
 
 def test_connection_close_response_then_a_new_connection():
     async def main():
-        async with FixtureServer(answer(response(b"bye", headers=("Connection: close",)), keep_open=False)) as server:
+        async with RawHttpServer(answer(response(b"bye", headers=("Connection: close",)), keep_open=False)) as server:
             transport = await _open(server)
             try:
                 results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
@@ -123,7 +125,7 @@ def test_connection_close_response_then_a_new_connection():
 
 def test_body_delimited_by_the_close_of_the_connection():
     async def main():
-        async with FixtureServer(answer(b"HTTP/1.0 200 OK\r\n\r\nuntil the end", keep_open=False)) as server:
+        async with RawHttpServer(answer(b"HTTP/1.0 200 OK\r\n\r\nuntil the end", keep_open=False)) as server:
             transport = await _open(server)
             try:
                 r = await transport.request("POST", "/x", b"{}")
@@ -143,7 +145,7 @@ def test_reset_mid_body_is_disconnected(kind):
             reset(writer)
             return False
 
-        async with FixtureServer(half) as server:
+        async with RawHttpServer(half) as server:
             transport = await _open(server, kind)
             try:
                 with pytest.raises(TransportError) as err:
@@ -166,7 +168,7 @@ def test_interim_100_continue_is_skipped():
             writer.write(response(b"final", headers=("X-Final: yes",)))
             return True
 
-        async with FixtureServer(cont) as server:
+        async with RawHttpServer(cont) as server:
             transport = await _open(server)
             try:
                 r = await transport.request("POST", "/x", b"{}")
@@ -180,7 +182,7 @@ def test_interim_100_continue_is_skipped():
 
 def test_204_has_no_body_and_keeps_the_connection():
     async def main():
-        async with FixtureServer(answer(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")) as server:
+        async with RawHttpServer(answer(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")) as server:
             transport = await _open(server)
             try:
                 results = [await transport.request("POST", "/x", b"{}") for _ in range(3)]
@@ -201,7 +203,7 @@ def test_bodies_over_one_mib_both_ways(encoding):
             await writer.drain()
             return True
 
-        async with FixtureServer(echo) as server:
+        async with RawHttpServer(echo) as server:
             transport = await _open(server)
             try:
                 r = await transport.request("POST", "/x", big)
@@ -221,7 +223,7 @@ def test_server_that_answers_before_reading_the_whole_body():
             await writer.drain()
             return False
 
-        async with FixtureServer(refuse, read_body=False) as server:
+        async with RawHttpServer(refuse, read_body=False) as server:
             transport = await _open(server)
             try:
                 r = await transport.request("POST", "/x", big)
@@ -237,7 +239,7 @@ def test_server_that_answers_before_reading_the_whole_body():
 
 def test_idle_keep_alive_closed_by_the_server_is_no_error():
     async def main():
-        async with FixtureServer(answer(response(b"one"), keep_open=False)) as server:  # FIN after each answer
+        async with RawHttpServer(answer(response(b"one"), keep_open=False)) as server:  # FIN after each answer
             transport = await _open(server)
             try:
                 first = await transport.request("POST", "/x", b"{}")
@@ -260,7 +262,7 @@ def test_keep_alive_closed_as_the_next_request_arrives_is_an_error_not_a_retry()
             writer.write(response(b"ok"))
             return True
 
-        async with FixtureServer(close_second) as server:
+        async with RawHttpServer(close_second) as server:
             transport = await _open(server)
             try:
                 first = await transport.request("POST", "/x", b"{}")
@@ -277,7 +279,7 @@ def test_keep_alive_closed_as_the_next_request_arrives_is_an_error_not_a_retry()
 
 def test_a_streamed_request_asks_for_connection_close():
     async def main():
-        async with FixtureServer(answer(response(b"data: {}\n\n"))) as server:
+        async with RawHttpServer(answer(response(b"data: {}\n\n"))) as server:
             transport = await _open(server)
             try:
                 await transport.request("POST", "/x", b"{}", on_chunk=lambda c, t: None)
@@ -296,7 +298,7 @@ def test_a_streamed_request_asks_for_connection_close():
 def test_streams_keep_the_connection_for_servers_that_keep_it(kind):
     # Only llama-server closes after a stream; elsewhere a stream's connection is reused like any.
     async def main():
-        async with FixtureServer(answer(response(b"data: {}\n\n"))) as server:
+        async with RawHttpServer(answer(response(b"data: {}\n\n"))) as server:
             transport = await _open(server, kind, close_streams=False)
             try:
                 for _ in range(3):
@@ -310,7 +312,7 @@ def test_streams_keep_the_connection_for_servers_that_keep_it(kind):
 
 def test_a_new_connection_closed_without_answer_is_an_error():
     async def main():
-        async with FixtureServer(answer(b"", keep_open=False)) as server:
+        async with RawHttpServer(answer(b"", keep_open=False)) as server:
             transport = await _open(server)
             try:
                 with pytest.raises(TransportError) as err:
@@ -330,7 +332,7 @@ def test_total_timeout(kind):
             await asyncio.sleep(5)
             return False
 
-        async with FixtureServer(slow) as server:
+        async with RawHttpServer(slow) as server:
             transport = await _open(server, kind, timeout_s=0.2)
             try:
                 with pytest.raises(TransportError) as err:
@@ -344,7 +346,7 @@ def test_total_timeout(kind):
 @pytest.mark.parametrize("kind", TRANSPORTS)
 def test_connection_refused_is_connect_error(kind):
     async def main():
-        async with FixtureServer(answer(b"")) as server:
+        async with RawHttpServer(answer(b"")) as server:
             url = server.url
         transport = TRANSPORTS[kind]()
         await transport.open(url, 1, 5)
@@ -361,7 +363,7 @@ def test_connection_refused_is_connect_error(kind):
 
 def test_malformed_response_is_disconnected():
     async def main():
-        async with FixtureServer(answer(b"HTTP/1.1 abc nonsense\r\n\r\n")) as server:
+        async with RawHttpServer(answer(b"HTTP/1.1 abc nonsense\r\n\r\n")) as server:
             transport = await _open(server)
             try:
                 with pytest.raises(TransportError) as err:
@@ -379,7 +381,7 @@ def test_pool_holds_at_most_max_connections():
             writer.write(response(b"ok"))
             return True
 
-        async with FixtureServer(slow) as server:
+        async with RawHttpServer(slow) as server:
             transport = await _open(server, max_connections=3)
             try:
                 results = await asyncio.gather(*(transport.request("POST", "/x", b"{}") for _ in range(20)))
@@ -396,7 +398,7 @@ def test_cancelled_request_closes_its_connection():
             await asyncio.sleep(5)
             return False
 
-        async with FixtureServer(never) as server:
+        async with RawHttpServer(never) as server:
             transport = await _open(server, max_connections=1)
             try:
                 task = asyncio.ensure_future(transport.request("POST", "/x", b"{}"))
@@ -417,7 +419,7 @@ def test_tls_self_signed_needs_insecure(kind, tmp_path):
     context, _ = self_signed_tls(tmp_path)
 
     async def main():
-        async with FixtureServer(answer(response(b"secret")), tls=context) as server:
+        async with RawHttpServer(answer(response(b"secret")), tls=context) as server:
             transport = await _open(server, kind, insecure=True)
             try:
                 ok = await transport.request("POST", "/x", b"{}")
@@ -458,12 +460,12 @@ COMPLETION = (b'{"content":"hi","tokens_predicted":4,"stop_type":"limit","id_slo
 
 
 class ThreadedServer:
-    """A FixtureServer on its own event loop in a thread, for the CLI (which runs its own loop)."""
+    """A RawHttpServer on its own event loop in a thread, for the CLI (which runs its own loop)."""
 
     def __init__(self, handler, tls=None):
         import threading
 
-        self._server = FixtureServer(handler, tls=tls)
+        self._server = RawHttpServer(handler, tls=tls)
         self._ready = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
@@ -474,7 +476,7 @@ class ThreadedServer:
             self._ready.set()
             await self._stop.wait()
 
-    def __enter__(self) -> FixtureServer:
+    def __enter__(self) -> RawHttpServer:
         self._thread.start()
         self._ready.wait(10)
         return self._server
@@ -497,7 +499,7 @@ async def llama_like(request, writer):
 
 @pytest.mark.parametrize("transport", ["fast", "aiohttp"])
 def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, tmp_path, transport):
-    from loadgen.results import load_records, load_run
+    from loadgen.results.reader import load_records, load_run
 
     context, _ = self_signed_tls(tmp_path)
     with ThreadedServer(llama_like, tls=context) as server:
@@ -518,7 +520,7 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
 @pytest.mark.parametrize("transport,clock", [("fast", "kernel"), ("aiohttp", "loop")])
 def test_run_json_says_how_reads_were_timed(loadgen, tmp_path, transport, clock):
-    from loadgen.results import load_run
+    from loadgen.results.reader import load_run
 
     with ThreadedServer(llama_like) as server:
         code, _, err = loadgen("sweep", "--url", server.url, "--concurrency", "1", "--requests", "2", "--warmup", "0",
@@ -645,7 +647,7 @@ def test_a_read_is_timed_when_it_arrived_not_when_a_busy_loop_got_to_it(kernel_s
     """The answer arrives while the loop is blocked for 300 ms: the kernel's stamp says when it came."""
     import time
 
-    from loadgen.clock import now_ns
+    from loadgen.core.clock import now_ns
 
     url, stop, _ = _thread_server()
 
@@ -678,23 +680,23 @@ def test_implausible_kernel_stamps_fall_back_to_the_read_time():
     import struct
     import time
 
-    from loadgen.transport_fast import _SO_TIMESTAMPNS, _kernel_time
+    from loadgen.client.connections import SO_TIMESTAMPNS, kernel_time
 
     def anc(ns):
-        return [(socket.SOL_SOCKET, _SO_TIMESTAMPNS, struct.pack("qq", ns // 10**9, ns % 10**9))]
+        return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", ns // 10**9, ns % 10**9))]
 
     now = 10**15
     wall = time.clock_gettime_ns(time.CLOCK_REALTIME)
-    assert now - 5_000_000 - 1_000_000 < _kernel_time(anc(wall - 5_000_000), now) <= now - 5_000_000
-    assert _kernel_time(anc(wall + 10**9), now) == now  # from the future: a clock step
-    assert _kernel_time(anc(wall - 3600 * 10**9), now) == now  # an hour old: a clock step
-    assert _kernel_time([(socket.SOL_SOCKET, 99, b"x" * 16)], now) == now  # another message
+    assert now - 5_000_000 - 1_000_000 < kernel_time(anc(wall - 5_000_000), now) <= now - 5_000_000
+    assert kernel_time(anc(wall + 10**9), now) == now  # from the future: a clock step
+    assert kernel_time(anc(wall - 3600 * 10**9), now) == now  # an hour old: a clock step
+    assert kernel_time([(socket.SOL_SOCKET, 99, b"x" * 16)], now) == now  # another message
 
 
 def test_a_host_name_is_resolved_once_and_its_working_address_tried_first():
     """"localhost" may resolve to ::1 first; the server listens on 127.0.0.1 only."""
     async def main():
-        async with FixtureServer(answer(response(b"ok", headers=("Connection: close",)), keep_open=False)) as server:
+        async with RawHttpServer(answer(response(b"ok", headers=("Connection: close",)), keep_open=False)) as server:
             transport = FastTransport()
             await transport.open(f"http://localhost:{server.port}", 2, 5.0)
             try:
@@ -740,7 +742,7 @@ def test_concurrent_connects_skip_an_address_that_refuses():
     refused = ("127.0.0.1", closed.getsockname()[1])
 
     async def main():
-        async with FixtureServer(answer(response(b"ok"))) as server:
+        async with RawHttpServer(answer(response(b"ok"))) as server:
             transport = FastTransport()
             await transport.open(server.url, 8, 5.0)
             working = ("127.0.0.1", server.port)

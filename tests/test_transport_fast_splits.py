@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.transport_fast import ResponseParser
+from loadgen.client.http_parser import ResponseParser
 
 TOKEN = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).filter(
     lambda s: s.strip("-") and s.lower() not in ("content-length", "transfer-encoding", "connection"))

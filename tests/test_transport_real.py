@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import uvloop
 
-from loadgen.backends import GenerationParams
-from loadgen.config import SweepConfig, Target
-from loadgen.sweep import SweepRun, run_sweep
+from loadgen.client.backends import GenerationParams
+from loadgen.run.config import SweepConfig, Target
+from loadgen.run.model import Run
+from loadgen.run.sweep import run_sweep
 
 pytestmark = pytest.mark.real
 
@@ -28,11 +29,11 @@ class Quiet:
 
 def _records(url: str, transport: str, api: str, stream: bool, monkeypatch) -> list[tuple]:
     salts = (f"00000000-0000-4000-8000-{n:012d}" for n in range(10_000))  # the same prompts for both
-    monkeypatch.setattr("loadgen.engine.new_salt", lambda: next(salts))
+    monkeypatch.setattr("loadgen.run.engine.new_salt", lambda: next(salts))
     config = SweepConfig(targets=(Target(url, "real"),), concurrency=(1, 4), api=api,
                          generation=GenerationParams(prompt="Count to ten.", n_predict=12, seed=7, stream=stream),
                          requests_per_level=6, warmup=1, transport=transport)
-    run = SweepRun(config=config)
+    run = Run(config=config)
     uvloop.run(run_sweep(run, Quiet()))
     assert run.complete, [t.error for t in run.targets]
     return sorted((r.level, r.seq, r.salt, r.status, r.error_kind, r.output_tokens, r.predicted_n, r.prompt_n,

@@ -10,7 +10,7 @@ import signal
 
 import click
 
-from ..loops import loop_factory
+from ..run.loops import loop_factory
 from .faults import FAULT_KINDS, FaultConfig
 from .profile import builtin_profiles, load_profile
 from .server import start_simulator

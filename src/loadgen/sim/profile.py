@@ -42,10 +42,6 @@ class Profile:
         """step_ms(b) = step_ms * (1 + alpha * (b - 1)), for b >= 1 slots decoding in the step."""
         return self.step_ms * (1.0 + self.alpha * (busy - 1))
 
-    def aggregate_tok_s(self, busy: int) -> float:
-        """Tokens per second over all `busy` slots in steady decoding: b * 1000 / step_ms(b)."""
-        return busy * 1000.0 / self.decode_step_ms(busy)
-
     def prefill_ms(self, n_tokens: int) -> float:
         """n_tokens * 1000 / prefill_tok_s."""
         return n_tokens * 1000.0 / self.prefill_tok_s

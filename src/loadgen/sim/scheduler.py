@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..clock import NS_PER_MS, now_ns
+from ..core.clock import NS_PER_MS, now_ns
 from .metrics import ServerMetrics
 from .params import CompletionParams
 from .profile import Profile

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from ..clock import NS_PER_S, now_ns
+from ..core.clock import NS_PER_S, now_ns
 from . import formats
 from .faults import (FAULT_ERRORS, GARBAGE_METRICS, MID_STREAM_ERROR, FaultConfig, FaultKind, FaultRule,
                      close_connection, drip, malformed, reset_connection)

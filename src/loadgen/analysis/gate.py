@@ -1,0 +1,259 @@
+"""The regression gate: which checks to run, their limits, and the verdict over a `compare` of two runs.
+
+A check fails only when the candidate is worse than the baseline by more than its limit AND the
+difference is significant. "Significant but within the limit" passes; "beyond the limit but not
+significant" passes with a note (noise is never called a change); a check the data is too small
+to decide is *inconclusive*: a warning, or a failure with `strict`. The error rate is the
+exception: it is an absolute ceiling on the candidate's failed / (ok + failed), with no test.
+
+`confidence` is that of the whole gate. With k statistical checks (metrics x levels, error rate
+excluded), each is tested at 1 - (1 - confidence) / k (Bonferroni), so the chance that noise fails
+the gate somewhere stays below 1 - confidence however many levels a sweep has.
+
+Limits come from defaults, then the `[gate]` table of a TOML file, then the command line.
+Everything here is pure: the file is read by the `gate` command (its `load_gate_file`), the
+verdict is said in words by output/comparison.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import EXIT_FAILED, EXIT_OK, UserError
+from ..core.records import RequestRecord
+from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
+
+DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
+DEFAULT_LIMITS = {  # worse by more than this share fails
+    "throughput": 0.05,
+    "decode_tok_s": 0.05,
+    "latency_p50": 0.05,
+    "latency_p99": 0.10,
+    "queue_wait_p50": 0.10,
+}
+DEFAULT_MAX_ERROR_RATE = 0.0
+DEFAULT_CONFIDENCE = 0.95
+
+# keys of --max-throughput-drop and --max-latency-rise ("p99:10%,p50:5%"); a bare "10%" sets them all
+DROP_KEYS = {"throughput": "throughput", "decode": "decode_tok_s", "decode_tok_s": "decode_tok_s"}
+RISE_KEYS = {"p50": "latency_p50", "p99": "latency_p99", "queue_wait": "queue_wait_p50",
+             "latency_p50": "latency_p50", "latency_p99": "latency_p99", "queue_wait_p50": "queue_wait_p50"}
+METRIC_ALIASES = {"queue_wait": "queue_wait_p50", "p50": "latency_p50", "p99": "latency_p99", "decode": "decode_tok_s"}
+FILE_KEYS = ("max_throughput_drop", "max_latency_rise", "max_error_rate", "confidence", "metrics", "strict")
+
+PASS, FAIL, NOT_SIGNIFICANT, INCONCLUSIVE = "pass", "fail", "not significant", "inconclusive"
+
+
+class GateConfigError(UserError, ValueError):
+    """A bad limit, flag or gate file; the message is one line: `where: what is wrong`."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    limits: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    confidence: float = DEFAULT_CONFIDENCE
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    strict: bool = False
+
+    @property
+    def statistical_metrics(self) -> tuple[str, ...]:
+        return tuple(m for m in self.metrics if m != "error_rate")
+
+
+# ---------------------------------------------------------------- parsing limits
+
+
+def parse_share(value: Any, where: str) -> float:
+    """"5%" -> 0.05, 0.05 -> 0.05. A bare number above 1 is refused: write 150% for 1.5."""
+    if isinstance(value, bool):
+        raise GateConfigError(f"{where}: expected a share like 5% or 0.05, got {value!r}")
+    if isinstance(value, (int, float)):
+        number, percent = float(value), False
+    elif isinstance(value, str):
+        text = value.strip()
+        percent = text.endswith("%")
+        try:
+            number = float(text.rstrip("%").strip())
+        except ValueError:
+            raise GateConfigError(f"{where}: expected a share like 5% or 0.05, got {value!r}") from None
+    else:
+        raise GateConfigError(f"{where}: expected a share like 5% or 0.05, got {value!r}")
+    if not math.isfinite(number) or number < 0:
+        raise GateConfigError(f"{where}: must be a share >= 0, got {value!r}")
+    if not percent and number > 1:
+        raise GateConfigError(f"{where}: {value!r} is ambiguous; write {number:g}% or {number / 100:g}")
+    return number / 100 if percent else number
+
+
+def parse_limits(value: Any, where: str, keys: Mapping[str, str]) -> dict[str, float]:
+    """A bare share for every metric of `keys`, or "key:share,...", or (from TOML) a {key: share} table."""
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, str) and ":" in value:
+        items = []
+        for part in value.split(","):
+            key, sep, share = part.partition(":")
+            if not sep or not key.strip():
+                raise GateConfigError(f"{where}: expected key:share pairs like p99:10%,p50:5%, got {value!r}")
+            items.append((key.strip(), share))
+    else:
+        share = parse_share(value, where)
+        return {metric: share for metric in dict.fromkeys(keys.values())}
+    out = {}
+    for key, share in items:
+        if key not in keys:
+            raise GateConfigError(f"{where}: unknown key {key!r} (use {', '.join(_short_keys(keys))})")
+        out[keys[key]] = parse_share(share, f"{where}: {key}")
+    return out
+
+
+def _short_keys(keys: Mapping[str, str]) -> list[str]:
+    seen, out = set(), []
+    for key, metric in keys.items():
+        if metric not in seen:
+            seen.add(metric)
+            out.append(key)
+    return out
+
+
+def parse_metrics(value: Any, where: str) -> tuple[str, ...]:
+    """Metric names from a comma-separated string or a list of them; aliases p50, p99, queue_wait, decode."""
+    if isinstance(value, str):
+        names = [value]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        names = list(value)
+    else:
+        raise GateConfigError(f"{where}: expected metric names, got {value!r}")
+    out = []
+    for part in (p.strip() for name in names for p in name.split(",")):
+        metric = METRIC_ALIASES.get(part, part)
+        if metric not in METRICS:
+            raise GateConfigError(f"{where}: unknown metric {part!r} (use {', '.join(METRICS)})")
+        if metric not in out:
+            out.append(metric)
+    if not out:
+        raise GateConfigError(f"{where}: no metric named")
+    return tuple(out)
+
+
+def parse_confidence(value: Any, where: str) -> float:
+    """0.95 or "95%"; at least 0.5 and below 1."""
+    problem = f"{where}: must be at least 0.5 and below 1, like 0.95 or 95%, got {value!r}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1:
+        raise GateConfigError(problem)
+    try:
+        confidence = parse_share(value, where)
+    except GateConfigError:
+        raise GateConfigError(problem) from None
+    if not 0.5 <= confidence < 1:
+        raise GateConfigError(problem)
+    return confidence
+
+
+def parse_settings(values: Mapping[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
+    """Raw settings (flags, or a [gate] table) -> parsed ones. `where(key)` starts each error message."""
+    parsers: dict[str, Callable[[Any, str], Any]] = {
+        "max_throughput_drop": lambda v, w: parse_limits(v, w, DROP_KEYS),
+        "max_latency_rise": lambda v, w: parse_limits(v, w, RISE_KEYS),
+        "max_error_rate": parse_share,
+        "confidence": parse_confidence,
+        "metrics": parse_metrics,
+        "strict": _parse_bool,
+    }
+    out = {}
+    for key, value in values.items():
+        if key not in parsers:
+            raise GateConfigError(f"{where(key)}: unknown key (known: {', '.join(FILE_KEYS)})")
+        if value is not None:
+            out[key] = parsers[key](value, where(key))
+    return out
+
+
+def _parse_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise GateConfigError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def build_config(*layers: Mapping[str, Any]) -> GateConfig:
+    """Defaults, then each layer of parsed settings in turn (file, then flags); limits merge per metric."""
+    limits = dict(DEFAULT_LIMITS)
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        limits.update(layer.get("max_throughput_drop", {}))
+        limits.update(layer.get("max_latency_rise", {}))
+        merged.update({k: v for k, v in layer.items() if k not in ("max_throughput_drop", "max_latency_rise")})
+    return GateConfig(limits=limits, max_error_rate=merged.get("max_error_rate", DEFAULT_MAX_ERROR_RATE),
+                      confidence=merged.get("confidence", DEFAULT_CONFIDENCE),
+                      metrics=merged.get("metrics", DEFAULT_METRICS), strict=merged.get("strict", False))
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    comparison: MetricComparison
+    limit: float  # relative share, or the absolute error-rate ceiling
+    status: str  # PASS, FAIL, NOT_SIGNIFICANT, INCONCLUSIVE
+
+    @property
+    def metric(self) -> str:
+        return self.comparison.metric
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    config: GateConfig
+    comparison: RunComparison
+    checks: tuple[Check, ...]
+    check_confidence: float  # what each statistical check is tested at
+
+    def with_status(self, status: str) -> list[Check]:
+        return [c for c in self.checks if c.status == status]
+
+    @property
+    def exit_code(self) -> int:
+        if self.with_status(FAIL) or (self.config.strict and self.with_status(INCONCLUSIVE)):
+            return EXIT_FAILED
+        return EXIT_OK
+
+
+def check_confidence(confidence: float, statistical_checks: int) -> float:
+    """Bonferroni: each of k checks at 1 - (1 - confidence) / k."""
+    return 1.0 - (1.0 - confidence) / max(1, statistical_checks)
+
+
+def judge(comparison: MetricComparison, config: GateConfig) -> Check:
+    """One check's status from its comparison and its limit."""
+    if comparison.metric == "error_rate":
+        limit = config.max_error_rate
+        if comparison.candidate is None:
+            return Check(comparison, limit, INCONCLUSIVE)
+        return Check(comparison, limit, FAIL if comparison.candidate > limit + 1e-12 else PASS)
+    limit = config.limits[comparison.metric]
+    change = comparison.change
+    if change is None:
+        return Check(comparison, limit, INCONCLUSIVE)
+    if not comparison.worse or abs(change) <= limit:
+        return Check(comparison, limit, PASS)
+    if comparison.significant is None:
+        return Check(comparison, limit, INCONCLUSIVE)
+    return Check(comparison, limit, FAIL if comparison.significant else NOT_SIGNIFICANT)
+
+
+def run_gate(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
+             candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord],
+             config: GateConfig, *, seed: int = 0) -> GateResult:
+    """Compare the gated metrics of two runs and judge each. Raises CompareError when they are not comparable."""
+    check_comparable(baseline, candidate)
+    plan = plan_levels(baseline, baseline_records, candidate, candidate_records)
+    per_check = check_confidence(config.confidence, len(plan.pairs) * len(config.statistical_metrics))
+    comparison = compare_runs(baseline, baseline_records, candidate, candidate_records,
+                              confidence=per_check, seed=seed, only=config.metrics)
+    checks = tuple(judge(m, config) for level in comparison.levels for m in level.metrics)
+    return GateResult(config, comparison, checks, per_check)

@@ -1,0 +1,253 @@
+"""Every derived metric, defined once. Pure functions over recorded data: no I/O, no clock.
+
+Per request (r is a `RequestRecord`; times on the monotonic clock). `start` is the request's
+intended send time (open loop: the schedule's; closed loop: the actual send), so every latency is
+the coordinated-omission-corrected figure; the `_uncorrected` ones count from the actual send.
+- latency_ms     = (r.complete_ns - start) / 1e6: the end-to-end latency (E2E), to the last
+                   response byte. It includes any time the request waited for a slot.
+- latency_uncorrected_ms = (r.complete_ns - r.send_ns) / 1e6.
+- schedule_lag_ms = (r.send_ns - start) / 1e6: how late the client sent it (open loop; 0 closed).
+- ttft_ms        = (r.first_token_ns - start) / 1e6: time to the first content chunk (streaming).
+                   llama-server sends a queued stream's headers only when a slot takes it, so
+                   TTFT includes the slot wait; ttft_queue_ms = ttft_ms - prompt_ms is that share.
+- tpot_ms        = (r.last_token_ns - r.first_token_ns) / 1e6 / (tokens - 1): time per output
+                   token after the first, tokens as the server counted them (not chunks).
+- itl_ms         = each gap between successive content chunks / 1e3 (r.chunk_gaps_us). A chunk
+                   may carry more than one token, so ITL is per chunk, TPOT per token.
+- service_ms     = prompt_ms + predicted_ms: the time the server says it worked on the request
+                   (prompt_ms: slot start -> first token; predicted_ms: first -> last token).
+- queue_wait_ms  = max(0, latency_ms - service_ms): time the request spent neither in prefill nor
+                   in decode by the server's own account: waiting for a free slot (llama-server
+                   defers it), plus tokenization and HTTP overhead, which is the floor this figure
+                   never drops below (a few ms on loopback).
+- decode_tok_s   = the server's timings.predicted_per_second (tokens after the first / predicted_ms).
+
+Per level (the requests of one concurrency level on one target):
+- wall_s         = last completion - first (intended) send over all of the level's requests.
+- output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
+                   else tokens_predicted, else usage.completion_tokens (never the chunk count).
+- throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
+A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in run.json.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from ..core import records
+from ..core.records import RequestRecord
+from ..core.rundoc import Distribution, LevelSummary
+
+HISTOGRAM_LOWEST_US = 1
+HISTOGRAM_HIGHEST_US = 3_600 * 1_000_000  # one hour
+HISTOGRAM_DIGITS = 3
+
+
+def latency_ms(r: RequestRecord) -> float:
+    """End-to-end latency from the intended send: complete - start."""
+    return (r.complete_ns - r.start_ns) / 1e6
+
+
+def latency_uncorrected_ms(r: RequestRecord) -> float:
+    """Latency from the actual send: complete - send (what a coordinated-omission-prone tool reports)."""
+    return (r.complete_ns - r.send_ns) / 1e6
+
+
+def schedule_lag_ms(r: RequestRecord) -> float:
+    """Actual send - intended send (0 in closed loop)."""
+    return (r.send_ns - r.start_ns) / 1e6
+
+
+def ttft_ms(r: RequestRecord) -> float | None:
+    """First content chunk - intended send; None without a streamed content chunk."""
+    return None if r.first_token_ns is None else (r.first_token_ns - r.start_ns) / 1e6
+
+
+def ttft_queue_ms(r: RequestRecord) -> float | None:
+    """TTFT - prompt_ms: the part of TTFT that was not the server's prefill (slot wait + HTTP)."""
+    ttft = ttft_ms(r)
+    return None if ttft is None or r.prompt_ms is None else max(0.0, ttft - r.prompt_ms)
+
+
+def tpot_ms(r: RequestRecord) -> float | None:
+    """(last token - first token) / (tokens - 1), tokens from the server's count."""
+    n = r.output_tokens
+    if r.first_token_ns is None or r.last_token_ns is None or n is None or n < 2:
+        return None
+    return (r.last_token_ns - r.first_token_ns) / 1e6 / (n - 1)
+
+
+def itl_ms(r: RequestRecord) -> list[float]:
+    """Gaps between successive content chunks, in ms."""
+    return [g / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
+
+
+def service_ms(r: RequestRecord) -> float | None:
+    """Server-side work: prompt_ms + predicted_ms, or None without timings."""
+    if r.prompt_ms is None or r.predicted_ms is None:
+        return None
+    return r.prompt_ms + r.predicted_ms
+
+
+def queue_wait_ms(r: RequestRecord) -> float | None:
+    """max(0, latency - prompt_ms - predicted_ms) from the actual send (a late client is not the
+    server's queue); None for a failed request or one without timings."""
+    service = service_ms(r)
+    if not r.ok or service is None:
+        return None
+    return max(0.0, latency_uncorrected_ms(r) - service)
+
+
+def decode_tok_s(r: RequestRecord) -> float | None:
+    """Per-request decode speed as the server measured it (timings.predicted_per_second)."""
+    return r.predicted_per_second if r.ok else None
+
+
+def level_wall_s(rs: Sequence[RequestRecord]) -> float:
+    """First send -> last completion of the level, in seconds (0 when there are no records)."""
+    if not rs:
+        return 0.0
+    return (max(r.complete_ns for r in rs) - min(r.start_ns for r in rs)) / 1e9
+
+
+def output_tokens(rs: Iterable[RequestRecord]) -> int:
+    """Σ predicted_n over successful requests (else tokens_predicted, else usage.completion_tokens)."""
+    return sum(r.output_tokens or 0 for r in rs if r.ok)
+
+
+def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
+    """Σ predicted_n of successful requests / level wall time."""
+    wall = level_wall_s(rs)
+    return output_tokens(rs) / wall if wall > 0 else 0.0
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US, HISTOGRAM_DIGITS)
+
+
+def histogram_ms(values_ms: Iterable[float]) -> HdrHistogram:
+    """An HdrHistogram of millisecond values, recorded in whole microseconds.
+
+    Values are first mapped (with numpy) to the lowest value of their histogram bucket and counted,
+    so the histogram gets one `record_value(v, count)` per occupied bucket instead of one call per
+    value: the same histogram at a fraction of the cost (a level of a fast server holds 100k+
+    requests, and a streamed one 64 ITL values per request).
+    """
+    h = new_histogram()
+    us = np.rint(np.fromiter(values_ms, dtype=np.float64) * 1000)
+    if us.size == 0:
+        return h
+    us = np.clip(us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)
+    # HdrHistogram's bucket of v (lowest value 1, 2048 sub-buckets for 3 digits): units of
+    # 2**max(0, floor(log2 v) - 10). frexp gives floor(log2 v) exactly: v = m * 2**e, 0.5 <= m < 1.
+    shift = np.maximum(0, np.frexp(us.astype(np.float64))[1] - 1 - (h.sub_bucket_half_count_magnitude + h.unit_magnitude))
+    lowest_equivalent = (us >> shift) << shift
+    values, counts = np.unique(lowest_equivalent, return_counts=True)
+    record = h.record_value
+    for v, c in zip(values.tolist(), counts.tolist()):
+        record(v, c)
+    return h
+
+
+def distribution_ms(values_ms: Sequence[float]) -> Distribution | None:
+    """Mean (exact) and p50/p90/p99/max (HdrHistogram, µs resolution) of millisecond values."""
+    values = [v for v in values_ms if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    h = histogram_ms(values)
+    at = h.get_percentile_to_value_dict([50, 90, 99])  # one walk over the buckets for all three
+    return Distribution(
+        count=len(values),
+        mean=sum(values) / len(values),
+        p50=at[50] / 1000,
+        p90=at[90] / 1000,
+        p99=at[99] / 1000,
+        max=h.get_max_value() / 1000,
+    )
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vs = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vs) / len(vs) if vs else None
+
+
+def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
+                    stopped_reason: str | None = None,
+                    server_metrics_delta: dict[str, float] | None = None,
+                    rate: float | None = None) -> LevelSummary:
+    """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
+    cancelled ones (in flight at Ctrl-C) count in neither."""
+    ok = [r for r in rs if r.ok]
+    errors = Counter(r.error_kind for r in rs if not r.ok)
+    cancelled = errors.pop(records.CANCELLED, 0)
+    # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
+    rs = [r for r in rs if r.error_kind != records.CANCELLED] if cancelled else rs
+    return LevelSummary(
+        level=concurrency if rate is None else rate,
+        concurrency=concurrency,
+        requests_ok=len(ok),
+        requests_failed=sum(errors.values()),
+        requests_cancelled=cancelled,
+        errors_by_kind=dict(sorted(errors.items())),
+        output_tokens=output_tokens(ok),
+        wall_s=level_wall_s(rs),
+        throughput_tok_s=throughput_tok_s(rs),
+        latency_ms=distribution_ms([latency_ms(r) for r in ok]),
+        queue_wait_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
+        predicted_ms_mean=_mean(r.predicted_ms for r in ok),
+        prompt_ms_mean=_mean(r.prompt_ms for r in ok),
+        decode_tok_s_mean=_mean(decode_tok_s(r) for r in ok),
+        stopped_reason=stopped_reason,
+        server_metrics_delta=dict(server_metrics_delta or {}),
+        rate=rate,
+        ttft_ms=distribution_ms([v for r in ok if (v := ttft_ms(r)) is not None]),
+        ttft_queue_ms=distribution_ms([v for r in ok if (v := ttft_queue_ms(r)) is not None]),
+        tpot_ms=distribution_ms([v for r in ok if (v := tpot_ms(r)) is not None]),
+        itl_ms=distribution_ms([g for r in ok for g in itl_ms(r)]),
+        latency_uncorrected_ms=distribution_ms([latency_uncorrected_ms(r) for r in ok]) if rate is not None else None,
+        # Every sent request was late or not by its schedule, whatever its answer.
+        schedule_lag_ms=distribution_ms([schedule_lag_ms(r) for r in rs if r.error_kind != records.CANCELLED])
+        if rate is not None else None,
+    )
+
+
+def counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
+    """after - before for every counter (a `_total` name) both snapshots have; gauges are skipped."""
+    if not before or not after:
+        return {}
+    return {k: after[k] - before[k] for k in sorted(after) if k in before and k.endswith("_total")}
+
+
+def prompt_tok_s(r: RequestRecord) -> float | None:
+    """Prefill speed of one request as the server measured it: prompt_n / prompt_ms × 1000."""
+    if not r.ok or not r.prompt_n or not r.prompt_ms:
+        return None
+    return r.prompt_n / r.prompt_ms * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MeanSd:
+    """Mean ± sample standard deviation of n values (sd None below two), as llama-bench's -r shows them."""
+
+    n: int
+    mean: float
+    sd: float | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"n": self.n, "mean": self.mean, "sd": self.sd}
+
+
+def mean_sd(values: Iterable[float | None]) -> MeanSd | None:
+    vs = [v for v in values if v is not None and math.isfinite(v)]
+    if not vs:
+        return None
+    mean = sum(vs) / len(vs)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vs) / (len(vs) - 1)) if len(vs) > 1 else None
+    return MeanSd(len(vs), mean, sd)

@@ -1,0 +1,394 @@
+"""Why a server stops scaling: slot saturation, the deferred queue and batching gain.
+
+Pure functions over recorded data (level summaries, request records, probe samples): a saved run
+gives the same verdicts as a live one.
+
+Definitions
+- overhead_ms: the median raw queue wait at concurrency 1 on the same target. With one request in
+  flight nothing waits for a slot, so what remains of latency - prompt_ms - predicted_ms there is
+  the fixed cost of tokenization and HTTP.
+- corrected queue wait = max(0, raw queue wait - overhead_ms).
+- a request is *queued* when its corrected queue wait > max(20 ms, 10% of its service time).
+- knee (the saturation point), judged step by step up the ladder of full levels, each step from a
+  level P to the next level N of relative size s = N/P - 1 (1 for a doubling), against the best
+  throughput so far B (the highest of the levels up to P):
+  * the step is *flat* when throughput(N) < B x (1 + knee_gain x s): less than a tenth of what
+    linear scaling would add (10% for a doubling, 5% for x1.5, 30% for x4);
+  * the step *saturates* when it is flat, or when the server showed every slot busy and requests
+    deferred at N, and in either case mean latency rose by more than knee_latency x min(s, 1)
+    (x1.5 for a doubling or more, x1.25 for x1.5; on a saturated closed loop latency grows like
+    the concurrency, Little's law, so a real knee clears this by a wide margin).
+  The first saturating step places the knee, unless it was flat without the slot evidence and a
+  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau): a flat step that gained < knee_gain puts it at or
+  below P; one that still gained puts it above P, at or below N; one made by the slot evidence
+  puts it at or above P, below N. When the ladder pins it (neighbouring concurrencies, or the
+  bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
+  tested levels and the verdict says so. A ladder whose first level is already saturated (and
+  above concurrency 1) puts the knee at or below that level. `saturated_at` is the knee when
+  exact, else the lowest tested level known to be saturated.
+- batching gain at C: throughput at C / throughput at concurrency 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.records import ProbeSample, RequestRecord, level_short
+from ..core.rundoc import Distribution
+from .metrics import distribution_ms, queue_wait_ms, service_ms
+
+QUEUED_MIN_MS = 20.0
+QUEUED_SERVICE_SHARE = 0.10
+UNTRUSTED_FAILURE_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class LevelPoint:
+    """The per-level figures the knee rule reads."""
+
+    level: int | float  # concurrency, or offered rate in open loop
+    throughput_tok_s: float
+    latency_mean_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    at: int | float  # level (concurrency or rate) where the server saturates (see `between`)
+    next_level: int | float  # the level whose step showed it
+    throughput_gain: float  # relative, against the best level so far: +0.02 is +2%
+    latency_ratio: float  # ×2.1
+    between: tuple[int | float, int | float] | None = None  # the knee lies in this range of untested levels
+    at_or_below: bool = False  # the ladder's first level was already saturated: the knee may be lower
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "next_level": self.next_level, "throughput_gain": self.throughput_gain,
+                "latency_ratio": self.latency_ratio,
+                "between": None if self.between is None else list(self.between), "at_or_below": self.at_or_below}
+
+
+@dataclass(frozen=True, slots=True)
+class LevelQueueing:
+    level: int | float
+    requests: int
+    queued: int
+    queued_share: float
+    queue_wait_raw_ms: Distribution | None
+    queue_wait_ms: Distribution | None  # overhead-corrected
+    queued_wait_ms: Distribution | None  # corrected waits of the queued requests only
+    peak_deferred: float | None
+    peak_busy_slots: int | None
+    batching_gain: float | None
+    failure_share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level, "requests": self.requests, "queued": self.queued,
+            "queued_share": self.queued_share,
+            "queue_wait_raw_ms": self.queue_wait_raw_ms.to_dict() if self.queue_wait_raw_ms else None,
+            "queue_wait_ms": self.queue_wait_ms.to_dict() if self.queue_wait_ms else None,
+            "queued_wait_ms": self.queued_wait_ms.to_dict() if self.queued_wait_ms else None,
+            "peak_deferred": self.peak_deferred, "peak_busy_slots": self.peak_busy_slots,
+            "batching_gain": self.batching_gain, "failure_share": self.failure_share,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TargetVerdict:
+    label: str
+    total_slots: int | None
+    overhead_ms: float | None
+    knee: Knee | None
+    levels: tuple[LevelQueueing, ...]
+    metrics_available: bool
+    lines: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "total_slots": self.total_slots, "overhead_ms": self.overhead_ms,
+            "saturated_at": self.knee.at if self.knee else None,
+            "knee": None if self.knee is None else self.knee.to_dict(),
+            "metrics_available": self.metrics_available,
+            "levels": [lv.to_dict() for lv in self.levels],
+            "verdict": list(self.lines),
+        }
+
+
+def overhead_ms(records_at_1: Sequence[RequestRecord]) -> float | None:
+    """Median raw queue wait at concurrency 1: tokenization + HTTP, no slot wait."""
+    waits = [q for r in records_at_1 if (q := queue_wait_ms(r)) is not None]
+    return statistics.median(waits) if waits else None
+
+
+def corrected_queue_wait_ms(r: RequestRecord, overhead: float | None) -> float | None:
+    raw = queue_wait_ms(r)
+    if raw is None:
+        return None
+    return max(0.0, raw - (overhead or 0.0))
+
+
+def is_queued(r: RequestRecord, overhead: float | None) -> bool:
+    """Corrected queue wait > max(20 ms, 10% of the request's service time)."""
+    wait = corrected_queue_wait_ms(r, overhead)
+    service = service_ms(r)
+    if wait is None or service is None:
+        return False
+    return wait > max(QUEUED_MIN_MS, QUEUED_SERVICE_SHARE * service)
+
+
+def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50,
+              slots_full: Collection[int | float] = (), total_slots: int | None = None) -> Knee | None:
+    """The saturation point: the first saturating step up the ladder (see the module's definition).
+
+    `slots_full`: levels at which the server itself showed every slot busy and requests deferred:
+    going into one with latency up is saturation whatever throughput did (on a real server it can
+    still creep up while HTTP and tokenization overlap the busy slot). `total_slots` lets a
+    bracket that ends on the slot count be called exact.
+    """
+    ordered = [p for p in sorted(points, key=lambda p: p.level)
+               if p.throughput_tok_s > 0 and p.latency_mean_ms]
+    best: LevelPoint | None = None
+    for i, (here, nxt) in enumerate(zip(ordered, ordered[1:])):
+        best = here if best is None or here.throughput_tok_s > best.throughput_tok_s else best
+        step = nxt.level / here.level - 1
+        gain = nxt.throughput_tok_s / best.throughput_tok_s - 1
+        ratio = nxt.latency_mean_ms / here.latency_mean_ms  # type: ignore[operator]
+        flat = gain < knee_gain * step
+        if ratio <= 1 + knee_latency * min(step, 1.0) or not (flat or nxt.level in slots_full):
+            continue
+        plateau = max(best.throughput_tok_s, nxt.throughput_tok_s) * (1 + knee_gain)
+        if nxt.level not in slots_full and any(p.throughput_tok_s > plateau for p in ordered[i + 2:]):
+            continue  # a later level rose well past it: a dip (a noisy machine), not a knee
+        below = ordered[i - 1].level if i else None
+        if flat and gain < knee_gain:  # N added nothing: saturated by P already
+            low, high, at_low = below, here.level, False
+        elif flat:  # N still gained: the knee is above P
+            low, high, at_low = here.level, nxt.level, False
+        else:  # the slots ran out before N
+            low, high, at_low = here.level, nxt.level, True
+        knee_at, between = _place(low, high, at_low, total_slots)
+        at_or_below = low is None and not (isinstance(high, int) and high == 1)
+        return Knee(knee_at, nxt.level, gain, ratio, between, at_or_below)
+    return None
+
+
+def _place(low: int | float | None, high: int | float, at_low: bool,
+           total_slots: int | None) -> tuple[int | float, tuple[int | float, int | float] | None]:
+    """Where in the bracket the knee is: exact when the ladder leaves no level between (neighbouring
+    concurrencies) or the bracket's end is the slot count; else (the lowest level known saturated,
+    the bracket)."""
+    if low is None:
+        return high, None
+    exact_end = low if at_low else high
+    neighbours = isinstance(low, int) and isinstance(high, int) and high - low == 1
+    if neighbours or exact_end == total_slots:
+        return exact_end, None
+    return high, (low, high)
+
+
+def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
+    """The server's own evidence of a full house: every slot busy, requests deferred, and most of
+    the level's requests queued."""
+    return (total_slots is not None and q.peak_busy_slots == total_slots and bool(q.peak_deferred)
+            and q.queued_share >= 0.5)
+
+
+def _peak(values: Sequence[float | int | None]) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Sequence[ProbeSample],
+                   overhead: float | None, throughput: float, throughput_at_1: float | None) -> LevelQueueing:
+    ok = [r for r in rs if r.ok]
+    queued = sum(1 for r in ok if is_queued(r, overhead))
+    counted = [r for r in rs if r.error_kind != "cancelled"]
+    return LevelQueueing(
+        level=level,
+        requests=len(ok),
+        queued=queued,
+        queued_share=queued / len(ok) if ok else 0.0,
+        queue_wait_raw_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
+        queue_wait_ms=distribution_ms([q for r in ok if (q := corrected_queue_wait_ms(r, overhead)) is not None]),
+        queued_wait_ms=distribution_ms([corrected_queue_wait_ms(r, overhead) for r in ok if is_queued(r, overhead)]),
+        peak_deferred=_peak([s.requests_deferred for s in samples]),
+        peak_busy_slots=_peak([s.busy_slots if s.busy_slots is not None else
+                               (int(s.requests_processing) if s.requests_processing is not None else None)
+                               for s in samples]),
+        batching_gain=throughput / throughput_at_1 if throughput_at_1 else None,
+        failure_share=(len(counted) - len(ok)) / len(counted) if counted else 0.0,
+    )
+
+
+def _outside_slot_queue(q: LevelQueueing, metrics_available: bool) -> bool:
+    """Requests waited although the server's /metrics saw no deferred task during the level."""
+    return metrics_available and q.peak_deferred == 0
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f}%"
+
+
+def _secs(ms: float) -> str:
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _slots(n: int | None) -> str:
+    return "?" if n is None else f"{n} slot" + ("" if n == 1 else "s")
+
+
+def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
+                   samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
+                   knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False) -> TargetVerdict:
+    """Verdicts for one target from its level summaries (run.json), records and probe samples.
+
+    Open loop (levels are offered request rates) the same knee rule applies to rate instead of
+    concurrency; slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
+    """
+    by_level: dict[int | float, list[RequestRecord]] = {}
+    for r in records:
+        by_level.setdefault(r.level, []).append(r)
+    samples_by_level: dict[int | float, list[ProbeSample]] = {}
+    for s in samples:
+        samples_by_level.setdefault(s.level, []).append(s)
+    concurrencies = [_key(lv) for lv in levels]
+    throughput = {_key(lv): lv["throughput_tok_s"] for lv in levels}
+    overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies and not open_loop else None
+    at_1 = None if open_loop else throughput.get(1)
+    queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
+                                    throughput[c], at_1) for c in concurrencies)
+    # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared.
+    points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
+              for lv in levels if not lv.get("stopped_reason")]
+    slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
+    knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots)
+    if open_loop:
+        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
+    else:
+        lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
+                               max(concurrencies, default=0))
+    lines += _failure_lines(label, queueing, open_loop)
+    return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
+
+
+def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, knee: Knee | None,
+                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int) -> list[str]:
+    lines: list[str] = []
+    by_c = {q.level: q for q in queueing}
+    if knee is not None:
+        after = by_c[knee.next_level]
+        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        if after.peak_deferred:
+            n = after.peak_deferred
+            facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
+        if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
+            facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
+        head = _knee_head(label, knee, total_slots, after.peak_busy_slots)
+        lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")
+    else:
+        lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
+        slot_waits = [q for q in queueing if q.queued and not _outside_slot_queue(q, metrics_available)]
+        worst = max(slot_waits, key=lambda q: q.queued_share, default=None)
+        if worst is not None and worst.queued_wait_ms:
+            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.level} "
+                         f"waited for a slot (median {_secs(worst.queued_wait_ms.p50)}).")
+    for q in queueing:
+        if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
+            lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited before the "
+                         f"server started them (median {_secs(q.queued_wait_ms.p50)}), but it deferred none, so the "
+                         "wait was outside the slot queue (HTTP, tokenization, or the server finishing another "
+                         "request's prompt first).")
+    gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
+    if gains:
+        lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
+    if overhead is None:
+        lines.append(f"{label}: no concurrency-1 level, so queue waits are not corrected for HTTP overhead.")
+    if not metrics_available:
+        lines.append(f"{label}: /metrics unavailable (start llama-server with --metrics); "
+                     "queuing is judged from /slots and per-request timings only.")
+    return lines
+
+
+def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int | None) -> str:
+    """Where the knee is and what the slot count says of it. "Below its slots" only on evidence: the
+    whole bracket is below the slot count, and the level after it still had a slot free."""
+    low, high = knee.between or (knee.at, knee.at)
+    if knee.at_or_below:
+        head = f"{label} is saturated from the lowest tested level, concurrency {knee.at} (the knee is there or below)"
+        if total_slots is not None and total_slots < knee.at:
+            return head + f"; its {_slots(total_slots)} are below it"
+    elif knee.between is None:
+        head = f"{label} saturates at concurrency {knee.at}"
+    else:
+        head = f"{label} saturates between concurrency {low} and {high}"
+    if total_slots is None:
+        return head
+    if knee.between is None and knee.at == total_slots:
+        return head + f" = its {_slots(total_slots)}"
+    if low <= total_slots <= high:
+        return head + f"; its {_slots(total_slots)} are in that range"
+    if high < total_slots and (busy_after is None or busy_after < total_slots):
+        busy = "" if busy_after is None else f", at most {busy_after} busy at c={knee.next_level}"
+        return (head + f", below its {_slots(total_slots)}{busy}: throughput is flat with slots free, "
+                "so the bottleneck is compute, not slots")
+    if high < total_slots:
+        return head + f", below its {_slots(total_slots)}"
+    return head + f", above its {_slots(total_slots)}"
+
+
+def _key(lv: dict[str, Any]) -> int | float:
+    """A level summary's key: its "level" (schema 2), else its concurrency."""
+    return lv["level"] if "level" in lv else lv["concurrency"]
+
+
+def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: bool) -> list[str]:
+    return [f"{label} at {level_short(q.level, open_loop)}: {q.failure_share:.0%} of requests failed, "
+            "so that level's figures are not trustworthy."
+            for q in queueing if q.failure_share > UNTRUSTED_FAILURE_SHARE]
+
+
+# The client is behind its schedule when its sends are this late at the 99th percentile.
+SCHEDULE_LAG_P99_MS = 5.0
+
+
+def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueueing],
+                     levels: Sequence[dict[str, Any]], metrics_available: bool) -> list[str]:
+    lines: list[str] = []
+    by_level = {q.level: q for q in queueing}
+    if knee is not None:
+        after = by_level[knee.next_level]
+        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        if after.peak_deferred:
+            facts.append(f"up to {after.peak_deferred:g} deferred")
+        where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
+                 else f"at or below {knee.at:g} req/s, the lowest offered rate," if knee.at_or_below
+                 else f"at {knee.at:g} req/s")
+        lines.append(f"{label} saturates {where}. At {knee.next_level:g} req/s: "
+                     + ", ".join(facts) + ": requests arrive faster than it finishes them.")
+    elif levels:
+        top = max(_key(lv) for lv in levels)
+        lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")
+    for lv in levels:
+        lag = lv.get("schedule_lag_ms") or {}
+        if lag.get("p99") is not None and lag["p99"] > SCHEDULE_LAG_P99_MS:
+            lines.append(f"{label} at {_key(lv):g} req/s: the client sent requests late (schedule lag p99 "
+                         f"{lag['p99']:.1f} ms): the client, not the server, may be the bottleneck; "
+                         "latencies still count from the intended send times.")
+        corrected, raw = lv.get("latency_ms") or {}, lv.get("latency_uncorrected_ms") or {}
+        if corrected.get("p99") and raw.get("p99") and corrected["p99"] > 1.2 * raw["p99"]:
+            lines.append(f"{label} at {_key(lv):g} req/s: p99 latency {_secs(corrected['p99'])} from the intended "
+                         f"send times vs {_secs(raw['p99'])} from the actual sends: requests waited to be sent "
+                         "(coordinated omission would have hidden this).")
+    if not metrics_available:
+        lines.append(f"{label}: /metrics unavailable, so the server's deferred queue is not visible.")
+    return lines
+
+
+def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples: list[ProbeSample],
+                   knee_gain: float, knee_latency: float, open_loop: bool = False) -> dict[str, Any]:
+    """The saturation verdict of one target of a run document (pure)."""
+    server = target.get("server") or {}
+    return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
+                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop).to_dict()

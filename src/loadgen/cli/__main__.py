@@ -1,0 +1,5 @@
+"""`python -m loadgen.cli`."""
+
+from .main import main
+
+main()

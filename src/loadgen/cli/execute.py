@@ -1,0 +1,126 @@
+"""Running a measurement to the end whatever happens: signals, checkpoints, the final atomic write.
+
+Shared by every command that sends load (sweep, prefill, depth, soak). The first SIGINT/SIGTERM
+cancels the run (in-flight requests are recorded as cancelled); a second one saves what there is
+and leaves at once. Checkpoints are written by one thread, in order, off the event loop. From before
+the event loop starts until the process exits, SIGINT/SIGTERM are loadgen's: a signal that comes
+after the run ended (during the final write, the tables) is recorded and only sets the exit code
+(`signals.LATCH`, released by the entry point), so the final write is never cut in half and the
+exit code is 130/143 whenever it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..core.clock import now_ns
+from ..core.signals import LATCH, SIGNAL_EXIT
+from ..results.writer import command_line, host_facts, utc_now, write_results
+from ..run.loops import freeze_startup_heap, loop_factory
+from ..run.model import Run
+
+
+Checkpoint = Callable[[], None]
+
+
+class FinalWriteError(Exception):
+    """The results could not be written at the end; the message says where and why."""
+
+
+@dataclass
+class Execution:
+    doc: dict[str, Any]
+    signals: list[int] = field(default_factory=list)
+
+    @property
+    def exit_code_for_signal(self) -> int | None:
+        return SIGNAL_EXIT.get(self.signals[0], 130) if self.signals else None
+
+
+def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
+            kind: str, err: Console) -> Execution:
+    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document."""
+    factory, loop_name = loop_factory()
+    freeze_startup_heap()
+    if loop_name != "uvloop":
+        err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
+    meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
+            "host": host_facts(loop_name)}
+    save_failures: list[str] = []
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
+
+    def save() -> None:
+        try:
+            write_results(out_dir, run, meta=meta)
+        except (OSError, ValueError) as exc:
+            if not save_failures:
+                err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
+            save_failures.append(str(exc))
+
+    def checkpoint() -> None:
+        writer.submit(save)
+
+    state: dict[str, Any] = {"loop": None, "task": None, "leaving": False}
+
+    def leave_now() -> None:
+        """A second signal while the run goes on: keep what we have and exit at once."""
+        run.interrupted = True
+        for t in run.targets:  # what is in flight is recorded as cancelled, levels end
+            for lv in t.levels:
+                lv.abandon(now_ns())
+        save()
+        os._exit(SIGNAL_EXIT.get(received[0], 130))
+
+    def on_signal(signum: int) -> None:
+        # Called by the process's signal handler (the latch), in the main thread between bytecodes,
+        # from before the loop starts until the command exits (the loop's own handlers would leave
+        # windows while they are installed and removed): it only hands the work to the loop.
+        loop, task = state["loop"], state["task"]
+        if loop is None or task is None or task.done() or loop.is_closed():
+            return  # the run is over: the final write goes on, the exit code says which signal came
+        if len(received) == 1:
+            loop.call_soon_threadsafe(announce_and_cancel, signum)
+        elif not state["leaving"]:
+            state["leaving"] = True
+            loop.call_soon_threadsafe(leave_now)
+
+    def announce_and_cancel(signum: int) -> None:
+        err.print(f"\n{signal.Signals(signum).name}: stopping, cancelling in-flight requests "
+                  "(again to quit at once)", style="yellow")
+        state["task"].cancel()
+
+    async def guarded() -> None:
+        state["task"] = asyncio.current_task()
+        if received:  # a signal came while the loop was being made: nothing to run
+            run.interrupted = True
+            return
+        try:
+            await main(checkpoint)
+        except asyncio.CancelledError:
+            run.interrupted = True
+
+    LATCH.install()
+    received = LATCH.received
+    LATCH.listen(on_signal)
+    loop = factory()
+    state["loop"] = loop
+    try:
+        loop.run_until_complete(guarded())
+    finally:
+        LATCH.listen(None)  # from here a signal is only recorded: the final write is never cut short
+        loop.close()
+        writer.shutdown(wait=True)
+    try:
+        doc = write_results(out_dir, run, meta=meta)
+    except (OSError, ValueError) as exc:
+        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
+    return Execution(doc, received)

@@ -1,0 +1,186 @@
+"""`loadgen prefill`, `loadgen depth` and `loadgen soak`: the field reports' other experiments.
+
+Thin: options are read and checked here, the measuring is in run/steps.py (prefill, depth) and
+run/soak.py, the figures in the pure summary functions of analysis/prefill.py, depth.py and
+soak.py, the tables in output/tables.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..client.backends import GenerationParams
+from ..core.errors import EXIT_FAILED, EXIT_OK
+from ..output.progress import SoakStatus, StepProgress
+from ..output.tables import print_mode
+from ..results.writer import default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..run.model import Run
+from ..run.soak import run_soak
+from ..run.steps import run_steps
+from .execute import Execution, FinalWriteError, execute
+from .options import DEPTHS, DURATION, PROMPT_LENGTHS
+from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
+
+
+
+def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
+                api: str, model: str | None, api_key: str | None, transport: str, insecure: bool,
+                temperature: float, seed: int | None,
+                timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
+                stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25) -> SweepConfig:
+    """Targets, API and request settings as a sweep would hold them (one level)."""
+    return SweepConfig(
+        targets=build_targets(host, ports, urls, labels), concurrency=(concurrency,),
+        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
+                                    ignore_eos=ignore_eos, seed=seed, stream=stream),
+        api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
+        wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure)
+
+
+def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
+    doc = execution.doc
+    print_mode(doc, console(), err)
+    err.print(f"results: {out_dir}", highlight=False)
+    if execution.exit_code_for_signal is not None:
+        return execution.exit_code_for_signal
+    if any(t["error"] for t in doc["targets"]):
+        return EXIT_FAILED
+    if not any(t.get("levels") or any(r["requests_ok"] for r in (t.get(doc["kind"]) or {}).get("rows", []))
+               for t in doc["targets"]):
+        err.print("nothing was measured: every step was skipped", style="red", highlight=False)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _run(run: Run, out_dir: Path, main: Callable, err: Console) -> None:
+    try:
+        execution = execute(run, out_dir, main, kind=run.kind, err=err)
+    except FinalWriteError as exc:
+        err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
+        sys.exit(EXIT_FAILED)
+    sys.exit(_finish(execution, out_dir, err))
+
+
+def _out_dir(output: str | None, force: bool, kind: str) -> Path:
+    return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
+
+
+@click.command("prefill")
+@target_options
+@click.option("--prompt-tokens", type=PROMPT_LENGTHS, default="512,2048,8192", show_default=True,
+              help="Prompt lengths in tokens, each cut exactly for each server with its /tokenize.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Requests per server and length; figures are mean ± sd over them.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Unrecorded requests per target first, with the shortest prompt.")
+@prompt_source_options
+@request_options
+def prefill_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prompt_tokens, repeat,
+                    warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
+                    seed, timeout_s, wait_ready_s, output, force) -> None:
+    """Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server."""
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       transport=transport, insecure=insecure,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=1)
+    run = Run(base, "prefill", {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
+                                    "concurrency": [1], "prompt_source": describe(source)})
+    out_dir = _out_dir(output, force, "prefill")
+    err = console(stderr=True)
+
+    async def main(checkpoint) -> None:
+        with StepProgress(err, "prefill", on_step_done=checkpoint) as obs:
+            await run_steps(run, obs, source, prompt_tokens, n_predict=1, repeat=repeat, salt_only_below=False)
+
+    _run(run, out_dir, main, err)
+
+
+@click.command("depth")
+@target_options
+@click.option("--depths", type=DEPTHS, default="0,4096,32768", show_default=True,
+              help="Context depths in tokens: the prompt fills the context this far before decoding.")
+@click.option("--n-predict", type=click.IntRange(min=2), default=64, show_default=True,
+              help="Tokens to generate at each depth (decode speed is measured over them).")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Requests per server and depth; figures are mean ± sd over them.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Unrecorded requests per target first, at the lowest depth.")
+@prompt_source_options
+@request_options
+def depth_command(ports, host, urls, labels, api, model, api_key, transport, insecure, depths, n_predict, repeat,
+                  warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
+                  seed, timeout_s, wait_ready_s, output, force) -> None:
+    """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       transport=transport, insecure=insecure,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=n_predict)
+    run = Run(base, "depth", {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
+                                  "concurrency": [1], "prompt_source": describe(source)})
+    out_dir = _out_dir(output, force, "depth")
+    err = console(stderr=True)
+
+    async def main(checkpoint) -> None:
+        with StepProgress(err, "depth", on_step_done=checkpoint) as obs:
+            await run_steps(run, obs, source, depths, n_predict=n_predict, repeat=repeat, salt_only_below=True)
+
+    _run(run, out_dir, main, err)
+
+
+@click.command("soak")
+@target_options
+@click.option("--concurrency", type=click.IntRange(min=1, max=4096), default=2, show_default=True,
+              help="Workers per target, each sending requests back to back.")
+@click.option("--duration", "duration_s", type=DURATION, default="1h", show_default=True,
+              help="How long to keep the load on: seconds, or 90s, 30m, 6h, 1h30m.")
+@click.option("--checkpoint-interval", "checkpoint_interval_s", type=DURATION, default="60s", show_default=True,
+              help="Write the results so far this often; a crash or Ctrl-C loses at most this much.")
+@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Generate exactly --n-predict tokens, so throughput is comparable over time.")
+@click.option("--stream/--no-stream", default=False, show_default=True,
+              help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1),
+              help="Cut the prompt to exactly this many tokens for each server.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Unrecorded requests per target before the soak starts.")
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=5, show_default=True,
+              help="Seconds between scrapes of each server's /metrics and /slots.")
+@prompt_source_options
+@request_options
+def soak_command(ports, host, urls, labels, api, model, api_key, transport, insecure, concurrency, duration_s,
+                 checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
+                 prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
+                 wait_ready_s, output, force) -> None:
+    """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+                       transport=transport, insecure=insecure,
+                       temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+                       warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream,
+                       concurrency=concurrency, probe_interval_s=probe_interval_s)
+    if not prompt_tokens and not source.synthetic:
+        base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
+    run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
+                                 "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
+                                 "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
+    out_dir = _out_dir(output, force, "soak")
+    err = console(stderr=True)
+
+    async def main(checkpoint) -> None:
+        with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
+            await run_soak(run, obs, source, checkpoint)
+
+    _run(run, out_dir, main, err)
+
+
+MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -1,0 +1,118 @@
+"""Option types shared by the command-line flags and the scenario files.
+
+Each type accepts what a user types on the command line ("1,2,4", "6h") and what a TOML file
+holds ([1, 2, 4], 21600), and rejects anything else with one sentence. Because a scenario key is
+converted by the same click parameter as its flag, a file and a flag can never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import click
+
+from ..core.errors import ConfigError
+from ..run.config import parse_int_list, parse_rate_list
+
+
+class IntList(click.ParamType):
+    """A comma-separated list of distinct integers within [minimum, maximum]; also a TOML array."""
+
+    name = "list"
+
+    def __init__(self, minimum: int = 1, maximum: int | None = None):
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, tuple) and all(type(v) is int for v in value):
+            text = ",".join(map(str, value))
+        elif isinstance(value, list):
+            if not value:
+                self.fail("the list is empty", param, ctx)
+            bad = next((v for v in value if type(v) is not int), None)
+            if bad is not None:
+                self.fail(f"expected integers, got {bad!r}", param, ctx)
+            text = ",".join(map(str, value))
+        elif type(value) is int:
+            text = str(value)
+        elif isinstance(value, str):
+            text = value
+        else:
+            self.fail(f"expected a list of integers like 1,2,4, got {value!r}", param, ctx)
+        try:
+            return parse_int_list(text, "", minimum=self.minimum, maximum=self.maximum)
+        except ConfigError as exc:
+            self.fail(str(exc).removeprefix(": "), param, ctx)
+
+
+class RateList(click.ParamType):
+    """A comma-separated list of distinct positive request rates (requests/s); also a TOML array."""
+
+    name = "rates"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+            return value
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            self.fail("the list is empty", param, ctx)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in items):
+            self.fail(f"expected request rates like 0.5,1,2, got {value!r}", param, ctx)
+        try:
+            return parse_rate_list(",".join(map(str, items)), "")
+        except ConfigError as exc:
+            self.fail(str(exc).removeprefix(": "), param, ctx)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """"90" or "90s" -> 90.0; "6h" -> 21600.0; "1h30m" -> 5400.0. Raises ValueError."""
+    s = text.strip().lower().replace(" ", "")
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"{text!r} is not a duration; write seconds (90) or 90s, 30m, 6h, 1h30m")
+    return total
+
+
+class Duration(click.ParamType):
+    """Seconds, as a number or with units (90s, 30m, 6h, 1h30m); must be > 0."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, bool):
+            self.fail(f"expected a duration like 90s or 6h, got {value!r}", param, ctx)
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        elif isinstance(value, str):
+            try:
+                seconds = parse_duration(value)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        else:
+            self.fail(f"expected a duration like 90s or 6h, got {value!r}", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive duration", param, ctx)
+        return seconds
+
+
+PORTS = IntList(1, 65535)
+RATES = RateList()
+LEVELS = IntList(1, 4096)
+PROMPT_LENGTHS = IntList(1, 10_000_000)
+DEPTHS = IntList(0, 10_000_000)
+DURATION = Duration()

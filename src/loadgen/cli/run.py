@@ -1,0 +1,53 @@
+"""`loadgen run FILE.toml [--set key=value ...]`: run a scenario file with the command of its mode.
+
+Every key is checked (scenario.py) before the mode's command starts, so a bad file exits 2 naming
+FILE:LINE: key: before any request is sent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..core.errors import ConfigError
+from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
+
+MODES = ("sweep", "prefill", "depth", "soak")
+
+
+def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
+    root = ctx.find_root().command
+    assert isinstance(root, click.Group)
+    found = {name: root.get_command(ctx, name) for name in MODES}
+    return {name: command for name, command in found.items() if command is not None}
+
+
+@click.command("run")
+@click.argument("scenario_file", metavar="FILE.toml")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a key of the file (repeatable), e.g. --set concurrency=1,2 "
+                   "--set url=http://127.0.0.1:8080.")
+@click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
+@click.pass_context
+def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:
+    """Run a scenario file: `mode` (sweep, prefill, depth or soak) and the values of its flags, in TOML.
+
+    A key is a flag's name without the dashes, `-` written `_` (--n-predict: n_predict); lists are
+    TOML arrays (concurrency = [1, 2, 4]), durations numbers of seconds or strings ("6h").
+    """
+    commands = mode_commands(ctx)
+    scenario = load_scenario(Path(scenario_file), commands).with_overrides(parse_set(s) for s in overrides)
+    check_mode(scenario, commands)
+    command = commands[scenario.mode]
+    kwargs = resolve(command, scenario.settings, ctx)
+    if check:
+        click.echo(f"{scenario.source}: mode {scenario.mode}, {len(kwargs)} keys, all valid")
+        return
+    click.echo(f"loadgen run {scenario.source}: {scenario.mode}", err=True)
+    try:
+        ctx.invoke(command, **kwargs)
+    except ScenarioError:
+        raise
+    except ConfigError as exc:  # a check across keys (no target, two prompt sources, ...)
+        raise ScenarioError(f"{scenario.source}: {exc}") from None

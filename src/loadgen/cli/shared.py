@@ -1,0 +1,112 @@
+"""Options every load-sending command shares (sweep, prefill, depth, soak), defined once.
+
+Because `loadgen run` reads a scenario key with the very option that reads its flag, defining an
+option here defines it for the command line and the scenario files of every mode at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+from rich.console import Console
+
+from ..client.registry import TRANSPORT_NAMES
+from ..core.errors import ConfigError
+from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
+from .options import PORTS
+
+
+def _apply(f: Callable, options: list[Callable]) -> Callable:
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def target_options(f: Callable) -> Callable:
+    """--ports, --host, --url, --label; --api, --model, --api-key; --transport, --insecure."""
+    return _apply(f, [
+        click.option("--ports", type=PORTS, help="Comma-separated ports of targets on --host, e.g. 8080,8081."),
+        click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports."),
+        click.option("--url", "urls", multiple=True,
+                     help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080."),
+        click.option("--label", "labels", multiple=True,
+                     help="A name per target, in order (default: the server's model alias)."),
+        click.option("--api", default="llamacpp", show_default=True,
+                     help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
+                          "chat (POST /v1/chat/completions)."),
+        click.option("--model", help="Model name for the OpenAI APIs [default: the first id of the server's "
+                                     "/v1/models]."),
+        click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
+                     help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows "
+                          "in ps)."),
+        click.option("--transport", type=click.Choice(TRANSPORT_NAMES), default="fast", show_default=True,
+                     help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy)."),
+        click.option("--insecure", is_flag=True,
+                     help="Do not verify https targets' TLS certificates (self-signed ones)."),
+    ])
+
+
+def prompt_source_options(f: Callable) -> Callable:
+    """--prompt, --prompt-file, --dataset and how it is read and sampled."""
+    return _apply(f, [
+        click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request)."),
+        click.option("--prompt-file", help="Read the prompt text from this UTF-8 file."),
+        click.option("--dataset", help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
+                                       "request i uses prompt i mod their count."),
+        click.option("--dataset-field", default=DEFAULT_FIELD, show_default=True,
+                     help="The field of each dataset object that holds the prompt (dotted for nested: input.text); "
+                          "ShareGPT conversations give their first human turn."),
+        click.option("--dataset-samples", type=click.IntRange(min=1),
+                     help="Draw this many prompts from --dataset [default: all of them]."),
+        click.option("--dataset-seed", type=int, default=0, show_default=True,
+                     help="Seed of the draw from --dataset (and of synthetic text): the same seed, the same "
+                          "prompts in the same order."),
+    ])
+
+
+def request_options(f: Callable) -> Callable:
+    """Sampling, timeouts and where the results go."""
+    return _apply(f, [
+        click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True),
+        click.option("--seed", type=int, help="Sampling seed sent with every request."),
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600,
+                     show_default=True, help="Seconds before a request counts as timed out."),
+        click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
+                     help="Seconds to wait for a server that is still loading its model."),
+        click.option("--output", type=click.Path(file_okay=False),
+                     help="Results directory [default: results/<UTC time>-<command>]."),
+        click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run."),
+    ])
+
+
+def prompt_source(prompt: str | None, prompt_file: str | None, dataset: str | None, dataset_field: str,
+                  dataset_samples: int | None, dataset_seed: int) -> PromptSource:
+    """The run's texts: --prompt, --prompt-file or --dataset (one of them), else none (synthetic)."""
+    given = [name for name, v in (("--prompt", prompt), ("--prompt-file", prompt_file), ("--dataset", dataset))
+             if v is not None]
+    if len(given) > 1:
+        raise ConfigError(f"give {' or '.join(given)}, not {'both' if len(given) == 2 else 'all three'}")
+    if dataset is None and (dataset_samples is not None or dataset_field != DEFAULT_FIELD):
+        raise ConfigError("--dataset-field and --dataset-samples need --dataset")
+    if prompt is not None:
+        if not prompt.strip():
+            raise ConfigError("the prompt is empty")
+        return PromptSource((prompt,), dataset_seed)
+    if prompt_file is not None:
+        return PromptSource((read_text_file(prompt_file),), dataset_seed)
+    if dataset is not None:
+        return PromptSource(tuple(sample_prompts(read_dataset(dataset, dataset_field), dataset_samples,
+                                                 dataset_seed)), dataset_seed)
+    return PromptSource(seed=dataset_seed)
+
+
+def describe(source: PromptSource) -> str:
+    return "synthetic" if source.synthetic else f"{len(source.texts)} text(s)"
+
+
+def console(stderr: bool = False) -> Console:
+    """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 180)

@@ -1,0 +1,215 @@
+"""`loadgen sweep` and `loadgen demo`: build the sweep's config (validated once, here), run it, print it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..client.backends import GenerationParams
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..output.progress import ProgressObserver
+from ..output.tables import print_run
+from ..results.writer import default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from ..run.model import Run
+from ..run.schedule import ARRIVALS
+from ..run.sweep import run_sweep
+from .execute import FinalWriteError, execute
+from .options import DURATION, LEVELS, RATES, IntList
+from .shared import console as _console
+from .shared import prompt_source, prompt_source_options, request_options, target_options
+
+@click.command()
+@target_options
+@click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
+@click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
+                                                  "e.g. 0.5,1,2,4.")
+@click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
+              help="Open loop: the arrival process of the requests.")
+@click.option("--burstiness", type=float, default=1.0, show_default=True,
+              help="Open loop, --arrival gamma: the gamma shape (1 = Poisson, <1 burstier, >1 more regular).")
+@click.option("--max-in-flight", type=click.IntRange(min=1),
+              help="Open loop: at most this many requests in flight; late sends still count from their intended time.")
+@click.option("--arrival-seed", type=int, default=0, show_default=True, help="Open loop: seed of the arrival schedule.")
+@click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
+              help="Requests per level [default: max(8, 4×concurrency); open loop max(16, 20 s worth)].")
+@click.option("--duration", "duration_s", type=DURATION, help="Time per level instead of a request count: "
+                                                              "seconds, or 90s, 5m.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Unrecorded requests per target before the first level.")
+@click.option("--stream/--no-stream", default=False, show_default=True,
+              help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
+@prompt_source_options
+@click.option("--prompt-tokens", type=click.IntRange(min=1),
+              help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
+                   "from the prompt source or synthetic text.")
+@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Generate exactly --n-predict tokens, so throughput is comparable.")
+@request_options
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
+              help="Seconds between scrapes of each server's /metrics and /slots during a level.")
+@click.option("--knee-gain", type=click.FloatRange(min=0), default=0.10, show_default=True,
+              help="Saturation: the next level raises throughput by less than this share...")
+@click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
+              help="...while mean latency rises by more than this share.")
+@click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
+@click.option("--histograms/--no-histograms", default=True, show_default=True,
+              help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
+          arrival_seed, requests_per_level, duration_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
+          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
+          histograms, transport, insecure) -> None:
+    """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
+    if concurrency is not None and rates is not None:
+        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
+        raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    texts = source.texts or (DEFAULT_PROMPT,)
+    config = SweepConfig(
+        targets=build_targets(host, ports, urls, labels),
+        concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
+        rates=rates or (),
+        arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
+        arrival_seed=arrival_seed, model=model, api_key=api_key,
+        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+        api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
+        warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
+        probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
+        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
+    )
+    ensure_open_files(connections_needed(config))
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
+    code = execute_sweep(config, out_dir, histograms=histograms)
+    sys.exit(code)
+
+
+# Descriptors besides the request connections: stdio, each target's probe session, result files,
+# the event loop's own (epoll, self-pipe), the checkpoint thread.
+FD_RESERVE = 64
+
+
+def connections_needed(config: SweepConfig) -> int:
+    """The most connections the sweep holds open at once (0 when an open loop sets no bound)."""
+    if config.open_loop:
+        per_target = config.max_in_flight or 0
+    else:
+        per_target = max(config.concurrency)
+    return per_target * (len(config.targets) if config.parallel_targets else 1)
+
+
+def ensure_open_files(connections: int) -> None:
+    """Make room for `connections` sockets: raise the soft RLIMIT_NOFILE up to the hard limit if it
+    is too low, or refuse (ConfigError) before the sweep rather than fail requests with EMFILE."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    need = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if connections == 0 or soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    raise ConfigError(f"{connections} connections need about {need} open files, but this process may open "
+                      f"{soft} (hard limit {hard}); raise the limit (ulimit -n {need}) or lower the concurrency")
+
+
+def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
+                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True) -> int:
+    """Run a sweep, print its table, write its results. Returns the exit code.
+
+    `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
+    """
+    console = console or _console()
+    err = _console(stderr=True)
+    run = Run(config, kind)
+
+    async def main(checkpoint: Callable[[], None]) -> None:
+        async with around() if around else contextlib.nullcontext():
+            with ProgressObserver(err, on_level_done=checkpoint) as observer:
+                await run_sweep(run, observer)
+
+    try:
+        execution = execute(run, out_dir, main, kind=kind, err=err)
+    except FinalWriteError as exc:
+        raise UserError(str(exc), EXIT_FAILED) from None
+    doc = execution.doc
+    if histograms:
+        from ..output.exporters import export, select
+
+        records = [r for t in run.targets for lv in t.levels for r in lv.records]
+        try:
+            (out_dir / "histograms").mkdir(exist_ok=True)
+            export("hgrm", select(doc, records), out_dir / "histograms")
+        except OSError as exc:
+            err.print(f"warning: could not write the histograms ({exc})", style="yellow")
+    print_run(doc, console, err)
+    err.print(f"results: {out_dir}", highlight=False)
+    if execution.exit_code_for_signal is not None:
+        return execution.exit_code_for_signal
+    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+@click.command()
+@click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
+              help="Run the simulated servers this much faster than the hardware they model.")
+@click.option("--concurrency", type=IntList(1, 64), default="1,2,4,8", show_default=True,
+              help="Concurrency levels to sweep.")
+@click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-demo].")
+@click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run.")
+def demo(time_scale, concurrency, output, force) -> None:
+    """Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.
+
+    The simulators model the field report's Apple M1 Max servers (Qwen3.6-35B-A3B MoE and Qwen3.6-27B
+    dense); they run `--time-scale` times faster and every figure is reported in simulated time.
+    """
+    from ..sim import load_profile, start_simulator
+
+    levels = concurrency
+    profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
+    ports = [_free_port() for _ in profiles]
+    config = SweepConfig(
+        targets=tuple(Target(f"http://127.0.0.1:{port}", p.name) for port, p in zip(ports, profiles)),
+        concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
+        servers_in_process=True, wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
+
+    @contextlib.asynccontextmanager
+    async def simulators():
+        sims = []
+        try:
+            for port, profile in zip(ports, profiles):
+                sims.append(await start_simulator(profile, port=port, slots=4, time_scale=time_scale, seed=1))
+            yield
+        finally:
+            for sim in sims:
+                await sim.stop()
+
+    err = _console(stderr=True)
+    err.print(f"loadgen demo: two simulated llama-servers, {profiles[0].name} and {profiles[1].name}, 4 slots each, "
+              f"running {1 / time_scale:.0f}× faster than the hardware they model; figures are in simulated time.",
+              highlight=False, soft_wrap=True)
+    sys.exit(execute_sweep(config, out_dir, kind="demo", around=simulators))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

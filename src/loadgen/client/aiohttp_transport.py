@@ -1,0 +1,86 @@
+"""The aiohttp transport: one keep-alive `ClientSession` per target, and the one that speaks to proxies.
+
+Reads are timed on the loop's clock, as aiohttp hands the bytes over. `--transport aiohttp` picks
+it, and `registry.make_transport` falls back to it when the environment sets a proxy for a target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from ..core import records
+from ..core.clock import now_ns
+from .transport import ChunkCallback, HttpResponse, TransportError, connect_reason, reason_of, tls_context
+
+_CLOSE = {"Connection": "close"}
+
+
+class AiohttpTransport:
+    """aiohttp with one keep-alive `ClientSession` per target, through `proxy` when one is given."""
+
+    read_clock = "loop"
+
+    def __init__(self, proxy: str | None = None) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._base = ""
+        self._close_streams = True
+        self._proxy = proxy
+        self._hostport = ""
+
+    async def open(self, base_url: str, max_connections: int, timeout_s: float,
+                   headers: Mapping[str, str] | None = None, insecure: bool = False,
+                   close_streams: bool = True) -> None:
+        self._close_streams = close_streams
+        self._base = base_url.rstrip("/")
+        self._hostport = urlsplit(base_url).netloc
+        connector = aiohttp.TCPConnector(limit=max(0, max_connections), limit_per_host=0,
+                                         keepalive_timeout=60, enable_cleanup_closed=False,
+                                         ssl=tls_context(insecure) if base_url.startswith("https:") else True)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            headers={"Content-Type": "application/json", **(headers or {})},
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def request(self, method: str, path: str, body: bytes,
+                      on_chunk: ChunkCallback | None = None) -> HttpResponse:
+        """One attempt, never retried: a request the server reset or dropped is recorded as such."""
+        assert self._session is not None, "open() first"
+        try:
+            # llama-server closes the connection after every streamed response although it announces
+            # keep-alive; a next request sent on it races that close and dies unanswered. So a
+            # stream asks for `Connection: close` and its connection is not reused. (Retrying such
+            # a request instead would also hide a server that resets requests it has read.)
+            async with self._session.request(method, self._base + path, data=body, proxy=self._proxy,
+                                             headers=_CLOSE if on_chunk is not None and self._close_streams
+                                             else None) as resp:
+                headers_ns = now_ns()
+                if on_chunk is None:
+                    data = await resp.read()
+                else:
+                    data = b""
+                    async for chunk in resp.content.iter_any():
+                        on_chunk(chunk, now_ns())
+                return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data)
+        except asyncio.TimeoutError as exc:
+            raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
+        except aiohttp.ClientError as exc:
+            raise self._transport_error(exc) from exc
+
+    def _transport_error(self, exc: aiohttp.ClientError) -> TransportError:
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return TransportError(records.CONNECT_ERROR, connect_reason(exc.certificate_error, self._hostport))
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return TransportError(records.CONNECT_ERROR, connect_reason(exc.os_error, self._hostport))
+        return TransportError(records.DISCONNECTED, reason_of(exc))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

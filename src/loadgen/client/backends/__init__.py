@@ -1,0 +1,90 @@
+"""Backends: one module per server API. A backend builds request bodies and reads responses.
+
+It knows nothing about scheduling, connections or time: the engine hands it a salt and gets bytes;
+it hands it a status and a body (or, streaming, each event's payload) and gets a `ServerOutcome`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from ...core.records import ServerOutcome
+from ..sse import EventReader
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationParams:
+    """What every request of a run asks for, whatever the API."""
+
+    prompt: str
+    n_predict: int = 96
+    temperature: float = 0.7
+    ignore_eos: bool = True
+    seed: int | None = None
+    stream: bool = False
+    # Several prompts (a dataset): request number i uses prompts[i % len(prompts)]. Empty: `prompt`.
+    prompts: tuple[str, ...] = ()
+
+    @property
+    def prompt_list(self) -> tuple[str, ...]:
+        return self.prompts or (self.prompt,)
+
+
+class Backend(Protocol):
+    name: str
+    method: str
+    path: str
+    stream: bool
+
+    def build(self, salt: str, index: int = 0) -> bytes:
+        """The request body for prompt number `index` (mod the prompt count), salted with `salt`."""
+        ...
+
+    def parse(self, status: int, body: bytes) -> ServerOutcome:
+        """A whole response body (non-streaming, or any error response) → outcome."""
+        ...
+
+    def event_reader(self) -> EventReader:
+        """A reader for one streamed response."""
+        ...
+
+
+class SaltedBodies:
+    """Request bodies serialised once per prompt; per request only the salt is spliced in.
+
+    The salt (hex digits and dashes, which JSON needs no escaping for) goes at the very start of
+    the prompt text as "[<salt>] ", so no two requests share a prompt prefix the server could reuse.
+    `head` is the JSON up to the opening quote of the prompt string; `fields` the rest of the object.
+    """
+
+    __slots__ = ("_head", "_tails", "_n")
+
+    def __init__(self, head: bytes, prompts: tuple[str, ...], close: bytes, fields: dict[str, Any]):
+        encode = msgspec.json.encode
+        rest = encode(fields)[1:]  # '"k":v,...}' without the opening brace
+        self._head = head + b'"['
+        self._tails = [b"] " + encode(p)[1:] + close + b"," + rest for p in prompts]
+        self._n = len(self._tails)
+
+    def build(self, salt: str, index: int = 0) -> bytes:
+        return self._head + salt.encode() + self._tails[index % self._n]
+
+
+def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
+    if api == "llamacpp":
+        from .llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(params)
+    if api in ("completions", "chat"):
+        from .openai import OpenAIBackend
+
+        return OpenAIBackend(params, chat=api == "chat", model=model)
+    raise ValueError(f"unknown API {api!r}")
+
+
+API_NAMES = ("llamacpp", "completions", "chat")
+# The OpenAI-style APIs need a model name (from --model or the server's /v1/models).
+OPENAI_APIS = ("completions", "chat")

@@ -1,0 +1,131 @@
+"""llama.cpp's native `POST /completion`, whole or streamed.
+
+Streamed, every event is a JSON object; the last one has `stop: true` and `timings`, and then the
+server closes the stream without a `[DONE]` line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ...core import records
+from ...core.records import ServerOutcome
+from . import GenerationParams, SaltedBodies
+from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
+
+
+class _Completion(msgspec.Struct):
+    """The part of a /completion response, stream event or error body that loadgen reads."""
+
+    content: str | None = None
+    stop: bool | None = None
+    timings: Timings | None = None
+    tokens_predicted: int | None = None
+    stop_type: str | None = None
+    id_slot: int | None = None
+    error: Any = None
+
+
+_decode = msgspec.json.Decoder(_Completion).decode
+
+
+def _outcome(data: _Completion) -> ServerOutcome:
+    return served_outcome(data.timings, data.tokens_predicted, data.stop_type, None, data.id_slot)
+
+
+class LlamaCppBackend:
+    name = "llamacpp"
+    method = "POST"
+    path = "/completion"
+
+    def __init__(self, params: GenerationParams):
+        self.params = params
+        self.stream = params.stream
+        fields: dict[str, Any] = {
+            "n_predict": params.n_predict,
+            "temperature": params.temperature,
+            "ignore_eos": params.ignore_eos,
+            # The prompt cache would make every request after the first report prompt_ms ~ 0.
+            "cache_prompt": False,
+        }
+        if params.seed is not None:
+            fields["seed"] = params.seed
+        if params.stream:
+            fields["stream"] = True
+        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields)
+        self.build = self._bodies.build
+
+    def parse(self, status: int, body: bytes) -> ServerOutcome:
+        try:
+            data = _decode(body)
+        except msgspec.DecodeError as exc:  # not JSON, or JSON of the wrong shape
+            return undecodable(status, body, exc)
+        if status >= 400 or data.error is not None:
+            return error_outcome(status, body, data.error)
+        if data.timings is None:
+            return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `timings` object")
+        return _outcome(data)
+
+    def event_reader(self) -> "_StreamEvents":
+        return _StreamEvents()
+
+
+class _StreamEvents:
+    """One streamed /completion: content events until the `stop: true` one."""
+
+    __slots__ = ("final", "error")
+
+    def __init__(self) -> None:
+        self.final: _Completion | None = None
+        self.error: ServerOutcome | None = None
+
+    def count_region(self, region: bytes) -> tuple[int, int] | None:
+        """(events, content events) of a region holding only partial events, from a few byte counts
+        (each done in C); None for anything else (the final event, an error, comments, an event
+        that is not one `data: {...}` line), which is then read event by event. A key with its
+        quotes cannot occur inside a JSON string, nor a raw newline, so generated text cannot fool
+        the counts. Partial events are checked for shape, not parsed: one cut short fails the
+        shape and is read (and reported) like any other."""
+        if self.final is not None or self.error is not None:
+            return None
+        events = region.count(b"\n\n")
+        if (region.count(b'"stop":false') != events or region.count(b"\n") != 2 * events
+                or region.count(b"}\n\n") != events or region.count(b"data: {") != events
+                or b'"error"' in region):
+            return None
+        return events, events - region.count(b'"content":""')
+
+    def events(self, payloads: list[bytes]) -> int:
+        # The many partial events are judged from their bytes, the final one (and an error) is
+        # decoded. A key with its quotes cannot occur inside a JSON string (quotes in strings are
+        # escaped), so generated text cannot fool these tests. llama-server writes compact JSON.
+        content = 0
+        for data in payloads:
+            if self.final is not None or self.error is not None:
+                break  # nothing after the end counts
+            if b'"stop":false' in data and data.endswith(b"}") and b'"error"' not in data:
+                if b'"content":""' not in data:
+                    content += 1
+            elif self._event(data):
+                content += 1
+        return content
+
+    def _event(self, data: bytes) -> bool:
+        chunk, self.error = decode_event(_decode, data)
+        if chunk is None:
+            return False
+        if chunk.stop:
+            self.final = chunk
+            return bool(chunk.content) and chunk.timings is None
+        return bool(chunk.content)
+
+    def finish(self) -> ServerOutcome:
+        if self.error is not None:
+            return self.error
+        if self.final is None:
+            return truncated("its final `stop: true` event")
+        if self.final.timings is None:
+            return ServerOutcome(error_kind=records.INVALID_JSON, error_message="final event has no `timings` object")
+        return _outcome(self.final)

@@ -1,0 +1,315 @@
+"""The two kinds of connection the fast transport's pool holds, one request at a time each.
+
+- `SocketConnection` (plain TCP) reads its socket itself and takes the kernel's receive stamp
+  (SO_TIMESTAMPNS) of every read: the time the bytes arrived, however long a busy loop took to
+  read them.
+- `StreamConnection` (TLS, through an asyncio transport and asyncio's `ssl`) stamps a read on the
+  loop's clock in `data_received`, before parsing it.
+Both feed their reads to a `ResponseParser` (http_parser.py) through what they share, `Exchange`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import struct
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ..core import records
+from ..core.clock import now_ns
+from .http_parser import BadResponse, ResponseParser
+from .transport import ChunkCallback, HttpResponse, TransportError
+
+if TYPE_CHECKING:
+    from .pool import ConnectionPool
+
+
+class Exchange:
+    """One connection carrying one request at a time: what both kinds of connection share.
+
+    A subclass moves the bytes: `_write` sends a request, `_close_io` closes; it calls `_received`
+    with each read and its arrival time, and `_lost` when the connection ends.
+    """
+
+    def __init__(self, pool: "ConnectionPool") -> None:
+        self._pool = pool
+        self._loop = pool._loop
+        self.parser = ResponseParser()
+        self.open = False  # counted in the pool: connected and not yet retired
+        self.close_after = False  # the request asked for Connection: close
+        self._waiter: asyncio.Future | None = None
+        self.deadline = 0.0  # loop time by which the current request must be complete
+        self._got_bytes = False
+
+    def send(self, data: bytes, body: bytes | None, on_chunk: ChunkCallback | None, deadline: float,
+             close_after: bool = False) -> asyncio.Future:
+        self.parser.start(on_chunk)
+        self._got_bytes = False
+        self.close_after = close_after
+        waiter = self._waiter = self._loop.create_future()
+        self.deadline = deadline
+        self._pool._busy.add(self)
+        self._write(data, body)
+        return waiter
+
+    def _received(self, data: bytes, t_ns: int) -> None:
+        waiter = self._waiter
+        if waiter is None:  # nothing was asked: the connection is out of step, drop it
+            self._retire()
+            return
+        self._got_bytes = True
+        parser = self.parser
+        try:
+            parser.feed(data, t_ns)
+        except BadResponse as exc:
+            self._fail(TransportError(records.DISCONNECTED, str(exc)))
+            return
+        except BaseException as exc:  # raised by on_chunk: the caller's to see
+            self._fail(exc)
+            return
+        if parser.complete:
+            self._finish()
+
+    def _lost(self, exc: BaseException | None) -> None:
+        self._pool._connection_closed(self)
+        if self._waiter is None:
+            return
+        if exc is None and self.parser.feed_eof(now_ns()):  # a reset never ends a body cleanly
+            self._finish()
+        else:
+            what = "reset the connection" if isinstance(exc, ConnectionResetError) else "closed the connection"
+            when = "mid-body" if self.parser.status else "before the response" if not self._got_bytes \
+                else "mid-headers"
+            self._fail(TransportError(records.DISCONNECTED, f"the server {what} {when}"))
+
+    def _finish(self) -> None:
+        parser, waiter = self.parser, self._waiter
+        self._waiter = None
+        self._pool._busy.discard(self)
+        # Not reusable after a server that answered before reading the whole body, among others.
+        reusable = parser.keep_alive and not self.close_after and not parser.extra_data and self.open \
+            and not self._unsent()
+        response = HttpResponse(parser.status, parser.headers(), parser.headers_ns, parser.complete_ns,
+                                b"" if parser._on_chunk is not None else parser.body())
+        if reusable:
+            self._pool._release(self)
+        else:
+            self._retire()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter = self._waiter
+        self._waiter = None
+        self._pool._busy.discard(self)
+        self._retire()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def timed_out(self) -> None:
+        self._fail(TransportError(records.TIMEOUT, "no complete response within the timeout"))
+
+    def abandon(self) -> None:
+        """The caller gave up (cancelled): the connection's state is unknown, so close it."""
+        self._waiter = None
+        self._pool._busy.discard(self)
+        self._retire()
+
+    def _retire(self) -> None:
+        self._close_io()
+        self._pool._connection_closed(self)
+
+    # the I/O, per kind of connection
+
+    def _write(self, data: bytes, body: bytes | None) -> None:
+        raise NotImplementedError
+
+    def _unsent(self) -> bool:
+        """Request bytes still waiting to be written."""
+        raise NotImplementedError
+
+    def _close_io(self) -> None:
+        raise NotImplementedError
+
+
+class StreamConnection(Exchange, asyncio.Protocol):
+    """A connection through an asyncio transport (TLS): reads are timed when the loop hands them over."""
+
+    transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.open = True
+
+    def data_received(self, data: bytes) -> None:
+        self._received(data, now_ns())  # before parsing: a read's time is when it arrived
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost(exc)
+
+    def _write(self, data: bytes, body: bytes | None) -> None:
+        transport = self.transport
+        assert transport is not None
+        if body is None:
+            transport.write(data)
+        else:
+            transport.writelines((data, body))
+
+    def _unsent(self) -> bool:
+        return self.transport is None or self.transport.get_write_buffer_size() > 0
+
+    def _close_io(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class SocketConnection(Exchange):
+    """A plain TCP connection read straight from its socket, each read timed by the kernel.
+
+    With SO_TIMESTAMPNS the kernel stamps every received packet, and a read returns the stamp of
+    the last packet in it: when the bytes arrived, not when a busy event loop got round to reading
+    them. A client with hundreds of requests in flight handles their answers one after another,
+    and a loop-clock stamp would add that wait to every latency; the kernel's does not. Without
+    the option (not Linux) a read is stamped on the loop's clock, as `StreamConnection` does.
+    """
+
+    def __init__(self, pool: "ConnectionPool", sock: socket.socket) -> None:
+        super().__init__(pool)
+        self.sock = sock
+        self._fd = sock.fileno()
+        self._pending: list[memoryview] = []  # request bytes the socket did not take yet
+        if not (pool.kernel_stamps and enable_rx_stamps(sock)):
+            pool._loop_timed = True
+        self._buffer = pool._read_buffer  # shared: each read is copied out before the next one
+        self._loop.add_reader(self._fd, self._readable)
+        self.open = True
+
+    def _readable(self) -> None:
+        buffer = self._buffer
+        try:
+            size, anc, _, _ = self.sock.recvmsg_into((buffer,), _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._broken(exc)
+            return
+        if not size:  # the server closed its side: close ours too
+            self._broken(None)
+            return
+        t_ns = now_ns()
+        if anc:
+            t_ns = kernel_time(anc, t_ns)
+        self._received(buffer[:size].tobytes(), t_ns)
+        # A reset that came in with these bytes: uvloop (libuv) runs this callback once for it and
+        # then stops watching the socket, so the error must be picked up now or never.
+        if self._fd >= 0:
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                self._broken(OSError(error, os.strerror(error)))  # ECONNRESET: a ConnectionResetError
+
+    def _write(self, data: bytes, body: bytes | None) -> None:
+        pending = self._pending
+        if pending:  # cannot happen: one request at a time, and a conn with unsent bytes is not reused
+            raise RuntimeError("a request was sent on a connection still writing the previous one")
+        try:
+            sent = self.sock.send(data) if body is None else self.sock.sendmsg((data, body))
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._broken(exc)
+            return
+        size = len(data) + (0 if body is None else len(body))
+        if sent < size:
+            self._queue(sent, data, body)
+
+    def _queue(self, sent: int, data: bytes, body: bytes | None) -> None:
+        for part in (data, body):
+            if part is None:
+                continue
+            if sent >= len(part):
+                sent -= len(part)
+                continue
+            self._pending.append(memoryview(part)[sent:])
+            sent = 0
+        self._loop.add_writer(self._fd, self._writable)
+
+    def _writable(self) -> None:
+        pending = self._pending
+        try:
+            sent = self.sock.sendmsg(pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._broken(exc)
+            return
+        while pending and sent >= len(pending[0]):
+            sent -= len(pending.pop(0))
+        if pending:
+            pending[0] = pending[0][sent:]
+        else:
+            self._loop.remove_writer(self._fd)
+
+    def _unsent(self) -> bool:
+        return bool(self._pending)
+
+    def _broken(self, exc: BaseException | None) -> None:
+        """The socket failed or reached its end: close it, then settle the request in flight."""
+        self._close_io()
+        self._lost(exc)
+
+    def _close_io(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            if self._pending:
+                self._loop.remove_writer(self._fd)
+                self._pending.clear()
+            self._fd = -1
+            self.sock.close()
+
+
+# Linux: SO_TIMESTAMPNS (35; Python's socket module does not name it) and its control message,
+# a struct timespec (two 64-bit fields) of CLOCK_REALTIME.
+SO_TIMESTAMPNS = 35
+_ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+READ_SIZE = 64 * 1024  # one buffer per transport, reused by every read
+_MAX_STAMP_AGE_NS = 60 * 1_000_000_000  # older than this: a clock step, not a packet; ignore it
+_realtime_ns = functools.partial(time.clock_gettime_ns, time.CLOCK_REALTIME) if sys.platform == "linux" else None
+
+
+# Reading sockets through loop.add_reader needs a selector-style loop (not Windows' proactor).
+OWN_SOCKETS = sys.platform != "win32"
+
+
+def enable_rx_stamps(sock: socket.socket) -> bool:
+    if sys.platform != "linux":
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def kernel_time(anc: list[tuple[int, int, bytes]], now: int) -> int:
+    """A read's arrival on the monotonic clock: `now` less the age of the kernel's stamp.
+
+    The stamp is on the wall clock (CLOCK_REALTIME), so its age is taken against the wall clock
+    read at the same moment as `now`; a stamp from the future or implausibly old is ignored.
+    """
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            age = _realtime_ns() - (sec * 1_000_000_000 + nsec)
+            if 0 <= age < _MAX_STAMP_AGE_NS:
+                return now - age
+    return now
+
+
+_TIMESPEC = struct.Struct("qq")

@@ -1,0 +1,264 @@
+"""Asks a llama-server about itself: `/health`, `/props`, `/metrics`.
+
+Separate from the backends (which speak the completion APIs) and from the engine (which only
+schedules). Everything here tolerates a server that lacks an endpoint: it records that it was off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..core.clock import now_ns
+from ..core.records import ProbeSample
+from .transport import connect_reason, tls_context
+
+# Counters and gauges kept from /metrics, named exactly as llama-server emits them.
+METRIC_NAMES = (
+    "llamacpp:prompt_tokens_total",
+    "llamacpp:prompt_seconds_total",
+    "llamacpp:tokens_predicted_total",
+    "llamacpp:tokens_predicted_seconds_total",
+    "llamacpp:n_decode_total",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+)
+
+
+class TargetUnreachable(Exception):
+    """The target did not answer at all, or never became ready. The message is for the user."""
+
+
+@dataclass(slots=True)
+class ServerInfo:
+    """What a server said about itself before the sweep."""
+
+    props: dict[str, Any] | None = None  # subset of /props, or None when it has none
+    metrics_enabled: bool = False
+    slots_enabled: bool = False
+    slot_count: int | None = None  # length of the /slots array
+    endpoints: dict[str, int | None] = field(default_factory=dict)  # path -> HTTP status (None: no answer)
+    notes: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # ids from /v1/models, in the server's order
+
+    @property
+    def closes_streams(self) -> bool:
+        """llama-server (it answers /props) closes the connection after every streamed response,
+        although it announces keep-alive; other servers keep it open. Unknown: assume it closes."""
+        return self.props is not None or not self.endpoints
+
+    @property
+    def total_slots(self) -> int | None:
+        if self.props and isinstance(self.props.get("total_slots"), int):
+            return self.props["total_slots"]
+        return self.slot_count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"props": self.props, "metrics_enabled": self.metrics_enabled, "slots_enabled": self.slots_enabled,
+                "slot_count": self.slot_count, "total_slots": self.total_slots, "endpoints": self.endpoints,
+                "notes": self.notes, "models": self.models}
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {sample name: value}, unlabelled samples only (llama-server has no labels)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.labels and math.isfinite(sample.value):
+                values[sample.name] = float(sample.value)
+    return values
+
+
+def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of /props a run records: slots, per-slot context, alias, build."""
+    settings = props.get("default_generation_settings") or {}
+    return {
+        "total_slots": props.get("total_slots"),
+        "n_ctx": settings.get("n_ctx") if isinstance(settings, dict) else None,
+        "model_alias": props.get("model_alias"),
+        "model_path": props.get("model_path"),
+        "build_info": props.get("build_info"),
+    }
+
+
+class Probe:
+    """A small aiohttp session for one target's management endpoints."""
+
+    def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
+                 insecure: bool = False):
+        self.base_url = base_url.rstrip("/")
+        self._insecure = insecure
+        self._headers = dict(headers or {})
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._metrics_status: int | None = None  # of the last /metrics scrape (None: no answer)
+
+    async def __aenter__(self) -> "Probe":
+        connector = aiohttp.TCPConnector(ssl=tls_context(True)) if self._insecure else None
+        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        assert self._session is not None
+        async with self._session.get(self.base_url + path) as resp:
+            return resp.status, await resp.read()
+
+    async def wait_ready(self, wait_s: float, on_wait: Callable[[str], None] | None = None) -> None:
+        """Return when /health says ok; wait while it answers 503 (loading) for up to wait_s."""
+        deadline = now_ns() + int(wait_s * 1e9)
+        told = False
+        while True:
+            try:
+                status, body = await self._get("/health")
+            except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
+                raise TargetUnreachable("/health did not answer within 10 s") from exc
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise TargetUnreachable(connect_reason(exc.certificate_error, urlsplit(self.base_url).netloc)) from exc
+            except aiohttp.ClientConnectorError as exc:
+                raise TargetUnreachable(connect_reason(exc.os_error, urlsplit(self.base_url).netloc)) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                raise TargetUnreachable(_unreachable(exc)) from exc
+            if status == 200:
+                return
+            if status in (401, 403):
+                raise TargetUnreachable(f"/health answered HTTP {status}: the server wants an API key "
+                                        "(set LOADGEN_API_KEY or --api-key)")
+            if status == 404:  # not a llama-server (an OpenAI-compatible server without /health)
+                return
+            if status != 503:
+                raise TargetUnreachable(f"/health answered HTTP {status}")
+            if now_ns() >= deadline:
+                raise TargetUnreachable(f"still loading after {wait_s:g} s (raise --wait-ready)")
+            if on_wait and not told:
+                on_wait("loading the model")
+                told = True
+            await asyncio.sleep(0.25)
+
+    async def _get_json(self, path: str, info: ServerInfo) -> Any:
+        try:
+            status, body = await self._get(path)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            info.endpoints[path] = None
+            info.notes.append(f"{path} failed: {_first_line(exc)}")
+            return None
+        info.endpoints[path] = status
+        if status != 200:
+            return None
+        try:
+            return json.loads(body, parse_constant=_reject_constant)
+        except ValueError:
+            info.notes.append(f"{path} is not JSON")
+            return None
+
+    async def server_info(self) -> ServerInfo:
+        """What /props, /slots and /metrics say before the sweep, or that they are off."""
+        info = ServerInfo()
+        props = await self._get_json("/props", info)
+        if isinstance(props, dict):
+            info.props = summarize_props(props)
+        models = await self._get_json("/v1/models", info)
+        if isinstance(models, dict) and isinstance(models.get("data"), list):
+            info.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
+        slots = await self._get_json("/slots", info)
+        if isinstance(slots, list):
+            info.slots_enabled, info.slot_count = True, len(slots)
+        metrics = await self.metrics()
+        info.endpoints["/metrics"] = self._metrics_status
+        info.metrics_enabled = metrics is not None
+        if not info.metrics_enabled and self._metrics_status == 200:
+            info.notes.append("/metrics answered but is not Prometheus text, so it is not used")
+        elif not info.metrics_enabled:
+            info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
+        return info
+
+    async def busy_slots(self) -> int | None:
+        """How many slots of /slots are processing now, or None when /slots is off."""
+        try:
+            status, body = await self._get("/slots")
+            if status != 200:
+                return None
+            slots = json.loads(body, parse_constant=_reject_constant)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+        if not isinstance(slots, list):
+            return None
+        return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+
+    async def sample(self, target: str, level: int, info: ServerInfo) -> ProbeSample:
+        """One timestamped look at /metrics and /slots, taken concurrently."""
+        t_ns = now_ns()
+        metrics, busy = await asyncio.gather(
+            self.metrics() if info.metrics_enabled else _none(),
+            self.busy_slots() if info.slots_enabled else _none())
+        m = metrics or {}
+        return ProbeSample(target=target, level=level, t_ns=t_ns,
+                           requests_processing=m.get("llamacpp:requests_processing"),
+                           requests_deferred=m.get("llamacpp:requests_deferred"),
+                           tokens_predicted_total=m.get("llamacpp:tokens_predicted_total"),
+                           prompt_tokens_total=m.get("llamacpp:prompt_tokens_total"),
+                           n_decode_total=m.get("llamacpp:n_decode_total"),
+                           busy_slots=busy)
+
+    async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
+                                     out: list[ProbeSample]) -> None:
+        """Append a sample every interval_s on an absolute schedule (no drift) until cancelled."""
+        if not (info.metrics_enabled or info.slots_enabled):
+            return
+        step = int(interval_s * 1e9)
+        next_ns = now_ns()
+        while True:
+            out.append(await self.sample(target, level, info))
+            next_ns += step
+            delay = (next_ns - now_ns()) / 1e9
+            if delay < 0:  # a slow scrape: skip the missed ticks rather than burst
+                next_ns = now_ns()
+                delay = 0
+            await asyncio.sleep(delay)
+
+    async def metrics(self) -> dict[str, float] | None:
+        """The kept /metrics values, or None when the endpoint is off or unreadable."""
+        self._metrics_status = None
+        try:
+            status, body = await self._get("/metrics")
+            self._metrics_status = status
+            if status != 200:
+                return None
+            values = parse_metrics(body.decode("utf-8", "replace"))
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
+            return None
+        return {name: values[name] for name in METRIC_NAMES if name in values}
+
+
+def _unreachable(exc: BaseException) -> str:
+    """Why a target that accepted the connection could not be asked /health, in one short line."""
+    if isinstance(exc, aiohttp.ClientResponseError):  # the HTTP parser's complaint, with what it got
+        reason = " ".join(str(exc.message).split())
+        return f"does not speak HTTP ({reason[:120]}{'…' if len(reason) > 120 else ''})"
+    if isinstance(exc, aiohttp.ClientError):
+        return f"does not speak HTTP ({_first_line(exc)})"
+    return f"cannot connect ({_first_line(exc)})"
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+async def _none() -> None:
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200]

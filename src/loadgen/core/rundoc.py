@@ -1,0 +1,78 @@
+"""What every layer reads of a run document (run.json): a level's summary, and whether the run is open loop.
+
+`LevelSummary` is the one schema of a level in run.json: analysis/metrics.py computes it, the
+results writer stores it (`to_dict`, field order = file order) and results/schema.py checks a file
+against it on load. Fields a version-1 file or a damaged one may lack have defaults; the others
+must be there for `report`, `export`, `compare` and `gate` to read the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+
+class Distribution(msgspec.Struct, frozen=True):
+    """Mean (exact) and p50/p90/p99/max (HdrHistogram, µs resolution) of millisecond values."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return msgspec.structs.asdict(self)
+
+
+class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """The figures of one level on one target, as run.json stores them (see analysis/metrics.py)."""
+
+    level: int | float  # the concurrency, or the request rate of an open-loop level
+    concurrency: int  # closed loop: the level; open loop: the in-flight cap (0: none)
+    rate: float | None = None  # open loop: requests/s
+    requests_ok: int
+    requests_failed: int
+    requests_cancelled: int = 0
+    errors_by_kind: dict[str, int] = {}
+    output_tokens: int
+    wall_s: float
+    throughput_tok_s: float
+    latency_ms: Distribution | None = None
+    queue_wait_ms: Distribution | None = None
+    predicted_ms_mean: float | None
+    prompt_ms_mean: float | None = None
+    decode_tok_s_mean: float | None
+    stopped_reason: str | None = None
+    server_metrics_delta: dict[str, float] = {}
+    ttft_ms: Distribution | None = None
+    ttft_queue_ms: Distribution | None = None
+    tpot_ms: Distribution | None = None
+    itl_ms: Distribution | None = None
+    latency_uncorrected_ms: Distribution | None = None  # open loop only
+    schedule_lag_ms: Distribution | None = None  # open loop only
+    # The client's own load during the level (run/looplag.py); absent from a summary computed
+    # from records alone.
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    client_cpu_fraction: float | None = None
+
+    def to_dict(self, client_load: bool = False) -> dict[str, Any]:
+        """The level as run.json holds it; the client-load fields only with `client_load`."""
+        out = msgspec.to_builtins(self)
+        if not client_load:
+            for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
+                del out[key]
+        return out
+
+
+def is_open_loop(doc: Mapping[str, Any]) -> bool:
+    """Whether a run document's levels are request rates (open loop) rather than concurrencies.
+
+    The one rule every reader uses: the run's config says `mode = "rate"`.
+    """
+    config = doc.get("config")
+    return isinstance(config, Mapping) and config.get("mode") == "rate"

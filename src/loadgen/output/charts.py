@@ -1,0 +1,262 @@
+"""The report's figures, drawn with matplotlib's Agg canvas (no pyplot, no display, no global state).
+
+Each chart function takes the report's `TargetSeries` and returns a Figure; `render_all` turns
+them into PNG bytes keyed by report section. A series keeps one colour in every chart. Figures
+only read numbers that run.json, the records and the probe samples already hold, or derive them
+with `metrics` (latency per request, HdrHistogram percentiles).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from ..analysis import metrics
+from ..core.records import level_short
+
+if TYPE_CHECKING:
+    from .html import TargetSeries
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+DPI = 100
+WIDTH_IN = 10.5
+PERCENTILE_TICKS = [(0.0, "0%"), (0.9, "90%"), (0.99, "99%"), (0.999, "99.9%"), (0.9999, "99.99%")]
+
+
+def colour(i: int) -> str:
+    return COLOURS[i % len(COLOURS)]
+
+
+def _figure(height_in: float, rows: int = 1, **grid) -> tuple[Figure, list]:
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, 1, squeeze=False, **grid)[:, 0]
+    return fig, list(axes)
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
+
+
+def _open_loop(series: Sequence[TargetSeries]) -> bool:
+    return any(s.open_loop for s in series)
+
+
+def _x_label(series: Sequence[TargetSeries]) -> str:
+    return "offered rate (requests/s)" if _open_loop(series) else "concurrency (requests in flight)"
+
+
+def _short(lv: dict) -> str:
+    return level_short(lv["level"], lv.get("rate") is not None)
+
+
+def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:
+    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    if levels and levels[-1] / max(levels[0], 1) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(levels or [1]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(c) for c in levels or [1]])
+    ax.set_xlabel(_x_label(series))
+    ax.grid(True, alpha=0.3)
+
+
+def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Throughput (tok/s) vs concurrency, one line per series, the slot count as a dotted line."""
+    fig, (ax,) = _figure(4.5)
+    for i, s in enumerate(series):
+        xs = [lv["level"] for lv in s.levels]
+        ys = [lv.get("throughput_tok_s") or 0.0 for lv in s.levels]
+        ax.plot(xs, ys, marker="o", color=colour(i), label=s.label)
+        if s.total_slots and not _open_loop(series):  # slots are a concurrency, not a rate
+            ax.axvline(s.total_slots, color=colour(i), linestyle=":", linewidth=1.5,
+                       label=f"{s.label}: {s.total_slots} slots")
+    _concurrency_axis(ax, series)
+    ax.set_ylabel("throughput (generated tok/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs offered rate" if _open_loop(series) else "Throughput vs concurrency")
+    if series:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no levels")
+    return fig
+
+
+def latency_figure(series: Sequence[TargetSeries]) -> Figure:
+    """p50/p99 lines on top; below, stacked bars of mean server work and mean queue wait per level."""
+    fig, (top, bottom) = _figure(7.5, rows=2)
+    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    slot = {c: k for k, c in enumerate(levels)}
+    width = 0.8 / max(len(series), 1)
+    for i, s in enumerate(series):
+        xs = [lv["level"] for lv in s.levels if lv.get("latency_ms")]
+        top.plot(xs, [lv["latency_ms"]["p50"] for lv in s.levels if lv.get("latency_ms")], marker="o",
+                 color=colour(i), label=f"{s.label} p50")
+        top.plot(xs, [lv["latency_ms"]["p99"] for lv in s.levels if lv.get("latency_ms")], marker="^",
+                 linestyle="--", color=colour(i), label=f"{s.label} p99")
+        positions, service, waiting = [], [], []
+        for lv in s.levels:
+            if not lv.get("latency_ms"):
+                continue
+            wait = (lv.get("queue_wait_ms") or {}).get("mean") or 0.0
+            positions.append(slot[lv["level"]] - 0.4 + width * (i + 0.5))
+            waiting.append(wait)
+            service.append(max(lv["latency_ms"]["mean"] - wait, 0.0))
+        bottom.bar(positions, service, width=width * 0.9, color=colour(i), label=f"{s.label}: server work")
+        bottom.bar(positions, waiting, width=width * 0.9, bottom=service, color=colour(i), alpha=0.35,
+                   hatch="//", edgecolor=colour(i), label=f"{s.label}: queue wait")
+        for x, sv, w in zip(positions, service, waiting):
+            if sv + w > 0:
+                bottom.annotate(f"{w / (sv + w):.0%}", (x, sv + w), ha="center", va="bottom", fontsize="x-small")
+    _concurrency_axis(top, series)
+    top.set_ylabel("latency (ms)")
+    top.set_ylim(bottom=0)
+    top.set_title("Latency percentiles vs offered rate" if _open_loop(series) else "Latency percentiles vs concurrency")
+    bottom.set_xticks(range(len(levels)), [str(c) for c in levels])
+    bottom.set_xlabel(_x_label(series))
+    bottom.set_ylabel("mean latency (ms)")
+    bottom.set_title("Mean latency: server work (prompt + decode) and queue wait (share labelled)")
+    bottom.grid(True, axis="y", alpha=0.3)
+    if levels:
+        top.legend(fontsize="small", ncol=2)
+        bottom.legend(fontsize="small", ncol=2)
+    else:
+        _empty(top, "no levels")
+    return fig
+
+
+def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """(1/(1-p), latency ms) for p from 0 to 99.99%, read from an HdrHistogram as HdrHistogram plots do."""
+    histogram = metrics.histogram_ms(values_ms)
+    quantiles = 1 - np.logspace(0, -4, points)  # 0 .. 0.9999, denser towards the tail
+    ys = np.array([histogram.get_value_at_percentile(q * 100) / 1000 for q in quantiles])
+    return 1 / (1 - quantiles), ys
+
+
+def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Latency by percentile, log x-axis of 1/(1-p), one curve per series and level."""
+    fig, (ax,) = _figure(5.0)
+    styles = ["-", "--", "-.", ":"]
+    drawn = 0
+    for i, s in enumerate(series):
+        for k, lv in enumerate(s.levels):
+            values = [metrics.latency_ms(r) for r in s.records if r.level == lv["level"] and r.ok]
+            if not values:
+                continue
+            xs, ys = percentile_curve(values)
+            ax.plot(xs, ys, color=colour(i), linestyle=styles[k % len(styles)],
+                    alpha=1.0 - 0.5 * k / max(len(s.levels), 1), label=f"{s.label} {_short(lv)}")
+            drawn += 1
+    ax.set_xscale("log")
+    ax.set_xlim(1, 1e4)
+    ax.xaxis.set_major_locator(FixedLocator([1 / (1 - p) for p, _ in PERCENTILE_TICKS]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([name for _, name in PERCENTILE_TICKS])
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("latency (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Latency by percentile distribution")
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        _empty(ax, "no successful requests")
+    return fig
+
+
+def probe_figure(series: Sequence[TargetSeries]) -> Figure:
+    """requests_deferred and busy slots over time, one panel per series, level boundaries dotted."""
+    fig, axes = _figure(2.6 * max(len(series), 1) + 0.6, rows=max(len(series), 1), sharex=False)
+    if not series:
+        _empty(axes[0], "no targets")
+    for ax, (i, s) in zip(axes, enumerate(series)):
+        samples = sorted(s.probe, key=lambda p: p.t_ns)
+        ax.set_title(s.label, fontsize="medium")
+        ax.set_ylabel("requests")
+        ax.set_xlabel("time since the first sample (s)")
+        ax.grid(True, alpha=0.3)
+        if not samples:
+            _empty(ax, "no probe samples (server metrics or slots endpoint off)")
+            continue
+        t0 = samples[0].t_ns
+        ts = [(p.t_ns - t0) / 1e9 for p in samples]
+        deferred = [np.nan if p.requests_deferred is None else p.requests_deferred for p in samples]
+        busy = [np.nan if p.busy_slots is None else p.busy_slots for p in samples]
+        ax.step(ts, busy, where="post", color=colour(i), label="busy slots (/slots)")
+        ax.step(ts, deferred, where="post", color="#D55E00" if colour(i) != "#D55E00" else "#000000",
+                linestyle="--", label="requests_deferred (/metrics)")
+        if s.total_slots:
+            ax.axhline(s.total_slots, color="#777", linewidth=0.8, linestyle="-.", label=f"{s.total_slots} slots")
+        previous = None
+        for p, t in zip(samples, ts):
+            if p.level != previous:
+                ax.axvline(t, color="#999", linestyle=":", linewidth=1)
+                ax.annotate(f"c={p.level}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
+                            textcoords="offset points", fontsize="x-small", color="#444")
+                previous = p.level
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def decode_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Box plots (with the points) of per-request decode tok/s, grouped by level, one colour per series."""
+    fig, (ax,) = _figure(4.5)
+    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    slot = {c: k for k, c in enumerate(levels)}
+    width = 0.8 / max(len(series), 1)
+    rng = np.random.default_rng(0)  # fixed jitter: the same data draws the same picture
+    drawn = 0
+    for i, s in enumerate(series):
+        for lv in s.levels:
+            values = [v for r in s.records if r.level == lv["level"]
+                      and (v := metrics.decode_tok_s(r)) is not None]
+            if not values:
+                continue
+            x = slot[lv["level"]] - 0.4 + width * (i + 0.5)
+            ax.boxplot([values], positions=[x], widths=width * 0.7, showfliers=False, patch_artist=True,
+                       boxprops={"facecolor": colour(i), "alpha": 0.3, "edgecolor": colour(i)},
+                       medianprops={"color": colour(i)}, whiskerprops={"color": colour(i)},
+                       capprops={"color": colour(i)})
+            ax.scatter(x + rng.uniform(-width * 0.25, width * 0.25, len(values)), values, s=10,
+                       color=colour(i), label=s.label if drawn == 0 or lv is s.levels[0] else None, zorder=3)
+            drawn += 1
+    ax.set_xticks(range(len(levels)), [str(c) for c in levels])
+    ax.set_xlim(-0.6, max(len(levels), 1) - 0.4)
+    ax.set_xlabel(_x_label(series))
+    ax.set_ylabel("decode speed per request (tok/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Per-request decode speed (timings.predicted_per_second)")
+    ax.grid(True, axis="y", alpha=0.3)
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no decode timings")
+    return fig
+
+
+CHARTS = {
+    "throughput": throughput_figure,
+    "latency": latency_figure,
+    "percentiles": percentile_figure,
+    "probe": probe_figure,
+    "decode": decode_figure,
+}
+
+
+def png_bytes(fig: Figure) -> bytes:
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=DPI, facecolor="white")
+    return out.getvalue()
+
+
+def render_all(series: Sequence[TargetSeries]) -> dict[str, bytes]:
+    """Every chart as PNG bytes, keyed by report section id."""
+    return {name: png_bytes(draw(series)) for name, draw in CHARTS.items()}

@@ -1,0 +1,190 @@
+"""`compare` and `gate` said in words: terminal tables, check lines and Markdown for a PR or CI summary.
+
+The figures and verdicts are analysis/compare.py's and analysis/gate.py's; this module only formats them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.compare import METRICS, Metric, MetricComparison, RunComparison
+from ..analysis.gate import FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, PASS, Check, GateResult
+from ..core.records import level_name
+
+
+def format_value(metric: str, value: float | None, unit: bool = True) -> str:
+    if value is None:
+        return "n/a"
+    if metric == "error_rate":
+        return f"{value:.1%}"
+    return f"{value:,.1f} {METRICS[metric].unit}" if unit else f"{value:,.1f}"
+
+
+def format_change(comparison: MetricComparison) -> str:
+    change = comparison.change
+    if change is None:
+        return "n/a"
+    if comparison.metric == "error_rate":
+        return f"{change * 100:+.1f} pp"
+    return f"{change:+.1%}"
+
+
+def format_limit(check: Check) -> str:
+    if check.metric == "error_rate":
+        return f"max {check.limit:.1%}"
+    return f"{'-' if METRICS[check.metric].higher_is_better else '+'}{check.limit:.0%}"
+
+
+def format_evidence(comparison: MetricComparison, confidence: float) -> str:
+    """The p-value and/or interval behind a significance call, or why there is none."""
+    parts = []
+    if comparison.p_value is not None:
+        test = "Fisher" if comparison.metric == "error_rate" else "Mann-Whitney"
+        parts.append(f"{test} p={comparison.p_value:.2g}")
+    if comparison.ci_low is not None and comparison.ci_high is not None:
+        parts.append(f"{_percent(confidence)} CI of ratio {comparison.ci_low:.3f}-{comparison.ci_high:.3f}")
+    if comparison.note:
+        parts.append(comparison.note)
+    return ", ".join(parts) or "no test"
+
+
+def format_significant(comparison: MetricComparison) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[comparison.significant]
+
+
+def _percent(share: float) -> str:
+    text = f"{share * 100:.2f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def _level(level: int | float) -> str:
+    """Concurrency levels are integers; open-loop rates are floats (requests/s)."""
+    return level_name(level, isinstance(level, float))
+
+
+def _where(comparison: MetricComparison) -> str:
+    return f"{comparison.target} at {_level(comparison.concurrency)}"
+
+
+def check_line(check: Check, confidence: float) -> str:
+    """One line per check that did not simply pass: metric, target, level, both values, evidence."""
+    c = check.comparison
+    values = f"{format_value(c.metric, c.baseline)} -> {format_value(c.metric, c.candidate)}"
+    if check.metric == "error_rate":
+        figures = f"{values} ({format_limit(check)})"
+        evidence = f"{round((c.candidate or 0) * c.n_candidate)} of {c.n_candidate} requests failed"
+    else:
+        figures = f"{values} ({format_change(c)}, limit {format_limit(check)})"
+        evidence = format_evidence(c, confidence)
+    head = {FAIL: "REGRESSION", NOT_SIGNIFICANT: "not significant", INCONCLUSIVE: "inconclusive",
+            PASS: "ok"}[check.status]
+    tail = {NOT_SIGNIFICANT: "; within noise, not counted"}
+    return f"{head}: {c.metric} {_where(c)}: {figures}; {evidence}{tail.get(check.status, '')}"
+
+
+def summary_line(result: GateResult) -> str:
+    failed, noise, unsure = (len(result.with_status(s)) for s in (FAIL, NOT_SIGNIFICANT, INCONCLUSIVE))
+    levels = len(result.comparison.levels)
+    extras = [f"{n} {what}" for n, what in ((noise, "beyond the limit but not significant"),
+                                            (unsure, "inconclusive")) if n]
+    tested = (f"{len(result.checks)} checks on {levels} level{'s' if levels != 1 else ''}, each at "
+              f"{_percent(result.check_confidence)} confidence for {_percent(result.config.confidence)} overall")
+    if result.exit_code:
+        why = f"{failed} regression{'s' if failed != 1 else ''}" if failed else "inconclusive checks with --strict"
+        return f"gate: FAILED, {why} ({tested}{'; ' + ', '.join(extras) if extras else ''})"
+    return f"gate: passed ({tested}{'; ' + ', '.join(extras) if extras else ''})"
+
+
+def _markdown_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def comparison_markdown(comparison: RunComparison) -> str:
+    """The comparison as a Markdown table, skipped levels and warnings below it."""
+    lines = [_markdown_row(["target", "C", "metric", "baseline", "candidate", "change", "significant", "evidence"]),
+             _markdown_row(["---", "---:", "---", "---:", "---:", "---:", "---", "---"])]
+    for level in comparison.levels:
+        for m in level.metrics:
+            lines.append(_markdown_row([m.target, m.concurrency, m.metric, format_value(m.metric, m.baseline),
+                                        format_value(m.metric, m.candidate), format_change(m), format_significant(m),
+                                        format_evidence(m, comparison.confidence)]))
+    return "\n".join(lines + _notes_markdown(comparison)) + "\n"
+
+
+def gate_markdown(result: GateResult) -> str:
+    """A GitHub step summary: verdict, then every check."""
+    icon = {PASS: "pass", FAIL: "**REGRESSION**", NOT_SIGNIFICANT: "not significant", INCONCLUSIVE: "inconclusive"}
+    lines = [f"### loadgen gate: {'FAILED' if result.exit_code else 'passed'}", "", summary_line(result), "",
+             _markdown_row(["target", "C", "metric", "baseline", "candidate", "change", "limit", "evidence", "result"]),
+             _markdown_row(["---", "---:", "---", "---:", "---:", "---:", "---:", "---", "---"])]
+    for check in result.checks:
+        m = check.comparison
+        lines.append(_markdown_row([m.target, m.concurrency, m.metric, format_value(m.metric, m.baseline),
+                                    format_value(m.metric, m.candidate), format_change(m), format_limit(check),
+                                    format_evidence(m, result.check_confidence), icon[check.status]]))
+    return "\n".join(lines + _notes_markdown(result.comparison)) + "\n"
+
+
+def _notes_markdown(comparison: RunComparison) -> list[str]:
+    lines = []
+    if comparison.skipped:
+        lines += ["", "Skipped: " + "; ".join(comparison.skipped) + "."]
+    if comparison.warnings:
+        lines += ["", "Warnings: " + "; ".join(comparison.warnings) + "."]
+    return lines
+
+
+def short_evidence(comparison: MetricComparison) -> str:
+    """The significance call with its main figure, narrow enough for a terminal column."""
+    if comparison.significant is None:
+        return "untested"
+    call = "yes" if comparison.significant else "no"
+    if comparison.p_value is not None:
+        return f"{call}, p={comparison.p_value:.2g}"
+    return f"{call}, CI {comparison.ci_low:.2f}-{comparison.ci_high:.2f}"
+
+
+def comparison_table(comparison: RunComparison) -> Table:
+    """The comparison for a terminal: one row per metric, levels grouped; notes go below it."""
+    table = Table(title=f"loadgen compare (significant at {_percent(comparison.confidence)}; "
+                        "CI: interval of candidate/baseline)", header_style="bold underline", box=None,
+                  pad_edge=False)
+    for name, justify in [("target @ C", "left"), ("metric", "left"), ("baseline", "right"), ("candidate", "right"),
+                          ("change", "right"), ("significant", "left")]:
+        table.add_column(name, justify=justify, no_wrap=True)
+    for level in comparison.levels:
+        first = True
+        for m in level.metrics:
+            style = ("red" if m.worse else "green") if m.significant else ""
+            table.add_row(f"{m.target} @{m.concurrency}" if first else "", _metric_label(m.spec),
+                          format_value(m.metric, m.baseline, unit=False),
+                          format_value(m.metric, m.candidate, unit=False), Text(format_change(m), style=style),
+                          short_evidence(m))
+            first = False
+        table.rows[-1].end_section = True
+    return table
+
+
+def _metric_label(spec: Metric) -> str:
+    return spec.title if spec.unit in spec.title else f"{spec.title} {spec.unit}".strip()
+
+
+def untested_notes(comparison: RunComparison) -> list[str]:
+    """Why untested metrics were not tested: one line per metric and reason, naming the levels."""
+    levels: dict[tuple[str, str, str], list[str]] = {}
+    for level in comparison.levels:
+        for m in level.metrics:
+            if m.significant is None and m.note:
+                reason = m.note.split(" (have ")[0]  # the counts differ per level; the reason does not
+                levels.setdefault((m.metric, m.target, reason), []).append(m.concurrency)
+    return [f"untested: {metric} {target} at {_levels(cs)}: {reason}"
+            for (metric, target, reason), cs in levels.items()]
+
+
+def _levels(levels: list[int | float]) -> str:
+    if isinstance(levels[0], float):
+        return ", ".join(f"{c:g}" for c in levels) + " req/s"
+    return "concurrency " + ", ".join(str(c) for c in levels)

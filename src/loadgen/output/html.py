@@ -1,0 +1,231 @@
+"""The report of one or more results directories: a self-contained HTML file, or Markdown tables.
+
+A report overlays every target of every run given as a `TargetSeries` (one line per series in each
+chart); with several runs a series is labelled `<dir name>: <target>`, and a run not marked
+complete says so in every label. The charts come from `charts.py` as PNG images, written next to
+the HTML file and inlined into it as data URIs, so the file needs no network and no other file.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.records import ProbeSample, RequestRecord
+from ..core.rundoc import is_open_loop
+from .files import ExportFiles, write_files
+
+INCOMPLETE = "incomplete"
+
+# (section id, heading, what the chart shows); the order of the report.
+SECTIONS = [
+    ("throughput", "Throughput vs concurrency",
+     "Generated tokens per wall-clock second at each concurrency level; the dotted line marks the server's slot count."),
+    ("latency", "Latency vs concurrency",
+     "Top: latency p50 (solid) and p99 (dashed). Bottom: mean latency split into the server's work "
+     "(prompt + decode) and the rest, mostly waiting for a free slot."),
+    ("percentiles", "Latency by percentile",
+     "HdrHistogram-style percentile curves of request latency per level (successful requests)."),
+    ("probe", "Server queue over time",
+     "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the sweep; "
+     "dotted lines mark level boundaries."),
+    ("decode", "Per-request decode speed",
+     "Distribution of each request's decode speed (timings.predicted_per_second) per level."),
+    ("levels", "Levels and verdicts", "Every level of every target, and the saturation verdict."),
+]
+
+
+@dataclass
+class TargetSeries:
+    """One target of one run, as drawn and tabulated."""
+
+    label: str
+    run_name: str
+    target: dict[str, Any]
+    records: list[RequestRecord] = field(default_factory=list)
+    probe: list[ProbeSample] = field(default_factory=list)
+    complete: bool = True
+    open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
+
+    @property
+    def levels(self) -> list[dict[str, Any]]:
+        return list(self.target.get("levels") or [])
+
+    @property
+    def total_slots(self) -> int | None:
+        return (self.target.get("server") or {}).get("total_slots")
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        return self.target.get("verdict") or {}
+
+
+def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
+    """sources: {"name", "run", "records", "probe"} per results directory, in the order given."""
+    several = len(sources) > 1
+    series = []
+    for source in sources:
+        run = source["run"]
+        complete = bool(run.get("complete"))
+        for target in run["targets"]:
+            name = str(target.get("label"))
+            label = f"{source['name']}: {name}" if several else name
+            if not complete:
+                label += f" ({INCOMPLETE})"
+            series.append(TargetSeries(
+                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
+                records=[r for r in source["records"] if r.target == name],
+                probe=[s for s in source["probe"] if s.target == name]))
+    return series
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _dist(level: dict[str, Any], key: str, stat: str) -> Any:
+    return (level.get(key) or {}).get(stat)
+
+
+TABLE_COLUMNS = ["C", "ok / failed", "tok/s", "latency mean ms", "p50", "p90", "p99", "max",
+                 "queue wait mean ms", "queue wait p99", "queued", "decode tok/s", "peak deferred",
+                 "peak busy / slots", "batching gain", "stopped"]
+
+
+def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
+    """One table row of a level: run.json's summary and its verdict figures, formatted."""
+    verdict = next((v for v in series.verdict.get("levels") or [] if v.get("level", v.get("concurrency")) == level["level"]), {})
+    failed = level.get("requests_failed", 0) + level.get("requests_cancelled", 0)
+    queued_share = verdict.get("queued_share")
+    gain = verdict.get("batching_gain")
+    return [
+        str(level["level"]),
+        f"{level.get('requests_ok', 0)} / {failed}",
+        _fmt(level.get("throughput_tok_s"), 2),
+        _fmt(_dist(level, "latency_ms", "mean")),
+        *(_fmt(_dist(level, "latency_ms", s)) for s in ("p50", "p90", "p99", "max")),
+        _fmt(_dist(level, "queue_wait_ms", "mean")),
+        _fmt(_dist(level, "queue_wait_ms", "p99")),
+        "–" if queued_share is None else f"{verdict.get('queued', '?')}/{verdict.get('requests', '?')} "
+                                          f"({queued_share:.0%})",
+        _fmt(level.get("decode_tok_s_mean")),
+        _fmt(verdict.get("peak_deferred"), 0),
+        f"{_fmt(verdict.get('peak_busy_slots'))} / {_fmt(series.total_slots)}",
+        "–" if gain is None else f"{gain:.2f}×",
+        level.get("stopped_reason") or "",
+    ]
+
+
+def verdict_sentences(series: TargetSeries) -> list[str]:
+    lines = list(series.verdict.get("verdict") or [])
+    if series.target.get("error"):
+        lines.insert(0, f"error: {series.target['error']}")
+    if not series.complete:
+        lines.append(f"This run is {INCOMPLETE}: it was stopped before every level finished.")
+    return lines
+
+
+def markdown(series: Sequence[TargetSeries]) -> str:
+    """Every series' level table and verdict sentences as Markdown."""
+    out = ["# loadgen report", ""]
+    for s in series:
+        out += [f"## {s.label}", ""]
+        if s.levels:
+            out.append("| " + " | ".join(TABLE_COLUMNS) + " |")
+            out.append("|" + "|".join("---:" if i != len(TABLE_COLUMNS) - 1 else "---" for i in range(len(TABLE_COLUMNS))) + "|")
+            for level in s.levels:
+                out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in level_row(s, level)) + " |")
+            out.append("")
+        else:
+            out += ["No level was measured.", ""]
+        out += [f"- {line}" for line in verdict_sentences(s)]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1150px;
+       color: #222; background: #fff; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }
+.note { color: #555; } .badge { background: #c0392b; color: #fff; padding: 0.1em 0.5em; border-radius: 0.3em;
+       font-size: 0.8em; }
+img { max-width: 100%; height: auto; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; } .table-wrap { overflow-x: auto; } td:last-child { text-align: left; }
+"""
+
+
+def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sources: Sequence[str]) -> str:
+    """The report page: every section in SECTIONS; images maps a section id to its PNG."""
+    esc = html.escape
+    incomplete = [s for s in series if not s.complete]
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             "<title>loadgen report</title>", f"<style>{CSS}</style>", "</head>", "<body>",
+             "<h1>loadgen report</h1>",
+             f'<p class="note">Runs: {esc(", ".join(sources))}. Generated '
+             f'{esc(_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
+    if incomplete:
+        names = sorted({s.run_name for s in incomplete})
+        parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '
+                     f"before every level finished; its figures cover only what was measured.</p>")
+    for section_id, heading, note in SECTIONS:
+        parts += [f'<section id="{section_id}">', f"<h2>{esc(heading)}</h2>", f'<p class="note">{esc(note)}</p>']
+        if section_id in images:
+            parts.append(f'<img src="{data_uri(images[section_id])}" alt="{esc(heading)}">')
+        if section_id == "levels":
+            parts += _levels_html(series)
+        parts.append("</section>")
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
+    esc = html.escape
+    parts = []
+    for s in series:
+        badge = f' <span class="badge">{INCOMPLETE}</span>' if not s.complete else ""
+        parts.append(f"<h3>{esc(s.label)}{badge}</h3>")
+        if s.levels:
+            parts.append('<div class="table-wrap"><table>')
+            parts.append("<tr>" + "".join(f"<th>{esc(c)}</th>" for c in TABLE_COLUMNS) + "</tr>")
+            for level in s.levels:
+                parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in level_row(s, level)) + "</tr>")
+            parts.append("</table></div>")
+        else:
+            parts.append("<p>No level was measured.</p>")
+        sentences = verdict_sentences(s)
+        if sentences:
+            parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in sentences) + "</ul>")
+    return parts
+
+
+def render_report(series: Sequence[TargetSeries], out_name: str) -> ExportFiles:
+    """The charts as <stem>-<section>.png, then the HTML file `out_name`, as (file name, bytes)."""
+    from . import charts  # matplotlib is loaded only here
+
+    images = charts.render_all(series)
+    stem = Path(out_name).stem
+    files = [(f"{stem}-{section_id}.png", png) for section_id, png in images.items()]
+    sources = list(dict.fromkeys(s.run_name for s in series))
+    files.append((out_name, html_document(series, images, sources).encode("utf-8")))
+    return files
+
+
+def write_report(series: Sequence[TargetSeries], out: Path) -> list[Path]:
+    """Write the charts as <stem>-<section>.png next to `out`, then `out` itself; return every path."""
+    return write_files(render_report(series, out.name), out.parent)

@@ -1,0 +1,126 @@
+"""Reading a results directory: the contract that `analyze`, `report`, `export`, `compare` and `gate` read.
+
+    run.json        schema version, run metadata, per target: what the server said, a summary
+                    of every level (`core.rundoc.LevelSummary`) and the saturation verdict
+    requests.jsonl  one `RequestRecord` per line, every request of every level, failed ones too
+    probe.jsonl     one `ProbeSample` per line: the server's /metrics and /slots during each level
+
+`kind` says which command wrote it: "sweep" and "demo" (levels and verdicts), "prefill" and "depth"
+(per target a `prefill` or `depth` section: `n_ctx` and one row per prompt length or depth, a
+skipped row saying why), "soak" (its one level in `levels`, and a `soak` section: windows,
+error-free time, drift).
+
+Every file is checked on load, so a damaged or hand-edited one is one line for the user
+(`ResultsError`), not a traceback in whichever reader trips over it first. This module imports
+only core and the schema: reading a run loads neither the engine nor an HTTP client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..core.errors import ResultsError
+from ..core.records import ProbeSample, RequestRecord
+from ..core.rundoc import is_open_loop
+from .schema import PROBE_FILE, READABLE_VERSIONS, REQUESTS_FILE, RUN_FILE, SCHEMA, RunFile
+
+open_loop = is_open_loop  # the one rule (core.rundoc), here for the readers of a results directory
+
+
+def _check_contract(doc: dict[str, Any], path: Path) -> None:
+    try:
+        msgspec.convert(doc, RunFile)
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
+
+
+def load_run(results_dir: Path) -> dict[str, Any]:
+    """Read and check run.json. Raises ResultsError with a one-line reason."""
+    path = Path(results_dir) / RUN_FILE
+    if not path.is_file():
+        raise ResultsError(f"{path} not found: give a directory written by `loadgen sweep`")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultsError(f"{path} is not valid JSON ({exc}); the run may have been written by another tool") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ResultsError(f"{path} is not a loadgen run file")
+    if doc.get("schema_version") not in READABLE_VERSIONS:
+        raise ResultsError(f"{path} has schema version {doc.get('schema_version')!r}; "
+                           f"this loadgen reads versions {', '.join(map(str, READABLE_VERSIONS))}")
+    if not isinstance(doc.get("targets"), list):
+        raise ResultsError(f"{path} has no target list")
+    if doc["schema_version"] == 1:
+        upgrade_v1(doc)
+    _check_contract(doc, path)
+    return doc
+
+
+def upgrade_v1(doc: dict[str, Any]) -> None:
+    if isinstance(doc.get("config"), dict):
+        doc["config"].setdefault("mode", "concurrency")
+        doc["config"].setdefault("stream", False)
+    def items(container: Any, key: str) -> list:  # what the contract check then judges, if damaged
+        value = container.get(key) if isinstance(container, dict) else None
+        return value if isinstance(value, list) else []
+
+    for t in doc["targets"]:
+        for lv in items(t, "levels"):
+            if isinstance(lv, dict) and "concurrency" in lv:
+                lv.setdefault("level", lv["concurrency"])
+                lv.setdefault("rate", None)
+        for lv in items(t.get("verdict") if isinstance(t, dict) else None, "levels"):
+            if isinstance(lv, dict) and "concurrency" in lv:
+                lv.setdefault("level", lv["concurrency"])
+
+
+def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
+                check: Callable[[Any], str | None] | None = None) -> list:
+    out = []
+    n = 0
+    try:
+        with path.open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                line = raw.decode("utf-8")
+                if line.strip():
+                    data = json.loads(line)
+                    if not isinstance(data, dict):
+                        raise ValueError("not an object")
+                    item = cls.from_dict(data)
+                    problem = check(item) if check is not None else None
+                    if problem:
+                        raise ValueError(problem)
+                    out.append(item)
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise ResultsError(f"{path} not found") from None
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, msgspec.ValidationError) as exc:
+        raise ResultsError(f"{path}:{n}: not a {what} ({_first_line(exc)})") from None
+    return out
+
+
+def _record_problem(r: RequestRecord) -> str | None:
+    """What makes a record one loadgen never writes (readers rely on its times being in order)."""
+    return "it completes before it was sent" if r.complete_ns < r.send_ns else None
+
+
+def load_records(results_dir: Path) -> list[RequestRecord]:
+    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem)
+
+
+def load_probe(results_dir: Path) -> list[ProbeSample]:
+    return _load_jsonl(Path(results_dir) / PROBE_FILE, ProbeSample, "probe sample", missing_ok=True)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]

@@ -1,0 +1,85 @@
+"""The run.json schema: its name and version, the files of a results directory, and the typed shape
+every reader may rely on (msgspec Structs; a level is `core.rundoc.LevelSummary`, the same type
+the writer stores).
+
+Version history (SCHEMA_VERSION):
+    1  closed loop only: levels keyed by "concurrency"; no "level"/"rate" per level, no streaming
+       fields, no config "mode"/"stream". Still read: `reader.upgrade_v1` fills those in.
+    2  "level" (a concurrency, or a request rate) and "rate" per level; open loop (config "mode":
+       "rate"), streaming figures, schedule lag, and per level the client's own load
+       (loop_lag_p99_ms, loop_lag_max_ms, client_cpu_fraction); per target "read_clock".
+Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
+need it (readers ignore unknown fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..core.rundoc import Distribution, LevelSummary
+
+SCHEMA = "loadgen.run"
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+PROBE_FILE = "probe.jsonl"
+
+
+class LevelVerdict(msgspec.Struct):
+    level: int | float
+    requests: int
+    queued: int
+    queued_share: float
+    queue_wait_raw_ms: Distribution | None = None
+    queue_wait_ms: Distribution | None = None
+    queued_wait_ms: Distribution | None = None
+    peak_deferred: float | None = None
+    peak_busy_slots: int | None = None
+    batching_gain: float | None = None
+    failure_share: float = 0.0
+
+
+class Verdict(msgspec.Struct):
+    verdict: list[str]
+    levels: list[LevelVerdict]
+    total_slots: int | None = None
+    overhead_ms: float | None = None
+    saturated_at: int | float | None = None
+
+
+class Server(msgspec.Struct):
+    props: dict[str, Any] | None = None
+    metrics_enabled: bool = False
+    total_slots: int | None = None
+
+
+class Target(msgspec.Struct):
+    label: str
+    levels: list[LevelSummary] = []
+    url: str | None = None
+    server: Server | None = None
+    error: str | None = None
+    read_clock: str | None = None
+    verdict: Verdict | None = None
+
+
+class Config(msgspec.Struct, frozen=True):
+    knee_gain: float = 0.10
+    knee_latency: float = 0.50
+    mode: str = "concurrency"
+
+
+class RunFile(msgspec.Struct):
+    """What run.json must hold for report, analyze, compare, gate and export to read it.
+
+    Checked on load so that a damaged or hand-edited file is one line for the user, not a traceback
+    in whichever reader trips over it first. Unknown fields are allowed (newer writers add some).
+    """
+
+    targets: list[Target]
+    config: Config = Config()
+    kind: str = "sweep"
+    complete: bool = False

@@ -1,0 +1,248 @@
+"""Writing a results directory: run.json built from a run (pure), then the files, each atomically.
+
+The files are written atomically (temp file + rename), after every level and at the end, so a run
+cut short leaves valid files marked `"complete": false` with every record gathered so far. What
+they hold is results/schema.py's; reading them back is results/reader.py's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .. import __version__
+from ..analysis.depth import summarize_depth, with_change
+from ..analysis.metrics import counter_delta, summarize_level
+from ..analysis.prefill import summarize_prefill
+from ..analysis.saturation import target_verdict
+from ..analysis.soak import summarize_soak, window_seconds
+from ..core.clock import now_ns
+from ..core.errors import ResultsError
+from ..core.records import LevelRun, ProbeSample, RequestRecord
+from ..run.model import SWEEP_KINDS, Run, TargetRun, slot_context
+from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:
+    """results/<UTC time>-<kind>, with a -2, -3, ... suffix when a run of the same second has it."""
+    stamp = (when or utc_now()).strftime("%Y%m%dT%H%M%SZ")
+    path = base / f"{stamp}-{kind}"
+    n = 2
+    while path.exists():
+        path = base / f"{stamp}-{kind}-{n}"
+        n += 1
+    return path
+
+
+def host_facts(event_loop: str) -> dict[str, Any]:
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "event_loop": event_loop,
+    }
+
+
+def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """run.json's content: metadata plus per-target level summaries (a pure function)."""
+    targets = []
+    config = run.config
+    for t in run.targets:
+        levels = _level_summaries(t.levels)
+        target = {
+            "label": t.label,
+            "url": t.target.url,
+            "server": t.info.to_dict() if t.info else None,
+            "error": t.error,
+            "read_clock": t.read_clock,
+            "levels": levels,
+        }
+        target["verdict"] = target_verdict(
+            target, [r for lv in t.levels for r in lv.records], [s for lv in t.levels for s in lv.probe_samples],
+            config.knee_gain, config.knee_latency, config.open_loop) if levels else None
+        targets.append(target)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "loadgen_version": __version__,
+        **meta,
+        "complete": run.complete,
+        "interrupted": run.interrupted,
+        "config": run.config.to_dict(),
+        "targets": targets,
+    }
+
+
+def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
+
+    The API key is masked ("***") wherever a server quoted it back (an error message, a target's
+    error), so no results file carries it.
+    """
+    secret = run.config.api_key
+    meta = {**meta, "finished_utc": utc_now().isoformat()}
+    doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
+    all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
+    if secret:
+        doc = redact(doc, secret)
+        all_records = (_redact_record(r, secret) for r in all_records)
+    _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
+    _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
+    _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    return doc
+
+
+def redact(value: Any, secret: str) -> Any:
+    """`value` (JSON-like) with every occurrence of `secret` in its strings replaced by "***"."""
+    if isinstance(value, str):
+        return value.replace(secret, "***") if secret in value else value
+    if isinstance(value, dict):
+        return {k: redact(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secret) for v in value]
+    return value
+
+
+def _redact_record(r: RequestRecord, secret: str) -> RequestRecord:
+    if r.error_message is not None and secret in r.error_message:
+        return msgspec.structs.replace(r, error_message=r.error_message.replace(secret, "***"))
+    return r
+
+
+def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
+    return [msgspec.structs.replace(
+        summarize_level(lv.concurrency, list(lv.records), lv.stopped_reason or (None if lv.finished else "in progress"),
+                        counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
+        loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
+        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True)
+            for lv in levels]
+
+
+def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:
+    rows = []
+    for step in t.steps:
+        rs = list(step.level.records) if step.level else []
+        if kind == "prefill":
+            row: Any = summarize_prefill(step.size, rs, step.note)
+        else:
+            row = summarize_depth(step.size, rs, step.note)
+        if step.skipped:
+            row = replace(row, skipped=step.skipped)
+        elif step.level is not None and not step.level.finished:
+            row = replace(row, skipped="in progress")
+        elif step.level is not None and step.level.stopped_reason:
+            row = replace(row, skipped=f"stopped: {step.level.stopped_reason}")
+        rows.append(row)
+    if kind == "depth":
+        rows = with_change(rows)
+    return [r.to_dict() for r in rows]
+
+
+def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
+    """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
+    named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
+    a sweep's would be, so `report` and `export` show it."""
+    targets = []
+    for t in run.targets:
+        target: dict[str, Any] = {"label": t.label, "url": t.target.url,
+                                  "server": t.info.to_dict() if t.info else None, "error": t.error,
+                                  "levels": [], "verdict": None}
+        if run.kind == "soak":
+            target["levels"] = _level_summaries(t.levels)
+            lv = t.levels[0] if t.levels else None
+            if lv is not None and lv.start_ns:
+                end = lv.end_ns if lv.finished else now_ns()
+                target["soak"] = summarize_soak(list(lv.records), lv.start_ns, end,
+                                                window_seconds(run.settings["duration_s"])).to_dict()
+            else:
+                target["soak"] = None
+        else:
+            target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t)}
+        targets.append(target)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "loadgen_version": __version__,
+        **meta,
+        "kind": run.kind,
+        "complete": run.complete,
+        "interrupted": run.interrupted,
+        "config": {**run.config.to_dict(), **run.settings},
+        "targets": targets,
+    }
+
+
+def prepare_dir(out_dir: Path, force: bool) -> Path:
+    """Create the output directory; refuse a non-empty one unless `force`."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ResultsError(f"{out_dir} exists and is not a directory; choose another --output")
+    if out_dir.is_dir() and (out_dir / RUN_FILE).exists() and not force:
+        raise ResultsError(f"{out_dir} already holds a run; choose another --output or add --force")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".loadgen-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(f"cannot write to {out_dir} ({exc.strerror}); choose another --output") from None
+    return out_dir
+
+
+def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
+    encode = msgspec.json.encode
+    for item in items:
+        yield encode(item).decode() + "\n"
+
+
+SECRET_OPTIONS = ("--api-key",)
+
+
+def command_line(argv: list[str] | None = None) -> list[str]:
+    """The command as typed, with the values of secret options replaced by "***"."""
+    args = list(sys.argv if argv is None else argv)
+    out = [Path(args[0]).name] if args else []
+    hide_next = False
+    for a in args[1:]:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+        elif a in SECRET_OPTIONS:
+            out.append(a)
+            hide_next = True
+        elif a.startswith(tuple(o + "=" for o in SECRET_OPTIONS)):
+            out.append(a.split("=", 1)[0] + "=***")
+        else:
+            out.append(a)
+    return out

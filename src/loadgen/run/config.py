@@ -1,0 +1,242 @@
+"""Sweep configuration: built and validated once at the edge, then read-only.
+
+Errors here are the user's to fix; `ConfigError` (core.errors) carries a one-line message for them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ..client.backends import API_NAMES, GenerationParams
+from ..core.errors import ConfigError
+from .schedule import ARRIVALS
+
+if TYPE_CHECKING:
+    from .prompts import PromptSource
+
+DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    url: str  # base URL, no trailing slash
+    label: str | None = None  # None: ask the server (/props model_alias), else host:port
+
+    @property
+    def hostport(self) -> str:
+        parts = urlsplit(self.url)
+        return parts.netloc
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    targets: tuple[Target, ...]
+    concurrency: tuple[int, ...]  # closed-loop levels; ignored when `rates` is given
+    generation: GenerationParams
+    api: str = "llamacpp"
+    model: str | None = None  # OpenAI APIs: None = the first id of the server's /v1/models
+    # Open loop: requests/s per level (empty: closed loop), arrival process, gamma shape, cap.
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int | None = None
+    arrival_seed: int = 0
+    # Sent as `Authorization: Bearer ...`; never written anywhere (see to_dict).
+    api_key: str | None = field(default=None, repr=False)
+    requests_per_level: int | None = None  # None with duration None: max(8, 4*C)
+    duration_s: float | None = None
+    warmup: int = 2
+    timeout_s: float = 600.0
+    wait_ready_s: float = 60.0
+    parallel_targets: bool = False
+    probe_interval_s: float = 0.25
+    knee_gain: float = 0.10
+    knee_latency: float = 0.50
+    # Only for simulated servers (`loadgen demo`): their durations are divided by this to report
+    # the simulated hardware's figures. 1.0 for every real server.
+    time_scale: float = 1.0
+    # The demo: its simulated servers run on this process's event loop, so loop lag and CPU are
+    # theirs too, and are recorded but not taken as a sign that the client is the bottleneck.
+    servers_in_process: bool = False
+    transport: str = "fast"  # "fast" (client/fast.py) or "aiohttp"; see client/registry.py
+    insecure: bool = False  # https without certificate verification
+    # --prompt-tokens: every prompt is cut to exactly this many tokens per server, from
+    # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
+    prompt_tokens: int | None = None
+    prompt_source: PromptSource | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
+
+    @property
+    def levels(self) -> tuple[int, ...] | tuple[float, ...]:
+        """The level keys, in order: rates (open loop) or concurrencies."""
+        return self.rates if self.rates else self.concurrency
+
+    def budget(self, level: int | float) -> tuple[int | None, float | None]:
+        """(requests, seconds) for one level: the explicit ones, else max(8, 4×C) requests
+        (closed loop) or max(16, 20 s worth) requests (open loop)."""
+        if self.duration_s is not None:
+            return self.requests_per_level, self.duration_s
+        if self.requests_per_level is not None:
+            return self.requests_per_level, None
+        return (max(16, math.ceil(20 * level)) if self.open_loop else max(8, 4 * int(level))), None
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def to_dict(self) -> dict:
+        g = self.generation
+        return {
+            "api": self.api,
+            "mode": "rate" if self.open_loop else "concurrency",
+            "concurrency": list(self.concurrency) if not self.open_loop else None,
+            "rates": list(self.rates) if self.open_loop else None,
+            "arrival": self.arrival if self.open_loop else None,
+            "burstiness": self.burstiness if self.open_loop else None,
+            "max_in_flight": self.max_in_flight if self.open_loop else None,
+            "arrival_seed": self.arrival_seed if self.open_loop else None,
+            "model": self.model,
+            "stream": g.stream,
+            "api_key_set": bool(self.api_key),
+            "requests_per_level": self.requests_per_level,
+            "duration_s": self.duration_s,
+            "warmup": self.warmup,
+            "timeout_s": self.timeout_s,
+            "parallel_targets": self.parallel_targets,
+            "probe_interval_s": self.probe_interval_s,
+            "knee_gain": self.knee_gain,
+            "knee_latency": self.knee_latency,
+            "time_scale": self.time_scale,
+            "transport": self.transport,
+            "insecure": self.insecure,
+            "prompt": g.prompt,
+            "n_predict": g.n_predict,
+            "temperature": g.temperature,
+            "ignore_eos": g.ignore_eos,
+            "seed": g.seed,
+            "cache_prompt": False,
+            "prompt_tokens": self.prompt_tokens,
+            "prompts": len(g.prompt_list),
+        }
+
+
+def parse_int_list(text: str, what: str, *, minimum: int = 1, maximum: int | None = None) -> tuple[int, ...]:
+    """"1,2,4,8" -> (1, 2, 4, 8), rejecting empties, non-integers, out-of-range and duplicates."""
+    items = [s.strip() for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise ConfigError(f"{what}: expected a comma-separated list like 1,2,4, got {text!r}")
+    values = []
+    for s in items:
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise ConfigError(f"{what}: {s!r} is not an integer")
+        v = int(s)
+        if v < minimum or (maximum is not None and v > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise ConfigError(f"{what}: {v} is out of range (must be {bound})")
+        if v in values:
+            raise ConfigError(f"{what}: {v} is listed twice")
+        values.append(v)
+    return tuple(values)
+
+
+def normalize_url(url: str, what: str = "--url") -> str:
+    """Check a target's base URL: http(s), a host, a numeric port, no path, query or credentials."""
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{what} {url!r}: not a valid URL (check the host and the port, 1-65535)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    if parts.username or parts.password:
+        raise ConfigError(f"{what} {url!r}: credentials in the URL are not supported; use an API key")
+    if parts.query or parts.fragment or parts.path not in ("", "/"):
+        raise ConfigError(f"{what} {url!r}: give the server's base URL without a path or query, "
+                          "e.g. http://127.0.0.1:8080")
+    if port == 0:
+        raise ConfigError(f"{what} {url!r}: port 0 is not a server's port")
+    return text.rstrip("/")
+
+
+def _host_for_url(host: str) -> str:
+    """--host as it goes into a URL: IPv6 addresses get brackets; no scheme, path or port allowed."""
+    h = host.strip()
+    if not h or "/" in h or "://" in h:
+        raise ConfigError(f"--host {host!r}: give a host name or address only, e.g. 127.0.0.1")
+    try:
+        if ipaddress.ip_address(h.strip("[]")).version == 6:
+            return f"[{h.strip('[]')}]"
+    except ValueError:
+        if ":" in h:
+            raise ConfigError(f"--host {host!r}: put the port in --ports, not in --host") from None
+    return h
+
+
+def build_targets(host: str, ports: tuple[int, ...] | str | None, urls: tuple[str, ...],
+                  labels: tuple[str, ...]) -> tuple[Target, ...]:
+    found: list[str] = []
+    if isinstance(ports, str):
+        ports = parse_int_list(ports, "--ports", minimum=1, maximum=65535)
+    if ports:
+        h = _host_for_url(host)
+        found += [normalize_url(f"http://{h}:{p}", "--host/--ports") for p in ports]
+    found += [normalize_url(u) for u in urls]
+    if not found:
+        raise ConfigError("no target: give --ports 8080,8081 or --url http://HOST:PORT")
+    if len(set(found)) != len(found):
+        raise ConfigError("the same target is listed twice")
+    if len(labels) > len(found):
+        raise ConfigError(f"{len(labels)} --label values for {len(found)} targets")
+    if len(set(labels)) != len(labels):
+        raise ConfigError("--label values must be distinct")
+    return tuple(Target(u, labels[i] if i < len(labels) else None) for i, u in enumerate(found))
+
+
+def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
+    """--api, and the --model and --api-key that go with it."""
+    if api not in API_NAMES:
+        raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
+    if model is not None and api == "llamacpp":
+        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+    if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
+        raise ConfigError("the API key is empty or spans lines")
+    return api
+
+
+def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:
+    """"0.5,1,2" -> (0.5, 1.0, 2.0): positive, finite, distinct requests/s."""
+    items = [s.strip() for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise ConfigError(f"{what}: expected a comma-separated list like 0.5,1,2, got {text!r}")
+    values: list[float] = []
+    for s in items:
+        try:
+            v = float(s)
+        except ValueError:
+            raise ConfigError(f"{what}: {s!r} is not a number") from None
+        if not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"{what}: {s} is not a positive rate in requests/s")
+        if v > 100_000:
+            raise ConfigError(f"{what}: {s} requests/s is beyond what one client process can send")
+        if v in values:
+            raise ConfigError(f"{what}: {s} is listed twice")
+        values.append(v)
+    return tuple(values)
+
+
+def check_arrival(arrival: str, burstiness: float) -> str:
+    if arrival not in ARRIVALS:
+        raise ConfigError(f"--arrival {arrival!r}: choose one of {', '.join(ARRIVALS)}")
+    if not math.isfinite(burstiness) or burstiness <= 0:
+        raise ConfigError(f"--burstiness {burstiness}: must be a positive gamma shape (1 = Poisson)")
+    if burstiness != 1.0 and arrival != "gamma":
+        raise ConfigError("--burstiness only applies to --arrival gamma")
+    return arrival

@@ -1,0 +1,285 @@
+"""The engine: sends a level's requests, closed loop or open loop, and records each one.
+
+Closed loop (`run_level`): C workers send requests back to back until the level's budget is used.
+Open loop (`run_open_level`): requests leave at precomputed intended times (see `schedule`),
+whatever the server's answers, optionally capped at a number in flight.
+
+It knows no server API (a `Backend` builds and reads bodies) and no HTTP library (a `Transport`
+moves bytes). Everything it records is appended to a `LevelRun` the caller owns, so a run that is
+cancelled (Ctrl-C) or whose server dies still has every record up to that moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..client.backends import Backend
+from ..client.sse import StreamReader
+from ..client.transport import Transport, TransportError
+from ..core import records
+from ..core.clock import now_ns
+from ..core.records import LevelRun, RequestRecord, ServerOutcome, make_record
+from .salts import new_salt
+
+# A target is given up when this many requests in a row could not even connect.
+CONNECT_FAILURES_BEFORE_DOWN = 3
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How a level treats salts and failures. The defaults are a sweep's.
+
+    salt                   makes each request's salt (`new_decimal_salt` for exact prompt lengths;
+                           None: `new_salt`)
+    give_up_after          the level stops with "target down" after this many connect failures in a
+                           row; None never gives up (a soak rides out a server restart)
+    pause_after_error_s    closed loop: a worker whose request failed waits this long before its
+                           next one, so a server that is down is not hammered with refused connections
+    """
+
+    salt: Callable[[], str] | None = None
+    give_up_after: int | None = CONNECT_FAILURES_BEFORE_DOWN
+    pause_after_error_s: float = 0.0
+
+
+DEFAULT_OPTIONS = EngineOptions()
+
+
+class Observer(Protocol):
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None: ...
+
+    def request_done(self, record: RequestRecord) -> None: ...
+
+
+class NullObserver:
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        pass
+
+    def request_done(self, record: RequestRecord) -> None:
+        pass
+
+
+class _Sender:
+    """Sends one request and appends its record: the part both loops share.
+
+    This runs once per request, thousands of times a second against a fast server, so it is
+    written for speed: attributes read once, records built positionally, streaming apart.
+    """
+
+    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures", "_key",
+                 "_request", "_build", "_parse")
+
+    def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
+                 options: EngineOptions = DEFAULT_OPTIONS):
+        self.level, self.transport, self.backend, self.obs = level, transport, backend, obs
+        self.options = options
+        self.salt = options.salt or new_salt
+        self.connect_failures = 0
+        self._key = level.level
+        self._request, self._build, self._parse = transport.request, backend.build, backend.parse
+
+    async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> bool:
+        """Send request `seq`, record it; True when it succeeded."""
+        backend = self.backend
+        if backend.stream:
+            return await self._send_stream(worker, seq, intended_ns)
+        level = self.level
+        salt = self.salt()
+        body = self._build(salt, seq)
+        in_flight = level.in_flight
+        send_ns = now_ns()
+        in_flight[seq] = (worker, salt, send_ns, intended_ns)
+        try:
+            response = await self._request(backend.method, backend.path, body)
+        except TransportError as exc:
+            return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, None,
+                              ServerOutcome(error_kind=exc.kind, error_message=exc.message))
+        except asyncio.CancelledError:
+            self._cancelled(worker, seq, salt, send_ns, intended_ns, None)
+            raise
+        status = response.status
+        return self._done(worker, seq, salt, send_ns, response.complete_ns, status, response.headers_ns,
+                          intended_ns, None, self._parse(status, response.body))
+
+    async def _send_stream(self, worker: int, seq: int, intended_ns: int | None) -> bool:
+        level, backend = self.level, self.backend
+        salt = self.salt()
+        body = self._build(salt, seq)
+        stream = StreamReader(backend.event_reader())
+        send_ns = now_ns()
+        level.in_flight[seq] = (worker, salt, send_ns, intended_ns)
+        try:
+            response = await self._request(backend.method, backend.path, body, stream.on_chunk)
+        except TransportError as exc:
+            return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, stream,
+                              ServerOutcome(error_kind=exc.kind, error_message=exc.message))
+        except asyncio.CancelledError:
+            self._cancelled(worker, seq, salt, send_ns, intended_ns, stream)
+            raise
+        status, complete_ns = response.status, response.complete_ns
+        if status >= 300 or stream.events == 0 and stream.raw_prefix[:1] == b"{":
+            # An error before the stream started (or a server that ignored `stream`): plain JSON.
+            outcome = backend.parse(status, stream.raw_prefix)
+        else:
+            outcome = stream.finish(complete_ns)
+        return self._done(worker, seq, salt, send_ns, complete_ns, status, response.headers_ns, intended_ns,
+                          stream, outcome)
+
+    def _cancelled(self, worker: int, seq: int, salt: str, send_ns: int, intended_ns: int | None,
+                   stream: StreamReader | None) -> None:
+        self._append(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, stream, ServerOutcome(
+            error_kind=records.CANCELLED, error_message="in flight when the run was stopped"))
+
+    def _done(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
+              headers_ns: int | None, intended_ns: int | None, stream: StreamReader | None,
+              outcome: ServerOutcome) -> bool:
+        """Record a finished request, tell the observer, count connect failures."""
+        self.obs.request_done(self._append(worker, seq, salt, send_ns, complete_ns, status, headers_ns,
+                                           intended_ns, stream, outcome))
+        if outcome.error_kind is None:
+            self.connect_failures = 0
+            return True
+        if outcome.error_kind == records.CONNECT_ERROR:
+            self.connect_failures += 1
+            give_up_after, level = self.options.give_up_after, self.level
+            if give_up_after is not None and self.connect_failures >= give_up_after and level.stopped_reason is None:
+                level.stopped_reason = f"target down: {outcome.error_message}"
+        else:
+            self.connect_failures = 0
+        return False
+
+    def _append(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
+                headers_ns: int | None, intended_ns: int | None, stream: StreamReader | None,
+                outcome: ServerOutcome) -> RequestRecord:
+        level = self.level
+        level.in_flight.pop(seq, None)  # abandon() may have recorded it already
+        if intended_ns is None:
+            intended_ns = send_ns
+        if stream is None:
+            record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
+                                 headers_ns, intended_ns, None, None, None, None, level.prompt_tokens)
+        else:  # content event times (none when no content came)
+            record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
+                                 headers_ns, intended_ns, stream.first_ns, stream.last_ns,
+                                 stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
+                                 level.prompt_tokens)
+        level.records.append(record)
+        return record
+
+
+async def run_level(
+    level: LevelRun,
+    transport: Transport,
+    backend: Backend,
+    *,
+    requests: int | None,
+    duration_s: float | None,
+    observer: Observer | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> LevelRun:
+    """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
+
+    In-flight requests at the deadline are allowed to finish and are recorded. On cancellation each
+    worker records its in-flight request as `cancelled` before the cancellation propagates.
+    """
+    if requests is None and duration_s is None:
+        raise ValueError("a level needs a request count or a duration")
+    obs = observer or NullObserver()
+    obs.level_started(level, requests, duration_s)
+    sender = _Sender(level, transport, backend, obs, options)
+    pause_ns = int(options.pause_after_error_s * 1e9)
+    issued = 0
+    level.start_ns = now_ns()
+    deadline = level.start_ns + int(duration_s * 1e9) if duration_s is not None else None
+
+    async def worker(index: int) -> None:
+        nonlocal issued
+        while level.stopped_reason is None:
+            if requests is not None and issued >= requests:
+                return
+            if deadline is not None and now_ns() >= deadline:
+                return
+            seq = issued
+            issued += 1
+            if not await sender.send(index, seq) and pause_ns:
+                until = now_ns() + pause_ns if deadline is None else min(now_ns() + pause_ns, deadline)
+                await asyncio.sleep(max(0, until - now_ns()) / 1e9)
+
+    await _run_tasks(level, [asyncio.ensure_future(worker(i)) for i in range(level.concurrency)])
+    return level
+
+
+async def run_open_level(
+    level: LevelRun,
+    transport: Transport,
+    backend: Backend,
+    offsets_ns: Sequence[int],
+    *,
+    max_in_flight: int | None = None,
+    observer: Observer | None = None,
+    options: EngineOptions = DEFAULT_OPTIONS,
+) -> LevelRun:
+    """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
+
+    Each record keeps its intended send time, so latency counts from when the request should have
+    left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
+    skipped, and its latency still counts from its intended time.
+    """
+    obs = observer or NullObserver()
+    obs.level_started(level, len(offsets_ns), None)
+    sender = _Sender(level, transport, backend, obs, options)
+    gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    in_flight: set[asyncio.Task] = set()
+    level.start_ns = start = now_ns()
+
+    async def one(seq: int, intended_ns: int) -> None:
+        try:
+            await sender.send(0, seq, intended_ns)
+        finally:
+            if gate is not None:
+                gate.release()
+
+    async def dispatch() -> None:
+        for seq, offset in enumerate(offsets_ns):
+            intended = start + int(offset)
+            delay = intended - now_ns()
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            if gate is not None:
+                await gate.acquire()
+            if level.stopped_reason is not None:
+                return
+            task = asyncio.ensure_future(one(seq, intended))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+
+    dispatcher = asyncio.ensure_future(dispatch())
+    try:
+        await _run_tasks(level, [dispatcher])
+    finally:
+        for t in list(in_flight):
+            t.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+    return level
+
+
+async def _run_tasks(level: LevelRun, tasks: list[asyncio.Future]) -> None:
+    """Await a level's tasks; on any exit cancel them (each records its request) and close the level."""
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if level.stopped_reason is None:
+            level.stopped_reason = "interrupted"
+        raise
+    finally:
+        level.end_ns = now_ns()
+        level.finished = True

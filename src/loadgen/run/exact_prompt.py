@@ -1,0 +1,171 @@
+"""Prompts of an exact token count for one server, measured with its own tokenizer.
+
+A request's prompt is "[<salt>] " + body, so the count N includes the salt. The salt is a UUID of
+decimal digits only (`salts.new_decimal_salt`): tokenizers split digit runs by fixed rules, so
+every salt costs the same number of tokens and one body fits every request.
+
+With llama-server's `POST /tokenize` (`add_special` counts the BOS token the server adds):
+  1. tokenize "[<salt>] " + source text with pieces, keep the first N - specials pieces;
+  2. the body is those pieces' text after the salt prefix;
+  3. re-tokenize "[<salt>] " + body and move the cut a piece at a time until the count is N
+     (a cut can merge two pieces into one, or split one);
+  4. check the count with a few other salts, and say so when the tokenizer makes them differ.
+With `--api chat` the server wraps the prompt in its chat template: the template's tokens are
+measured once with `POST /apply-template` and the body is cut that much shorter.
+Without /tokenize (an OpenAI-compatible server), the body is cut at an estimated
+`WORDS_PER_TOKEN` and the caller warns that the lengths are estimates; the server's `prompt_n` is
+recorded either way. The server's tokenizer is client/tokenize.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
+from .prompts import PromptSource
+from .salts import new_decimal_salt
+
+WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
+SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask
+SALT_CHECKS = 3  # other salts the fitted length is confirmed with
+MAX_ADJUST = 8  # re-tokenize rounds before settling for the closest cut
+
+
+def salted(salt: str, body: str) -> str:
+    """Exactly what the backends send as the prompt text."""
+    return f"[{salt}] {body}"
+
+
+@dataclass(frozen=True, slots=True)
+class FittedPrompt:
+    body: str  # the text after "[<salt>] "
+    target_tokens: int
+    measured_tokens: int | None  # the server's count with a sample salt; None: estimated
+    salt_spread: int = 0  # max - min count over several salts (0: every salt fits exactly)
+    method: str = "tokenize"  # "tokenize" or "estimate"
+    template_tokens: int = 0  # added by the chat template (--api chat), inside the count
+
+    @property
+    def exact(self) -> bool:
+        return self.measured_tokens == self.target_tokens and self.salt_spread == 0
+
+    def note(self) -> str | None:
+        """A warning for the user when the prompt is not exactly N tokens for every salt, else None."""
+        if self.method == "estimate":
+            return (f"the server has no /tokenize: a {self.target_tokens}-token prompt is estimated at "
+                    f"{WORDS_PER_TOKEN} words per token; compare prompt_n in the results")
+        if self.measured_tokens != self.target_tokens:
+            return (f"no cut of the text gives exactly {self.target_tokens} tokens on this tokenizer; "
+                    f"using {self.measured_tokens}")
+        if self.salt_spread:
+            return (f"this tokenizer splits the uuid salt into a varying number of tokens: "
+                    f"prompt_n may differ from {self.target_tokens} by up to {self.salt_spread}")
+        return None
+
+
+class PromptTooShort(ValueError):
+    pass
+
+
+async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_tokens: int,
+                     salt: Callable[[], str] = new_decimal_salt, template_tokens: int = 0) -> FittedPrompt:
+    """A body such that "[<salt>] " + body is `n_tokens` tokens on this server (`template_tokens`
+    of them being the chat template's).
+
+    `source(min_chars)` returns at least that many characters of text to cut the body from.
+    Raises PromptTooShort when n_tokens cannot even hold the salt and one token of text.
+    """
+    wanted = n_tokens
+    n_tokens -= template_tokens
+    specials = await tokenizer.specials()
+    prefix = salted(salt(), "")
+    prefix_pieces = len(await tokenizer.pieces(prefix.rstrip(" ")))
+    need = n_tokens - specials  # pieces of "[salt] body"
+    if need <= prefix_pieces:
+        least = prefix_pieces + specials + template_tokens + 1
+        raise PromptTooShort(f"{wanted} tokens cannot hold the uuid salt ({least - 1} tokens on this server"
+                             f"{' with its chat template' if template_tokens else ''}) and any text; "
+                             f"ask for at least {least}")
+    chars = max(64, (need - prefix_pieces) * 6)
+    while True:
+        pieces = await tokenizer.pieces(prefix + source(chars))
+        if len(pieces) >= need + MAX_ADJUST:
+            break
+        chars *= 2
+    prefix_bytes = prefix.encode("utf-8")
+
+    def body_of(k: int) -> str:
+        text = b"".join(pieces[:k])
+        return text[len(prefix_bytes):].decode("utf-8", "ignore") if text.startswith(prefix_bytes) else ""
+
+    cut, best = need, None
+    tried: dict[int, int] = {}
+    for _ in range(MAX_ADJUST):
+        body = body_of(cut)
+        got = await tokenizer.count(prefix + body)
+        tried[cut] = got
+        if best is None or abs(got - n_tokens) < abs(best[1] - n_tokens):
+            best = (body, got)
+        if got == n_tokens:
+            break
+        step = n_tokens - got  # usually ±1; a cut that re-tokenizes differently can move more
+        cut = cut + step if cut + step not in tried else cut + (1 if step > 0 else -1)
+        if cut in tried or cut <= prefix_pieces or cut > len(pieces):
+            break
+    assert best is not None
+    body, got = best
+    counts = [got] + [await tokenizer.count(salted(salt(), body)) for _ in range(SALT_CHECKS)]
+    return FittedPrompt(body=body, target_tokens=wanted, measured_tokens=got + template_tokens,
+                        salt_spread=max(counts) - min(counts), template_tokens=template_tokens)
+
+
+def estimate_prompt(source: Callable[[int], str], n_tokens: int) -> FittedPrompt:
+    """The fallback without a tokenizer: cut the text at an estimated word count."""
+    words_wanted = max(1, round((n_tokens - SALT_TOKENS_ESTIMATE) * WORDS_PER_TOKEN))
+    words = source(words_wanted * 8).split()
+    return FittedPrompt(body=" ".join(words[:words_wanted]), target_tokens=n_tokens, measured_tokens=None,
+                        method="estimate")
+
+
+async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list[int], *, api: str = "llamacpp",
+                      headers: Mapping[str, str] | None = None, timeout_s: float = 120,
+                      insecure: bool = False) -> dict[int, FittedPrompt | PromptTooShort]:
+    """Per length, a fitted prompt for the server at base_url (estimated when it has no /tokenize),
+    or the PromptTooShort error of a length that cannot hold the salt."""
+    out: dict[int, FittedPrompt | PromptTooShort] = {}
+    async with server_tokenizer(base_url, headers=headers, timeout_s=timeout_s, insecure=insecure) as tokenizer:
+        template: int | None = 0
+        if api == "chat":
+            try:
+                template = await tokenizer.template_overhead()
+            except TokenizeUnavailable:
+                template = None
+        for n in lengths:
+            try:
+                if template is None:
+                    raise TokenizeUnavailable("the chat template cannot be measured")
+                out[n] = await fit_prompt(tokenizer, source, n, template_tokens=template)
+            except TokenizeUnavailable:
+                out[n] = estimate_prompt(source, n)
+            except PromptTooShort as exc:
+                out[n] = exc
+    return out
+
+
+async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, api: str = "llamacpp",
+                        headers: Mapping[str, str] | None = None, timeout_s: float = 120,
+                        insecure: bool = False) -> tuple[tuple[str, ...], str | None]:
+    """Prompt bodies of exactly n_tokens for this server (one per source text, up to a cap), and a
+    note for the user when they are not exact. Raises PromptTooShort."""
+    bodies: list[str] = []
+    notes: list[str] = []
+    for start in range(source.variants()):
+        fit = (await fit_prompts(base_url, lambda m, s=start: source.text(m, s), [n_tokens], api=api,
+                                 headers=headers, timeout_s=timeout_s, insecure=insecure))[n_tokens]
+        if not isinstance(fit, FittedPrompt):
+            raise fit
+        bodies.append(fit.body)
+        if (note := fit.note()) and note not in notes:
+            notes.append(note)
+    return tuple(bodies), "; ".join(notes) or None

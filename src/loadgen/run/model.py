@@ -1,0 +1,98 @@
+"""One run model for every kind of run: a `Run` of `TargetRun`s, each a list of levels.
+
+A sweep's target has one `LevelRun` per concurrency or rate; a prefill or depth target one `Step`
+per prompt length or depth (each with its level, or why it was skipped); a soak target one long
+level. The `Run` is owned by the caller, so whatever happens (Ctrl-C, a dead server) every record
+gathered so far can still be written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client.probe import ServerInfo
+from ..core.clock import now_ns
+from ..core.records import LevelRun
+from .config import SweepConfig, Target
+from .engine import Observer
+
+SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
+STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
+SOAK = "soak"
+
+
+@dataclass(slots=True)
+class Step:
+    size: int  # prompt tokens asked for: the prefill length, or the depth
+    level: LevelRun | None = None  # None: skipped
+    note: str | None = None  # how the prompt was built when it is not exactly `size` tokens
+    skipped: str | None = None  # why no request was sent
+
+
+@dataclass(slots=True)
+class TargetRun:
+    target: Target
+    label: str
+    info: ServerInfo | None = None
+    levels: list[LevelRun] = field(default_factory=list)
+    error: str | None = None  # why this target stopped early, for the user
+    model: str | None = None  # the model name sent (OpenAI APIs)
+    read_clock: str | None = None  # what its reads' times are: "kernel" or "loop" (see client.transport)
+    steps: list[Step] = field(default_factory=list)  # prefill and depth only
+
+
+@dataclass(slots=True)
+class Run:
+    config: SweepConfig  # targets, API, generation settings, timeouts; a sweep's levels
+    kind: str = "sweep"  # one of SWEEP_KINDS, STEP_KINDS or SOAK
+    settings: dict[str, Any] = field(default_factory=dict)  # prefill/depth/soak: their own settings for run.json
+    targets: list[TargetRun] = field(default_factory=list)
+    interrupted: bool = False
+    start_ns: int = field(default_factory=now_ns)
+    end_ns: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Nothing was stopped or failed; a sweep also ran every level of its config on every target
+        (a prefill or depth run may skip a step that does not fit)."""
+        return not self.interrupted and all(t.error is None for t in self.targets) and all(
+            (self.kind not in SWEEP_KINDS or len(t.levels) == len(self.config.levels))
+            and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
+            for t in self.targets)
+
+
+class RunObserver(Observer):
+    def message(self, text: str) -> None: ...
+
+    def level_done(self, run: Run, target: TargetRun, level: LevelRun) -> None: ...
+
+
+class StepObserver(RunObserver):
+    def step_started(self, target: TargetRun, step: Step) -> None: ...
+
+    def step_done(self, run: Run, target: TargetRun, step: Step) -> None: ...
+
+
+def resolve_labels(targets: list[TargetRun]) -> None:
+    """Default labels: the server's model_alias, else host:port; disambiguated by port if equal."""
+    for t in targets:
+        if t.target.label:
+            t.label = t.target.label
+        elif t.info and t.info.props and t.info.props.get("model_alias"):
+            t.label = str(t.info.props["model_alias"])
+        else:
+            t.label = t.target.hostport
+    seen: dict[str, int] = {}
+    for t in targets:
+        seen[t.label] = seen.get(t.label, 0) + 1
+    for t in targets:
+        if seen[t.label] > 1 and not t.target.label:
+            t.label = f"{t.label}@{t.target.hostport}"
+
+
+def slot_context(t: TargetRun) -> int | None:
+    """The server's per-slot context (/props default_generation_settings.n_ctx), or None if unknown."""
+    props = t.info.props if t.info else None
+    n_ctx = props.get("n_ctx") if props else None
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None

@@ -1,0 +1,106 @@
+"""Per-target setup, the same for every kind of run: wait for the server and ask it about itself,
+label it, open its transport, warm it up, sample its /metrics and /slots during a level, and fit
+prompts of an exact token count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from ..client.backends import OPENAI_APIS, Backend
+from ..client.probe import Probe, ServerInfo, TargetUnreachable
+from ..client.registry import make_transport
+from ..client.transport import Transport
+from ..core.records import LevelRun
+from .config import SweepConfig
+from .engine import EngineOptions, run_level
+from .exact_prompt import PromptTooShort, exact_prompts
+from .model import Run, RunObserver, TargetRun, resolve_labels
+from .prompts import PromptSource
+
+TransportFactory = Callable[[], Transport]
+
+
+async def prepare(config: SweepConfig, t: TargetRun, obs: RunObserver) -> None:
+    """Wait for the server (`t.error` set when it never answers), record what it says about itself,
+    and pick the model name the OpenAI APIs send."""
+    async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+        try:
+            await probe.wait_ready(config.wait_ready_s,
+                                   on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
+        except TargetUnreachable as exc:
+            t.error = f"{t.target.url}: {exc}"
+            return
+        t.info = await probe.server_info()
+    if config.api in OPENAI_APIS:
+        t.model = config.model or (t.info.models[0] if t.info.models else None)
+        if t.model is None:
+            obs.message(f"{t.target.hostport}: /v1/models named no model, so requests carry none "
+                        "(give --model if the server needs one)")
+
+
+async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool = False) -> list[TargetRun]:
+    """Fill `run.targets`: wait for each target, ask it about itself, label it; return the reachable
+    ones. With `note_metrics_off`, say which of them hide the deferred queue."""
+    run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in run.config.targets]
+    await asyncio.gather(*(prepare(run.config, t, obs) for t in run.targets))
+    resolve_labels(run.targets)
+    for t in run.targets:
+        if t.error:
+            obs.message(f"skipping {t.error}")
+        elif note_metrics_off and t.info and not t.info.metrics_enabled:
+            obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
+                        "queuing is judged from /slots and per-request timings")
+    return [t for t in run.targets if t.error is None]
+
+
+async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, connections: int,
+                         factory: TransportFactory | None = None) -> Transport:
+    """The target's transport (`config.transport`'s unless a factory is given), opened with a pool of
+    `connections` (0: no limit)."""
+    transport = factory() if factory is not None else make_transport(config.transport, t.target.url, obs.message)
+    await transport.open(t.target.url, connections, config.timeout_s, config.auth_headers(), insecure=config.insecure,
+                         close_streams=t.info.closes_streams if t.info else True)
+    return transport
+
+
+async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests: int,
+                  options: EngineOptions) -> bool:
+    """`requests` unrecorded requests one after another; False (and `t.error` set) when they failed."""
+    warm = LevelRun(target=t.label, concurrency=1)
+    await run_level(warm, transport, backend, requests=requests, duration_s=None, options=options)
+    if warm.stopped_reason:
+        t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
+        return False
+    return True
+
+
+@contextlib.asynccontextmanager
+async def probe_sampling(probe: Probe, t: TargetRun, key: int | float, interval_s: float,
+                         level: LevelRun) -> AsyncIterator[None]:
+    """Scrape the server's /metrics and /slots every `interval_s` into `level.probe_samples` while inside."""
+    sampler = asyncio.ensure_future(probe.sample_until_cancelled(
+        t.label, key, t.info or ServerInfo(), interval_s, level.probe_samples))
+    try:
+        yield
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+
+
+async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
+                            n_tokens: int) -> tuple[str, ...] | None:
+    """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
+    they are estimates); None, and the target's error set, when that length cannot be built."""
+    try:
+        bodies, note = await exact_prompts(t.target.url, source, n_tokens, api=config.api,
+                                           headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                           insecure=config.insecure)
+    except PromptTooShort as exc:
+        t.error = f"{t.target.url}: --prompt-tokens: {exc}"
+        return None
+    if note:
+        obs.message(f"{t.label}: {note}")
+    return bodies

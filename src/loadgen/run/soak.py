@@ -1,0 +1,69 @@
+"""Soak: steady closed-loop load for hours, through errors and restarts (the figures: analysis/soak.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..client.backends import make_backend
+from ..client.probe import Probe
+from ..core.records import LevelRun
+from .engine import EngineOptions, run_level
+from .model import Run, RunObserver, TargetRun
+from .prompts import PromptSource
+from .salts import new_decimal_salt, new_salt
+from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+
+PAUSE_AFTER_ERROR_S = 1.0  # a worker whose request failed waits this long: a down server is not hammered
+
+
+async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint: Callable[[], None],
+                   transport_factory: TransportFactory | None = None) -> None:
+    """Every reachable target at once: `concurrency` workers for `duration_s`, through errors.
+
+    The engine never gives a target up here (a restart is ridden out, its errors counted by kind)
+    and pauses a failed worker for PAUSE_AFTER_ERROR_S. `checkpoint` is called every
+    `checkpoint_interval_s`, so a crash loses at most that much.
+    """
+    live = await prepare_targets(run, obs)
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(run.settings["checkpoint_interval_s"])
+            checkpoint()
+
+    ticking = asyncio.ensure_future(ticker())
+    try:
+        await asyncio.gather(*(_soak_target(run, t, obs, source, transport_factory) for t in live))
+    finally:
+        ticking.cancel()
+        await asyncio.gather(ticking, return_exceptions=True)
+
+
+async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptSource,
+                       transport_factory: TransportFactory | None) -> None:
+    config, settings = run.config, run.settings
+    concurrency, duration_s = config.concurrency[0], settings["duration_s"]
+    prompt_tokens = settings.get("prompt_tokens")
+    generation = config.generation
+    if prompt_tokens:
+        bodies = await fit_exact_prompts(config, t, obs, source, prompt_tokens)
+        if bodies is None:
+            return
+        generation = replace(generation, prompt=bodies[0], prompts=bodies)
+    backend = make_backend(config.api, generation, t.model)
+    salt = new_decimal_salt if prompt_tokens else new_salt
+    transport = await open_transport(config, t, obs, concurrency, transport_factory)
+    try:
+        if config.warmup > 0 and not await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=salt)):
+            return
+        level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
+        t.levels.append(level)
+        async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+            async with probe_sampling(probe, t, concurrency, settings["probe_interval_s"], level):
+                await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
+                                options=EngineOptions(salt=salt, give_up_after=None,
+                                                      pause_after_error_s=PAUSE_AFTER_ERROR_S))
+    finally:
+        await transport.close()

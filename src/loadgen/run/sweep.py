@@ -1,0 +1,128 @@
+"""A sweep: for each target, probe it, warm it up, then run every level in turn.
+
+A level is a concurrency (closed loop) or a request rate (open loop, on a precomputed schedule).
+
+Wires the per-target setup (setup.py), backend and engine together; owns no timing logic of its
+own. The `Run` it fills is owned by the caller, so whatever happens (Ctrl-C, a dead server) the
+caller can still write every record gathered so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from ..client.backends import Backend, GenerationParams, make_backend
+from ..client.probe import Probe
+from ..client.transport import Transport
+from ..core.records import LevelRun
+from .config import SweepConfig
+from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
+from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
+from .model import Run, RunObserver, TargetRun
+from .prompts import PromptSource
+from .salts import new_decimal_salt
+from .schedule import arrival_offsets_ns
+from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+
+
+async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
+                         obs: RunObserver, options: EngineOptions) -> None:
+    requests, duration_s = config.budget(level.level)
+    if level.rate is None:
+        await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
+                        options=options)
+    else:
+        offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
+                                     burstiness=config.burstiness, seed=config.arrival_seed)
+        await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs,
+                             options=options)
+
+
+async def _exact_generation(config: SweepConfig, t: TargetRun,
+                            obs: RunObserver) -> tuple[GenerationParams, EngineOptions] | None:
+    """--prompt-tokens: the prompts cut to exactly that many tokens for this target, and salts of a
+    fixed token count; None (and the target's error set) when the length cannot be built."""
+    assert config.prompt_tokens is not None
+    bodies = await fit_exact_prompts(config, t, obs, config.prompt_source or PromptSource(), config.prompt_tokens)
+    if bodies is None:
+        return None
+    generation = replace(config.generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
+    return generation, EngineOptions(salt=new_decimal_salt)
+
+
+def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
+    if config.open_loop:
+        return LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
+                        prompt_tokens=config.prompt_tokens)
+    return LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
+
+
+async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, transport: Transport,
+                       backend: Backend, obs: RunObserver, options: EngineOptions) -> LevelRun:
+    """One level on one target: the server's counters before and after, its /metrics and /slots
+    sampled during, the client's own load measured, figures moved to simulated time (demo)."""
+    config = run.config
+    level = _new_level(config, t, key)
+    if t.info and t.info.metrics_enabled:
+        level.server_metrics_before = await probe.metrics()
+    t.levels.append(level)
+    load: ClientLoad | None = None
+    try:
+        async with probe_sampling(probe, t, key, config.probe_interval_s, level):
+            lag = LoopLagSampler().start()
+            try:
+                await _run_one_level(config, level, transport, backend, obs, options)
+            finally:
+                load = lag.stop()
+                level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms
+                level.client_cpu_fraction = load.client_cpu_fraction
+    finally:
+        if config.time_scale != 1.0:
+            level.to_simulated_time(config.time_scale, run.start_ns)
+    if t.info and t.info.metrics_enabled and not level.stopped_reason:
+        level.server_metrics_after = await probe.metrics()
+    obs.level_done(run, t, level)
+    warning = None if config.servers_in_process else bottleneck_warning(load, transport.read_clock)
+    if warning:
+        obs.message(f"warning: {t.label} at {level.name}: {warning}")
+    return level
+
+
+async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_factory: TransportFactory | None) -> None:
+    config = run.config
+    generation, options = config.generation, DEFAULT_OPTIONS
+    if config.prompt_tokens:
+        exact = await _exact_generation(config, t, obs)
+        if exact is None:
+            return
+        generation, options = exact
+    backend = make_backend(config.api, generation, t.model)
+    # Open loop without a cap: as many connections as requests in flight (0 = no limit).
+    pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
+    transport = await open_transport(config, t, obs, pool, transport_factory)
+    try:
+        async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+            if config.warmup > 0 and not await warm_up(t, transport, backend, config.warmup, options):
+                return
+            for key in config.levels:
+                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options)
+                if level.stopped_reason:
+                    t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
+                    return
+    finally:
+        t.read_clock = transport.read_clock
+        await transport.close()
+
+
+async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFactory | None = None) -> None:
+    """Fill `run` target by target (or all at once with parallel_targets).
+
+    The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is given.
+    """
+    live = await prepare_targets(run, obs, note_metrics_off=True)
+    if run.config.parallel_targets:
+        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory) for t in live))
+    else:
+        for t in live:
+            await _sweep_target(run, t, obs, transport_factory)

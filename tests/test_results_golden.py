@@ -1,0 +1,65 @@
+"""The committed golden runs read back identically, and the writer's figures rebuild them byte for byte.
+
+tests/data/sweep-smollm2 is a schema-version-1 run of a real llama-server; sweep-sim-v2 (closed loop,
+streamed) and rate-sim-v2 (open loop) are version-2 runs of the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.saturation import target_verdict
+from loadgen.core.rundoc import LevelSummary, is_open_loop
+from loadgen.results.reader import load_probe, load_records, load_run
+
+DATA = Path(__file__).parent / "data"
+V2 = ["sweep-sim-v2", "rate-sim-v2"]
+
+
+@pytest.mark.parametrize("name", V2)
+def test_a_version_2_run_reads_back_byte_for_byte(name):
+    path = DATA / name / "run.json"
+    doc = load_run(path.parent)
+    assert json.dumps(doc, indent=2, allow_nan=False) + "\n" == path.read_text(encoding="utf-8")
+
+
+def test_a_version_1_run_reads_as_before_with_its_level_keys_filled_in():
+    raw = json.loads((DATA / "sweep-smollm2" / "run.json").read_text(encoding="utf-8"))
+    doc = load_run(DATA / "sweep-smollm2")
+    assert doc["schema_version"] == 1 and not is_open_loop(doc)
+    for raw_target, target in zip(raw["targets"], doc["targets"]):
+        for raw_level, level in zip(raw_target["levels"], target["levels"]):
+            assert level == {**raw_level, "level": raw_level["concurrency"], "rate": None}
+
+
+@pytest.mark.parametrize("name", V2)
+def test_every_level_round_trips_through_the_one_level_schema(name):
+    for target in load_run(DATA / name)["targets"]:
+        for level in target["levels"]:
+            assert msgspec.convert(level, LevelSummary).to_dict(client_load=True) == level
+
+
+@pytest.mark.parametrize("name", V2)
+def test_the_writers_figures_rebuild_every_level_and_verdict(name):
+    doc = load_run(DATA / name)
+    records, samples = load_records(DATA / name), load_probe(DATA / name)
+    open_loop = is_open_loop(doc)
+    assert open_loop == (name == "rate-sim-v2")
+    for target in doc["targets"]:
+        mine = [r for r in records if r.target == target["label"]]
+        for level in target["levels"]:
+            rebuilt = msgspec.structs.replace(
+                summarize_level(level["concurrency"], [r for r in mine if r.level == level["level"]],
+                                level["stopped_reason"], level["server_metrics_delta"], rate=level["rate"]),
+                loop_lag_p99_ms=level["loop_lag_p99_ms"], loop_lag_max_ms=level["loop_lag_max_ms"],
+                client_cpu_fraction=level["client_cpu_fraction"])
+            assert json.dumps(rebuilt.to_dict(client_load=True)) == json.dumps(level)
+        config = doc["config"]
+        verdict = target_verdict(target, mine, [s for s in samples if s.target == target["label"]],
+                                 config["knee_gain"], config["knee_latency"], open_loop)
+        assert json.dumps(verdict) == json.dumps(target["verdict"])
