@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.analysis import compare, gate, metrics
+from loadgen.analysis.between_runs import Floor
 from loadgen.cli.gate import gate_command, load_gate_file
 from loadgen.client.backends import GenerationParams
 from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
@@ -80,9 +81,10 @@ def as_run(levels: dict[int, list[RequestRecord]], *, summaries: bool = True, **
     return doc, [r for rs in levels.values() for r in rs]
 
 
-def write_run(path: Path, levels: dict[int, list[RequestRecord]], **kw) -> Path:
+def write_run(path: Path, levels: dict[int, list[RequestRecord]], started: int = 0, **kw) -> Path:
     path.mkdir(parents=True)
-    writer.write_results(path, sweep_run(levels, **kw), meta={"kind": "sweep"})
+    writer.write_results(path, sweep_run(levels, **kw),
+                         meta={"kind": "sweep", "started_utc": f"2026-01-01T00:{started:02d}:00+00:00"})
     return path
 
 
@@ -101,6 +103,32 @@ def failed_metrics(result: gate.GateResult) -> set[str]:
 # ---------------------------------------------------------------- statistics
 
 
+def ab_sides(seed: int, shape: dict[int, int], runs: int = 3, drift_sd: float = 0.03,
+             **candidate) -> tuple[list[compare.RunData], list[compare.RunData]]:
+    """`runs` baseline and candidate runs recorded A B A B ... on a machine whose speed drifts (a
+    random walk of `drift_sd` per run); the candidate's service times are also scaled by `candidate`."""
+    rng = np.random.default_rng(seed)
+    speed = np.exp(np.cumsum(rng.normal(0, drift_sd, 2 * runs)))
+    base, cand = [], []
+    for i in range(2 * runs):
+        kw = dict(candidate) if i % 2 else {}
+        kw["slowdown"] = kw.get("slowdown", 1.0) * speed[i]
+        doc, records = as_run({c: closed_loop_level(rng, c, n, **kw) for c, n in shape.items()}, summaries=False)
+        doc["started_utc"] = f"2026-01-01T00:{i:02d}:00+00:00"
+        (cand if i % 2 else base).append(compare.RunData(doc, records))
+    return base, cand
+
+
+def calibration(seed: int, shape: dict[int, int], runs: int = 11, drift_sd: float = 0.03) -> compare.NoiseFloors:
+    """An A/A calibration on the same machine: `runs` runs of one configuration in a row."""
+    base, cand = ab_sides(seed, shape, (runs + 1) // 2, drift_sd)
+    return compare.noise_floors([*base, *cand][:runs])
+
+
+def one(run: tuple) -> list[compare.RunData]:
+    return [compare.RunData(*run)]
+
+
 def test_percentiles_agree_with_run_json():
     rng = np.random.default_rng(7)
     for n in (1, 4, 12, 60, 250):
@@ -110,92 +138,98 @@ def test_percentiles_agree_with_run_json():
         assert compare.quantile(values, 0.99) == pytest.approx(dist.p99, rel=1e-3)
 
 
-def test_throughput_windows_average_to_the_level_throughput():
+def test_a_runs_value_is_the_level_figure_of_its_records():
     records = closed_loop_level(np.random.default_rng(1), 4, 40)
-    windows = compare.throughput_windows(records)
-    assert len(windows) == 5
-    assert np.mean(windows) == pytest.approx(metrics.throughput_tok_s(records))
+    assert compare.level_value("throughput", records) == pytest.approx(metrics.throughput_tok_s(records))
+    latencies = [metrics.latency_ms(r) for r in records]
+    assert compare.level_value("latency_p99", records) == compare.quantile(latencies, 0.99)
 
 
-def test_throughput_needs_a_completion_in_every_window():
-    records = closed_loop_level(np.random.default_rng(1), 1, 3)
-    assert compare.throughput_windows(records) is None
-    (base, base_records), (cand, cand_records) = pair(1, {1: 3})
-    result = compare.compare_runs(base, base_records, cand, cand_records)
-    throughput = result.levels[0].get("throughput")
-    assert throughput.significant is None and "too few completions" in throughput.note
+def test_the_same_two_sides_always_give_the_same_answer():
+    base, cand = ab_sides(3, {1: 20, 4: 40})
+    first = compare.compare_sides(base, cand).to_dict()
+    assert compare.compare_sides(list(reversed(base)), cand).to_dict() == first  # ordered by start time
+    assert first["paired"] is True and first["runs"] == [3, 3]
 
 
-def test_the_same_two_runs_always_give_the_same_answer():
-    base, cand = pair(3, {1: 20, 4: 40})
-    first = compare.compare_runs(*base, *cand).to_dict()
-    assert compare.compare_runs(*base, *cand).to_dict() == first
+def test_interleaved_a_a_gates_pass_at_least_95_of_100_trials():
+    passed = sum(gate.run_gate(*ab_sides(1000 + seed, {1: 20, 4: 40}), gate.GateConfig()).exit_code == 0
+                 for seed in range(100))
+    assert passed >= 95, f"only {passed}/100 A/A gates passed"
 
 
-def test_same_distribution_passes_at_least_95_of_100_trials():
-    passed = 0
-    for seed in range(100):
-        base, cand = pair(1000 + seed, {1: 40, 4: 120})
-        passed += gate.run_gate(*base, *cand, gate.GateConfig()).exit_code == 0
-    print(f"same distribution: {passed}/100 passed")
-    assert passed >= 95, f"only {passed}/100 same-distribution trials passed"
+def test_compare_calls_no_change_significant_on_unchanged_servers():
+    """Two identical servers: compare (every metric, every level) calls something significant in
+    about 1 - confidence of the trials overall, not in most of them (per-request tests did)."""
+    flagged = 0
+    for seed in range(40):
+        result = compare.compare_sides(*ab_sides(1500 + seed, {1: 20, 4: 40}))
+        flagged += any(m.significant for lv in result.levels for m in lv.metrics)
+    assert flagged <= 4
+    single = compare.compare_runs(*pair(1, {1: 20})[0], *pair(1, {1: 20})[1])
+    assert all(m.significant is None for lv in single.levels for m in lv.metrics if m.metric != "error_rate")
 
 
-def test_a_20_percent_throughput_drop_fails_every_time():
+def test_a_20_percent_throughput_drop_fails_every_time_with_interleaved_runs_and_a_floor():
+    floors = calibration(7, {1: 40, 4: 120})
     for seed in range(20):
-        base, cand = pair(2000 + seed, {1: 40, 4: 120}, slowdown=1.25)  # 1/1.25 = 80% of the throughput
-        result = gate.run_gate(*base, *cand, gate.GateConfig())
+        base, cand = ab_sides(2000 + seed, {1: 40, 4: 120}, slowdown=1.25)  # 1/1.25 = 80% of the throughput
+        result = gate.run_gate(base, cand, gate.GateConfig(), floors=floors)
         assert result.exit_code == 1
         failing = [comparison.check_line(c, result.check_confidence) for c in result.with_status(gate.FAIL)]
         assert any(line.startswith(f"REGRESSION: throughput {LABEL} at concurrency 4") for line in failing)
 
 
-def test_a_30_percent_p99_rise_in_the_tail_fails_every_time():
-    rises = []
-    for seed in range(20):
+def test_one_run_a_side_without_a_floor_is_never_a_regression():
+    base, cand = pair(4, {1: 40, 4: 120}, slowdown=1.5)
+    result = gate.run_gate(one(base), one(cand), gate.GateConfig())
+    assert result.exit_code == 0 and not result.with_status(gate.FAIL)
+    throughput = next(c for c in result.checks if c.metric == "throughput")
+    assert throughput.comparison.change < -0.25 and throughput.status == gate.INCONCLUSIVE
+    assert any("one run a side and no noise floor" in line for line in comparison.detection_lines(result))
+    strict = gate.run_gate(one(base), one(cand), gate.GateConfig(strict=True))
+    assert strict.exit_code == 1
+
+
+def test_one_run_a_side_is_judged_against_a_calibrated_floor():
+    floors = compare.NoiseFloors(by_metric={m: Floor(0.02, 10) for m in compare.METRICS})
+    base, slow = pair(5, {4: 120}, slowdown=1.25)
+    result = gate.run_gate(one(base), one(slow), gate.GateConfig(), floors=floors)
+    assert "throughput" in failed_metrics(result) and result.exit_code == 1
+    _, same = pair(5, {4: 120})
+    assert gate.run_gate(one(base), one(same), gate.GateConfig(), floors=floors).exit_code == 0
+
+
+def test_a_30_percent_p99_rise_in_the_tail_fails():
+    floors = calibration(8, {4: 800}, runs=7)
+    for seed in range(3):
         # one request in 20 takes 1.7x as long: the median barely moves, the tail does
-        base, cand = pair(3000 + seed, {4: 800}, tail_share=0.05, tail_factor=1.7)
-        result = gate.run_gate(*base, *cand, gate.GateConfig())
+        base, cand = ab_sides(3000 + seed, {4: 800}, tail_share=0.05, tail_factor=1.7)
+        result = gate.run_gate(base, cand, gate.GateConfig(), floors=floors)
         p99 = next(c for c in result.checks if c.metric == "latency_p99")
-        rises.append(p99.comparison.change)
-        assert result.exit_code == 1 and p99.status == gate.FAIL
+        assert p99.comparison.change >= 0.20 and p99.status == gate.FAIL
         assert "latency_p50" not in failed_metrics(result)
-    assert np.median(rises) >= 0.30
 
 
 def test_significant_but_within_the_limit_passes():
-    base, cand = pair(4, {4: 600}, slowdown=1.03)
-    result = gate.run_gate(*base, *cand, gate.GateConfig(metrics=("latency_p50",)))
+    base, cand = ab_sides(4, {4: 400}, runs=5, drift_sd=0.002, slowdown=1.03)
+    result = gate.run_gate(base, cand, gate.GateConfig(metrics=("latency_p50",)))
     (check,) = result.checks
     assert check.comparison.significant and 0.01 < check.comparison.change < 0.05
     assert check.status == gate.PASS and result.exit_code == 0
 
 
-def latency_records(latencies_ms: list[float]) -> list[RequestRecord]:
-    return [RequestRecord(target=LABEL, level=1, worker=0, seq=i, salt=f"s{i}", send_ns=i * 10_000 * MS,
-                          complete_ns=int((i * 10_000 + v) * MS), status=200, predicted_n=16, prompt_ms=1.0,
-                          predicted_ms=v - 2, predicted_per_second=16_000 / v)
-            for i, v in enumerate(latencies_ms)]
-
-
-def test_beyond_the_limit_but_not_significant_passes_with_a_note():
-    base = latency_records([100, 200, 300, 400, 500, 600, 700, 800])
-    cand = latency_records([110, 210, 330, 440, 500, 600, 700, 800])  # median +10%, but the samples overlap
-    result = gate.run_gate(*as_run({1: base}), *as_run({1: cand}), gate.GateConfig(metrics=("latency_p50",)))
+def test_beyond_the_limit_but_within_the_runs_noise_is_inconclusive_and_said():
+    base, cand = ab_sides(6, {4: 120}, drift_sd=0.15, slowdown=1.12)
+    result = gate.run_gate(base, cand, gate.GateConfig(metrics=("throughput",)))
     (check,) = result.checks
-    assert check.comparison.change == pytest.approx(0.10) and check.comparison.significant is False
-    assert check.status == gate.NOT_SIGNIFICANT and result.exit_code == 0
-    assert "within noise, not counted" in comparison.check_line(check, result.check_confidence)
-
-
-def test_too_little_data_is_inconclusive_and_fails_only_with_strict():
-    base, cand = pair(5, {2: 12}, tail_share=0.3, tail_factor=2.0)
-    config = gate.GateConfig(metrics=("latency_p99",))
-    result = gate.run_gate(*base, *cand, config)
-    (check,) = result.checks
-    assert check.comparison.change > 0.10 and check.status == gate.INCONCLUSIVE
-    assert result.exit_code == 0
-    assert gate.run_gate(*base, *cand, gate.GateConfig(metrics=("latency_p99",), strict=True)).exit_code == 1
+    assert check.comparison.change < -0.05 and check.comparison.significant is False
+    assert check.status == gate.INCONCLUSIVE and result.exit_code == 0
+    assert check.comparison.detectable > 0.05
+    lines = comparison.detection_lines(result)
+    assert any(line.startswith("warning: throughput: the limit 5% is below the smallest change these runs detect")
+               for line in lines)
+    assert "cannot tell this from run-to-run noise" in comparison.check_line(check, result.check_confidence)
 
 
 def test_error_rate_is_an_absolute_ceiling_and_ignores_cancelled_requests():
@@ -205,21 +239,23 @@ def test_error_rate_is_an_absolute_ceiling_and_ignores_cancelled_requests():
     cancelled = RequestRecord(target=LABEL, level=2, worker=0, seq=99, salt="c", send_ns=0, complete_ns=MS,
                               error_kind=CANCELLED)
     cand = as_run({2: cand_records + [cancelled]})
-    strict_zero = gate.run_gate(*base, *cand, gate.GateConfig(metrics=("error_rate",)))
+    strict_zero = gate.run_gate(one(base), one(cand), gate.GateConfig(metrics=("error_rate",)))
     (check,) = strict_zero.checks
     assert check.comparison.candidate == pytest.approx(1 / 20)  # the cancelled one is not counted
     assert check.status == gate.FAIL and strict_zero.exit_code == 1
     assert "1 of 20 requests failed" in comparison.check_line(check, strict_zero.check_confidence)
-    tolerant = gate.run_gate(*base, *cand, gate.GateConfig(metrics=("error_rate",), max_error_rate=0.10))
+    tolerant = gate.run_gate(one(base), one(cand), gate.GateConfig(metrics=("error_rate",), max_error_rate=0.10))
     assert tolerant.exit_code == 0
 
 
 def test_each_check_is_tested_at_a_bonferroni_corrected_confidence():
-    base, cand = pair(8, {1: 20, 2: 20})
-    result = gate.run_gate(*base, *cand, gate.GateConfig())
+    base, cand = ab_sides(8, {1: 20, 2: 20})
+    result = gate.run_gate(base, cand, gate.GateConfig())
     # 2 levels x 3 statistical metrics (the error rate is not a test)
     assert result.check_confidence == pytest.approx(1 - 0.05 / 6)
-    assert result.comparison.confidence == result.check_confidence
+    assert result.comparison.check_confidence == result.check_confidence
+    # compare tests every metric, the error rate too: 2 levels x 6
+    assert compare.compare_sides(base, cand).check_confidence == pytest.approx(1 - 0.05 / 12)
 
 
 def test_levels_in_only_one_run_are_skipped():
@@ -251,7 +287,7 @@ def test_disjoint_levels_are_refused():
     base = as_run({1: closed_loop_level(rng, 1, 12)})
     cand = as_run({2: closed_loop_level(rng, 2, 12)})
     with pytest.raises(compare.CompareError, match="share no level"):
-        gate.run_gate(*base, *cand, gate.GateConfig())
+        gate.run_gate(one(base), one(cand), gate.GateConfig())
 
 
 # ---------------------------------------------------------------- limits and the gate file
@@ -316,16 +352,19 @@ def test_a_bad_gate_file_names_the_file_and_key(tmp_path, text, message):
 
 @pytest.fixture
 def runs(tmp_path):
-    """Results directories: a baseline, a same-distribution rerun, and a 1.5x slower candidate."""
+    """Sides of five runs each, in folders: a baseline; a same-distribution rerun and a 1.5x slower
+    candidate, each recorded interleaved with the baseline (A B A B ...)."""
     rng = np.random.default_rng(12)
-    shape = {1: 24, 4: 48}
-    return {
-        "baseline": write_run(tmp_path / "baseline", {c: closed_loop_level(rng, c, n) for c, n in shape.items()}),
-        "same": write_run(tmp_path / "same", {c: closed_loop_level(rng, c, n) for c, n in shape.items()}),
-        "slower": write_run(tmp_path / "slower",
-                            {c: closed_loop_level(rng, c, n, slowdown=1.5) for c, n in shape.items()}),
-        "tmp": tmp_path,
-    }
+    shape = {1: 40, 4: 80}
+
+    def side(name: str, first: int, **kw) -> Path:
+        for i in range(5):
+            write_run(tmp_path / name / f"{i + 1:02d}", {c: closed_loop_level(rng, c, n, **kw)
+                                                         for c, n in shape.items()}, started=first + 2 * i)
+        return tmp_path / name
+
+    return {"baseline": side("baseline", 0), "same": side("same", 1), "slower": side("slower", 1, slowdown=1.5),
+            "tmp": tmp_path}
 
 
 def test_gate_exits_1_naming_each_regression_and_writes_the_step_summary(loadgen, runs, monkeypatch):
@@ -337,8 +376,8 @@ def test_gate_exits_1_naming_each_regression_and_writes_the_step_summary(loadgen
     lines = out.splitlines()
     assert any(line.startswith(f"REGRESSION: throughput {LABEL} at concurrency 4: ") and "CI of ratio" in line
                for line in lines)
-    assert any(line.startswith(f"REGRESSION: latency_p50 {LABEL} at concurrency 1: ") and "Mann-Whitney p=" in line
-               for line in lines)
+    assert any(line.startswith(f"REGRESSION: latency_p50 {LABEL} at concurrency 1: ")
+               and "t between runs (paired) p=" in line for line in lines)
     assert lines[-1].startswith("gate: FAILED")
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "### loadgen gate: FAILED" in text and "**REGRESSION**" in text
@@ -365,6 +404,7 @@ def test_compare_prints_every_metric_of_every_level(loadgen, runs, output_format
     assert code == 0, err
     if output_format == "json":
         data = json.loads(out)
+        assert data["runs"] == [5, 5] and data["paired"] is True
         assert [(lv["concurrency"], len(lv["metrics"])) for lv in data["levels"]] == [(1, 6), (4, 6)]
         throughput = data["levels"][1]["metrics"][0]
         assert throughput["metric"] == "throughput" and throughput["significant"] is True
@@ -373,7 +413,22 @@ def test_compare_prints_every_metric_of_every_level(loadgen, runs, output_format
         assert out.startswith("| target | C | metric | baseline | candidate | change | significant |")
         assert f"| {LABEL} | 4 | latency_p99 |" in out
     else:
-        assert "loadgen compare" in out and "decode tok/s p50" in out and "smollm2 @4" in out
+        assert "loadgen compare (5+5 interleaved runs" in out and "decode tok/s p50" in out and "smollm2 @4" in out
+
+
+def test_gate_reads_the_noise_floor_beside_the_baseline_and_calibrate_writes_it(loadgen, runs):
+    code, out, err = loadgen("calibrate", runs["baseline"])
+    assert code == 0, err
+    assert (runs["baseline"] / "noise.json").is_file() and "throughput: run-to-run noise" in out
+    code, out, err = loadgen("gate", runs["baseline"], runs["same"])
+    assert code == 0, err
+    assert "noise floor from" in out.splitlines()[-1]
+    assert loadgen("gate", runs["baseline"], runs["slower"])[0] == 1
+    (runs["tmp"] / "bad.json").write_text("{}")
+    code, _, err = loadgen("gate", runs["baseline"], runs["same"], "--noise", runs["tmp"] / "bad.json")
+    assert code == 2 and "not a loadgen noise file" in err and err.count("\n") == 1
+    code, _, err = loadgen("calibrate", runs["baseline"] / "01")
+    assert code == 2 and "a noise floor needs at least 3 runs" in err
 
 
 def corrupt(path: Path, text: str) -> Path:

@@ -1,37 +1,34 @@
-"""Is the candidate run different from the baseline? Pure statistics over two runs: no I/O.
+"""Are the candidate runs different from the baseline runs? Pure statistics over two sides: no I/O.
 
-A run is its run.json document plus its request records (see results/reader.py). Every figure is
-recomputed from the records with the definitions in `metrics.py`; requests cancelled by the user
-are left out. For each target label and concurrency level present in both runs:
+A side is one run or several runs of one configuration (each a run.json document plus its
+request records; see results/). The unit of evidence is the run (analysis/between_runs.py): each
+run gives one value per target, level and metric, recomputed from its records with the
+definitions in analysis/metrics.py (requests cancelled by the user left out):
 
-- throughput      output tokens per second of the level. The level's wall span (first send -> last
-                  completion) is cut into equal windows (5, else 4) that each hold >= 1 successful
-                  completion; each window gives tokens completed in it / window length. The mean of
-                  the windows is exactly the level's `metrics.throughput_tok_s`. Significance: a
-                  bootstrap interval of the ratio of means (candidate / baseline) that excludes 1.
-- latency_p50, queue_wait_p50, decode_tok_s (median per request): significant when a two-sided
-                  Mann-Whitney U test gives p < 1 - confidence AND the bootstrap interval of the
-                  ratio of medians excludes 1 (the test says the distributions differ, the interval
-                  says the median moved, and in which direction).
-- latency_p99     significant when the bootstrap interval of the ratio of p99s excludes 1. A rank
-                  test says nothing about a tail, so it is not consulted. Tested only from
-                  `MIN_P99_REQUESTS` requests per side: below that p99 is (nearly) the maximum.
-- error_rate      failed / (ok + failed); significance from Fisher's exact test on the 2x2 counts.
+- throughput      output tokens per second of the level (`metrics.throughput_tok_s`).
+- latency_p50, latency_p99, queue_wait_p50, decode_tok_s (median per request): the percentile
+                  of the run's successful requests, rank round(q * n) (HdrHistogram's definition,
+                  so the figures agree with run.json and `report`).
+- error_rate      failed / (ok + failed) over the side's runs; significance from Fisher's exact
+                  test on the pooled 2x2 counts (a failure is a request's outcome, not a run's).
 
-Percentiles are the value of rank round(q * n), HdrHistogram's definition, so p50 and p99 agree
-with run.json and `report`. Bootstrap intervals are percentile intervals from a generator seeded
-per (metric, target, level): the same two runs always give the same answer. A metric that cannot
-be tested (too few requests or windows) has `significant = None`, which callers must not read as
-"no change".
+A side's value is the geometric mean of its runs' values (the run's own value when there is
+one). A difference is significant when the between-runs test's interval of candidate / baseline
+excludes 1: paired when the two sides' runs were recorded interleaved, pooled otherwise, with a
+calibrated noise floor when one is given; with one run a side and no floor there is no test
+(`significant = None`, which callers must not read as "no change"). One policy for `compare`
+and `gate`: with k checks (metrics x levels, error rate included in compare), each is tested at
+1 - (1 - confidence) / k (Bonferroni), so on unchanged servers the chance that any of them is
+called a change stays below 1 - confidence.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,14 +38,8 @@ from ..core.errors import UserError
 from ..core.records import CANCELLED, RequestRecord
 from ..core.rundoc import is_open_loop
 from . import metrics
+from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
-THROUGHPUT_WINDOWS = (5, 4)  # tried in order; each window needs at least one successful completion
-MIN_REQUESTS = 5  # per side, for a per-request metric to be tested at all
-# Per side, for p99. Below it p99 is the largest or second-largest value, and a bootstrap of an
-# extreme order statistic calls noise a change several times more often than 1 - confidence.
-MIN_P99_REQUESTS = 100
-RESAMPLES = 2000
-_MAX_RESAMPLE_CELLS = 2_000_000  # bound the memory of one vectorised bootstrap chunk
 CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos")
 SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
@@ -93,13 +84,15 @@ class MetricComparison:
     concurrency: int
     baseline: float | None
     candidate: float | None
-    n_baseline: int  # sample size: requests, or throughput windows
+    n_baseline: int  # runs (error_rate: finished requests)
     n_candidate: int
-    p_value: float | None = None  # Mann-Whitney U (per-request medians) or Fisher (error rate)
-    ci_low: float | None = None  # bootstrap interval of candidate / baseline
+    p_value: float | None = None  # the between-runs t test, or Fisher (error rate)
+    ci_low: float | None = None  # interval of candidate / baseline (between runs)
     ci_high: float | None = None
-    significant: bool | None = None  # None: too little data to test
+    significant: bool | None = None  # None: no test (one run a side and no noise floor, or no value)
     note: str | None = None
+    method: str | None = None  # how the run-to-run noise was known: paired, unpaired, noise floor
+    detectable: float | None = None  # the smallest relative change these runs detect (80% power)
 
     @property
     def spec(self) -> Metric:
@@ -136,7 +129,8 @@ class MetricComparison:
             "baseline": self.baseline, "candidate": self.candidate, "change": self.change,
             "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
             "p_value": self.p_value, "ci_low": self.ci_low, "ci_high": self.ci_high,
-            "significant": self.significant, "note": self.note,
+            "significant": self.significant, "note": self.note, "method": self.method,
+            "detectable": self.detectable,
         }
 
 
@@ -152,14 +146,19 @@ class LevelComparison:
 
 @dataclass(frozen=True, slots=True)
 class RunComparison:
-    confidence: float
+    confidence: float  # of the whole comparison
     levels: tuple[LevelComparison, ...]
     skipped: tuple[str, ...] = ()  # "<label> at concurrency 8: only in the candidate"
     warnings: tuple[str, ...] = ()
+    check_confidence: float = 0.95  # what each check was tested at (Bonferroni)
+    runs: tuple[int, int] = (1, 1)  # runs on each side
+    paired: bool = False  # the sides were recorded interleaved
+    floor: str | None = None  # where the noise floor came from, if one was used
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "confidence": self.confidence,
+            "confidence": self.confidence, "check_confidence": self.check_confidence,
+            "runs": list(self.runs), "paired": self.paired, "noise_floor": self.floor,
             "levels": [{"target": lv.target, "concurrency": lv.concurrency,
                         "metrics": [m.to_dict() for m in lv.metrics]} for lv in self.levels],
             "skipped": list(self.skipped),
@@ -184,135 +183,103 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(ordered[rank_index(len(ordered), q)])
 
 
-def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value; 1.0 when the samples cannot be told apart at all (all ties)."""
-    p = float(stats.mannwhitneyu(baseline, candidate, alternative="two-sided").pvalue)
-    return 1.0 if math.isnan(p) else p
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """One run of a side: its run.json document and its request records."""
+
+    doc: Mapping[str, Any]
+    records: Sequence[RequestRecord]
+
+    @property
+    def started(self) -> str:
+        return str(self.doc.get("started_utc") or "")
 
 
-def bootstrap_ratio_ci(baseline: Sequence[float], candidate: Sequence[float], q: float | None,
-                       confidence: float, rng: np.random.Generator,
-                       resamples: int = RESAMPLES) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of stat(candidate) / stat(baseline): the q-quantile, or the mean if q is None.
+@dataclass(frozen=True, slots=True)
+class NoiseFloors:
+    """Calibrated run-to-run noise: per (metric, target, level), else per metric over all levels."""
 
-    Each side is resampled on its own (the runs are independent). None when the baseline's
-    statistic is 0 in so many resamples that a ratio means nothing.
-    """
-    base = _bootstrap(baseline, q, rng, resamples)
-    cand = _bootstrap(candidate, q, rng, resamples)
-    usable = base > 0
-    if usable.mean() < confidence:
+    exact: Mapping[tuple[str, str, int | float], Floor] = field(default_factory=dict)
+    by_metric: Mapping[str, Floor] = field(default_factory=dict)
+    source: str = "calibration"
+
+    def lookup(self, metric: str, target: str, level: int | float) -> Floor | None:
+        return self.exact.get((metric, target, level)) or self.by_metric.get(metric)
+
+
+def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
+                 source: str = "calibration") -> NoiseFloors:
+    """The run-to-run noise of runs of one unchanged configuration (an A/A calibration), per metric,
+    target and level, and per metric over all of them: between_runs.calibrate over the runs in
+    the order they ran (successive differences)."""
+    ordered = sorted(runs, key=lambda r: r.started)
+    chosen = [n for n in METRICS if n != "error_rate" and (only is None or n in set(only))]
+    by_level = [_by_level(r.records) for r in ordered]
+    keys = sorted({key for levels in by_level for key in levels}, key=lambda k: (k[0], k[1]))
+    exact: dict[tuple[str, str, int | float], Floor] = {}
+    by_metric: dict[str, Floor] = {}
+    for metric in chosen:
+        groups = []
+        for key in keys:
+            values = [level_value(metric, levels[key]) for levels in by_level if key in levels]
+            group = [v for v in values if v is not None]
+            floor = calibrate([group])
+            if floor is not None:
+                exact[(metric, *key)] = floor
+                groups.append(group)
+        pooled = calibrate(groups)
+        if pooled is not None:
+            by_metric[metric] = pooled
+    return NoiseFloors(exact, by_metric, source)
+
+
+def level_value(metric: str, records: Sequence[RequestRecord]) -> float | None:
+    """One run's figure for one level (its records): None when the run has none for it."""
+    if metric == "throughput":
+        kept = [r for r in records if r.error_kind != CANCELLED]
+        return metrics.throughput_tok_s(kept) if any(r.ok for r in kept) else None
+    values = _values(records, PER_REQUEST[metric])
+    if not values:
         return None
-    ratios = cand[usable] / base[usable]
-    tail = (1.0 - confidence) / 2
-    low, high = np.quantile(ratios, [tail, 1.0 - tail])
-    return float(low), float(high)
+    return quantile(values, 0.99 if metric == "latency_p99" else 0.5)
 
 
-def _bootstrap(values: Sequence[float], q: float | None, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """The statistic of `resamples` resamples with replacement, computed in memory-bounded chunks."""
-    ordered = np.sort(np.asarray(values, dtype=float))
-    n = len(ordered)
-    rows_per_chunk = max(1, _MAX_RESAMPLE_CELLS // n)
-    out = []
-    for start in range(0, resamples, rows_per_chunk):
-        picks = rng.integers(0, n, size=(min(rows_per_chunk, resamples - start), n))
-        if q is None:
-            out.append(ordered[picks].mean(axis=1))
-        else:
-            # indices into sorted values sort like the values: the k-th smallest index is the quantile
-            k = rank_index(n, q)
-            out.append(ordered[np.partition(picks, k, axis=1)[:, k]])
-    return np.concatenate(out)
-
-
-def _excludes_one(ci: tuple[float, float] | None) -> bool | None:
-    if ci is None:
+def geometric_mean(values: Sequence[float]) -> float | None:
+    if not values:
         return None
-    return ci[0] > 1.0 or ci[1] < 1.0
+    if any(v <= 0 for v in values):
+        return float(np.mean(values))
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def throughput_windows(records: Sequence[RequestRecord],
-                       window_counts: Iterable[int] = THROUGHPUT_WINDOWS) -> list[float] | None:
-    """Tokens per second in equal windows of the level's wall span, by completion time.
-
-    The span and the tokens are those of `metrics.level_wall_s` and `metrics.output_tokens`, so
-    the mean of the windows is the level's throughput. Returns the first split in `window_counts`
-    whose every window holds at least one successful completion, or None if none does.
-    """
-    rs = [r for r in records if r.error_kind != CANCELLED]
-    wall_s = metrics.level_wall_s(rs)
-    if wall_s <= 0:
-        return None
-    start_ns = min(r.send_ns for r in rs)
-    span_ns = wall_s * 1e9
-    for count in window_counts:
-        tokens = [0] * count
-        completions = [0] * count
-        for r in rs:
-            if r.ok:
-                i = min(int((r.complete_ns - start_ns) / span_ns * count), count - 1)
-                tokens[i] += metrics.output_tokens([r])
-                completions[i] += 1
-        if all(completions):
-            return [t / (wall_s / count) for t in tokens]
-    return None
-
-
-# ---------------------------------------------------------------- one metric of one level
-
-
-def _rng(seed: int, *key: object) -> np.random.Generator:
-    """A generator per (metric, target, level): results do not depend on the order of comparison."""
-    return np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
-
-
-def compare_throughput(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], *, target: str,
-                       concurrency: int, confidence: float, seed: int = 0) -> MetricComparison:
-    base_windows, cand_windows = throughput_windows(base), throughput_windows(cand)
-    kept_base = [r for r in base if r.error_kind != CANCELLED]
-    kept_cand = [r for r in cand if r.error_kind != CANCELLED]
-    common = dict(metric="throughput", target=target, concurrency=concurrency,
-                  baseline=metrics.throughput_tok_s(kept_base) if kept_base else None,
-                  candidate=metrics.throughput_tok_s(kept_cand) if kept_cand else None,
-                  n_baseline=len(base_windows or ()), n_candidate=len(cand_windows or ()))
-    if base_windows is None or cand_windows is None:
-        return MetricComparison(**common, note=f"too few completions for {min(THROUGHPUT_WINDOWS)} "
-                                               "throughput windows")
-    ci = bootstrap_ratio_ci(base_windows, cand_windows, None, confidence,
-                            _rng(seed, "throughput", target, concurrency))
-    return MetricComparison(**common, ci_low=ci and ci[0], ci_high=ci and ci[1], significant=_excludes_one(ci),
-                            note=None if ci else "baseline throughput is 0")
-
-
-def compare_per_request(metric: str, base_values: Sequence[float], cand_values: Sequence[float], *,
-                        target: str, concurrency: int, confidence: float, seed: int = 0) -> MetricComparison:
-    """A median (latency_p50, queue_wait_p50, decode_tok_s) or latency_p99 of per-request values."""
-    q = 0.99 if metric == "latency_p99" else 0.5
-    base, cand = list(base_values), list(cand_values)
-    common = dict(metric=metric, target=target, concurrency=concurrency,
-                  baseline=quantile(base, q) if base else None,
-                  candidate=quantile(cand, q) if cand else None,
-                  n_baseline=len(base), n_candidate=len(cand))
-    if min(len(base), len(cand)) < MIN_REQUESTS:
-        return MetricComparison(**common, note=f"fewer than {MIN_REQUESTS} requests with this figure")
-    if metric == "latency_p99" and min(len(base), len(cand)) < MIN_P99_REQUESTS:
-        return MetricComparison(**common, note=f"p99 is tested from {MIN_P99_REQUESTS} requests per level "
-                                               f"(have {len(base)} and {len(cand)})")
-    ci = bootstrap_ratio_ci(base, cand, q, confidence, _rng(seed, metric, target, concurrency))
-    note = None if ci else "baseline value is 0, no ratio"
-    if metric == "latency_p99":
-        significant, p_value = _excludes_one(ci), None
-    else:
-        p_value = mann_whitney_p(base, cand)
-        excludes = _excludes_one(ci)
-        significant = None if excludes is None else (p_value < 1.0 - confidence and excludes)
-    return MetricComparison(**common, p_value=p_value, ci_low=ci and ci[0], ci_high=ci and ci[1],
-                            significant=significant, note=note)
+def compare_metric(metric: str, base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequence[RequestRecord]], *,
+                   target: str, level: int | float, alpha: float, paired: bool,
+                   floor: Floor | None) -> MetricComparison:
+    """One metric of one level over the runs of each side (each run's records of that level)."""
+    base_values = [level_value(metric, rs) for rs in base]
+    cand_values = [level_value(metric, rs) for rs in cand]
+    common = dict(metric=metric, target=target, concurrency=level, n_baseline=len(base), n_candidate=len(cand))
+    if None in base_values or None in cand_values:
+        have_b = [v for v in base_values if v is not None]
+        have_c = [v for v in cand_values if v is not None]
+        return MetricComparison(**common, baseline=geometric_mean(have_b), candidate=geometric_mean(have_c),
+                                note="a run has no value for it (no successful request with this figure)")
+    effect: RunEffect = run_effect(base_values, cand_values, alpha, paired=paired, floor=floor)  # type: ignore[arg-type]
+    note = None
+    if effect.ratio is None:
+        note = "a value of 0 has no ratio"
+    elif effect.significant is None:
+        note = "one run a side and no noise floor: run-to-run noise is unknown (more runs a side, or `loadgen calibrate`)"
+    return MetricComparison(**common, baseline=geometric_mean(base_values), candidate=geometric_mean(cand_values),  # type: ignore[arg-type]
+                            p_value=effect.p_value, ci_low=effect.ci_low, ci_high=effect.ci_high,
+                            significant=effect.significant, note=note,
+                            method=None if effect.significant is None else effect.method,
+                            detectable=effect.detectable)
 
 
 def compare_error_rate(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], *, target: str,
-                       concurrency: int, confidence: float) -> MetricComparison:
+                       concurrency: int | float, alpha: float) -> MetricComparison:
+    """Failed / (ok + failed) over all the side's runs; Fisher's exact test on the pooled counts."""
     (base_failed, base_ok), (cand_failed, cand_ok) = _error_counts(base), _error_counts(cand)
     common = dict(metric="error_rate", target=target, concurrency=concurrency,
                   baseline=_rate(base_failed, base_ok), candidate=_rate(cand_failed, cand_ok),
@@ -320,7 +287,7 @@ def compare_error_rate(base: Sequence[RequestRecord], cand: Sequence[RequestReco
     if not common["n_baseline"] or not common["n_candidate"]:
         return MetricComparison(**common, note="no finished requests")
     p_value = float(stats.fisher_exact([[base_failed, base_ok], [cand_failed, cand_ok]]).pvalue)
-    return MetricComparison(**common, p_value=p_value, significant=p_value < 1.0 - confidence)
+    return MetricComparison(**common, p_value=p_value, significant=p_value < alpha)
 
 
 def _rate(failed: int, ok: int) -> float | None:
@@ -333,23 +300,21 @@ def _error_counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
     return failed, sum(1 for r in records if r.ok)
 
 
-def compare_level(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], *, target: str,
-                  concurrency: int, confidence: float, seed: int = 0,
+def compare_level(base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequence[RequestRecord]], *, target: str,
+                  concurrency: int | float, alpha: float, paired: bool = False, floors: NoiseFloors | None = None,
                   only: Iterable[str] | None = None) -> LevelComparison:
-    """The metrics of one level (all, or those in `only`); `base` and `cand` are that level's records."""
+    """The metrics of one level (all, or those in `only`): `base` and `cand` hold, per run, that
+    level's records."""
     chosen = None if only is None else set(only)
-    wanted = [name for name in METRICS if chosen is None or name in chosen]
-    where = dict(target=target, concurrency=concurrency, confidence=confidence)
     compared = []
-    for name in wanted:
-        if name == "throughput":
-            compared.append(compare_throughput(base, cand, seed=seed, **where))
-        elif name == "error_rate":
-            compared.append(compare_error_rate(base, cand, **where))
+    for name in (n for n in METRICS if chosen is None or n in chosen):
+        if name == "error_rate":
+            compared.append(compare_error_rate([r for rs in base for r in rs], [r for rs in cand for r in rs],
+                                               target=target, concurrency=concurrency, alpha=alpha))
         else:
-            per_record = PER_REQUEST[name]
-            compared.append(compare_per_request(name, _values(base, per_record), _values(cand, per_record),
-                                                seed=seed, **where))
+            floor = floors.lookup(name, target, concurrency) if floors else None
+            compared.append(compare_metric(name, base, cand, target=target, level=concurrency, alpha=alpha,
+                                           paired=paired, floor=floor))
     return LevelComparison(target, concurrency, tuple(compared))
 
 
@@ -462,20 +427,65 @@ def plan_levels(baseline: Mapping[str, Any], baseline_records: Sequence[RequestR
     return LevelPlan(tuple(pairs), tuple(skipped))
 
 
-def compare_runs(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
-                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord], *,
-                 confidence: float = 0.95, seed: int = 0, only: Iterable[str] | None = None) -> RunComparison:
-    """Compare every (target label, level) present in both runs. Raises CompareError when they are not comparable."""
+def plan_sides(baseline: Sequence[RunData], candidate: Sequence[RunData]) -> tuple[LevelPlan, list[str]]:
+    """The levels every run of both sides has records for, and the warnings of checking each
+    candidate and each further baseline run against the first baseline run."""
+    if not baseline or not candidate:
+        raise CompareError("a side has no run to compare")
+    first = baseline[0]
+    warnings: list[str] = []
+    for run in [*baseline[1:], *candidate]:
+        warnings += [w for w in check_comparable(first.doc, run.doc) if w not in warnings]
+    plans = [plan_levels(b.doc, b.records, c.doc, c.records) for b in baseline for c in candidate]
+    pairs = [p for p in plans[0].pairs if all(p in plan.pairs for plan in plans[1:])]
+    skipped = list(dict.fromkeys(s for plan in plans for s in plan.skipped))
+    for label, level in plans[0].pairs:
+        if (label, level) not in pairs:
+            skipped.append(f"{label} at {level:g}: not in every run")
+    return LevelPlan(tuple(pairs), tuple(skipped)), warnings
+
+
+def compare_sides(baseline: Sequence[RunData], candidate: Sequence[RunData], *, confidence: float = 0.95,
+                  floors: NoiseFloors | None = None, only: Iterable[str] | None = None,
+                  error_rate_tested: bool = True) -> RunComparison:
+    """Compare every (target label, level) that all runs of both sides share, each check at the
+    Bonferroni-corrected confidence. Raises CompareError when the runs are not comparable.
+    `error_rate_tested` False: the error rate is a ceiling (the gate's), not one of the k tests."""
     if not 0.5 <= confidence < 1.0:
         raise CompareError(f"confidence must be in [0.5, 1), got {confidence}")
-    warnings = check_comparable(baseline, candidate)
-    plan = plan_levels(baseline, baseline_records, candidate, candidate_records)
+    baseline = sorted(baseline, key=lambda r: r.started)
+    candidate = sorted(candidate, key=lambda r: r.started)
+    plan, warnings = plan_sides(baseline, candidate)
     if not plan.pairs:
         raise CompareError("no level has request records in both runs: " + "; ".join(plan.skipped))
-    base_by_level, cand_by_level = _by_level(baseline_records), _by_level(candidate_records)
-    compared = tuple(compare_level(base_by_level[pair], cand_by_level[pair], target=pair[0], concurrency=pair[1],
-                                   confidence=confidence, seed=seed, only=only) for pair in plan.pairs)
-    return RunComparison(confidence, compared, plan.skipped, tuple(warnings))
+    chosen = [n for n in METRICS if only is None or n in set(only)]
+    tested = [n for n in chosen if error_rate_tested or n != "error_rate"]
+    per_check = 1.0 - (1.0 - confidence) / max(1, len(plan.pairs) * len(tested))
+    paired = interleaved([_start_s(r) for r in baseline], [_start_s(r) for r in candidate])
+    base_levels = [_by_level(r.records) for r in baseline]
+    cand_levels = [_by_level(r.records) for r in candidate]
+    compared = tuple(compare_level([b[pair] for b in base_levels], [c[pair] for c in cand_levels], target=pair[0],
+                                   concurrency=pair[1], alpha=1.0 - per_check, paired=paired, floors=floors,
+                                   only=chosen) for pair in plan.pairs)
+    return RunComparison(confidence, compared, plan.skipped, tuple(warnings), per_check,
+                         (len(baseline), len(candidate)), paired, floors.source if floors else None)
+
+
+def compare_runs(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
+                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord], *,
+                 confidence: float = 0.95, floors: NoiseFloors | None = None,
+                 only: Iterable[str] | None = None) -> RunComparison:
+    """One run a side: `compare_sides` of one run each."""
+    return compare_sides([RunData(baseline, baseline_records)], [RunData(candidate, candidate_records)],
+                         confidence=confidence, floors=floors, only=only)
+
+
+def _start_s(run: RunData) -> float:
+    """The run's start, in seconds (ISO-8601 UTC text in run.json); 0 when it is missing."""
+    try:
+        return _dt.datetime.fromisoformat(run.started).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _by_level(records: Iterable[RequestRecord]) -> dict[tuple[str, int], list[RequestRecord]]:

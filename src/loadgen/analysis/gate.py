@@ -1,18 +1,19 @@
-"""The regression gate: which checks to run, their limits, and the verdict over a `compare` of two runs.
+"""The regression gate: which checks to run, their limits, and the verdict over a comparison of two sides.
 
 A check fails only when the candidate is worse than the baseline by more than its limit AND the
-difference is significant. "Significant but within the limit" passes; "beyond the limit but not
-significant" passes with a note (noise is never called a change); a check the data is too small
-to decide is *inconclusive*: a warning, or a failure with `strict`. The error rate is the
-exception: it is an absolute ceiling on the candidate's failed / (ok + failed), with no test.
+difference is more than run-to-run noise (analysis/compare.py: the run is the unit; see
+analysis/between_runs.py). "Significant but within the limit" passes. "Beyond the limit but not
+significant", or no test at all (one run a side and no noise floor), is *inconclusive*: a
+warning, or a failure with `strict`; never a regression. The gate also says the smallest change
+its runs can detect per metric and warns when a limit is tighter than that. The error rate is
+the exception: an absolute ceiling on the candidate's failed / (ok + failed), with no test.
 
 `confidence` is that of the whole gate. With k statistical checks (metrics x levels, error rate
 excluded), each is tested at 1 - (1 - confidence) / k (Bonferroni), so the chance that noise fails
 the gate somewhere stays below 1 - confidence however many levels a sweep has.
 
 Limits come from defaults, then the `[gate]` table of a TOML file, then the command line.
-Everything here is pure: the file is read by the `gate` command (its `load_gate_file`), the
-verdict is said in words by output/comparison.py.
+Everything here is pure.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..core.errors import EXIT_FAILED, EXIT_OK, UserError
 from ..core.records import RequestRecord
-from .compare import METRICS, Metric, MetricComparison, RunComparison, check_comparable, compare_runs, plan_levels
+from .compare import METRICS, Metric, MetricComparison, NoiseFloors, RunComparison, RunData, compare_sides
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
 DEFAULT_LIMITS = {  # worse by more than this share fails
@@ -44,7 +45,7 @@ RISE_KEYS = {"p50": "latency_p50", "p99": "latency_p99", "queue_wait": "queue_wa
 METRIC_ALIASES = {"queue_wait": "queue_wait_p50", "p50": "latency_p50", "p99": "latency_p99", "decode": "decode_tok_s"}
 FILE_KEYS = ("max_throughput_drop", "max_latency_rise", "max_error_rate", "confidence", "metrics", "strict")
 
-PASS, FAIL, NOT_SIGNIFICANT, INCONCLUSIVE = "pass", "fail", "not significant", "inconclusive"
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
 
 class GateConfigError(UserError, ValueError):
@@ -199,7 +200,7 @@ def build_config(*layers: Mapping[str, Any]) -> GateConfig:
 class Check:
     comparison: MetricComparison
     limit: float  # relative share, or the absolute error-rate ceiling
-    status: str  # PASS, FAIL, NOT_SIGNIFICANT, INCONCLUSIVE
+    status: str  # PASS, FAIL, INCONCLUSIVE
 
     @property
     def metric(self) -> str:
@@ -222,6 +223,23 @@ class GateResult:
             return EXIT_FAILED
         return EXIT_OK
 
+    def detectable(self) -> dict[str, float | None]:
+        """Per gated metric, the smallest relative change these runs detect at every gated level
+        (the largest over the levels); None where some level has no test at all."""
+        out: dict[str, float | None] = {}
+        for check in self.checks:
+            if check.metric == "error_rate":
+                continue
+            d = check.comparison.detectable if check.comparison.significant is not None else None
+            prev = out.get(check.metric, 0.0)
+            out[check.metric] = None if d is None or prev is None else max(prev, d)
+        return out
+
+    def limits_below_detection(self) -> list[tuple[str, float, float | None]]:
+        """(metric, limit, detectable) for each limit these runs cannot enforce."""
+        return [(metric, self.config.limits[metric], d) for metric, d in self.detectable().items()
+                if d is None or d > self.config.limits[metric]]
+
 
 def check_confidence(confidence: float, statistical_checks: int) -> float:
     """Bonferroni: each of k checks at 1 - (1 - confidence) / k."""
@@ -229,7 +247,13 @@ def check_confidence(confidence: float, statistical_checks: int) -> float:
 
 
 def judge(comparison: MetricComparison, config: GateConfig) -> Check:
-    """One check's status from its comparison and its limit."""
+    """One check's status from its comparison and its limit.
+
+    FAIL: worse by more than the limit, and the runs say it is more than run-to-run noise.
+    INCONCLUSIVE: worse by more than the limit, but the runs cannot tell (no test: one run a side
+    and no noise floor; or a test that does not exclude noise, which means the smallest change
+    these runs detect is above the limit). Never a regression without a test.
+    """
     if comparison.metric == "error_rate":
         limit = config.max_error_rate
         if comparison.candidate is None:
@@ -241,19 +265,14 @@ def judge(comparison: MetricComparison, config: GateConfig) -> Check:
         return Check(comparison, limit, INCONCLUSIVE)
     if not comparison.worse or abs(change) <= limit:
         return Check(comparison, limit, PASS)
-    if comparison.significant is None:
-        return Check(comparison, limit, INCONCLUSIVE)
-    return Check(comparison, limit, FAIL if comparison.significant else NOT_SIGNIFICANT)
+    return Check(comparison, limit, FAIL if comparison.significant else INCONCLUSIVE)
 
 
-def run_gate(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
-             candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord],
-             config: GateConfig, *, seed: int = 0) -> GateResult:
-    """Compare the gated metrics of two runs and judge each. Raises CompareError when they are not comparable."""
-    check_comparable(baseline, candidate)
-    plan = plan_levels(baseline, baseline_records, candidate, candidate_records)
-    per_check = check_confidence(config.confidence, len(plan.pairs) * len(config.statistical_metrics))
-    comparison = compare_runs(baseline, baseline_records, candidate, candidate_records,
-                              confidence=per_check, seed=seed, only=config.metrics)
+def run_gate(baseline: Sequence[RunData], candidate: Sequence[RunData], config: GateConfig, *,
+             floors: NoiseFloors | None = None) -> GateResult:
+    """Compare the gated metrics of two sides (one run or several each) and judge each. Raises
+    CompareError when they are not comparable."""
+    comparison = compare_sides(baseline, candidate, confidence=config.confidence, floors=floors,
+                               only=config.metrics, error_rate_tested=False)
     checks = tuple(judge(m, config) for level in comparison.levels for m in level.metrics)
-    return GateResult(config, comparison, checks, per_check)
+    return GateResult(config, comparison, checks, comparison.check_confidence)

@@ -1,4 +1,5 @@
-"""`loadgen compare` and `loadgen gate`: read two results directories, let analysis/compare.py and gate.py decide.
+"""`loadgen compare`, `loadgen gate` and `loadgen calibrate`: read two sides (a results directory each,
+or a folder of several runs each), let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
 limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression.
@@ -16,19 +17,24 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..analysis.compare import RunComparison, compare_runs
-from ..analysis.gate import (FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, GateConfigError, build_config, parse_confidence,
-                             parse_settings, run_gate)
-from ..core.records import RequestRecord
-from ..output.comparison import (check_line, comparison_markdown, comparison_table, gate_markdown, summary_line,
-                                 untested_notes)
-from ..results.reader import load_records, load_run
+from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
+from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
+                             parse_confidence, parse_settings, run_gate)
+from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
+                                 summary_line, untested_notes)
+from ..results.noise import write_noise
+from ..results.sides import load_side, side_noise
+from ..core.errors import InputError
 from .common import results_dir, user_errors
 
 
-def load(results_dir_text: str, which: str) -> tuple[dict[str, Any], list[RequestRecord]]:
-    path = results_dir(results_dir_text, which)
-    return load_run(path), load_records(path)
+def load(results_dir_text: str, which: str) -> list[RunData]:
+    """A side: one results directory, or a folder of them."""
+    return load_side(results_dir(results_dir_text, which))
+
+
+def noise_for(baseline_dir: str, noise_file: str | None) -> NoiseFloors | None:
+    return side_noise(Path(baseline_dir), Path(noise_file) if noise_file else None)
 
 
 def load_gate_file(path: Path) -> dict[str, Any]:
@@ -59,19 +65,26 @@ def print_notes(comparison: RunComparison, err: Console) -> None:
         err.print(f"skipped: {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
 
 
+NOISE_HELP = ("A noise.json from `loadgen calibrate` to judge differences against [default: the baseline "
+              "folder's noise.json, if any].")
+
+
 @click.command("compare")
 @click.argument("baseline_dir")
 @click.argument("candidate_dir")
+@click.option("--noise", "noise_file", help=NOISE_HELP)
 @click.option("--format", "output_format", type=click.Choice(["table", "markdown", "json"]), default="table",
               show_default=True, help="Terminal table, Markdown, or JSON for other tools.")
 @click.option("--confidence", default="0.95", show_default=True,
               help="Confidence at which each change is called significant (0.95 or 95%).")
-def compare_command(baseline_dir: str, candidate_dir: str, output_format: str, confidence: str) -> None:
-    """Compare two sweeps per target and level: values, change, and whether it is more than noise."""
+def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | None, output_format: str,
+                    confidence: str) -> None:
+    """Compare two sides (a sweep each, or a folder of runs each) per target and level: values,
+    change, and whether it is more than the run-to-run noise."""
     with user_errors():
         level = parse_confidence(confidence, "--confidence")
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
-        comparison = compare_runs(*baseline, *candidate, confidence=level)
+        comparison = compare_sides(baseline, candidate, confidence=level, floors=noise_for(baseline_dir, noise_file))
     if output_format == "json":
         click.echo(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
     elif output_format == "markdown":
@@ -89,42 +102,74 @@ FLAG_NAMES = {"max_throughput_drop": "--max-throughput-drop", "max_latency_rise"
               "strict": "--strict"}
 
 
-@click.command("gate")
-@click.argument("baseline_dir")
-@click.argument("candidate_dir")
-@click.option("--max-throughput-drop", help="Largest tolerated drop: 5% (throughput and decode tok/s), "
-                                            "or throughput:5%,decode:10%.  [default: 5%]")
-@click.option("--max-latency-rise", help="Largest tolerated rise: p99:10%,p50:5%,queue_wait:10% "
-                                         "(a bare 10% sets all three).  [default: p50 5%, p99 10%, queue_wait 10%]")
-@click.option("--max-error-rate", help="Ceiling on the candidate's failed/(ok+failed) per level.  [default: 0]")
-@click.option("--confidence", help="Confidence of the whole gate; each check is tested at a Bonferroni-corrected "
-                                   "level.  [default: 0.95]")
-@click.option("--metric", "metrics", multiple=True,
-              help="Metric to check (repeatable or comma-separated): throughput, latency_p50, latency_p99, "
-                   "queue_wait_p50, decode_tok_s, error_rate.  [default: throughput, latency_p50, latency_p99, "
-                   "error_rate]")
-@click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (too little data).")
-@click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags override it.")
-def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
-                 max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
-                 config_file: str | None) -> None:
-    """Exit 1 when the candidate sweep regressed beyond a limit and the change is significant, else 0."""
+def gate_options(command):
+    """The gate's limit options, shared by `gate` and `ab`."""
+    options = [
+        click.option("--max-throughput-drop", help="Largest tolerated drop: 5% (throughput and decode tok/s), "
+                                                   "or throughput:5%,decode:10%.  [default: 5%]"),
+        click.option("--max-latency-rise", help="Largest tolerated rise: p99:10%,p50:5%,queue_wait:10% "
+                                                "(a bare 10% sets all three).  [default: p50 5%, p99 10%, "
+                                                "queue_wait 10%]"),
+        click.option("--max-error-rate", help="Ceiling on the candidate's failed/(ok+failed) per level.  [default: 0]"),
+        click.option("--confidence", help="Confidence of the whole gate; each check is tested at a "
+                                          "Bonferroni-corrected level.  [default: 0.95]"),
+        click.option("--metric", "metrics", multiple=True,
+                     help="Metric to check (repeatable or comma-separated): throughput, latency_p50, latency_p99, "
+                          "queue_wait_p50, decode_tok_s, error_rate.  [default: throughput, latency_p50, "
+                          "latency_p99, error_rate]"),
+        click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (the runs cannot "
+                                                                "tell)."),
+        click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags "
+                                                     "override it."),
+        click.option("--noise", "noise_file", help=NOISE_HELP),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, max_error_rate: str | None,
+                confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
+                config_file: str | None) -> GateConfig:
     flags = {"max_throughput_drop": max_throughput_drop, "max_latency_rise": max_latency_rise,
              "max_error_rate": max_error_rate, "confidence": confidence, "metrics": list(metrics) or None,
              "strict": strict}
+    from_file = load_gate_file(Path(config_file)) if config_file else {}
+    return build_config(from_file, parse_settings(flags, lambda key: FLAG_NAMES[key]))
+
+
+@click.command("gate")
+@click.argument("baseline_dir")
+@click.argument("candidate_dir")
+@gate_options
+def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
+                 max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
+                 config_file: str | None, noise_file: str | None) -> None:
+    """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise, else 0.
+
+    Each side is a results directory or a folder of several (runs are the unit: with one run a side
+    and no noise floor a change cannot be told from the machine's drift and is inconclusive)."""
     with user_errors():
-        from_file = load_gate_file(Path(config_file)) if config_file else {}
-        config = build_config(from_file, parse_settings(flags, lambda key: FLAG_NAMES[key]))
+        config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
+                             config_file)
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
-        result = run_gate(*baseline, *candidate, config)
+        result = run_gate(baseline, candidate, config, floors=noise_for(baseline_dir, noise_file))
+    report_gate(result, config.strict)
+
+
+def report_gate(result: GateResult, strict: bool) -> None:
+    """The gate's lines, summary and step summary; exits 1 on a failed gate."""
     out, err = Console(), Console(stderr=True)
     print_notes(result.comparison, err)
+    for line in detection_lines(result):
+        err.print(line, style="yellow" if line.startswith("warning") else "dim", highlight=False, markup=False,
+                  soft_wrap=True)
     for check in result.checks:
         line = check_line(check, result.check_confidence)
-        if check.status == FAIL or (check.status == INCONCLUSIVE and config.strict):
+        if check.status == FAIL or (check.status == INCONCLUSIVE and strict):
             out.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
-        elif check.status in (NOT_SIGNIFICANT, INCONCLUSIVE):
-            err.print(f"note: {line}" if check.status == NOT_SIGNIFICANT else f"warning: {line}",
+        elif check.status == INCONCLUSIVE:
+            err.print(f"warning: {line}",
                       style="yellow", highlight=False, markup=False, soft_wrap=True)
     out.print(summary_line(result), style="bold red" if result.exit_code else "bold green",
               highlight=False, markup=False, soft_wrap=True)
@@ -144,3 +189,32 @@ def write_step_summary(markdown: str, err: Console) -> None:
     except OSError as exc:
         err.print(f"warning: cannot write the step summary to {path} ({exc.strerror})", style="yellow",
                   highlight=False, markup=False, soft_wrap=True)
+
+
+@click.command("calibrate")
+@click.argument("runs_dir")
+@click.option("--out", "out_file", help="Where to write the noise file [default: RUNS_DIR/noise.json].")
+def calibrate_command(runs_dir: str, out_file: str | None) -> None:
+    """Measure this machine's run-to-run noise from several runs of one unchanged configuration
+    (a folder of results directories, e.g. an A/A `loadgen ab`), for `compare` and `gate`."""
+    with user_errors():
+        path = results_dir(runs_dir, "runs")
+        runs = load_side(path) if not (path / "baseline").is_dir() else [
+            *load_side(path / "baseline"), *load_side(path / "candidate")]
+        if len(runs) < 3:
+            raise InputError(f"{path}: {len(runs)} run(s); a noise floor needs at least 3 runs of one configuration")
+        baseline = runs[:1]
+        for run in runs[1:]:
+            compare_sides(baseline, [run])  # refuses runs that cannot be compared, in one line
+        floors = noise_floors(runs)
+        target = Path(out_file) if out_file else path / "noise.json"
+        try:
+            write_noise(target, floors, len(runs))
+        except OSError as exc:
+            raise InputError(f"cannot write {target} ({exc.strerror})") from None
+    out = Console()
+    for metric, floor in floors.by_metric.items():
+        out.print(f"{metric}: run-to-run noise {floor.sigma:.1%} ({floor.df} differences of neighbouring runs)",
+                  highlight=False)
+    out.print(f"noise floor written to {target}; `loadgen gate BASELINE CANDIDATE --noise {target}` judges against it",
+              highlight=False, soft_wrap=True)

@@ -28,6 +28,8 @@ COMMANDS = {
     "sim": "loadgen.sim.cli:sim_command",
     "compare": "loadgen.cli.gate:compare_command",
     "gate": "loadgen.cli.gate:gate_command",
+    "calibrate": "loadgen.cli.gate:calibrate_command",
+    "ab": "loadgen.cli.ab:ab_command",
     "export": "loadgen.cli.report:export_command",
     "report": "loadgen.cli.report:report_command",
 }

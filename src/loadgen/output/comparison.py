@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.compare import METRICS, Metric, MetricComparison, RunComparison
-from ..analysis.gate import FAIL, INCONCLUSIVE, NOT_SIGNIFICANT, PASS, Check, GateResult
+from ..analysis.gate import FAIL, INCONCLUSIVE, PASS, Check, GateResult
 from ..core.records import level_name
 
 
@@ -42,7 +42,7 @@ def format_evidence(comparison: MetricComparison, confidence: float) -> str:
     """The p-value and/or interval behind a significance call, or why there is none."""
     parts = []
     if comparison.p_value is not None:
-        test = "Fisher" if comparison.metric == "error_rate" else "Mann-Whitney"
+        test = "Fisher" if comparison.metric == "error_rate" else f"t between runs ({comparison.method})"
         parts.append(f"{test} p={comparison.p_value:.2g}")
     if comparison.ci_low is not None and comparison.ci_high is not None:
         parts.append(f"{_percent(confidence)} CI of ratio {comparison.ci_low:.3f}-{comparison.ci_high:.3f}")
@@ -79,19 +79,47 @@ def check_line(check: Check, confidence: float) -> str:
     else:
         figures = f"{values} ({format_change(c)}, limit {format_limit(check)})"
         evidence = format_evidence(c, confidence)
-    head = {FAIL: "REGRESSION", NOT_SIGNIFICANT: "not significant", INCONCLUSIVE: "inconclusive",
-            PASS: "ok"}[check.status]
-    tail = {NOT_SIGNIFICANT: "; within noise, not counted"}
-    return f"{head}: {c.metric} {_where(c)}: {figures}; {evidence}{tail.get(check.status, '')}"
+    head = {FAIL: "REGRESSION", INCONCLUSIVE: "inconclusive", PASS: "ok"}[check.status]
+    tail = "; the runs cannot tell this from run-to-run noise" if c.significant is False else ""
+    return f"{head}: {c.metric} {_where(c)}: {figures}; {evidence}{tail}"
+
+
+def runs_text(comparison: RunComparison) -> str:
+    """"3+3 interleaved runs", "1+1 runs, noise floor from FILE"."""
+    b, c = comparison.runs
+    text = "1 run a side" if b == c == 1 else f"{b}+{c} {'interleaved ' if comparison.paired else ''}runs"
+    return text + (f", noise floor from {comparison.floor}" if comparison.floor else "")
+
+
+def detection_lines(result: GateResult) -> list[str]:
+    """What these runs can detect, per gated metric, and a warning for each limit they cannot enforce."""
+    detectable = result.detectable()
+    if not detectable:
+        return []
+    known = [f"{METRICS[m].title} {d:.0%}" for m, d in detectable.items() if d is not None]
+    lines = []
+    if known:
+        lines.append(f"with {runs_text(result.comparison)}: the smallest changes these runs detect are "
+                     + ", ".join(known))
+    for metric, limit, d in result.limits_below_detection():
+        if d is None:
+            lines.append(f"warning: {METRICS[metric].title}: one run a side and no noise floor, so no change can be "
+                         "told from this machine's run-to-run drift; gate several interleaved runs a side "
+                         "(`loadgen ab --repeat 3`) or calibrate (`loadgen calibrate`)")
+        else:
+            lines.append(f"warning: {METRICS[metric].title}: the limit {limit:.0%} is below the smallest change these "
+                         f"runs detect ({d:.0%}); a regression between the two is reported inconclusive, not "
+                         "caught: add runs or calibrate")
+    return lines
 
 
 def summary_line(result: GateResult) -> str:
-    failed, noise, unsure = (len(result.with_status(s)) for s in (FAIL, NOT_SIGNIFICANT, INCONCLUSIVE))
+    failed, unsure = (len(result.with_status(s)) for s in (FAIL, INCONCLUSIVE))
     levels = len(result.comparison.levels)
-    extras = [f"{n} {what}" for n, what in ((noise, "beyond the limit but not significant"),
-                                            (unsure, "inconclusive")) if n]
-    tested = (f"{len(result.checks)} checks on {levels} level{'s' if levels != 1 else ''}, each at "
-              f"{_percent(result.check_confidence)} confidence for {_percent(result.config.confidence)} overall")
+    extras = [f"{unsure} inconclusive"] if unsure else []
+    tested = (f"{len(result.checks)} checks on {levels} level{'s' if levels != 1 else ''} over "
+              f"{runs_text(result.comparison)}, each at {_percent(result.check_confidence)} confidence for "
+              f"{_percent(result.config.confidence)} overall")
     if result.exit_code:
         why = f"{failed} regression{'s' if failed != 1 else ''}" if failed else "inconclusive checks with --strict"
         return f"gate: FAILED, {why} ({tested}{'; ' + ', '.join(extras) if extras else ''})"
@@ -116,7 +144,7 @@ def comparison_markdown(comparison: RunComparison) -> str:
 
 def gate_markdown(result: GateResult) -> str:
     """A GitHub step summary: verdict, then every check."""
-    icon = {PASS: "pass", FAIL: "**REGRESSION**", NOT_SIGNIFICANT: "not significant", INCONCLUSIVE: "inconclusive"}
+    icon = {PASS: "pass", FAIL: "**REGRESSION**", INCONCLUSIVE: "inconclusive"}
     lines = [f"### loadgen gate: {'FAILED' if result.exit_code else 'passed'}", "", summary_line(result), "",
              _markdown_row(["target", "C", "metric", "baseline", "candidate", "change", "limit", "evidence", "result"]),
              _markdown_row(["---", "---:", "---", "---:", "---:", "---:", "---:", "---", "---"])]
@@ -149,8 +177,9 @@ def short_evidence(comparison: MetricComparison) -> str:
 
 def comparison_table(comparison: RunComparison) -> Table:
     """The comparison for a terminal: one row per metric, levels grouped; notes go below it."""
-    table = Table(title=f"loadgen compare (significant at {_percent(comparison.confidence)}; "
-                        "CI: interval of candidate/baseline)", header_style="bold underline", box=None,
+    table = Table(title=f"loadgen compare ({runs_text(comparison)}; significant at "
+                        f"{_percent(comparison.confidence)} overall; CI: interval of candidate/baseline)",
+                  header_style="bold underline", box=None,
                   pad_edge=False)
     for name, justify in [("target @ C", "left"), ("metric", "left"), ("baseline", "right"), ("candidate", "right"),
                           ("change", "right"), ("significant", "left")]:

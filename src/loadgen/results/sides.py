@@ -1,0 +1,38 @@
+"""A side of a comparison on disk: one results directory, or a folder of them (several runs of one
+configuration, e.g. what `loadgen ab` writes, or runs saved by hand), plus its noise floor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..analysis.compare import NoiseFloors, RunData
+from ..core.errors import ResultsError
+from .noise import NOISE_FILE, load_noise
+from .reader import load_records, load_run
+from .schema import RUN_FILE
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The results directories of a side: `path` itself when it holds a run.json, else its
+    subfolders that do (sorted by name)."""
+    if (path / RUN_FILE).is_file():
+        return [path]
+    if not path.is_dir():
+        raise ResultsError(f"{path}: no such results directory")
+    found = sorted(p for p in path.iterdir() if p.is_dir() and (p / RUN_FILE).is_file())
+    if not found:
+        raise ResultsError(f"{path}: no {RUN_FILE} in it or in its subfolders; is it a results directory?")
+    return found
+
+
+def load_side(path: Path) -> list[RunData]:
+    return [RunData(load_run(p), load_records(p)) for p in run_dirs(path)]
+
+
+def side_noise(path: Path, explicit: Path | None = None) -> NoiseFloors | None:
+    """The noise floor to judge against: `explicit` (--noise), else a noise.json in the side's folder."""
+    if explicit is not None:
+        return load_noise(explicit)
+    if (path / NOISE_FILE).is_file():
+        return load_noise(path / NOISE_FILE)
+    return None
