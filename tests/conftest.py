@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 import urllib.request
@@ -8,7 +7,7 @@ import urllib.request
 import pytest
 
 from loadgen.results import load_records, load_run
-from testbed import LOADGEN, free_port, sweep, start_llama_server
+from testbed import start_llama_server, start_sim, sweep
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +60,7 @@ def loadgen(monkeypatch, capsys):
 @pytest.fixture
 def simulator():
     """A simulated llama-server in its own process, on a free loopback port."""
-    port = free_port()
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", str(port), "--profile", "smoke", "--slots", "2",
-                             "--time-scale", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_sim("--profile", "smoke", "--slots", "2", "--time-scale", "0.05")
     deadline = time.monotonic() + 20
     while True:
         try:

@@ -7,14 +7,13 @@ real-server half of this test names the field.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testbed import LOADGEN, free_port
+from testbed import start_sim
 
 COMPLETION_KEYS = {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
                    "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
@@ -29,10 +28,7 @@ BODY = {"prompt": "[contract] Say hello.", "n_predict": 4, "ignore_eos": True, "
 
 @pytest.fixture(scope="module")
 def simulator():
-    port = free_port()
-    proc = subprocess.Popen([*LOADGEN, "sim", "--port", str(port), "--profile", "smoke", "--slots", "4",
-                             "--time-scale", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_sim("--profile", "smoke", "--slots", "4", "--time-scale", "0.2")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:

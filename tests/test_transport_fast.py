@@ -11,6 +11,7 @@ from httpfixture import FixtureServer, Request, chunked, reset, response, self_s
 from loadgen import records
 from loadgen.transport import AiohttpTransport, TransportError
 from loadgen.transport_fast import FastTransport, environment_proxy, make_transport
+from testbed import refused_port
 
 TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
 SSE = b"".join(b'data: {"content":"tok%d","stop":false}\n\n' % i for i in range(64))
@@ -344,10 +345,8 @@ def test_total_timeout(kind):
 @pytest.mark.parametrize("kind", TRANSPORTS)
 def test_connection_refused_is_connect_error(kind):
     async def main():
-        async with FixtureServer(answer(b"")) as server:
-            url = server.url
         transport = TRANSPORTS[kind]()
-        await transport.open(url, 1, 5)
+        await transport.open(f"http://127.0.0.1:{port}", 1, 5)
         try:
             with pytest.raises(TransportError) as err:
                 await transport.request("POST", "/x", b"{}")
@@ -355,7 +354,8 @@ def test_connection_refused_is_connect_error(kind):
             await transport.close()
         assert err.value.kind == records.CONNECT_ERROR and "\n" not in err.value.message
         return err.value.message
-    message = run(main())
+    with refused_port() as port:  # a server just stopped frees its port for anyone to listen on
+        message = run(main())
     assert "refused" in message.lower()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for as long as the block runs: bound, never
+    listening. A port that was merely free a moment ago may be listened on by then."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+def start_sim(*args: str) -> tuple[subprocess.Popen, str]:
+    """`loadgen sim --port 0 ARGS` in its own process, and its URL once it listens. The simulator
+    binds the port itself: a port picked here and passed on could be taken by another process
+    (another test run, another engineer's server) in between, and the tests would talk to that."""
+    proc = subprocess.Popen([*LOADGEN, "sim", "--port", "0", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()  # "loadgen sim: ... on http://127.0.0.1:PORT, ..." once it listens
+    if " on http" not in line:
+        proc.kill()
+        raise RuntimeError(f"the simulator did not start: {line}{proc.communicate()[1]}")
+    return proc, line.split(" on ")[1].split(",")[0]
 
 
 def testbed_paths() -> tuple[str, str]:
