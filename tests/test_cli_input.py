@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import cli
-from servers import LOADGEN, free_port
+from servers import LOADGEN, refused_port
 
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -115,10 +115,10 @@ def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, bad_files, args, 
 
 
 def test_unreachable_port_is_named_and_exits_1_with_a_valid_run_file(monkeypatch, capsys, tmp_path):
-    port = free_port()  # nothing listens there
     out_dir = tmp_path / "run"
-    code, out, err = run_cli(monkeypatch, capsys, "sweep", "--ports", str(port), "--concurrency", "1",
-                             "--output", str(out_dir))
+    with refused_port() as port:  # nothing listens there
+        code, out, err = run_cli(monkeypatch, capsys, "sweep", "--ports", str(port), "--concurrency", "1",
+                                 "--output", str(out_dir))
     assert code == 1
     assert f"127.0.0.1:{port}" in err and "connection refused" in err
     assert "Traceback" not in err

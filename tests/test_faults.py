@@ -15,7 +15,7 @@ import pytest
 
 from loadgen.results.reader import load_probe, load_records, load_run
 from loadgen.sim import FaultConfig, start_simulator
-from servers import RawListener, SimProcess, SimThread, free_port
+from servers import RawListener, SimProcess, SimThread, refused_port
 
 LEVELS = (1, 4)
 PER_LEVEL = 24
@@ -241,8 +241,9 @@ UNREACHABLE = {"refused": "connection refused by", "dns": "cannot resolve the ho
 def test_a_target_that_is_not_a_llama_server(loadgen, tmp_path, case):
     """One line naming the target and why, exit 1, and the other target still runs."""
     out = tmp_path / "run"
-    with SimThread() as good, RawListener({"ssh": _ssh_banner, "echo": _echo}.get(case, _garbage)) as raw:
-        bad = {"refused": f"http://127.0.0.1:{free_port()}", "dns": "http://loadgen-test.invalid:8080",
+    with SimThread() as good, RawListener({"ssh": _ssh_banner, "echo": _echo}.get(case, _garbage)) as raw, \
+            refused_port() as nothing_there:
+        bad = {"refused": f"http://127.0.0.1:{nothing_there}", "dns": "http://loadgen-test.invalid:8080",
                "tls": good.url.replace("http://", "https://")}.get(case, f"http://127.0.0.1:{raw.port}")
         code, stdout, stderr = loadgen("sweep", "--url", bad, "--url", good.url, "--concurrency", "1",
                                        "--requests", "4", "--n-predict", "4", "--warmup", "0",

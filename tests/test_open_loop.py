@@ -18,6 +18,7 @@ from loadgen.core.records import LevelRun
 from loadgen.run.engine import run_level, run_open_level
 from loadgen.run.loops import loop_factory
 from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.looplag import LoopLagSampler
 from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
 
 
@@ -96,14 +97,31 @@ def test_a_stall_shows_in_the_corrected_p99_and_not_in_the_uncorrected_one():
 
 def test_a_constant_20_per_second_schedule_sends_200_requests_on_time():
     offsets = arrival_offsets_ns(20, requests=None, duration_s=10, arrival="constant")
-    level, server = run(lambda: level_against(Behaviour(), rate=20.0, offsets=offsets))
+
+    async def sampled():
+        sampler = LoopLagSampler().start()
+        try:
+            return await level_against(Behaviour(), rate=20.0, offsets=offsets)
+        finally:
+            loop_load.append(sampler.stop())
+
+    loop_load: list = []
+    level, server = run(sampled)
     assert server.requests == len(level.records)
     assert 198 <= len(level.records) <= 202
+    records_by_seq = sorted(level.records, key=lambda r: r.seq)
+    assert [r.start_ns - level.start_ns for r in records_by_seq] == [int(o) for o in offsets]  # as scheduled
     lag = metrics.distribution_ms([metrics.schedule_lag_ms(r) for r in level.records])
-    print(f"schedule lag p50 {lag.p50:.3f} ms, p99 {lag.p99:.3f} ms, max {lag.max:.3f} ms")
-    # Generous bounds (a shared 2-core CI box runs llama-servers beside this): a dispatcher that
-    # bunched sends or slept in coarse steps would be seconds or tens of ms late, not this.
-    assert lag.p50 < 5.0 and lag.p99 < 25.0
+    loop_lag_max = loop_load[0].loop_lag_max_ms
+    print(f"schedule lag p50 {lag.p50:.3f} ms, p99 {lag.p99:.3f} ms, max {lag.max:.3f} ms; "
+          f"event-loop lag max {loop_lag_max:.3f} ms")
+    # A dispatcher that bunched sends or slept in coarse steps would be late most of the time; the
+    # rest of the lag is the loop's (a process descheduled on a busy machine, the server's work on
+    # the same loop): a send is no later than the loop's worst lag, which the sampler (10 ms ticks)
+    # sees to within a tick, plus the few ms it takes to send. How small the lag is on a quiet
+    # machine is for benchmarks, not for a test.
+    assert lag.p50 < 5.0
+    assert lag.p99 < loop_lag_max + 10 + 5
 
 
 @pytest.mark.parametrize("api,events", [("llamacpp", completion_stream(8)), ("chat", chat_stream(8))])

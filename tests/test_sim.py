@@ -52,6 +52,15 @@ async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+async def metrics_when(session: aiohttp.ClientSession, url: str, condition: Any, timeout: float = 10) -> dict[str, float]:
+    """Scrape /metrics until `condition(values)` holds: wait for a state, do not sleep and hope for it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition(values := await metrics(session, url)):
+        assert asyncio.get_running_loop().time() < deadline, values
+        await asyncio.sleep(0.002)
+    return values
+
+
 async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
     async with session.post(url, json=body) as resp:
         return resp.status, await resp.json()
@@ -220,10 +229,10 @@ def test_a_queued_stream_gets_no_headers_until_a_slot_starts_it():
         async with await start_simulator(SMOKE, slots=1) as sim, aiohttp.ClientSession() as session:
             busy = asyncio.create_task(post(session, sim.url + "/completion",
                                             {"prompt": "busy", "n_predict": 300, "ignore_eos": True}))
-            await asyncio.sleep(0.02)
+            await metrics_when(session, sim.url, lambda v: v["llamacpp:requests_processing"] == 1)
             headers = asyncio.create_task(session.post(sim.url + "/completion",
                                                        json={**STREAM, "prompt": "queued"}))
-            await asyncio.sleep(0.1)
+            await metrics_when(session, sim.url, lambda v: v["llamacpp:requests_deferred"] == 1)
             assert not busy.done() and not headers.done()  # deferred: nothing sent yet
             await busy
             resp = await asyncio.wait_for(headers, 1)
@@ -240,10 +249,9 @@ def test_client_disconnect_frees_the_slot_and_the_queue():
             for _ in range(2):  # one running, one deferred
                 with pytest.raises(asyncio.TimeoutError):
                     await session.post(sim.url + "/completion", json=body, timeout=aiohttp.ClientTimeout(total=0.1))
-            await asyncio.sleep(0.05)
-            values = await metrics(session, sim.url)
-            assert values["llamacpp:requests_processing"] == 0
-            assert values["llamacpp:requests_deferred"] == 0
+            # both freed once the server sees the disconnects (not after a guessed time)
+            await metrics_when(session, sim.url, lambda v: v["llamacpp:requests_processing"] == 0
+                               and v["llamacpp:requests_deferred"] == 0)
             status, result = await post(session, sim.url + "/completion", {"prompt": "next", "n_predict": 3})
             assert status == 200 and result["tokens_predicted"] == 3
     run(main())
@@ -465,9 +473,7 @@ def test_rate_gauges_reset_on_every_scrape_and_counters_move_at_the_end():
         async with await start_simulator(SMOKE, slots=1) as sim, aiohttp.ClientSession() as session:
             request = asyncio.create_task(post(session, sim.url + "/completion",
                                                {"prompt": "x", "n_predict": 200, "ignore_eos": True}))
-            await asyncio.sleep(0.1)
-            during = await metrics(session, sim.url)
-            assert during["llamacpp:requests_processing"] == 1
+            during = await metrics_when(session, sim.url, lambda v: v["llamacpp:requests_processing"] == 1)
             assert during["llamacpp:tokens_predicted_total"] == 0  # moves only when a request finishes
             await request
             after = await metrics(session, sim.url)

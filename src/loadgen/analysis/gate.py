@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import EXIT_FAILED, EXIT_OK, UserError
-from ..core.records import RequestRecord
-from .compare import METRICS, Metric, MetricComparison, NoiseFloors, RunComparison, RunData, compare_sides
+from .compare import METRICS, MetricComparison, NoiseFloors, RunComparison, RunData, compare_sides
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
 DEFAULT_LIMITS = {  # worse by more than this share fails
