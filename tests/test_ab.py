@@ -1,0 +1,114 @@
+"""`loadgen ab` against simulators: interleaved runs on disk, the gate's verdict, bad input, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.request
+from contextlib import ExitStack
+
+import pytest
+
+from servers import LOADGEN, SimProcess
+
+PROFILE = """name = "{name}"
+model_alias = "ab-sim"
+prefill_tok_s = 20000.0
+step_ms = {step_ms}
+alpha = 0.25
+n_ctx = 2048
+eos_probability = 0.02
+"""
+SWEEP = ("--", "--concurrency", "1,2", "--n-predict", "8", "--requests", "8", "--warmup", "0")
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory):
+    """Two simulated servers: one, and the same throttled (decode steps 60% longer)."""
+    tmp = tmp_path_factory.mktemp("ab-profiles")
+    with ExitStack() as stack:
+        urls = {}
+        for name, step_ms in (("fast", 5.0), ("slow", 8.0)):
+            (tmp / f"{name}.toml").write_text(PROFILE.format(name=name, step_ms=step_ms))
+            urls[name] = stack.enter_context(SimProcess("--profile", str(tmp / f"{name}.toml"), "--slots", "2")).url
+        yield urls
+
+
+def ab(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*LOADGEN, "ab", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_an_a_a_passes_with_runs_interleaved_on_disk(sims, tmp_path):
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--repeat", "2",
+              "--output", tmp_path / "ab", *SWEEP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("gate: passed")
+    starts = {side: [json.loads((tmp_path / "ab" / side / f"0{i}" / "run.json").read_text())["started_utc"]
+                     for i in (1, 2)] for side in ("baseline", "candidate")}
+    order = sorted((t, side) for side, ts in starts.items() for t in ts)
+    assert [side for _, side in order] == ["baseline", "candidate"] * 2
+    assert "2+2 interleaved runs" in proc.stdout
+
+
+def test_a_throttled_candidate_fails(sims, tmp_path):
+    # 4 pairs: the paired test then has 3 degrees of freedom, so a 37% drop stands out of run-to-run
+    # noise up to ~17% (a busy machine's), where 3 pairs (2 df) would need it below ~9%
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["slow"], "--repeat", "4",
+              "--output", tmp_path / "ab", *SWEEP[:-4], "--requests", "16", "--warmup", "0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert any(line.startswith(("REGRESSION: throughput server at concurrency",
+                                "REGRESSION: latency_p50 server at concurrency"))
+               for line in proc.stdout.splitlines()), proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--", "--url", "http://127.0.0.1:1"), "--url is set by ab itself"),
+    (("--", "--output=x"), "--output is set by ab itself"),
+    (("--max-throughput-drop", "lots"), "expected a share like 5% or 0.05"),
+])
+def test_bad_input_is_one_line_and_exit_2(sims, tmp_path, args, message):
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--output", tmp_path / "ab", *args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_bad_sweep_option_stops_at_the_first_run_with_its_message(sims, tmp_path):
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--output", tmp_path / "ab",
+              "--", "--concurrency", "zero")
+    assert proc.returncode == 2
+    assert "ab: baseline run 1/3 ... stopped (exit 2)" in proc.stderr and "--concurrency" in proc.stderr
+
+
+def tokens_predicted(url: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("llamacpp:tokens_predicted_total "))
+
+
+def test_ctrl_c_stops_the_sweep_under_way_keeps_the_runs_and_exits_130(sims, tmp_path):
+    out = tmp_path / "ab"
+    proc = subprocess.Popen([*LOADGEN, "ab", "--baseline-url", sims["fast"], "--candidate-url", sims["fast"],
+                             "--output", str(out), "--", "--concurrency", "2", "--requests", "100000",
+                             "--n-predict", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start, deadline = tokens_predicted(sims["fast"]), time.monotonic() + 60
+        while tokens_predicted(sims["fast"]) < start + 5 * 8:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    doc = json.loads((out / "baseline" / "01" / "run.json").read_text())
+    assert doc["interrupted"] is True and doc["targets"][0]["levels"][0]["requests_ok"] >= 1
+    assert not (out / "candidate").exists()  # no further run started
+    time.sleep(0.5)
+    before = tokens_predicted(sims["fast"])
+    time.sleep(0.5)
+    assert tokens_predicted(sims["fast"]) == before  # no sweep left sending
