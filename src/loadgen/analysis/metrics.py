@@ -28,6 +28,9 @@ Per level (the requests of one concurrency level on one target):
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
+The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
+interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
+Every output (progress line, tables, reports, run.json) shows these, never statistics.median.
 A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in run.json.
 """
 

@@ -88,7 +88,11 @@ def error_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def queue_table(doc: dict[str, Any]) -> Table | None:
-    """Per target and level: queued requests, corrected queue wait, the deferred queue, busy slots, gain."""
+    """Per target and level: queued requests, queue wait, the deferred queue, busy slots, gain.
+
+    The queue wait shown is the level's `queue_wait_ms` (metrics.queue_wait_ms, raw: not corrected
+    for the c=1 overhead), the same figure the sweep table, the HTML and Markdown reports and the CSV
+    show under that name; the overhead correction only decides which requests count as queued."""
     rows = [(t, lv) for t in doc["targets"] if t.get("verdict") for lv in t["verdict"]["levels"]]
     if not rows:
         return None
@@ -99,7 +103,8 @@ def queue_table(doc: dict[str, Any]) -> Table | None:
     last = None
     for t, lv in rows:
         v = t["verdict"]
-        qw = lv.get("queue_wait_ms") or {}
+        summary = next((x for x in t.get("levels", []) if x["level"] == lv["level"]), {})
+        qw = summary.get("queue_wait_ms") or {}
         slots = v.get("total_slots")
         busy = lv.get("peak_busy_slots")
         table.add_row(
@@ -153,7 +158,7 @@ def overhead_lines(doc: dict[str, Any]) -> list[str]:
         v = t.get("verdict")
         if v and v.get("overhead_ms") is not None:
             out.append(f"{t['label']}: fixed overhead at c=1 (tokenization + HTTP) {v['overhead_ms']:.1f} ms, "
-                       "subtracted from queue waits")
+                       "subtracted from a request's queue wait before it counts as queued")
     return out
 
 
