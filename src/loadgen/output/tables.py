@@ -251,9 +251,9 @@ def _hours(seconds: float | None) -> str:
 
 
 def soak_table(doc: dict[str, Any]) -> Table:
-    """Per target: requests, errors by kind, throughput, error-free time and throughput drift."""
+    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift."""
     table = Table(title=_title("soak", doc), header_style="bold")
-    for name in ("target", "duration", "ok/failed", "errors", "tok/s", "error-free", "longest\nerror-free",
+    for name in ("target", "duration", "ok/failed", "errors", "offered\nreq/s", "tok/s", "error-free", "longest\nerror-free",
                  "first → last window\ntok/s", "drift"):
         table.add_column(name, justify="left" if name in ("target", "errors") else "right")
     for t in doc["targets"]:
@@ -270,7 +270,8 @@ def soak_table(doc: dict[str, Any]) -> Table:
         first, last = s["first_throughput_tok_s"], s["last_throughput_tok_s"]
         table.add_row(t["label"], _hours(s["duration_s"]),
                       Text(f"{s['requests_ok']}/{failed}", style="red" if failed else ""),
-                      Text(errors, style="red" if failed else ""), _fmt(s["throughput_tok_s"], 2),
+                      Text(errors, style="red" if failed else ""), _fmt(s.get("offered_req_s"), 2),  # None: older file
+                      _fmt(s["throughput_tok_s"], 2),
                       f"{_hours(s['error_free_s'])} of {_hours(s['duration_s'])}", _hours(s["longest_error_free_s"]),
                       "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift)
     return table
