@@ -27,6 +27,10 @@ Per level (the requests of one concurrency level on one target):
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- achieved_rate  = (n - 1) / (last actual send - first actual send) over the level's n sent
+                   requests (cancelled ones too: they left), req/s: the rate the open-loop level
+                   actually offered, beside its nominal `rate` (a late client or --max-in-flight
+                   lowers it). None in closed loop or below two sends.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
 interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
@@ -131,6 +135,14 @@ def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
     return output_tokens(rs) / wall if wall > 0 else 0.0
 
 
+def achieved_rate(rs: Sequence[RequestRecord]) -> float | None:
+    """(n - 1) / (last send - first send) in req/s: the mean gap between actual sends, inverted."""
+    if len(rs) < 2:
+        return None
+    first, last = min(r.send_ns for r in rs), max(r.send_ns for r in rs)
+    return (len(rs) - 1) / ((last - first) / 1e9) if last > first else None
+
+
 def new_histogram() -> HdrHistogram:
     return HdrHistogram(HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US, HISTOGRAM_DIGITS)
 
@@ -188,6 +200,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
     cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
+    sent = achieved_rate(rs) if rate is not None else None
     errors = Counter(r.error_kind for r in rs if not r.ok)
     cancelled = errors.pop(records.CANCELLED, 0)
     # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
@@ -210,6 +223,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
         stopped_reason=stopped_reason,
         server_metrics_delta=dict(server_metrics_delta or {}),
         rate=rate,
+        achieved_rate=sent,
         ttft_ms=distribution_ms([v for r in ok if (v := ttft_ms(r)) is not None]),
         ttft_queue_ms=distribution_ms([v for r in ok if (v := ttft_queue_ms(r)) is not None]),
         tpot_ms=distribution_ms([v for r in ok if (v := tpot_ms(r)) is not None]),

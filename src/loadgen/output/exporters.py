@@ -222,7 +222,7 @@ def hlog_tag(label: str, level: int | float, metric: str) -> str:
 
 USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
 REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
-LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
+LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
                 "output_tokens", "wall_s", "throughput_tok_s",
                 *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
                 *(f"queue_wait_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),

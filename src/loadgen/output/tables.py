@@ -39,7 +39,10 @@ def sweep_table(doc: dict[str, Any]) -> Table:
     ratio_title = f"{pair[0]['label']}/{pair[1]['label']}\nthroughput" if len(pair) == 2 else None
     title = "loadgen sweep" + ("" if doc.get("complete", True) else "  \\[incomplete]")  # \[: not Rich markup
     table = Table(title=title, header_style="bold", show_lines=False)
-    for name, justify in [("req/s" if is_open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
+    open_loop = is_open_loop(doc)
+    # open loop: the rate the requests actually left at beside the nominal one (n/a in older files)
+    achieved = [("achieved\nreq/s", "right")] if open_loop else []
+    for name, justify in [("req/s" if open_loop else "C", "right"), ("target", "left"), *achieved, ("ok/failed", "right"), ("out tok", "right"),
                           ("wall s", "right"), ("tok/s", "right"), ("decode tok/s\nper req", "right"),
                           ("latency ms\nmean", "right"), ("p50", "right"), ("p99", "right"), ("max", "right"),
                           ("predicted_ms\nmean", "right"), ("queue wait ms\nmean", "right")]:
@@ -57,7 +60,8 @@ def sweep_table(doc: dict[str, Any]) -> Table:
                 continue
             failed = lv["requests_failed"]
             okf = Text(f"{lv['requests_ok']}/{failed}", style="red" if failed else "")
-            row = [f"{c:g}" if first else "", t["label"], okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
+            row = [f"{c:g}" if first else "", t["label"], *([_fmt(lv.get("achieved_rate"), 2)] if open_loop else []),
+                   okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
                    _fmt(lv["throughput_tok_s"], 2), _fmt(lv["decode_tok_s_mean"], 1),
                    _fmt(_dist(lv, "latency_ms", "mean"), 0), _fmt(_dist(lv, "latency_ms", "p50"), 0),
                    _fmt(_dist(lv, "latency_ms", "p99"), 0), _fmt(_dist(lv, "latency_ms", "max"), 0),
