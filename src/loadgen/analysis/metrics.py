@@ -92,8 +92,9 @@ def tpot_ms(r: RequestRecord) -> float | None:
 
 
 def itl_ms(r: RequestRecord) -> list[float]:
-    """Gaps between successive content chunks, in ms."""
-    return [g / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
+    """Gaps between successive content chunks, in ms; never negative (client/sse.py clamps a read
+    stamped before the previous one at 0, and so does this for runs recorded before it did)."""
+    return [max(g, 0) / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
 
 
 def service_ms(r: RequestRecord) -> float | None:

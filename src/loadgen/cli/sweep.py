@@ -149,15 +149,19 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc
-    if histograms:
-        from ..output.exporters import export, select
+    from ..output.exporters import export, is_hgrm_name, select
+    from ..output.files import remove_files
 
-        records = [r for t in run.targets for lv in t.levels for r in lv.records]
-        try:
+    try:
+        # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
+        # first, whatever else a user put there stays; with --no-histograms none are left either.
+        remove_files(out_dir / "histograms", is_hgrm_name)
+        if histograms:
+            records = [r for t in run.targets for lv in t.levels for r in lv.records]
             (out_dir / "histograms").mkdir(exist_ok=True)
             export("hgrm", select(doc, records), out_dir / "histograms")
-        except OSError as exc:
-            err.print(f"warning: could not write the histograms ({exc})", style="yellow")
+    except OSError as exc:
+        err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
