@@ -151,3 +151,47 @@ def test_not_a_results_dir_exits_2(tmp_path):
     result = CliRunner().invoke(export_command, [str(tmp_path), "--format", "csv"])
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "run.json" in result.output
+
+
+def test_hlog_interval_max_keeps_microseconds(tmp_path, run):
+    # Interval_Max is the histogram's max / maxValueUnitRatio as a real number (the Java and .NET
+    # writers print it with 3 decimals); hdrh's writer floor-divided it to whole ms.
+    result = export(str(FIXTURE), "--format", "hlog", "--metric", "latency", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in (tmp_path / "latency.hlog").read_text().splitlines() if line.startswith("Tag=")]
+    maxima = {line.split(",")[0].removeprefix("Tag="): float(line.split(",")[3]) for line in lines}
+    expected = {f"{label}/c{lv['concurrency']}/latency": lv["latency_ms"]["max"] for label, lv in run_levels(run)}
+    assert maxima == {tag: round(v, 3) for tag, v in expected.items()}
+    assert any(v != int(v) for v in maxima.values())  # the golden's maxima are not whole ms
+
+
+def test_closed_loop_has_no_uncorrected_latency_or_schedule_lag_to_export(tmp_path, run):
+    result = export(str(FIXTURE), "--format", "hgrm", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith("-latency.hgrm") for n in names)
+    assert not any("latency_uncorrected" in n or "schedule_lag" in n for n in names), names
+    result = CliRunner().invoke(export_command, [str(FIXTURE), "--format", "hgrm", "--metric", "latency_uncorrected",
+                                                 "--out", str(tmp_path / "u")])
+    assert result.exit_code == 2 and "open-loop metric" in result.output
+
+
+def test_force_replaces_the_previous_runs_histograms_and_keeps_other_files(loadgen, tmp_path):
+    from servers import SimThread
+
+    out = tmp_path / "run"
+    with SimThread(slots=2) as sim:
+        base = ["sweep", "--url", sim.url, "--label", "sim", "--requests", "2", "--n-predict", "4", "--warmup", "0",
+                "--output", out]
+        code, _, err = loadgen(*base, "--concurrency", "1,2")
+        assert code == 0, err
+        first = sorted(p.name for p in (out / "histograms").iterdir())
+        assert "sim-c2-latency.hgrm" in first
+        assert not any("latency_uncorrected" in n for n in first), first  # closed loop: it would equal latency
+        (out / "histograms" / "notes.txt").write_text("mine")
+        (out / "histograms" / "mine.hgrm").write_text("mine")
+        code, _, err = loadgen(*base, "--concurrency", "1", "--force")
+        assert code == 0, err
+    names = sorted(p.name for p in (out / "histograms").iterdir())
+    assert not any("-c2-" in n for n in names), names  # the earlier run's level is gone
+    assert "sim-c1-latency.hgrm" in names and {"notes.txt", "mine.hgrm"} <= set(names)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadgen.results.reader import load_records, load_run
+from servers import SimThread
 
 
 def test_prefill_reports_each_length_and_skips_one_beyond_the_context(loadgen, simulator, tmp_path):
@@ -55,3 +58,32 @@ def test_a_short_soak_writes_its_summary(loadgen, simulator, tmp_path):
     assert soak["error_free_s"] == soak["duration_s"] and soak["window_s"] == 1 and len(soak["windows"]) >= 3
     assert doc["targets"][0]["levels"][0]["concurrency"] == 2  # compare and gate read it as a level
     assert "soak 0:00:0" in err  # the status line, printed at each checkpoint when not a terminal
+
+
+def test_soak_against_a_server_failing_30_percent_offers_the_load_of_a_sweep(loadgen, tmp_path):
+    # A soak pauses a worker only when it cannot connect: against a live server that answers 30%
+    # of requests with an instant HTTP 500, its load (and so its throughput) is a sweep's, and
+    # run.json says how many requests per second it offered.
+    with SimThread(faults=["http_500:0.3"], slots=2) as sim:
+        code, _, err = loadgen("soak", "--url", sim.url, "--concurrency", "2", "--duration", "3s",
+                               "--n-predict", "8", "--warmup", "0", "--output", tmp_path / "soak")
+        assert code == 0, err
+        code, _, err = loadgen("sweep", "--url", sim.url, "--concurrency", "2", "--duration", "3",
+                               "--n-predict", "8", "--warmup", "0", "--no-histograms", "--output", tmp_path / "sweep")
+        assert code == 0, err
+    doc = load_run(tmp_path / "soak")
+    soak = doc["targets"][0]["soak"]
+    records = load_records(tmp_path / "soak")
+    assert soak["requests_failed"] > 5 and set(soak["errors_by_kind"]) == {"http_500"}
+    assert soak["requests_sent"] == len(records)
+    assert soak["offered_req_s"] == pytest.approx(len(records) / soak["duration_s"])
+    # after each failure, the same worker's next request follows at once (no 1 s back-off)
+    by_worker: dict[int, list] = {}
+    for r in sorted(records, key=lambda r: r.send_ns):
+        by_worker.setdefault(r.worker, []).append(r)
+    gaps = [(b.send_ns - a.complete_ns) / 1e9 for rs in by_worker.values() for a, b in zip(rs, rs[1:]) if not a.ok]
+    assert gaps and max(gaps) < 0.5, gaps
+    sweep_tok_s = load_run(tmp_path / "sweep")["targets"][0]["levels"][0]["throughput_tok_s"]
+    assert soak["throughput_tok_s"] > 0.6 * sweep_tok_s, (soak["throughput_tok_s"], sweep_tok_s)
+    code, out, _ = loadgen("analyze", tmp_path / "soak")
+    assert code == 0 and "offered" in out and f"{soak['offered_req_s']:,.2f}" in out

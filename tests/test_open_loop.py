@@ -17,7 +17,7 @@ from loadgen.core import records
 from loadgen.core.records import LevelRun
 from loadgen.run.engine import run_level, run_open_level
 from loadgen.run.loops import loop_factory
-from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.schedule import arrival_offsets_ns, realised_rate
 from loadgen.run.looplag import LoopLagSampler
 from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
 
@@ -248,3 +248,38 @@ def test_bad_open_loop_and_api_input_is_one_line(loadgen, args, message):
     code, out, err = loadgen("sweep", "--ports", "9", *args)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("arrival,burstiness", [("poisson", 1.0), ("gamma", 0.5)])
+@pytest.mark.parametrize("requests,duration_s", [(12, None), (20, None), (None, 4.0)])
+def test_every_level_schedule_runs_at_its_nominal_rate_however_few_its_requests(arrival, burstiness, requests,
+                                                                                duration_s):
+    # The same seed's unit gaps used to be reused at every rate: a short draw whose mean was off by
+    # chance put every level that many percent below (or above) its nominal rate.
+    for rate in (2.0, 5.0, 10.0, 20.0, 40.0):
+        offsets = arrival_offsets_ns(rate, requests=requests, duration_s=duration_s, arrival=arrival,
+                                     burstiness=burstiness, seed=0)
+        realised = (len(offsets) - 1) / (offsets[-1] / 1e9)
+        assert realised == pytest.approx(rate, rel=0.01), (rate, realised)
+        assert realised_rate(offsets) == pytest.approx(realised)
+        if duration_s is not None:
+            assert len(offsets) == len(arrival_offsets_ns(rate, requests=None, duration_s=duration_s,
+                                                          arrival="constant"))
+    # still random, and still seeded
+    a = arrival_offsets_ns(5.0, requests=20, duration_s=None, arrival=arrival, burstiness=burstiness, seed=1)
+    assert np.array_equal(a, arrival_offsets_ns(5.0, requests=20, duration_s=None, arrival=arrival,
+                                                burstiness=burstiness, seed=1))
+    assert len(set(np.diff(a).tolist())) > 10
+
+
+def test_a_poisson_rate_sweep_records_and_shows_the_rate_it_achieved(threaded_fixture, loadgen, tmp_path):
+    out = tmp_path / "run"
+    code, stdout, stderr = loadgen("sweep", "--url", threaded_fixture.url, "--rate", "5,10,20", "--arrival", "poisson",
+                                   "--requests", "10", "--warmup", "0", "--no-histograms", "--output", out)
+    assert code == 0, stderr
+    levels = json.loads((out / "run.json").read_text())["targets"][0]["levels"]
+    for lv in levels:  # the schedule runs at the nominal rate; the sends follow it within their lag
+        assert lv["achieved_rate"] == pytest.approx(lv["rate"], rel=0.1), lv
+    assert "achieved" in stdout
+    code, stdout, _ = loadgen("analyze", out)
+    assert code == 0 and f"{levels[0]['achieved_rate']:,.2f}" in stdout

@@ -116,3 +116,36 @@ def test_events_of_the_wrong_shape_in_a_valid_stream_never_raise(api, junk, at, 
     assert isinstance(outcome, records.ServerOutcome)
     assert outcome.error_kind is None or outcome.error_kind in ERROR_KINDS
     assert outcome.error_kind is None or outcome.error_message
+
+
+@PROPERTY
+@given(api=st.sampled_from(API_NAMES), steps_us=st.lists(st.integers(-300, 5_000), min_size=8, max_size=8))
+def test_chunk_gaps_are_never_negative_and_add_up_to_last_minus_first(api, steps_us):
+    # A kernel receive stamp moved onto the monotonic clock can come out a little before the stamp
+    # of the read before it (−113 µs was seen): the gap is 0, never negative.
+    events = completion_stream(8) if api == "llamacpp" else chat_stream(8)
+    backend = make_backend(api, PARAMS, model=None if api == "llamacpp" else "m")
+    stream = StreamReader(backend.event_reader())
+    t_ns, stamps = 10_000_000, []
+    for i, event in enumerate(events):
+        if i < len(steps_us):
+            t_ns += steps_us[i] * 1000
+        stream.on_chunk(event, t_ns)
+        stamps.append(t_ns)
+    outcome = stream.finish(t_ns + 1_000_000)
+    assert outcome.error_kind is None
+    gaps = stream.gaps_us.tolist()
+    assert gaps and min(gaps) >= 0
+    assert stream.last_ns >= stream.first_ns
+    assert sum(gaps) <= (stream.last_ns - stream.first_ns) // 1000 <= sum(gaps) + len(gaps)
+
+
+def test_a_read_stamped_before_the_previous_one_is_a_gap_of_zero():
+    backend = make_backend("llamacpp", PARAMS)
+    stream = StreamReader(backend.event_reader())
+    events = completion_stream(4)  # four content events, then the final one
+    for event, t_us in zip(events, [1_000, 2_000, 1_887, 3_000, 3_500]):  # the third read 113 µs "early"
+        stream.on_chunk(event, t_us * 1000)
+    assert stream.finish(4_000_000).error_kind is None
+    assert stream.gaps_us.tolist() == [1_000, 0, 1_000]
+    assert (stream.first_ns, stream.last_ns) == (1_000_000, 3_000_000)

@@ -27,7 +27,14 @@ Per level (the requests of one concurrency level on one target):
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- achieved_rate  = (n - 1) / (last actual send - first actual send) over the level's n sent
+                   requests (cancelled ones too: they left), req/s: the rate the open-loop level
+                   actually offered, beside its nominal `rate` (a late client or --max-in-flight
+                   lowers it). None in closed loop or below two sends.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
+The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
+interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
+Every output (progress line, tables, reports, run.json) shows these, never statistics.median.
 A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in run.json.
 """
 
@@ -85,8 +92,9 @@ def tpot_ms(r: RequestRecord) -> float | None:
 
 
 def itl_ms(r: RequestRecord) -> list[float]:
-    """Gaps between successive content chunks, in ms."""
-    return [g / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
+    """Gaps between successive content chunks, in ms; never negative (client/sse.py clamps a read
+    stamped before the previous one at 0, and so does this for runs recorded before it did)."""
+    return [max(g, 0) / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
 
 
 def service_ms(r: RequestRecord) -> float | None:
@@ -126,6 +134,14 @@ def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
     """Σ predicted_n of successful requests / level wall time."""
     wall = level_wall_s(rs)
     return output_tokens(rs) / wall if wall > 0 else 0.0
+
+
+def achieved_rate(rs: Sequence[RequestRecord]) -> float | None:
+    """(n - 1) / (last send - first send) in req/s: the mean gap between actual sends, inverted."""
+    if len(rs) < 2:
+        return None
+    first, last = min(r.send_ns for r in rs), max(r.send_ns for r in rs)
+    return (len(rs) - 1) / ((last - first) / 1e9) if last > first else None
 
 
 def new_histogram() -> HdrHistogram:
@@ -185,6 +201,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
     cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
+    sent = achieved_rate(rs) if rate is not None else None
     errors = Counter(r.error_kind for r in rs if not r.ok)
     cancelled = errors.pop(records.CANCELLED, 0)
     # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
@@ -207,6 +224,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
         stopped_reason=stopped_reason,
         server_metrics_delta=dict(server_metrics_delta or {}),
         rate=rate,
+        achieved_rate=sent,
         ttft_ms=distribution_ms([v for r in ok if (v := ttft_ms(r)) is not None]),
         ttft_queue_ms=distribution_ms([v for r in ok if (v := ttft_queue_ms(r)) is not None]),
         tpot_ms=distribution_ms([v for r in ok if (v := tpot_ms(r)) is not None]),

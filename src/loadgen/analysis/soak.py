@@ -9,6 +9,9 @@ A soak is one long closed-loop level. Its records are cut into windows by comple
 - drift            = mean throughput of the last k full windows / mean of the first k, with
                      k = max(1, 10% of the full windows), and Welch's t-test p-value over those
                      windows (None below 2 windows a side): a drift whose p ≥ 0.05 is noise.
+- offered load     = requests sent / duration (req/s): every request the workers sent, whatever
+                     its answer, cancelled ones included (they left). A closed loop's offered load
+                     is what the server let it be; reported so a soak can be set beside a sweep.
 Requests cancelled when the soak was stopped are neither counted as ok nor as failures.
 """
 
@@ -104,6 +107,11 @@ class SoakSummary:
     drift: float | None  # last / first - 1
     drift_p: float | None  # Welch's t-test over the k windows a side
     windows: list[SoakWindow] = field(default_factory=list)
+    requests_sent: int = 0  # every request sent, whatever its answer (cancelled ones too)
+
+    @property
+    def offered_req_s(self) -> float:
+        return self.requests_sent / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def drift_significant(self) -> bool | None:
@@ -114,6 +122,7 @@ class SoakSummary:
             "duration_s": self.duration_s, "window_s": self.window_s, "requests_ok": self.requests_ok,
             "requests_failed": self.requests_failed, "errors_by_kind": dict(self.errors_by_kind),
             "output_tokens": self.output_tokens, "throughput_tok_s": self.throughput_tok_s,
+            "requests_sent": self.requests_sent, "offered_req_s": self.offered_req_s,
             "error_free_s": self.error_free_s, "error_free_hours": self.error_free_s / 3600,
             "longest_error_free_s": self.longest_error_free_s,
             "first_throughput_tok_s": self.first_throughput_tok_s, "last_throughput_tok_s": self.last_throughput_tok_s,
@@ -162,4 +171,4 @@ def summarize_soak(rs: Sequence[RequestRecord], start_ns: int, end_ns: int,
         error_free_s=sum(w.length_s for w in windows if not w.errors_by_kind),
         longest_error_free_s=longest_error_free_s(rs, start_ns, end_ns) if end_ns > start_ns else 0.0,
         first_throughput_tok_s=first_mean, last_throughput_tok_s=last_mean, drift_windows=k, drift=drift,
-        drift_p=_welch_p(first, last), windows=windows)
+        drift_p=_welch_p(first, last), windows=windows, requests_sent=len(rs))

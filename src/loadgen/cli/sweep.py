@@ -149,15 +149,19 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc
-    if histograms:
-        from ..output.exporters import export, select
+    from ..output.exporters import export, is_hgrm_name, select
+    from ..output.files import remove_files
 
-        records = [r for t in run.targets for lv in t.levels for r in lv.records]
-        try:
+    try:
+        # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
+        # first, whatever else a user put there stays; with --no-histograms none are left either.
+        remove_files(out_dir / "histograms", is_hgrm_name)
+        if histograms:
+            records = [r for t in run.targets for lv in t.levels for r in lv.records]
             (out_dir / "histograms").mkdir(exist_ok=True)
             export("hgrm", select(doc, records), out_dir / "histograms")
-        except OSError as exc:
-            err.print(f"warning: could not write the histograms ({exc})", style="yellow")
+    except OSError as exc:
+        err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
@@ -180,33 +184,27 @@ def demo(time_scale, concurrency, output, force) -> None:
     The simulators model the field report's Apple M1 Max servers (Qwen3.6-35B-A3B MoE and Qwen3.6-27B
     dense); they run `--time-scale` times faster and every figure is reported in simulated time.
     """
-    from ..sim import load_profile, start_simulator
+    from ..sim import load_profile
+    from .demo_servers import simulator_processes
 
     levels = concurrency
     profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
     ports = [_free_port() for _ in profiles]
+    # The simulators run in processes of their own (demo_servers.py says why), so the client's
+    # loop lag and CPU are its own, and judged as a sweep's are.
     config = SweepConfig(
         targets=tuple(Target(f"http://127.0.0.1:{port}", p.name) for port, p in zip(ports, profiles)),
         concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
-        servers_in_process=True, wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
+        wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
-
-    @contextlib.asynccontextmanager
-    async def simulators():
-        sims = []
-        try:
-            for port, profile in zip(ports, profiles):
-                sims.append(await start_simulator(profile, port=port, slots=4, time_scale=time_scale, seed=1))
-            yield
-        finally:
-            for sim in sims:
-                await sim.stop()
 
     err = _console(stderr=True)
     err.print(f"loadgen demo: two simulated llama-servers, {profiles[0].name} and {profiles[1].name}, 4 slots each, "
               f"running {1 / time_scale:.0f}× faster than the hardware they model; figures are in simulated time.",
               highlight=False, soft_wrap=True)
-    sys.exit(execute_sweep(config, out_dir, kind="demo", around=simulators))
+    with simulator_processes([p.name for p in profiles], ports, slots=4, time_scale=time_scale, seed=1):
+        code = execute_sweep(config, out_dir, kind="demo")
+    sys.exit(code)
 
 
 def _free_port() -> int:

@@ -171,14 +171,23 @@ class StreamReader:
         # a gap after the previous read's last one, the others follow it with a gap of 0.
         self.events += events
         if content:
-            if self.last_ns is None:
-                self.first_ns = t_ns
+            last_ns = self.last_ns
+            if last_ns is None:
+                self.first_ns = last_ns = t_ns
+            elif t_ns < last_ns:
+                # A read stamped before the previous one: a kernel receive stamp moved onto the
+                # monotonic clock can come out ~100 µs before a stamp taken from the clock itself
+                # (the two are read in different orders). Time never runs backwards between two
+                # arrivals, so this gap is 0 and the later stamp stays the last one: ITL is never
+                # negative and the gaps still add up to last - first.
+                self.gaps_us.append(0)
             else:
-                self.gaps_us.append((t_ns - self.last_ns) // 1000)
+                self.gaps_us.append((t_ns - last_ns) // 1000)
+                last_ns = t_ns
             if content > 1:
                 self.gaps_us.frombytes(bytes(8 * (content - 1)))
             self.chunks += content
-            self.last_ns = t_ns
+            self.last_ns = last_ns
 
     def finish(self, t_ns: int) -> ServerOutcome:
         self._take(self._splitter.close(), t_ns)

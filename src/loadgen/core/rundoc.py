@@ -34,6 +34,7 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     level: int | float  # the concurrency, or the request rate of an open-loop level
     concurrency: int  # closed loop: the level; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s
+    achieved_rate: float | None = None  # open loop: the rate requests actually left at (metrics.achieved_rate)
     requests_ok: int
     requests_failed: int
     requests_cancelled: int = 0

@@ -29,6 +29,7 @@ from hdrh.log import HistogramLogWriter
 from ..analysis import metrics
 from ..core.errors import UserError
 from ..core.records import RequestRecord
+from ..core.rundoc import is_open_loop
 from .files import ExportFiles, write_files
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
@@ -65,6 +66,9 @@ METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
 }
 # Metrics with many values per request.
 MULTI_METRICS: dict[str, Callable[[RequestRecord], list[float]]] = {"itl": _itl_ms}
+# Metrics that only an open-loop run has: in closed loop the intended send is the actual one, so
+# uncorrected latency is latency (an identical file) and there is no schedule to lag behind.
+OPEN_LOOP_METRICS = ("latency_uncorrected", "schedule_lag")
 
 
 class ExportError(UserError):
@@ -96,6 +100,11 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
     names = [*METRICS, *MULTI_METRICS]
     if metric is not None and metric not in names:
         raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(names)}")
+    if not is_open_loop(run):
+        if metric in OPEN_LOOP_METRICS:
+            raise ExportError(f"{metric} is an open-loop metric (sweep --rate); in this closed-loop run "
+                              "every request left when it was meant to: export latency")
+        names = [m for m in names if m not in OPEN_LOOP_METRICS]
     labels = {t.get("label") for t in targets}
     kept = [r for r in records if r.target in labels]
     if metric is None:  # every metric the run has values for (no TTFT without streaming, ...)
@@ -155,6 +164,14 @@ class HgrmExporter:
         return files
 
 
+_HGRM_NAME = re.compile(r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, [*METRICS, *MULTI_METRICS])) + r")\.hgrm$")
+
+
+def is_hgrm_name(name: str) -> bool:
+    """Whether a file name is one HgrmExporter writes (<label>-c<level>-<metric>.hgrm)."""
+    return _HGRM_NAME.match(name) is not None
+
+
 def percentile_distribution(histogram: HdrHistogram) -> bytes:
     """The .hgrm text of a µs histogram, values in ms."""
     out = io.BytesIO()
@@ -200,13 +217,22 @@ class HlogExporter:
                         continue
                     start_s = (min(r.send_ns for r in records) - origin_ns) / 1e9
                     end_s = (max(r.complete_ns for r in records) - origin_ns) / 1e9
-                    # The writer has no tag support; the reader parses a "Tag=<tag>," line prefix.
-                    f.write(f"Tag={hlog_tag(target['label'], level, metric)},")
-                    # A zero start stamp makes the writer fall back to the histogram's own stamps.
-                    writer.output_interval_histogram(histogram, start_time_stamp_sec=start_s or 1e-9,
-                                                     end_time_stamp_sec=max(end_s, start_s + 1e-9),
-                                                     max_value_unit_ratio=US_PER_MS)
+                    f.write(interval_line(hlog_tag(target["label"], level, metric), histogram, start_s,
+                                          max(end_s - start_s, 0.0)))
             return f.getvalue()
+
+
+def interval_line(tag: str, histogram: HdrHistogram, start_s: float, length_s: float) -> str:
+    """One interval of an HdrHistogram log: Tag=<tag>,<start s>,<length s>,<Interval_Max>,<payload>.
+
+    Interval_Max is the histogram's maximum divided by the maxValueUnitRatio, as a real number:
+    the Java and .NET writers print max / ratio with three decimals. The hdrh package's writer
+    floor-divides it (`//`), which with values in µs and a ratio of 1000 cut every maximum to
+    whole ms; so the line is written here, Interval_Max in ms with µs precision. (That writer
+    also has no tags; its reader parses the "Tag=<tag>," prefix.)
+    """
+    max_ms = histogram.get_max_value() / US_PER_MS
+    return f"Tag={tag},{start_s:f},{length_s:f},{max_ms:.3f},{histogram.encode().decode('ascii')}\n"
 
 
 def level_tag(level: int | float) -> str:
@@ -222,7 +248,7 @@ def hlog_tag(label: str, level: int | float, metric: str) -> str:
 
 USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
 REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
-LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
+LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
                 "output_tokens", "wall_s", "throughput_tok_s",
                 *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
                 *(f"queue_wait_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 ExportFiles = list[tuple[str, bytes]]  # (file name, content), in the order they are listed
@@ -15,3 +16,15 @@ def write_files(files: ExportFiles, out_dir: Path) -> list[Path]:
         path.write_bytes(content)
         written.append(path)
     return written
+
+
+def remove_files(out_dir: Path, is_own: Callable[[str], bool]) -> list[Path]:
+    """Delete the files in out_dir whose names `is_own` claims (a writer's earlier output, before it
+    writes anew); anything else there is left alone. Returns what was removed."""
+    removed = []
+    if out_dir.is_dir():
+        for path in sorted(out_dir.iterdir()):
+            if path.is_file() and is_own(path.name):
+                path.unlink()
+                removed.append(path)
+    return removed

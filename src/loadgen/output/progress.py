@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..analysis.metrics import latency_ms, prompt_tok_s, throughput_tok_s
+from ..analysis.metrics import distribution_ms, latency_ms, prompt_tok_s, throughput_tok_s
 from ..core.clock import now_ns
 from ..core.records import CANCELLED, LevelRun, RequestRecord, level_short
 
@@ -86,7 +86,9 @@ class ProgressObserver:
             self.progress.remove_task(task)
         ok = [r for r in level.records if r.ok]
         failed = sum(1 for r in level.records if not r.ok and r.error_kind != CANCELLED)
-        lat = f", latency p50 {statistics.median(latency_ms(r) for r in ok):,.0f} ms" if ok else ""
+        # run.json's p50 (HdrHistogram, metrics.distribution_ms), not statistics.median: one level, one p50.
+        latency = distribution_ms([latency_ms(r) for r in ok])
+        lat = f", latency p50 {latency.p50:,.0f} ms" if latency is not None else ""
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
         self.message(f"{level.target} {_short(level)}: {len(ok)} ok, {failed} failed, "
                      f"{throughput_tok_s(level.records):,.2f} tok/s{lat}{tail}")

@@ -39,7 +39,10 @@ def sweep_table(doc: dict[str, Any]) -> Table:
     ratio_title = f"{pair[0]['label']}/{pair[1]['label']}\nthroughput" if len(pair) == 2 else None
     title = "loadgen sweep" + ("" if doc.get("complete", True) else "  \\[incomplete]")  # \[: not Rich markup
     table = Table(title=title, header_style="bold", show_lines=False)
-    for name, justify in [("req/s" if is_open_loop(doc) else "C", "right"), ("target", "left"), ("ok/failed", "right"), ("out tok", "right"),
+    open_loop = is_open_loop(doc)
+    # open loop: the rate the requests actually left at beside the nominal one (n/a in older files)
+    achieved = [("achieved\nreq/s", "right")] if open_loop else []
+    for name, justify in [("req/s" if open_loop else "C", "right"), ("target", "left"), *achieved, ("ok/failed", "right"), ("out tok", "right"),
                           ("wall s", "right"), ("tok/s", "right"), ("decode tok/s\nper req", "right"),
                           ("latency ms\nmean", "right"), ("p50", "right"), ("p99", "right"), ("max", "right"),
                           ("predicted_ms\nmean", "right"), ("queue wait ms\nmean", "right")]:
@@ -57,7 +60,8 @@ def sweep_table(doc: dict[str, Any]) -> Table:
                 continue
             failed = lv["requests_failed"]
             okf = Text(f"{lv['requests_ok']}/{failed}", style="red" if failed else "")
-            row = [f"{c:g}" if first else "", t["label"], okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
+            row = [f"{c:g}" if first else "", t["label"], *([_fmt(lv.get("achieved_rate"), 2)] if open_loop else []),
+                   okf, f"{lv['output_tokens']:,}", _fmt(lv["wall_s"], 2),
                    _fmt(lv["throughput_tok_s"], 2), _fmt(lv["decode_tok_s_mean"], 1),
                    _fmt(_dist(lv, "latency_ms", "mean"), 0), _fmt(_dist(lv, "latency_ms", "p50"), 0),
                    _fmt(_dist(lv, "latency_ms", "p99"), 0), _fmt(_dist(lv, "latency_ms", "max"), 0),
@@ -88,7 +92,11 @@ def error_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def queue_table(doc: dict[str, Any]) -> Table | None:
-    """Per target and level: queued requests, corrected queue wait, the deferred queue, busy slots, gain."""
+    """Per target and level: queued requests, queue wait, the deferred queue, busy slots, gain.
+
+    The queue wait shown is the level's `queue_wait_ms` (metrics.queue_wait_ms, raw: not corrected
+    for the c=1 overhead), the same figure the sweep table, the HTML and Markdown reports and the CSV
+    show under that name; the overhead correction only decides which requests count as queued."""
     rows = [(t, lv) for t in doc["targets"] if t.get("verdict") for lv in t["verdict"]["levels"]]
     if not rows:
         return None
@@ -99,7 +107,8 @@ def queue_table(doc: dict[str, Any]) -> Table | None:
     last = None
     for t, lv in rows:
         v = t["verdict"]
-        qw = lv.get("queue_wait_ms") or {}
+        summary = next((x for x in t.get("levels", []) if x["level"] == lv["level"]), {})
+        qw = summary.get("queue_wait_ms") or {}
         slots = v.get("total_slots")
         busy = lv.get("peak_busy_slots")
         table.add_row(
@@ -153,7 +162,7 @@ def overhead_lines(doc: dict[str, Any]) -> list[str]:
         v = t.get("verdict")
         if v and v.get("overhead_ms") is not None:
             out.append(f"{t['label']}: fixed overhead at c=1 (tokenization + HTTP) {v['overhead_ms']:.1f} ms, "
-                       "subtracted from queue waits")
+                       "subtracted from a request's queue wait before it counts as queued")
     return out
 
 
@@ -246,9 +255,9 @@ def _hours(seconds: float | None) -> str:
 
 
 def soak_table(doc: dict[str, Any]) -> Table:
-    """Per target: requests, errors by kind, throughput, error-free time and throughput drift."""
+    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift."""
     table = Table(title=_title("soak", doc), header_style="bold")
-    for name in ("target", "duration", "ok/failed", "errors", "tok/s", "error-free", "longest\nerror-free",
+    for name in ("target", "duration", "ok/failed", "errors", "offered\nreq/s", "tok/s", "error-free", "longest\nerror-free",
                  "first → last window\ntok/s", "drift"):
         table.add_column(name, justify="left" if name in ("target", "errors") else "right")
     for t in doc["targets"]:
@@ -265,7 +274,8 @@ def soak_table(doc: dict[str, Any]) -> Table:
         first, last = s["first_throughput_tok_s"], s["last_throughput_tok_s"]
         table.add_row(t["label"], _hours(s["duration_s"]),
                       Text(f"{s['requests_ok']}/{failed}", style="red" if failed else ""),
-                      Text(errors, style="red" if failed else ""), _fmt(s["throughput_tok_s"], 2),
+                      Text(errors, style="red" if failed else ""), _fmt(s.get("offered_req_s"), 2),  # None: older file
+                      _fmt(s["throughput_tok_s"], 2),
                       f"{_hours(s['error_free_s'])} of {_hours(s['duration_s'])}", _hours(s["longest_error_free_s"]),
                       "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift)
     return table

@@ -9,6 +9,17 @@ hide behind a client that stalled with it (coordinated omission).
 - poisson:  exponential gaps with mean 1 / rate (memoryless arrivals, like independent users).
 - gamma:    gamma-distributed gaps with shape k = burstiness and mean 1 / rate; k = 1 is Poisson,
             k < 1 burstier (clumps and lulls), k > 1 more regular.
+
+A level sends n requests: `requests`, or with only a duration the n offsets i / rate below it (the
+constant schedule's count, the expected count of the others), whichever is fewer. The n - 1 drawn
+gaps are then rescaled so that their mean is exactly 1 / rate: every level's schedule runs at its
+nominal rate ((n - 1) / last offset = rate), however few its requests. Without this the same seed's
+unit gaps, a sample whose mean is off by chance, were reused at every rate, and every level ran
+that many percent off (5 req/s got 3.8). Rescaling keeps the process's shape: exponential gaps
+scaled to a fixed sum are the Poisson process conditioned on its n-th arrival (arrivals uniform
+in the span), gamma gaps the gamma renewal process so conditioned; only the run-to-run spread of
+the count over a span is gone, which is what a benchmark wants. n = 2 leaves one gap of exactly
+1 / rate; the first request goes at offset 0.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
     """Send offsets (ns from the level's start, int64, non-decreasing) for one level.
 
     `requests` bounds the count, `duration_s` the span (offsets < duration); with both, whichever
-    ends first. The first request goes at offset 0.
+    ends first. The first request goes at offset 0; the mean gap is exactly 1 / rate.
     """
     if rate <= 0 or not np.isfinite(rate):
         raise ValueError("rate must be a positive number of requests per second")
@@ -33,25 +44,34 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
         raise ValueError(f"unknown arrival process {arrival!r}")
     if arrival == "gamma" and burstiness <= 0:
         raise ValueError("burstiness must be positive")
-    n = requests if requests is not None else int(np.ceil(duration_s * rate * 1.5)) + 16
-    mean_gap = 1.0 / rate
+    if duration_s is not None:
+        limit_ns = round(duration_s * 1e9)
+        # how many of the offsets i / rate fall below the duration: the constant schedule's count
+        candidates = np.round(np.arange(int(np.ceil(duration_s * rate)) + 1) / rate * 1e9)
+        in_span = int(np.count_nonzero(candidates < limit_ns))
+        n = in_span if requests is None else min(requests, in_span)
+    else:
+        n = requests
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
     if arrival == "constant":
         offsets = np.arange(n) / rate
-        if duration_s is not None and requests is None:
-            offsets = np.arange(int(np.ceil(duration_s * rate)) + 1) / rate
     else:
         rng = np.random.default_rng(seed)
         shape = 1.0 if arrival == "poisson" else burstiness
-
-        def draw(k: int) -> np.ndarray:
-            return rng.gamma(shape, mean_gap / shape, size=k)
-
-        gaps = draw(n)
-        gaps[0] = 0.0
-        offsets = np.cumsum(gaps)
-        while duration_s is not None and requests is None and offsets[-1] < duration_s:  # a long draw: extend
-            offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(draw(n))])
+        gaps = rng.gamma(shape, 1.0 / shape, size=n - 1)  # unit mean
+        total = gaps.sum()
+        # rescaled: the n - 1 gaps span exactly (n - 1) / rate (see the module's docstring)
+        gaps = gaps * ((n - 1) / rate / total) if total > 0 else np.full(n - 1, 1.0 / rate)
+        offsets = np.concatenate([[0.0], np.cumsum(gaps)])
     ns = np.round(offsets * 1e9).astype(np.int64)
     if duration_s is not None:
-        ns = ns[ns < round(duration_s * 1e9)]
-    return ns[:requests] if requests is not None else ns
+        ns = ns[ns < limit_ns]  # a rounding at the very edge; (n - 1) / rate < duration by n's choice
+    return ns
+
+
+def realised_rate(offsets_ns: np.ndarray) -> float | None:
+    """A schedule's (or a level's actual sends') rate: (n - 1) / (last - first), req/s; None below 2."""
+    if len(offsets_ns) < 2 or offsets_ns[-1] <= offsets_ns[0]:
+        return None
+    return (len(offsets_ns) - 1) / ((int(offsets_ns[-1]) - int(offsets_ns[0])) / 1e9)

@@ -15,7 +15,9 @@ from .prompts import PromptSource
 from .salts import new_decimal_salt, new_salt
 from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
 
-PAUSE_AFTER_ERROR_S = 1.0  # a worker whose request failed waits this long: a down server is not hammered
+# A worker whose request could not connect waits this long, so a down server is not hammered. Only
+# then: an HTTP error from a live server is answered at once, and the next request follows it.
+PAUSE_AFTER_CONNECT_ERROR_S = 1.0
 
 
 async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint: Callable[[], None],
@@ -23,7 +25,8 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint:
     """Every reachable target at once: `concurrency` workers for `duration_s`, through errors.
 
     The engine never gives a target up here (a restart is ridden out, its errors counted by kind)
-    and pauses a failed worker for PAUSE_AFTER_ERROR_S. `checkpoint` is called every
+    and pauses a worker that could not connect for PAUSE_AFTER_CONNECT_ERROR_S (a failed answer is
+    followed by the next request at once). `checkpoint` is called every
     `checkpoint_interval_s`, so a crash loses at most that much.
     """
     live = await prepare_targets(run, obs)
@@ -64,6 +67,6 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
             async with probe_sampling(probe, t, concurrency, settings["probe_interval_s"], level):
                 await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
                                 options=EngineOptions(salt=salt, give_up_after=None,
-                                                      pause_after_error_s=PAUSE_AFTER_ERROR_S))
+                                                      pause_after_connect_error_s=PAUSE_AFTER_CONNECT_ERROR_S))
     finally:
         await transport.close()

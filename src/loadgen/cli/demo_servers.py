@@ -1,0 +1,66 @@
+"""The demo's simulated servers, each in a process of its own (`loadgen sim`), as real servers are.
+
+On the client's event loop (as they once ran) every stall of that loop, a progress redraw or a
+/metrics scrape, delayed the simulators' timers too, and the demo multiplies every duration by
+1 / time scale (×17 at 0.06): a 30 ms hiccup became half a second of "queue wait", and requests
+showed as queued at concurrency 2 of a 4-slot server, which a real server of that shape never
+does. In their own processes the operating system schedules them beside the client, not after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+from ..core.errors import EXIT_FAILED, UserError
+
+READY_TIMEOUT_S = 60.0  # a loaded machine can take a while to import Python and bind
+
+
+@contextlib.contextmanager
+def simulator_processes(profiles: Sequence[str], ports: Sequence[int], *, slots: int, time_scale: float,
+                        seed: int) -> Iterator[None]:
+    """`loadgen sim` per (profile, port), ready (/health 200) on entry, stopped (SIGINT) on exit."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for profile, port in zip(profiles, ports):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "loadgen", "sim", "--profile", profile, "--port", str(port),
+                 "--slots", str(slots), "--time-scale", repr(time_scale), "--seed", str(seed)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        for proc, port in zip(procs, ports):
+            _wait_ready(proc, port)
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
+def _wait_ready(proc: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            message = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+            raise UserError(f"a demo simulator did not start: {message[-1] if message else f'exit {proc.returncode}'}",
+                            EXIT_FAILED)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    raise UserError(f"a demo simulator did not answer /health within {READY_TIMEOUT_S:g} s", EXIT_FAILED)
