@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from ..core.errors import EXIT_FAILED, InputError
 from ..core.signals import LATCH
 from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
-from .common import user_errors
+from .common import die_with_parent, user_errors
 from .gate import gate_config, gate_options, report_gate
 
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
@@ -53,7 +54,8 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
            "--output", str(out)]
     # Its own session: a Ctrl-C at the terminal reaches loadgen only, which passes it on once (the
     # sweep then stops gracefully, as after one Ctrl-C, instead of seeing two).
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGINT))
     LATCH.listen(lambda signum: proc.poll() is None and proc.send_signal(signum))
     try:
         stdout, stderr = proc.communicate()

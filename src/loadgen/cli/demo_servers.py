@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 
 from ..core.errors import EXIT_FAILED, UserError
+from .common import die_with_parent
 
 READY_TIMEOUT_S = 60.0  # a loaded machine can take a while to import Python and bind
 
@@ -33,7 +34,8 @@ def simulator_processes(profiles: Sequence[str], ports: Sequence[int], *, slots:
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "loadgen", "sim", "--profile", profile, "--port", str(port),
                  "--slots", str(slots), "--time-scale", repr(time_scale), "--seed", str(seed)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                preexec_fn=die_with_parent(signal.SIGINT)))
         for proc, port in zip(procs, ports):
             _wait_ready(proc, port)
         yield
