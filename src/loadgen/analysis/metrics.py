@@ -27,6 +27,10 @@ Per level (the requests of one concurrency level on one target):
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- concurrency_reached = the most requests in flight at once: the peak over time t of the number of
+                   requests with send_ns <= t < complete_ns (every sent request, cancelled ones too;
+                   one that completes at the instant another is sent does not overlap it). A closed
+                   loop of C workers reaches C unless its budget or its target ended it first.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in run.json.
 """
@@ -128,6 +132,17 @@ def throughput_tok_s(rs: Sequence[RequestRecord]) -> float:
     return output_tokens(rs) / wall if wall > 0 else 0.0
 
 
+def concurrency_reached(rs: Iterable[RequestRecord]) -> int:
+    """The peak number of requests in flight at once, from their send and completion times (0: none)."""
+    # At equal times a completion (-1) sorts before a send (+1): back-to-back requests do not overlap.
+    events = sorted([(r.send_ns, 1) for r in rs] + [(r.complete_ns, -1) for r in rs])
+    peak = in_flight = 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    return peak
+
+
 def new_histogram() -> HdrHistogram:
     return HdrHistogram(HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US, HISTOGRAM_DIGITS)
 
@@ -185,6 +200,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
     cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
+    reached = concurrency_reached(rs)  # cancelled requests were in flight too
     errors = Counter(r.error_kind for r in rs if not r.ok)
     cancelled = errors.pop(records.CANCELLED, 0)
     # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
@@ -192,6 +208,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     return LevelSummary(
         level=concurrency if rate is None else rate,
         concurrency=concurrency,
+        concurrency_reached=reached,
         requests_ok=len(ok),
         requests_failed=sum(errors.values()),
         requests_cancelled=cancelled,

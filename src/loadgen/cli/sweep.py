@@ -24,7 +24,7 @@ from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
-from .shared import prompt_source, prompt_source_options, request_options, target_options
+from .shared import checking_only, prompt_source, prompt_source_options, request_options, target_options
 
 @click.command()
 @target_options
@@ -69,8 +69,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
-    if concurrency is not None and rates is not None:
-        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
@@ -89,9 +88,26 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
     ensure_open_files(connections_needed(config))
+    if checking_only():
+        return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir, histograms=histograms)
     sys.exit(code)
+
+
+def check_budget(concurrency: tuple[int, ...] | None, rates: tuple[float, ...] | None,
+                 requests_per_level: int | None, duration_s: float | None) -> None:
+    """The level shape and budget flags taken together: one loop kind, one budget, and a request
+    count that lets every closed-loop level reach its concurrency (as k6 refuses fewer iterations
+    than virtual users)."""
+    if concurrency is not None and rates is not None:
+        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if requests_per_level is not None and duration_s is not None:
+        raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    top = max(concurrency or (1, 2, 4, 8)) if rates is None else 0
+    if requests_per_level is not None and requests_per_level < top:
+        raise ConfigError(f"--requests {requests_per_level} is fewer than concurrency {top}: that level could "
+                          f"never have {top} requests in flight; give --requests {top} or more, or --duration")
 
 
 # Descriptors besides the request connections: stdio, each target's probe session, result files,
