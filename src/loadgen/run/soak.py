@@ -13,7 +13,8 @@ from .engine import EngineOptions, run_level
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt, new_salt
-from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+                    refuse_prompts_beyond_context, warm_up)
 
 PAUSE_AFTER_ERROR_S = 1.0  # a worker whose request failed waits this long: a down server is not hammered
 
@@ -27,6 +28,7 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint:
     `checkpoint_interval_s`, so a crash loses at most that much.
     """
     live = await prepare_targets(run, obs)
+    refuse_prompts_beyond_context(live, run.settings.get("prompt_tokens"), run.config.generation.n_predict)
 
     async def ticker() -> None:
         while True:

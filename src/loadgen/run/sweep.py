@@ -23,7 +23,8 @@ from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns
-from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+                    refuse_prompts_beyond_context, warm_up)
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
@@ -121,6 +122,7 @@ async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFact
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is given.
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
+    refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory) for t in live))
     else:
