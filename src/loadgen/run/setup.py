@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from ..analysis.context import context_overflow
+from ..analysis.evidence import not_an_llm_server
 from ..client.backends import OPENAI_APIS, Backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
@@ -76,6 +77,16 @@ async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests
     if warm.stopped_reason:
         t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
         return False
+    return not refuse_non_llm(t, warm, backend)
+
+
+def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
+    """True, and the target's error set (one line: the target and what it answered), when the
+    level's requests all failed as those to a server without this completion endpoint do."""
+    answer = not_an_llm_server(level.records, f"{backend.method} {backend.path}")
+    if answer is None:
+        return False
+    t.error = f"{t.target.url}: {answer}"
     return True
 
 

@@ -24,7 +24,7 @@ from .prompts import PromptSource
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
-                    refuse_prompts_beyond_context, warm_up)
+                    refuse_non_llm, refuse_prompts_beyond_context, warm_up)
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
@@ -84,7 +84,9 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     if t.info and t.info.metrics_enabled and not level.stopped_reason:
         level.server_metrics_after = await probe.metrics()
     obs.level_done(run, t, level)
-    warning = None if config.servers_in_process else bottleneck_warning(load, transport.read_clock)
+    # A level where nothing completed measured no server, so it cannot say the client limited it.
+    warning = None if config.servers_in_process or not any(r.ok for r in level.records) \
+        else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
     return level
@@ -110,6 +112,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 level = await _sweep_level(run, t, key, probe, transport, backend, obs, options)
                 if level.stopped_reason:
                     t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
+                    return
+                if refuse_non_llm(t, level, backend):
                     return
     finally:
         t.read_clock = transport.read_clock
