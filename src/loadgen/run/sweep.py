@@ -32,7 +32,7 @@ async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transp
     requests, duration_s = config.budget(level.level)
     if level.rate is None:
         await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
-                        options=options)
+                        options=options, stagger_s=config.stagger_s)
     else:
         offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
                                      burstiness=config.burstiness, seed=config.arrival_seed)
