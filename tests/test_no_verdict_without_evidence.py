@@ -57,7 +57,10 @@ def test_the_answers_of_a_server_without_the_endpoint_are_recognised():
 
     assert "answered HTTP 404 to all 2 requests" in not_an_llm_server([rec(0, "http_404"), rec(1, "http_404")],
                                                                        "POST /v1/chat/completions")
-    assert "a body that is not a completion" in not_an_llm_server([rec(0, "invalid_json", status=200)], "POST /x")
+    html = rec(0, "invalid_json", "not JSON: <html><body>hello</body></html>", status=200)
+    assert "answered a body that is not JSON to its one request (an HTML page)" in not_an_llm_server([html], "POST /x")
+    shape = rec(0, "invalid_json", "response has no `timings` object", status=200)
+    assert not_an_llm_server([shape], "POST /completion") is None  # JSON of the wrong shape: not called so
     # an LLM server having a bad time is not called something else
     assert not_an_llm_server([rec(0, "http_500"), rec(1, "http_501")], "POST /completion") is None
     assert not_an_llm_server([rec(0, "http_501"), rec(1, None)], "POST /completion") is None

@@ -4,7 +4,7 @@ A verdict needs evidence. A level where no request completed says nothing about 
 scales, so the saturation rule reads only levels with a completed request, and a target with none
 gets no verdict but the reason there is none (`no_verdict_line`). A target that answered every
 request on the completion endpoint with "no such path" (HTTP 404), "no such method" (405, 501) or a
-body that is not a completion is not an LLM server behind that API (`not_an_llm_server`): the run
+body that is not JSON is not an LLM server behind that API (`not_an_llm_server`): the run
 names it and what it answered, and gives it up (exit 1), as for a target that does not speak HTTP.
 """
 
@@ -17,8 +17,14 @@ from typing import Any
 from ..core import records
 from ..core.records import RequestRecord
 
-# The answers of a server that has no completion endpoint at the path asked for.
-NOT_A_COMPLETION = ("http_404", "http_405", "http_501", records.INVALID_JSON)
+# The answers of a server that has no completion endpoint at the path asked for: no such path or
+# method, or a 2xx body that is not JSON at all (JSON of the wrong shape may be an LLM server's quirk).
+NOT_A_COMPLETION = ("http_404", "http_405", "http_501")
+
+
+def _not_a_completion(r: RequestRecord) -> bool:
+    return r.error_kind in NOT_A_COMPLETION or (
+        r.error_kind == records.INVALID_JSON and (r.error_message or "").startswith(records.NOT_JSON_MESSAGE))
 
 
 def has_completed(level: Mapping[str, Any]) -> bool:
@@ -53,12 +59,13 @@ def not_an_llm_server(rs: Sequence[RequestRecord], endpoint: str) -> str | None:
     """What the target answered when every request failed as a server without a completion endpoint
     does ("POST /completion answered HTTP 501 to all 4 requests (...)"), else None."""
     sent = [r for r in rs if r.error_kind != records.CANCELLED]
-    if not sent or any(r.ok or r.error_kind not in NOT_A_COMPLETION for r in sent):
+    if not sent or not all(_not_a_completion(r) for r in sent):
         return None
     kind, count = Counter(r.error_kind for r in sent).most_common(1)[0]
     example = next(r for r in sent if r.error_kind == kind)
-    answer = f"HTTP {kind.removeprefix('http_')}" if kind.startswith("http_") else "a body that is not a completion"
-    told = (example.error_message or "").strip()
+    answer = f"HTTP {kind.removeprefix('http_')}" if kind.startswith("http_") else "a body that is not JSON"
+    told = (example.error_message or "").removeprefix(records.NOT_JSON_MESSAGE).lstrip(": ").strip()
     told = "an HTML page" if told[:1] == "<" else told[:100]  # a web server's error page says nothing more
-    share = f"all {len(sent)} requests" if count == len(sent) else f"{count} of {len(sent)} requests (the rest alike)"
+    share = ("its one request" if len(sent) == 1 else f"all {len(sent)} requests" if count == len(sent)
+             else f"{count} of {len(sent)} requests (the rest alike)")
     return f"not an LLM server at this API: {endpoint} answered {answer} to {share}" + (f" ({told})" if told else "")
