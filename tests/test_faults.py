@@ -149,8 +149,12 @@ def test_a_level_with_only_failures_makes_no_tokens_and_no_knee(loadgen, tmp_pat
     for lv in doc["targets"][0]["levels"]:
         assert (lv["requests_ok"], lv["requests_failed"], lv["output_tokens"]) == (0, PER_LEVEL, 0)
         assert lv["throughput_tok_s"] == 0 and lv["latency_ms"] is None
-        assert f"at c={lv['concurrency']}: 100% of requests failed" in stdout
+    # no evidence, no verdict: the reason instead (issue 16, item 10)
     assert doc["targets"][0]["verdict"]["saturated_at"] is None
+    assert doc["targets"][0]["verdict"]["verdict"] == [
+        f"{doc['targets'][0]['label']}: no saturation verdict, because no level completed a request: "
+        f"every request failed (http_500 ×{PER_LEVEL * len(doc['targets'][0]['levels'])})."]
+    assert "not saturated" not in stdout
 
 
 def test_metrics_that_are_not_prometheus_are_not_called_off(loadgen, tmp_path):

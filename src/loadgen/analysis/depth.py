@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 
 from ..core import records
 from ..core.records import RequestRecord
+from .context import context_overflow
 from .metrics import MeanSd, decode_tok_s, mean_sd
 
 
 def skip_reason(prompt_tokens: int, n_predict: int, n_ctx: int | None) -> str | None:
     """Why a prompt of this many tokens cannot run on a server with this per-slot context, or None."""
-    if n_ctx is None or prompt_tokens + n_predict <= n_ctx:
-        return None
-    return f"skipped: prompt {prompt_tokens:,} + n_predict {n_predict} > per-slot n_ctx {n_ctx:,}"
+    problem = context_overflow(prompt_tokens, n_predict, n_ctx)
+    return None if problem is None else f"skipped: {problem}"
 
 
 SKIP_HINT = ("a row skipped for n_ctx did not fit the server's per-slot context (/props "

@@ -31,6 +31,10 @@ Per level (the requests of one concurrency level on one target):
                    requests (cancelled ones too: they left), req/s: the rate the open-loop level
                    actually offered, beside its nominal `rate` (a late client or --max-in-flight
                    lowers it). None in closed loop or below two sends.
+- concurrency_reached = the most requests in flight at once: the peak over time t of the number of
+                   requests with send_ns <= t < complete_ns (every sent request, cancelled ones too;
+                   one that completes at the instant another is sent does not overlap it). A closed
+                   loop of C workers reaches C unless its budget or its target ended it first.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
 interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
@@ -142,6 +146,15 @@ def achieved_rate(rs: Sequence[RequestRecord]) -> float | None:
         return None
     first, last = min(r.send_ns for r in rs), max(r.send_ns for r in rs)
     return (len(rs) - 1) / ((last - first) / 1e9) if last > first else None
+def concurrency_reached(rs: Iterable[RequestRecord]) -> int:
+    """The peak number of requests in flight at once, from their send and completion times (0: none)."""
+    # At equal times a completion (-1) sorts before a send (+1): back-to-back requests do not overlap.
+    events = sorted([(r.send_ns, 1) for r in rs] + [(r.complete_ns, -1) for r in rs])
+    peak = in_flight = 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    return peak
 
 
 def new_histogram() -> HdrHistogram:
@@ -202,6 +215,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     cancelled ones (in flight at Ctrl-C) count in neither."""
     ok = [r for r in rs if r.ok]
     sent = achieved_rate(rs) if rate is not None else None
+    reached = concurrency_reached(rs)  # cancelled requests were in flight too
     errors = Counter(r.error_kind for r in rs if not r.ok)
     cancelled = errors.pop(records.CANCELLED, 0)
     # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
@@ -209,6 +223,7 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
     return LevelSummary(
         level=concurrency if rate is None else rate,
         concurrency=concurrency,
+        concurrency_reached=reached,
         requests_ok=len(ok),
         requests_failed=sum(errors.values()),
         requests_cancelled=cancelled,

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..core.records import ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
+from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
 
 QUEUED_MIN_MS = 20.0
@@ -247,6 +248,8 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     Open loop (levels are offered request rates) the same knee rule applies to rate instead of
     concurrency; slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
     """
+    if not completed_any(levels):  # no evidence, no verdict: say why there is none
+        return TargetVerdict(label, total_slots, None, None, (), metrics_available, (no_verdict_line(label, levels),))
     by_level: dict[int | float, list[RequestRecord]] = {}
     for r in records:
         by_level.setdefault(r.level, []).append(r)
@@ -259,9 +262,10 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     at_1 = None if open_loop else throughput.get(1)
     queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
                                     throughput[c], at_1) for c in concurrencies)
-    # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared.
+    # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared,
+    # and only those with a completed request (one where every request failed measured nothing).
     points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
-              for lv in levels if not lv.get("stopped_reason")]
+              for lv in levels if not lv.get("stopped_reason") and has_completed(lv)]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
     knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots)
     if open_loop:

@@ -26,7 +26,7 @@ from ..run.soak import run_soak
 from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
-from .shared import console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .shared import checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
 
 
 
@@ -93,6 +93,8 @@ def prefill_command(ports, host, urls, labels, api, model, api_key, transport, i
                        warmup=warmup, n_predict=1)
     run = Run(base, "prefill", {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
                                     "concurrency": [1], "prompt_source": describe(source)})
+    if checking_only():
+        return
     out_dir = _out_dir(output, force, "prefill")
     err = console(stderr=True)
 
@@ -126,6 +128,8 @@ def depth_command(ports, host, urls, labels, api, model, api_key, transport, ins
                        warmup=warmup, n_predict=n_predict)
     run = Run(base, "depth", {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
                                   "concurrency": [1], "prompt_source": describe(source)})
+    if checking_only():
+        return
     out_dir = _out_dir(output, force, "depth")
     err = console(stderr=True)
 
@@ -173,6 +177,8 @@ def soak_command(ports, host, urls, labels, api, model, api_key, transport, inse
     run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
                                  "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
                                  "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
+    if checking_only():
+        return
     out_dir = _out_dir(output, force, "soak")
     err = console(stderr=True)
 

@@ -1,7 +1,8 @@
 """`loadgen run FILE.toml [--set key=value ...]`: run a scenario file with the command of its mode.
 
 Every key is checked (scenario.py) before the mode's command starts, so a bad file exits 2 naming
-FILE:LINE: key: before any request is sent.
+FILE:LINE: key: before any request is sent. `--check` runs the mode's command too, which applies its
+rules across keys (the same as on the command line) and stops before its first request.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import click
 
 from ..core.errors import ConfigError
 from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
+from .shared import CHECK_ONLY
 
 MODES = ("sweep", "prefill", "depth", "soak")
 
@@ -42,12 +44,14 @@ def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ..
     command = commands[scenario.mode]
     kwargs = resolve(command, scenario.settings, ctx)
     if check:
-        click.echo(f"{scenario.source}: mode {scenario.mode}, {len(kwargs)} keys, all valid")
-        return
-    click.echo(f"loadgen run {scenario.source}: {scenario.mode}", err=True)
+        ctx.meta[CHECK_ONLY] = True  # the command applies its rules across keys, then stops
+    else:
+        click.echo(f"loadgen run {scenario.source}: {scenario.mode}", err=True)
     try:
         ctx.invoke(command, **kwargs)
     except ScenarioError:
         raise
     except ConfigError as exc:  # a check across keys (no target, two prompt sources, ...)
         raise ScenarioError(f"{scenario.source}: {exc}") from None
+    if check:
+        click.echo(f"{scenario.source}: mode {scenario.mode}, {len(kwargs)} keys, all valid")

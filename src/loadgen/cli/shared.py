@@ -102,6 +102,17 @@ def prompt_source(prompt: str | None, prompt_file: str | None, dataset: str | No
     return PromptSource(seed=dataset_seed)
 
 
+CHECK_ONLY = "loadgen.check_only"  # ctx.meta key set by `loadgen run FILE --check`
+
+
+def checking_only() -> bool:
+    """True under `loadgen run FILE --check`. A mode's command asks this once it has applied every
+    rule of its flags (its config is built) and stops there, before it makes a results directory or
+    sends a request: so a check and a run apply one rule set, the command's own."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(CHECK_ONLY))
+
+
 def describe(source: PromptSource) -> str:
     return "synthetic" if source.synthetic else f"{len(source.texts)} text(s)"
 

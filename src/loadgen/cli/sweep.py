@@ -24,7 +24,7 @@ from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
-from .shared import prompt_source, prompt_source_options, request_options, target_options
+from .shared import checking_only, prompt_source, prompt_source_options, request_options, target_options
 
 @click.command()
 @target_options
@@ -42,6 +42,9 @@ from .shared import prompt_source, prompt_source_options, request_options, targe
               help="Requests per level [default: max(8, 4×concurrency); open loop max(16, 20 s worth)].")
 @click.option("--duration", "duration_s", type=DURATION, help="Time per level instead of a request count: "
                                                               "seconds, or 90s, 5m.")
+@click.option("--stagger", "stagger_s", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Closed loop: spread the workers' first sends evenly over this many seconds (worker i at "
+                   "i×S/C) instead of starting them all at once, so requests of one shape do not stay in phase.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests per target before the first level.")
 @click.option("--stream/--no-stream", default=False, show_default=True,
@@ -64,15 +67,15 @@ from .shared import prompt_source, prompt_source_options, request_options, targe
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
-          arrival_seed, requests_per_level, duration_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
+          arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
-    if concurrency is not None and rates is not None:
-        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
+    check_stagger(stagger_s, rates, duration_s)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
@@ -84,14 +87,44 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
+        stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
     ensure_open_files(connections_needed(config))
+    if checking_only():
+        return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     code = execute_sweep(config, out_dir, histograms=histograms)
     sys.exit(code)
+
+
+def check_budget(concurrency: tuple[int, ...] | None, rates: tuple[float, ...] | None,
+                 requests_per_level: int | None, duration_s: float | None) -> None:
+    """The level shape and budget flags taken together: one loop kind, one budget, and a request
+    count that lets every closed-loop level reach its concurrency (as k6 refuses fewer iterations
+    than virtual users)."""
+    if concurrency is not None and rates is not None:
+        raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if requests_per_level is not None and duration_s is not None:
+        raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    top = max(concurrency or (1, 2, 4, 8)) if rates is None else 0
+    if requests_per_level is not None and requests_per_level < top:
+        raise ConfigError(f"--requests {requests_per_level} is fewer than concurrency {top}: that level could "
+                          f"never have {top} requests in flight; give --requests {top} or more, or --duration")
+
+
+def check_stagger(stagger_s: float, rates: tuple[float, ...] | None, duration_s: float | None) -> None:
+    """--stagger spreads a closed loop's workers; an open loop has none, and a level shorter than
+    the stagger would end before its last workers start."""
+    if not stagger_s:
+        return
+    if rates is not None:
+        raise ConfigError("--stagger spreads the workers of a closed loop (--concurrency); --rate sends on a schedule")
+    if duration_s is not None and stagger_s >= duration_s:
+        raise ConfigError(f"--stagger {stagger_s:g} s is not shorter than --duration {duration_s:g} s: "
+                          "the last workers would never start")
 
 
 # Descriptors besides the request connections: stdio, each target's probe session, result files,

@@ -16,6 +16,9 @@ CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TL
 DISCONNECTED = "disconnected"  # the server closed or reset the connection before a full response
 TIMEOUT = "timeout"  # no complete response within --timeout
 INVALID_JSON = "invalid_json"  # a 2xx body that is not the JSON object the API promises
+# How an `invalid_json` record's message starts when the body was not JSON at all (rather than
+# JSON of the wrong shape): what a server without the completion endpoint sends (analysis/evidence.py).
+NOT_JSON_MESSAGE = "not JSON"
 SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
 STREAM_ERROR = "stream_error"  # a stream that carried `data: {"error": ...}` or an unreadable event

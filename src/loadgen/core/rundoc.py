@@ -35,6 +35,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int  # closed loop: the level; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s
     achieved_rate: float | None = None  # open loop: the rate requests actually left at (metrics.achieved_rate)
+    # The most requests in flight at once (analysis/metrics.py); None in files written before it.
+    concurrency_reached: int | None = None
     requests_ok: int
     requests_failed: int
     requests_cancelled: int = 0
@@ -64,6 +66,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
         out = msgspec.to_builtins(self)
+        if out["concurrency_reached"] is None:  # a file written before the field keeps its shape
+            del out["concurrency_reached"]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]

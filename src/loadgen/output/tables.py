@@ -91,6 +91,24 @@ def error_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def reach_lines(doc: dict[str, Any]) -> list[str]:
+    """One warning per closed-loop level that ran to its end without ever having its concurrency in
+    flight (a duration shorter than a request, or a stagger longer than one); a level its target
+    ended early says so elsewhere."""
+    if is_open_loop(doc):
+        return []
+    lines = []
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            reached = lv.get("concurrency_reached")
+            if reached is None or reached >= lv["concurrency"] or lv.get("stopped_reason"):
+                continue
+            lines.append(f"warning: {t['label']} at {_level_name(doc, lv['level'])}: at most {reached} "
+                         f"request{' was' if reached == 1 else 's were'} in flight, so that level's figures are not "
+                         f"those of concurrency {lv['concurrency']}")
+    return lines
+
+
 def queue_table(doc: dict[str, Any]) -> Table | None:
     """Per target and level: queued requests, queue wait, the deferred queue, busy slots, gain.
 
@@ -292,6 +310,8 @@ def print_run(doc: dict, console: Console, err: Console) -> None:
         console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
     for line in verdict_lines(doc):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for line in reach_lines(doc):
+        err.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
     for line in error_lines(doc):
         err.print(line, style="red", highlight=False, markup=False, soft_wrap=True)
 

@@ -8,6 +8,8 @@ Version history (SCHEMA_VERSION):
     2  "level" (a concurrency, or a request rate) and "rate" per level; open loop (config "mode":
        "rate"), streaming figures, schedule lag, and per level the client's own load
        (loop_lag_p99_ms, loop_lag_max_ms, client_cpu_fraction); per target "read_clock".
+       Added since, without a bump (older files lack them, readers default them): per level
+       "concurrency_reached"; config "stagger_s".
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -49,6 +49,9 @@ class SweepConfig:
     # Sent as `Authorization: Bearer ...`; never written anywhere (see to_dict).
     api_key: str | None = field(default=None, repr=False)
     requests_per_level: int | None = None  # None with duration None: max(8, 4*C)
+    # Closed loop: spread the workers' first sends over this many seconds (worker i at i*S/C);
+    # 0 starts them all at once, as in the field report's script.
+    stagger_s: float = 0.0
     duration_s: float | None = None
     warmup: int = 2
     timeout_s: float = 600.0
@@ -105,6 +108,7 @@ class SweepConfig:
             "model": self.model,
             "stream": g.stream,
             "api_key_set": bool(self.api_key),
+            "stagger_s": None if self.open_loop else self.stagger_s,
             "requests_per_level": self.requests_per_level,
             "duration_s": self.duration_s,
             "warmup": self.warmup,

@@ -184,8 +184,15 @@ async def run_level(
     duration_s: float | None,
     observer: Observer | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
+    stagger_s: float = 0.0,
 ) -> LevelRun:
     """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
+
+    With `stagger_s` 0 every worker sends its first request at the level's start. Otherwise worker
+    i's first send waits until start + i × stagger_s / C, spreading the first sends evenly over
+    the stagger: requests of one shape started together stay in phase (every prefill collides with
+    the others'), started apart they do not. Each worker's first request is its own (seq = its
+    index), so a request budget is never used up before the last worker starts.
 
     In-flight requests at the deadline are allowed to finish and are recorded. On cancellation each
     worker records its in-flight request as `cancelled` before the cancellation propagates.
@@ -196,20 +203,28 @@ async def run_level(
     obs.level_started(level, requests, duration_s)
     sender = _Sender(level, transport, backend, obs, options)
     pause_ns = int(options.pause_after_connect_error_s * 1e9)
-    issued = 0
+    first_seqs = level.concurrency if requests is None else min(level.concurrency, requests)
+    issued = first_seqs  # seqs below this are the workers' first requests
     level.start_ns = now_ns()
     deadline = level.start_ns + int(duration_s * 1e9) if duration_s is not None else None
+    stagger_step_ns = int(stagger_s * 1e9) / max(1, level.concurrency)
 
     async def worker(index: int) -> None:
         nonlocal issued
+        if stagger_step_ns:
+            await asyncio.sleep(max(0, level.start_ns + int(index * stagger_step_ns) - now_ns()) / 1e9)
+        seq = index if index < first_seqs else None
         while level.stopped_reason is None:
-            if requests is not None and issued >= requests:
-                return
+            if seq is None:
+                if requests is not None and issued >= requests:
+                    return
+                seq = issued
+                issued += 1
             if deadline is not None and now_ns() >= deadline:
                 return
-            seq = issued
-            issued += 1
-            if await sender.send(index, seq) == records.CONNECT_ERROR and pause_ns:
+            outcome = await sender.send(index, seq)
+            seq = None
+            if outcome == records.CONNECT_ERROR and pause_ns:
                 until = now_ns() + pause_ns if deadline is None else min(now_ns() + pause_ns, deadline)
                 await asyncio.sleep(max(0, until - now_ns()) / 1e9)
 

@@ -9,15 +9,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+from ..analysis.context import context_overflow
+from ..analysis.evidence import not_an_llm_server
 from ..client.backends import OPENAI_APIS, Backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.transport import Transport
+from ..core.errors import ConfigError
 from ..core.records import LevelRun
 from .config import SweepConfig
 from .engine import EngineOptions, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
-from .model import Run, RunObserver, TargetRun, resolve_labels
+from .model import Run, RunObserver, TargetRun, resolve_labels, slot_context
 from .prompts import PromptSource
 
 TransportFactory = Callable[[], Transport]
@@ -74,6 +77,16 @@ async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests
     if warm.stopped_reason:
         t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
         return False
+    return not refuse_non_llm(t, warm, backend)
+
+
+def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
+    """True, and the target's error set (one line: the target and what it answered), when the
+    level's requests all failed as those to a server without this completion endpoint do."""
+    answer = not_an_llm_server(level.records, f"{backend.method} {backend.path}")
+    if answer is None:
+        return False
+    t.error = f"{t.target.url}: {answer}"
     return True
 
 
@@ -104,3 +117,17 @@ async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver,
     if note:
         obs.message(f"{t.label}: {note}")
     return bodies
+
+
+def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int | None, n_predict: int) -> None:
+    """--prompt-tokens in a sweep or soak, before the first level: every request has that length, so
+    a target whose per-slot context cannot hold it and its n_predict tokens would answer each one with
+    an error (or cut it short). Refused as bad input (ConfigError, exit 2), naming the target; the
+    check is prefill's and depth's (`analysis.context`), which skip such a size instead."""
+    if not prompt_tokens:
+        return
+    for t in targets:
+        problem = context_overflow(prompt_tokens, n_predict, slot_context(t))
+        if problem:
+            raise ConfigError(f"{t.label} ({t.target.url}) cannot take --prompt-tokens {prompt_tokens}: {problem}; "
+                              "ask for fewer tokens, or restart the server with a larger -c or fewer --parallel slots")

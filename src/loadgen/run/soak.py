@@ -13,7 +13,8 @@ from .engine import EngineOptions, run_level
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt, new_salt
-from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+                    refuse_prompts_beyond_context, warm_up)
 
 # A worker whose request could not connect waits this long, so a down server is not hammered. Only
 # then: an HTTP error from a live server is answered at once, and the next request follows it.
@@ -30,6 +31,7 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint:
     `checkpoint_interval_s`, so a crash loses at most that much.
     """
     live = await prepare_targets(run, obs)
+    refuse_prompts_beyond_context(live, run.settings.get("prompt_tokens"), run.config.generation.n_predict)
 
     async def ticker() -> None:
         while True:

@@ -23,7 +23,8 @@ from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns
-from .setup import TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling, warm_up
+from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+                    refuse_non_llm, refuse_prompts_beyond_context, warm_up)
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
@@ -31,7 +32,7 @@ async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transp
     requests, duration_s = config.budget(level.level)
     if level.rate is None:
         await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
-                        options=options)
+                        options=options, stagger_s=config.stagger_s)
     else:
         offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
                                      burstiness=config.burstiness, seed=config.arrival_seed)
@@ -83,7 +84,9 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     if t.info and t.info.metrics_enabled and not level.stopped_reason:
         level.server_metrics_after = await probe.metrics()
     obs.level_done(run, t, level)
-    warning = None if config.servers_in_process else bottleneck_warning(load, transport.read_clock)
+    # A level where nothing completed measured no server, so it cannot say the client limited it.
+    warning = None if config.servers_in_process or not any(r.ok for r in level.records) \
+        else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
     return level
@@ -110,6 +113,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 if level.stopped_reason:
                     t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
                     return
+                if refuse_non_llm(t, level, backend):
+                    return
     finally:
         t.read_clock = transport.read_clock
         await transport.close()
@@ -121,6 +126,7 @@ async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFact
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is given.
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
+    refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory) for t in live))
     else:

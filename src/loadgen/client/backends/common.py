@@ -62,6 +62,10 @@ def undecodable(status: int, body: bytes, exc: Exception) -> ServerOutcome:
     """A body that is not the JSON object the API promises."""
     if status >= 400:
         return ServerOutcome(error_kind=f"http_{status}", error_message=snippet(body))
+    try:
+        msgspec.json.decode(body)
+    except msgspec.DecodeError:  # not JSON at all (an error path: the second decode costs nothing that matters)
+        return ServerOutcome(error_kind=records.INVALID_JSON, error_message=f"{records.NOT_JSON_MESSAGE}: {snippet(body)}")
     return ServerOutcome(error_kind=records.INVALID_JSON, error_message=f"unexpected response ({exc}): {snippet(body)}")
 
 

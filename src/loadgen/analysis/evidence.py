@@ -1,0 +1,71 @@
+"""What a target's answers prove: whether it served completions at all, and whether it is an LLM server.
+
+A verdict needs evidence. A level where no request completed says nothing about how the server
+scales, so the saturation rule reads only levels with a completed request, and a target with none
+gets no verdict but the reason there is none (`no_verdict_line`). A target that answered every
+request on the completion endpoint with "no such path" (HTTP 404), "no such method" (405, 501) or a
+body that is not JSON is not an LLM server behind that API (`not_an_llm_server`): the run
+names it and what it answered, and gives it up (exit 1), as for a target that does not speak HTTP.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..core import records
+from ..core.records import RequestRecord
+
+# The answers of a server that has no completion endpoint at the path asked for: no such path or
+# method, or a 2xx body that is not JSON at all (JSON of the wrong shape may be an LLM server's quirk).
+NOT_A_COMPLETION = ("http_404", "http_405", "http_501")
+
+
+def _not_a_completion(r: RequestRecord) -> bool:
+    return r.error_kind in NOT_A_COMPLETION or (
+        r.error_kind == records.INVALID_JSON and (r.error_message or "").startswith(records.NOT_JSON_MESSAGE))
+
+
+def has_completed(level: Mapping[str, Any]) -> bool:
+    """Whether a level (a run.json summary) completed a request; one that does not count its
+    requests (a hand-made summary) is taken at its figures."""
+    return level.get("requests_ok") != 0
+
+
+def completed_any(levels: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether any level has a completed request."""
+    return any(has_completed(lv) for lv in levels)
+
+
+def no_verdict_line(label: str, levels: Sequence[Mapping[str, Any]]) -> str:
+    """The line said instead of a saturation verdict when no level completed a request."""
+    errors: Counter[str] = Counter()
+    for lv in levels:
+        errors.update(lv.get("errors_by_kind") or {})
+    stopped = next((lv["stopped_reason"] for lv in levels if lv.get("stopped_reason")), None)
+    if errors:
+        why = "every request failed (" + ", ".join(f"{k} ×{n}" for k, n in errors.most_common()) + ")"
+        if stopped:
+            why += f", then {stopped}"
+    elif stopped:
+        why = f"{stopped} before any request completed"
+    else:
+        why = "no request was sent"
+    return f"{label}: no saturation verdict, because no level completed a request: {why}."
+
+
+def not_an_llm_server(rs: Sequence[RequestRecord], endpoint: str) -> str | None:
+    """What the target answered when every request failed as a server without a completion endpoint
+    does ("POST /completion answered HTTP 501 to all 4 requests (...)"), else None."""
+    sent = [r for r in rs if r.error_kind != records.CANCELLED]
+    if not sent or not all(_not_a_completion(r) for r in sent):
+        return None
+    kind, count = Counter(r.error_kind for r in sent).most_common(1)[0]
+    example = next(r for r in sent if r.error_kind == kind)
+    answer = f"HTTP {kind.removeprefix('http_')}" if kind.startswith("http_") else "a body that is not JSON"
+    told = (example.error_message or "").removeprefix(records.NOT_JSON_MESSAGE).lstrip(": ").strip()
+    told = "an HTML page" if told[:1] == "<" else told[:100]  # a web server's error page says nothing more
+    share = ("its one request" if len(sent) == 1 else f"all {len(sent)} requests" if count == len(sent)
+             else f"{count} of {len(sent)} requests (the rest alike)")
+    return f"not an LLM server at this API: {endpoint} answered {answer} to {share}" + (f" ({told})" if told else "")
