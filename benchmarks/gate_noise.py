@@ -14,7 +14,7 @@ what the machine does:
    sliding by one pair) an A/A gate of 3+3 interleaved runs, without and with the floor. Counted:
    gates that exit 1 (a false alarm), and inconclusive ones.
 3. power: --power-gates gates of 3+3 interleaved runs where every candidate run shares the
-   machine with two CPU-burning processes (started before it, stopped by pid after it): the same
+   machine with --burners CPU-burning processes (started before it, stopped by pid after it): the same
    server, slowed by a real cause. Counted: gates that exit 1 (caught), with the throughput change.
 
 The gate is loadgen's own (`analysis.gate.run_gate`) at its default limits and confidence. Prints
@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--calibrate", type=int, default=11, help="calibration runs")
     ap.add_argument("--aa-pairs", type=int, default=20, help="A/A pairs of runs")
     ap.add_argument("--power-gates", type=int, default=10, help="3+3 gates with a slowed candidate")
+    ap.add_argument("--burners", type=int, default=2, help="CPU-burning processes beside each candidate run")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gate-noise-"))
@@ -126,13 +127,14 @@ def main() -> None:
             base, cand = [], []
             for i in range(3):
                 base.append(one_run(server.url, work / f"pw-{g:02d}-{i}-a"))
-                with burners(2):
+                with burners(args.burners):
                     cand.append(one_run(server.url, work / f"pw-{g:02d}-{i}-b"))
             outcomes.append(gate(base, cand))
             outcomes_floor.append(gate(base, cand, floors))
             print(f"  power gate {g + 1}: {outcomes[-1][0]} ({outcomes[-1][1]:+.1%}), with the floor "
                   f"{outcomes_floor[-1][0]}", flush=True)
-        figures["power_3x3"] = tally("power 3+3 interleaved, 2 CPU burners beside the candidate", outcomes)
+        figures["power_3x3"] = tally(f"power 3+3 interleaved, {args.burners} CPU burner(s) beside the candidate",
+                                     outcomes)
         figures["power_3x3_floor"] = tally("power 3+3 interleaved with the floor", outcomes_floor)
         figures["minutes"] = (time.monotonic() - t0) / 60
         print(f"took {figures['minutes']:.1f} min")
