@@ -11,7 +11,7 @@ what the machine does:
 1. calibration: --calibrate runs in a row, `loadgen calibrate`'s noise floor (noise_floors).
 2. false alarms: 2 x --aa-pairs runs of the unchanged server in a row. Each consecutive pair is an
    A/A gate of one run a side judged against the floor; each window of three pairs (A B A B A B,
-   sliding by one pair) an A/A gate of 3+3 interleaved runs, without and with the floor. Counted:
+   sliding by one pair; pairs counterbalanced A B, B A, as `loadgen ab` runs them) an A/A gate of 3+3 interleaved runs, without and with the floor. Counted:
    gates that exit 1 (a false alarm), and inconclusive ones.
 3. power: --power-gates gates of 3+3 interleaved runs where every candidate run shares the
    machine with --burners CPU-burning processes (started before it, stopped by pid after it): the same
@@ -115,7 +115,9 @@ def main() -> None:
         tp = [throughput(r) for r in runs]
         print(f"A/A runs: {len(runs)}, throughput {min(tp):.1f} .. {max(tp):.1f} tok/s "
               f"(max/min {max(tp) / min(tp):.2f})", flush=True)
-        pairs = [(runs[2 * i], runs[2 * i + 1]) for i in range(args.aa_pairs)]
+        # counterbalanced like `loadgen ab`: A B, B A, A B, ...
+        pairs = [(runs[2 * i], runs[2 * i + 1]) if i % 2 == 0 else (runs[2 * i + 1], runs[2 * i])
+                 for i in range(args.aa_pairs)]
         figures["aa_single_floor"] = tally("A/A 1+1 with the floor",
                                            [gate([a], [b], floors) for a, b in pairs])
         windows = [pairs[i:i + 3] for i in range(len(pairs) - 2)]
@@ -126,9 +128,12 @@ def main() -> None:
         for g in range(args.power_gates):
             base, cand = [], []
             for i in range(3):
-                base.append(one_run(server.url, work / f"pw-{g:02d}-{i}-a"))
-                with burners(args.burners):
-                    cand.append(one_run(server.url, work / f"pw-{g:02d}-{i}-b"))
+                for side in (("a", "b") if i % 2 == 0 else ("b", "a")):  # counterbalanced, as `ab`
+                    if side == "a":
+                        base.append(one_run(server.url, work / f"pw-{g:02d}-{i}-a"))
+                    else:
+                        with burners(args.burners):
+                            cand.append(one_run(server.url, work / f"pw-{g:02d}-{i}-b"))
             outcomes.append(gate(base, cand))
             outcomes_floor.append(gate(base, cand, floors))
             print(f"  power gate {g + 1}: {outcomes[-1][0]} ({outcomes[-1][1]:+.1%}), with the floor "

@@ -48,7 +48,7 @@ def test_an_a_a_passes_with_runs_interleaved_on_disk(sims, tmp_path):
     starts = {side: [json.loads((tmp_path / "ab" / side / f"0{i}" / "run.json").read_text())["started_utc"]
                      for i in (1, 2)] for side in ("baseline", "candidate")}
     order = sorted((t, side) for side, ts in starts.items() for t in ts)
-    assert [side for _, side in order] == ["baseline", "candidate"] * 2
+    assert [side for _, side in order] == ["baseline", "candidate", "candidate", "baseline"]  # counterbalanced
     assert "2+2 interleaved runs" in proc.stdout
 
 

@@ -76,6 +76,8 @@ def test_calibration_uses_successive_runs_within_groups_only():
 def test_interleaving_is_read_from_the_start_times():
     assert interleaved([0, 2, 4], [1, 3, 5])
     assert interleaved([1, 3], [0, 2])
+    assert interleaved([0, 3, 4], [1, 2, 5])  # counterbalanced: A B  B A  A B
+    assert not interleaved([0, 1, 4], [2, 3, 5])  # A A B B A B: the first two are not a pair
     assert not interleaved([0, 1, 2], [3, 4, 5])
     assert not interleaved([0, 2], [1, 3, 5])
     assert not interleaved([0], [1])

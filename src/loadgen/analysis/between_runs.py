@@ -11,7 +11,7 @@ logs turn ratios into differences). The effect is the ratio of the sides' geomet
 r = exp(mean log candidate - mean log baseline).
 
 How sigma is known, best first:
-- *paired*: both sides have the same number of runs, recorded interleaved (A B A B ...). Pair i's
+- *paired*: both sides have the same number of runs, recorded in pairs (A B, B A, A B ...). Pair i's
   difference d_i = log B_i - log A_i cancels the drift the two runs shared; var d = 2 sigma^2.
 - *unpaired*: two or more runs on a side; sigma^2 pooled from both sides' variances of logs.
 - a *noise floor*: sigma measured beforehand by repeating one configuration (an A/A calibration,
@@ -143,9 +143,10 @@ def calibrate(groups: Sequence[Sequence[float]]) -> Floor | None:
 
 
 def interleaved(baseline_starts: Sequence[float], candidate_starts: Sequence[float]) -> bool:
-    """The runs were recorded alternately (A B A B ... or B A B A ...), one of each per pair: the
-    start times sorted together alternate between the sides."""
+    """The runs were recorded in pairs, one of each side per pair, pair after pair (A B A B ...,
+    or counterbalanced A B B A ...): the start times sorted together fall into consecutive twos that
+    each hold one run of each side."""
     if len(baseline_starts) != len(candidate_starts) or len(baseline_starts) < 2:
         return False
     sides = [side for _, side in sorted([(t, 0) for t in baseline_starts] + [(t, 1) for t in candidate_starts])]
-    return all(a != b for a, b in zip(sides, sides[1:]))
+    return all(sides[i] != sides[i + 1] for i in range(0, len(sides), 2))

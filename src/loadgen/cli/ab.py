@@ -1,8 +1,8 @@
 """`loadgen ab`: interleaved A/B runs of two targets (or A/A of one), then the gate.
 
-The CI recipe for a machine whose speed drifts: baseline and candidate alternate run by run
-(A B A B ...), so slow drift hits both sides alike and each pair's difference cancels what the
-two runs shared; the gate then judges the sides against the run-to-run noise the pairs show,
+The CI recipe for a machine whose speed drifts: baseline and candidate run in pairs,
+counterbalanced (A B, B A, A B, ...), so slow drift hits both sides alike, each pair's difference
+cancels what the two runs shared, and a steady trend does not always favour the first of a pair; the gate then judges the sides against the run-to-run noise the pairs show,
 pooled with a calibrated noise floor when one is given. Each run is a fresh `loadgen sweep`
 process with the same arguments, so nothing of one run's client (its heap, its connections)
 carries into the next.
@@ -34,8 +34,11 @@ RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 
 
 def order(repeat: int) -> list[tuple[int, str]]:
-    """(run number, side) in the order they run: A B A B ..."""
-    return [(i, side) for i in range(1, repeat + 1) for side in ("baseline", "candidate")]
+    """(run number, side) in the order they run: pairs, counterbalanced (A B, B A, A B, ...), so a
+    machine that keeps slowing down (or warming up) over the session does not always hand the
+    second run of a pair the worse of it: a steady drift cancels over the pairs."""
+    sides = ("baseline", "candidate")
+    return [(i, side) for i in range(1, repeat + 1) for side in (sides if i % 2 else sides[::-1])]
 
 
 def run_summary(out: Path) -> str:
@@ -79,7 +82,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, max_throughput_drop,
                max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
                sweep_args) -> None:
-    """Run BASELINE and CANDIDATE sweeps alternately (A B A B ...), --repeat times each, then gate them.
+    """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
     """
