@@ -66,7 +66,9 @@ def test_llama_server_killed_mid_level(tmp_path, stream):
     assert sorted(r.seq for r in records) == list(range(len(records)))  # every request once
     assert cut["requests_ok"] + cut["requests_failed"] + cut["requests_cancelled"] == len(records)
     assert cut["output_tokens"] == sum(r.output_tokens for r in records if r.ok) == N_PREDICT * cut["requests_ok"]
-    assert cut["requests_ok"] >= 4
+    # The server counts a request done before its answer reaches loadgen: at c=1 the fourth may still
+    # be on its way when the server dies (then it is recorded as disconnected, not lost).
+    assert cut["requests_ok"] >= 3
     failed = [r for r in records if not r.ok]
     assert {r.error_kind for r in failed} <= {"disconnected", "connect_error", "truncated_stream"}
     assert [r.error_kind for r in failed][-3:] == ["connect_error"] * 3  # then it was called down
