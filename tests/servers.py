@@ -46,6 +46,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SIM_PROFILE = """name = "{name}"
+model_alias = "{alias}"
+prefill_tok_s = 20000.0
+step_ms = {step_ms}
+alpha = 0.25
+n_ctx = 2048
+eos_probability = 0.02
+"""
+
+
+def sim_profile(path: Path, name: str, step_ms: float, alias: str = "gate-sim") -> Path:
+    """A simulator profile file: a server whose decode step takes `step_ms` (a throttled twin of
+    another when only step_ms differs)."""
+    path.write_text(SIM_PROFILE.format(name=name, alias=alias, step_ms=step_ms))
+    return path
+
+
 @contextlib.contextmanager
 def refused_port() -> Iterator[int]:
     """A loopback port that refuses connections for as long as the block runs: bound, never

@@ -11,16 +11,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from servers import LOADGEN, SimProcess
+from servers import LOADGEN, SimProcess, sim_profile
 
-PROFILE = """name = "{name}"
-model_alias = "ab-sim"
-prefill_tok_s = 20000.0
-step_ms = {step_ms}
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 SWEEP = ("--", "--concurrency", "1,2", "--n-predict", "8", "--requests", "8", "--warmup", "0")
 
 
@@ -31,8 +23,8 @@ def sims(tmp_path_factory):
     with ExitStack() as stack:
         urls = {}
         for name, step_ms in (("fast", 5.0), ("slow", 8.0)):
-            (tmp / f"{name}.toml").write_text(PROFILE.format(name=name, step_ms=step_ms))
-            urls[name] = stack.enter_context(SimProcess("--profile", str(tmp / f"{name}.toml"), "--slots", "2")).url
+            profile = sim_profile(tmp / f"{name}.toml", name, step_ms, alias="ab-sim")
+            urls[name] = stack.enter_context(SimProcess("--profile", str(profile), "--slots", "2")).url
         yield urls
 
 

@@ -14,7 +14,7 @@ import json
 import subprocess
 
 import pytest
-from servers import LOADGEN, SimProcess, start_llama_server
+from servers import LOADGEN, SimProcess, sim_profile, start_llama_server
 
 
 pytestmark = pytest.mark.real
@@ -32,14 +32,6 @@ def ab(baseline_url: str, candidate_url: str, out, *extra: str) -> subprocess.Co
                           capture_output=True, text=True, timeout=600)
 
 
-PROFILE = """name = "{name}"
-model_alias = "gate-sim"
-prefill_tok_s = 20000.0
-step_ms = {step_ms}
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +46,7 @@ def sweeps(tmp_path_factory):
     sims = []
     try:
         for name, step_ms in (("baseline", 5.0), ("candidate", 8.0)):
-            profile = logs / f"{name}.toml"
-            profile.write_text(PROFILE.format(name=name, step_ms=step_ms))
+            profile = sim_profile(logs / f"{name}.toml", name, step_ms)
             sims.append(SimProcess("--profile", str(profile), "--slots", "2").start())
         results["throttled"] = ab(sims[0].url, sims[1].url, out / "throttled")
     finally:

@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ..analysis.gate import run_gate
 from ..core.errors import EXIT_FAILED, InputError
 from ..core.signals import LATCH
 from ..results.sides import load_side, side_noise
@@ -117,8 +118,6 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
     if config is None:
         return
     with user_errors():
-        from ..analysis.gate import run_gate
-
         base_dir = root / "baseline"
         result = run_gate(load_side(base_dir), load_side(root / "candidate"), config,
                           floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
