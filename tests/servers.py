@@ -7,6 +7,8 @@
   the main thread's event loop and signal handlers).
 - `start_llama_server`, `LlamaServer`, `testbed_paths`: the real llama-server test bed
   (scripts/testbed), started and stopped by pid.
+- `Nginx`, `nginx_binary`: a private nginx (Debian's package) with a config of the test's own,
+  e.g. the echo module's fixed-delay server.
 - `LOADGEN`, `sweep`, `in_process_cli`: `loadgen` as a user runs it (a subprocess), or in-process
   through `cli.main`, the real error path.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -211,6 +214,108 @@ def start_llama_server(alias: str, slots: int, log_dir: Path, *, metrics: bool =
         server.stop()
         raise RuntimeError(f"{exc}: {log.read_text()[-2000:]}") from None
     return server
+
+
+NGINX_MODULES = Path("/usr/lib/nginx/modules")  # where Debian's dynamic nginx modules live
+
+
+def nginx_binary(*modules: str) -> str:
+    """Debian's nginx (with the named dynamic modules): its path. Missing: a skip on a developer's
+    machine, a failure in CI (CI=true), where the test set-up (scripts/test) installs it."""
+    import pytest
+
+    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+    missing = [m for m in modules if not (NGINX_MODULES / f"{m}.so").exists()]
+    if binary and not missing:
+        return binary
+    what = "nginx" if not binary else f"nginx's {', '.join(missing)}"
+    reason = f"{what} is not installed (apt-get install nginx libnginx-mod-http-echo)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class Nginx:
+    """A private nginx on a free loopback port: its own prefix, config, pid and logs in `workdir`,
+    one worker, in the foreground, stopped by its pid. `server` is the body of its one server block
+    (`listen` is added); `http` goes into the http block; `modules` are dynamic modules to load.
+    Every request is logged to `requests.log` as "$connection $connection_requests $request_uri"
+    (nginx's connection serial number and the request's index on it), so a test can count the
+    connections a client used."""
+
+    def __init__(self, workdir: Path, server: str, *, http: str = "", modules: tuple[str, ...] = ()) -> None:
+        self.binary = nginx_binary(*modules)
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.server, self.http, self.modules = server, http, modules
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self) -> str:
+        d = self.dir
+        loads = "".join(f"load_module {NGINX_MODULES / m}.so;\n" for m in self.modules)
+        user = "user root;" if os.geteuid() == 0 else ""
+        temps = "".join(f"{k}_temp_path {d}/tmp-{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        return f"""{loads}{user}
+daemon off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    log_format conn '$connection $connection_requests $request_uri';
+    access_log {d}/requests.log conn;
+    {temps}
+    {self.http}
+    server {{
+        listen 127.0.0.1:{self.port} backlog=4096;
+        {self.server}
+    }}
+}}
+"""
+
+    def start(self) -> "Nginx":
+        for _ in range(3):  # a port taken between free_port() and nginx's bind: try another
+            self.port = free_port()
+            conf = self.dir / "nginx.conf"
+            conf.write_text(self.config())
+            self.proc = subprocess.Popen([self.binary, "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log")],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            try:
+                wait_healthy(self.url, 10, self.proc, "nginx")  # the test's server block answers /health
+                return self
+            except RuntimeError:
+                self.stop()
+                if "Address already in use" not in (self.dir / "error.log").read_text(errors="replace"):
+                    raise
+        raise RuntimeError("nginx found no free port")
+
+    def requests_log(self) -> list[tuple[int, int, str]]:
+        """(connection, request index on it, URI) of every request so far (nginx writes as it goes)."""
+        rows = []
+        for line in (self.dir / "requests.log").read_text().splitlines():
+            conn, index, uri = line.split(" ", 2)
+            rows.append((int(conn), int(index), uri))
+        return rows
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # fast shutdown of the master and its worker
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def __enter__(self) -> "Nginx":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 # --- in a background thread ---------------------------------------------------------------------

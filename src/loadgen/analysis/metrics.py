@@ -35,6 +35,12 @@ Per level (the requests of one concurrency level on one target):
                    requests with send_ns <= t < complete_ns (every sent request, cancelled ones too;
                    one that completes at the instant another is sent does not overlap it). A closed
                    loop of C workers reaches C unless its budget or its target ended it first.
+- connections_opened = how many of the level's requests opened their connection (r.connect_us is
+                   not None): a server that closes after every response (llama-server after a
+                   stream) makes each request pay for one; a keep-alive server none, since
+                   loadgen opens the level's connections before its clock starts.
+- connect_ms     = those requests' connect times (r.connect_us / 1e3: TCP connect, plus the TLS
+                   handshake on https), part of their latency.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
 interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
@@ -202,6 +208,13 @@ def distribution_ms(values_ms: Sequence[float]) -> Distribution | None:
     )
 
 
+def typical_latency_s(rs: Sequence[RequestRecord]) -> float | None:
+    """The p50 latency of the successful requests, in seconds (None without any): what the next
+    level's requests can expect at least, for planning (run/schedule.connections_ahead)."""
+    d = distribution_ms([latency_ms(r) for r in rs if r.ok])
+    return None if d is None else d.p50 / 1e3
+
+
 def _mean(values: Iterable[float | None]) -> float | None:
     vs = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vs) / len(vs) if vs else None
@@ -248,6 +261,8 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
         # Every sent request was late or not by its schedule, whatever its answer.
         schedule_lag_ms=distribution_ms([schedule_lag_ms(r) for r in rs if r.error_kind != records.CANCELLED])
         if rate is not None else None,
+        connections_opened=len(connect := [r.connect_us / 1e3 for r in rs if r.connect_us is not None]),
+        connect_ms=distribution_ms(connect),
     )
 
 

@@ -2,6 +2,8 @@
 
 Reads are timed on the loop's clock, as aiohttp hands the bytes over. `--transport aiohttp` picks
 it, and `registry.make_transport` falls back to it when the environment sets a proxy for a target.
+A request that opened its connection learns how long that took from aiohttp's tracing signals
+(TCP and TLS together: aiohttp does not tell the handshake apart).
 """
 
 from __future__ import annotations
@@ -17,6 +19,34 @@ from ..core.clock import now_ns
 from .transport import ChunkCallback, HttpResponse, TransportError, connect_reason, reason_of, tls_context
 
 _CLOSE = {"Connection": "close"}
+
+
+class _Connecting:
+    """One request's connect, timed by aiohttp's tracing signals."""
+
+    __slots__ = ("start_ns", "connect_us")
+
+    def __init__(self) -> None:
+        self.start_ns = 0
+        self.connect_us: int | None = None
+
+
+async def _connect_started(session, ctx, params) -> None:
+    if ctx.trace_request_ctx is not None:  # None: a connect_ahead request, not timed
+        ctx.trace_request_ctx.start_ns = now_ns()
+
+
+async def _connect_ended(session, ctx, params) -> None:
+    timing = ctx.trace_request_ctx
+    if timing is not None:
+        timing.connect_us = (now_ns() - timing.start_ns) // 1000
+
+
+def _connect_tracing() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    config.on_connection_create_start.append(_connect_started)
+    config.on_connection_create_end.append(_connect_ended)
+    return config
 
 
 class AiohttpTransport:
@@ -46,12 +76,31 @@ class AiohttpTransport:
             headers={"Content-Type": "application/json", **(headers or {})},
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
+            trace_configs=[_connect_tracing()],
         )
+        self._limit = max(0, max_connections)
+
+    async def connect_ahead(self, connections: int) -> int:
+        """aiohttp opens connections only for requests: `connections` concurrent GETs of /health
+        (cheap on llama-server; any answer will do) leave that many idle keep-alive connections."""
+        assert self._session is not None, "open() first"
+        n = connections if not self._limit else min(connections, self._limit)
+
+        async def one() -> bool:
+            try:
+                async with self._session.get(self._base + "/health", proxy=self._proxy) as resp:
+                    await resp.read()
+                    return True
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return False
+
+        return sum(await asyncio.gather(*(one() for _ in range(n))))
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse:
         """One attempt, never retried: a request the server reset or dropped is recorded as such."""
         assert self._session is not None, "open() first"
+        timing = _Connecting()
         try:
             # llama-server closes the connection after every streamed response although it announces
             # keep-alive; a next request sent on it races that close and dies unanswered. So a
@@ -59,7 +108,7 @@ class AiohttpTransport:
             # a request instead would also hide a server that resets requests it has read.)
             async with self._session.request(method, self._base + path, data=body, proxy=self._proxy,
                                              headers=_CLOSE if on_chunk is not None and self._close_streams
-                                             else None) as resp:
+                                             else None, trace_request_ctx=timing) as resp:
                 headers_ns = now_ns()
                 if on_chunk is None:
                     data = await resp.read()
@@ -67,7 +116,7 @@ class AiohttpTransport:
                     data = b""
                     async for chunk in resp.content.iter_any():
                         on_chunk(chunk, now_ns())
-                return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data)
+                return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data, timing.connect_us)
         except asyncio.TimeoutError as exc:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
         except aiohttp.ClientError as exc:

@@ -44,6 +44,10 @@ class Exchange:
         self._waiter: asyncio.Future | None = None
         self.deadline = 0.0  # loop time by which the current request must be complete
         self._got_bytes = False
+        # How long opening this connection took (µs), and of that the TLS handshake: told with the
+        # first response it carries (the request that paid for it), then None.
+        self.connect_us: int | None = None
+        self.tls_us: int | None = None
 
     def send(self, data: bytes, body: bytes | None, on_chunk: ChunkCallback | None, deadline: float,
              close_after: bool = False) -> asyncio.Future:
@@ -94,7 +98,8 @@ class Exchange:
         reusable = parser.keep_alive and not self.close_after and not parser.extra_data and self.open \
             and not self._unsent()
         response = HttpResponse(parser.status, parser.headers(), parser.headers_ns, parser.complete_ns,
-                                b"" if parser._on_chunk is not None else parser.body())
+                                b"" if parser._on_chunk is not None else parser.body(), self.connect_us, self.tls_us)
+        self.connect_us = self.tls_us = None
         if reusable:
             self._pool._release(self)
         else:

@@ -16,8 +16,13 @@ from collections import deque
 from urllib.parse import SplitResult
 
 from ..core import records
+from ..core.clock import now_ns
 from .connections import OWN_SOCKETS, READ_SIZE, Exchange, SocketConnection, StreamConnection
 from .transport import TransportError, connect_reason, tls_context
+
+
+# connect_ahead opens this many connections at once.
+CONNECT_AHEAD_AT_ONCE = 32
 
 
 class ConnectionPool:
@@ -88,11 +93,33 @@ class ConnectionPool:
                     return conn
         return await self._connect(deadline)
 
+    async def connect_ahead(self, connections: int) -> int:
+        """Open idle connections until `connections` are open (at most the pool's limit), at most
+        `CONNECT_AHEAD_AT_ONCE` at a time (a server with a short listen backlog drops a burst of
+        SYNs, and each dropped one waits a second to be sent again). Returns how many are open.
+        A connect that fails is dropped silently: the level's requests will meet and record it."""
+        deadline = self._loop.time() + self._timeout_s
+        while not self._closed and self._open < min(connections, self._max):
+            batch = min(connections, self._max) - self._open
+            made = await asyncio.gather(*(self._connect(deadline) for _ in range(min(batch, CONNECT_AHEAD_AT_ONCE))),
+                                        return_exceptions=True)
+            opened = [conn for conn in made if isinstance(conn, Exchange)]
+            for conn in opened:
+                conn.connect_us = conn.tls_us = None  # opened before any request's clock started
+                self._release(conn)
+            for exc in made:
+                if isinstance(exc, BaseException) and not isinstance(exc, TransportError):
+                    raise exc
+            if len(opened) < len(made):
+                break
+        return self._open
+
     async def _connect(self, deadline: float) -> Exchange:
         if self._closed:
             raise TransportError(records.CONNECT_ERROR, "the transport is closed")
         self._open += 1  # counted from now, so concurrent connects respect the limit
         made: list[StreamConnection] = []
+        start = now_ns()
 
         def protocol() -> StreamConnection:
             made.append(StreamConnection(self))
@@ -101,9 +128,9 @@ class ConnectionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 if self._ssl is None and OWN_SOCKETS:
-                    return await self._connect_socket()
-                _, conn = await self._loop.create_connection(
-                    protocol, self._host, self._port, ssl=self._ssl, server_hostname=self._host)
+                    conn: Exchange = await self._connect_socket()
+                else:
+                    conn = await self._connect_stream(protocol, made)
         except BaseException as exc:
             if made and made[0].open:  # connected, then failed (TLS) or cancelled: retire it
                 made[0]._retire()
@@ -116,6 +143,17 @@ class ConnectionPool:
             if isinstance(exc, (OSError, ssl.SSLError)):
                 raise TransportError(records.CONNECT_ERROR, connect_reason(exc, self._hostport)) from None
             raise
+        conn.connect_us = (now_ns() - start) // 1000
+        return conn
+
+    async def _connect_stream(self, protocol, made: list[StreamConnection]) -> StreamConnection:
+        """A connection through an asyncio transport: TCP, then the TLS handshake on it (https), so
+        the handshake's share of connecting is known."""
+        transport, conn = await self._loop.create_connection(protocol, self._host, self._port)
+        if self._ssl is not None:
+            start = now_ns()
+            conn.transport = await self._loop.start_tls(transport, conn, self._ssl, server_hostname=self._host)
+            conn.tls_us = (now_ns() - start) // 1000
         return conn
 
     async def _connect_socket(self) -> SocketConnection:

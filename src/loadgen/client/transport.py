@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-
 class TransportError(Exception):
     """A request that got no complete HTTP response. `kind` is one of the records' error kinds."""
 
@@ -34,6 +33,11 @@ class HttpResponse:
     headers_ns: int  # status line and headers received
     complete_ns: int  # last body byte received
     body: bytes  # empty when the caller consumed the body through `on_chunk`
+    # The request opened its connection: how long connecting took (TCP, and TLS when https), and
+    # of that the TLS handshake (None where the transport cannot tell it apart). None on a reused
+    # connection, or one `connect_ahead` opened before the level's clock started.
+    connect_us: int | None = None
+    tls_us: int | None = None
 
 
 ChunkCallback = Callable[[bytes, int], None]
@@ -57,6 +61,12 @@ class Transport(Protocol):
 
     async def request(self, method: str, path: str, body: bytes,
                       on_chunk: ChunkCallback | None = None) -> HttpResponse: ...
+
+    async def connect_ahead(self, connections: int) -> int:
+        """Open idle keep-alive connections until `connections` are open (never past the pool's
+        limit), before a level's clock starts, so its first requests do not pay for connecting.
+        Returns how many are open; a connection that fails is left to the requests to report."""
+        ...
 
     async def close(self) -> None: ...
 

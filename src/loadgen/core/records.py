@@ -85,6 +85,11 @@ class RequestRecord(msgspec.Struct, frozen=True):
     chunk_gaps_us: list[int] | None = None
     chunks: int | None = None
     prompt_tokens_target: int | None = None  # length asked for (--prompt-tokens, a depth); prompt_n: computed
+    # The request opened its connection (its latency includes that): how long connecting took, µs,
+    # and of that the TLS handshake (None when the transport cannot tell it apart). None: it went
+    # out on an open keep-alive connection (reused, or opened before the level's clock started).
+    connect_us: int | None = None
+    tls_us: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -130,6 +135,8 @@ def make_record(
     chunk_gaps_us: list[int] | None = None,
     chunks: int | None = None,
     prompt_tokens_target: int | None = None,
+    connect_us: int | None = None,
+    tls_us: int | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -137,7 +144,7 @@ def make_record(
     # order (checked below, at import).
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
-                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target)
+                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -147,7 +154,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target")
+    "prompt_tokens_target", "connect_us", "tls_us")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):

@@ -57,6 +57,10 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     itl_ms: Distribution | None = None
     latency_uncorrected_ms: Distribution | None = None  # open loop only
     schedule_lag_ms: Distribution | None = None  # open loop only
+    # Requests that opened their connection inside the level's clock, and how long connecting took
+    # them (metrics.connections_opened); None in files written before the fields.
+    connections_opened: int | None = None
+    connect_ms: Distribution | None = None
     # The client's own load during the level (run/looplag.py); absent from a summary computed
     # from records alone.
     loop_lag_p99_ms: float | None = None
@@ -66,8 +70,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
         out = msgspec.to_builtins(self)
-        if out["concurrency_reached"] is None:  # a file written before the field keeps its shape
-            del out["concurrency_reached"]
+        for key in ("concurrency_reached", "connections_opened"):  # a file written before keeps its shape
+            if out[key] is None:
+                del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]

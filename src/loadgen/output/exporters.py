@@ -255,7 +255,8 @@ LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requ
                 "predicted_ms_mean", "prompt_ms_mean", "decode_tok_s_mean", "stopped_reason",
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
                 *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
-                  for k in ("mean", "p50", "p99"))]
+                  for k in ("mean", "p50", "p99")),
+                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99"))]
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:

@@ -184,6 +184,29 @@ def overhead_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def connection_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per target whose requests opened connections inside a level's clock: how many, at
+    which levels, and what connecting took (part of those requests' latency). loadgen opens a
+    level's connections before its clock starts, so these are the server's doing: a server that
+    closes after every response (llama-server after a stream), or one that closed idle ones."""
+    out = []
+    for t in doc["targets"]:
+        parts = []
+        for lv in t.get("levels", []):
+            opened = lv.get("connections_opened")
+            if not opened:
+                continue
+            sent = lv["requests_ok"] + lv["requests_failed"]
+            p50 = _dist(lv, "connect_ms", "p50")
+            every = "every request" if opened >= sent else f"{opened:,} of {sent:,} requests"
+            parts.append(f"{every} at {_level_name(doc, lv['level'])}"
+                         + (f" (connect p50 {p50:.2f} ms)" if p50 is not None else ""))
+        if parts:
+            out.append(f"{t['label']}: opened a new connection for {'; '.join(parts)}, "
+                       "which their latency includes")
+    return out
+
+
 def _pm(stat: dict[str, Any] | None, digits: int = 1) -> str:
     """mean ± sd of a MeanSd dict, or n/a."""
     if not stat:
@@ -306,7 +329,7 @@ def print_run(doc: dict, console: Console, err: Console) -> None:
     for table in (latency_table(doc), queue_table(doc)):
         if table is not None:
             console.print(table)
-    for line in overhead_lines(doc):
+    for line in (*overhead_lines(doc), *connection_lines(doc)):
         console.print(line, highlight=False, markup=False, style="dim", soft_wrap=True)
     for line in verdict_lines(doc):
         console.print(line, highlight=False, markup=False, soft_wrap=True)

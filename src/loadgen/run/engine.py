@@ -106,7 +106,8 @@ class _Sender:
             raise
         status = response.status
         return self._done(worker, seq, salt, send_ns, response.complete_ns, status, response.headers_ns,
-                          intended_ns, None, self._parse(status, response.body))
+                          intended_ns, None, self._parse(status, response.body), response.connect_us,
+                          response.tls_us)
 
     async def _send_stream(self, worker: int, seq: int, intended_ns: int | None) -> str | None:
         level, backend = self.level, self.backend
@@ -130,7 +131,7 @@ class _Sender:
         else:
             outcome = stream.finish(complete_ns)
         return self._done(worker, seq, salt, send_ns, complete_ns, status, response.headers_ns, intended_ns,
-                          stream, outcome)
+                          stream, outcome, response.connect_us, response.tls_us)
 
     def _cancelled(self, worker: int, seq: int, salt: str, send_ns: int, intended_ns: int | None,
                    stream: StreamReader | None) -> None:
@@ -139,10 +140,10 @@ class _Sender:
 
     def _done(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
               headers_ns: int | None, intended_ns: int | None, stream: StreamReader | None,
-              outcome: ServerOutcome) -> str | None:
+              outcome: ServerOutcome, connect_us: int | None = None, tls_us: int | None = None) -> str | None:
         """Record a finished request, tell the observer, count connect failures; the error kind."""
         self.obs.request_done(self._append(worker, seq, salt, send_ns, complete_ns, status, headers_ns,
-                                           intended_ns, stream, outcome))
+                                           intended_ns, stream, outcome, connect_us, tls_us))
         kind = outcome.error_kind
         if kind is None:
             self.connect_failures = 0
@@ -158,19 +159,20 @@ class _Sender:
 
     def _append(self, worker: int, seq: int, salt: str, send_ns: int, complete_ns: int, status: int | None,
                 headers_ns: int | None, intended_ns: int | None, stream: StreamReader | None,
-                outcome: ServerOutcome) -> RequestRecord:
+                outcome: ServerOutcome, connect_us: int | None = None, tls_us: int | None = None) -> RequestRecord:
         level = self.level
         level.in_flight.pop(seq, None)  # abandon() may have recorded it already
         if intended_ns is None:
             intended_ns = send_ns
         if stream is None:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
-                                 headers_ns, intended_ns, None, None, None, None, level.prompt_tokens)
+                                 headers_ns, intended_ns, None, None, None, None, level.prompt_tokens, connect_us,
+                                 tls_us)
         else:  # content event times (none when no content came)
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
-                                 level.prompt_tokens)
+                                 level.prompt_tokens, connect_us, tls_us)
         level.records.append(record)
         return record
 

@@ -24,6 +24,8 @@ the count over a span is gone, which is what a benchmark wants. n = 2 leaves one
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -75,3 +77,21 @@ def realised_rate(offsets_ns: np.ndarray) -> float | None:
     if len(offsets_ns) < 2 or offsets_ns[-1] <= offsets_ns[0]:
         return None
     return (len(offsets_ns) - 1) / ((int(offsets_ns[-1]) - int(offsets_ns[0])) / 1e9)
+
+
+def connections_ahead(concurrency: int, rate: float | None, *, requests: int | None,
+                      latency_s: float | None) -> int:
+    """How many connections to open before a level's clock starts (see `Transport.connect_ahead`).
+
+    Closed loop: its concurrency (at most its request budget). Open loop: what it will hold in
+    flight by Little's law, rate × latency, doubled for the bursts of a random schedule, plus one;
+    `latency_s` is the latency seen so far (warm-up, earlier levels), and without one a single
+    connection. `concurrency` is then the in-flight cap (0: none); the pool opens more if needed.
+    """
+    if rate is None:
+        want = concurrency
+    else:
+        want = 1 if not latency_s else math.ceil(2 * rate * latency_s) + 1
+        if concurrency > 0:
+            want = min(want, concurrency)
+    return max(0, want if requests is None else min(want, requests))

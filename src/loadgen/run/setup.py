@@ -70,14 +70,15 @@ async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, co
 
 
 async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests: int,
-                  options: EngineOptions) -> bool:
-    """`requests` unrecorded requests one after another; False (and `t.error` set) when they failed."""
+                  options: EngineOptions) -> LevelRun | None:
+    """`requests` unrecorded requests one after another: their level (the caller may learn from it,
+    it is not part of the results), or None (and `t.error` set) when they failed."""
     warm = LevelRun(target=t.label, concurrency=1)
     await run_level(warm, transport, backend, requests=requests, duration_s=None, options=options)
     if warm.stopped_reason:
         t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
-        return False
-    return not refuse_non_llm(t, warm, backend)
+        return None
+    return None if refuse_non_llm(t, warm, backend) else warm
 
 
 def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:

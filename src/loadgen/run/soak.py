@@ -61,8 +61,9 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
     salt = new_decimal_salt if prompt_tokens else new_salt
     transport = await open_transport(config, t, obs, concurrency, transport_factory)
     try:
-        if config.warmup > 0 and not await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=salt)):
+        if config.warmup > 0 and await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=salt)) is None:
             return
+        await transport.connect_ahead(concurrency)  # before the soak's clock starts
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
         t.levels.append(level)
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:

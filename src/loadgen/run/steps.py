@@ -50,7 +50,7 @@ async def run_steps(run: Run, obs: StepObserver, source: PromptSource, sizes: tu
                 step = t.steps[-1]
                 if warm > 0:  # unrecorded, with the first prompt that fits
                     warm = 0
-                    if not await warm_up(t, transport, backend, config.warmup, EXACT):
+                    if await warm_up(t, transport, backend, config.warmup, EXACT) is None:
                         break
                 if not await _run_step(run, t, obs, step, transport, backend, repeat):
                     break

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
+from ..analysis.metrics import typical_latency_s
 from ..client.transport import Transport
 from ..core.records import LevelRun
 from .config import SweepConfig
@@ -22,7 +23,7 @@ from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt
-from .schedule import arrival_offsets_ns
+from .schedule import arrival_offsets_ns, connections_ahead
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_non_llm, refuse_prompts_beyond_context, warm_up)
 
@@ -60,11 +61,16 @@ def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
 
 
 async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, transport: Transport,
-                       backend: Backend, obs: RunObserver, options: EngineOptions) -> LevelRun:
-    """One level on one target: the server's counters before and after, its /metrics and /slots
-    sampled during, the client's own load measured, figures moved to simulated time (demo)."""
+                       backend: Backend, obs: RunObserver, options: EngineOptions,
+                       latency_s: float | None) -> LevelRun:
+    """One level on one target: its connections opened before its clock starts (`latency_s`, the
+    latency seen so far, sizes an open-loop level's), the server's counters before and after, its
+    /metrics and /slots sampled during, the client's own load measured, figures moved to simulated
+    time (demo)."""
     config = run.config
     level = _new_level(config, t, key)
+    await transport.connect_ahead(connections_ahead(level.concurrency, level.rate, requests=config.budget(key)[0],
+                                                    latency_s=latency_s))
     if t.info and t.info.metrics_enabled:
         level.server_metrics_before = await probe.metrics()
     t.levels.append(level)
@@ -106,10 +112,15 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
     transport = await open_transport(config, t, obs, pool, transport_factory)
     try:
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
-            if config.warmup > 0 and not await warm_up(t, transport, backend, config.warmup, options):
-                return
+            latency_s = None
+            if config.warmup > 0:
+                warm = await warm_up(t, transport, backend, config.warmup, options)
+                if warm is None:
+                    return
+                latency_s = typical_latency_s(warm.records)
             for key in config.levels:
-                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options)
+                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s)
+                latency_s = max(filter(None, (latency_s, typical_latency_s(level.records))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
                     return
