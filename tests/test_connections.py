@@ -199,3 +199,24 @@ def test_a_server_that_closes_after_every_response_costs_a_connect_per_request(t
     assert len(log) == 64 and all(index == 1 for _, index, _ in log)  # one request per connection
     assert len({conn for conn, _, _ in log}) == 64
     assert "opened a new connection for 56 of 64 requests at concurrency 8 (connect p50" in " ".join(out.split())
+
+
+@pytest.mark.real
+def test_llama_server_costs_a_connect_per_streamed_request_and_none_otherwise(tmp_path):
+    """llama-server keeps a non-streamed request's connection alive and closes a stream's: the
+    records say so, request by request."""
+    from servers import start_llama_server
+
+    server = start_llama_server("conn", 2, tmp_path)
+    try:
+        plain, _, _ = _sweep(server.url, tmp_path / "plain", "--concurrency", "2", "--requests", "6", "--n-predict", "4")
+        streamed, recs, out = _sweep(server.url, tmp_path / "stream", "--concurrency", "2", "--requests", "6",
+                                     "--n-predict", "4", "--stream")
+    finally:
+        server.stop()
+    assert plain["targets"][0]["levels"][0]["connections_opened"] == 0
+    level = streamed["targets"][0]["levels"][0]
+    assert level["requests_ok"] == 6
+    assert level["connections_opened"] == 4  # the 2 opened ahead carried the first two streams
+    assert sorted(r.seq for r in recs if r.connect_us is not None) == [2, 3, 4, 5]
+    assert "opened a new connection for 4 of 6 requests at concurrency 2" in " ".join(out.split())
