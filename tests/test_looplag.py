@@ -20,15 +20,15 @@ SMOKE = load_profile("smoke")
 
 
 def test_a_stalled_loop_shows_as_lag():
-    # The callback spins until it has used 60 ms of CPU, not 60 ms of wall time: on a busy machine
+    # The callback spins until it has used 150 ms of CPU, not 150 ms of wall time: on a busy machine
     # the process gets a fraction of a core, so a wall-time spin burns less CPU than it claims. The
-    # loop is then blocked for at least 60 ms whatever the load, and the bounds are taken from what
+    # loop is then blocked for at least 150 ms whatever the load, and the bounds are taken from what
     # this test measures itself, not from what an idle machine would take.
     async def main():
         wall0 = time.monotonic()
         sampler = LoopLagSampler(interval_s=0.005).start()
         await asyncio.sleep(0.05)
-        end = time.process_time() + 0.06
+        end = time.process_time() + 0.15
         while time.process_time() < end:  # a callback that hogs the loop (and a core)
             pass
         await asyncio.sleep(0.05)
@@ -37,8 +37,8 @@ def test_a_stalled_loop_shows_as_lag():
     load, wall_ms = uvloop.run(main())
     assert load.samples >= 10
     # A tick due in the first 5 ms of the spin waits for all of it; no tick can be later than the run.
-    assert 50 <= load.loop_lag_max_ms <= wall_ms
-    assert 60 / wall_ms <= load.client_cpu_fraction <= 1.2  # 60 ms of CPU in the sampled wall time
+    assert 140 <= load.loop_lag_max_ms <= wall_ms
+    assert 150 / wall_ms <= load.client_cpu_fraction <= 1.2  # 150 ms of CPU in the sampled wall time
 
 
 def test_an_idle_loop_shows_little_lag_and_cpu():
@@ -48,9 +48,9 @@ def test_an_idle_loop_shows_little_lag_and_cpu():
         return sampler.stop()
     load = uvloop.run(main())
     # An idle loop's timers are late only by the machine's own scheduling delay, which reached 38 ms
-    # at load average 12 on 2 cores (a CI run beside four test suites): bounded well below the 60+
-    # ms a loop blocked by its own callback shows (the test above), not by what a quiet machine does.
-    assert load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms < 60
+    # at load average 12 on 2 cores (a CI run beside four test suites): bounded well below the
+    # 140+ ms a loop blocked by its own callback shows (the test above), not by what a quiet machine does.
+    assert load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms < 100
     assert load.client_cpu_fraction < 0.5
 
 
