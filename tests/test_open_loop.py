@@ -120,7 +120,8 @@ def test_a_constant_20_per_second_schedule_sends_200_requests_on_time():
     # the same loop): a send is no later than the loop's worst lag, which the sampler (10 ms ticks)
     # sees to within a tick, plus the few ms it takes to send. How small the lag is on a quiet
     # machine is for benchmarks, not for a test.
-    assert lag.p50 < 5.0
+    # (p50 < 5 ms failed at 5.2 ms at load average 16 on 2 cores: the loop's own p99 lag is the bound.)
+    assert lag.p50 < loop_load[0].loop_lag_p99_ms + 5
     assert lag.p99 < loop_lag_max + 10 + 5
 
 
