@@ -10,6 +10,8 @@ does. In their own processes the operating system schedules them beside the clie
 from __future__ import annotations
 
 import contextlib
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -25,20 +27,21 @@ READY_TIMEOUT_S = 60.0  # a loaded machine can take a while to import Python and
 
 
 @contextlib.contextmanager
-def simulator_processes(profiles: Sequence[str], ports: Sequence[int], *, slots: int, time_scale: float,
-                        seed: int) -> Iterator[None]:
-    """`loadgen sim` per (profile, port), ready (/health 200) on entry, stopped (SIGINT) on exit."""
+def simulator_processes(profiles: Sequence[str], *, slots: int, time_scale: float, seed: int) -> Iterator[list[str]]:
+    """`loadgen sim` per profile, each on a port of its own choosing (`--port 0`, so no other
+    process can take it first); their URLs, ready (/health 200), on entry; stopped (SIGINT) on exit."""
     procs: list[subprocess.Popen] = []
     try:
-        for profile, port in zip(profiles, ports):
+        for profile in profiles:
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "loadgen", "sim", "--profile", profile, "--port", str(port),
+                [sys.executable, "-m", "loadgen", "sim", "--profile", profile, "--port", "0",
                  "--slots", str(slots), "--time-scale", repr(time_scale), "--seed", str(seed)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                 preexec_fn=die_with_parent(signal.SIGINT)))
-        for proc, port in zip(procs, ports):
-            _wait_ready(proc, port)
-        yield
+        urls = [_listening_url(proc) for proc in procs]
+        for proc, url in zip(procs, urls):
+            _wait_ready(proc, url)
+        yield urls
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -51,7 +54,27 @@ def simulator_processes(profiles: Sequence[str], ports: Sequence[int], *, slots:
                 proc.communicate()
 
 
-def _wait_ready(proc: subprocess.Popen, port: int) -> None:
+def _listening_url(proc: subprocess.Popen) -> str:
+    """The URL a simulator says it listens on: its first line on stderr ("... on http://HOST:PORT, ...")."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    line = ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.1)
+        if ready:
+            line = proc.stderr.readline()
+            break
+    found = re.search(r" on (http://\S+?),", line)
+    if found:
+        return found.group(1)
+    if proc.poll() is not None:
+        rest = (line + (proc.stderr.read() or "")).strip().splitlines()
+        raise UserError(f"a demo simulator did not start: {rest[-1] if rest else f'exit {proc.returncode}'}",
+                        EXIT_FAILED)
+    raise UserError(f"a demo simulator did not say where it listens within {READY_TIMEOUT_S:g} s", EXIT_FAILED)
+
+
+def _wait_ready(proc: subprocess.Popen, url: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -59,7 +82,7 @@ def _wait_ready(proc: subprocess.Popen, port: int) -> None:
             raise UserError(f"a demo simulator did not start: {message[-1] if message else f'exit {proc.returncode}'}",
                             EXIT_FAILED)
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):

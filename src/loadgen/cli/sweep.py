@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -222,25 +221,18 @@ def demo(time_scale, concurrency, output, force) -> None:
 
     levels = concurrency
     profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
-    ports = [_free_port() for _ in profiles]
-    # The simulators run in processes of their own (demo_servers.py says why), so the client's
-    # loop lag and CPU are its own, and judged as a sweep's are.
-    config = SweepConfig(
-        targets=tuple(Target(f"http://127.0.0.1:{port}", p.name) for port, p in zip(ports, profiles)),
-        concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
-        wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
 
     err = _console(stderr=True)
     err.print(f"loadgen demo: two simulated llama-servers, {profiles[0].name} and {profiles[1].name}, 4 slots each, "
               f"running {1 / time_scale:.0f}× faster than the hardware they model; figures are in simulated time.",
               highlight=False, soft_wrap=True)
-    with simulator_processes([p.name for p in profiles], ports, slots=4, time_scale=time_scale, seed=1):
+    # The simulators run in processes of their own (demo_servers.py says why), so the client's
+    # loop lag and CPU are its own, and judged as a sweep's are.
+    with simulator_processes([p.name for p in profiles], slots=4, time_scale=time_scale, seed=1) as urls:
+        config = SweepConfig(
+            targets=tuple(Target(url, p.name) for url, p in zip(urls, profiles)),
+            concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
+            wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
         code = execute_sweep(config, out_dir, kind="demo")
     sys.exit(code)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
