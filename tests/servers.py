@@ -9,17 +9,25 @@
   (scripts/testbed), started and stopped by pid.
 - `LOADGEN`, `sweep`, `in_process_cli`: `loadgen` as a user runs it (a subprocess), or in-process
   through `cli.main`, the real error path.
+- `start_nginx`, `Nginx`, `nginx_binary`, `reverse_proxy`: Debian's nginx with a config of the
+  test's own (a reverse proxy under a path prefix, canned answers with the echo module, ...), on a
+  free loopback port, stopped by pid.
+- `RewritingProxy`: a minimal HTTP reverse proxy that rewrites request bodies on the way (a
+  gateway that drops or changes parameters).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -334,3 +342,133 @@ class RawListener:
             self._loop.call(self._stop())
         finally:
             self._loop.__exit__(None, None, None)
+
+
+# --- nginx ---------------------------------------------------------------------------------------
+
+NGINX_INSTALL = "apt-get install -y nginx libnginx-mod-http-echo"
+NGINX_MODULES = Path("/usr/lib/nginx/modules")
+
+
+def nginx_binary() -> str:
+    """Debian's nginx (scripts/test installs it). Missing: the test fails in CI (CI=true), where
+    every real component must be there, and is skipped elsewhere with the command that installs it."""
+    import pytest
+
+    found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
+                                           if os.access(p, os.X_OK)), None)
+    if found:
+        return found
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"nginx is not installed ({NGINX_INSTALL}); scripts/test installs it")
+    pytest.skip(f"nginx is not installed ({NGINX_INSTALL})")
+
+
+NGINX_CONFIG = """daemon off;
+master_process on;
+{user}
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+{modules}
+events {{ worker_connections 1024; }}
+http {{
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    {http}
+    server {{
+        listen 127.0.0.1:{port};
+        {server}
+    }}
+}}
+"""
+
+
+@dataclass
+class Nginx:
+    proc: subprocess.Popen
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def access_log(self) -> list[str]:
+        """The request lines nginx logged ("GET /p/health HTTP/1.1"), in order."""
+        path = self.dir / "access.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return [line.split('"')[1] for line in lines if line.count('"') >= 2]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: nginx's fast shutdown, master and worker
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "Nginx":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_nginx(server: str, *, http: str = "", modules: tuple[str, ...] = (), ready_timeout: float = 20) -> Nginx:
+    """nginx with `server` as the body of its one `server {}` block (locations, directives) and
+    `http` at the http level (upstreams, maps), listening on a free loopback port; `modules` are
+    dynamic modules by name ("ngx_http_echo_module"). Its own prefix, pid and logs in a temp dir
+    (`-p`, `daemon off`), so the Popen pid is the master's; `url` once it accepts connections."""
+    binary = nginx_binary()
+    for attempt in range(3):  # a free port may be taken before nginx binds it
+        work = Path(tempfile.mkdtemp(prefix="loadgen-test-nginx-"))
+        port = free_port()
+        conf = NGINX_CONFIG.format(dir=work, port=port, server=server, http=http,
+                                   user="user root;" if os.geteuid() == 0 else "",
+                                   modules="\n".join(f"load_module {NGINX_MODULES / m}.so;" for m in modules))
+        (work / "nginx.conf").write_text(conf)
+        proc = subprocess.Popen([binary, "-p", str(work), "-c", str(work / "nginx.conf"), "-e",
+                                 str(work / "error.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        nginx = Nginx(proc, port, work)
+        if _wait_listening(port, proc, ready_timeout):
+            return nginx
+        log = (work / "error.log").read_text(errors="replace") if (work / "error.log").exists() else ""
+        nginx.stop()
+        if "Address already in use" not in log or attempt == 2:
+            raise RuntimeError(f"nginx did not start: {log[-2000:]}")
+    raise AssertionError("unreachable")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float) -> bool:
+    """True once 127.0.0.1:port accepts a connection; False when `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nginx did not listen on {port} within {timeout} s")
+        time.sleep(0.05)
+    return False
+
+
+def reverse_proxy(prefix: str, upstream: str) -> str:
+    """A `server` block body: `prefix`/... is passed to `upstream`/... (query kept), unbuffered so
+    streams go through as they come, as a gateway in front of llama-server is configured."""
+    return f"""
+        location {prefix.rstrip("/")}/ {{
+            proxy_pass {upstream.rstrip("/")}/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+        location / {{ return 404 '{{"error": "no route"}}'; }}
+    """
