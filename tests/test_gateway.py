@@ -68,7 +68,7 @@ def test_a_sweep_through_the_gateway_gives_the_records_of_a_direct_one(upstream,
     before = len(gateway.access_log())
     args = [a for label, url in bases.items() for a in ("--url", url, "--label", label)]
     proc = sweep(*args, "--api", api, stream, "--transport", transport, "--concurrency", "1,2", "--requests", "4",
-                 "--n-predict", "8", "--prompt-tokens", "40", "--warmup", "1", "--output", str(out))
+                 "--n-predict", "8", "--prompt-tokens", "96", "--warmup", "1", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     records = load_records(out)
     direct = outcomes(records, "direct")
