@@ -51,6 +51,12 @@ KNOWN_PARAMS = tuple(CANARY)
 ECHO_KEY = {"max_tokens": "n_predict", "logprobs": "n_probs"}
 NOT_IN_SLOTS = ("stop", "logit_bias")  # echoed in generation_settings only
 NEVER_ECHOED = ("reasoning_effort", "chat_template_kwargs")  # seen only in the reasoning's length
+UNSHOWN = {
+    "stop": "llama-server shows it only in /completion's generation_settings (check with --api llamacpp)",
+    "logit_bias": "llama-server shows it only in /completion's generation_settings (check with --api llamacpp)",
+    "reasoning_effort": "llama-server echoes it nowhere; only a reasoning model's reasoning length would show it",
+    "chat_template_kwargs": "llama-server echoes it nowhere; only a reasoning model's reasoning length would show it",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +183,13 @@ def has_logprobs(body: Mapping[str, Any]) -> Any:
 
 def verdicts(params: Sequence[str], direct: CanaryAnswer, via: CanaryAnswer,
              defaults: Mapping[str, Any]) -> list[ParamVerdict]:
-    return [judge(p, CANARY[p], observations(p, direct, via, defaults)) for p in params]
+    found = []
+    for p in params:
+        result = judge(p, CANARY[p], observations(p, direct, via, defaults))
+        if result.verdict == CANNOT_TELL and p in UNSHOWN:
+            result = ParamVerdict(p, result.sent, CANNOT_TELL, UNSHOWN[p])
+        found.append(result)
+    return found
 
 
 def exit_code(results: Sequence[ParamVerdict]) -> int:
