@@ -472,3 +472,72 @@ def reverse_proxy(prefix: str, upstream: str) -> str:
         }}
         location / {{ return 404 '{{"error": "no route"}}'; }}
     """
+
+
+# --- a gateway that rewrites request bodies -------------------------------------------------------
+
+class RewritingProxy:
+    """`with RewritingProxy(upstream, rewrite) as gw:` a reverse proxy at `gw.url` (+ `prefix`) that
+    passes every request to `upstream` and each JSON request body through `rewrite(dict) -> dict`
+    on the way: the lossy gateway of the second field report, which dropped a parameter silently
+    and answered 200. Answers are passed back whole (no streaming)."""
+
+    def __init__(self, upstream: str, rewrite: Callable[[dict], dict], prefix: str = "/lossy"):
+        self.upstream, self.rewrite, self.prefix = upstream.rstrip("/"), rewrite, prefix
+        self._loop = LoopThread()
+        self._runner: Any = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import ClientSession, web
+
+        path = request.path_qs.removeprefix(self.prefix) or "/"
+        body = await request.read()
+        if body and request.method == "POST":
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(body)
+                if isinstance(parsed, dict):
+                    body = json.dumps(self.rewrite(parsed)).encode()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
+        async with ClientSession() as session:
+            async with session.request(request.method, self.upstream + path, data=body or None,
+                                       headers=headers) as resp:
+                data = await resp.read()
+                return web.Response(status=resp.status, body=data,
+                                    content_type=resp.content_type or "application/json")
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    def __enter__(self) -> "RewritingProxy":
+        self._loop.__enter__()
+        self._loop.call(self._start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._loop.call(self._runner.cleanup())
+        finally:
+            self._loop.__exit__(None, None, None)
+
+
+def drop_temperature_and_seed(body: dict) -> dict:
+    """The lossy gateway of the tests: temperature and seed gone, max_tokens (n_predict) raised to 16."""
+    out = {k: v for k, v in body.items() if k not in ("temperature", "seed")}
+    for key in ("max_tokens", "n_predict"):
+        if key in out:
+            out[key] = 16
+    return out
