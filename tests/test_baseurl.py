@@ -45,7 +45,8 @@ SHOWN = [
     ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
     ("https://gw.example/llama/v1/", "https://gw.example/llama/v1"),
     ("https://gw.example/llama?api-version=1&key=s3cret-value", "https://gw.example/llama?api-version=1&key=***"),
-    ("https://gw.example/x?subscription-key=abc&code=zz&flag", "https://gw.example/x?subscription-key=***&code=***&flag"),
+    ("https://gw.example/x?subscription-key=abc&code=zz&flag",
+     "https://gw.example/x?subscription-key=***&code=***&flag"),
     ("https://gw.example/x?access_token=t&sig=s&api_key=k&monkey=1",
      "https://gw.example/x?access_token=***&sig=***&api_key=***&monkey=1"),
 ]

@@ -77,7 +77,8 @@ class ServerTokenizer:
     async def template_overhead(self) -> int:
         """Tokens the chat template adds around one user message (POST /apply-template)."""
         try:
-            async with self._session.post(self._template_url, json={"messages": [{"role": "user", "content": "x"}]}) as resp:
+            one_message = {"messages": [{"role": "user", "content": "x"}]}
+            async with self._session.post(self._template_url, json=one_message) as resp:
                 if resp.status != 200:
                     raise TokenizeUnavailable(f"/apply-template answered HTTP {resp.status}")
                 prompt = json.loads(await resp.read()).get("prompt")
