@@ -11,9 +11,9 @@
   through `cli.main`, the real error path.
 - `start_nginx`, `Nginx`, `nginx_binary`, `reverse_proxy`: Debian's nginx with a config of the
   test's own (a reverse proxy under a path prefix, canned answers with the echo module, ...), on a
-  free loopback port, stopped by pid.
-- `RewritingProxy`: a minimal HTTP reverse proxy that rewrites request bodies on the way (a
-  gateway that drops or changes parameters).
+  free loopback port, stopped by pid. `start_lossy_nginx`: one whose njs script drops parameters.
+- `RewritingProxy`: a minimal HTTP reverse proxy in Python that rewrites request bodies on the way
+  (the same lossy gateway without nginx).
 """
 
 from __future__ import annotations
@@ -346,22 +346,32 @@ class RawListener:
 
 # --- nginx ---------------------------------------------------------------------------------------
 
-NGINX_INSTALL = "apt-get install -y nginx libnginx-mod-http-echo"
+NGINX_INSTALL = "apt-get install -y nginx libnginx-mod-http-js"
 NGINX_MODULES = Path("/usr/lib/nginx/modules")
+# Debian's package of each dynamic module a test may load.
+NGINX_MODULE_PACKAGES = {"ngx_http_js_module": "libnginx-mod-http-js", "ngx_http_echo_module": "libnginx-mod-http-echo"}
 
 
-def nginx_binary() -> str:
-    """Debian's nginx (scripts/test installs it). Missing: the test fails in CI (CI=true), where
-    every real component must be there, and is skipped elsewhere with the command that installs it."""
+def _missing(what: str, install: str) -> None:
+    """A real component a test needs is not installed: fail in CI (CI=true), where every one must be
+    there, and skip elsewhere with the command that installs it."""
     import pytest
 
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is not installed ({install}); scripts/test installs it")
+    pytest.skip(f"{what} is not installed ({install})")
+
+
+def nginx_binary(modules: tuple[str, ...] = ()) -> str:
+    """Debian's nginx (scripts/test installs it), with the dynamic `modules` asked for."""
     found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
                                            if os.access(p, os.X_OK)), None)
-    if found:
-        return found
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"nginx is not installed ({NGINX_INSTALL}); scripts/test installs it")
-    pytest.skip(f"nginx is not installed ({NGINX_INSTALL})")
+    if not found:
+        _missing("nginx", NGINX_INSTALL)
+    for module in modules:
+        if not (NGINX_MODULES / f"{module}.so").exists():
+            _missing(f"nginx's {module}", f"apt-get install -y {NGINX_MODULE_PACKAGES.get(module, module)}")
+    return found
 
 
 NGINX_CONFIG = """daemon off;
@@ -421,14 +431,19 @@ class Nginx:
         self.stop()
 
 
-def start_nginx(server: str, *, http: str = "", modules: tuple[str, ...] = (), ready_timeout: float = 20) -> Nginx:
+def start_nginx(server: str, *, http: str = "", modules: tuple[str, ...] = (), files: dict[str, str] | None = None,
+                ready_timeout: float = 20) -> Nginx:
     """nginx with `server` as the body of its one `server {}` block (locations, directives) and
-    `http` at the http level (upstreams, maps), listening on a free loopback port; `modules` are
-    dynamic modules by name ("ngx_http_echo_module"). Its own prefix, pid and logs in a temp dir
-    (`-p`, `daemon off`), so the Popen pid is the master's; `url` once it accepts connections."""
-    binary = nginx_binary()
+    `http` at the http level (upstreams, maps, js_import), listening on a free loopback port;
+    `modules` are dynamic modules by name ("ngx_http_js_module"); `files` (name -> text, e.g. an njs
+    script) are written into its prefix directory, where relative paths in the config find them.
+    Its own prefix, pid and logs in a temp dir (`-p`, `daemon off`), so the Popen pid is the
+    master's; `url` once it accepts connections."""
+    binary = nginx_binary(modules)
     for attempt in range(3):  # a free port may be taken before nginx binds it
         work = Path(tempfile.mkdtemp(prefix="loadgen-test-nginx-"))
+        for name, text in (files or {}).items():
+            (work / name).write_text(text)
         port = free_port()
         conf = NGINX_CONFIG.format(dir=work, port=port, server=server, http=http,
                                    user="user root;" if os.geteuid() == 0 else "",
@@ -532,6 +547,42 @@ class RewritingProxy:
             self._loop.call(self._runner.cleanup())
         finally:
             self._loop.__exit__(None, None, None)
+
+
+# The same lossy gateway as nginx + njs (Debian's libnginx-mod-http-js): the request body rewritten
+# on its way to the server, the answer passed back whole.
+NJS_LOSSY = """
+async function lossy(r) {
+    let body = r.requestText;
+    if (body) {
+        try {
+            const parsed = JSON.parse(body);
+            delete parsed.temperature;
+            delete parsed.seed;
+            if ('max_tokens' in parsed) parsed.max_tokens = 16;
+            if ('n_predict' in parsed) parsed.n_predict = 16;
+            body = JSON.stringify(parsed);
+        } catch (e) {}
+    }
+    const reply = await r.subrequest('/upstream' + r.uri.substring(PREFIX.length),
+                                     {method: r.method, body: body, args: r.variables.args || ''});
+    r.headersOut['Content-Type'] = 'application/json';
+    r.return(reply.status, reply.responseText);
+}
+export default {lossy};
+"""
+
+
+def start_lossy_nginx(upstream: str, prefix: str = "/lossy") -> Nginx:
+    """nginx whose `prefix`/... drops temperature and seed and sets max_tokens (n_predict) to 16
+    before passing the request to `upstream` (see `drop_temperature_and_seed`): `url + prefix`."""
+    server = f"""
+        location {prefix}/ {{ js_content gw.lossy; }}
+        location /upstream/ {{ internal; proxy_pass {upstream.rstrip("/")}/; proxy_http_version 1.1; }}
+    """
+    script = NJS_LOSSY.replace("PREFIX.length", str(len(prefix)))
+    return start_nginx(server, http="js_import gw from lossy.js; subrequest_output_buffer_size 1m;",
+                       modules=("ngx_http_js_module",), files={"lossy.js": script})
 
 
 def drop_temperature_and_seed(body: dict) -> dict:

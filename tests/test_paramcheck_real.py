@@ -1,6 +1,6 @@
 """`loadgen paramcheck` against the real llama-server test bed: through nginx as a plain reverse proxy
 every checked parameter is honoured; through a gateway that drops temperature and seed and rewrites
-max_tokens exactly those are named and the exit code is 1; a via URL that leads to another server is
+max_tokens (nginx with an njs script, and a Python proxy) exactly those are named and the exit code is 1; a via URL that leads to another server is
 bad input. The server is a 1-slot one of this module's own, so no other test's task is taken for a canary."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from servers import LOADGEN, RewritingProxy, drop_temperature_and_seed, reverse_proxy, start_llama_server, start_nginx
+from servers import (LOADGEN, RewritingProxy, drop_temperature_and_seed, reverse_proxy, start_llama_server,
+                     start_lossy_nginx, start_nginx)
 
 pytestmark = pytest.mark.real
 
@@ -48,12 +49,20 @@ def test_through_a_plain_reverse_proxy_every_parameter_is_honoured(server, tmp_p
     assert doc["via"].endswith("/gw/llama/v1?api-version=1") and doc["exit_code"] == 0
 
 
-@pytest.mark.parametrize("api", ["completions", "llamacpp"])
-def test_a_lossy_gateway_is_named_exactly_and_fails(server, tmp_path, api):
-    with RewritingProxy(server.url, drop_temperature_and_seed) as gateway:
+@pytest.mark.parametrize("api,gateway_kind", [("chat", "nginx-njs"), ("llamacpp", "nginx-njs"),
+                                              ("completions", "python")])
+def test_a_lossy_gateway_is_named_exactly_and_fails(server, tmp_path, api, gateway_kind):
+    if gateway_kind == "nginx-njs":
+        gateway = start_lossy_nginx(server.url)
+        via = gateway.url + "/lossy"
+    else:
+        gateway = RewritingProxy(server.url, drop_temperature_and_seed).__enter__()
+        via = gateway.url
+    try:
         out = tmp_path / "pc"
-        proc = paramcheck("--direct", server.url, "--via", gateway.url, "--api", api, "--params", ALL,
-                          "--output", str(out))
+        proc = paramcheck("--direct", server.url, "--via", via, "--api", api, "--params", ALL, "--output", str(out))
+    finally:
+        gateway.__exit__(None, None, None)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc, got = verdicts(out)
     failing = {p: v for p, v in got.items() if v != "honoured" and not (p == "stop" and api != "llamacpp")}
