@@ -12,8 +12,9 @@
 - `start_nginx`, `Nginx`, `nginx_binary`, `reverse_proxy`: Debian's nginx with a config of the
   test's own (a reverse proxy under a path prefix, canned answers with the echo module, ...), on a
   free loopback port, stopped by pid. `start_lossy_nginx`: one whose njs script drops parameters.
-- `RewritingProxy`: a minimal HTTP reverse proxy in Python that rewrites request bodies on the way
-  (the same lossy gateway without nginx).
+- `AppThread`: an aiohttp application served from a background thread (a server of a test's own);
+  `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
+  lossy gateway without nginx).
 """
 
 from __future__ import annotations
@@ -491,21 +492,55 @@ def reverse_proxy(prefix: str, upstream: str) -> str:
 
 # --- a gateway that rewrites request bodies -------------------------------------------------------
 
-class RewritingProxy:
+class AppThread:
+    """An aiohttp `web.Application` (from `app()`, which a subclass defines) served on 127.0.0.1 from
+    an event loop in a background thread: `with Sub(...) as server:` serves at `server.origin`."""
+
+    def __init__(self) -> None:
+        self._loop = LoopThread()
+        self._runner: Any = None
+        self.origin = ""
+
+    def app(self) -> Any:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.origin = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    def __enter__(self) -> Any:
+        self._loop.__enter__()
+        try:
+            self._loop.call(self._start())
+        except BaseException:
+            self._loop.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._loop.call(self._runner.cleanup())
+        finally:
+            self._loop.__exit__(None, None, None)
+
+
+class RewritingProxy(AppThread):
     """`with RewritingProxy(upstream, rewrite) as gw:` a reverse proxy at `gw.url` (+ `prefix`) that
     passes every request to `upstream` and each JSON request body through `rewrite(dict) -> dict`
     on the way: the lossy gateway of the second field report, which dropped a parameter silently
     and answered 200. Answers are passed back whole (no streaming)."""
 
     def __init__(self, upstream: str, rewrite: Callable[[dict], dict], prefix: str = "/lossy"):
+        super().__init__()
         self.upstream, self.rewrite, self.prefix = upstream.rstrip("/"), rewrite, prefix
-        self._loop = LoopThread()
-        self._runner: Any = None
-        self.port = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.prefix}"
+        return self.origin + self.prefix
 
     async def _handle(self, request: Any) -> Any:
         from aiohttp import ClientSession, web
@@ -525,28 +560,12 @@ class RewritingProxy:
                 return web.Response(status=resp.status, body=data,
                                     content_type=resp.content_type or "application/json")
 
-    async def _start(self) -> None:
+    def app(self) -> Any:
         from aiohttp import web
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
-
-    def __enter__(self) -> "RewritingProxy":
-        self._loop.__enter__()
-        self._loop.call(self._start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._loop.call(self._runner.cleanup())
-        finally:
-            self._loop.__exit__(None, None, None)
+        return app
 
 
 # The same lossy gateway as nginx + njs (Debian's libnginx-mod-http-js): the request body rewritten
