@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
 
-from servers import LOADGEN, Nginx  # noqa: E402
+from servers import LOADGEN, Nginx, start_nginx  # noqa: E402
 
 from loadgen.analysis.metrics import latency_ms  # noqa: E402
 from loadgen.core.records import RequestRecord  # noqa: E402
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--long", type=float, default=30.0, help="the long level, s")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="loadgen-bench-") as tmp:
-        with Nginx(Path(tmp) / "nginx", ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
+        with start_nginx(ECHO_50MS, modules=("ngx_http_echo_module",), http="keepalive_requests 100000000; keepalive_timeout 600s;") as nginx:
             rows = [level(nginx, Path(tmp) / f"run-{s:g}", args.concurrency, s) for s in (args.short, args.long)]
     print(f"c={args.concurrency} against nginx answering every request 50 ms after it arrives\n")
     print(f"{'level':>7} {'requests':>9} {'p50 ms':>7} {'p99 ms':>7} {'1st round p50':>14} {'rest p50':>9} "

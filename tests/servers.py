@@ -7,22 +7,28 @@
   the main thread's event loop and signal handlers).
 - `start_llama_server`, `LlamaServer`, `testbed_paths`: the real llama-server test bed
   (scripts/testbed), started and stopped by pid.
-- `Nginx`, `nginx_binary`: a private nginx (Debian's package) with a config of the test's own,
-  e.g. the echo module's fixed-delay server.
 - `LOADGEN`, `sweep`, `in_process_cli`: `loadgen` as a user runs it (a subprocess), or in-process
   through `cli.main`, the real error path.
+- `start_nginx`, `Nginx`, `nginx_binary`, `reverse_proxy`: Debian's nginx with a config of the
+  test's own (a reverse proxy under a path prefix, canned answers with the echo module, ...), on a
+  free loopback port, stopped by pid. `start_lossy_nginx`: one whose njs script drops parameters.
+- `AppThread`: an aiohttp application served from a background thread (a server of a test's own);
+  `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
+  lossy gateway without nginx).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -216,108 +222,6 @@ def start_llama_server(alias: str, slots: int, log_dir: Path, *, metrics: bool =
     return server
 
 
-NGINX_MODULES = Path("/usr/lib/nginx/modules")  # where Debian's dynamic nginx modules live
-
-
-def nginx_binary(*modules: str) -> str:
-    """Debian's nginx (with the named dynamic modules): its path. Missing: a skip on a developer's
-    machine, a failure in CI (CI=true), where the test set-up (scripts/test) installs it."""
-    import pytest
-
-    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
-    missing = [m for m in modules if not (NGINX_MODULES / f"{m}.so").exists()]
-    if binary and not missing:
-        return binary
-    what = "nginx" if not binary else f"nginx's {', '.join(missing)}"
-    reason = f"{what} is not installed (apt-get install nginx libnginx-mod-http-echo)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-class Nginx:
-    """A private nginx on a free loopback port: its own prefix, config, pid and logs in `workdir`,
-    one worker, in the foreground, stopped by its pid. `server` is the body of its one server block
-    (`listen` is added); `http` goes into the http block; `modules` are dynamic modules to load.
-    Every request is logged to `requests.log` as "$connection $connection_requests $request_uri"
-    (nginx's connection serial number and the request's index on it), so a test can count the
-    connections a client used."""
-
-    def __init__(self, workdir: Path, server: str, *, http: str = "", modules: tuple[str, ...] = ()) -> None:
-        self.binary = nginx_binary(*modules)
-        self.dir = workdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.server, self.http, self.modules = server, http, modules
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def config(self) -> str:
-        d = self.dir
-        loads = "".join(f"load_module {NGINX_MODULES / m}.so;\n" for m in self.modules)
-        user = "user root;" if os.geteuid() == 0 else ""
-        temps = "".join(f"{k}_temp_path {d}/tmp-{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        return f"""{loads}{user}
-daemon off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-    log_format conn '$connection $connection_requests $request_uri';
-    access_log {d}/requests.log conn;
-    {temps}
-    {self.http}
-    server {{
-        listen 127.0.0.1:{self.port} backlog=4096;
-        {self.server}
-    }}
-}}
-"""
-
-    def start(self) -> "Nginx":
-        for _ in range(3):  # a port taken between free_port() and nginx's bind: try another
-            self.port = free_port()
-            conf = self.dir / "nginx.conf"
-            conf.write_text(self.config())
-            self.proc = subprocess.Popen([self.binary, "-p", str(self.dir), "-c", str(conf), "-e", str(self.dir / "error.log")],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            try:
-                wait_healthy(self.url, 10, self.proc, "nginx")  # the test's server block answers /health
-                return self
-            except RuntimeError:
-                self.stop()
-                if "Address already in use" not in (self.dir / "error.log").read_text(errors="replace"):
-                    raise
-        raise RuntimeError("nginx found no free port")
-
-    def requests_log(self) -> list[tuple[int, int, str]]:
-        """(connection, request index on it, URI) of every request so far (nginx writes as it goes)."""
-        rows = []
-        for line in (self.dir / "requests.log").read_text().splitlines():
-            conn, index, uri = line.split(" ", 2)
-            rows.append((int(conn), int(index), uri))
-        return rows
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # fast shutdown of the master and its worker
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def __enter__(self) -> "Nginx":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 # --- in a background thread ---------------------------------------------------------------------
 
 class LoopThread:
@@ -439,3 +343,283 @@ class RawListener:
             self._loop.call(self._stop())
         finally:
             self._loop.__exit__(None, None, None)
+
+
+# --- nginx ---------------------------------------------------------------------------------------
+
+NGINX_INSTALL = "apt-get install -y nginx libnginx-mod-http-js"
+NGINX_MODULES = Path("/usr/lib/nginx/modules")
+# Debian's package of each dynamic module a test may load.
+NGINX_MODULE_PACKAGES = {"ngx_http_js_module": "libnginx-mod-http-js", "ngx_http_echo_module": "libnginx-mod-http-echo"}
+
+
+def _missing(what: str, install: str) -> None:
+    """A real component a test needs is not installed: fail in CI (CI=true), where every one must be
+    there, and skip elsewhere with the command that installs it."""
+    import pytest
+
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is not installed ({install}); scripts/test installs it")
+    pytest.skip(f"{what} is not installed ({install})")
+
+
+def nginx_binary(modules: tuple[str, ...] = ()) -> str:
+    """Debian's nginx (scripts/test installs it), with the dynamic `modules` asked for."""
+    found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
+                                           if os.access(p, os.X_OK)), None)
+    if not found:
+        _missing("nginx", NGINX_INSTALL)
+    for module in modules:
+        if not (NGINX_MODULES / f"{module}.so").exists():
+            _missing(f"nginx's {module}", f"apt-get install -y {NGINX_MODULE_PACKAGES.get(module, module)}")
+    return found
+
+
+NGINX_CONFIG = """daemon off;
+master_process on;
+{user}
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+{modules}
+events {{ worker_connections 8192; }}
+http {{
+    access_log {dir}/access.log;
+    log_format conn '$connection $connection_requests $request_uri';
+    access_log {dir}/requests.log conn;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    {http}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        {server}
+    }}
+}}
+"""
+
+
+@dataclass
+class Nginx:
+    proc: subprocess.Popen
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def access_log(self) -> list[str]:
+        """The request lines nginx logged ("GET /p/health HTTP/1.1"), in order."""
+        path = self.dir / "access.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return [line.split('"')[1] for line in lines if line.count('"') >= 2]
+
+    def requests_log(self) -> list[tuple[int, int, str]]:
+        """(connection, request index on it, URI) of every request so far: nginx's connection serial
+        number and `$connection_requests`, so a test can count the connections a client used."""
+        path = self.dir / "requests.log"
+        rows = []
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            conn, index, uri = line.split(" ", 2)
+            rows.append((int(conn), int(index), uri))
+        return rows
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: nginx's fast shutdown, master and worker
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "Nginx":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_nginx(server: str, *, http: str = "", modules: tuple[str, ...] = (), files: dict[str, str] | None = None,
+                ready_timeout: float = 20) -> Nginx:
+    """nginx with `server` as the body of its one `server {}` block (locations, directives) and
+    `http` at the http level (upstreams, maps, js_import), listening on a free loopback port;
+    `modules` are dynamic modules by name ("ngx_http_js_module"); `files` (name -> text, e.g. an njs
+    script) are written into its prefix directory, where relative paths in the config find them.
+    Its own prefix, pid and logs in a temp dir (`-p`, `daemon off`), so the Popen pid is the
+    master's; `url` once it accepts connections."""
+    binary = nginx_binary(modules)
+    for attempt in range(3):  # a free port may be taken before nginx binds it
+        work = Path(tempfile.mkdtemp(prefix="loadgen-test-nginx-"))
+        for name, text in (files or {}).items():
+            (work / name).write_text(text)
+        port = free_port()
+        conf = NGINX_CONFIG.format(dir=work, port=port, server=server, http=http,
+                                   user="user root;" if os.geteuid() == 0 else "",
+                                   modules="\n".join(f"load_module {NGINX_MODULES / m}.so;" for m in modules))
+        (work / "nginx.conf").write_text(conf)
+        proc = subprocess.Popen([binary, "-p", str(work), "-c", str(work / "nginx.conf"), "-e",
+                                 str(work / "error.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        nginx = Nginx(proc, port, work)
+        if _wait_listening(port, proc, ready_timeout):
+            return nginx
+        log = (work / "error.log").read_text(errors="replace") if (work / "error.log").exists() else ""
+        nginx.stop()
+        if "Address already in use" not in log or attempt == 2:
+            raise RuntimeError(f"nginx did not start: {log[-2000:]}")
+    raise AssertionError("unreachable")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float) -> bool:
+    """True once 127.0.0.1:port accepts a connection; False when `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nginx did not listen on {port} within {timeout} s")
+        time.sleep(0.05)
+    return False
+
+
+def reverse_proxy(prefix: str, upstream: str) -> str:
+    """A `server` block body: `prefix`/... is passed to `upstream`/... (query kept), unbuffered so
+    streams go through as they come, as a gateway in front of llama-server is configured."""
+    return f"""
+        location {prefix.rstrip("/")}/ {{
+            proxy_pass {upstream.rstrip("/")}/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+        location / {{ return 404 '{{"error": "no route"}}'; }}
+    """
+
+
+# --- a gateway that rewrites request bodies -------------------------------------------------------
+
+class AppThread:
+    """An aiohttp `web.Application` (from `app()`, which a subclass defines) served on 127.0.0.1 from
+    an event loop in a background thread: `with Sub(...) as server:` serves at `server.origin`."""
+
+    def __init__(self) -> None:
+        self._loop = LoopThread()
+        self._runner: Any = None
+        self.origin = ""
+
+    def app(self) -> Any:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.origin = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    def __enter__(self) -> Any:
+        self._loop.__enter__()
+        try:
+            self._loop.call(self._start())
+        except BaseException:
+            self._loop.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._loop.call(self._runner.cleanup())
+        finally:
+            self._loop.__exit__(None, None, None)
+
+
+class RewritingProxy(AppThread):
+    """`with RewritingProxy(upstream, rewrite) as gw:` a reverse proxy at `gw.url` (+ `prefix`) that
+    passes every request to `upstream` and each JSON request body through `rewrite(dict) -> dict`
+    on the way: the lossy gateway of the second field report, which dropped a parameter silently
+    and answered 200. Answers are passed back whole (no streaming)."""
+
+    def __init__(self, upstream: str, rewrite: Callable[[dict], dict], prefix: str = "/lossy"):
+        super().__init__()
+        self.upstream, self.rewrite, self.prefix = upstream.rstrip("/"), rewrite, prefix
+
+    @property
+    def url(self) -> str:
+        return self.origin + self.prefix
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import ClientSession, web
+
+        path = request.path_qs.removeprefix(self.prefix) or "/"
+        body = await request.read()
+        if body and request.method == "POST":
+            with contextlib.suppress(ValueError):
+                parsed = json.loads(body)
+                if isinstance(parsed, dict):
+                    body = json.dumps(self.rewrite(parsed)).encode()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
+        async with ClientSession() as session:
+            async with session.request(request.method, self.upstream + path, data=body or None,
+                                       headers=headers) as resp:
+                data = await resp.read()
+                return web.Response(status=resp.status, body=data,
+                                    content_type=resp.content_type or "application/json")
+
+    def app(self) -> Any:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+
+# The same lossy gateway as nginx + njs (Debian's libnginx-mod-http-js): the request body rewritten
+# on its way to the server, the answer passed back whole.
+NJS_LOSSY = """
+async function lossy(r) {
+    let body = r.requestText;
+    if (body) {
+        try {
+            const parsed = JSON.parse(body);
+            delete parsed.temperature;
+            delete parsed.seed;
+            if ('max_tokens' in parsed) parsed.max_tokens = 16;
+            if ('n_predict' in parsed) parsed.n_predict = 16;
+            body = JSON.stringify(parsed);
+        } catch (e) {}
+    }
+    const reply = await r.subrequest('/upstream' + r.uri.substring(PREFIX.length),
+                                     {method: r.method, body: body, args: r.variables.args || ''});
+    r.headersOut['Content-Type'] = 'application/json';
+    r.return(reply.status, reply.responseText);
+}
+export default {lossy};
+"""
+
+
+def start_lossy_nginx(upstream: str, prefix: str = "/lossy") -> Nginx:
+    """nginx whose `prefix`/... drops temperature and seed and sets max_tokens (n_predict) to 16
+    before passing the request to `upstream` (see `drop_temperature_and_seed`): `url + prefix`."""
+    server = f"""
+        location {prefix}/ {{ js_content gw.lossy; }}
+        location /upstream/ {{ internal; proxy_pass {upstream.rstrip("/")}/; proxy_http_version 1.1; }}
+    """
+    script = NJS_LOSSY.replace("PREFIX.length", str(len(prefix)))
+    return start_nginx(server, http="js_import gw from lossy.js; subrequest_output_buffer_size 1m;",
+                       modules=("ngx_http_js_module",), files={"lossy.js": script})
+
+
+def drop_temperature_and_seed(body: dict) -> dict:
+    """The lossy gateway of the tests: temperature and seed gone, max_tokens (n_predict) raised to 16."""
+    out = {k: v for k, v in body.items() if k not in ("temperature", "seed")}
+    for key in ("max_tokens", "n_predict"):
+        if key in out:
+            out[key] = 16
+    return out

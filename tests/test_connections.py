@@ -23,7 +23,7 @@ from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.fast import FastTransport
 from loadgen.core.records import RequestRecord
 from loadgen.run.schedule import connections_ahead
-from servers import LOADGEN, Nginx, refused_port
+from servers import LOADGEN, refused_port, start_nginx
 
 TRANSPORTS = {"fast": FastTransport, "aiohttp": AiohttpTransport}
 
@@ -148,7 +148,7 @@ def test_a_levels_first_requests_do_not_pay_for_connecting(tmp_path):
     """c=256 against the 50 ms server: the level's requests go out on 256 connections opened before
     its clock started, so the first round is as fast as the rest (it used to take 83-87 ms where
     every later request took under 60)."""
-    with Nginx(tmp_path / "nginx", ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
+    with start_nginx(ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
         doc, recs, _ = _sweep(nginx.url, tmp_path / "run", "--concurrency", "256", "--duration", "2")
         log = [row for row in nginx.requests_log() if row[2] == "/completion"]
     level = doc["targets"][0]["levels"][0]
@@ -167,7 +167,7 @@ def test_a_levels_first_requests_do_not_pay_for_connecting(tmp_path):
 def test_the_aiohttp_transport_opens_a_levels_connections_ahead_too(tmp_path):
     """aiohttp opens connections only for requests: 64 GETs of /health leave 64 open for the level.
     (No latency claim: at this concurrency aiohttp's own CPU sets the first round's latency.)"""
-    with Nginx(tmp_path / "nginx", ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
+    with start_nginx(ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
         doc, recs, _ = _sweep(nginx.url, tmp_path / "run", "--concurrency", "64", "--requests", "256",
                               "--transport", "aiohttp")
         log = nginx.requests_log()
@@ -179,7 +179,7 @@ def test_the_aiohttp_transport_opens_a_levels_connections_ahead_too(tmp_path):
 
 
 def test_levels_after_the_first_reuse_its_connections(tmp_path):
-    with Nginx(tmp_path / "nginx", INSTANT) as nginx:
+    with start_nginx(INSTANT) as nginx:
         doc, recs, _ = _sweep(nginx.url, tmp_path / "run", "--concurrency", "4,8", "--requests", "200")
         log = [row for row in nginx.requests_log() if row[2] == "/completion"]
     assert [lv["connections_opened"] for lv in doc["targets"][0]["levels"]] == [0, 0]
@@ -187,7 +187,7 @@ def test_levels_after_the_first_reuse_its_connections(tmp_path):
 
 
 def test_a_server_that_closes_after_every_response_costs_a_connect_per_request(tmp_path):
-    with Nginx(tmp_path / "nginx", INSTANT, http="keepalive_timeout 0;") as nginx:
+    with start_nginx(INSTANT, http="keepalive_timeout 0;") as nginx:
         doc, recs, out = _sweep(nginx.url, tmp_path / "run", "--concurrency", "8", "--requests", "64")
         log = [row for row in nginx.requests_log() if row[2] == "/completion"]
     level = doc["targets"][0]["levels"][0]

@@ -10,12 +10,12 @@ import json
 import pytest
 from aiohttp import web
 
-from servers import LoopThread
+from servers import AppThread
 
 SECRET = "sk-reliability-7c4f0b1e-never-print-me"
 
 
-class EchoingServer:
+class EchoingServer(AppThread):
     """A server that checks `Authorization` and, as some proxies do, quotes it back in its errors.
 
     mode "refuse": every completion is a 401 quoting the header; "accept-then-fail": the right key
@@ -23,10 +23,9 @@ class EchoingServer:
     """
 
     def __init__(self, mode: str):
+        super().__init__()
         self.mode = mode
         self.seen: list[str | None] = []
-        self._loop = LoopThread()
-        self.url = ""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -64,23 +63,9 @@ class EchoingServer:
         await response.write_eof()
         return response
 
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    def __enter__(self) -> "EchoingServer":
-        self._loop.__enter__()
-        self._loop.call(self._start())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._loop.call(self._runner.cleanup())
-        finally:
-            self._loop.__exit__(None, None, None)
+    @property
+    def url(self) -> str:
+        return self.origin
 
 
 def assert_nowhere(out, *texts: str) -> None:

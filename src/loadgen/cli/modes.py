@@ -31,13 +31,14 @@ from .shared import checking_only, console, describe, prompt_source, prompt_sour
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
+                server_urls: tuple[str, ...] = (),
                 api: str, model: str | None, api_key: str | None, transport: str, insecure: bool,
                 temperature: float, seed: int | None,
                 timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
                 stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25) -> SweepConfig:
     """Targets, API and request settings as a sweep would hold them (one level)."""
     return SweepConfig(
-        targets=build_targets(host, ports, urls, labels), concurrency=(concurrency,),
+        targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(concurrency,),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
@@ -82,12 +83,14 @@ def _out_dir(output: str | None, force: bool, kind: str) -> Path:
               help="Unrecorded requests per target first, with the shortest prompt.")
 @prompt_source_options
 @request_options
-def prefill_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prompt_tokens, repeat,
+def prefill_command(ports, host, urls, labels, server_urls,
+                    api, model, api_key, transport, insecure, prompt_tokens, repeat,
                     warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
                     seed, timeout_s, wait_ready_s, output, force) -> None:
     """Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
+                       api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=1)
@@ -117,12 +120,14 @@ def prefill_command(ports, host, urls, labels, api, model, api_key, transport, i
               help="Unrecorded requests per target first, at the lowest depth.")
 @prompt_source_options
 @request_options
-def depth_command(ports, host, urls, labels, api, model, api_key, transport, insecure, depths, n_predict, repeat,
+def depth_command(ports, host, urls, labels, server_urls,
+                  api, model, api_key, transport, insecure, depths, n_predict, repeat,
                   warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
                   seed, timeout_s, wait_ready_s, output, force) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
+                       api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=n_predict)
@@ -161,13 +166,15 @@ def depth_command(ports, host, urls, labels, api, model, api_key, transport, ins
               help="Seconds between scrapes of each server's /metrics and /slots.")
 @prompt_source_options
 @request_options
-def soak_command(ports, host, urls, labels, api, model, api_key, transport, insecure, concurrency, duration_s,
+def soak_command(ports, host, urls, labels, server_urls,
+                 api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
                  wait_ready_s, output, force) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
-    base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
+    base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
+                       api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream,

@@ -25,12 +25,13 @@ def _apply(f: Callable, options: list[Callable]) -> Callable:
 
 
 def target_options(f: Callable) -> Callable:
-    """--ports, --host, --url, --label; --api, --model, --api-key; --transport, --insecure."""
+    """--ports, --host, --url, --label; --api, --model, --api-key; --transport, --insecure; --server-url."""
     return _apply(f, [
         click.option("--ports", type=PORTS, help="Comma-separated ports of targets on --host, e.g. 8080,8081."),
         click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports."),
         click.option("--url", "urls", multiple=True,
-                     help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080."),
+                     help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080, or behind a gateway "
+                          "https://gw.example/llama/v1?api-version=1."),
         click.option("--label", "labels", multiple=True,
                      help="A name per target, in order (default: the server's model alias)."),
         click.option("--api", default="llamacpp", show_default=True,
@@ -45,6 +46,9 @@ def target_options(f: Callable) -> Callable:
                      help="HTTP client: fast (asyncio + httptools) or aiohttp (also used behind an HTTP proxy)."),
         click.option("--insecure", is_flag=True,
                      help="Do not verify https targets' TLS certificates (self-signed ones)."),
+        click.option("--server-url", "server_urls", multiple=True,
+                     help="Behind a gateway: the server's own base URL per target, in order (comma list or "
+                          "repeated; empty for none), for /props, /slots, /metrics and /tokenize."),
     ])
 
 

@@ -69,7 +69,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure) -> None:
+          histograms, transport, insecure, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -78,7 +78,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
-        targets=build_targets(host, ports, urls, labels),
+        targets=build_targets(host, ports, urls, labels, server_urls),
         concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
         rates=rates or (),
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 
 from ..core import records
+from ..core.baseurl import BaseUrl
 from ..core.clock import now_ns
 from .transport import ChunkCallback, HttpResponse, TransportError, connect_reason, reason_of, tls_context
 
@@ -56,7 +58,8 @@ class AiohttpTransport:
 
     def __init__(self, proxy: str | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
-        self._base = ""
+        self._base: BaseUrl | None = None
+        self._urls: dict[str, URL] = {}
         self._close_streams = True
         self._proxy = proxy
         self._hostport = ""
@@ -65,7 +68,8 @@ class AiohttpTransport:
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
                    close_streams: bool = True) -> None:
         self._close_streams = close_streams
-        self._base = base_url.rstrip("/")
+        self._base = BaseUrl.parse(base_url)
+        self._urls = {}
         self._hostport = urlsplit(base_url).netloc
         connector = aiohttp.TCPConnector(limit=max(0, max_connections), limit_per_host=0,
                                          keepalive_timeout=60, enable_cleanup_closed=False,
@@ -88,7 +92,7 @@ class AiohttpTransport:
 
         async def one() -> bool:
             try:
-                async with self._session.get(self._base + "/health", proxy=self._proxy) as resp:
+                async with self._session.get(self._url("/health"), proxy=self._proxy) as resp:
                     await resp.read()
                     return True
             except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -106,7 +110,7 @@ class AiohttpTransport:
             # keep-alive; a next request sent on it races that close and dies unanswered. So a
             # stream asks for `Connection: close` and its connection is not reused. (Retrying such
             # a request instead would also hide a server that resets requests it has read.)
-            async with self._session.request(method, self._base + path, data=body, proxy=self._proxy,
+            async with self._session.request(method, self._url(path), data=body, proxy=self._proxy,
                                              headers=_CLOSE if on_chunk is not None and self._close_streams
                                              else None, trace_request_ctx=timing) as resp:
                 headers_ns = now_ns()
@@ -121,6 +125,14 @@ class AiohttpTransport:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
         except aiohttp.ClientError as exc:
             raise self._transport_error(exc) from exc
+
+    def _url(self, path: str) -> URL:
+        """The path under the base URL's prefix, with its query, sent exactly as the fast transport does."""
+        url = self._urls.get(path)
+        if url is None:
+            assert self._base is not None, "open() first"
+            url = self._urls[path] = URL(self._base.url(path), encoded=True)
+        return url
 
     def _transport_error(self, exc: aiohttp.ClientError) -> TransportError:
         if isinstance(exc, aiohttp.ClientConnectorCertificateError):

@@ -11,7 +11,8 @@ core can keep 64 requests in flight against a fast server and measure it rather 
   llama-server closes the connection after every stream although it announces keep-alive, so a
   reused one would die under the next request.
 - The request head (method, path, Host, headers) is serialised once per (method, path); per request
-  only Content-Length and the body are written, in one `send`.
+  only Content-Length and the body are written, in one `send`. The path goes under the base URL's
+  path prefix, with its query (core.baseurl), when the head is made.
 - Every read carries its arrival time. Plain TCP (`SocketConnection`) reads the socket itself and
   takes the kernel's receive stamp (SO_TIMESTAMPNS): the time the bytes arrived, however long a
   busy loop took to read them. TLS (`StreamConnection`, asyncio's `ssl`) stamps a read on the loop's
@@ -31,6 +32,7 @@ from asyncio import CancelledError
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from ..core.baseurl import BaseUrl
 from .pool import ConnectionPool
 from .transport import ChunkCallback, HttpResponse
 
@@ -44,6 +46,7 @@ class FastTransport(ConnectionPool):
     def __init__(self, kernel_stamps: bool = True) -> None:
         super().__init__(kernel_stamps)
         self._heads: dict[tuple[str, str, bool], bytes] = {}
+        self._base: BaseUrl | None = None
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
@@ -52,6 +55,7 @@ class FastTransport(ConnectionPool):
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) base URL: {base_url!r}")
+        self._base = BaseUrl.parse(base_url)
         self._start(parts, max_connections, timeout_s, insecure)
         fields = {"Host": parts.netloc, "Content-Type": "application/json"}
         for name, value in (headers or {}).items():
@@ -62,7 +66,8 @@ class FastTransport(ConnectionPool):
 
     def _head(self, method: str, path: str, close: bool) -> bytes:
         connection = "Connection: close\r\n" if close else ""
-        head = f"{method} {path} HTTP/1.1\r\n{self._header_lines}{connection}Content-Length: ".encode("latin-1")
+        target = self._base.target(path) if self._base is not None else path
+        head = f"{method} {target} HTTP/1.1\r\n{self._header_lines}{connection}Content-Length: ".encode("latin-1")
         self._heads[(method, path, close)] = head
         return head
 

@@ -2,6 +2,11 @@
 
 Separate from the backends (which speak the completion APIs) and from the engine (which only
 schedules). Everything here tolerates a server that lacks an endpoint: it records that it was off.
+
+Paths go under the base URL's prefix (core.baseurl). Behind a gateway that does not forward the
+server's own endpoints, `server_url` names the server itself: `/props`, `/slots` and `/metrics` are
+asked there, while `/health` (is the target up?) and `/v1/models` (the name the target wants) are
+asked of the target.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..core.baseurl import BaseUrl
 from ..core.clock import now_ns
 from ..core.records import ProbeSample
 from .transport import connect_reason, tls_context
@@ -93,8 +100,10 @@ class Probe:
     """A small aiohttp session for one target's management endpoints."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
-                 insecure: bool = False):
+                 insecure: bool = False, server_url: str | None = None):
         self.base_url = base_url.rstrip("/")
+        self._target = BaseUrl.parse(base_url)
+        self._server = BaseUrl.parse(server_url) if server_url else self._target
         self._insecure = insecure
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -110,9 +119,11 @@ class Probe:
         if self._session is not None:
             await self._session.close()
 
-    async def _get(self, path: str) -> tuple[int, bytes]:
+    async def _get(self, path: str, of_target: bool = False) -> tuple[int, bytes]:
+        """GET a path of the server (`server_url`), or of the target itself."""
         assert self._session is not None
-        async with self._session.get(self.base_url + path) as resp:
+        base = self._target if of_target else self._server
+        async with self._session.get(yarl.URL(base.url(path), encoded=True)) as resp:
             return resp.status, await resp.read()
 
     async def wait_ready(self, wait_s: float, on_wait: Callable[[str], None] | None = None) -> None:
@@ -121,7 +132,7 @@ class Probe:
         told = False
         while True:
             try:
-                status, body = await self._get("/health")
+                status, body = await self._get("/health", of_target=True)
             except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
                 raise TargetUnreachable("/health did not answer within 10 s") from exc
             except aiohttp.ClientConnectorCertificateError as exc:
@@ -146,9 +157,9 @@ class Probe:
                 told = True
             await asyncio.sleep(0.25)
 
-    async def _get_json(self, path: str, info: ServerInfo) -> Any:
+    async def _get_json(self, path: str, info: ServerInfo, of_target: bool = False) -> Any:
         try:
-            status, body = await self._get(path)
+            status, body = await self._get(path, of_target)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             info.endpoints[path] = None
             info.notes.append(f"{path} failed: {_first_line(exc)}")
@@ -168,7 +179,7 @@ class Probe:
         props = await self._get_json("/props", info)
         if isinstance(props, dict):
             info.props = summarize_props(props)
-        models = await self._get_json("/v1/models", info)
+        models = await self._get_json("/v1/models", info, of_target=True)
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             info.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
         slots = await self._get_json("/slots", info)

@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import aiohttp
+import yarl
 
+from ..core.baseurl import BaseUrl
 from .transport import tls_context
 
 
@@ -36,7 +38,9 @@ class ServerTokenizer:
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str):
         self._session = session
-        self._url = base_url.rstrip("/") + "/tokenize"
+        base = BaseUrl.parse(base_url)
+        self._url = yarl.URL(base.url("/tokenize"), encoded=True)
+        self._template_url = yarl.URL(base.url("/apply-template"), encoded=True)
         self._specials: int | None = None
 
     async def _tokenize(self, text: str, *, add_special: bool, with_pieces: bool) -> list[Any]:
@@ -72,9 +76,9 @@ class ServerTokenizer:
 
     async def template_overhead(self) -> int:
         """Tokens the chat template adds around one user message (POST /apply-template)."""
-        url = self._url.removesuffix("/tokenize") + "/apply-template"
         try:
-            async with self._session.post(url, json={"messages": [{"role": "user", "content": "x"}]}) as resp:
+            one_message = {"messages": [{"role": "user", "content": "x"}]}
+            async with self._session.post(self._template_url, json=one_message) as resp:
                 if resp.status != 200:
                     raise TokenizeUnavailable(f"/apply-template answered HTTP {resp.status}")
                 prompt = json.loads(await resp.read()).get("prompt")

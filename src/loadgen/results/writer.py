@@ -26,6 +26,7 @@ from ..analysis.metrics import counter_delta, summarize_level
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
 from ..analysis.soak import summarize_soak, window_seconds
+from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
@@ -66,7 +67,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         levels = _level_summaries(t.levels)
         target = {
             "label": t.label,
-            "url": t.target.url,
+            "url": t.target.display,
             "server": t.info.to_dict() if t.info else None,
             "error": t.error,
             "read_clock": t.read_clock,
@@ -108,14 +109,13 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
 def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
 
-    The API key is masked ("***") wherever a server quoted it back (an error message, a target's
-    error), so no results file carries it.
+    The API key (and any key in a target's URL query) is masked ("***") wherever a server quoted it
+    back (an error message, a target's error), so no results file carries it.
     """
-    secret = run.config.api_key
     meta = {**meta, "finished_utc": utc_now().isoformat()}
     doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
     all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
-    if secret:
+    for secret in run.config.secrets:
         doc = redact(doc, secret)
         all_records = (_redact_record(r, secret) for r in all_records)
     _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
@@ -176,7 +176,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     a sweep's would be, so `report` and `export` show it."""
     targets = []
     for t in run.targets:
-        target: dict[str, Any] = {"label": t.label, "url": t.target.url,
+        target: dict[str, Any] = {"label": t.label, "url": t.target.display,
                                   "server": t.info.to_dict() if t.info else None, "error": t.error,
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
@@ -230,7 +230,8 @@ SECRET_OPTIONS = ("--api-key",)
 
 
 def command_line(argv: list[str] | None = None) -> list[str]:
-    """The command as typed, with the values of secret options replaced by "***"."""
+    """The command as typed, with the values of secret options and key-like URL query values
+    replaced by "***"."""
     args = list(sys.argv if argv is None else argv)
     out = [Path(args[0]).name] if args else []
     hide_next = False
@@ -244,5 +245,5 @@ def command_line(argv: list[str] | None = None) -> list[str]:
         elif a.startswith(tuple(o + "=" for o in SECRET_OPTIONS)):
             out.append(a.split("=", 1)[0] + "=***")
         else:
-            out.append(a)
+            out.append(masked(a) if "://" in a else a)  # a URL's key-like query values
     return out

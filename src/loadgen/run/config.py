@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..client.backends import API_NAMES, GenerationParams
+from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
@@ -24,13 +25,36 @@ DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    url: str  # base URL, no trailing slash
-    label: str | None = None  # None: ask the server (/props model_alias), else host:port
+    url: str  # base URL, no trailing slash; may carry a path prefix and a query (core.baseurl)
+    label: str | None = None  # None: ask the server (/props model_alias), else host:port[/path]
+    # --server-url: the server itself, for /props, /slots, /metrics and /tokenize when `url` is a
+    # gateway that does not forward them. None: `url` answers them.
+    server_url: str | None = None
 
     @property
     def hostport(self) -> str:
         parts = urlsplit(self.url)
         return parts.netloc
+
+    @property
+    def shown(self) -> str:
+        """host:port with the path and query, keys masked: the default label's last resort."""
+        return BaseUrl.parse(self.url).text(scheme=False)
+
+    @property
+    def display(self) -> str:
+        """The base URL for messages and results, keys masked."""
+        return BaseUrl.parse(self.url).text()
+
+    @property
+    def probe_url(self) -> str:
+        """Where the server's own endpoints (/props, /slots, /metrics, /tokenize) are asked."""
+        return self.server_url or self.url
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Key-like query values of its URLs, never to be written or shown."""
+        return tuple(s for u in (self.url, self.server_url) if u for s in BaseUrl.parse(u).secrets())
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +114,15 @@ class SweepConfig:
         if self.requests_per_level is not None:
             return self.requests_per_level, None
         return (max(16, math.ceil(20 * level)) if self.open_loop else max(8, 4 * int(level))), None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What no results file may carry: the API key, and the key-like query values of the
+        targets' URLs (those of 8 characters or more: a shorter one would mask unrelated text; the
+        URLs themselves are written masked whatever the length)."""
+        found = [self.api_key] if self.api_key else []
+        found += [s for t in self.targets for s in t.secrets if len(s) >= 8 and s not in found]
+        return tuple(found)
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -151,23 +184,13 @@ def parse_int_list(text: str, what: str, *, minimum: int = 1, maximum: int | Non
 
 
 def normalize_url(url: str, what: str = "--url") -> str:
-    """Check a target's base URL: http(s), a host, a numeric port, no path, query or credentials."""
-    text = url.strip()
+    """Check a target's base URL (http(s), a host, a numeric port, no credentials; a path prefix and
+    a query are kept, see core.baseurl) and return it without a trailing slash."""
     try:
-        parts = urlsplit(text)
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"{what} {url!r}: not a valid URL (check the host and the port, 1-65535)") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} {url!r}: expected http://HOST:PORT or https://HOST:PORT")
-    if parts.username or parts.password:
-        raise ConfigError(f"{what} {url!r}: credentials in the URL are not supported; use an API key")
-    if parts.query or parts.fragment or parts.path not in ("", "/"):
-        raise ConfigError(f"{what} {url!r}: give the server's base URL without a path or query, "
-                          "e.g. http://127.0.0.1:8080")
-    if port == 0:
-        raise ConfigError(f"{what} {url!r}: port 0 is not a server's port")
-    return text.rstrip("/")
+        base = BaseUrl.parse(url)
+    except BaseUrlError as exc:
+        raise ConfigError(f"{what} {masked(url)!r}: {exc}") from None
+    return base.text(masked=False)
 
 
 def _host_for_url(host: str) -> str:
@@ -185,7 +208,7 @@ def _host_for_url(host: str) -> str:
 
 
 def build_targets(host: str, ports: tuple[int, ...] | str | None, urls: tuple[str, ...],
-                  labels: tuple[str, ...]) -> tuple[Target, ...]:
+                  labels: tuple[str, ...], server_urls: tuple[str, ...] = ()) -> tuple[Target, ...]:
     found: list[str] = []
     if isinstance(ports, str):
         ports = parse_int_list(ports, "--ports", minimum=1, maximum=65535)
@@ -201,7 +224,18 @@ def build_targets(host: str, ports: tuple[int, ...] | str | None, urls: tuple[st
         raise ConfigError(f"{len(labels)} --label values for {len(found)} targets")
     if len(set(labels)) != len(labels):
         raise ConfigError("--label values must be distinct")
-    return tuple(Target(u, labels[i] if i < len(labels) else None) for i, u in enumerate(found))
+    servers = parse_server_urls(server_urls, len(found))
+    return tuple(Target(u, labels[i] if i < len(labels) else None, servers[i]) for i, u in enumerate(found))
+
+
+def parse_server_urls(values: tuple[str, ...], n_targets: int) -> list[str | None]:
+    """--server-url, one per target in order (repeated, or a comma list like --ports; an empty item
+    leaves that target's own URL): the server behind a gateway, for its /props, /slots, /metrics."""
+    items = [item.strip() for v in values for item in v.split(",")]
+    if len(items) > n_targets:
+        raise ConfigError(f"{len(items)} --server-url values for {n_targets} targets")
+    found = [normalize_url(item, "--server-url") if item else None for item in items]
+    return found + [None] * (n_targets - len(found))
 
 
 def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:

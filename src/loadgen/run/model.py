@@ -75,20 +75,21 @@ class StepObserver(RunObserver):
 
 
 def resolve_labels(targets: list[TargetRun]) -> None:
-    """Default labels: the server's model_alias, else host:port; disambiguated by port if equal."""
+    """Default labels: the server's model_alias, else host:port (with the base URL's path and query,
+    keys masked); equal ones are told apart by that address."""
     for t in targets:
         if t.target.label:
             t.label = t.target.label
         elif t.info and t.info.props and t.info.props.get("model_alias"):
             t.label = str(t.info.props["model_alias"])
         else:
-            t.label = t.target.hostport
+            t.label = t.target.shown
     seen: dict[str, int] = {}
     for t in targets:
         seen[t.label] = seen.get(t.label, 0) + 1
     for t in targets:
         if seen[t.label] > 1 and not t.target.label:
-            t.label = f"{t.label}@{t.target.hostport}"
+            t.label = f"{t.label}@{t.target.shown}"
 
 
 def slot_context(t: TargetRun) -> int | None:

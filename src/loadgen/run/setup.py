@@ -26,15 +26,21 @@ from .prompts import PromptSource
 TransportFactory = Callable[[], Transport]
 
 
+def target_probe(config: SweepConfig, t: TargetRun) -> Probe:
+    """The target's probe: /health and /v1/models of its URL; /props, /slots and /metrics of its
+    --server-url when one is given (a gateway rarely forwards them)."""
+    return Probe(t.target.url, config.auth_headers(), insecure=config.insecure, server_url=t.target.server_url)
+
+
 async def prepare(config: SweepConfig, t: TargetRun, obs: RunObserver) -> None:
     """Wait for the server (`t.error` set when it never answers), record what it says about itself,
     and pick the model name the OpenAI APIs send."""
-    async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+    async with target_probe(config, t) as probe:
         try:
             await probe.wait_ready(config.wait_ready_s,
                                    on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
         except TargetUnreachable as exc:
-            t.error = f"{t.target.url}: {exc}"
+            t.error = f"{t.target.display}: {exc}"
             return
         t.info = await probe.server_info()
     if config.api in OPENAI_APIS:
@@ -76,7 +82,7 @@ async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests
     warm = LevelRun(target=t.label, concurrency=1)
     await run_level(warm, transport, backend, requests=requests, duration_s=None, options=options)
     if warm.stopped_reason:
-        t.error = f"{t.target.url}: warm-up failed, {warm.stopped_reason}"
+        t.error = f"{t.target.display}: warm-up failed, {warm.stopped_reason}"
         return None
     return None if refuse_non_llm(t, warm, backend) else warm
 
@@ -87,7 +93,7 @@ def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
     answer = not_an_llm_server(level.records, f"{backend.method} {backend.path}")
     if answer is None:
         return False
-    t.error = f"{t.target.url}: {answer}"
+    t.error = f"{t.target.display}: {answer}"
     return True
 
 
@@ -109,11 +115,11 @@ async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver,
     """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
     they are estimates); None, and the target's error set, when that length cannot be built."""
     try:
-        bodies, note = await exact_prompts(t.target.url, source, n_tokens, api=config.api,
+        bodies, note = await exact_prompts(t.target.probe_url, source, n_tokens, api=config.api,
                                            headers=config.auth_headers(), timeout_s=config.timeout_s,
                                            insecure=config.insecure)
     except PromptTooShort as exc:
-        t.error = f"{t.target.url}: --prompt-tokens: {exc}"
+        t.error = f"{t.target.display}: --prompt-tokens: {exc}"
         return None
     if note:
         obs.message(f"{t.label}: {note}")
@@ -130,5 +136,5 @@ def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int |
     for t in targets:
         problem = context_overflow(prompt_tokens, n_predict, slot_context(t))
         if problem:
-            raise ConfigError(f"{t.label} ({t.target.url}) cannot take --prompt-tokens {prompt_tokens}: {problem}; "
+            raise ConfigError(f"{t.label} ({t.target.display}) cannot take --prompt-tokens {prompt_tokens}: {problem}; "
                               "ask for fewer tokens, or restart the server with a larger -c or fewer --parallel slots")

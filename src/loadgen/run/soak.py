@@ -7,14 +7,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..client.backends import make_backend
-from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import EngineOptions, run_level
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .salts import new_decimal_salt, new_salt
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
-                    refuse_prompts_beyond_context, warm_up)
+                    refuse_prompts_beyond_context, target_probe, warm_up)
 
 # A worker whose request could not connect waits this long, so a down server is not hammered. Only
 # then: an HTTP error from a live server is answered at once, and the next request follows it.
@@ -66,7 +65,7 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
         await transport.connect_ahead(concurrency)  # before the soak's clock starts
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
         t.levels.append(level)
-        async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+        async with target_probe(config, t) as probe:
             async with probe_sampling(probe, t, concurrency, settings["probe_interval_s"], level):
                 await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
                                 options=EngineOptions(salt=salt, give_up_after=None,

@@ -38,7 +38,8 @@ async def run_steps(run: Run, obs: StepObserver, source: PromptSource, sizes: tu
     for t in live:
         to_cut = [n for n in sizes if n > 0]
         obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in to_cut)} tokens with its tokenizer")
-        fitted = await fit_prompts(t.target.url, source.text, to_cut, api=config.api, headers=config.auth_headers(),
+        fitted = await fit_prompts(t.target.probe_url, source.text, to_cut, api=config.api,
+                                   headers=config.auth_headers(),
                                    timeout_s=config.timeout_s, insecure=config.insecure)
         transport = await open_transport(config, t, obs, 1, transport_factory)
         try:
@@ -89,6 +90,6 @@ async def _run_step(run: Run, t: TargetRun, obs: StepObserver, step: Step, trans
     obs.level_done(run, t, step.level)
     obs.step_done(run, t, step)
     if step.level.stopped_reason:
-        t.error = f"{t.target.url}: {step.level.stopped_reason} at {step.size:,} tokens"
+        t.error = f"{t.target.display}: {step.level.stopped_reason} at {step.size:,} tokens"
         return False
     return True

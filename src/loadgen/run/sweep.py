@@ -25,7 +25,7 @@ from .prompts import PromptSource
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
-                    refuse_non_llm, refuse_prompts_beyond_context, warm_up)
+                    refuse_non_llm, refuse_prompts_beyond_context, target_probe, warm_up)
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
@@ -111,7 +111,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
     pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
     transport = await open_transport(config, t, obs, pool, transport_factory)
     try:
-        async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
+        async with target_probe(config, t) as probe:
             latency_s = None
             if config.warmup > 0:
                 warm = await warm_up(t, transport, backend, config.warmup, options)
@@ -122,7 +122,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level.records))), default=None)
                 if level.stopped_reason:
-                    t.error = f"{t.target.url}: {level.stopped_reason} at {level.name}"
+                    t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
                     return
                 if refuse_non_llm(t, level, backend):
                     return
