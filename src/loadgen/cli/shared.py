@@ -32,7 +32,8 @@ def target_options(f: Callable) -> Callable:
         click.option("--url", "urls", multiple=True,
                      help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080."),
         click.option("--label", "labels", multiple=True,
-                     help="A name per target, in order (default: the server's model alias)."),
+                     help="Names for the targets, comma-separated in target order, e.g. a,b [default: the model "
+                          "file's name, plus @port when two targets share it]."),
         click.option("--api", default="llamacpp", show_default=True,
                      help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
                           "chat (POST /v1/chat/completions)."),
