@@ -6,6 +6,7 @@ option here defines it for the command line and the scenario files of every mode
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from ..client.registry import TRANSPORT_NAMES
 from ..core.errors import ConfigError
+from ..output.layout import FORMATS
 from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from .options import PORTS
 
@@ -47,6 +49,11 @@ def target_options(f: Callable) -> Callable:
         click.option("--insecure", is_flag=True,
                      help="Do not verify https targets' TLS certificates (self-signed ones)."),
     ])
+
+
+format_option = click.option(
+    "--format", "output_format", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="The tables drawn for a terminal, or as json, csv or markdown on stdout (nothing else goes there).")
 
 
 def prompt_source_options(f: Callable) -> Callable:
@@ -118,7 +125,12 @@ def describe(source: PromptSource) -> str:
     return "synthetic" if source.synthetic else f"{len(source.texts)} text(s)"
 
 
+PIPED_WIDTH = 120  # columns of output piped into a file or CI log when COLUMNS does not say
+
+
 def console(stderr: bool = False) -> Console:
-    """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
+    """A console as wide as COLUMNS says, else the terminal, else (piped) PIPED_WIDTH."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 180)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    return Console(stderr=stderr, width=width or (None if stream.isatty() else PIPED_WIDTH))
