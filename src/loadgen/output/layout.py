@@ -95,7 +95,8 @@ def _widths(grid: Grid) -> list[tuple[int, int]]:
         words = [len(w) for line in col.title.splitlines() for w in line.split()] or [1]
         lines = [len(line) for line in col.title.splitlines()] or [1]
         widest = max(cells, default=1)
-        least = max(max(words), min(widest, 12) if col.wrap else widest)
+        longest_word = max((len(w) for row in grid.rows for w in text_of(row[i]).split()), default=1)
+        least = max(max(words), longest_word if col.wrap else widest)
         out.append((least, max(least, widest, max(lines))))
     return out
 
