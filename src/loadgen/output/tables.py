@@ -10,6 +10,7 @@ from rich.text import Text
 from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name
 from ..core.rundoc import is_open_loop
+from ..run.labels import about
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
 
 
@@ -66,12 +67,14 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
     return grid
 
 
-def error_lines(doc: dict[str, Any]) -> list[str]:
-    """One line per target or level that had failures, naming the error kinds."""
+def error_lines(doc: dict[str, Any], told: bool = False) -> list[str]:
+    """One line per target or level that had failures, naming the error kinds. `told`: the run
+    itself said already why a target never started (right after the run; `analyze` says it)."""
     lines = []
     for t in doc["targets"]:
-        if t.get("error"):
-            lines.append(f"{t['label']}: {t['error']}")
+        started = any(t.get(key) for key in ("levels", "prefill", "depth", "soak"))
+        if t.get("error") and (started or not told):
+            lines.append(about(t["label"], t["error"]))
         for lv in t.get("levels", []):
             if lv.get("errors_by_kind"):
                 kinds = ", ".join(f"{k} ×{n}" for k, n in lv["errors_by_kind"].items())
@@ -286,19 +289,21 @@ def run_grids(doc: dict[str, Any]) -> list[Grid]:
 _MODE_TABLES = {"prefill": prefill_table, "depth": depth_table, "soak": soak_table}
 
 
-def run_lines(doc: dict[str, Any]) -> dict[str, list[str]]:
+def run_lines(doc: dict[str, Any], told: bool = False) -> dict[str, list[str]]:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     notes = overhead_lines(doc)
     sections = [t.get(doc.get("kind")) for t in doc["targets"] if doc.get("kind") in ("prefill", "depth")]
     if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
         notes.append(SKIP_HINT)
-    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": reach_lines(doc), "errors": error_lines(doc)}
+    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": reach_lines(doc),
+            "errors": error_lines(doc, told)}
 
 
-def print_run(doc: dict[str, Any], console: Console, err: Console, output_format: str = "table") -> None:
-    """The tables and lines of a run document, the same after a run and from `analyze`: drawn for the
-    terminal (`table`), or as JSON, CSV or Markdown on stdout, which then holds nothing else."""
-    grids, lines = run_grids(doc), run_lines(doc)
+def print_run(doc: dict[str, Any], console: Console, err: Console, output_format: str = "table", *,
+              live: bool = False) -> None:
+    """The tables and lines of a run document, the same after a run (`live`) and from `analyze`: drawn
+    for the terminal (`table`), or as JSON, CSV or Markdown on stdout, which then holds nothing else."""
+    grids, lines = run_grids(doc), run_lines(doc, told=live)
     said = lines["notes"] + lines["verdicts"]
     if output_format == "json":
         console.file.write(grids_json(grids, lines))
@@ -321,5 +326,3 @@ def print_run(doc: dict[str, Any], console: Console, err: Console, output_format
     for line in lines["errors"]:
         err.print(line, style="red", highlight=False, markup=False)
 
-
-print_mode = print_run  # a prefill, depth or soak run's table prints the same way

@@ -93,3 +93,8 @@ def _distinct(labels: list[str], given: list[bool]) -> list[str]:
         taken.add(candidate)
         out.append(candidate)
     return out
+
+
+def about(label: str, text: str) -> str:
+    """A line about one target: its label in front, unless the text names it already."""
+    return text if label in text else f"{label}: {text}"
