@@ -315,14 +315,19 @@ def print_run(doc: dict[str, Any], console: Console, err: Console, output_format
         for grid in grids:
             print_grid(grid, console)
         for line in lines["notes"]:
-            console.print(line, highlight=False, markup=False, style="dim")
+            say(console, line, "dim")
         for line in lines["verdicts"]:
-            console.print(line, highlight=False, markup=False)
+            say(console, line)
     if output_format == "csv":
         for line in said:
-            err.print(line, highlight=False, markup=False)
+            say(err, line)
     for line in lines["warnings"]:
-        err.print(line, style="yellow", highlight=False, markup=False)
+        say(err, line, "yellow")
     for line in lines["errors"]:
-        err.print(line, style="red", highlight=False, markup=False)
+        say(err, line, "red")
+
+
+def say(console: Console, line: str, style: str | None = None) -> None:
+    """One message: wrapped between words on a terminal, one line in a file or pipe (for grep)."""
+    console.print(line, style=style, highlight=False, markup=False, soft_wrap=not console.is_terminal)
 
