@@ -283,17 +283,20 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     by_c = {q.level: q for q in queueing}
     if knee is not None:
         after = by_c[knee.next_level]
-        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        queue = []
         if after.peak_deferred:
             n = after.peak_deferred
-            facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
+            queue.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
         if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
-            facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
+            queue.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
         head, why = _knee_head(label, knee, total_slots, after.peak_busy_slots)
         lines.append(f"{head}.")
         if why:
             lines.append(f"{label}: {why}.")
-        lines.append(f"{label} from c={knee.next_level}: " + ", ".join(facts) + ".")
+        lines.append(f"{label} from c={knee.next_level}: throughput {_pct(knee.throughput_gain)}, "
+                     f"latency ×{knee.latency_ratio:.1f}.")
+        if queue:
+            lines.append(f"{label} at c={knee.next_level}: " + ", ".join(queue) + ".")
     else:
         slots = "its slot count is unknown" if total_slots is None else f"it has {_slots(total_slots)}"
         lines.append(f"{label} is not saturated up to concurrency {top}; {slots}.")
@@ -305,7 +308,7 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     for q in queueing:
         if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
             lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited to start "
-                         f"(median {_secs(q.queued_wait_ms.p50)}), none for a free slot.")
+                         f"(median {_secs(q.queued_wait_ms.p50)}), not for a slot.")
     gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
@@ -324,8 +327,9 @@ def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int 
     head = _knee_where(label, knee, total_slots)
     high = knee.between[1] if knee.between else knee.at
     if total_slots is not None and high < total_slots and (busy_after is None or busy_after < total_slots):
-        busy = "" if busy_after is None else f" (at most {busy_after} busy at c={knee.next_level})"
-        return head, f"throughput is flat with slots free{busy}, so compute, not slots, is the bottleneck"
+        free = ("slots were free" if busy_after is None
+                else f"at c={knee.next_level} at most {busy_after} slot{' was' if busy_after == 1 else 's were'} busy")
+        return head, f"{free}, so compute, not slots, is the bottleneck"
     return head, None
 
 

@@ -162,8 +162,8 @@ def overhead_lines(doc: dict[str, Any]) -> list[str]:
     for t in doc["targets"]:
         v = t.get("verdict")
         if v and v.get("overhead_ms") is not None:
-            out.append(f"{t['label']}: fixed overhead at c=1 (tokenization + HTTP) {v['overhead_ms']:.1f} ms, "
-                       "subtracted from a request's queue wait before it counts as queued")
+            out.append(f"{t['label']}: {v['overhead_ms']:.1f} ms of HTTP and tokenization at c=1, "
+                       "not counted as queuing")
     return out
 
 
