@@ -36,7 +36,7 @@ def src(port: int | str, model: str | None = None, given: str | None = None, hos
     # a server that names no model: its address
     ([src(8080), src(8081)], ["127.0.0.1:8080", "127.0.0.1:8081"]),
     ([src(8080, "  ")], ["127.0.0.1:8080"]),
-    ([src(8080, host="very-long-hostname.example.internal")], ["very-long-hostname…8080"]),
+    ([src(8080, host="very-long-hostname.example.internal")], ["very-long-hostname.example.internal:8080"]),
     # the user's labels win, and a default that meets one is told apart from it
     ([src(8080, SMOL, given="a"), src(8081, SMOL, given="b")], ["a", "b"]),
     ([src(8080, given="fast"), src(8081, "fast")], ["fast", "fast@8081"]),

@@ -6,7 +6,7 @@ is cut to its file's stem (`/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf` → `Sm
 a split GGUF's `-00001-of-00003` dropped too); a server that names no model is called by its
 host:port. A default label is at most `MAX_LABEL` characters: a longer name loses the middle
 (`SmolLM2-135M-Instru…Q4_1`), keeping its start (the family and size) and its last part (often
-the quantisation). Two targets that would share a label get `@port` after it (`@host:port` when
+the quantisation); an address is never shortened. Two targets that would share a label get `@port` after it (`@host:port` when
 their ports are the same too). The full model path stays in run.json (`server.props`).
 """
 
@@ -71,7 +71,8 @@ def _suffixes(group: list[LabelSource]) -> list[str]:
 def target_labels(sources: list[LabelSource]) -> list[str]:
     """One distinct label per target, in order (see the module docstring for the rule)."""
     bases = [_base_name(s) for s in sources]
-    labels = [s.given or shorten(b) for s, b in zip(sources, bases)]
+    named = [bool(s.model and s.model.strip()) for s in sources]
+    labels = [s.given or (shorten(b) if n else b) for s, b, n in zip(sources, bases, named)]  # addresses stay whole
     shared = {label for label, n in Counter(labels).items() if n > 1}
     out = list(labels)
     for label in shared:
