@@ -68,6 +68,12 @@ class Grid:
     rows: list[list[Cell]] = field(default_factory=list)
     section_ends: set[int] = field(default_factory=set)  # indexes of rows a rule follows
     caption: str | None = None  # a line under the table: what a column's figure means
+    footnotes: list[str] = field(default_factory=list)  # "[1] ..." lines under it: notes too long for a cell
+
+    def footnote(self, text: str) -> str:
+        """The cell that points to `text`, said in full under the table."""
+        self.footnotes.append(text)
+        return f"[{len(self.footnotes)}]"
 
     def add_row(self, *cells: Cell, end_section: bool = False) -> None:
         self.rows.append(list(cells))
@@ -157,6 +163,8 @@ def rich_tables(grid: Grid, width: int) -> list[Table]:
 def print_grid(grid: Grid, console: Console) -> None:
     for table in rich_tables(grid, console.width):
         console.print(table)
+    for n, text in enumerate(grid.footnotes, 1):  # one line each in a file or pipe, for grep
+        console.print(f"[{n}] {text}", style="dim", highlight=False, markup=False, soft_wrap=not console.is_terminal)
 
 
 def _plain(cell: Cell) -> Any:
@@ -181,7 +189,8 @@ def filled_rows(grid: Grid) -> list[list[Cell]]:
 def grids_json(grids: list[Grid], lines: dict[str, list[str]]) -> str:
     """Every table as {title, columns, rows} (figures as numbers), and the run's lines by kind."""
     return json.dumps({"tables": [{"title": g.title, "columns": [c.name for c in g.columns],
-                                   "rows": [[_plain(c) for c in row] for row in filled_rows(g)]} for g in grids],
+                                   "rows": [[_plain(c) for c in row] for row in filled_rows(g)],
+                                   "footnotes": g.footnotes} for g in grids],
                        **lines}, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -193,7 +202,8 @@ def grids_csv(grids: list[Grid]) -> str:
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow([c.name for c in g.columns])
         writer.writerows([_plain(c) for c in row] for row in filled_rows(g))
-        blocks.append(f"# {g.title}\n{buf.getvalue()}")
+        notes = "".join(f"# [{n}] {text}\n" for n, text in enumerate(g.footnotes, 1))
+        blocks.append(f"# {g.title}\n{buf.getvalue()}{notes}")
     return "\n".join(blocks)
 
 
@@ -204,6 +214,6 @@ def grids_markdown(grids: list[Grid], lines: list[str]) -> str:
         out += [f"### {g.title}", "", "| " + " | ".join(c.name for c in g.columns) + " |",
                 "| " + " | ".join("---" if c.justify == "left" else "---:" for c in g.columns) + " |"]
         out += ["| " + " | ".join(text_of(c).replace("|", "\\|") for c in row) + " |" for row in filled_rows(g)]
-        out += [f"_{g.caption}_" if g.caption else "", ""]
+        out += [f"_{g.caption}_" if g.caption else "", *[f"[{n}] {t}  " for n, t in enumerate(g.footnotes, 1)], ""]
     out += [f"- {line}" for line in lines]
     return "\n".join(out).rstrip("\n") + "\n"

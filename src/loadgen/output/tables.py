@@ -72,8 +72,9 @@ def error_lines(doc: dict[str, Any], told: bool = False) -> list[str]:
     itself said already why a target never started (right after the run; `analyze` says it)."""
     lines = []
     for t in doc["targets"]:
-        started = any(t.get(key) for key in ("levels", "prefill", "depth", "soak"))
-        if t.get("error") and (started or not told):
+        # what the run told as it happened: a target that never answered (no server facts), skipped
+        unanswered = t.get("server") is None and not any(t.get(k) for k in ("levels", "prefill", "depth", "soak"))
+        if t.get("error") and not (told and unanswered):
             lines.append(about(t["label"], t["error"]))
         for lv in t.get("levels", []):
             if lv.get("errors_by_kind"):
@@ -193,7 +194,7 @@ def prefill_table(doc: dict[str, Any]) -> Grid:
                Column("prompt_n"), Column("prompt_ms"), Column("prompt tok/s"), Column("TTFT ms\n(client)")]
     if pair:
         columns.append(Column("prompt tok/s\nratio"))
-    grid = Grid(_title("prefill", doc), [*columns, Column("note", "left", wrap=True, style="dim")],
+    grid = Grid(_title("prefill", doc), [*columns, Column("note", "left")],
                 caption=f"prompt tok/s ratio: {pair[0]['label']} ÷ {pair[1]['label']}" if pair else None)
     lengths = sorted({r["prompt_tokens"] for t in targets for r in t["prefill"]["rows"]})
     for n in lengths:
@@ -211,7 +212,8 @@ def prefill_table(doc: dict[str, Any]) -> Grid:
             if pair:
                 speed = [(rows.get(p["label"]) or {}).get("prompt_tok_s") for p in pair]
                 cells.append(_ratio(speed[0]["mean"], speed[1]["mean"]) if first and all(speed) else "")
-            cells.append(r.get("skipped") or r.get("note") or "")
+            note = r.get("skipped") or r.get("note")
+            cells.append(grid.footnote(f"{t['label']} at {n:,} tokens: {note}") if note else "")
             grid.add_row(*cells)
             first = False
         grid.end_section()
@@ -222,7 +224,7 @@ def depth_table(doc: dict[str, Any]) -> Grid:
     """Per target × depth: decode tok/s and its change against depth 0; skipped depths say why."""
     grid = Grid(_title("depth", doc), [
         Column("target", "left", key=True), Column("depth", key=True), Column("ok/failed"), Column("prompt_n"),
-        Column("decode tok/s"), Column("vs depth 0"), Column("note", "left", wrap=True, style="dim")])
+        Column("decode tok/s"), Column("vs depth 0"), Column("note", "left")])
     for t in doc["targets"]:
         section = t.get("depth")
         if not section:
@@ -233,11 +235,13 @@ def depth_table(doc: dict[str, Any]) -> Grid:
             change_text = "n/a" if change is None else ("—" if r["depth"] == ref else f"{change:+.1%}")
             if change is not None and ref not in (0, None) and r["depth"] != ref:
                 change_text += f" (vs {ref:,})"
+            note = r.get("skipped") or r.get("note")
+            mark = grid.footnote(f"{t['label']} at depth {r['depth']:,}: {note}") if note else ""
             if r.get("skipped"):
-                cells: list[Cell] = [t["label"] if i == 0 else "", Num(r["depth"]), "—", "—", "—", "—", r["skipped"]]
+                cells: list[Cell] = [t["label"] if i == 0 else "", Num(r["depth"]), "—", "—", "—", "—", mark]
             else:
                 cells = [t["label"] if i == 0 else "", Num(r["depth"]), _okf(r), _pm(r["prompt_n"], 0),
-                         _pm(r["decode_tok_s"], 2), change_text, r.get("note") or ""]
+                         _pm(r["decode_tok_s"], 2), change_text, mark]
             grid.add_row(*cells, end_section=i == len(section["rows"]) - 1)
     return grid
 
