@@ -159,3 +159,41 @@ def test_the_check_finds_the_cuts_a_plain_rich_table_makes():
     out = io.StringIO()
     Console(file=out, width=120, color_system=None).print(table)
     assert cut_cells(grid, out.getvalue())
+
+
+@pytest.mark.parametrize("columns, width", [("80", 80), ("100", 100), (None, 120)])
+def test_piped_output_is_as_wide_as_columns_says(columns, width):
+    """Piped into a file, the tables take COLUMNS (120 without it); before, they were 180 whatever it said."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
+    proc = subprocess.run([sys.executable, "-m", "loadgen.cli", "analyze", str(DATA / "sweep-smollm2")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table_lines = [line for line in proc.stdout.splitlines() if line[:1] in "┏┃┡│├└"]
+    assert table_lines and max(len(line) for line in table_lines) <= width
+    assert max(len(line) for line in table_lines) > width - 25  # the width is used, not a narrow default
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "markdown"])
+def test_machine_formats_hold_no_box_drawing_and_name_every_row(fmt, loadgen):
+    code, out, err = loadgen("analyze", DATA / "sweep-sim-v2", "--format", fmt)
+    assert code == 0, err
+    assert not any(ch in out for ch in "┏┃━│─")
+    if fmt == "json":
+        import json
+
+        doc = json.loads(out)
+        sweep = doc["tables"][0]
+        assert sweep["columns"][:2] == ["C", "target"] and all(row[1] == "sim" for row in sweep["rows"])
+        assert isinstance(sweep["rows"][0][sweep["columns"].index("tok/s")], float) and doc["verdicts"]
+    elif fmt == "csv":
+        import csv
+
+        block = out.split("\n\n")[0].splitlines()
+        assert block[0] == "# loadgen sweep"
+        rows = list(csv.reader(block[1:]))
+        assert rows[0][:2] == ["C", "target"] and [r[0] for r in rows[1:]] == ["1", "2"]
+        assert all(r[1] == "sim" for r in rows[1:])

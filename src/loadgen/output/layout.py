@@ -146,7 +146,7 @@ def rich_tables(grid: Grid, width: int) -> list[Table]:
     tables = []
     for n, cols in enumerate(parts):
         title = grid.title if n == 0 else f"{grid.title} (continued)"
-        caption = grid.caption if n == len(parts) - 1 else None
+        caption = grid.caption if n == 0 else None  # it explains a figure of the first part's
         table = Table(title=escape(title), header_style="bold", caption=escape(caption) if caption else None,
                       caption_justify="left")
         for i, w in zip(cols, _spread(grid, cols, width)):
