@@ -379,10 +379,10 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         if after.peak_deferred:
             facts.append(f"up to {after.peak_deferred:g} deferred")
         where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
-                 else f"at or below {knee.at:g} req/s, the lowest offered rate," if knee.at_or_below
+                 else f"at or below {knee.at:g} req/s, the lowest offered rate" if knee.at_or_below
                  else f"at {knee.at:g} req/s")
-        lines.append(f"{label} saturates {where}. At {knee.next_level:g} req/s: "
-                     + ", ".join(facts) + ": requests arrive faster than it finishes them.")
+        lines.append(f"{label} saturates {where}: requests arrive faster than it finishes them.")
+        lines.append(f"{label} at {knee.next_level:g} req/s: " + ", ".join(facts) + ".")
     elif levels:
         top = max(_key(lv) for lv in levels)
         lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")
