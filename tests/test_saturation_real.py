@@ -102,4 +102,4 @@ def test_four_slot_server_on_a_doubling_ladder_shows_its_full_slots(real_servers
     assert c8["peak_busy_slots"] == 4 and c8["peak_deferred"] >= 1
     assert v["verdict"][0].startswith("smollm2-4slot ")
     if v["knee"] is not None and v["knee"]["next_level"] == 8:
-        assert "deferred" in v["verdict"][0], v["verdict"]
+        assert any("deferred" in line for line in v["verdict"][:3]), v["verdict"]  # the knee's own lines
