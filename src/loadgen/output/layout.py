@@ -84,10 +84,6 @@ class Grid:
         if self.rows:
             self.section_ends.add(len(self.rows) - 1)
 
-    def column(self, title: str) -> list[Cell]:
-        index = [c.title for c in self.columns].index(title)
-        return [row[index] for row in self.rows]
-
 
 def text_of(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
