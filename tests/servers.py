@@ -185,7 +185,7 @@ def testbed_paths() -> tuple[str, str]:
 class LlamaServer:
     proc: subprocess.Popen
     port: int
-    alias: str
+    alias: str | None  # None: started without --alias, as people start it (it reports its model's path)
     slots: int
     log: Path
 
@@ -203,14 +203,16 @@ class LlamaServer:
                 self.proc.wait(5)
 
 
-def start_llama_server(alias: str, slots: int, log_dir: Path, *, metrics: bool = True,
+def start_llama_server(alias: str | None, slots: int, log_dir: Path, *, metrics: bool = True,
                        extra: tuple[str, ...] = (), ready_timeout: float = 120, port: int | None = None) -> LlamaServer:
-    """A llama-server on `port` (a free one when None: give the old port to restart a server)."""
+    """A llama-server on `port` (a free one when None: give the old port to restart a server);
+    `alias` None starts it without --alias."""
     binary, model = testbed_paths()
     port = port or free_port()
-    log = log_dir / f"{alias}-{port}-{time.monotonic_ns()}.log"
+    log = log_dir / f"{alias or 'no-alias'}-{port}-{time.monotonic_ns()}.log"
     args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots),
-            "-c", "4096", "-t", "1", "--alias", alias, *(["--metrics"] if metrics else []), *extra]
+            "-c", "4096", "-t", "1", *(["--alias", alias] if alias else []), *(["--metrics"] if metrics else []),
+            *extra]
     with log.open("wb") as f:
         proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = LlamaServer(proc, port, alias, slots, log)

@@ -12,6 +12,7 @@ from loadgen.analysis.metrics import summarize_level
 from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.html import TABLE_COLUMNS, build_series, level_row
 from loadgen.output.progress import ProgressObserver
+from loadgen.output.layout import filled_rows, text_of
 from loadgen.output.tables import queue_table
 from loadgen.results.reader import load_run
 
@@ -37,20 +38,15 @@ def test_progress_line_p50_is_run_json_p50():
     assert "latency p50 600 ms" not in out.getvalue()
 
 
-def _cells(table) -> list[list[str]]:
-    columns = [list(map(str, c._cells)) for c in table.columns]
-    rows, label = [], ""
-    for row in zip(*columns):
-        label = row[0] or label  # the target's label is shown on its first row only
-        rows.append([label, *row[1:]])
-    return rows
+def _cells(grid) -> list[list[str]]:
+    return [[text_of(c) for c in row] for row in filled_rows(grid)]  # a target's label on every row
 
 
 @pytest.mark.parametrize("run", ["sweep-smollm2", "sweep-sim-v2"])
 def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
     doc = load_run(DATA / run)
     table = queue_table(doc)
-    headers = [c.header for c in table.columns]
+    headers = [c.title for c in table.columns]
     p99_column = headers.index("p99")
     rows = _cells(table)
     series = build_series([{"name": run, "run": doc, "records": [], "probe": []}])

@@ -134,3 +134,16 @@ def test_a_varying_salt_is_reported():
     f = run(fit_prompt(HexSplitting(), lambda n: synthetic_text(n), 100, salt=lambda: next(salts)))
     assert isinstance(f, FittedPrompt) and f.measured_tokens == 100 and f.salt_spread > 0
     assert "varying number of tokens" in f.note()
+
+
+@pytest.mark.parametrize("wanted, salt, template, expected", [
+    (10, 14, 0, "10 tokens are too few: the salt takes 14; ask for at least 15"),
+    (20, 14, 3, "20 tokens are too few: the salt takes 14, the chat template 3; ask for at least 18"),
+    # SmolLM2's template adds a system prompt of ~30 tokens: the template, not the salt, is to blame
+    (32, 14, 31, "32 tokens are too few: the chat template's system prompt takes 31; ask for 46+"),
+])
+def test_a_prompt_too_short_blames_what_takes_the_tokens(wanted, salt, template, expected):
+    from loadgen.run.exact_prompt import too_short
+
+    assert too_short(wanted, salt, template) == expected
+    assert len(f"--prompt-tokens: {expected}") <= 100

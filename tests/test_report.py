@@ -170,3 +170,22 @@ def test_report_renders_in_headless_chromium(html_report, tmp_path):
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
     colours = {tuple(p) for p in (pixels[::4, ::4, :3] * 255).astype(int).reshape(-1, 3)}
     assert len(colours) > 50, f"the screenshot looks blank ({len(colours)} colours)"
+
+
+def test_without_out_the_report_goes_into_the_run_and_is_not_overwritten(tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(FIXTURE, copy)
+    first = report(str(copy))
+    assert first.exit_code == 0, first.output
+    assert (copy / "report.html").is_file() and (copy / "report-throughput.png").is_file()
+    for args, message in (([str(copy)], "--force"), ([str(copy), str(FIXTURE)], "--out")):
+        refused = CliRunner().invoke(report_command, args)
+        lines = refused.output.strip().splitlines()
+        assert refused.exit_code == 2 and len(lines) == 1 and message in lines[0], refused.output
+    assert report(str(copy), "--force").exit_code == 0
+
+
+def test_the_levels_table_scrolls_inside_its_own_box():
+    from loadgen.output.html import CSS
+
+    assert ".table-wrap { overflow-x: auto;" in CSS and "max-width: 100%" in CSS

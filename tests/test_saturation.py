@@ -88,15 +88,19 @@ def test_one_slot_verdict_names_the_slot_and_the_queue():
     c4 = v.levels[2]
     assert (c4.queued, c4.requests, c4.peak_deferred, c4.peak_busy_slots) == (8, 8, 3, 1)
     assert c4.queue_wait_ms.p50 == pytest.approx(330, rel=0.01)
-    assert v.lines[0].startswith("a saturates at concurrency 1 = its 1 slot. From c=2: throughput +1%, latency ×2.0")
-    assert "up to" not in v.lines[0]  # at c=2 the probe saw no deferred requests in this data
+    assert v.lines[0] == "a saturates at concurrency 1 = its 1 slot."
+    assert v.lines[1] == "a from c=2: throughput +1%, latency ×2.0."
+    assert not any("deferred" in line for line in v.lines)  # at c=2 the probe saw no deferred requests here
+    assert all(len(line) <= 100 for line in v.lines), v.lines  # one fact a line, readable at 100 columns
     assert any("batching gain" in line for line in v.lines)
 
 
 def test_knee_below_the_slot_count_blames_compute():
     levels, records, samples = one_slot_run()
     v = analyze_target("a", levels, records, [], total_slots=4, metrics_available=True)
-    assert "below its 4 slots" in v.lines[0] and "compute, not slots" in v.lines[0]
+    assert v.lines[0] == "a saturates at concurrency 1, below its 4 slots."
+    assert "compute, not slots" in v.lines[1]
+    assert all(len(line) <= 100 for line in v.lines), v.lines
 
 
 def test_unsaturated_server_and_missing_metrics_are_said():
@@ -104,7 +108,9 @@ def test_unsaturated_server_and_missing_metrics_are_said():
     records = [rec(c, i, i * 300, 113) for c in (1, 2) for i in range(4)]
     v = analyze_target("b", levels, records, [], total_slots=4, metrics_available=False)
     assert v.knee is None
-    assert v.lines[0] == "b is not saturated within the tested levels (up to c=2, 4 slots)."
+    assert v.lines[0] == "b is not saturated up to concurrency 2; it has 4 slots."
+    unknown = analyze_target("b", levels, records, [], total_slots=None, metrics_available=False)
+    assert unknown.lines[0] == "b is not saturated up to concurrency 2; its slot count is unknown."
     assert all(q.queued == 0 for q in v.levels)
     assert any("/metrics unavailable" in line for line in v.lines)
     assert v.levels[1].batching_gain == pytest.approx(1.9)
@@ -122,10 +128,10 @@ def test_waits_without_deferred_tasks_are_not_blamed_on_slots():
     records = [rec(1, i, i * 300, 113) for i in range(4)] + [rec(2, 10 + i, i * 300, 113 + 150) for i in range(4)]
     samples = [ProbeSample("a", 2, i, requests_processing=2, requests_deferred=0, busy_slots=2) for i in range(3)]
     v = analyze_target("a", levels, records, samples, total_slots=4, metrics_available=True)
-    assert v.knee.at == 1 and "compute, not slots" in v.lines[0]
-    assert "queue wait" not in v.lines[0]
-    assert any(line.startswith("a at c=2: 4 of 4 requests waited before the server started them")
-               and "outside the slot queue" in line for line in v.lines)
+    assert v.knee.at == 1 and "compute, not slots" in v.lines[1]
+    assert not any("queue wait" in line for line in v.lines[:3])
+    assert any(line.startswith("a at c=2: 4 of 4 requests waited to start (median")
+               and line.endswith("not for a slot.") for line in v.lines)
 
 
 def test_the_servers_full_slots_make_a_knee_even_when_throughput_creeps_up():
@@ -136,3 +142,14 @@ def test_the_servers_full_slots_make_a_knee_even_when_throughput_creeps_up():
     knee = find_knee(pts, slots_full={2, 4})
     assert knee is not None and (knee.at, knee.next_level) == (1, 2)
     assert find_knee(points((1, 18.7, 854), (2, 30.0, 1000)), slots_full={2}) is None  # latency barely rose
+
+
+@pytest.mark.parametrize("slots", [1, 4, None])
+def test_every_verdict_line_reads_at_100_columns_with_the_longest_default_label(slots):
+    """One fact a line: with a 24-character label (run.labels.MAX_LABEL) no line passes 100 columns."""
+    levels, records, samples = one_slot_run()
+    label = "SmolLM2-135M…Q4_1@18280"
+    v = analyze_target(label, levels, records, samples, total_slots=slots,
+                       metrics_available=True)
+    assert len(v.lines) >= 2
+    assert all(len(line) <= 100 for line in v.lines), v.lines

@@ -50,13 +50,13 @@ def test_four_slot_server_at_1_and_2_does_not_queue(real_servers, tmp_path):
     # A request can still wait for llama-server's loop: two arriving together are started one after the
     # other's prompt. The verdict must then say the wait was outside the slot queue, not blame slots.
     if any(lv["queued"] for lv in v["levels"]):
-        assert any("it deferred none, so the wait was outside the slot queue" in line for line in v["verdict"])
+        assert any(line.endswith("not for a slot.") for line in v["verdict"])
     # On the 1-thread test bed two sequences barely batch, so throughput may already be flat at c=2.
     if v["saturated_at"] is None:
-        assert v["verdict"][0] == "smollm2-4slot is not saturated within the tested levels (up to c=2, 4 slots)."
+        assert v["verdict"][0] == "smollm2-4slot is not saturated up to concurrency 2; it has 4 slots."
     else:
         assert v["saturated_at"] == 1
-        assert "below its 4 slots" in v["verdict"][0] and "compute, not slots" in v["verdict"][0]
+        assert "below its 4 slots" in v["verdict"][0] and "compute, not slots" in v["verdict"][1]
 
 
 def test_without_metrics_queuing_is_still_judged_and_the_gap_is_said(tmp_path):
@@ -102,4 +102,4 @@ def test_four_slot_server_on_a_doubling_ladder_shows_its_full_slots(real_servers
     assert c8["peak_busy_slots"] == 4 and c8["peak_deferred"] >= 1
     assert v["verdict"][0].startswith("smollm2-4slot ")
     if v["knee"] is not None and v["knee"]["next_level"] == 8:
-        assert "deferred" in v["verdict"][0], v["verdict"]
+        assert any("deferred" in line for line in v["verdict"][:3]), v["verdict"]  # the knee's own lines

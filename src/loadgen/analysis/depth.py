@@ -29,8 +29,7 @@ def skip_reason(prompt_tokens: int, n_predict: int, n_ctx: int | None) -> str | 
     return None if problem is None else f"skipped: {problem}"
 
 
-SKIP_HINT = ("a row skipped for n_ctx did not fit the server's per-slot context (/props "
-             "default_generation_settings.n_ctx): restart it with a larger -c or fewer --parallel slots")
+SKIP_HINT = "to measure a skipped size, restart the server with a larger -c or fewer --parallel slots"
 
 
 @dataclass(frozen=True, slots=True)

@@ -283,16 +283,23 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     by_c = {q.level: q for q in queueing}
     if knee is not None:
         after = by_c[knee.next_level]
-        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
+        queue = []
         if after.peak_deferred:
             n = after.peak_deferred
-            facts.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
+            queue.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
         if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
-            facts.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
-        head = _knee_head(label, knee, total_slots, after.peak_busy_slots)
-        lines.append(f"{head}. From c={knee.next_level}: " + ", ".join(facts) + ".")
+            queue.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
+        head, why = _knee_head(label, knee, total_slots, after.peak_busy_slots)
+        lines.append(f"{head}.")
+        if why:
+            lines.append(f"{label}: {why}.")
+        lines.append(f"{label} from c={knee.next_level}: throughput {_pct(knee.throughput_gain)}, "
+                     f"latency ×{knee.latency_ratio:.1f}.")
+        if queue:
+            lines.append(f"{label} at c={knee.next_level}: " + ", ".join(queue) + ".")
     else:
-        lines.append(f"{label} is not saturated within the tested levels (up to c={top}, {_slots(total_slots)}).")
+        slots = "its slot count is unknown" if total_slots is None else f"it has {_slots(total_slots)}"
+        lines.append(f"{label} is not saturated up to concurrency {top}; {slots}.")
         slot_waits = [q for q in queueing if q.queued and not _outside_slot_queue(q, metrics_available)]
         worst = max(slot_waits, key=lambda q: q.queued_share, default=None)
         if worst is not None and worst.queued_wait_ms:
@@ -300,10 +307,8 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
                          f"waited for a slot (median {_secs(worst.queued_wait_ms.p50)}).")
     for q in queueing:
         if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
-            lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited before the "
-                         f"server started them (median {_secs(q.queued_wait_ms.p50)}), but it deferred none, so the "
-                         "wait was outside the slot queue (HTTP, tokenization, or the server finishing another "
-                         "request's prompt first).")
+            lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited to start "
+                         f"(median {_secs(q.queued_wait_ms.p50)}), not for a slot.")
     gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
@@ -315,9 +320,20 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     return lines
 
 
-def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int | None) -> str:
-    """Where the knee is and what the slot count says of it. "Below its slots" only on evidence: the
-    whole bracket is below the slot count, and the level after it still had a slot free."""
+def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int | None) -> tuple[str, str | None]:
+    """Where the knee is and what the slot count says of it, and why when that takes a sentence of its
+    own. "Below its slots" only on evidence: the whole bracket is below the slot count, and the level
+    after it still had a slot free."""
+    head = _knee_where(label, knee, total_slots)
+    high = knee.between[1] if knee.between else knee.at
+    if total_slots is not None and high < total_slots and (busy_after is None or busy_after < total_slots):
+        free = ("slots were free" if busy_after is None
+                else f"at c={knee.next_level} at most {busy_after} slot{' was' if busy_after == 1 else 's were'} busy")
+        return head, f"{free}, so compute, not slots, is the bottleneck"
+    return head, None
+
+
+def _knee_where(label: str, knee: Knee, total_slots: int | None) -> str:
     low, high = knee.between or (knee.at, knee.at)
     if knee.at_or_below:
         head = f"{label} is saturated from the lowest tested level, concurrency {knee.at} (the knee is there or below)"
@@ -333,10 +349,6 @@ def _knee_head(label: str, knee: Knee, total_slots: int | None, busy_after: int 
         return head + f" = its {_slots(total_slots)}"
     if low <= total_slots <= high:
         return head + f"; its {_slots(total_slots)} are in that range"
-    if high < total_slots and (busy_after is None or busy_after < total_slots):
-        busy = "" if busy_after is None else f", at most {busy_after} busy at c={knee.next_level}"
-        return (head + f", below its {_slots(total_slots)}{busy}: throughput is flat with slots free, "
-                "so the bottleneck is compute, not slots")
     if high < total_slots:
         return head + f", below its {_slots(total_slots)}"
     return head + f", above its {_slots(total_slots)}"
@@ -367,10 +379,10 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         if after.peak_deferred:
             facts.append(f"up to {after.peak_deferred:g} deferred")
         where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
-                 else f"at or below {knee.at:g} req/s, the lowest offered rate," if knee.at_or_below
+                 else f"at or below {knee.at:g} req/s, the lowest offered rate" if knee.at_or_below
                  else f"at {knee.at:g} req/s")
-        lines.append(f"{label} saturates {where}. At {knee.next_level:g} req/s: "
-                     + ", ".join(facts) + ": requests arrive faster than it finishes them.")
+        lines.append(f"{label} saturates {where}: requests arrive faster than it finishes them.")
+        lines.append(f"{label} at {knee.next_level:g} req/s: " + ", ".join(facts) + ".")
     elif levels:
         top = max(_key(lv) for lv in levels)
         lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")

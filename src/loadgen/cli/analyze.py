@@ -10,21 +10,23 @@ from pathlib import Path
 import click
 
 from ..analysis.saturation import target_verdict
-from ..output.tables import print_mode, print_run
+from ..output.tables import print_run
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from .shared import console as _console
+from .shared import format_option
 
 
 @click.command()
 @click.argument("results_dir", type=click.Path(file_okay=False))
 @click.option("--knee-gain", type=click.FloatRange(min=0), help="Override the run's saturation rule (throughput share).")
 @click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
-def analyze(results_dir, knee_gain, knee_latency) -> None:
+@format_option
+def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
     """Reprint a saved run's tables and saturation verdicts (no server needed)."""
     path = Path(results_dir)
     doc = load_run(path)
     if doc.get("kind") in ("prefill", "depth", "soak"):
-        print_mode(doc, _console(), _console(stderr=True))
+        print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
     config = doc.get("config", {})
@@ -35,4 +37,4 @@ def analyze(results_dir, knee_gain, knee_latency) -> None:
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
                                           [s for s in samples if s.target == t["label"]], gain, latency,
                                           open_loop(doc))
-    print_run(doc, _console(), _console(stderr=True))
+    print_run(doc, _console(), _console(stderr=True), output_format)

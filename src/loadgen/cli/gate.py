@@ -22,10 +22,12 @@ from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, Ga
                              parse_confidence, parse_settings, run_gate)
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
                                  summary_line, untested_notes)
+from ..output.layout import print_grid
 from ..results.noise import write_noise
 from ..results.sides import load_side, side_noise
 from ..core.errors import InputError
 from .common import results_dir, user_errors
+from .shared import console as _console
 
 
 def load(results_dir_text: str, which: str) -> list[RunData]:
@@ -90,7 +92,7 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
     elif output_format == "markdown":
         click.echo(comparison_markdown(comparison), nl=False)
     else:
-        Console().print(comparison_table(comparison))
+        print_grid(comparison_table(comparison), _console())
         err = Console(stderr=True)
         for line in untested_notes(comparison):
             err.print(line, style="dim", highlight=False, markup=False, soft_wrap=True)

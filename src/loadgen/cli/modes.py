@@ -18,7 +18,7 @@ from rich.console import Console
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
-from ..output.tables import print_mode
+from ..output.tables import print_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.model import Run
@@ -47,7 +47,7 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
 def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     doc = execution.doc
-    print_mode(doc, console(), err)
+    print_run(doc, console(), err, live=True)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal

@@ -60,23 +60,33 @@ def load_source(path_text: str) -> dict[str, Any]:
             "probe": load_probe(path)}
 
 
+MODE_KINDS = ("prefill", "depth", "soak")
+
+
 @click.command("report")
 @click.argument("results_dirs", nargs=-1, required=True, metavar="RESULTS_DIR...")
-@click.option("--out", "out_file", default="report.html", show_default=True,
-              help="HTML file to write; the charts are also written as PNG files next to it.")
+@click.option("--out", "out_file", help="HTML file to write; the charts are also written as PNG files next to it.  "
+                                        "[default: report.html in RESULTS_DIR]")
+@click.option("--force", is_flag=True, help="Overwrite an existing report file.")
 @click.option("--format", "output_format", default="html", show_default=True,
               help="html (a self-contained file) or markdown (level tables and verdicts on stdout).")
 @user_errors()
-def report_command(results_dirs: tuple[str, ...], out_file: str, output_format: str) -> None:
+def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps, overlaid."""
     from ..output import html as html_report
 
     choice(output_format, REPORT_FORMATS, "--format")
-    series = html_report.build_series([load_source(d) for d in results_dirs])
+    sources = [load_source(d) for d in results_dirs]
+    modes = [(d, s["run"]["kind"]) for d, s in zip(results_dirs, sources) if s["run"].get("kind") in MODE_KINDS]
     if output_format == "markdown":
-        click.echo(html_report.markdown(series), nl=False)
+        click.echo(_markdown(html_report, sources), nl=False)
         return
-    out = Path(out_file)
+    if modes:
+        where, kind = modes[0]
+        raise InputError(f"{where} is a {kind} run and the report draws sweeps; "
+                         f"`loadgen analyze {where}` prints its table")
+    out = report_path(results_dirs, out_file, force)
+    series = html_report.build_series(sources)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         written = html_report.write_report(series, out)
@@ -84,3 +94,28 @@ def report_command(results_dirs: tuple[str, ...], out_file: str, output_format: 
         raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another --out") from None
     for path in written:
         click.echo(str(path))
+
+
+def report_path(results_dirs: tuple[str, ...], out_file: str | None, force: bool) -> Path:
+    """Where the HTML goes: --out, else report.html in the one results directory; never over a file
+    that exists unless --force."""
+    if out_file is None and len(results_dirs) > 1:
+        raise InputError("a report of several runs needs --out FILE (it would not belong to one of them)")
+    out = Path(out_file) if out_file else Path(results_dirs[0]) / "report.html"
+    if out.exists() and not force:
+        raise InputError(f"{out} exists; give --force to overwrite it, or another --out")
+    return out
+
+
+def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
+    """The sweeps' level tables and verdicts, and the table of each prefill, depth or soak run."""
+    from ..output.layout import grids_markdown
+    from ..output.tables import run_grids, run_lines
+
+    sweeps = [s for s in sources if s["run"].get("kind") not in MODE_KINDS]
+    parts = [html_report.markdown(html_report.build_series(sweeps))] if sweeps else []
+    for s in sources:
+        if s["run"].get("kind") in MODE_KINDS:
+            lines = run_lines(s["run"])
+            parts.append(grids_markdown(run_grids(s["run"]), lines["notes"] + lines["errors"]))
+    return "\n".join(parts)

@@ -6,6 +6,7 @@ option here defines it for the command line and the scenario files of every mode
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from ..client.registry import TRANSPORT_NAMES
 from ..core.errors import ConfigError
+from ..output.layout import FORMATS
 from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from .options import PORTS
 
@@ -33,7 +35,8 @@ def target_options(f: Callable) -> Callable:
                      help="A target's base URL (repeatable), e.g. http://127.0.0.1:8080, or behind a gateway "
                           "https://gw.example/llama/v1?api-version=1."),
         click.option("--label", "labels", multiple=True,
-                     help="A name per target, in order (default: the server's model alias)."),
+                     help="Names for the targets, comma-separated in target order, e.g. a,b [default: the model "
+                          "file's name, plus @port when two targets share it]."),
         click.option("--api", default="llamacpp", show_default=True,
                      help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
                           "chat (POST /v1/chat/completions)."),
@@ -50,6 +53,11 @@ def target_options(f: Callable) -> Callable:
                      help="Behind a gateway: the server's own base URL per target, in order (comma list or "
                           "repeated; empty for none), for /props, /slots, /metrics and /tokenize."),
     ])
+
+
+format_option = click.option(
+    "--format", "output_format", type=click.Choice(FORMATS), default="table", show_default=True,
+    help="The tables drawn for a terminal, or as json, csv or markdown on stdout (nothing else goes there).")
 
 
 def prompt_source_options(f: Callable) -> Callable:
@@ -121,7 +129,12 @@ def describe(source: PromptSource) -> str:
     return "synthetic" if source.synthetic else f"{len(source.texts)} text(s)"
 
 
+PIPED_WIDTH = 120  # columns of output piped into a file or CI log when COLUMNS does not say
+
+
 def console(stderr: bool = False) -> Console:
-    """A terminal console; piped into a file or CI log, wide enough that tables are not squeezed."""
+    """A console as wide as COLUMNS says, else the terminal, else (piped) PIPED_WIDTH."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 180)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    return Console(stderr=stderr, width=width or (None if stream.isatty() else PIPED_WIDTH))

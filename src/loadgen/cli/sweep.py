@@ -23,7 +23,8 @@ from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
-from .shared import checking_only, prompt_source, prompt_source_options, request_options, target_options
+from .shared import (checking_only, format_option, prompt_source, prompt_source_options, request_options,
+                     target_options)
 
 @click.command()
 @target_options
@@ -65,11 +66,12 @@ from .shared import checking_only, prompt_source, prompt_source_options, request
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@format_option
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, server_urls=()) -> None:
+          histograms, transport, insecure, output_format, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -95,7 +97,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
-    code = execute_sweep(config, out_dir, histograms=histograms)
+    code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format)
     sys.exit(code)
 
 
@@ -162,7 +164,8 @@ def ensure_open_files(connections: int) -> None:
 
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
-                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True) -> int:
+                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
+                  output_format: str = "table") -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
@@ -194,7 +197,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
             export("hgrm", select(doc, records), out_dir / "histograms")
     except OSError as exc:
         err.print(f"warning: could not write the histograms ({exc})", style="yellow")
-    print_run(doc, console, err)
+    print_run(doc, console, err, output_format, live=True)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
@@ -205,7 +208,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
 
 @click.command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
-              help="Run the simulated servers this much faster than the hardware they model.")
+              help="Scale the simulated servers' durations by this factor: 0.06 runs them about 17× faster "
+                   "than the hardware they model (figures are reported in simulated time).")
 @click.option("--concurrency", type=IntList(1, 64), default="1,2,4,8", show_default=True,
               help="Concurrency levels to sweep.")
 @click.option("--output", type=click.Path(file_okay=False), help="Results directory [default: results/<UTC time>-demo].")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rich.table import Table
 from rich.text import Text
 
 from ..analysis.compare import METRICS, Metric, MetricComparison, RunComparison
 from ..analysis.gate import FAIL, INCONCLUSIVE, PASS, Check, GateResult
 from ..core.records import level_name
+from .layout import Column, Grid
 
 
 def format_value(metric: str, value: float | None, unit: bool = True) -> str:
@@ -175,26 +175,23 @@ def short_evidence(comparison: MetricComparison) -> str:
     return f"{call}, CI {comparison.ci_low:.2f}-{comparison.ci_high:.2f}"
 
 
-def comparison_table(comparison: RunComparison) -> Table:
+def comparison_table(comparison: RunComparison) -> Grid:
     """The comparison for a terminal: one row per metric, levels grouped; notes go below it."""
-    table = Table(title=f"loadgen compare ({runs_text(comparison)}; significant at "
-                        f"{_percent(comparison.confidence)} overall; CI: interval of candidate/baseline)",
-                  header_style="bold underline", box=None,
-                  pad_edge=False)
-    for name, justify in [("target @ C", "left"), ("metric", "left"), ("baseline", "right"), ("candidate", "right"),
-                          ("change", "right"), ("significant", "left")]:
-        table.add_column(name, justify=justify, no_wrap=True)
+    grid = Grid(f"loadgen compare ({runs_text(comparison)}; significant at {_percent(comparison.confidence)} "
+                "overall; CI: interval of candidate/baseline)",
+                [Column("target @ C", "left", key=True), Column("metric", "left", key=True), Column("baseline"),
+                 Column("candidate"), Column("change"), Column("significant", "left")])
     for level in comparison.levels:
         first = True
         for m in level.metrics:
             style = ("red" if m.worse else "green") if m.significant else ""
-            table.add_row(f"{m.target} @{m.concurrency}" if first else "", _metric_label(m.spec),
-                          format_value(m.metric, m.baseline, unit=False),
-                          format_value(m.metric, m.candidate, unit=False), Text(format_change(m), style=style),
-                          short_evidence(m))
+            grid.add_row(f"{m.target} @{m.concurrency}" if first else "", _metric_label(m.spec),
+                         format_value(m.metric, m.baseline, unit=False),
+                         format_value(m.metric, m.candidate, unit=False), Text(format_change(m), style=style),
+                         short_evidence(m))
             first = False
-        table.rows[-1].end_section = True
-    return table
+        grid.end_section()
+    return grid
 
 
 def _metric_label(spec: Metric) -> str:

@@ -165,8 +165,9 @@ h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom:
        font-size: 0.8em; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; } .table-wrap { overflow-x: auto; } td:last-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+td { white-space: nowrap; } th { background: #f3f3f3; vertical-align: bottom; }
+.table-wrap { overflow-x: auto; max-width: 100%; } td:last-child { text-align: left; }
 """
 
 

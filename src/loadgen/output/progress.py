@@ -47,7 +47,8 @@ class ProgressObserver:
         self.progress.stop()
 
     def message(self, text: str) -> None:
-        self.progress.console.print(text, highlight=False, markup=False)
+        console = self.progress.console  # a message stays one line in a file or pipe (for grep)
+        console.print(text, highlight=False, markup=False, soft_wrap=not console.is_terminal)
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         what = f"{level.target} {_short(level)}" + (f" {duration_s:g}s" if duration_s is not None else "")

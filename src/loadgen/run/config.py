@@ -26,7 +26,7 @@ DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences
 @dataclass(frozen=True, slots=True)
 class Target:
     url: str  # base URL, no trailing slash; may carry a path prefix and a query (core.baseurl)
-    label: str | None = None  # None: ask the server (/props model_alias), else host:port[/path]
+    label: str | None = None  # None: named for the server's model (run.labels)
     # --server-url: the server itself, for /props, /slots, /metrics and /tokenize when `url` is a
     # gateway that does not forward them. None: `url` answers them.
     server_url: str | None = None
@@ -220,12 +220,24 @@ def build_targets(host: str, ports: tuple[int, ...] | str | None, urls: tuple[st
         raise ConfigError("no target: give --ports 8080,8081 or --url http://HOST:PORT")
     if len(set(found)) != len(found):
         raise ConfigError("the same target is listed twice")
-    if len(labels) > len(found):
-        raise ConfigError(f"{len(labels)} --label values for {len(found)} targets")
-    if len(set(labels)) != len(labels):
-        raise ConfigError("--label values must be distinct")
+    names = given_labels(labels, len(found))
     servers = parse_server_urls(server_urls, len(found))
-    return tuple(Target(u, labels[i] if i < len(labels) else None, servers[i]) for i, u in enumerate(found))
+    return tuple(Target(u, names[i] if names else None, servers[i]) for i, u in enumerate(found))
+
+
+def given_labels(values: tuple[str, ...], targets: int) -> tuple[str, ...]:
+    """--label a,b (or --label a --label b): one distinct, non-empty name per target, or none at all."""
+    names = tuple(name.strip() for value in values for name in value.split(","))
+    if not names:
+        return ()
+    if any(not name for name in names):
+        raise ConfigError(f"--label {','.join(values)!r}: a label is empty; give one name per target, e.g. a,b")
+    if len(names) != targets:
+        raise ConfigError(f"{len(names)} label{'s' if len(names) != 1 else ''} for {targets} "
+                          f"target{'s' if targets != 1 else ''}: give one --label per target, in order, or none")
+    if len(set(names)) != len(names):
+        raise ConfigError("--label values must be distinct")
+    return names
 
 
 def parse_server_urls(values: tuple[str, ...], n_targets: int) -> list[str | None]:

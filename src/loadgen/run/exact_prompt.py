@@ -64,6 +64,17 @@ class FittedPrompt:
         return None
 
 
+def too_short(wanted: int, salt_tokens: int, template_tokens: int) -> str:
+    """Why `wanted` tokens cannot hold a prompt, blaming what takes most of them: the chat template
+    (its system prompt and role markers) or the uuid salt."""
+    least = salt_tokens + template_tokens + 1
+    if template_tokens > salt_tokens:
+        return (f"{wanted} tokens are too few: the chat template's system prompt takes {template_tokens}; "
+                f"ask for {least}+")
+    extra = f", the chat template {template_tokens}" if template_tokens else ""
+    return f"{wanted} tokens are too few: the salt takes {salt_tokens}{extra}; ask for at least {least}"
+
+
 class PromptTooShort(ValueError):
     pass
 
@@ -83,10 +94,7 @@ async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_token
     prefix_pieces = len(await tokenizer.pieces(prefix.rstrip(" ")))
     need = n_tokens - specials  # pieces of "[salt] body"
     if need <= prefix_pieces:
-        least = prefix_pieces + specials + template_tokens + 1
-        raise PromptTooShort(f"{wanted} tokens cannot hold the uuid salt ({least - 1} tokens on this server"
-                             f"{' with its chat template' if template_tokens else ''}) and any text; "
-                             f"ask for at least {least}")
+        raise PromptTooShort(too_short(wanted, prefix_pieces + specials, template_tokens))
     chars = max(64, (need - prefix_pieces) * 6)
     while True:
         pieces = await tokenizer.pieces(prefix + source(chars))

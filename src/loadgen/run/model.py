@@ -16,6 +16,7 @@ from ..core.clock import now_ns
 from ..core.records import LevelRun
 from .config import SweepConfig, Target
 from .engine import Observer
+from .labels import LabelSource, target_labels
 
 SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
 STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
@@ -75,21 +76,21 @@ class StepObserver(RunObserver):
 
 
 def resolve_labels(targets: list[TargetRun]) -> None:
-    """Default labels: the server's model_alias, else host:port (with the base URL's path and query,
-    keys masked); equal ones are told apart by that address."""
-    for t in targets:
-        if t.target.label:
-            t.label = t.target.label
-        elif t.info and t.info.props and t.info.props.get("model_alias"):
-            t.label = str(t.info.props["model_alias"])
-        else:
-            t.label = t.target.shown
-    seen: dict[str, int] = {}
-    for t in targets:
-        seen[t.label] = seen.get(t.label, 0) + 1
-    for t in targets:
-        if seen[t.label] > 1 and not t.target.label:
-            t.label = f"{t.label}@{t.target.shown}"
+    """Each target's label (run.labels): the user's, else its model's short name, told apart by port."""
+    sources = [LabelSource(url=t.target.url, given=t.target.label, model=server_model_name(t.info), address=t.target.shown)
+               for t in targets]
+    for t, label in zip(targets, target_labels(sources)):
+        t.label = label
+
+
+def server_model_name(info: ServerInfo | None) -> str | None:
+    """What the server calls its model: /props model_alias (its path when started without --alias),
+    else model_path, else the first /v1/models id."""
+    props = (info.props if info else None) or {}
+    for name in (props.get("model_alias"), props.get("model_path"), *(info.models[:1] if info else [])):
+        if isinstance(name, str) and name.strip():
+            return name
+    return None
 
 
 def slot_context(t: TargetRun) -> int | None:

@@ -20,6 +20,7 @@ from ..core.records import LevelRun
 from .config import SweepConfig
 from .engine import EngineOptions, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
+from .labels import about
 from .model import Run, RunObserver, TargetRun, resolve_labels, slot_context
 from .prompts import PromptSource
 
@@ -40,7 +41,7 @@ async def prepare(config: SweepConfig, t: TargetRun, obs: RunObserver) -> None:
             await probe.wait_ready(config.wait_ready_s,
                                    on_wait=lambda what: obs.message(f"{t.target.hostport}: waiting, server is {what}"))
         except TargetUnreachable as exc:
-            t.error = f"{t.target.display}: {exc}"
+            t.error = about(t.target.shown, str(exc))
             return
         t.info = await probe.server_info()
     if config.api in OPENAI_APIS:
@@ -58,7 +59,7 @@ async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool 
     resolve_labels(run.targets)
     for t in run.targets:
         if t.error:
-            obs.message(f"skipping {t.error}")
+            obs.message(f"{about(t.label, t.error)}; skipping this target")
         elif note_metrics_off and t.info and not t.info.metrics_enabled:
             obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
                         "queuing is judged from /slots and per-request timings")
