@@ -32,6 +32,7 @@ COMMANDS = {
     "ab": "loadgen.cli.ab:ab_command",
     "export": "loadgen.cli.report:export_command",
     "report": "loadgen.cli.report:report_command",
+    "observe": "loadgen.cli.observe:observe_command",
 }
 
 

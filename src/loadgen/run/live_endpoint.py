@@ -1,18 +1,22 @@
 """The HTTP endpoint that serves `LiveMetrics` to Prometheus (`--prometheus-port`).
 
-prometheus_client's own server, in threads of its own: a scrape never runs on the event loop. It
-listens on loopback unless told otherwise. After the run it stays up until a scrape that began after
-the run's end has read the final counts, or `linger_s` has passed, whichever comes first.
+prometheus_client's WSGI app on a threading WSGI server of our own: every scrape is answered in a
+thread of its own, never on the event loop. It listens on loopback unless told otherwise. After the
+run it stays up until a scrape that began after the run's end has been answered in full (so the
+final counts were read), or `linger_s` has passed, whichever comes first.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import Metric
 
 from ..core.errors import ConfigError
@@ -21,19 +25,34 @@ from .live_metrics import LiveMetrics
 DEFAULT_LINGER_S = 15.0
 
 
-class _CountingCollector:
-    """Counts the scrapes that began, for the linger."""
-
+class _Collector:
     def __init__(self, live: LiveMetrics):
         self.live = live
-        self.scrapes = 0
-        self.scraped = threading.Condition()
 
     def collect(self) -> Iterator[Metric]:
-        with self.scraped:
-            self.scrapes += 1
-            self.scraped.notify_all()
         return self.live.collect()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # no line per scrape on stderr
+        pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Answered:
+    """A WSGI body that reports when the server has written it all (WSGI servers call close())."""
+
+    def __init__(self, body: Iterable[bytes], on_close: Callable[[], None]):
+        self._body, self._on_close = body, on_close
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        self._on_close()
 
 
 class LiveEndpoint:
@@ -41,8 +60,13 @@ class LiveEndpoint:
 
     def __init__(self, live: LiveMetrics, port: int, host: str = "127.0.0.1", linger_s: float = DEFAULT_LINGER_S):
         self.live, self.port, self.host, self.linger_s = live, port, host, linger_s
-        self._collector = _CountingCollector(live)
-        self._server: Any = None
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(live))  # type: ignore[arg-type]
+        self._metrics_app = make_wsgi_app(registry)
+        self._changed = threading.Condition()
+        self.scrapes_begun = 0
+        self._answered_up_to = 0  # the highest number of a scrape answered in full
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -50,18 +74,31 @@ class LiveEndpoint:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
-    @property
-    def scrapes(self) -> int:
-        return self._collector.scrapes
+    def _app(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            return self._metrics_app(environ, start_response)
+        with self._changed:
+            self.scrapes_begun += 1
+            number = self.scrapes_begun
+        return _Answered(self._metrics_app(environ, start_response), lambda: self._answered(number))
+
+    def _answered(self, number: int) -> None:
+        with self._changed:
+            self._answered_up_to = max(self._answered_up_to, number)
+            self._changed.notify_all()
 
     def __enter__(self) -> "LiveEndpoint":
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self._collector)  # type: ignore[arg-type]
+        server_class = _ThreadingServer
+        if ":" in self.host:
+            server_class = type("_ThreadingServer6", (_ThreadingServer,), {"address_family": socket.AF_INET6})
         try:
-            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=registry)
+            self._server = make_server(self.host, self.port, self._app, server_class, handler_class=_QuietHandler)
         except OSError as exc:
             raise ConfigError(f"--prometheus-port {self.port}: cannot listen on {self.host}:{self.port} "
                               f"({exc.strerror or exc}); choose another port") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="loadgen-live-metrics", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -73,15 +110,14 @@ class LiveEndpoint:
             self._thread.join(5)
 
     def linger(self, give_up: Callable[[], bool] = lambda: False) -> bool:
-        """Wait until a scrape begins after now, at most `linger_s`, or until `give_up()` (polled every
-        0.1 s, e.g. a Ctrl-C). True when a scrape came."""
+        """Wait until a scrape that begins after now has been answered, at most `linger_s`, or until
+        `give_up()` (polled every 0.1 s, e.g. a Ctrl-C came). True when such a scrape came."""
         deadline = time.monotonic() + self.linger_s
-        collector = self._collector
-        with collector.scraped:
-            seen = collector.scrapes
-            while collector.scrapes == seen:
+        with self._changed:
+            mark = self.scrapes_begun
+            while self._answered_up_to <= mark:
                 left = deadline - time.monotonic()
                 if left <= 0 or give_up():
                     return False
-                collector.scraped.wait(min(left, 0.1))
+                self._changed.wait(min(left, 0.1))
         return True

@@ -180,7 +180,10 @@ class LiveMetrics:
         return s
 
     def _start_loop_lag(self) -> None:
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # fed by hand, not from a run
+            return
         due = [loop.time() + LOOP_LAG_INTERVAL_S]
 
         def tick() -> None:
