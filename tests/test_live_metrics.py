@@ -110,6 +110,30 @@ def test_the_exposition_counts_what_the_records_say(name, labels, value):
     assert samples[_key(name, **labels)] == pytest.approx(value)
 
 
+@pytest.mark.parametrize("record", [
+    # closed loop: sent at 0, 1.5 s, server busy 1.0 s -> queue wait 0.5 s
+    make_record("a", 1, 0, 0, "s", 0, 1500 * MS, 200, ServerOutcome(predicted_n=4, prompt_ms=100.0, predicted_ms=900.0)),
+    # open loop: due 200 ms before it left; the server says it worked longer than the client waited
+    make_record("a", 1, 0, 1, "s", 200 * MS, 900 * MS, 200, ServerOutcome(predicted_n=4, prompt_ms=500.0,
+                predicted_ms=400.0), None, 0),
+    # streamed, no timings: no queue wait
+    make_record("a", 1, 0, 2, "s", 10 * MS, 800 * MS, 200, ServerOutcome(predicted_n=4), None, 5 * MS, 60 * MS,
+                700 * MS, [1000, 2000], 3),
+])
+def test_the_live_figures_are_the_analysis_formulas(record):
+    from loadgen.analysis.metrics import latency_ms, queue_wait_ms, ttft_ms
+
+    live = LiveMetrics()
+    live.request_done(record)
+    s = live.series[("a", "1")]
+    assert s.latency.total == pytest.approx(latency_ms(record) / 1e3)
+    ttft = ttft_ms(record)
+    assert (s.ttft.total, sum(s.ttft.counts)) == ((pytest.approx(ttft / 1e3), 1) if ttft is not None else (0.0, 0))
+    wait = queue_wait_ms(record)
+    assert (s.queue_wait.total, sum(s.queue_wait.counts)) == \
+        ((pytest.approx(wait / 1e3), 1) if wait is not None else (0.0, 0))
+
+
 def test_counters_never_fall_while_a_request_moves_from_in_flight_to_answered():
     live = _fed()
     level = live.current["a"]

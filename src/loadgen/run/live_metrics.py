@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from ..analysis.metrics import latency_ms, queue_wait_ms, ttft_ms
 from ..core import records
 from ..core.records import LevelRun, RequestRecord
 
@@ -133,7 +132,8 @@ class LiveMetrics:
 
     def __init__(self, levels: Iterable[int | float] = ()):
         self.levels = tuple(levels)  # every level of the run, made at 0 with a target's first level
-        self.series: dict[tuple[str, str], LevelSeries] = {}
+        self.series: dict[tuple[str, str], LevelSeries] = {}  # (target, level label) -> its series
+        self._by_level: dict[tuple[str, int | float], LevelSeries] = {}  # the same, by the level's number
         self.current: dict[str, LevelRun] = {}  # target -> the level it runs now (or ran last)
         self.loop_lag = Buckets(LOOP_LAG_BUCKETS_S)
         self._lag_handle: asyncio.TimerHandle | None = None
@@ -155,23 +155,38 @@ class LiveMetrics:
             self._start_loop_lag()
 
     def request_done(self, record: RequestRecord) -> None:
-        s = self.series.get((record.target, level_label(record.level)))
+        """Count a finished request. Runs once per request on the event loop, so the formulas of
+        `analysis.metrics` (latency_ms, ttft_ms, queue_wait_ms) are written out here in seconds,
+        without calls (test_live_metrics checks that they agree)."""
+        s = self._by_level.get((record.target, record.level))
         if s is None:
-            s = self._series(record.target, level_label(record.level))
+            s = self._by_level[(record.target, record.level)] = self._series(record.target, level_label(record.level))
         kind = record.error_kind
         if kind is not None:
             s.failed[kind] = s.failed.get(kind, 0) + 1
             return
         s.completed += 1
         s.output_tokens += record.output_tokens or 0
-        s.latency.add(latency_ms(record) / 1e3)
+        send_ns, complete_ns = record.send_ns, record.complete_ns
+        start_ns = send_ns if record.intended_ns is None else record.intended_ns
+        buckets = s.latency
+        value = (complete_ns - start_ns) / 1e9
+        buckets.counts[bisect_left(buckets.bounds, value)] += 1
+        buckets.total += value
         if record.first_token_ns is not None:
-            s.ttft.add(ttft_ms(record) / 1e3)  # type: ignore[operator]
+            buckets = s.ttft
+            value = (record.first_token_ns - start_ns) / 1e9
+            buckets.counts[bisect_left(buckets.bounds, value)] += 1
+            buckets.total += value
             if record.chunk_gaps_us:
                 s.itl.add_gaps_us(record.chunk_gaps_us)
-        wait = queue_wait_ms(record)
-        if wait is not None:
-            s.queue_wait.add(wait / 1e3)
+        prompt_ms, predicted_ms = record.prompt_ms, record.predicted_ms
+        if prompt_ms is not None and predicted_ms is not None:
+            buckets = s.queue_wait
+            value = (complete_ns - send_ns) / 1e9 - (prompt_ms + predicted_ms) / 1e3
+            value = value if value > 0.0 else 0.0
+            buckets.counts[bisect_left(buckets.bounds, value)] += 1
+            buckets.total += value
 
     def _series(self, target: str, level: str) -> LevelSeries:
         s = self.series.get((target, level))
