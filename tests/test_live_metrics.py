@@ -37,9 +37,9 @@ def test_a_value_lands_in_the_first_bucket_whose_bound_it_does_not_exceed(value,
     assert total == value
 
 
-def test_chunk_gaps_go_into_buckets_in_microseconds_negative_ones_as_zero():
+def test_many_values_go_into_buckets_at_once_negative_ones_as_zero():
     b = Buckets((0.1, 0.5, 1))
-    b.add_gaps_us([0, 100_000, 100_001, -5, 2_000_000])
+    b.add([0, 0.1, 0.100001, -0.000005, 2.0])
     cumulative, total = b.cumulative()
     assert cumulative == [("0.1", 3), ("0.5", 4), ("1", 4), ("+Inf", 5)]
     assert total == pytest.approx(2.200001)
@@ -125,6 +125,7 @@ def test_the_live_figures_are_the_analysis_formulas(record):
 
     live = LiveMetrics()
     live.request_done(record)
+    live.drain()
     s = live.series[("a", "1")]
     assert s.latency.total == pytest.approx(latency_ms(record) / 1e3)
     ttft = ttft_ms(record)
@@ -161,6 +162,7 @@ def test_the_observer_wrapper_feeds_the_metrics_and_passes_every_call_on():
     obs.request_done(make_record("b", 1, 0, 0, "s", 0, MS, 200, ServerOutcome(predicted_n=3)))
     obs.message("hi")
     assert calls == ["level_started", "request_done", "message hi"]
+    live.drain()
     assert live.series[("b", "1")].output_tokens == 3
 
 

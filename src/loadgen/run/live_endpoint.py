@@ -23,6 +23,7 @@ from ..core.errors import ConfigError
 from .live_metrics import LiveMetrics
 
 DEFAULT_LINGER_S = 15.0
+DRAIN_EVERY_S = 1.0  # the records a run queues are counted at least this often, scraped or not
 
 
 class _Collector:
@@ -68,6 +69,8 @@ class LiveEndpoint:
         self._answered_up_to = 0  # the highest number of a scrape answered in full
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._drainer: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -99,9 +102,19 @@ class LiveEndpoint:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="loadgen-live-metrics", daemon=True)
         self._thread.start()
+        self._drainer = threading.Thread(target=self._drain_until_closed, name="loadgen-live-drain", daemon=True)
+        self._drainer.start()
         return self
 
+    def _drain_until_closed(self) -> None:
+        """Count the queued records every DRAIN_EVERY_S, so the queue stays short when nobody scrapes."""
+        while not self._closing.wait(DRAIN_EVERY_S):
+            self.live.drain()
+
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        if self._drainer is not None:
+            self._drainer.join(5)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

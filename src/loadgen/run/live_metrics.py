@@ -26,8 +26,8 @@ Series of every level of the run and of every fixed error kind are made at 0 whe
 first level starts, so Prometheus sees them start from zero and `increase()` counts every request.
 Counters never decrease and nothing is reset by a scrape: any number of scrapers see the same.
 
-Cost: `request_done` runs on the event loop, once per request, and only adds to plain counters
-and bucket counts (no locks, no I/O); the families are built in the scraping thread.
+Cost: on the event loop, `request_done` only queues the record (a deque append); the records are
+counted in batches over arrays, and the families built, in the endpoint's threads.
 Classic buckets: prometheus_client writes native histograms only in its experimental OpenMetrics
 2.0 text, and Prometheus 2.x reads them only from the protobuf format.
 """
@@ -35,9 +35,11 @@ Classic buckets: prometheus_client writes native histograms only in its experime
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -65,35 +67,25 @@ FIXED_ERROR_KINDS = (records.CONNECT_ERROR, records.DISCONNECTED, records.TIMEOU
 class Buckets:
     """Counts of observations per bucket (upper bound inclusive, as Prometheus's `le`) and their sum."""
 
-    __slots__ = ("bounds", "counts", "total", "_bounds_us")
+    __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds_s: Sequence[float]):
-        self.bounds = tuple(float(b) for b in bounds_s)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound (+Inf)
+        self.bounds = np.array([float(b) for b in bounds_s])
+        self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)  # the last one: above every bound (+Inf)
         self.total = 0.0
-        self._bounds_us = np.array([b * 1e6 for b in self.bounds])
 
-    def add(self, value_s: float) -> None:
-        self.counts[bisect_left(self.bounds, value_s)] += 1
-        self.total += value_s
-
-    def add_gaps_us(self, gaps_us: list[int]) -> None:
-        """Many observations at once, in µs (a streamed response's chunk gaps); negatives count as 0."""
-        gaps = np.maximum(np.asarray(gaps_us, dtype=np.float64), 0.0)
-        per_bucket = np.bincount(np.searchsorted(self._bounds_us, gaps, side="left"), minlength=len(self.counts))
-        counts = self.counts
-        for i in np.flatnonzero(per_bucket).tolist():
-            counts[i] += int(per_bucket[i])
-        self.total += float(gaps.sum()) / 1e6
+    def add(self, values_s: np.ndarray | Sequence[float]) -> None:
+        """Observations in seconds; negative ones count as 0."""
+        values = np.maximum(np.atleast_1d(np.asarray(values_s, dtype=np.float64)), 0.0)
+        if values.size:
+            self.counts += np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.counts))
+            self.total += float(values.sum())
 
     def cumulative(self) -> tuple[list[tuple[str, float]], float]:
         """[(le, count of observations <= le), ..., ("+Inf", all)] and the sum, for the exposition."""
-        counts, total = self.counts[:], self.total  # one copy: a consistent set of counts
-        out, running = [], 0
-        for bound, n in zip((*self.bounds, float("inf")), counts):
-            running += n
-            out.append(("+Inf" if bound == float("inf") else f"{bound:g}", running))
-        return out, total
+        running = np.cumsum(self.counts).tolist()
+        labels = [f"{b:g}" for b in self.bounds.tolist()] + ["+Inf"]
+        return list(zip(labels, running)), self.total
 
 
 class LevelSeries:
@@ -114,9 +106,40 @@ class LevelSeries:
         self.itl = Buckets(ITL_BUCKETS_S)
         self.queue_wait = Buckets(QUEUE_WAIT_BUCKETS_S)
 
+    def add(self, batch: list[RequestRecord]) -> None:
+        """Count finished requests of this target and level. The formulas are `analysis.metrics`'s
+        (latency_ms, ttft_ms, queue_wait_ms, output tokens), written over arrays in seconds
+        (test_live_metrics checks that they agree)."""
+        ok = [r for r in batch if r.error_kind is None]
+        if len(ok) < len(batch):
+            for r in batch:
+                if r.error_kind is not None:
+                    self.failed[r.error_kind] = self.failed.get(r.error_kind, 0) + 1
+        if not ok:
+            return
+        self.completed += len(ok)
+        self.output_tokens += sum([r.output_tokens or 0 for r in ok])
+        send = np.array([r.send_ns for r in ok], dtype=np.int64)
+        start = np.array([r.send_ns if r.intended_ns is None else r.intended_ns for r in ok], dtype=np.int64)
+        complete = np.array([r.complete_ns for r in ok], dtype=np.int64)
+        self.latency.add((complete - start) / 1e9)
+        streamed = [(r.first_token_ns, i) for i, r in enumerate(ok) if r.first_token_ns is not None]
+        if streamed:
+            first, index = np.array(streamed, dtype=np.int64).T
+            self.ttft.add((first - start[index]) / 1e9)
+            lists = [r.chunk_gaps_us for r in ok if r.chunk_gaps_us]
+            if lists:
+                gaps = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=sum(map(len, lists)))
+                self.itl.add(gaps / 1e6)
+        timed = [(r.prompt_ms + r.predicted_ms, i) for i, r in enumerate(ok)
+                 if r.prompt_ms is not None and r.predicted_ms is not None]
+        if timed:
+            service_ms, index = np.array(timed, dtype=np.float64).T
+            self.queue_wait.add((complete - send)[index.astype(np.int64)] / 1e9 - service_ms / 1e3)
+
     def sent(self) -> int:
-        """Answered + in flight. Read from another thread while a request moves from in flight to
-        answered, that sum may dip by one: the counter keeps the highest value it has shown."""
+        """Answered + in flight. A request that moved from in flight to answered since the last
+        drain counts in neither: the counter keeps the highest value it has shown."""
         in_flight = len(self.run.in_flight) if self.run is not None else 0
         self.sent_seen = max(self.sent_seen, self.completed + sum(self.failed.values()) + in_flight)
         return self.sent_seen
@@ -128,15 +151,23 @@ def level_label(key: int | float) -> str:
 
 
 class LiveMetrics:
-    """loadgen's live series; feed it as an engine observer (or wrap one with `observe`)."""
+    """loadgen's live series; feed it as an engine observer (or wrap one with `observe`).
+
+    The event loop only queues: a finished request's record, a loop-lag sample. `drain` (called by
+    every scrape, and every second by the endpoint's thread) counts the queue in batches, off the
+    loop, under a lock that the loop never takes.
+    """
 
     def __init__(self, levels: Iterable[int | float] = ()):
         self.levels = tuple(levels)  # every level of the run, made at 0 with a target's first level
         self.series: dict[tuple[str, str], LevelSeries] = {}  # (target, level label) -> its series
-        self._by_level: dict[tuple[str, int | float], LevelSeries] = {}  # the same, by the level's number
         self.current: dict[str, LevelRun] = {}  # target -> the level it runs now (or ran last)
         self.loop_lag = Buckets(LOOP_LAG_BUCKETS_S)
+        self._finished: deque[RequestRecord] = deque()  # append on the loop, popleft in drain: both atomic
+        self._lags: deque[float] = deque()
+        self._lock = threading.Lock()
         self._lag_handle: asyncio.TimerHandle | None = None
+        self.request_done = self._finished.append  # the observer call, as cheap as it can be
 
     def observe(self, inner: Any) -> "LiveObserver":
         """An observer that feeds this and passes every call on to `inner`."""
@@ -154,45 +185,10 @@ class LiveMetrics:
         if self._lag_handle is None:
             self._start_loop_lag()
 
-    def request_done(self, record: RequestRecord) -> None:
-        """Count a finished request. Runs once per request on the event loop, so the formulas of
-        `analysis.metrics` (latency_ms, ttft_ms, queue_wait_ms) are written out here in seconds,
-        without calls (test_live_metrics checks that they agree)."""
-        s = self._by_level.get((record.target, record.level))
-        if s is None:
-            s = self._by_level[(record.target, record.level)] = self._series(record.target, level_label(record.level))
-        kind = record.error_kind
-        if kind is not None:
-            s.failed[kind] = s.failed.get(kind, 0) + 1
-            return
-        s.completed += 1
-        s.output_tokens += record.output_tokens or 0
-        send_ns, complete_ns = record.send_ns, record.complete_ns
-        start_ns = send_ns if record.intended_ns is None else record.intended_ns
-        buckets = s.latency
-        value = (complete_ns - start_ns) / 1e9
-        buckets.counts[bisect_left(buckets.bounds, value)] += 1
-        buckets.total += value
-        if record.first_token_ns is not None:
-            buckets = s.ttft
-            value = (record.first_token_ns - start_ns) / 1e9
-            buckets.counts[bisect_left(buckets.bounds, value)] += 1
-            buckets.total += value
-            if record.chunk_gaps_us:
-                s.itl.add_gaps_us(record.chunk_gaps_us)
-        prompt_ms, predicted_ms = record.prompt_ms, record.predicted_ms
-        if prompt_ms is not None and predicted_ms is not None:
-            buckets = s.queue_wait
-            value = (complete_ns - send_ns) / 1e9 - (prompt_ms + predicted_ms) / 1e3
-            value = value if value > 0.0 else 0.0
-            buckets.counts[bisect_left(buckets.bounds, value)] += 1
-            buckets.total += value
-
     def _series(self, target: str, level: str) -> LevelSeries:
-        s = self.series.get((target, level))
-        if s is None:
-            s = self.series[(target, level)] = LevelSeries(target, level)
-        return s
+        found = self.series.get((target, level))
+        # setdefault is atomic: the loop (a level's start) and a drain never make a series twice
+        return found if found is not None else self.series.setdefault((target, level), LevelSeries(target, level))
 
     def _start_loop_lag(self) -> None:
         try:
@@ -200,19 +196,42 @@ class LiveMetrics:
         except RuntimeError:  # fed by hand, not from a run
             return
         due = [loop.time() + LOOP_LAG_INTERVAL_S]
+        lags = self._lags
 
         def tick() -> None:
             now = loop.time()
-            self.loop_lag.add(max(0.0, now - due[0]))
+            lags.append(max(0.0, now - due[0]))
             due[0] = max(due[0] + LOOP_LAG_INTERVAL_S, now)  # after a long stall: not a burst
             self._lag_handle = loop.call_at(due[0], tick)
 
         self._lag_handle = loop.call_at(due[0], tick)
 
+    # --- off the event loop ----------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Count what the loop has queued since the last drain."""
+        with self._lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        finished, lags = self._finished, self._lags
+        batch = [finished.popleft() for _ in range(len(finished))]
+        groups: dict[tuple[str, int | float], list[RequestRecord]] = {}
+        for r in batch:
+            groups.setdefault((r.target, r.level), []).append(r)
+        for (target, level), records_ in groups.items():
+            self._series(target, level_label(level)).add(records_)
+        self.loop_lag.add([lags.popleft() for _ in range(len(lags))])
+
     # --- in the scraping thread ------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
-        """The metric families, as the scrape finds them now."""
+        """The metric families, as the scrape finds them now (everything queued is counted first)."""
+        with self._lock:
+            self._drain()
+            return iter(list(self._families()))
+
+    def _families(self) -> Iterator[Metric]:
         series = list(self.series.values())
         yield from _counters(series)
         yield from _histograms(series)
@@ -252,14 +271,15 @@ class LiveObserver:
 
     def __init__(self, inner: Any, live: LiveMetrics):
         self._inner, self._live = inner, live
+        self._queue, self._inner_done = live.request_done, inner.request_done
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         self._live.level_started(level, requests, duration_s)
         self._inner.level_started(level, requests, duration_s)
 
     def request_done(self, record: RequestRecord) -> None:
-        self._live.request_done(record)
-        self._inner.request_done(record)
+        self._queue(record)
+        self._inner_done(record)
 
     def __getattr__(self, name: str) -> Any:  # message, level_done, step_started, ...
         return getattr(self._inner, name)
