@@ -209,7 +209,11 @@ def test_a_port_in_use_is_a_config_error():
             LiveEndpoint(LiveMetrics(), port).__enter__()
 
 
-def test_a_sweep_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(monkeypatch, capsys, tmp_path):
+@pytest.mark.parametrize("command", [
+    ("sweep", "--concurrency", "1,3", "--requests", "6", "--stream", "--warmup", "0"),
+    ("soak", "--concurrency", "2", "--duration", "2s", "--warmup", "0", "--probe-interval", "0.1"),
+])
+def test_a_run_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(command, monkeypatch, capsys, tmp_path):
     run = in_process_cli(monkeypatch, capsys)
     port = free_port()
     bodies: list[str] = []
@@ -226,9 +230,8 @@ def test_a_sweep_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(
     with SimThread(slots=2) as sim:
         scraper.start()
         try:
-            code, _, err = run("sweep", "--url", sim.url, "--label", "sim", "--concurrency", "1,3", "--requests", "6",
-                               "--stream", "--warmup", "0", "--output", tmp_path / "run", "--prometheus-port", port,
-                               "--prometheus-linger", "120")
+            code, _, err = run(*command, "--url", sim.url, "--label", "sim", "--output", tmp_path / "run",
+                               "--prometheus-port", port, "--prometheus-linger", "120")
         finally:
             done.set()
             scraper.join(30)
@@ -237,7 +240,9 @@ def test_a_sweep_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(
     doc = json.loads((tmp_path / "run" / "run.json").read_text())
     last = {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(bodies[-1]) for s in family.samples}
-    for lv in doc["targets"][0]["levels"]:
+    levels = doc["targets"][0]["levels"]
+    assert levels and all(lv["requests_ok"] for lv in levels)
+    for lv in levels:
         level = str(lv["level"])
         assert last[_key("loadgen_requests_completed_total", target="sim", level=level)] == lv["requests_ok"]
         assert last[_key("loadgen_output_tokens_total", target="sim", level=level)] == lv["output_tokens"]
@@ -256,3 +261,15 @@ def test_a_sweep_whose_prometheus_port_is_taken_exits_2_in_one_line(monkeypatch,
     assert code == 2
     assert err.strip().splitlines() == [f"loadgen: error: --prometheus-port {port}: cannot listen on "
                                         f"127.0.0.1:{port} (Address already in use); choose another port"]
+
+
+def test_a_scenario_file_takes_the_prometheus_keys(monkeypatch, capsys, tmp_path):
+    run = in_process_cli(monkeypatch, capsys)
+    scenario = tmp_path / "soak.toml"
+    scenario.write_text('mode = "soak"\nurl = "http://127.0.0.1:1"\nduration = "10s"\n'
+                        'prometheus_port = 9464\nprometheus_host = "0.0.0.0"\nprometheus_linger = 5\n')
+    code, out, err = run("run", scenario, "--check")
+    assert (code, out.strip()) == (0, f"{scenario}: mode soak, 5 keys, all valid"), err
+    scenario.write_text('mode = "sweep"\nurl = "http://127.0.0.1:1"\nprometheus_port = 99999\n')
+    code, _, err = run("run", scenario, "--check")
+    assert code == 2 and "prometheus_port: 99999 is not in the range 1<=x<=65535" in err
