@@ -134,6 +134,15 @@ def test_observe_labels_servers_as_a_run_does(monkeypatch, capsys, tmp_path):
     assert out.split() == [str(tmp_path / "prometheus.yml"), str(tmp_path / "loadgen-dashboard.json")]
 
 
+def test_observe_says_when_a_server_hides_its_metrics(monkeypatch, capsys, tmp_path):
+    run = in_process_cli(monkeypatch, capsys)
+    with SimThread(slots=1, metrics=False) as sim:
+        code, _, err = run("observe", "--url", sim.url, "--label", "quiet", "--output", tmp_path)
+    assert code == 0, err
+    assert "quiet: /metrics is off, so its server panels stay empty: start llama-server with --metrics" in \
+        " ".join(err.split())
+
+
 def test_observe_does_not_overwrite_without_force(monkeypatch, capsys, tmp_path):
     run = in_process_cli(monkeypatch, capsys)
     (tmp_path / "prometheus.yml").write_text("mine\n")

@@ -56,6 +56,9 @@ def observe_command(ports, host, urls, labels, api, model, api_key, transport, i
         if not t.target.label and (t.info is None or t.info.props is None):
             err.print(f"{t.target.url} did not answer /props: labelled {t.label} (give --label to name it)",
                       style="yellow", highlight=False)
+        elif t.info is not None and t.info.props is not None and not t.info.metrics_enabled:
+            err.print(f"{t.label}: /metrics is off, so its server panels stay empty: start llama-server with "
+                      "--metrics", style="yellow", highlight=False)
     loadgen_address = f"{'127.0.0.1' if prometheus_host in ('0.0.0.0', '') else prometheus_host}:{prometheus_port}"
     files = [
         (PROMETHEUS_FILE, prometheus_config([ScrapeTarget(t.label, t.target.url) for t in named], loadgen_address,
@@ -74,12 +77,11 @@ def observe_command(ports, host, urls, labels, api, model, api_key, transport, i
 
 
 async def _label(targets: tuple[Target, ...], headers: dict[str, str], insecure: bool) -> list[TargetRun]:
-    """The targets labelled as a run labels them; a server that does not answer gets host:port."""
+    """The targets labelled as a run labels them (a server that does not answer: host:port), each
+    with what it said about itself."""
     runs = [TargetRun(target=t, label=t.label or t.hostport) for t in targets]
 
     async def ask(t: TargetRun) -> None:
-        if t.target.label:
-            return
         async with Probe(t.target.url, headers, timeout_s=5, insecure=insecure) as probe:
             t.info = await probe.server_info()
 
