@@ -123,19 +123,21 @@ class LevelSeries:
         start = np.array([r.send_ns if r.intended_ns is None else r.intended_ns for r in ok], dtype=np.int64)
         complete = np.array([r.complete_ns for r in ok], dtype=np.int64)
         self.latency.add((complete - start) / 1e9)
-        streamed = [(r.first_token_ns, i) for i, r in enumerate(ok) if r.first_token_ns is not None]
-        if streamed:
-            first, index = np.array(streamed, dtype=np.int64).T
-            self.ttft.add((first - start[index]) / 1e9)
+        # Lists of numbers only: tuples per record would be garbage-collector work that grows with
+        # every record a run holds (a full collection walks them all).
+        first = np.array([-1 if r.first_token_ns is None else r.first_token_ns for r in ok], dtype=np.int64)
+        streamed = first >= 0
+        if streamed.any():
+            self.ttft.add((first[streamed] - start[streamed]) / 1e9)
             lists = [r.chunk_gaps_us for r in ok if r.chunk_gaps_us]
             if lists:
                 gaps = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=sum(map(len, lists)))
                 self.itl.add(gaps / 1e6)
-        timed = [(r.prompt_ms + r.predicted_ms, i) for i, r in enumerate(ok)
-                 if r.prompt_ms is not None and r.predicted_ms is not None]
-        if timed:
-            service_ms, index = np.array(timed, dtype=np.float64).T
-            self.queue_wait.add((complete - send)[index.astype(np.int64)] / 1e9 - service_ms / 1e3)
+        service_ms = np.array([np.nan if r.prompt_ms is None or r.predicted_ms is None else r.prompt_ms + r.predicted_ms
+                               for r in ok], dtype=np.float64)
+        timed = ~np.isnan(service_ms)
+        if timed.any():
+            self.queue_wait.add((complete - send)[timed] / 1e9 - service_ms[timed] / 1e3)
 
     def sent(self) -> int:
         """Answered + in flight. A request that moved from in flight to answered since the last
