@@ -40,10 +40,12 @@ DEFAULT_PORT = 9464
 @click.option("--output", default="monitoring", show_default=True, type=click.Path(file_okay=False),
               help="Directory for prometheus.yml and the dashboard JSON.")
 @click.option("--force", is_flag=True, help="Overwrite the files of an earlier `loadgen observe` there.")
-def observe_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prometheus_port,
-                    prometheus_host, scrape_interval_s, output, force) -> None:
+def observe_command(prometheus_port, prometheus_host, scrape_interval_s, output, force, **target_flags) -> None:
     """Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics."""
-    targets = build_targets(host, ports, urls, labels)
+    # Only the targets matter here (no completion is sent): --api, --model, --transport are unused.
+    f = target_flags
+    targets = build_targets(f["host"], f["ports"], f["urls"], f["labels"])
+    api_key, insecure = f["api_key"], f["insecure"]
     out_dir = Path(output)
     existing = [name for name in (PROMETHEUS_FILE, DASHBOARD_FILE) if (out_dir / name).exists()]
     if existing and not force:
