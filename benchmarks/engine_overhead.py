@@ -14,6 +14,11 @@ Variants, each in a fresh child process pinned to one core with uvloop as the lo
               salts, bodies built per request, responses parsed, one RequestRecord each.
   engine+obs  the same plus the live `ProgressObserver` (Rich, to /dev/null) and
               `summarize_level` (HdrHistogram percentiles) at the end: the full bookkeeping.
+  engine+prom engine+obs with `--prometheus-port` as a run has it: the observer wrapped by
+              `LiveMetrics`, its endpoint served, and a thread of the same process scraping it
+              every second (so the scrapes' CPU counts too).
+
+`--transport fast` runs the engine variants through the default fast transport instead of aiohttp.
 
 Rounds alternate the variants (rotated order each round) and the median is reported, which
 beats most of the noise of a shared machine. Timings are printed, never asserted; the exit
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -35,11 +41,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
-VARIANTS = ("bare", "engine", "engine+obs")
+VARIANTS = ("bare", "engine", "engine+obs", "engine+prom")
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -215,7 +222,8 @@ async def _bare(url: str, body: bytes, requests: int, concurrency: int) -> dict:
     return {"done": requests, "failed": bad[0], "wall_s": wall, "cpu_s": cpu}
 
 
-async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> dict:
+async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, with_prom: bool = False,
+                  transport_name: str = "aiohttp") -> dict:
     from rich.console import Console
 
     from loadgen.client.backends import GenerationParams, make_backend
@@ -226,7 +234,11 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
     from loadgen.client.aiohttp_transport import AiohttpTransport
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT))
-    transport = AiohttpTransport()
+    if transport_name == "fast":
+        from loadgen.client.registry import make_transport
+        transport = make_transport("fast", url)
+    else:
+        transport = AiohttpTransport()
     await transport.open(url, concurrency, 60.0)
     devnull = open(os.devnull, "w")
     try:
@@ -238,9 +250,9 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
         cpu0, t0 = _cpu_s(), time.perf_counter()
         if with_obs:
             # force_terminal: measure the live progress bar, as a user at a terminal has it
-            with ProgressObserver(Console(file=devnull, force_terminal=True)) as obs:
+            with ProgressObserver(Console(file=devnull, force_terminal=True)) as obs, _live(with_prom) as live:
                 await run_level(level, transport, backend, requests=requests, duration_s=None,
-                                observer=obs)
+                                observer=live.observe(obs) if live else obs)
             s0 = time.perf_counter()
             summary = summarize_level(concurrency, level.records, level.stopped_reason)
             summary_s = time.perf_counter() - s0
@@ -259,7 +271,33 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool) -> 
             "summary_s": summary_s, "stopped_reason": level.stopped_reason}
 
 
-def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int | None) -> None:
+@contextlib.contextmanager
+def _live(enabled: bool):
+    """--prometheus-port's live metrics, served, and scraped every second by a thread of this process."""
+    if not enabled:
+        yield None
+        return
+    from loadgen.run.live_endpoint import LiveEndpoint
+    from loadgen.run.live_metrics import LiveMetrics
+
+    live = LiveMetrics()
+    stop = threading.Event()
+    with LiveEndpoint(live, free_port()) as endpoint:
+        def scrape() -> None:
+            while not stop.wait(1.0):
+                urllib.request.urlopen(endpoint.url, timeout=10).read()
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        try:
+            yield live
+        finally:
+            stop.set()
+            scraper.join(10)
+
+
+def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int | None,
+               transport: str = "aiohttp") -> None:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     import uvloop
@@ -267,7 +305,8 @@ def child_main(variant: str, url: str, requests: int, concurrency: int, cpu: int
     if variant == "bare":
         coro = _bare(url, _engine_like_body(), requests, concurrency)
     else:
-        coro = _engine(url, requests, concurrency, with_obs=(variant == "engine+obs"))
+        coro = _engine(url, requests, concurrency, with_obs=variant in ("engine+obs", "engine+prom"),
+                       with_prom=variant == "engine+prom", transport_name=transport)
     result = uvloop.run(coro)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -279,10 +318,10 @@ def _engine_like_body() -> bytes:
 
 
 def run_child(variant: str, url: str, requests: int, concurrency: int, cpu: int | None,
-              script: str = __file__) -> dict:
+              script: str = __file__, transport: str = "aiohttp") -> dict:
     """Run one variant in a fresh `script --_child` process; its last RESULT line as a dict."""
     cmd = [sys.executable, os.path.abspath(script), "--_child", variant, "--_url", url,
-           "--requests", str(requests), "--concurrency", str(concurrency)]
+           "--requests", str(requests), "--concurrency", str(concurrency), "--transport", transport]
     if cpu is not None:
         cmd += ["--_cpu", str(cpu)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -315,13 +354,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help=f"comma-separated subset of {','.join(VARIANTS)}")
+    ap.add_argument("--transport", choices=("aiohttp", "fast"), default="aiohttp",
+                    help="the engine variants' transport (the bare loop is always aiohttp)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     ap.add_argument("--_url", help=argparse.SUPPRESS)
     ap.add_argument("--_cpu", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args._child:
-        child_main(args._child, args._url, args.requests, args.concurrency, args._cpu)
+        child_main(args._child, args._url, args.requests, args.concurrency, args._cpu, args.transport)
         return 0
 
     variants = [v for v in args.variants.split(",") if v]
@@ -344,7 +385,7 @@ def main() -> int:
         for rnd in range(args.rounds):
             order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
             for v in order:
-                r = run_child(v, nginx.url, args.requests, args.concurrency, client_cpu)
+                r = run_child(v, nginx.url, args.requests, args.concurrency, client_cpu, transport=args.transport)
                 results[v].append(r)
                 print(f"  round {rnd + 1} {v:<11} {r['done']:>7,} req  {r['failed']} failed  "
                       f"{r['done'] / r['wall_s']:>8,.0f} req/s  "
@@ -381,6 +422,12 @@ def main() -> int:
             print(f"bookkeeping overhead {v}: {(cpu_us[v] / cpu_us['bare'] - 1) * 100:+.1f}% CPU per "
                   f"request over the bare aiohttp loop (median of paired rounds: "
                   f"{(statistics.median(paired) - 1) * 100:+.1f}%; target: <= +20%)")
+    if "engine+prom" in variants and "engine+obs" in variants:
+        paired = [(p["cpu_s"] / max(p["done"], 1)) / (o["cpu_s"] / max(o["done"], 1))
+                  for p, o in zip(results["engine+prom"], results["engine+obs"])]
+        print(f"--prometheus-port overhead: {(cpu_us['engine+prom'] / cpu_us['engine+obs'] - 1) * 100:+.1f}% CPU "
+              f"per request over engine+obs (median of paired rounds: {(statistics.median(paired) - 1) * 100:+.1f}%; "
+              f"target: <= +10%)")
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1) + 0.5:  # the benchmark itself keeps about two cores busy
         print(f"note: load average {load:.1f} on {os.cpu_count()} CPUs: other processes shared the "

@@ -7,6 +7,7 @@
   the main thread's event loop and signal handlers).
 - `start_llama_server`, `LlamaServer`, `testbed_paths`: the real llama-server test bed
   (scripts/testbed), started and stopped by pid.
+- `start_prometheus`, `Prometheus`: Debian's Prometheus on a free port with its own TSDB, and its HTTP API.
 - `LOADGEN`, `sweep`, `in_process_cli`: `loadgen` as a user runs it (a subprocess), or in-process
   through `cli.main`, the real error path.
 - `start_nginx`, `Nginx`, `nginx_binary`, `reverse_proxy`: Debian's nginx with a config of the
@@ -625,3 +626,84 @@ def drop_temperature_and_seed(body: dict) -> dict:
         if key in out:
             out[key] = 16
     return out
+
+
+# --- Prometheus (Debian's `prometheus` package) ------------------------------------------------
+
+def prometheus_binary() -> str:
+    """Debian's prometheus (scripts/test installs it as root)."""
+    found = shutil.which("prometheus")
+    if found is None:
+        _missing("prometheus", "apt-get install -y prometheus")
+    return found
+
+
+@dataclass
+class Prometheus:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, path: str, **params: Any) -> Any:
+        """GET /api/v1/PATH?params; the `data` of a successful answer (RuntimeError otherwise)."""
+        import json
+        from urllib.parse import urlencode
+
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{urlencode(params)}", timeout=10) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus {path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """An instant query's result vector ([{metric, value: [t, "v"]}, ...])."""
+        return self.api("query", query=expr, **({"time": f"{at:.3f}"} if at is not None else {}))["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        return self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step:g}")["result"]
+
+    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float = 120) -> None:
+        """Poll `condition` until it holds; RuntimeError (with the log's tail) after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus: {what} did not happen: {self.log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_prometheus(config: Path, work_dir: Path, ready_timeout: float = 60) -> Prometheus:
+    """Prometheus with `config` on a free loopback port, its TSDB and log in `work_dir` (never the
+    system service's); ready once /-/ready answers 200. Stop it with `.stop()` (by pid)."""
+    binary = prometheus_binary()
+    port = free_port()
+    log = work_dir / f"prometheus-{port}.log"
+    args = [binary, f"--config.file={config}", f"--storage.tsdb.path={work_dir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d", "--log.level=warn"]
+    with log.open("wb") as f:
+        proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = Prometheus(proc, port, log)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
+                if resp.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"Prometheus did not become ready: {log.read_text()[-2000:]}")
+        time.sleep(0.1)

@@ -33,6 +33,7 @@ COMMANDS = {
     "export": "loadgen.cli.report:export_command",
     "report": "loadgen.cli.report:report_command",
     "paramcheck": "loadgen.cli.paramcheck:paramcheck_command",
+    "observe": "loadgen.cli.observe:observe_command",
 }
 
 

@@ -25,6 +25,7 @@ from ..run.model import Run
 from ..run.soak import run_soak
 from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
+from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
 
@@ -166,11 +167,12 @@ def depth_command(ports, host, urls, labels, server_urls,
               help="Seconds between scrapes of each server's /metrics and /slots.")
 @prompt_source_options
 @request_options
+@prometheus_options
 def soak_command(ports, host, urls, labels, server_urls,
                  api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
-                 wait_ready_s, output, force) -> None:
+                 wait_ready_s, output, force, prometheus_port, prometheus_host, prometheus_linger_s) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
@@ -189,11 +191,12 @@ def soak_command(ports, host, urls, labels, server_urls,
     out_dir = _out_dir(output, force, "soak")
     err = console(stderr=True)
 
-    async def main(checkpoint) -> None:
-        with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
-            await run_soak(run, obs, source, checkpoint)
+    with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, (concurrency,), err) as live:
+        async def main(checkpoint) -> None:
+            with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
+                await run_soak(run, live.observe(obs) if live else obs, source, checkpoint)
 
-    _run(run, out_dir, main, err)
+        _run(run, out_dir, main, err)
 
 
 MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -17,10 +17,12 @@ from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from ..run.live_metrics import LiveMetrics
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
 from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
+from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
 from .shared import (checking_only, format_option, prompt_source, prompt_source_options, request_options,
@@ -67,11 +69,13 @@ from .shared import (checking_only, format_option, prompt_source, prompt_source_
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @format_option
+@prometheus_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, output_format, server_urls=()) -> None:
+          histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
+          server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -97,7 +101,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
-    code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format)
+    with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
+                              _console(stderr=True)) as live:
+        code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live)
     sys.exit(code)
 
 
@@ -165,10 +171,11 @@ def ensure_open_files(connections: int) -> None:
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
-                  output_format: str = "table") -> int:
+                  output_format: str = "table", live: LiveMetrics | None = None) -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
-    `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
+    `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators);
+    `live` (--prometheus-port) is fed every level and request.
     """
     console = console or _console()
     err = _console(stderr=True)
@@ -177,7 +184,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                await run_sweep(run, observer)
+                await run_sweep(run, live.observe(observer) if live else observer)
 
     try:
         execution = execute(run, out_dir, main, kind=kind, err=err)

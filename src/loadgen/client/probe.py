@@ -196,6 +196,11 @@ class Probe:
 
     async def busy_slots(self) -> int | None:
         """How many slots of /slots are processing now, or None when /slots is off."""
+        slots = await self._slots()
+        return None if slots is None else sum(1 for s in slots if s.get("is_processing"))
+
+    async def _slots(self) -> list[dict[str, Any]] | None:
+        """The /slots array (its objects only), or None when it is off or unreadable."""
         try:
             status, body = await self._get("/slots")
             if status != 200:
@@ -205,14 +210,14 @@ class Probe:
             return None
         if not isinstance(slots, list):
             return None
-        return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+        return [s for s in slots if isinstance(s, dict)]
 
     async def sample(self, target: str, level: int, info: ServerInfo) -> ProbeSample:
         """One timestamped look at /metrics and /slots, taken concurrently."""
         t_ns = now_ns()
-        metrics, busy = await asyncio.gather(
+        metrics, slots = await asyncio.gather(
             self.metrics() if info.metrics_enabled else _none(),
-            self.busy_slots() if info.slots_enabled else _none())
+            self._slots() if info.slots_enabled else _none())
         m = metrics or {}
         return ProbeSample(target=target, level=level, t_ns=t_ns,
                            requests_processing=m.get("llamacpp:requests_processing"),
@@ -220,7 +225,8 @@ class Probe:
                            tokens_predicted_total=m.get("llamacpp:tokens_predicted_total"),
                            prompt_tokens_total=m.get("llamacpp:prompt_tokens_total"),
                            n_decode_total=m.get("llamacpp:n_decode_total"),
-                           busy_slots=busy)
+                           busy_slots=None if slots is None else sum(1 for s in slots if s.get("is_processing")),
+                           slot_context_tokens=None if slots is None else [slot_context_used(s) for s in slots])
 
     async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
                                      out: list[ProbeSample]) -> None:
@@ -250,6 +256,18 @@ class Probe:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
             return None
         return {name: values[name] for name in METRIC_NAMES if name in values}
+
+
+def slot_context_used(slot: Mapping[str, Any]) -> int:
+    """Tokens of context a /slots entry's running task holds: n_prompt_tokens + next_token[0].n_decoded
+    (0 for an idle slot: what an idle slot keeps is cache, not load)."""
+    if not slot.get("is_processing"):
+        return 0
+    prompt = slot.get("n_prompt_tokens")
+    next_token = slot.get("next_token")
+    first = next_token[0] if isinstance(next_token, list) and next_token else next_token
+    decoded = first.get("n_decoded") if isinstance(first, dict) else None
+    return sum(v for v in (prompt, decoded) if isinstance(v, int) and not isinstance(v, bool) and v > 0)
 
 
 def _unreachable(exc: BaseException) -> str:

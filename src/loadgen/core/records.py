@@ -169,6 +169,9 @@ class ProbeSample(msgspec.Struct, frozen=True):
     prompt_tokens_total: float | None = None
     n_decode_total: float | None = None
     busy_slots: int | None = None  # from /slots: how many have is_processing
+    # From /slots, one per slot: tokens of context its running task holds (n_prompt_tokens +
+    # next_token.n_decoded; 0 for an idle slot). None: /slots was off or unreadable.
+    slot_context_tokens: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.structs.asdict(self)

@@ -1,0 +1,325 @@
+"""Live metrics: loadgen's own view of a run, for Prometheus to scrape while the run goes on.
+
+`LiveMetrics` is fed from the engine's observer calls (`level_started`, `request_done`: the one
+place a finished request's record passes) and from the probe's samples of `/slots`, and turns them
+into Prometheus metric families when scraped (`collect`). Every series is defined here, once:
+
+| name (type) | labels | what |
+| --- | --- | --- |
+| `loadgen_requests_sent_total` (counter) | target, level | requests that left (completed + failed + in flight) |
+| `loadgen_requests_completed_total` (counter) | target, level | requests that succeeded |
+| `loadgen_requests_failed_total` (counter) | target, level, error_kind | failed requests by loadgen's error kind |
+| `loadgen_output_tokens_total` (counter) | target, level | generated tokens of successful requests, as the server counted them |
+| `loadgen_latency_seconds` (histogram) | target, level | end-to-end latency from the intended send (`analysis.metrics.latency_ms`) |
+| `loadgen_time_to_first_token_seconds` (histogram) | target, level | TTFT, streaming only (`ttft_ms`) |
+| `loadgen_inter_token_latency_seconds` (histogram) | target, level | each gap between content chunks, streaming only (`itl_ms`) |
+| `loadgen_queue_wait_seconds` (histogram) | target, level | latency − prompt_ms − predicted_ms (`queue_wait_ms`) |
+| `loadgen_requests_in_flight` (gauge) | target | sent and not yet answered, now |
+| `loadgen_level` (gauge) | target | the level running now: its concurrency, or its rate in req/s (open loop) |
+| `loadgen_slots_busy` (gauge) | target | slots processing at the probe's last look at `/slots` |
+| `loadgen_slots_total` (gauge) | target | slots `/slots` lists |
+| `loadgen_slot_context_tokens` (gauge) | target, slot | context the slot's running task holds (n_prompt_tokens + n_decoded; 0 idle) |
+| `loadgen_event_loop_lag_seconds` (histogram) | | how late a timer due every 100 ms ran on the client's event loop |
+| `loadgen_client_cpu_seconds_total` (counter) | | CPU time of the loadgen process (all threads) |
+
+Series of every level of the run and of every fixed error kind are made at 0 when a target's
+first level starts, so Prometheus sees them start from zero and `increase()` counts every request.
+Counters never decrease and nothing is reset by a scrape: any number of scrapers see the same.
+
+Cost: on the event loop, `request_done` only queues the record (a deque append); the records are
+counted in batches over arrays, and the families built, in the endpoint's threads.
+Classic buckets: prometheus_client writes native histograms only in its experimental OpenMetrics
+2.0 text, and Prometheus 2.x reads them only from the protobuf format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from ..core import records
+from ..core.records import LevelRun, RequestRecord
+
+PREFIX = "loadgen_"
+# Bucket upper bounds in seconds. LLM requests take from tens of ms to minutes; a token gap from
+# about a millisecond (a fast GPU) to a second (a CPU model under load).
+LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)
+ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1,
+                 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+QUEUE_WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60,
+                        120, 300)
+LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
+LOOP_LAG_INTERVAL_S = 0.1
+# Error kinds that exist in every run, so their series start at 0 (HTTP ones appear when they happen).
+FIXED_ERROR_KINDS = (records.CONNECT_ERROR, records.DISCONNECTED, records.TIMEOUT, records.INVALID_JSON,
+                     records.SERVER_ERROR, records.STREAM_ERROR, records.TRUNCATED_STREAM)
+
+
+class Buckets:
+    """Counts of observations per bucket (upper bound inclusive, as Prometheus's `le`) and their sum."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds_s: Sequence[float]):
+        self.bounds = np.array([float(b) for b in bounds_s])
+        self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)  # the last one: above every bound (+Inf)
+        self.total = 0.0
+
+    def add(self, values_s: np.ndarray | Sequence[float]) -> None:
+        """Observations in seconds; negative ones count as 0."""
+        values = np.maximum(np.atleast_1d(np.asarray(values_s, dtype=np.float64)), 0.0)
+        if values.size:
+            self.counts += np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.counts))
+            self.total += float(values.sum())
+
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """[(le, count of observations <= le), ..., ("+Inf", all)] and the sum, for the exposition."""
+        running = np.cumsum(self.counts).tolist()
+        labels = [f"{b:g}" for b in self.bounds.tolist()] + ["+Inf"]
+        return list(zip(labels, running)), self.total
+
+
+class LevelSeries:
+    """The counters and histograms of one target at one level."""
+
+    __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen",
+                 "latency", "ttft", "itl", "queue_wait")
+
+    def __init__(self, target: str, level: str):
+        self.target, self.level = target, level
+        self.run: LevelRun | None = None  # the level while it runs (its in-flight requests)
+        self.completed = 0
+        self.failed: dict[str, int] = dict.fromkeys(FIXED_ERROR_KINDS, 0)
+        self.output_tokens = 0
+        self.sent_seen = 0
+        self.latency = Buckets(LATENCY_BUCKETS_S)
+        self.ttft = Buckets(TTFT_BUCKETS_S)
+        self.itl = Buckets(ITL_BUCKETS_S)
+        self.queue_wait = Buckets(QUEUE_WAIT_BUCKETS_S)
+
+    def add(self, batch: list[RequestRecord]) -> None:
+        """Count finished requests of this target and level. The formulas are `analysis.metrics`'s
+        (latency_ms, ttft_ms, queue_wait_ms, output tokens), written over arrays in seconds
+        (test_live_metrics checks that they agree)."""
+        ok = [r for r in batch if r.error_kind is None]
+        if len(ok) < len(batch):
+            for r in batch:
+                if r.error_kind is not None:
+                    self.failed[r.error_kind] = self.failed.get(r.error_kind, 0) + 1
+        if not ok:
+            return
+        self.completed += len(ok)
+        self.output_tokens += sum([r.output_tokens or 0 for r in ok])
+        send = np.array([r.send_ns for r in ok], dtype=np.int64)
+        start = np.array([r.send_ns if r.intended_ns is None else r.intended_ns for r in ok], dtype=np.int64)
+        complete = np.array([r.complete_ns for r in ok], dtype=np.int64)
+        self.latency.add((complete - start) / 1e9)
+        # Lists of numbers only: tuples per record would be garbage-collector work that grows with
+        # every record a run holds (a full collection walks them all).
+        first = np.array([-1 if r.first_token_ns is None else r.first_token_ns for r in ok], dtype=np.int64)
+        streamed = first >= 0
+        if streamed.any():
+            self.ttft.add((first[streamed] - start[streamed]) / 1e9)
+            lists = [r.chunk_gaps_us for r in ok if r.chunk_gaps_us]
+            if lists:
+                gaps = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=sum(map(len, lists)))
+                self.itl.add(gaps / 1e6)
+        service_ms = np.array([np.nan if r.prompt_ms is None or r.predicted_ms is None else r.prompt_ms + r.predicted_ms
+                               for r in ok], dtype=np.float64)
+        timed = ~np.isnan(service_ms)
+        if timed.any():
+            self.queue_wait.add((complete - send)[timed] / 1e9 - service_ms[timed] / 1e3)
+
+    def sent(self) -> int:
+        """Answered + in flight. A request that moved from in flight to answered since the last
+        drain counts in neither: the counter keeps the highest value it has shown."""
+        in_flight = len(self.run.in_flight) if self.run is not None else 0
+        self.sent_seen = max(self.sent_seen, self.completed + sum(self.failed.values()) + in_flight)
+        return self.sent_seen
+
+
+def level_label(key: int | float) -> str:
+    """A level's `level` label: its concurrency ("4") or its rate in req/s ("0.5")."""
+    return f"{key:g}"
+
+
+class LiveMetrics:
+    """loadgen's live series; feed it as an engine observer (or wrap one with `observe`).
+
+    The event loop only queues: a finished request's record, a loop-lag sample. `drain` (called by
+    every scrape, and every second by the endpoint's thread) counts the queue in batches, off the
+    loop, under a lock that the loop never takes.
+    """
+
+    def __init__(self, levels: Iterable[int | float] = ()):
+        self.levels = tuple(levels)  # every level of the run, made at 0 with a target's first level
+        self.series: dict[tuple[str, str], LevelSeries] = {}  # (target, level label) -> its series
+        self.current: dict[str, LevelRun] = {}  # target -> the level it runs now (or ran last)
+        self.loop_lag = Buckets(LOOP_LAG_BUCKETS_S)
+        self._finished: deque[RequestRecord] = deque()  # append on the loop, popleft in drain: both atomic
+        self._lags: deque[float] = deque()
+        self._lock = threading.Lock()
+        self._lag_handle: asyncio.TimerHandle | None = None
+        self.request_done = self._finished.append  # the observer call, as cheap as it can be
+
+    def observe(self, inner: Any) -> "LiveObserver":
+        """An observer that feeds this and passes every call on to `inner`."""
+        return LiveObserver(inner, self)
+
+    # --- on the event loop -----------------------------------------------------------------------
+
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        target = level.target
+        if target not in self.current:
+            for key in self.levels:
+                self._series(target, level_label(key))
+        self._series(target, level_label(level.level)).run = level
+        self.current[target] = level
+        if self._lag_handle is None:
+            self._start_loop_lag()
+
+    def _series(self, target: str, level: str) -> LevelSeries:
+        found = self.series.get((target, level))
+        # setdefault is atomic: the loop (a level's start) and a drain never make a series twice
+        return found if found is not None else self.series.setdefault((target, level), LevelSeries(target, level))
+
+    def _start_loop_lag(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # fed by hand, not from a run
+            return
+        due = [loop.time() + LOOP_LAG_INTERVAL_S]
+        lags = self._lags
+
+        def tick() -> None:
+            now = loop.time()
+            lags.append(max(0.0, now - due[0]))
+            due[0] = max(due[0] + LOOP_LAG_INTERVAL_S, now)  # after a long stall: not a burst
+            self._lag_handle = loop.call_at(due[0], tick)
+
+        self._lag_handle = loop.call_at(due[0], tick)
+
+    # --- off the event loop ----------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Count what the loop has queued since the last drain."""
+        with self._lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        finished, lags = self._finished, self._lags
+        batch = [finished.popleft() for _ in range(len(finished))]
+        groups: dict[tuple[str, int | float], list[RequestRecord]] = {}
+        for r in batch:
+            groups.setdefault((r.target, r.level), []).append(r)
+        for (target, level), records_ in groups.items():
+            self._series(target, level_label(level)).add(records_)
+        self.loop_lag.add([lags.popleft() for _ in range(len(lags))])
+
+    # --- in the scraping thread ------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families, as the scrape finds them now (everything queued is counted first)."""
+        with self._lock:
+            self._drain()
+            return iter(list(self._families()))
+
+    def _families(self) -> Iterator[Metric]:
+        series = list(self.series.values())
+        yield from _counters(series)
+        yield from _histograms(series)
+        yield from self._gauges()
+        yield _histogram("event_loop_lag_seconds", "How late a timer due every 100 ms ran on loadgen's event loop",
+                         [], [([], self.loop_lag)])
+        cpu = CounterMetricFamily(PREFIX + "client_cpu_seconds", "CPU time of the loadgen process, all threads")
+        cpu.add_metric([], time.process_time())
+        yield cpu
+
+    def _gauges(self) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily(PREFIX + "requests_in_flight", "Requests sent and not yet answered",
+                                      labels=["target"])
+        level = GaugeMetricFamily(PREFIX + "level", "The level running now: concurrency, or req/s (open loop)",
+                                  labels=["target"])
+        busy = GaugeMetricFamily(PREFIX + "slots_busy", "Slots processing at the last look at /slots",
+                                 labels=["target"])
+        total = GaugeMetricFamily(PREFIX + "slots_total", "Slots /slots lists", labels=["target"])
+        context = GaugeMetricFamily(PREFIX + "slot_context_tokens",
+                                    "Context the slot's running task holds: n_prompt_tokens + n_decoded (0 idle)",
+                                    labels=["target", "slot"])
+        for target, run in list(self.current.items()):
+            in_flight.add_metric([target], len(run.in_flight))
+            level.add_metric([target], run.level)
+            sample = run.probe_samples[-1] if run.probe_samples else None
+            if sample is not None and sample.busy_slots is not None:
+                busy.add_metric([target], sample.busy_slots)
+            if sample is not None and sample.slot_context_tokens is not None:
+                total.add_metric([target], len(sample.slot_context_tokens))
+                for slot, tokens in enumerate(sample.slot_context_tokens):
+                    context.add_metric([target, str(slot)], tokens)
+        yield from (in_flight, level, busy, total, context)
+
+
+class LiveObserver:
+    """Feeds `LiveMetrics` and passes every observer call on to the observer it wraps."""
+
+    def __init__(self, inner: Any, live: LiveMetrics):
+        self._inner, self._live = inner, live
+        self._queue, self._inner_done = live.request_done, inner.request_done
+
+    def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
+        self._live.level_started(level, requests, duration_s)
+        self._inner.level_started(level, requests, duration_s)
+
+    def request_done(self, record: RequestRecord) -> None:
+        self._queue(record)
+        self._inner_done(record)
+
+    def __getattr__(self, name: str) -> Any:  # message, level_done, step_started, ...
+        return getattr(self._inner, name)
+
+
+def _counters(series: list[LevelSeries]) -> Iterator[Metric]:
+    labels = ["target", "level"]
+    sent = CounterMetricFamily(PREFIX + "requests_sent", "Requests sent", labels=labels)
+    completed = CounterMetricFamily(PREFIX + "requests_completed", "Requests that succeeded", labels=labels)
+    failed = CounterMetricFamily(PREFIX + "requests_failed", "Failed requests by error kind",
+                                 labels=[*labels, "error_kind"])
+    tokens = CounterMetricFamily(PREFIX + "output_tokens", "Generated tokens of successful requests, "
+                                 "as the server counted them", labels=labels)
+    for s in series:
+        key = [s.target, s.level]
+        sent.add_metric(key, s.sent())
+        completed.add_metric(key, s.completed)
+        for kind, n in list(s.failed.items()):
+            failed.add_metric([*key, kind], n)
+        tokens.add_metric(key, s.output_tokens)
+    yield from (sent, completed, failed, tokens)
+
+
+def _histograms(series: list[LevelSeries]) -> Iterator[Metric]:
+    yield _histogram("latency_seconds", "End-to-end latency from the intended send", ["target", "level"],
+                     [([s.target, s.level], s.latency) for s in series])
+    yield _histogram("time_to_first_token_seconds", "Time to the first content chunk (streaming)",
+                     ["target", "level"], [([s.target, s.level], s.ttft) for s in series])
+    yield _histogram("inter_token_latency_seconds", "Gaps between successive content chunks (streaming)",
+                     ["target", "level"], [([s.target, s.level], s.itl) for s in series])
+    yield _histogram("queue_wait_seconds", "Latency - prompt_ms - predicted_ms: waiting for a slot, plus HTTP",
+                     ["target", "level"], [([s.target, s.level], s.queue_wait) for s in series])
+
+
+def _histogram(name: str, documentation: str, labels: list[str],
+               rows: list[tuple[list[str], Buckets]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(PREFIX + name, documentation, labels=labels)
+    for values, buckets in rows:
+        cumulative, total = buckets.cumulative()
+        family.add_metric(values, cumulative, total)
+    return family

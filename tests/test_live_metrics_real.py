@@ -1,0 +1,120 @@
+"""Live metrics proven against a real Prometheus: two real llama-servers (1 slot and 2), `loadgen
+observe`'s prometheus.yml, a `loadgen sweep --prometheus-port`, then Prometheus's HTTP API.
+
+- every query of every panel (and the annotation) of the generated dashboard returns data;
+- increase() of loadgen_output_tokens_total over the run equals run.json's output_tokens within one
+  scrape's worth, and so does the server's llamacpp:tokens_predicted_total increase (its raw
+  samples' difference equals it exactly);
+- the 1-slot server's requests_deferred is non-zero while loadgen runs concurrency 3 on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from servers import LOADGEN, free_port, prometheus_binary, start_llama_server, start_prometheus
+
+pytestmark = pytest.mark.real
+
+SCRAPE_S = 0.5
+RATE_WINDOW = "2s"  # what Grafana's $__rate_interval comes to at this scrape interval: 4 scrapes
+
+
+def _exprs(dashboard: dict) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every panel target and annotation, Grafana's macros filled in."""
+    found = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
+    found += [(f"annotation {a['name']}", a["expr"]) for a in dashboard["annotations"]["list"] if a.get("expr")]
+    return [(title, expr.replace("$__rate_interval", RATE_WINDOW)) for title, expr in found]
+
+
+def _has_data(result: list[dict]) -> bool:
+    return any(math.isfinite(float(v)) for series in result for _, v in series["values"])
+
+
+def _summed_steps(raw: list[dict]) -> tuple[float, float]:
+    """From a range vector's raw samples (every series of one scrape shares its timestamp): the last
+    value of their sum, and the largest rise of that sum between two scrapes (from 0 before the first)."""
+    totals: dict[float, float] = {}
+    for series in raw:
+        for t, v in series["values"]:
+            totals[float(t)] = totals.get(float(t), 0.0) + float(v)
+    steps, previous = [], 0.0
+    for t in sorted(totals):
+        steps.append(totals[t] - previous)
+        previous = totals[t]
+    return previous, max(steps, default=0.0)
+
+
+@pytest.mark.timeout(480)
+def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
+    prometheus_binary()  # skip (locally) or fail (CI) before starting anything
+    one = start_llama_server("one-slot", 1, tmp_path)
+    two = start_llama_server("two-slot", 2, tmp_path)
+    prometheus = None
+    try:
+        live_port = free_port()
+        monitoring = tmp_path / "monitoring"
+        observed = subprocess.run([*LOADGEN, "observe", "--url", one.url, "--url", two.url, "--prometheus-port",
+                                   str(live_port), "--scrape-interval", f"{SCRAPE_S * 1000:g}ms", "--output",
+                                   str(monitoring)], capture_output=True, text=True, timeout=120)
+        assert observed.returncode == 0, observed.stderr
+        dashboard = json.loads((monitoring / "loadgen-dashboard.json").read_text())
+        prometheus = start_prometheus(monitoring / "prometheus.yml", tmp_path)
+        prometheus.wait_for("a scrape of both servers", lambda: sorted(
+            s["metric"]["alias"] for s in prometheus.query('up{alias!=""} == 1')) == ["one-slot", "two-slot"])
+
+        started = time.time()
+        run_dir = tmp_path / "run"
+        swept = subprocess.run([*LOADGEN, "sweep", "--url", one.url, "--url", two.url, "--concurrency", "1,3",
+                                "--duration", "5", "--warmup", "0", "--stream", "--n-predict", "16",
+                                "--parallel-targets", "--prometheus-port", str(live_port), "--prometheus-linger", "60",
+                                "--output", str(run_dir)], capture_output=True, text=True, timeout=300)
+        ended = time.time()
+        assert swept.returncode == 0, swept.stderr
+        doc = json.loads((run_dir / "run.json").read_text())
+        expected = {t["label"]: sum(lv["output_tokens"] for lv in t["levels"]) for t in doc["targets"]}
+        assert sorted(expected) == ["one-slot", "two-slot"] and all(expected.values()), expected
+        # The sweep lingered until a scrape after its end was answered: Prometheus holds the final counts.
+        prometheus.wait_for("loadgen's final counts", lambda: {
+            s["metric"]["target"]: float(s["value"][1])
+            for s in prometheus.query("sum by (target) (loadgen_output_tokens_total)")} == expected, timeout=30)
+
+        window = f"{math.ceil(ended - started) + 10}s"
+        for title, expr in _exprs(dashboard):
+            result = prometheus.query_range(expr, started, ended, SCRAPE_S)
+            assert _has_data(result), f"panel {title!r}: {expr} returned no data"
+
+        for label, tokens in expected.items():
+            raw = prometheus.query(f'loadgen_output_tokens_total{{target="{label}"}}[{window}]', at=ended)
+            last, scrape_worth = _summed_steps(raw)
+            assert last == tokens
+            increase = sum(float(s["value"][1]) for s in prometheus.query(
+                f'increase(loadgen_output_tokens_total{{target="{label}"}}[{window}])', at=ended))
+            assert abs(increase - tokens) <= scrape_worth, (label, increase, tokens, scrape_worth)
+
+            server_raw = prometheus.query(f'llamacpp:tokens_predicted_total{{alias="{label}"}}[{window}]', at=ended)
+            values = [float(v) for _, v in server_raw[0]["values"]]
+            assert values[-1] - values[0] == tokens  # the server counted what loadgen counted
+            server_steps = max(b - a for a, b in zip(values, values[1:]))
+            server_increase = float(prometheus.query(
+                f'increase(llamacpp:tokens_predicted_total{{alias="{label}"}}[{window}])', at=ended)[0]["value"][1])
+            assert abs(server_increase - tokens) <= server_steps, (label, server_increase, tokens)
+            print(f"{label}: run.json {tokens} tokens; loadgen increase() {increase:.1f} (one scrape's worth "
+                  f"{scrape_worth:g}); server increase() {server_increase:.1f} (one scrape's worth {server_steps:g})")
+
+        # While loadgen ran 3 requests at a time on the 1-slot server, the server deferred some.
+        deferred = prometheus.query(
+            f'max_over_time((llamacpp:requests_deferred{{alias="one-slot"}} '
+            f'and on() (loadgen_level{{target="one-slot"}} == 3))[{window}:{SCRAPE_S * 1000:g}ms])', at=ended)
+        assert deferred and float(deferred[0]["value"][1]) >= 1, deferred
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        one.stop()
+        two.stop()
