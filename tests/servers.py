@@ -50,6 +50,17 @@ def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([*LOADGEN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def terminate(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """Stop a process the test started, by its pid: SIGTERM, then SIGKILL after `grace_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -195,13 +206,7 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, 10)
 
 
 def start_llama_server(alias: str | None, slots: int, log_dir: Path, *, metrics: bool = True,
@@ -431,13 +436,7 @@ class Nginx:
         return rows
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: nginx's fast shutdown, master and worker
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, 10)  # SIGTERM: nginx's fast shutdown, master and worker
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "Nginx":
@@ -675,13 +674,7 @@ class Prometheus:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, 20)
 
 
 def start_prometheus(config: Path, work_dir: Path, ready_timeout: float = 60) -> Prometheus:

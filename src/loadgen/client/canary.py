@@ -18,7 +18,7 @@ import aiohttp
 import yarl
 
 from ..core.baseurl import BaseUrl
-from .transport import tls_context
+from .session import SessionClient
 
 ENDPOINTS = {"llamacpp": "/completion", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CHAT_ONLY = ("reasoning_effort", "chat_template_kwargs")
@@ -66,23 +66,8 @@ def canary_body(api: str, params: Mapping[str, Any], prompt: str, model: str | N
     return body
 
 
-class CanaryClient:
+class CanaryClient(SessionClient):
     """An aiohttp session for paramcheck's few requests; every path goes under its base URL's prefix."""
-
-    def __init__(self, headers: Mapping[str, str], timeout_s: float, insecure: bool = False):
-        self._headers = dict(headers)
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._insecure = insecure
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> "CanaryClient":
-        connector = aiohttp.TCPConnector(ssl=tls_context(True)) if self._insecure else None
-        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
 
     async def _call(self, method: str, base_url: str, path: str, body: Any = None) -> Answer:
         assert self._session is not None, "enter the client first"

@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..core.baseurl import BaseUrl
 from ..core.clock import now_ns
 from ..core.records import ProbeSample
-from .transport import connect_reason, tls_context
+from .session import SessionClient
+from .transport import connect_reason
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.
 METRIC_NAMES = (
@@ -96,28 +97,16 @@ def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class Probe:
+class Probe(SessionClient):
     """A small aiohttp session for one target's management endpoints."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
                  insecure: bool = False, server_url: str | None = None):
+        super().__init__(headers, timeout_s, insecure)
         self.base_url = base_url.rstrip("/")
         self._target = BaseUrl.parse(base_url)
         self._server = BaseUrl.parse(server_url) if server_url else self._target
-        self._insecure = insecure
-        self._headers = dict(headers or {})
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session: aiohttp.ClientSession | None = None
         self._metrics_status: int | None = None  # of the last /metrics scrape (None: no answer)
-
-    async def __aenter__(self) -> "Probe":
-        connector = aiohttp.TCPConnector(ssl=tls_context(True)) if self._insecure else None
-        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers, connector=connector)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
 
     async def _get(self, path: str, of_target: bool = False) -> tuple[int, bytes]:
         """GET a path of the server (`server_url`), or of the target itself."""
