@@ -32,6 +32,8 @@ COMMANDS = {
     "ab": "loadgen.cli.ab:ab_command",
     "export": "loadgen.cli.report:export_command",
     "report": "loadgen.cli.report:report_command",
+    "kv": "loadgen.cli.kv:kv_command",
+    "grid": "loadgen.cli.grid:grid_command",
 }
 
 
