@@ -9,13 +9,18 @@
   (scripts/testbed), started and stopped by pid.
 - `LOADGEN`, `sweep`, `in_process_cli`: `loadgen` as a user runs it (a subprocess), or in-process
   through `cli.main`, the real error path.
+- `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/grid_server.py:
+  the simulator behind llama-server's flags and boot log), `loadgen grid` in a subprocess, and the
+  pids of every server a grid folder records (to assert none is left).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -38,6 +43,20 @@ LOADGEN = [sys.executable, "-m", "loadgen.cli"]
 def sweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`loadgen sweep ARGS` in a subprocess, as a user runs it."""
     return subprocess.run([*LOADGEN, "sweep", *args], capture_output=True, text=True, timeout=timeout)
+
+
+GRID_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "grid_server.py")])
+
+
+def grid(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`loadgen grid ARGS` in a subprocess, as a user runs it."""
+    return subprocess.run([*LOADGEN, "grid", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def grid_pids(folder: Path) -> list[int]:
+    """The pid of every server a grid started (from its grid.json)."""
+    doc = json.loads((folder / "grid.json").read_text())
+    return [e["pid"] for c in doc["cells"] for e in c["runs"] if "pid" in e]
 
 
 def free_port() -> int:

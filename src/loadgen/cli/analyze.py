@@ -10,7 +10,9 @@ from pathlib import Path
 import click
 
 from ..analysis.saturation import target_verdict
+from ..output.grid import print_grid
 from ..output.tables import print_mode, print_run
+from ..results.grid import grid_summaries, is_grid, load_grid
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from .shared import console as _console
 
@@ -20,8 +22,11 @@ from .shared import console as _console
 @click.option("--knee-gain", type=click.FloatRange(min=0), help="Override the run's saturation rule (throughput share).")
 @click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
 def analyze(results_dir, knee_gain, knee_latency) -> None:
-    """Reprint a saved run's tables and saturation verdicts (no server needed)."""
+    """Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed)."""
     path = Path(results_dir)
+    if is_grid(path):
+        print_grid(_console(), load_grid(path), grid_summaries(path, load_grid(path)))
+        return
     doc = load_run(path)
     if doc.get("kind") in ("prefill", "depth", "soak"):
         print_mode(doc, _console(), _console(stderr=True))

@@ -102,7 +102,8 @@ class CellRunner:
 
     def run(self, cell: dict[str, Any], repeat: int) -> dict[str, Any]:
         folder = self.root / "cells" / cell["id"] / f"r{repeat}"
-        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted attempt's, being run again (--resume)
+        folder.mkdir(parents=True)
         argv, url = server_argv(self.doc["template"], cell["params"])
         entry: dict[str, Any] = {"repeat": repeat, "started_utc": utc_now().isoformat(), "command": argv, "url": url,
                                  "log": str((folder / "server.log").relative_to(self.root))}
