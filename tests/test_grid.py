@@ -185,3 +185,30 @@ def test_bad_input(loadgen, tmp_path, args, message):
     code, _, err = loadgen("grid", *args, "--output", tmp_path / "g")
     assert code == 2, err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.real
+def test_real_grid_kv_matches_the_boot_log(tmp_path):
+    """The test bed: --parallel 1,2 × -ctk f16,q8_0 at -c 2048; each cell's KV size from its boot log
+    equals `loadgen kv`'s estimate to the hundredth of a MiB, and no server is left (by pid)."""
+    from servers import testbed_paths
+
+    server, model = testbed_paths()
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{server} -m {model} -c 2048 --parallel {{parallel}} -ctk {{ctk}} -t 1 --metrics",
+                "--param", "parallel=1,2", "--param", "ctk=f16,q8_0", "--concurrency", "1,2", "--requests", "2",
+                "--n-predict", "8", "--warmup", "0", "--wait-ready", "120", "--output", str(out), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    cells = _grid_doc(out)["cells"]
+    assert len(cells) == 4
+    logged = {}
+    for cell in cells:
+        run = cell["runs"][0]
+        assert run["status"] == "ok", run.get("reason")
+        assert f"{run['boot']['kv_size_mib']:.2f}" == f"{run['kv_estimate']['kv_mib']:.2f}"
+        assert run["boot"]["n_slots"] == int(cell["params"]["parallel"])
+        logged[cell["name"]] = run["boot"]["kv_size_mib"]
+    assert logged["parallel=2 ctk=f16"] == 45.00  # 1024 cells × 2 streams, 30 layers
+    assert logged["parallel=1 ctk=q8_0"] == 34.45  # K 22.50 × 17/32 = 11.95 (34 bytes per 32) + V 22.50
+    assert not any(pid_alive(p) for p in grid_pids(out))
+    assert "= est" in proc.stdout
