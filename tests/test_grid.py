@@ -149,6 +149,8 @@ def test_resume_runs_only_what_is_left(tmp_path, loadgen):
     assert [c["runs"][0]["status"] for c in doc["cells"]] == ["ok", "ok", "ok"]
     code, stdout, _ = loadgen("analyze", out)  # reprints the summary
     assert code == 0 and "parallel" in stdout and "loadgen grid" in stdout
+    code, stdout, _ = loadgen("report", out, "--format", "markdown")  # the cells overlaid
+    assert code == 0 and all(f"## c0{i}: parallel={i}" in stdout for i in (1, 2, 3))
 
 
 def test_ctrl_c_during_a_cell(tmp_path):
@@ -212,3 +214,20 @@ def test_real_grid_kv_matches_the_boot_log(tmp_path):
     assert logged["parallel=1 ctk=q8_0"] == 34.45  # K 22.50 × 17/32 = 11.95 (34 bytes per 32) + V 22.50
     assert not any(pid_alive(p) for p in grid_pids(out))
     assert "= est" in proc.stdout
+
+
+# template -> what loadgen adds or keeps: its own loopback port and -lv 4 unless the template sets them.
+SERVER_ARGV = [
+    ("srv -m m.gguf", lambda argv, url: argv[-2:] == ["-lv", "4"] and "--port" in argv and url.startswith(
+        "http://127.0.0.1:")),
+    ("srv --port 9001 --host=0.0.0.0 -lv 2", lambda argv, url: url == "http://0.0.0.0:9001" and "4" not in argv),
+    ("srv --port=9002 -v", lambda argv, url: url == "http://127.0.0.1:9002" and "-lv" not in argv),
+]
+
+
+@pytest.mark.parametrize("template, holds", SERVER_ARGV)
+def test_server_argv(template, holds):
+    from loadgen.cli.grid import server_argv
+
+    argv, url = server_argv(template, {})
+    assert holds(argv, url), (argv, url)

@@ -26,8 +26,8 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, has_flag, parse_param, render,
-                             run_order)
+from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag, parse_param,
+                             render, run_order)
 from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.signals import LATCH
@@ -47,21 +47,20 @@ VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "
 
 
 def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
-    """The cell's argv with loadgen's additions, and the URL it will listen on."""
+    """The cell's argv with loadgen's additions (a free loopback port, -lv 4), and its URL."""
     argv = render(template, values)
     if not argv:
         raise ConfigError("--server is empty; give the server's command line, e.g. 'llama-server -m {model}'")
-    host = "127.0.0.1"
-    port_text = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--port"), None)
-    if port_text is None:
-        argv += ["--port", str(free_port())]
-    if not has_flag(argv, "--host"):
+    port = flag_value(argv, "--port")
+    if port is None:
+        port = str(free_port())
+        argv += ["--port", port]
+    host = flag_value(argv, "--host")
+    if host is None:
+        host = "127.0.0.1"
         argv += ["--host", host]
-    else:
-        host = argv[argv.index("--host") + 1] if "--host" in argv[:-1] else host
     if not has_flag(argv, *VERBOSITY_FLAGS):
         argv += ["-lv", "4"]  # the boot log's KV cache lines need it
-    port = port_text or argv[argv.index("--port") + 1]
     return argv, f"http://{host}:{port}"
 
 

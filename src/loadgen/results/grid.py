@@ -72,3 +72,15 @@ def grid_summaries(root: Path, doc: dict[str, Any]) -> list[CellSummary]:
     """Each cell's summary over its runs, in the grid's cell order."""
     return [summarize_cell(cell["name"], cell["params"], [_with_run(root, e) for e in cell.get("runs", [])])
             for cell in doc["cells"]]
+
+
+def grid_run_dirs(root: Path) -> list[tuple[str, Path]]:
+    """(name, run folder) of every run that finished ok, cell by cell: "c01" (or "c01 r2" with repeats)."""
+    doc = load_grid(root)
+    several = doc.get("repeat", 1) > 1
+    runs = [(cell["id"] + (f" r{e['repeat']}" if several else ""), root / e["run_dir"])
+            for cell in doc["cells"] for e in sorted(cell.get("runs", []), key=lambda e: e["repeat"])
+            if e.get("status") == "ok" and e.get("run_dir")]
+    if not runs:
+        raise ResultsError(f"{root}: no cell of this grid has a finished run to show")
+    return runs
