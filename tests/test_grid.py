@@ -231,3 +231,31 @@ def test_server_argv(template, holds):
 
     argv, url = server_argv(template, {})
     assert holds(argv, url), (argv, url)
+
+
+def test_scenario_file_with_mode_grid(tmp_path, loadgen):
+    """A scenario's grid keys go to the grid, the others to its measurement, each checked by its option."""
+    out = tmp_path / "grid"
+    scenario = tmp_path / "grid.toml"
+    scenario.write_text(f'''mode = "grid"
+server = "{GRID_SERVER} --parallel {{parallel}}"
+param = ["parallel=1,2"]
+concurrency = [1, 2]
+requests = 4
+n_predict = 8
+warmup = 1
+stream = true
+output = "{out}"
+''')
+    code, stdout, err = loadgen("run", scenario, "--check")
+    assert code == 0 and "all valid" in stdout, err
+    assert not out.exists()
+    proc = subprocess.run([*LOADGEN, "run", str(scenario)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = _grid_doc(out)
+    assert doc["measure_args"] == ["--concurrency", "1,2", "--requests", "4", "--n-predict", "8", "--warmup", "1",
+                                   "--stream"]
+    assert [c["runs"][0]["status"] for c in doc["cells"]] == ["ok", "ok"]
+    scenario.write_text(scenario.read_text().replace("n_predict", "n_predikt"))
+    code, _, err = loadgen("run", scenario, "--check")
+    assert code == 2 and "grid.toml:6: n_predikt: unknown key" in err

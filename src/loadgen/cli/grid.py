@@ -38,7 +38,7 @@ from ..run.gguf_file import read_gguf
 from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, stop, wait_ready
 from .ab import run_summary
 from .common import die_with_parent, user_errors
-from .shared import CHECK_ONLY
+from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
 MEASURES = ("sweep", "prefill", "depth")
@@ -179,6 +179,34 @@ def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
     return LATCH.exit_code or (EXIT_FAILED if failed else EXIT_OK)
 
 
+def as_flags(option: click.Option, value: Any) -> list[str]:
+    """A scenario key's value as the measurement's command line has it (the key was checked already)."""
+    name = max(option.opts, key=len)
+    if option.is_flag:
+        if value:
+            return [name]
+        return [max(option.secondary_opts, key=len)] if option.secondary_opts else []
+    if option.multiple:
+        return [arg for item in (value if isinstance(value, list) else [value]) for arg in (name, str(item))]
+    return [name, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+
+
+def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], settings: dict[str, Any],
+                    ctx: click.Context) -> dict[str, Any]:
+    """`mode = "grid"` in a scenario file: the grid's own keys (server, param, repeat, measure, ...) go
+    to the grid, every other key to its measurement, each checked by the option that reads it."""
+    from .scenario import keys_of, resolve
+
+    own = keys_of(command)
+    kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
+    kind = kwargs.get("kind") or "sweep"
+    rest = {k: s for k, s in settings.items() if k not in own}
+    resolve(commands[kind], rest, ctx)
+    options = keys_of(commands[kind])
+    kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))
+    return kwargs
+
+
 def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
     """The measurement's own rules, applied now (as `loadgen run --check` does), not at the first cell."""
     clash = next((a for a in args if a.split("=")[0] in RESERVED), None)
@@ -238,6 +266,8 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
             doc = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
         check_measure_args(doc["measure"], tuple(doc["measure_args"]))
+        if checking_only():
+            return
         if not resume:
             root = prepare_dir(Path(output) if output else default_dir(Path("results"), "grid"), force)
             if is_grid(root) and not force:
