@@ -4,7 +4,6 @@ stand-in server (tests/grid_server.py): every failure recorded, no server left b
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -12,7 +11,7 @@ import time
 import pytest
 
 from loadgen.analysis.bootlog import boot_facts
-from loadgen.analysis.grid import (GridParam, cache_flags, check_template, cross, parse_param, run_order,
+from loadgen.analysis.grid import (cache_flags, check_template, cross, parse_param, run_order,
                                    summarize_cell, who_wins)
 from loadgen.core.errors import ConfigError
 from loadgen.core.processes import pid_alive
