@@ -16,6 +16,9 @@
 - `AppThread`: an aiohttp application served from a background thread (a server of a test's own);
   `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
   lossy gateway without nginx).
+- `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/grid_server.py:
+  the simulator behind llama-server's flags and boot log), `loadgen grid` in a subprocess, and the
+  pids of every server a grid folder records (to assert none is left).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -59,6 +63,20 @@ def terminate(proc: subprocess.Popen, grace_s: float = 10) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+GRID_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "grid_server.py")])
+
+
+def grid(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`loadgen grid ARGS` in a subprocess, as a user runs it."""
+    return subprocess.run([*LOADGEN, "grid", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def grid_pids(folder: Path) -> list[int]:
+    """The pid of every server a grid started (from its grid.json)."""
+    doc = json.loads((folder / "grid.json").read_text())
+    return [e["pid"] for c in doc["cells"] for e in c["runs"] if "pid" in e]
 
 
 def free_port() -> int:

@@ -10,7 +10,10 @@ from pathlib import Path
 import click
 
 from ..analysis.saturation import target_verdict
+from ..core.errors import ConfigError
+from ..output.grid import print_grid
 from ..output.tables import print_run
+from ..results.grid import grid_summaries, is_grid, load_grid
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from .shared import console as _console
 from .shared import format_option
@@ -22,8 +25,14 @@ from .shared import format_option
 @click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
 @format_option
 def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
-    """Reprint a saved run's tables and saturation verdicts (no server needed)."""
+    """Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed)."""
     path = Path(results_dir)
+    if is_grid(path):
+        if output_format != "table":
+            raise ConfigError(f"--format {output_format} is for a run; a grid's figures are in its grid.json")
+        grid = load_grid(path)
+        print_grid(_console(), grid, grid_summaries(path, grid))
+        return
     doc = load_run(path)
     if doc.get("kind") in ("prefill", "depth", "soak"):
         print_run(doc, _console(), _console(stderr=True), output_format)

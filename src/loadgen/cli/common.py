@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from ..core.errors import InputError, UserError
+from ..core.processes import die_with_parent
+
+__all__ = ["ReportedError", "die_with_parent", "results_dir", "user_errors"]
 
 
 class ReportedError(click.ClickException):
@@ -37,19 +39,3 @@ def results_dir(path_text: str, which: str = "") -> Path:
         prefix = f"{which} " if which else ""
         raise InputError(f"{prefix}{path}: no such directory; give a results directory written by `loadgen sweep`")
     return path
-
-
-def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
-    """A `preexec_fn` for a child loadgen starts (a demo simulator, an ab sweep): on Linux the kernel
-    sends it `signum` when loadgen exits, however it exits (a second Ctrl-C leaves with os._exit,
-    which runs no cleanup), so no child outlives it. Elsewhere a no-op."""
-    def arm() -> None:
-        try:
-            import ctypes
-            import ctypes.util
-
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(1, int(signum))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    return arm

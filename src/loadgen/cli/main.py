@@ -34,6 +34,8 @@ COMMANDS = {
     "report": "loadgen.cli.report:report_command",
     "paramcheck": "loadgen.cli.paramcheck:paramcheck_command",
     "observe": "loadgen.cli.observe:observe_command",
+    "kv": "loadgen.cli.kv:kv_command",
+    "grid": "loadgen.cli.grid:grid_command",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
+from ..results.grid import grid_run_dirs, is_grid
 from ..results.reader import load_probe, load_records, load_run
 from .common import results_dir, user_errors
 
@@ -54,13 +55,21 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
         click.echo("nothing to export: no successful request has this metric", err=True)
 
 
-def load_source(path_text: str) -> dict[str, Any]:
+def load_source(path_text: str, name: str | None = None) -> dict[str, Any]:
     path = results_dir(path_text)
-    return {"name": path.resolve().name, "run": load_run(path), "records": load_records(path),
+    return {"name": name or path.resolve().name, "run": load_run(path), "records": load_records(path),
             "probe": load_probe(path)}
 
 
 MODE_KINDS = ("prefill", "depth", "soak")
+
+
+def load_sources(path_text: str) -> list[dict[str, Any]]:
+    """A run folder's source, or a grid folder's: each cell's finished runs, named by cell."""
+    path = results_dir(path_text)
+    if not is_grid(path):
+        return [load_source(path_text)]
+    return [load_source(str(run_dir), name) for name, run_dir in grid_run_dirs(path)]
 
 
 @click.command("report")
@@ -72,12 +81,13 @@ MODE_KINDS = ("prefill", "depth", "soak")
               help="html (a self-contained file) or markdown (level tables and verdicts on stdout).")
 @user_errors()
 def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, output_format: str) -> None:
-    """Charts, level tables and verdicts of one or more sweeps, overlaid."""
+    """Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid."""
     from ..output import html as html_report
 
     choice(output_format, REPORT_FORMATS, "--format")
-    sources = [load_source(d) for d in results_dirs]
-    modes = [(d, s["run"]["kind"]) for d, s in zip(results_dirs, sources) if s["run"].get("kind") in MODE_KINDS]
+    found = [(d, source) for d in results_dirs for source in load_sources(d)]
+    sources = [source for _, source in found]
+    modes = [(d, s["run"]["kind"]) for d, s in found if s["run"].get("kind") in MODE_KINDS]
     if output_format == "markdown":
         click.echo(_markdown(html_report, sources), nl=False)
         return

@@ -15,7 +15,7 @@ from ..core.errors import ConfigError
 from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
 from .shared import CHECK_ONLY
 
-MODES = ("sweep", "prefill", "depth", "soak")
+MODES = ("sweep", "prefill", "depth", "soak", "grid")
 
 
 def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
@@ -33,7 +33,7 @@ def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
 @click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
 @click.pass_context
 def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:
-    """Run a scenario file: `mode` (sweep, prefill, depth or soak) and the values of its flags, in TOML.
+    """Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.
 
     A key is a flag's name without the dashes, `-` written `_` (--n-predict: n_predict); lists are
     TOML arrays (concurrency = [1, 2, 4]), durations numbers of seconds or strings ("6h").
@@ -42,7 +42,12 @@ def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ..
     scenario = load_scenario(Path(scenario_file), commands).with_overrides(parse_set(s) for s in overrides)
     check_mode(scenario, commands)
     command = commands[scenario.mode]
-    kwargs = resolve(command, scenario.settings, ctx)
+    if scenario.mode == "grid":  # its measurement's keys go to the measurement
+        from .grid import scenario_kwargs
+
+        kwargs = scenario_kwargs(command, commands, scenario.settings, ctx)
+    else:
+        kwargs = resolve(command, scenario.settings, ctx)
     if check:
         ctx.meta[CHECK_ONLY] = True  # the command applies its rules across keys, then stops
     else:

@@ -1,7 +1,7 @@
 """Scenario files: a TOML file of flag values, checked against the flags of the command it runs.
 
     # what this scenario measures ...
-    mode = "sweep"              # sweep | prefill | depth | soak
+    mode = "sweep"              # sweep | prefill | depth | soak | grid
     ports = [8080, 8081]        # the key of --ports; every flag of the mode's command has one
     concurrency = [1, 2, 4, 8]
     n_predict = 96

@@ -1,0 +1,237 @@
+"""A grid of server configurations: the cells, their order, and what the cells' runs add up to.
+
+Pure functions. A grid is a server command template with `{name}` placeholders and, per name, a
+list of values (`--param parallel=1,2,4`); the cells are every combination (the first parameter
+varies slowest, as llama-bench crosses its lists). With `--repeat N` the cells run interleaved
+(A B C, A B C, ...), so a slow drift of the machine spreads over every cell instead of falling on
+the last ones. The summary is computed from each cell's run documents (run.json of a sweep).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import ConfigError
+from .metrics import MeanSd, mean_sd
+
+
+@dataclass(frozen=True, slots=True)
+class GridParam:
+    name: str
+    values: tuple[str, ...]
+
+
+def parse_param(text: str) -> GridParam:
+    """"parallel=1,2,4" -> GridParam("parallel", ("1", "2", "4"))."""
+    name, sep, values = text.partition("=")
+    items = tuple(v.strip() for v in values.split(","))
+    if not sep or not name.strip().isidentifier() or not all(items):
+        raise ConfigError(f"--param {text!r}: write NAME=V1,V2,... (e.g. parallel=1,2,4)")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"--param {text!r} repeats a value")
+    return GridParam(name.strip(), items)
+
+
+def placeholders(template: str) -> set[str]:
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ConfigError(f"--server: {exc} (a literal brace is written {{{{ or }}}})") from None
+
+
+def check_template(template: str, params: Sequence[GridParam]) -> None:
+    """Every placeholder has a --param and every --param a placeholder; names are given once."""
+    names = [p.name for p in params]
+    used = placeholders(template)
+    if "" in used or any(not n.isidentifier() for n in used):
+        raise ConfigError("--server: placeholders are names, e.g. {parallel}")
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ConfigError(f"--param {dup} is given twice; list its values once: {dup}=A,B")
+    missing = sorted(used - set(names))
+    if missing:
+        raise ConfigError(f"--server uses {{{missing[0]}}} but no --param {missing[0]}=... gives its values")
+    unused = sorted(set(names) - used)
+    if unused:
+        raise ConfigError(f"--param {unused[0]} is not used in --server (write {{{unused[0]}}} where it goes)")
+
+
+def cross(params: Sequence[GridParam]) -> list[dict[str, str]]:
+    """Every combination of the values, the first parameter varying slowest."""
+    return [dict(zip([p.name for p in params], combo)) for combo in itertools.product(*(p.values for p in params))]
+
+
+def run_order(n_cells: int, repeat: int) -> list[tuple[int, int]]:
+    """(repeat number from 1, cell index) in the order they run: every cell once, then again."""
+    return [(r, c) for r in range(1, repeat + 1) for c in range(n_cells)]
+
+
+def render(template: str, values: dict[str, str]) -> list[str]:
+    """The server's argv for one cell."""
+    try:
+        return shlex.split(template.format_map(values))
+    except ValueError as exc:
+        raise ConfigError(f"--server: {exc}") from None
+
+
+def cell_name(values: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items()) or "server"
+
+
+def flag_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the last of `names` in argv (`-c 2048` or `--ctx-size=2048`), or None."""
+    found = None
+    for i, arg in enumerate(argv):
+        head, eq, tail = arg.partition("=")
+        if arg in names and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif eq and head in names:
+            found = tail
+    return found
+
+
+def has_flag(argv: Sequence[str], *names: str) -> bool:
+    return any(arg in names or arg.partition("=")[0] in names for arg in argv)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerCacheFlags:
+    """What a llama-server command line says about its caches (llama-server's defaults where unset)."""
+
+    model: str | None
+    n_ctx: int  # 0: the model's trained context
+    n_parallel: int
+    unified: bool
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_ubatch: int = 512
+    swa_full: bool = False
+
+
+def cache_flags(argv: Sequence[str]) -> ServerCacheFlags:
+    """-c, -np, -kvu/-no-kvu, -ctk, -ctv, -ub, --swa-full and -m of a llama-server argv. Unset
+    --parallel is llama-server's auto: 4 slots sharing one unified cache."""
+    parallel = int(flag_value(argv, "-np", "--parallel") or -1)
+    unified = has_flag(argv, "-kvu", "--kv-unified") or (parallel < 0 and not has_flag(argv, "-no-kvu",
+                                                                                        "--no-kv-unified"))
+    return ServerCacheFlags(
+        model=flag_value(argv, "-m", "--model"), n_ctx=int(flag_value(argv, "-c", "--ctx-size") or 0),
+        n_parallel=4 if parallel < 0 else parallel, unified=unified,
+        type_k=(flag_value(argv, "-ctk", "--cache-type-k") or "f16").lower(),
+        type_v=(flag_value(argv, "-ctv", "--cache-type-v") or "f16").lower(),
+        n_ubatch=int(flag_value(argv, "-ub", "--ubatch-size") or 512), swa_full=has_flag(argv, "--swa-full"))
+
+
+@dataclass(frozen=True, slots=True)
+class CellSummary:
+    """One cell over its repeats: throughput and latency per level as mean ± sd."""
+
+    name: str
+    params: dict[str, str]
+    runs_ok: int
+    runs: int
+    failure: str | None  # the last failed run's reason
+    single_stream_tok_s: MeanSd | None  # throughput at the lowest level
+    peak_tok_s: MeanSd | None  # each run's best level, averaged
+    peak_at: int | float | None  # the level most runs peaked at
+    saturated_at: int | float | None
+    throughput_by_level: dict[Any, MeanSd] = field(default_factory=dict)
+    latency_by_level: dict[Any, MeanSd] = field(default_factory=dict)  # mean latency_ms per level
+    kv_logged_mib: float | None = None
+    kv_estimate_mib: float | None = None
+    n_slots: int | None = None
+    kv_unified: bool | None = None
+
+
+def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    targets = doc.get("targets") or [{}]
+    return [lv for lv in targets[0].get("levels") or [] if lv.get("throughput_tok_s") is not None]
+
+
+def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
+    """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
+    docs = [r["run"] for r in runs if r.get("status") == "ok" and r.get("run")]
+    by_level: dict[Any, list[float]] = {}
+    lat_by_level: dict[Any, list[float]] = {}
+    peaks, peak_levels, saturated = [], [], []
+    for doc in docs:
+        levels = _levels(doc)
+        for lv in levels:
+            by_level.setdefault(lv["level"], []).append(lv["throughput_tok_s"])
+            lat = (lv.get("latency_ms") or {}).get("mean")
+            if lat is not None:
+                lat_by_level.setdefault(lv["level"], []).append(lat)
+        if levels:
+            best = max(levels, key=lambda lv: lv["throughput_tok_s"])
+            peaks.append(best["throughput_tok_s"])
+            peak_levels.append(best["level"])
+        saturated.append(((doc.get("targets") or [{}])[0].get("verdict") or {}).get("saturated_at"))
+    throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
+    boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
+    estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
+    failed = [r for r in runs if r.get("status") != "ok"]
+    return CellSummary(
+        name=name, params=params, runs_ok=len(docs), runs=len(runs),
+        failure=failed[-1].get("reason") if failed else None,
+        single_stream_tok_s=throughput[min(throughput)] if throughput else None,
+        peak_tok_s=mean_sd(peaks), peak_at=max(set(peak_levels), key=peak_levels.count) if peak_levels else None,
+        saturated_at=max(set(saturated), key=saturated.count) if saturated else None,
+        throughput_by_level=throughput,
+        latency_by_level={lv: ms for lv, vs in sorted(lat_by_level.items()) if (ms := mean_sd(vs)) is not None},
+        kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
+        n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"))
+
+
+def _clear_lead(best: MeanSd, second: MeanSd | None) -> bool:
+    """With repeats, a lead counts only when the two cells' mean ± sd do not overlap."""
+    if second is None or best.sd is None or second.sd is None:
+        return True
+    return best.mean - best.sd > second.mean + second.sd
+
+
+def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
+    ranked = sorted(((v, c) for c in cells if (v := value(c)) is not None), key=lambda vc: vc[0].mean,
+                    reverse=higher)
+    if not ranked:
+        return None
+    (best, cell), rest = ranked[0], ranked[1:]
+    if not rest:
+        return f"{cell.name} ({best.mean:,.1f})"
+    worst = ranked[-1][0].mean
+    share = (best.mean / worst - 1) if higher and worst > 0 else (1 - best.mean / worst if worst > 0 else 0)
+    noise = "" if _clear_lead(best, rest[0][0]) else ", within the repeats' spread of the next"
+    return f"{cell.name} ({best.mean:,.1f}; {share:+.0%} against the worst{noise})" if higher else \
+        f"{cell.name} ({best.mean:,.0f}; {share:.0%} lower than the worst{noise})"
+
+
+def who_wins(cells: Sequence[CellSummary]) -> list[str]:
+    """One line per question: which cell wins on single-stream speed, peak throughput, every level's
+    throughput and the top level's latency."""
+    ok = [c for c in cells if c.runs_ok]
+    if len(ok) < 2:
+        return []
+    lines = []
+    for what, value, higher in (("single-stream throughput", lambda c: c.single_stream_tok_s, True),
+                                ("peak throughput", lambda c: c.peak_tok_s, True)):
+        w = _winner(ok, value, higher)
+        if w:
+            lines.append(f"highest {what} (tok/s): {w}")
+    common = sorted(set.intersection(*(set(c.throughput_by_level) for c in ok)))
+    leaders = [max(ok, key=lambda c, lv=lv: c.throughput_by_level[lv].mean) for lv in common]
+    if common and all(lead is leaders[0] for lead in leaders):
+        lines.append(f"{leaders[0].name} has the highest throughput at every level here "
+                     f"({', '.join(map(str, common))})")
+    elif common:
+        lines.append("highest throughput by level: " + "; ".join(f"{lv}: {lead.name}"
+                                                                   for lv, lead in zip(common, leaders)))
+    if common:
+        top = common[-1]
+        w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)
+        if w:
+            lines.append(f"lowest mean latency at level {top} (ms): {w}")
+    return lines

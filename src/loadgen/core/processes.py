@@ -1,0 +1,35 @@
+"""Child processes that cannot outlive loadgen, and whether a process still exists."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """A `preexec_fn` for a child loadgen starts (a demo simulator, an ab sweep, a grid's server): on
+    Linux the kernel sends it `signum` when loadgen exits, however it exits (a second Ctrl-C leaves
+    with os._exit, which runs no cleanup; SIGKILL runs none either), so no child outlives it.
+    Elsewhere a no-op."""
+    def arm() -> None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(1, int(signum))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    return arm
+
+
+def pid_alive(pid: int) -> bool:
+    """Does a process with this pid exist (a zombie not yet reaped counts)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

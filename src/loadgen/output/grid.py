@@ -1,0 +1,66 @@
+"""Terminal rendering of a grid: one row per cell, its parameters as columns, and who wins on what."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.grid import CellSummary, who_wins
+from ..analysis.metrics import MeanSd
+
+
+def _ms(value: MeanSd | None, digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value.mean:,.{digits}f}" + (f" ± {value.sd:,.{digits}f}" if value.sd is not None else "")
+
+
+def _kv(cell: CellSummary) -> str:
+    """The boot log's KV size beside loadgen's estimate; "=" when they agree to the hundredth."""
+    logged, est = cell.kv_logged_mib, cell.kv_estimate_mib
+    if logged is None and est is None:
+        return "n/a"
+    if logged is None:
+        return f"est {est:.2f}"
+    if est is None:
+        return f"{logged:.2f}"
+    mark = "=" if f"{logged:.2f}" == f"{est:.2f}" else "≠"
+    return f"{logged:.2f} {mark} est {est:.2f}"
+
+
+def _per_slot(cell: CellSummary) -> str:
+    if cell.kv_logged_mib is None or not cell.n_slots:
+        return "n/a"
+    if cell.kv_unified:
+        return "shared"
+    return f"{cell.kv_logged_mib / cell.n_slots:.2f}"
+
+
+def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Table:
+    levels = sorted({lv for c in cells for lv in c.latency_by_level}, key=float)
+    table = Table(title="loadgen grid", header_style="bold")
+    for name in param_names:
+        table.add_column(name)
+    for name in ("runs ok", "single-stream\ntok/s", "peak tok/s", "peak\nat", "saturated\nat",
+                 *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)", "KV MiB\nper slot"):
+        table.add_column(name, justify="right")
+    for c in cells:
+        table.add_row(*(c.params.get(n, "") for n in param_names), f"{c.runs_ok}/{c.runs}",
+                      _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
+                      str(c.saturated_at if c.saturated_at is not None else "-"),
+                      *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
+    return table
+
+
+def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummary]) -> None:
+    """The table, the failures with their reasons, and one line per question of who wins."""
+    names = [p["name"] for p in doc.get("params", [])]
+    console.print(grid_table(cells, names))
+    for c in cells:
+        if c.failure:
+            console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True)
+    for line in who_wins(cells):
+        console.print(line, highlight=False, soft_wrap=True)

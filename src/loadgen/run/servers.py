@@ -1,0 +1,131 @@
+"""A server loadgen starts itself (a grid cell's llama-server): launched, waited for, stopped for sure.
+
+The server runs in a process group of its own (so a Ctrl-C at the terminal reaches loadgen, which
+decides, and so stopping it reaches any process it started) and gets SIGTERM from the kernel if
+loadgen dies without cleaning up (`core.processes.die_with_parent`). Its stdout and stderr go to
+a log file, never a pipe: a verbose server can never block on a pipe nobody reads. `stop` sends
+SIGTERM to the group, SIGKILL after a grace period, reaps it and checks by pid that it is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.processes import die_with_parent, pid_alive
+
+STOP_GRACE_S = 15
+
+
+class ServerStartError(Exception):
+    """The server's command could not be run at all (no such program, not executable)."""
+
+
+@dataclass
+class ServerProcess:
+    argv: list[str]
+    url: str
+    log_path: Path
+    proc: subprocess.Popen
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def launch(argv: Sequence[str], url: str, log_path: Path) -> ServerProcess:
+    """Start `argv` with its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        except OSError as exc:
+            raise ServerStartError(f"could not run {argv[0]}: {exc.strerror or exc}") from None
+    return ServerProcess(list(argv), url, log_path, proc)
+
+
+def health(url: str) -> tuple[int | None, str]:
+    """GET /health: (HTTP status or None when nothing answers, the error message if any)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status, ""
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read() or b"{}").get("error", {}).get("message", "")
+        except (ValueError, AttributeError):
+            message = ""
+        return exc.code, str(message)
+    except (urllib.error.URLError, OSError):
+        return None, ""
+
+
+def wait_ready(server: ServerProcess, timeout_s: float, *, stop_requested: Callable[[], bool],
+               on_wait: Callable[[float, str], None] | None = None, poll_s: float = 0.2) -> str | None:
+    """Wait until /health answers 200. None when it does, else why not: the server exited, did not
+    get healthy within `timeout_s`, or a stop was requested. `on_wait(elapsed_s, state)` is told
+    what the server is doing ("starting", "Loading model") while it waits."""
+    start = time.monotonic()
+    while True:
+        code = server.proc.poll()
+        if code is not None:
+            return f"the server exited with code {code} before it was healthy"
+        status, message = health(server.url)
+        if status == 200:
+            return None
+        if stop_requested():
+            return "interrupted while the server was starting"
+        elapsed = time.monotonic() - start
+        if elapsed > timeout_s:
+            return f"the server was not healthy within --wait-ready {timeout_s:g} s"
+        if on_wait is not None:
+            on_wait(elapsed, message or ("starting" if status is None else f"HTTP {status}"))
+        time.sleep(poll_s)
+
+
+def get_json(url: str, path: str) -> Any:
+    """A GET's JSON body, or None when it fails."""
+    try:
+        with urllib.request.urlopen(url + path, timeout=10) as resp:
+            return json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def stop(server: ServerProcess, grace_s: float = STOP_GRACE_S) -> int | None:
+    """Stop the server and everything in its process group; return its exit code. Raises
+    RuntimeError if its pid still exists afterwards (never expected: it has been reaped)."""
+    proc = server.proc
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)  # anything the server itself started and left behind
+    if pid_alive(proc.pid):
+        raise RuntimeError(f"the server (pid {proc.pid}) is still running after it was stopped")
+    return proc.returncode
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

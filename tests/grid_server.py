@@ -1,0 +1,72 @@
+"""A stand-in llama-server for `loadgen grid` tests: the simulator behind llama-server's flags and boot log.
+
+    python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
+
+It prints the boot-log lines loadgen reads (as llama-server does at -lv 4), refuses an unknown
+flag as llama-server does (exit 1), can exit with code 3 after N completion requests (a server that
+dies mid-sweep) or never finish loading (/health 503 forever).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from loadgen.sim import load_profile, start_simulator
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # llama-server's way: one line, exit 1
+        print(f"error: invalid argument: {message}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = Parser(add_help=False)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("-lv", type=int, default=3)
+    p.add_argument("--parallel", "-np", type=int, default=2)
+    p.add_argument("-c", type=int, default=2048)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--die-after", type=int, default=0)
+    p.add_argument("--load-forever", action="store_true")
+    return p.parse_args(argv)
+
+
+def boot_log(args: argparse.Namespace) -> None:
+    per_slot = args.c // args.parallel
+    if args.lv >= 4:
+        print(f"llama_context: n_seq_max     = {args.parallel}\nllama_context: n_ctx         = {args.c}\n"
+              f"llama_context: n_ctx_seq     = {per_slot}\nllama_context: kv_unified    = false\n"
+              f"llama_kv_cache: size = {args.c * 22.5 / 1024:7.2f} MiB ({per_slot:6d} cells,  30 layers, "
+              f"{args.parallel:2d}/{args.parallel} seqs), K (f16): 0.00 MiB, V (f16): 0.00 MiB")
+    print(f"srv    load_model: initializing, n_slots = {args.parallel}, n_ctx_slot = {per_slot}, kv_unified = 'false'",
+          flush=True)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    sim = await start_simulator(load_profile("smoke"), host=args.host, port=args.port, slots=args.parallel,
+                                time_scale=0.05, seed=args.seed, load_seconds=1e9 if args.load_forever else 0)
+    print(f"main: server is listening on http://{args.host}:{args.port}", flush=True)
+    seen = 0
+    while True:
+        await asyncio.sleep(0.01)
+        if sim.server._n_requests > seen:  # a line per request, as llama-server logs them
+            seen = sim.server._n_requests
+            print(f"completion request {seen}", flush=True)
+        if args.die_after and sim.server._n_requests >= args.die_after:
+            print("GGML_ASSERT: simulated crash", flush=True)
+            os._exit(3)
+
+
+def main() -> None:
+    args = parse(sys.argv[1:])
+    boot_log(args)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
