@@ -18,7 +18,6 @@ import pytest
 import uvloop
 
 from httpfixture import RawHttpServer, Request, response, self_signed_tls
-from loadgen.analysis.metrics import latency_ms
 from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.fast import FastTransport
 from loadgen.core.records import RequestRecord
@@ -146,22 +145,19 @@ def _sweep(url: str, out: Path, *args: str) -> tuple[dict, list[RequestRecord], 
 
 def test_a_levels_first_requests_do_not_pay_for_connecting(tmp_path):
     """c=256 against the 50 ms server: the level's requests go out on 256 connections opened before
-    its clock started, so the first round is as fast as the rest (it used to take 83-87 ms where
-    every later request took under 60)."""
+    its clock started (it used to open them with its first round, which then took 83-87 ms where
+    every later request took under 60). What that does to the latencies is measured by
+    benchmarks/connect_ahead.py; here, that no request of the level connected, by its own record and
+    by the server's count of the connections that carried them."""
     with start_nginx(ECHO_50MS, modules=("ngx_http_echo_module",)) as nginx:
         doc, recs, _ = _sweep(nginx.url, tmp_path / "run", "--concurrency", "256", "--duration", "2")
         log = [row for row in nginx.requests_log() if row[2] == "/completion"]
     level = doc["targets"][0]["levels"][0]
     assert level["connections_opened"] == 0 and level["requests_failed"] == 0
-    assert all(r.connect_us is None for r in recs)
+    assert "connect_ms" not in level or level["connect_ms"] is None
+    assert len(recs) > 256 and all(r.connect_us is None for r in recs)
     assert len({conn for conn, _, _ in log}) == 256  # the server saw 256 connections carry them all
-    by_send = sorted(recs, key=lambda r: r.send_ns)
-    first_round = sorted(latency_ms(r) for r in by_send[:256])
-    rest = sorted(latency_ms(r) for r in by_send[256:])
-    assert len(rest) > 256
-    # The medians of the first round and the rest: the same 50 ms server. Paying for 256 connects
-    # at once put the first round's ~30 ms above; a loaded machine moves both alike.
-    assert first_round[len(first_round) // 2] - rest[len(rest) // 2] < 10
+    assert len(log) == len(recs)
 
 
 def test_the_aiohttp_transport_opens_a_levels_connections_ahead_too(tmp_path):
