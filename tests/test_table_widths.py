@@ -18,11 +18,14 @@ from rich.console import Console
 
 from loadgen.analysis.compare import compare_sides
 from loadgen.analysis.depth import DepthRow, summarize_depth, with_change
+from loadgen.analysis.grid import CellSummary
+from loadgen.analysis.metrics import MeanSd
 from loadgen.analysis.prefill import summarize_prefill
 from loadgen.analysis.soak import summarize_soak
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
 from loadgen.output.comparison import comparison_table
+from loadgen.output.grid import grid_table
 from loadgen.output.layout import Grid, Num, rich_tables, text_of
 from loadgen.output.tables import run_grids
 from loadgen.results.reader import load_run
@@ -88,12 +91,24 @@ def comparison_grid() -> Grid:
     return comparison_table(compare_sides(side, side))
 
 
+def grid_summary_grid() -> Grid:
+    """A grid of two parameters over five levels, figures as big as a fast server's."""
+    cells = [CellSummary(
+        name=f"model={m}_parallel={n}", params={"model": f"Qwen3.6-35B-A3B-{m}.gguf", "parallel": str(n)}, runs_ok=3,
+        runs=3, failure=None, single_stream_tok_s=MeanSd(3, 12345.6, 234.5), peak_tok_s=MeanSd(3, 98765.4, 1234.5),
+        peak_at=64, saturated_at=32,
+        latency_by_level={lv: MeanSd(3, 123456.7 / lv, 1234.5) for lv in (1, 2, 4, 8, 16, 32, 64)},
+        kv_logged_mib=2560.0, kv_estimate_mib=2560.0, n_slots=n, kv_unified=False)
+        for m in ("Q4_K_M", "Q8_0") for n in (1, 4)]
+    return grid_table(cells, ["model", "parallel"])
+
+
 def every_grid() -> list[tuple[str, Grid]]:
     docs = {name: load_run(DATA / name) for name in GOLDEN}
     docs |= {"prefill": prefill_doc(), "depth": depth_doc(), "soak": soak_doc()}
     docs |= {f"{name} (wide)": widened(doc) for name, doc in list(docs.items())}
     grids = [(f"{name}: {g.title}", g) for name, doc in docs.items() for g in run_grids(doc)]
-    return grids + [("compare", comparison_grid())]
+    return grids + [("compare", comparison_grid()), ("grid", grid_summary_grid())]
 
 
 def rendered(grid: Grid, width: int) -> str:

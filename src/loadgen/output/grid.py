@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..analysis.grid import CellSummary, who_wins
 from ..analysis.metrics import MeanSd
+from .layout import Column, Grid
+from .layout import print_grid as print_layout
 
 
 def _ms(value: MeanSd | None, digits: int = 1) -> str:
@@ -39,26 +40,26 @@ def _per_slot(cell: CellSummary) -> str:
     return f"{cell.kv_logged_mib / cell.n_slots:.2f}"
 
 
-def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Table:
+def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid:
+    """A row per cell: its parameters (the key columns, repeated if the table must split), then its figures."""
     levels = sorted({lv for c in cells for lv in c.latency_by_level}, key=float)
-    table = Table(title="loadgen grid", header_style="bold")
-    for name in param_names:
-        table.add_column(name)
-    for name in ("runs ok", "single-stream\ntok/s", "peak tok/s", "peak\nat", "saturated\nat",
-                 *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)", "KV MiB\nper slot"):
-        table.add_column(name, justify="right")
+    grid = Grid("loadgen grid", [
+        *(Column(name, "left", key=True) for name in param_names),
+        *(Column(name) for name in ("runs ok", "single-stream\ntok/s", "peak tok/s", "peak\nat", "saturated\nat",
+                                    *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)",
+                                    "KV MiB\nper slot"))])
     for c in cells:
-        table.add_row(*(c.params.get(n, "") for n in param_names), f"{c.runs_ok}/{c.runs}",
-                      _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
-                      str(c.saturated_at if c.saturated_at is not None else "-"),
-                      *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
-    return table
+        grid.add_row(*(c.params.get(n, "") for n in param_names), f"{c.runs_ok}/{c.runs}",
+                     _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
+                     str(c.saturated_at if c.saturated_at is not None else "-"),
+                     *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
+    return grid
 
 
 def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummary]) -> None:
     """The table, the failures with their reasons, and one line per question of who wins."""
     names = [p["name"] for p in doc.get("params", [])]
-    console.print(grid_table(cells, names))
+    print_layout(grid_table(cells, names), console)
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True)
