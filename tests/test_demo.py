@@ -18,10 +18,12 @@ def test_demo_sweeps_two_simulators_and_gives_a_verdict_for_each(tmp_path):
     assert (moe["label"], dense["label"]) == ("moe-35b-a3b", "dense-27b")
     for t in (moe, dense):
         assert [lv["concurrency"] for lv in t["levels"]] == [1, 2, 4, 8]
-        # Below its 4 slots a server of this shape never makes a request wait for a slot. (With
-        # the simulators on the client's event loop its stalls, ×17 in simulated time, did.)
+        # Below its 4 slots a server of this shape never defers a request, by its own /metrics.
+        # (Whether a request's wait looked like queuing from the client's side is not asserted: on
+        # a loaded machine a simulator process's scheduling delay, ×17 in simulated time, is a wait
+        # too, and the verdict then says it was not for a slot.)
         below = [v for v in t["verdict"]["levels"] if v["level"] < 4]
-        assert [v["level"] for v in below] == [1, 2] and all(v["queued"] == 0 for v in below), below
+        assert [v["level"] for v in below] == [1, 2] and all(v["peak_deferred"] == 0 for v in below), below
         assert t["verdict"]["saturated_at"] == 4  # = its 4 slots, as in the field report
         assert f"{t['label']} saturates at concurrency 4 = its 4 slots." in proc.stdout
     # the field report measured the MoE 3.71-4.63x ahead at every level

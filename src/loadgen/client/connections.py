@@ -208,10 +208,7 @@ class SocketConnection(Exchange):
         if not size:  # the server closed its side: close ours too
             self._broken(None)
             return
-        t_ns = now_ns()
-        if anc:
-            t_ns = kernel_time(anc, t_ns)
-        self._received(buffer[:size].tobytes(), t_ns)
+        self._received(buffer[:size].tobytes(), kernel_time(anc) if anc else now_ns())
         # A reset that came in with these bytes: uvloop (libuv) runs this callback once for it and
         # then stops watching the socket, so the error must be picked up now or never.
         if self._fd >= 0:
@@ -302,19 +299,35 @@ def enable_rx_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def kernel_time(anc: list[tuple[int, int, bytes]], now: int) -> int:
-    """A read's arrival on the monotonic clock: `now` less the age of the kernel's stamp.
+def kernel_time(anc: list[tuple[int, int, bytes]]) -> int:
+    """A read's arrival on the monotonic clock: now less the age of the kernel's stamp.
 
-    The stamp is on the wall clock (CLOCK_REALTIME), so its age is taken against the wall clock
-    read at the same moment as `now`; a stamp from the future or implausibly old is ignored.
+    The stamp is on the wall clock (CLOCK_REALTIME), so its age is taken against the wall clock read
+    at the same moment as the monotonic one (`clock_pair`); a stamp from the future or implausibly
+    old is ignored (the read is then dated now).
     """
+    mono, real = clock_pair()
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
             sec, nsec = _TIMESPEC.unpack_from(data)
-            age = _realtime_ns() - (sec * 1_000_000_000 + nsec)
+            age = real - (sec * 1_000_000_000 + nsec)
             if 0 <= age < _MAX_STAMP_AGE_NS:
-                return now - age
-    return now
+                return mono - age
+    return mono
+
+
+def clock_pair() -> tuple[int, int]:
+    """(monotonic, wall) clock readings of one moment: the wall clock read between two monotonic
+    readings, again when the process was preempted in between (more than 20 µs apart), up to four
+    times. Read one after the other with work between them, a preemption on a busy machine put the
+    two readings milliseconds apart, and a response was dated before its request was sent."""
+    for _ in range(4):
+        before = now_ns()
+        real = _realtime_ns()
+        after = now_ns()
+        if after - before <= 20_000:
+            break
+    return (before + after) // 2, real
 
 
 _TIMESPEC = struct.Struct("qq")
