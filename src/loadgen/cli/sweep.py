@@ -7,6 +7,7 @@ import socket
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -20,11 +21,11 @@ from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
-from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
 from .shared import checking_only, prompt_source, prompt_source_options, request_options, target_options
+from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
 
 @click.command()
 @target_options
@@ -66,11 +67,12 @@ from .shared import checking_only, prompt_source, prompt_source_options, request
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@workers_option
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure) -> None:
+          histograms, transport, insecure, workers) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -92,6 +94,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
+    config = replace(config, workers=resolve_workers(workers, config))
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
@@ -175,12 +178,13 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                await run_sweep(run, observer)
+                await sweep_with_workers(run, observer, out_dir)
 
     try:
         execution = execute(run, out_dir, main, kind=kind, err=err)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
+    remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import export, is_hgrm_name, select
     from ..output.files import remove_files

@@ -72,6 +72,8 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
+    # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
+    workers: int = 1
 
     @property
     def open_loop(self) -> bool:
@@ -128,6 +130,7 @@ class SweepConfig:
             "cache_prompt": False,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
+            "workers": self.workers,
         }
 
 
