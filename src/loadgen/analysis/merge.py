@@ -5,8 +5,10 @@ one process would: a closed loop's C workers are dealt out as evenly as they go 
 processes: 3, 3, 2, 2) with the request budget in proportion; an open loop's schedule is dealt
 out request by request (process k sends requests k, k+N, k+2N, ... at their own intended times), so
 the merged intended send times are the one-process schedule exactly, not N copies of the rate.
-Every process counts its requests 0, 1, 2, ...; request s of process k of N is request s×N + k
-of the level, which for an open loop is its place in the schedule.
+Every process counts its requests 0, 1, 2, ...; the level numbers them as one process would: with
+a request budget each process's requests follow the previous process's (0..11, 12..23, ...), else
+request s of process k of N is request s×N + k of the level, which for an open loop is its place
+in the schedule.
 
 What comes back is merged without losing exactness: records are concatenated, HdrHistograms are
 added bucket by bucket (never percentiles averaged), counters summed; the client's own load stays
@@ -33,6 +35,7 @@ class Share:
                      requests in flight (0: none)
     first_worker     closed loop: the level-wide number of its first worker (records' `worker`)
     requests         closed loop with a request budget: its part of it; None otherwise
+    first_seq        with that budget: the level-wide number of its first request (None: interleaved)
     offsets_ns       open loop: its requests' intended send times since the level's start
     start_after_ns   closed loop with a stagger: its first worker's first send, after the level's start
     stagger_s        closed loop: the stagger over its own workers (the level's, in proportion)
@@ -43,6 +46,7 @@ class Share:
     concurrency: int
     first_worker: int = 0
     requests: int | None = None
+    first_seq: int | None = None
     offsets_ns: tuple[int, ...] | None = None
     start_after_ns: int = 0
     stagger_s: float = 0.0
@@ -76,12 +80,14 @@ def closed_shares(concurrency: int, processes: int, requests: int | None, stagge
     """
     counts = [c for c in split_count(concurrency, min(processes, concurrency)) if c]
     budgets = split_in_proportion(requests, counts) if requests is not None else [None] * len(counts)
-    shares, first = [], 0
+    shares, first, first_seq = [], 0, 0
     for index, (count, budget) in enumerate(zip(counts, budgets)):
         shares.append(Share(index=index, of=len(counts), concurrency=count, first_worker=first, requests=budget,
+                            first_seq=None if budget is None else first_seq,
                             start_after_ns=round(first * stagger_s * 1e9 / concurrency),
                             stagger_s=count * stagger_s / concurrency))
         first += count
+        first_seq += budget or 0
     return shares
 
 
@@ -93,16 +99,19 @@ def open_shares(offsets_ns: Sequence[int], processes: int, max_in_flight: int | 
     """
     n = max(1, min(processes, len(offsets_ns), max_in_flight or processes))
     caps = split_count(max_in_flight, n) if max_in_flight else [0] * n
-    return [Share(index=k, of=n, concurrency=caps[k], offsets_ns=tuple(offsets_ns[k::n])) for k in range(n)]
+    return [Share(index=k, of=n, concurrency=caps[k], offsets_ns=tuple(int(x) for x in offsets_ns[k::n])) for k in range(n)]
 
 
 def level_seq(local_seq: int, share: Share) -> int:
     """The level-wide number of a process's request `local_seq`."""
+    if share.first_seq is not None:
+        return share.first_seq + local_seq
     return local_seq * share.of + share.index
 
 
 def process_of(seq: int, processes: int) -> int:
-    """Which of a level's `processes` sent its request `seq` (the inverse of `level_seq`)."""
+    """Which of a level's `processes` sent its request `seq` when they are interleaved (an open
+    loop, or a closed loop run for a duration): the inverse of `level_seq` there."""
     return seq % processes
 
 

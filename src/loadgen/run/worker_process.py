@@ -70,6 +70,19 @@ class RecordsFile:
         os.close(self._fd)
 
 
+class RenumberedBackend:
+    """A backend that builds request s of this process as the level's request `level_seq(s)`, so a
+    dataset's prompts go to the same requests as in one process (prompt i mod their count)."""
+
+    def __init__(self, backend: Backend, share: Share):
+        self._backend, self._share = backend, share
+        self.name, self.method, self.path, self.stream = backend.name, backend.method, backend.path, backend.stream
+        self.parse, self.event_reader = backend.parse, backend.event_reader
+
+    def build(self, salt: str, index: int = 0) -> bytes:
+        return self._backend.build(salt, level_seq(index, self._share))
+
+
 class Worker:
     """The worker's state across levels: one transport per target, opened once."""
 
@@ -89,7 +102,7 @@ class Worker:
             await transport.close()
 
 
-async def _run_share(p: Prepare, start_ns: int, transport: Transport, backend: Backend,
+async def _run_share(p: Prepare, start_ns: int, transport: Transport, backend: Any,
                      sink: RecordsFile) -> LevelDone:
     """The share's requests from `start_ns` on; the level's end as this process saw it."""
     level, share = sink.level, p.share
@@ -125,7 +138,7 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue) -> bool:
     """One level: prepare, wait for the go, run until done or stopped. False: the parent is gone."""
     try:
         transport = await worker.transport(p)
-        backend = make_backend(p.api, p.generation, p.model)
+        backend = RenumberedBackend(make_backend(p.api, p.generation, p.model), p.share)
         level = LevelRun(target=p.label, concurrency=p.share.concurrency, rate=p.rate, prompt_tokens=p.prompt_tokens)
         sink = RecordsFile(level, p.share, p.level, p.records_path)
     except Exception as exc:  # noqa: BLE001 - told to the parent, which reports it as the level's end
