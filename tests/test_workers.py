@@ -189,3 +189,27 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "gone"
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "1") as slow:
+        out = tmp_path / "r"
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "4", "--duration", "600",
+                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for k in (0, 1):
+                _wait_for(lambda: _lines(out / "workers" / f"worker-{k}.jsonl") >= 2, f"worker {k}'s first records")
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, err
+    [level] = _levels(out)
+    assert level["stopped_reason"] == "interrupted"
+    records = _records(out)
+    assert Counter(r.error_kind for r in records)["cancelled"] == 4  # every request in flight, recorded
+    assert [w["records"] for w in level["workers"]] == [sum(1 for r in records if r.worker in ws) for ws in ({0, 1}, {2, 3})]
+    assert all(w["records"] >= 2 for w in level["workers"])
