@@ -9,7 +9,8 @@ Version history (SCHEMA_VERSION):
        "rate"), streaming figures, schedule lag, and per level the client's own load
        (loop_lag_p99_ms, loop_lag_max_ms, client_cpu_fraction); per target "read_clock".
        Added since, without a bump (older files lack them, readers default them): per level
-       "concurrency_reached"; config "stagger_s".
+       "concurrency_reached"; config "stagger_s"; config "workers" and, in a run by worker
+       processes, per level "workers" (each process's part and load).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
