@@ -16,6 +16,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -33,13 +35,36 @@ from .salts import new_decimal_salt
 from .worker_protocol import Go, LevelDone, Prepare, Ready, frame, read_to_worker
 
 
-class RecordsFile:
-    """The engine's observer in a worker: appends the level's records to a file as they come."""
+class FileOut:
+    """Where a worker process's records go: its records file, appended to."""
 
-    def __init__(self, level: LevelRun, share: Share, key: int | float, path: str):
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def write(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self._fd, data):]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+@dataclass(frozen=True)
+class Outlet:
+    """How a worker talks back: `send` a message to the parent, `records(path)` opens where a
+    level's records go (a file here; a buffer the parent drains in a Ray actor, run/ray_workers.py)."""
+
+    send: Callable[[Any], None]
+    records: Callable[[str], Any]
+
+
+class RecordsFile:
+    """The engine's observer in a worker: appends the level's records to its outlet as they come."""
+
+    def __init__(self, level: LevelRun, share: Share, key: int | float, out: Any):
         self.level, self.share, self.key = level, share, key
         self.kept: list[RequestRecord] = []  # for the level's histograms
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._out = out
         self._scheduled = False
         self._encode = msgspec.json.Encoder().encode
 
@@ -61,13 +86,11 @@ class RecordsFile:
         batch = [replace(r, level=key, worker=r.worker + first, seq=level_seq(r.seq, share)) for r in records]
         records.clear()
         self.kept.extend(batch)
-        data = b"".join(self._encode(r) + b"\n" for r in batch)
-        while data:
-            data = data[os.write(self._fd, data):]
+        self._out.write(b"".join(self._encode(r) + b"\n" for r in batch))
 
     def close(self) -> None:
         self.flush()
-        os.close(self._fd)
+        self._out.close()
 
 
 class RenumberedBackend:
@@ -134,17 +157,17 @@ def _send(message: Any) -> None:
         data = data[os.write(1, data):]
 
 
-async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue) -> bool:
+async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue, outlet: Outlet) -> bool:
     """One level: prepare, wait for the go, run until done or stopped. False: the parent is gone."""
     try:
         transport = await worker.transport(p)
         backend = RenumberedBackend(make_backend(p.api, p.generation, p.model), p.share)
         level = LevelRun(target=p.label, concurrency=p.share.concurrency, rate=p.rate, prompt_tokens=p.prompt_tokens)
-        sink = RecordsFile(level, p.share, p.level, p.records_path)
+        sink = RecordsFile(level, p.share, p.level, outlet.records(p.records_path))
     except Exception as exc:  # noqa: BLE001 - told to the parent, which reports it as the level's end
-        _send(Ready(pid=os.getpid(), host=socket.gethostname(), error=f"{type(exc).__name__}: {exc}"))
+        outlet.send(Ready(pid=os.getpid(), host=socket.gethostname(), error=f"{type(exc).__name__}: {exc}"))
         return True
-    _send(Ready(pid=os.getpid(), host=socket.gethostname()))
+    outlet.send(Ready(pid=os.getpid(), host=socket.gethostname()))
     go = await inbox.get()
     if not isinstance(go, Go):
         sink.close()
@@ -166,8 +189,23 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue) -> bool:
                          read_clock=transport.read_clock,
                          histograms={n: h.encode() for n, h in process_histograms(sink.kept).items()})
     if not parent_gone:
-        _send(done)
+        outlet.send(done)
     return not parent_gone
+
+
+async def serve_inbox(inbox: asyncio.Queue, outlet: Outlet) -> None:
+    """Run the levels the parent's messages ask for until it goes (None in the inbox)."""
+    worker = Worker()
+    try:
+        while True:
+            message = await inbox.get()
+            if message is None:
+                return
+            # A Go or Stop outside a level (a Stop that crossed the level's end) has nothing to do.
+            if isinstance(message, Prepare) and not await _level(worker, message, inbox, outlet):
+                return
+    finally:
+        await worker.close()
 
 
 async def serve() -> None:
@@ -182,18 +220,10 @@ async def serve() -> None:
         inbox.put_nowait(None)
 
     listener = asyncio.ensure_future(listen())
-    worker = Worker()
     try:
-        while True:
-            message = await inbox.get()
-            if message is None:
-                return
-            # A Go or Stop outside a level (a Stop that crossed the level's end) has nothing to do.
-            if isinstance(message, Prepare) and not await _level(worker, message, inbox):
-                return
+        await serve_inbox(inbox, Outlet(send=_send, records=FileOut))
     finally:
         listener.cancel()
-        await worker.close()
 
 
 def main() -> None:

@@ -60,12 +60,44 @@ def auto_workers(urls: list[str], cores: int | None = None) -> int:
     return max(1, cores - (1 if local else 0))
 
 
+class WorkerHandle:
+    """The parent's side of one worker: messages to it, its answers in `inbox` (a `str` saying how
+    it ended once it has), and the records of the level it runs.
+
+    `shift_ns` is what to subtract from a worker's clock readings to put them on this process's
+    monotonic clock: 0 on this machine (one clock), the difference of the two clocks' offsets to
+    wall time on another (run/ray_workers.py).
+    """
+
+    index: int
+    inbox: asyncio.Queue
+    shift_ns: int = 0
+
+    @property
+    def alive(self) -> bool: ...
+
+    def send(self, message: Any) -> None: ...
+
+    def records_path(self, folder: Path) -> str: ...
+
+    async def read_records(self) -> bytes:
+        """The bytes of records appended since the last call."""
+        ...
+
+    def end_level(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass
-class _Process:
+class _Process(WorkerHandle):
+    """A worker process on this machine: messages over its stdin/stdout, records through a file."""
+
     index: int
     proc: asyncio.subprocess.Process
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     reader: asyncio.Task | None = None
+    _file: Any = None
 
     @property
     def alive(self) -> bool:
@@ -75,6 +107,35 @@ class _Process:
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.write(frame(message))
 
+    def records_path(self, folder: Path) -> str:
+        self.end_level()
+        self._path = folder / f"worker-{self.index}.jsonl"
+        return str(self._path)
+
+    async def read_records(self) -> bytes:
+        if self._file is None:
+            self._file = open(self._path, "rb")  # created before the worker said it was ready
+        return self._file.read()
+
+    def end_level(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    async def close(self) -> None:
+        self.end_level()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+
 
 def _exit_text(code: int | None) -> str:
     if code is not None and code < 0:
@@ -82,36 +143,49 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-class _Tail:
-    """Reads the records the workers append to their files, as the files grow."""
+def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
+    def on(ns: int | None) -> int | None:
+        return None if ns is None else ns - shift_ns
 
-    def __init__(self, paths: list[Path], level: LevelRun, obs: RunObserver):
-        self.level, self.obs = level, obs
-        self._files = [open(p, "rb") for p in paths]
-        self._rest = [b""] * len(paths)
+    return msgspec.structs.replace(r, send_ns=on(r.send_ns), complete_ns=on(r.complete_ns), headers_ns=on(r.headers_ns),
+                                   intended_ns=on(r.intended_ns), first_token_ns=on(r.first_token_ns),
+                                   last_token_ns=on(r.last_token_ns))
+
+
+class _Tail:
+    """Reads the records the workers append as they come, into the level and the observer."""
+
+    def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver):
+        self.handles, self.level, self.obs = handles, level, obs
+        self._rest = [b""] * len(handles)
         self._decode = msgspec.json.Decoder(RequestRecord).decode_lines
 
-    def read(self) -> None:
-        for i, f in enumerate(self._files):
-            data = self._rest[i] + f.read()
+    async def read(self) -> None:
+        for i, h in enumerate(self.handles):
+            data = self._rest[i] + await h.read_records()
             cut = data.rfind(b"\n") + 1
             self._rest[i] = data[cut:]
             if cut:
                 records = self._decode(data[:cut])
+                if h.shift_ns:
+                    records = [_on_this_clock(r, h.shift_ns) for r in records]
                 self.level.records.extend(records)
                 request_done = self.obs.request_done
                 for r in records:
                     request_done(r)
 
-    async def follow(self) -> None:
-        while True:
-            await asyncio.sleep(TAIL_INTERVAL_S)
-            self.read()
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Read every TAIL_INTERVAL_S until `stop` is set (never cancelled in a read: a Ray
+        worker's drained records would be lost with it)."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), TAIL_INTERVAL_S)
+            await self.read()
 
-    def close(self) -> None:
-        self.read()
-        for f in self._files:
-            f.close()
+    async def close(self) -> None:
+        await self.read()
+        for h in self.handles:
+            h.end_level()
 
 
 class WorkerPool:
@@ -123,7 +197,7 @@ class WorkerPool:
 
     def __init__(self, processes: int, folder: Path, preexec_fn: Callable[[], None] | None = None):
         self.size, self.folder, self.preexec_fn = processes, folder, preexec_fn
-        self.processes: list[_Process | None] = [None] * processes
+        self.processes: list[WorkerHandle | None] = [None] * processes
         # (target, level) -> metric -> [each worker's histogram]; see `merged_histograms`.
         self.histograms: dict[tuple[str, int | float], dict[str, list[HdrHistogram]]] = {}
 
@@ -136,7 +210,7 @@ class WorkerPool:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _start(self, k: int) -> _Process:
+    async def _start(self, k: int) -> WorkerHandle:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "loadgen.run.worker_process", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self.preexec_fn)
@@ -152,21 +226,7 @@ class WorkerPool:
         p.inbox.put_nowait(_exit_text(await p.proc.wait()))
 
     async def close(self) -> None:
-        for p in self.processes:
-            if p is not None and p.proc.stdin is not None:
-                p.proc.stdin.close()
-        for p in self.processes:
-            if p is None:
-                continue
-            try:
-                await asyncio.wait_for(p.proc.wait(), 10)
-            except asyncio.TimeoutError:
-                p.proc.kill()
-                await p.proc.wait()
-            if p.reader is not None:
-                p.reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await p.reader
+        await asyncio.gather(*(p.close() for p in self.processes if p is not None))
 
     def merged_histograms(self) -> dict[tuple[str, int | float], dict[str, tuple[list[HdrHistogram], HdrHistogram]]]:
         """Per target and level, per metric: every worker's histogram and their sum."""
@@ -190,7 +250,7 @@ class WorkerPool:
         pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
         procs = [self.processes[k] if (p := self.processes[k]) is not None and p.alive else await self._start(k)
                  for k in range(len(shares))]
-        paths = [self.folder / f"worker-{k}.jsonl" for k in range(len(shares))]
+        paths = [p.records_path(self.folder) for p in procs]
         for p, share, path in zip(procs, shares, paths):
             p.send(Prepare(
                 url=t.target.url, label=t.label, api=config.api, model=t.model, generation=generation,
@@ -198,7 +258,7 @@ class WorkerPool:
                 insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True,
                 pool=math.ceil(pool / self.size) if pool else 0, decimal_salt=options.salt is new_decimal_salt,
                 give_up_after=options.give_up_after, level=level.level, rate=level.rate,
-                prompt_tokens=level.prompt_tokens, share=share, duration_s=duration_s, records_path=str(path)))
+                prompt_tokens=level.prompt_tokens, share=share, duration_s=duration_s, records_path=path))
         answers = [await p.inbox.get() for p in procs]
         failed = [(k, a if isinstance(a, str) else a.error) for k, a in enumerate(answers)
                   if not isinstance(a, Ready) or a.error]
@@ -208,19 +268,22 @@ class WorkerPool:
                     p.send(Stop())
             level.start_ns = level.end_ns = now_ns()
             level.stopped_reason, level.finished = f"worker {failed[0][0]} could not start: {failed[0][1]}", True
+            for p in procs:
+                p.end_level()
             return None
-        return await self._go(config, t, level, procs, shares, answers, paths, requests, duration_s, obs)
+        return await self._go(t, level, procs, shares, answers, requests, duration_s, obs)
 
-    async def _go(self, config: SweepConfig, t: TargetRun, level: LevelRun, procs: list[_Process],
-                  shares: list[Share], readies: list[Any], paths: list[Path], requests: int | None,
-                  duration_s: float | None, obs: RunObserver) -> ClientLoad | None:
+    async def _go(self, t: TargetRun, level: LevelRun, procs: list[WorkerHandle], shares: list[Share],
+                  readies: list[Any], requests: int | None, duration_s: float | None,
+                  obs: RunObserver) -> ClientLoad | None:
         start = now_ns() + BARRIER_LEAD_NS
         level.start_ns = start
         obs.level_started(level, requests, duration_s)
-        tail = _Tail(paths, level, obs)
-        follower = asyncio.ensure_future(tail.follow())
+        tail = _Tail(procs, level, obs)
+        stop_following = asyncio.Event()
+        follower = asyncio.ensure_future(tail.follow(stop_following))
         for p in procs:
-            p.send(Go(start_ns=start))
+            p.send(Go(start_ns=start + p.shift_ns))
         ends: list[Any] = [None] * len(procs)
         try:
             for k, p in enumerate(procs):
@@ -235,17 +298,18 @@ class WorkerPool:
             level.stopped_reason = level.stopped_reason or "interrupted"
             raise
         finally:
-            follower.cancel()
-            tail.close()
-            load = self._merge(t, level, shares, readies, ends, obs)
+            stop_following.set()
+            await follower
+            await tail.close()
+            load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], obs)
             level.finished = True
         return load
 
     def _merge(self, t: TargetRun, level: LevelRun, shares: list[Share], readies: list[Any], ends: list[Any],
-               obs: RunObserver) -> ClientLoad | None:
+               shifts: list[int], obs: RunObserver) -> ClientLoad | None:
         """The workers' ends folded into the level: its end, why it stopped, per-worker figures."""
-        done = [e for e in ends if isinstance(e, LevelDone)]
-        level.end_ns = max([e.end_ns for e in done], default=now_ns())
+        level.end_ns = max([e.end_ns - shift for e, shift in zip(ends, shifts) if isinstance(e, LevelDone)],
+                           default=now_ns())
         reasons = [f"worker {k} {e}" if isinstance(e, str) else e.stopped_reason for k, e in enumerate(ends)
                    if e is None or isinstance(e, str) or e.stopped_reason]
         if reasons and level.stopped_reason is None:
