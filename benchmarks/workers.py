@@ -54,7 +54,7 @@ class BenchNginx(Nginx):
         if self.stream:
             (self.dir / "completion").write_text(SSE_BODY)
             start = conf.index("        location = /completion {")
-            end = conf.index("}", start) + 1
+            end = conf.index("\n        }\n", start) + len("\n        }")
             conf = conf[:start] + f"""        location = /completion {{
             root {self.dir};
             default_type text/event-stream;

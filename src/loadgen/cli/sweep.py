@@ -7,7 +7,6 @@ import socket
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -72,7 +71,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, workers) -> None:
+          histograms, transport, insecure, workers, ray_address) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -94,7 +93,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
-    config = replace(config, workers=resolve_workers(workers, config))
+    config = resolve_workers(workers, ray_address, config)
     ensure_open_files(connections_needed(config))
     if checking_only():
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..output.worker_hlog import worker_hlog
 from ..run.config import SweepConfig
 from ..run.model import Run, RunObserver
 from ..run.sweep import run_sweep
+from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray
 from ..run.workers import WorkerPool, auto_workers
 from .common import die_with_parent
 
@@ -44,29 +46,45 @@ class Workers(click.ParamType):
 
 
 def workers_option(f: Callable) -> Callable:
+    f = click.option(
+        "--ray", "ray_address", is_flag=False, flag_value=LOCAL, default=None, metavar="[ADDRESS]",
+        help="Run the --workers as Ray actors across a Ray cluster: ADDRESS (auto: the running one), or "
+             f"none for a local cluster started for the run. Needs Ray: {RAY_INSTALL}.")(f)
     return click.option(
         "--workers", type=Workers(), default=1, show_default=True,
         help="Share every level over N processes on this machine (auto: one per core, less one when a "
              "target is local), each with its own event loop and connections; the results are merged.")(f)
 
 
-def resolve_workers(workers: int | str, config: SweepConfig) -> int:
-    """The number of processes `--workers` asks for, checked against the rest of the config."""
-    n = auto_workers([t.url for t in config.targets]) if workers == "auto" else int(workers)
-    if n > 1 and config.parallel_targets:
+def resolve_workers(workers: int | str, ray_address: str | None, config: SweepConfig) -> SweepConfig:
+    """The config with the processes (or Ray actors) `--workers`/`--ray` ask for, checked against the rest."""
+    if ray_address is not None:
+        import_ray()
+        n = 0 if workers == "auto" else int(workers)  # auto: one actor per CPU of the cluster
+    else:
+        n = auto_workers([t.url for t in config.targets]) if workers == "auto" else int(workers)
+    several = n != 1 or ray_address is not None
+    if several and config.parallel_targets:
         raise ConfigError("--workers shares one target's levels over processes; with --parallel-targets "
                           "run one loadgen per target instead")
-    if n > 1 and config.time_scale != 1.0:
+    if several and config.time_scale != 1.0:
         raise ConfigError("--workers cannot run the demo's simulated time")
-    return n
+    return replace(config, workers=n, ray_address=ray_address)
 
 
 async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path) -> None:
     """`run_sweep` with its levels sent by `run.config.workers` processes (one: this process)."""
-    if run.config.workers <= 1:
+    config = run.config
+    if config.workers == 1 and config.ray_address is None:
         await run_sweep(run, obs)
         return
-    async with WorkerPool(run.config.workers, out_dir / WORKERS_DIR, die_with_parent(signal.SIGTERM)) as pool:
+    if config.ray_address is not None:
+        obs.message(f"starting {config.workers or 'one per CPU of the cluster'} Ray actor(s) "
+                    f"({'a local cluster' if config.ray_address == LOCAL else config.ray_address})")
+        pool: WorkerPool = RayPool(config.workers, config.ray_address, out_dir / WORKERS_DIR)
+    else:
+        pool = WorkerPool(config.workers, out_dir / WORKERS_DIR, die_with_parent(signal.SIGTERM))
+    async with pool:
         try:
             await run_sweep(run, obs, level_runner=pool)
         finally:
