@@ -97,9 +97,10 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def sweep(url: str, workers: int, seconds: float, stream: bool, out: Path, server: BenchNginx) -> dict:
+def sweep(url: str, workers: int | str, seconds: float, stream: bool, out: Path, server: BenchNginx) -> dict:
+    processes = ["--workers", "2", "--ray"] if workers == "ray" else ["--workers", str(workers)]
     cmd = [*LOADGEN, "sweep", "--url", url, "--concurrency", "64", "--duration", str(seconds), "--warmup", "2",
-           "--workers", str(workers), "--output", str(out), "--force", "--no-histograms",
+           *processes, "--output", str(out), "--force", "--no-histograms",
            *(["--stream"] if stream else [])]
     cpu0, server0 = children_cpu_s(), server.cpu_s()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -133,6 +134,8 @@ def main() -> int:
     ap.add_argument("--long", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--parts", default="nonstream,stream")
+    ap.add_argument("--ray", action="store_true", help="also 2 Ray actors on a local cluster (requests/s only: "
+                                                       "the actors' CPU is not the sweep's children's)")
     args = ap.parse_args()
     binary = ensure_nginx()
     tmp = Path(tempfile.mkdtemp(prefix="loadgen-bench-workers-"))
@@ -141,10 +144,11 @@ def main() -> int:
         server = BenchNginx(binary, stream)
         server.start()
         try:
-            rows: dict[int, list[dict]] = {1: [], 2: []}
+            variants: list[int | str] = [1, 2, *(["ray"] if args.ray else [])]
+            rows: dict[int | str, list[dict]] = {v: [] for v in variants}
             exact = None
             for r in range(args.rounds):
-                for workers in ((1, 2) if r % 2 == 0 else (2, 1)):
+                for workers in (variants if r % 2 == 0 else variants[::-1]):
                     short = sweep(server.url, workers, args.short, stream, tmp / f"s{workers}", server)
                     long = sweep(server.url, workers, args.long, stream, tmp / f"l{workers}", server)
                     if workers == 2:
@@ -161,10 +165,11 @@ def main() -> int:
         print("| --workers | client CPU µs/request | requests/s | events/s | server CPU (cores) |")
         print("| --- | --- | --- | --- | --- |")
         med = {w: {k: statistics.median(x[k] for x in rows[w]) for k in rows[w][0]} for w in rows}
-        for w in (1, 2):
+        for w in variants:
             m = med[w]
-            print(f"| {w} | {m['cpu_us_per_req']:.1f} | {m['req_s']:,.0f} | "
-                  f"{m['req_s'] * per_event:,.0f} | {m['server_share']:.2f} |")
+            cpu = "n/a" if w == "ray" else f"{m['cpu_us_per_req']:.1f}"
+            name = "2 --ray (local cluster)" if w == "ray" else w
+            print(f"| {name} | {cpu} | {m['req_s']:,.0f} | {m['req_s'] * per_event:,.0f} | {m['server_share']:.2f} |")
         print(f"CPU per request, 2 vs 1: {med[2]['cpu_us_per_req'] / med[1]['cpu_us_per_req']:.2f}x; "
               f"requests/s, 2 vs 1: {med[2]['req_s'] / med[1]['req_s']:.2f}x; "
               f"merged latency histogram equals the all-records one: {exact}")

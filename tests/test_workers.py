@@ -213,3 +213,25 @@ def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
     assert Counter(r.error_kind for r in records)["cancelled"] == 4  # every request in flight, recorded
     assert [w["records"] for w in level["workers"]] == [sum(1 for r in records if r.worker in ws) for ws in ({0, 1}, {2, 3})]
     assert all(w["records"] >= 2 for w in level["workers"])
+
+
+def test_a_soak_over_two_workers(sim, tmp_path) -> None:
+    out = tmp_path / "s"
+    done = subprocess.run([*LOADGEN, "soak", "--url", sim.url, "--concurrency", "3", "--duration", "2",
+                           "--checkpoint-interval", "1s", "--n-predict", "8", "--workers", "2", "--output", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    target = json.loads((out / "run.json").read_text())["targets"][0]
+    [level] = target["levels"]
+    assert [w["concurrency"] for w in level["workers"]] == [2, 1]
+    records = _records(out)
+    assert level["requests_ok"] == target["soak"]["requests_ok"] == len(records) == sum(
+        w["records"] for w in level["workers"])
+    assert sorted({r.worker for r in records}) == [0, 1, 2]
+
+
+def test_a_soak_of_two_targets_over_workers_is_refused(sim, tmp_path) -> None:
+    done = subprocess.run([*LOADGEN, "soak", "--url", sim.url, "--url", sim.url.replace("127.0.0.1", "localhost"), "--workers", "2",
+                           "--output", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "soak --workers loads one target; run one soak per target" in done.stderr

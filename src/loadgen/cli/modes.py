@@ -27,6 +27,7 @@ from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
 
 
 
@@ -65,6 +66,7 @@ def _run(run: Run, out_dir: Path, main: Callable, err: Console) -> None:
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
+    remove_worker_files(out_dir)
     sys.exit(_finish(execution, out_dir, err))
 
 
@@ -161,10 +163,11 @@ def depth_command(ports, host, urls, labels, api, model, api_key, transport, ins
               help="Seconds between scrapes of each server's /metrics and /slots.")
 @prompt_source_options
 @request_options
+@workers_option
 def soak_command(ports, host, urls, labels, api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
-                 wait_ready_s, output, force) -> None:
+                 wait_ready_s, output, force, workers, ray_address) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
@@ -174,6 +177,8 @@ def soak_command(ports, host, urls, labels, api, model, api_key, transport, inse
                        concurrency=concurrency, probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
+    base = resolve_workers(workers, ray_address, base)
+    check_one_target(base, "soak")
     run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
                                  "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
                                  "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
@@ -184,7 +189,8 @@ def soak_command(ports, host, urls, labels, api, model, api_key, transport, inse
 
     async def main(checkpoint) -> None:
         with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
-            await run_soak(run, obs, source, checkpoint)
+            async with level_runner(run.config, out_dir, obs) as pool:
+                await run_soak(run, obs, source, checkpoint, level_runner=pool)
 
     _run(run, out_dir, main, err)
 

@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,12 @@ def resolve_workers(workers: int | str, ray_address: str | None, config: SweepCo
     return replace(config, workers=n, ray_address=ray_address)
 
 
-async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path) -> None:
-    """`run_sweep` with its levels sent by `run.config.workers` processes (one: this process)."""
-    config = run.config
+@contextlib.asynccontextmanager
+async def level_runner(config: SweepConfig, out_dir: Path, obs: RunObserver) -> AsyncIterator[WorkerPool | None]:
+    """The worker processes (or Ray actors) the config asks for, for the block's duration; None for
+    one process. Their histograms go to RESULTS/histograms/workers.hlog when the block ends."""
     if config.workers == 1 and config.ray_address is None:
-        await run_sweep(run, obs)
+        yield None
         return
     if config.ray_address is not None:
         obs.message(f"starting {config.workers or 'one per CPU of the cluster'} Ray actor(s) "
@@ -86,12 +88,24 @@ async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path) -> None:
         pool = WorkerPool(config.workers, out_dir / WORKERS_DIR, die_with_parent(signal.SIGTERM))
     async with pool:
         try:
-            await run_sweep(run, obs, level_runner=pool)
+            yield pool
         finally:
             merged = pool.merged_histograms()
             if merged:
                 (out_dir / "histograms").mkdir(exist_ok=True)
                 write_files([("workers.hlog", worker_hlog(merged))], out_dir / "histograms")
+
+
+async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path) -> None:
+    """`run_sweep` with its levels sent by `run.config.workers` processes (one: this process)."""
+    async with level_runner(run.config, out_dir, obs) as pool:
+        await run_sweep(run, obs, level_runner=pool)
+
+
+def check_one_target(config: SweepConfig, command: str) -> None:
+    """A soak loads its targets at once, and a pool of workers serves one level at a time."""
+    if (config.workers != 1 or config.ray_address is not None) and len(config.targets) > 1:
+        raise ConfigError(f"{command} --workers loads one target; run one {command} per target")
 
 
 def remove_worker_files(out_dir: Path) -> None:

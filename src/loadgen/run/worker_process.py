@@ -129,7 +129,8 @@ async def _run_share(p: Prepare, start_ns: int, transport: Transport, backend: A
                      sink: RecordsFile) -> LevelDone:
     """The share's requests from `start_ns` on; the level's end as this process saw it."""
     level, share = sink.level, p.share
-    options = EngineOptions(salt=new_decimal_salt if p.decimal_salt else None, give_up_after=p.give_up_after)
+    options = EngineOptions(salt=new_decimal_salt if p.decimal_salt else None, give_up_after=p.give_up_after,
+                            pause_after_connect_error_s=p.pause_after_connect_error_s)
     lag = LoopLagSampler().start()
     try:
         if p.rate is None:

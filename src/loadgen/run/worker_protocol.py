@@ -41,6 +41,7 @@ class Prepare(msgspec.Struct, tag="prepare"):
     share: Share
     duration_s: float | None
     records_path: str
+    pause_after_connect_error_s: float = 0.0  # see engine.EngineOptions
 
 
 class Go(msgspec.Struct, tag="go"):

@@ -258,7 +258,8 @@ class WorkerPool:
                 insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True,
                 pool=math.ceil(pool / self.size) if pool else 0, decimal_salt=options.salt is new_decimal_salt,
                 give_up_after=options.give_up_after, level=level.level, rate=level.rate,
-                prompt_tokens=level.prompt_tokens, share=share, duration_s=duration_s, records_path=path))
+                prompt_tokens=level.prompt_tokens, share=share, duration_s=duration_s, records_path=path,
+                pause_after_connect_error_s=options.pause_after_connect_error_s))
         answers = [await p.inbox.get() for p in procs]
         failed = [(k, a if isinstance(a, str) else a.error) for k, a in enumerate(answers)
                   if not isinstance(a, Ready) or a.error]
