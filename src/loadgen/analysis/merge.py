@@ -99,7 +99,8 @@ def open_shares(offsets_ns: Sequence[int], processes: int, max_in_flight: int | 
     """
     n = max(1, min(processes, len(offsets_ns), max_in_flight or processes))
     caps = split_count(max_in_flight, n) if max_in_flight else [0] * n
-    return [Share(index=k, of=n, concurrency=caps[k], offsets_ns=tuple(int(x) for x in offsets_ns[k::n])) for k in range(n)]
+    return [Share(index=k, of=n, concurrency=caps[k], offsets_ns=tuple(int(x) for x in offsets_ns[k::n]))
+            for k in range(n)]
 
 
 def level_seq(local_seq: int, share: Share) -> int:

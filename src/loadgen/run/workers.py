@@ -337,8 +337,8 @@ class WorkerPool:
         level.loop_lag_p99_ms, level.loop_lag_max_ms = top.loop_lag_p99_ms, top.loop_lag_max_ms
         level.client_cpu_fraction = top.client_cpu_fraction
         for x in loads:
-            warning = bottleneck_warning(ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0),
-                                         t.read_clock or "loop")
+            own = ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0)
+            warning = bottleneck_warning(own, t.read_clock or "loop")
             if warning and any(r.ok for r in level.records):
                 obs.message(f"warning: {t.label} at {level.name}: worker {x.process}: {warning}")
         return ClientLoad(top.loop_lag_p99_ms, top.loop_lag_max_ms, top.client_cpu_fraction or 0.0, 0)
