@@ -19,7 +19,29 @@ from loadgen.analysis.merge import add_histograms, same_buckets
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
-from servers import LOADGEN, SimProcess, sweep
+from loadgen.run.workers import auto_workers
+from servers import LOADGEN, SimProcess, in_process_cli, sweep
+
+
+@pytest.mark.parametrize("urls, cores, expected", [
+    (["http://127.0.0.1:8080"], 2, 1),  # a local server keeps a core
+    (["http://10.0.0.5:8000"], 2, 2),
+    (["http://localhost:1", "http://10.0.0.5:8000"], 8, 7),
+    (["http://[::1]:8080"], 1, 1),  # never fewer than one
+    (["https://gpu-box.example:443"], 16, 16),
+])
+def test_workers_auto(urls: list[str], cores: int, expected: int) -> None:
+    assert auto_workers(urls, cores) == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "0"], "'0' is not a number of processes (1 or more) or auto"),
+    (["--workers", "many"], "'many' is not a number of processes (1 or more) or auto"),
+    (["--workers", "2", "--parallel-targets"], "with --parallel-targets run one loadgen per target instead"),
+])
+def test_bad_workers_flags_are_refused_in_one_line(args: list[str], message: str, monkeypatch, capsys) -> None:
+    code, _, err = in_process_cli(monkeypatch, capsys)("sweep", "--ports", "1,2", *args)
+    assert code == 2 and message in err
 
 
 def _records(run_dir: Path) -> list[RequestRecord]:

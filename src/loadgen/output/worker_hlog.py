@@ -18,12 +18,11 @@ from .exporters import hlog_tag, interval_line
 Merged = dict[tuple[str, int | float], dict[str, tuple[list[HdrHistogram], HdrHistogram]]]
 
 
-def worker_hlog(merged: Merged, started_utc: str | None = None) -> bytes:
+def worker_hlog(merged: Merged) -> bytes:
     with io.StringIO(newline="") as f:
         writer = HistogramLogWriter(f)
         writer.output_log_format_version()
-        writer.output_comment(f"[loadgen --workers: each worker's histograms and their sum, values in µs; "
-                              f"started {started_utc}]")
+        writer.output_comment("[loadgen --workers: each worker's histograms and their sum, values in µs]")
         writer.output_legend()
         for (label, level), metrics in merged.items():
             for metric, (parts, total) in metrics.items():
