@@ -131,6 +131,8 @@ def _ok_only(fn: Callable[[RequestRecord], float | None]) -> Callable[[RequestRe
 
 # The histograms each process sends back at a level's end, built as the exporters build theirs
 # (successful requests; µs; `metrics.histogram_ms`), so their sum is the all-records histogram.
+# One value per request each: inter-token gaps (dozens per streamed request) would cost a worker
+# more than its requests did, and the parent has every record to build theirs from.
 PROCESS_METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
     "latency": _ok_only(metrics.latency_ms),
     "ttft": _ok_only(metrics.ttft_ms),
@@ -139,11 +141,10 @@ PROCESS_METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
 
 
 def process_histograms(records: Iterable[RequestRecord]) -> dict[str, HdrHistogram]:
-    """One process's histograms of a level, per metric that has values (itl: one per content gap)."""
+    """One process's histograms of a level, per metric that has values."""
     rs = list(records)
     out = {name: metrics.histogram_ms(v for r in rs if (v := fn(r)) is not None)
            for name, fn in PROCESS_METRICS.items()}
-    out["itl"] = metrics.histogram_ms(v for r in rs if r.ok for v in metrics.itl_ms(r))
     return {name: h for name, h in out.items() if h.get_total_count()}
 
 
