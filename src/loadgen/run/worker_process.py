@@ -66,7 +66,7 @@ class RecordsFile:
         self.kept: list[RequestRecord] = []  # for the level's histograms
         self._out = out
         self._scheduled = False
-        self._encode = msgspec.json.Encoder().encode
+        self._encode_lines = msgspec.json.Encoder().encode_lines
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         pass
@@ -86,7 +86,7 @@ class RecordsFile:
         batch = [replace(r, level=key, worker=r.worker + first, seq=level_seq(r.seq, share)) for r in records]
         records.clear()
         self.kept.extend(batch)
-        self._out.write(b"".join(self._encode(r) + b"\n" for r in batch))
+        self._out.write(self._encode_lines(batch))
 
     def close(self) -> None:
         self.flush()
