@@ -28,6 +28,7 @@ from .execute import Execution, FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
 
 
 
@@ -67,6 +68,7 @@ def _run(run: Run, out_dir: Path, main: Callable, err: Console) -> None:
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
+    remove_worker_files(out_dir)
     sys.exit(_finish(execution, out_dir, err))
 
 
@@ -168,11 +170,13 @@ def depth_command(ports, host, urls, labels, server_urls,
 @prompt_source_options
 @request_options
 @prometheus_options
+@workers_option
 def soak_command(ports, host, urls, labels, server_urls,
                  api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
-                 wait_ready_s, output, force, prometheus_port, prometheus_host, prometheus_linger_s) -> None:
+                 wait_ready_s, output, force, prometheus_port, prometheus_host, prometheus_linger_s, workers,
+                 ray_address) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
@@ -183,6 +187,8 @@ def soak_command(ports, host, urls, labels, server_urls,
                        concurrency=concurrency, probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
+    base = resolve_workers(workers, ray_address, base)
+    check_one_target(base, "soak")
     run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
                                  "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
                                  "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
@@ -193,8 +199,10 @@ def soak_command(ports, host, urls, labels, server_urls,
 
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, (concurrency,), err) as live:
         async def main(checkpoint) -> None:
-            with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
-                await run_soak(run, live.observe(obs) if live else obs, source, checkpoint)
+            with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as status:
+                obs = live.observe(status) if live else status
+                async with level_runner(run.config, out_dir, obs) as pool:
+                    await run_soak(run, obs, source, checkpoint, level_runner=pool)
 
         _run(run, out_dir, main, err)
 

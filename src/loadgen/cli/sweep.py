@@ -20,13 +20,13 @@ from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, che
 from ..run.live_metrics import LiveMetrics
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
-from ..run.sweep import run_sweep
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
 from .shared import (checking_only, format_option, prompt_source, prompt_source_options, request_options,
                      target_options)
+from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
 
 @click.command()
 @target_options
@@ -70,12 +70,13 @@ from .shared import (checking_only, format_option, prompt_source, prompt_source_
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @format_option
 @prometheus_options
+@workers_option
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          server_urls=()) -> None:
+          workers, ray_address, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -97,6 +98,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
     )
+    config = resolve_workers(workers, ray_address, config)
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
@@ -184,12 +186,13 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                await run_sweep(run, live.observe(observer) if live else observer)
+                await sweep_with_workers(run, live.observe(observer) if live else observer, out_dir)
 
     try:
         execution = execute(run, out_dir, main, kind=kind, err=err)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
+    remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import export, is_hgrm_name, select
     from ..output.files import remove_files

@@ -211,6 +211,8 @@ class LevelRun:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
+    # --workers: each process's part of the level and its own load (run/workers.py); None: one process.
+    workers: list[dict[str, Any]] | None = None
     # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
     in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
 

@@ -10,7 +10,8 @@ Version history (SCHEMA_VERSION):
        (loop_lag_p99_ms, loop_lag_max_ms, client_cpu_fraction); per target "read_clock".
        Added since, without a bump (older files lack them, readers default them): per level
        "concurrency_reached", "connections_opened", "connect_ms"; config "stagger_s"; per record
-       (requests.jsonl) "connect_us", "tls_us".
+       (requests.jsonl) "connect_us", "tls_us"; config "workers" and, in a run by worker
+       processes, per level "workers" (each process's part and load).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

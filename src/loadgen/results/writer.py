@@ -142,12 +142,19 @@ def _redact_record(r: RequestRecord, secret: str) -> RequestRecord:
 
 
 def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
-    return [msgspec.structs.replace(
+    return [_with_workers(msgspec.structs.replace(
         summarize_level(lv.concurrency, list(lv.records), lv.stopped_reason or (None if lv.finished else "in progress"),
                         counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
         loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
-        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True)
+        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv)
             for lv in levels]
+
+
+def _with_workers(summary: dict[str, Any], lv: LevelRun) -> dict[str, Any]:
+    """A level run by --workers processes also says what each did (absent from one-process runs)."""
+    if lv.workers is not None:
+        summary["workers"] = lv.workers
+    return summary
 
 
 def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:

@@ -243,8 +243,12 @@ async def run_open_level(
     max_in_flight: int | None = None,
     observer: Observer | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
+    start_ns: int | None = None,
 ) -> LevelRun:
     """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
+
+    The level starts now, or at `start_ns` (on this machine's monotonic clock) when given: worker
+    processes sharing one schedule share its start too (see analysis/merge.py).
 
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
@@ -255,7 +259,7 @@ async def run_open_level(
     sender = _Sender(level, transport, backend, obs, options)
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     in_flight: set[asyncio.Task] = set()
-    level.start_ns = start = now_ns()
+    level.start_ns = start = now_ns() if start_ns is None else start_ns
 
     async def one(seq: int, intended_ns: int) -> None:
         try:

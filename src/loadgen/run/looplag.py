@@ -77,4 +77,4 @@ def bottleneck_warning(load: ClientLoad, read_clock: str = "loop") -> str | None
     effect = ("requests leave late, so the server gets less load than asked" if read_clock == "kernel"
               else "latencies include its own delay and requests leave late")
     return (f"the client may be the bottleneck ({', '.join(reasons)}): {effect}; "
-            "use more worker processes or a quieter machine")
+            "use more worker processes (--workers N) or a quieter machine")

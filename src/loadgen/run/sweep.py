@@ -10,7 +10,10 @@ caller can still write every record gathered so far.
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Protocol
 
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
@@ -60,17 +63,28 @@ def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
     return LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
 
 
+class LevelRunner(Protocol):
+    """Runs a level's requests somewhere else (run/workers.py: worker processes), filling `level` as
+    the engine would; returns the load of the client that ran them (None: unknown)."""
+
+    async def run(self, config: SweepConfig, t: TargetRun, level: LevelRun, generation: GenerationParams,
+                  options: EngineOptions, obs: RunObserver) -> ClientLoad | None: ...
+
+
 async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, transport: Transport,
                        backend: Backend, obs: RunObserver, options: EngineOptions,
-                       latency_s: float | None) -> LevelRun:
+                       latency_s: float | None,
+                       runner: Callable[[LevelRun], Awaitable[ClientLoad | None]] | None = None) -> LevelRun:
     """One level on one target: its connections opened before its clock starts (`latency_s`, the
     latency seen so far, sizes an open-loop level's), the server's counters before and after, its
     /metrics and /slots sampled during, the client's own load measured, figures moved to simulated
-    time (demo)."""
+    time (demo). With a `runner` the requests are its (worker processes, which open their own
+    connections ahead), and so is the client's load."""
     config = run.config
     level = _new_level(config, t, key)
-    await transport.connect_ahead(connections_ahead(level.concurrency, level.rate, requests=config.budget(key)[0],
-                                                    latency_s=latency_s))
+    if runner is None:
+        await transport.connect_ahead(connections_ahead(level.concurrency, level.rate,
+                                                        requests=config.budget(key)[0], latency_s=latency_s))
     if t.info and t.info.metrics_enabled:
         level.server_metrics_before = await probe.metrics()
     t.levels.append(level)
@@ -79,11 +93,15 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
         async with probe_sampling(probe, t, key, config.probe_interval_s, level):
             lag = LoopLagSampler().start()
             try:
-                await _run_one_level(config, level, transport, backend, obs, options)
+                if runner is None:
+                    await _run_one_level(config, level, transport, backend, obs, options)
+                else:
+                    await runner(level)
             finally:
                 load = lag.stop()
-                level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms
-                level.client_cpu_fraction = load.client_cpu_fraction
+                if runner is None:
+                    level.loop_lag_p99_ms, level.loop_lag_max_ms = load.loop_lag_p99_ms, load.loop_lag_max_ms
+                    level.client_cpu_fraction = load.client_cpu_fraction
     finally:
         if config.time_scale != 1.0:
             level.to_simulated_time(config.time_scale, run.start_ns)
@@ -91,14 +109,16 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
         level.server_metrics_after = await probe.metrics()
     obs.level_done(run, t, level)
     # A level where nothing completed measured no server, so it cannot say the client limited it.
-    warning = None if config.servers_in_process or not any(r.ok for r in level.records) \
+    # With a runner each worker's load was judged, and named, by the runner.
+    warning = None if runner or config.servers_in_process or not any(r.ok for r in level.records) \
         else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
     return level
 
 
-async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_factory: TransportFactory | None) -> None:
+async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_factory: TransportFactory | None,
+                        level_runner: LevelRunner | None = None) -> None:
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     if config.prompt_tokens:
@@ -118,8 +138,10 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 if warm is None:
                     return
                 latency_s = typical_latency_s(warm.records)
+            runner = None if level_runner is None else functools.partial(
+                level_runner.run, config, t, generation=generation, options=options, obs=obs)
             for key in config.levels:
-                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s)
+                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level.records))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
@@ -131,15 +153,17 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
         await transport.close()
 
 
-async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFactory | None = None) -> None:
+async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFactory | None = None,
+                    level_runner: LevelRunner | None = None) -> None:
     """Fill `run` target by target (or all at once with parallel_targets).
 
-    The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is given.
+    The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is
+    given; the levels' requests are sent by `level_runner` when one is given (worker processes).
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, transport_factory)
+            await _sweep_target(run, t, obs, transport_factory, level_runner)

@@ -1,0 +1,346 @@
+"""`--workers N`: a sweep's levels run by N processes on this machine, merged into one level.
+
+The parent keeps everything a one-process sweep does around a level (probing, warm-up, /metrics and
+/slots sampling, the progress display, checkpoints); only the level's requests go to the workers
+(run/worker_process.py), each with its own event loop and connections and its `Share` of the level
+(analysis/merge.py). A barrier starts them together: each prepares and says so, then all get one
+start time. Their records reach the parent through one file per worker, read as they grow, so the
+parent's level holds every record as a one-process level would (and a worker killed mid-level
+loses nothing it had finished); their histograms are added and their own load kept per worker.
+
+Ctrl-C: the parent tells every worker to stop, waits for each to record its in-flight requests as
+cancelled, and reads their files to the end. A worker that dies or cannot start its part ends the
+level with a reason naming it; the others' records are all kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from hdrh.histogram import HdrHistogram
+
+from ..analysis.merge import (ProcessLoad, Share, add_histograms, busiest, closed_shares, open_shares)
+from ..client.backends import GenerationParams
+from ..core.clock import now_ns
+from ..core.records import LevelRun, RequestRecord
+from .config import SweepConfig
+from .engine import EngineOptions
+from .looplag import ClientLoad, bottleneck_warning
+from .model import RunObserver, TargetRun
+from .salts import new_decimal_salt
+from .schedule import arrival_offsets_ns, connections_ahead
+from .worker_protocol import Go, LevelDone, Prepare, Ready, Stop, frame, read_from_worker
+
+# Between the last worker saying it is ready and the level's start: time for every worker to get
+# the start time and be waiting for it.
+BARRIER_LEAD_NS = 50_000_000
+TAIL_INTERVAL_S = 0.05
+STOP_GRACE_S = 30.0  # after Stop, how long a worker may take to record its in-flight requests
+
+
+def auto_workers(urls: list[str], cores: int | None = None) -> int:
+    """`--workers auto`: one process per core this process may use, less one when a target is on
+    this machine (its server needs a core too); at least one."""
+    from urllib.parse import urlsplit
+
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = any((urlsplit(u).hostname or "") in ("localhost", "127.0.0.1", "::1") or
+                (urlsplit(u).hostname or "").startswith("127.") for u in urls)
+    return max(1, cores - (1 if local else 0))
+
+
+class WorkerHandle:
+    """The parent's side of one worker: messages to it, its answers in `inbox` (a `str` saying how
+    it ended once it has), and the records of the level it runs.
+
+    `shift_ns` is what to subtract from a worker's clock readings to put them on this process's
+    monotonic clock: 0 on this machine (one clock), the difference of the two clocks' offsets to
+    wall time on another (run/ray_workers.py).
+    """
+
+    index: int
+    inbox: asyncio.Queue
+    shift_ns: int = 0
+
+    @property
+    def alive(self) -> bool: ...
+
+    def send(self, message: Any) -> None: ...
+
+    def records_path(self, folder: Path) -> str: ...
+
+    async def read_records(self) -> bytes:
+        """The bytes of records appended since the last call."""
+        ...
+
+    def end_level(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class _Process(WorkerHandle):
+    """A worker process on this machine: messages over its stdin/stdout, records through a file."""
+
+    index: int
+    proc: asyncio.subprocess.Process
+    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    reader: asyncio.Task | None = None
+    _file: Any = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and self.reader is not None and not self.reader.done()
+
+    def send(self, message: Any) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.write(frame(message))
+
+    def records_path(self, folder: Path) -> str:
+        self.end_level()
+        self._path = folder / f"worker-{self.index}.jsonl"
+        return str(self._path)
+
+    async def read_records(self) -> bytes:
+        if self._file is None:
+            self._file = open(self._path, "rb")  # created before the worker said it was ready
+        return self._file.read()
+
+    def end_level(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    async def close(self) -> None:
+        self.end_level()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
+    def on(ns: int | None) -> int | None:
+        return None if ns is None else ns - shift_ns
+
+    return msgspec.structs.replace(r, send_ns=on(r.send_ns), complete_ns=on(r.complete_ns), headers_ns=on(r.headers_ns),
+                                   intended_ns=on(r.intended_ns), first_token_ns=on(r.first_token_ns),
+                                   last_token_ns=on(r.last_token_ns))
+
+
+class _Tail:
+    """Reads the records the workers append as they come, into the level and the observer."""
+
+    def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver):
+        self.handles, self.level, self.obs = handles, level, obs
+        self._rest = [b""] * len(handles)
+        self._decode = msgspec.json.Decoder(RequestRecord).decode_lines
+
+    async def read(self) -> None:
+        for i, h in enumerate(self.handles):
+            data = self._rest[i] + await h.read_records()
+            cut = data.rfind(b"\n") + 1
+            self._rest[i] = data[cut:]
+            if cut:
+                records = self._decode(data[:cut])
+                if h.shift_ns:
+                    records = [_on_this_clock(r, h.shift_ns) for r in records]
+                self.level.records.extend(records)
+                request_done = self.obs.request_done
+                for r in records:
+                    request_done(r)
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        """Read every TAIL_INTERVAL_S until `stop` is set (never cancelled in a read: a Ray
+        worker's drained records would be lost with it)."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), TAIL_INTERVAL_S)
+            await self.read()
+
+    async def close(self) -> None:
+        await self.read()
+        for h in self.handles:
+            h.end_level()
+
+
+class WorkerPool:
+    """N worker processes for a run; `async with` starts them and sees them gone.
+
+    `preexec_fn` runs in each child before it starts (the CLI passes `die_with_parent`, so no worker
+    outlives the parent however it exits). `folder` holds the workers' records files.
+    """
+
+    def __init__(self, processes: int, folder: Path, preexec_fn: Callable[[], None] | None = None):
+        self.size, self.folder, self.preexec_fn = processes, folder, preexec_fn
+        self.processes: list[WorkerHandle | None] = [None] * processes
+        # (target, level) -> metric -> [each worker's histogram]; see `merged_histograms`.
+        self.histograms: dict[tuple[str, int | float], dict[str, list[HdrHistogram]]] = {}
+
+    async def __aenter__(self) -> "WorkerPool":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for k in range(self.size):
+            await self._start(k)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _start(self, k: int) -> WorkerHandle:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "loadgen.run.worker_process", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self.preexec_fn)
+        p = _Process(k, proc)
+        p.reader = asyncio.ensure_future(self._read(p))
+        self.processes[k] = p
+        return p
+
+    async def _read(self, p: _Process) -> None:
+        assert p.proc.stdout is not None
+        while (message := await read_from_worker(p.proc.stdout)) is not None:
+            p.inbox.put_nowait(message)
+        p.inbox.put_nowait(_exit_text(await p.proc.wait()))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.processes if p is not None))
+
+    def merged_histograms(self) -> dict[tuple[str, int | float], dict[str, tuple[list[HdrHistogram], HdrHistogram]]]:
+        """Per target and level, per metric: every worker's histogram and their sum."""
+        return {key: {m: (hs, add_histograms(hs)) for m, hs in metrics.items()}
+                for key, metrics in self.histograms.items()}
+
+    def shares(self, config: SweepConfig, level: LevelRun) -> tuple[list[Share], int | None, float | None]:
+        """The level's shares, and its budget as the progress display counts it."""
+        requests, duration_s = config.budget(level.level)
+        if level.rate is None:
+            return closed_shares(level.concurrency, self.size, requests if duration_s is None else None,
+                                 config.stagger_s), requests, duration_s
+        offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
+                                     burstiness=config.burstiness, seed=config.arrival_seed)
+        return open_shares(offsets, self.size, config.max_in_flight), len(offsets), None
+
+    async def run(self, config: SweepConfig, t: TargetRun, level: LevelRun, generation: GenerationParams,
+                  options: EngineOptions, obs: RunObserver) -> ClientLoad | None:
+        """Run `level` on the workers, filling it as a one-process level; the busiest worker's load."""
+        shares, requests, duration_s = self.shares(config, level)
+        pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
+        procs = [self.processes[k] if (p := self.processes[k]) is not None and p.alive else await self._start(k)
+                 for k in range(len(shares))]
+        paths = [p.records_path(self.folder) for p in procs]
+        for p, share, path in zip(procs, shares, paths):
+            p.send(Prepare(
+                url=t.target.url, label=t.label, api=config.api, model=t.model, generation=generation,
+                transport=config.transport, timeout_s=config.timeout_s, headers=config.auth_headers(),
+                insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True,
+                pool=math.ceil(pool / self.size) if pool else 0, decimal_salt=options.salt is new_decimal_salt,
+                give_up_after=options.give_up_after, level=level.level, rate=level.rate,
+                prompt_tokens=level.prompt_tokens, share=share, duration_s=duration_s, records_path=path,
+                pause_after_connect_error_s=options.pause_after_connect_error_s,
+                connect_ahead=connections_ahead(share.concurrency, level.rate, requests=share.requests,
+                                                latency_s=None)))
+        answers = [await p.inbox.get() for p in procs]
+        failed = [(k, a if isinstance(a, str) else a.error) for k, a in enumerate(answers)
+                  if not isinstance(a, Ready) or a.error]
+        if failed:
+            for p, a in zip(procs, answers):
+                if isinstance(a, Ready) and not a.error:
+                    p.send(Stop())
+            level.start_ns = level.end_ns = now_ns()
+            level.stopped_reason, level.finished = f"worker {failed[0][0]} could not start: {failed[0][1]}", True
+            for p in procs:
+                p.end_level()
+            return None
+        return await self._go(t, level, procs, shares, answers, requests, duration_s, obs)
+
+    async def _go(self, t: TargetRun, level: LevelRun, procs: list[WorkerHandle], shares: list[Share],
+                  readies: list[Any], requests: int | None, duration_s: float | None,
+                  obs: RunObserver) -> ClientLoad | None:
+        start = now_ns() + BARRIER_LEAD_NS
+        level.start_ns = start
+        obs.level_started(level, requests, duration_s)
+        tail = _Tail(procs, level, obs)
+        stop_following = asyncio.Event()
+        follower = asyncio.ensure_future(tail.follow(stop_following))
+        for p in procs:
+            p.send(Go(start_ns=start + p.shift_ns))
+        ends: list[Any] = [None] * len(procs)
+        try:
+            for k, p in enumerate(procs):
+                ends[k] = await p.inbox.get()
+        except asyncio.CancelledError:
+            for p in procs:
+                p.send(Stop())
+            for k, p in enumerate(procs):
+                if ends[k] is None:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        ends[k] = await asyncio.wait_for(asyncio.shield(p.inbox.get()), STOP_GRACE_S)
+            level.stopped_reason = level.stopped_reason or "interrupted"
+            raise
+        finally:
+            stop_following.set()
+            await follower
+            await tail.close()
+            load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], obs)
+            level.finished = True
+        return load
+
+    def _merge(self, t: TargetRun, level: LevelRun, shares: list[Share], readies: list[Any], ends: list[Any],
+               shifts: list[int], obs: RunObserver) -> ClientLoad | None:
+        """The workers' ends folded into the level: its end, why it stopped, per-worker figures."""
+        level.end_ns = max([e.end_ns - shift for e, shift in zip(ends, shifts) if isinstance(e, LevelDone)],
+                           default=now_ns())
+        reasons = [f"worker {k} {e}" if isinstance(e, str) else e.stopped_reason for k, e in enumerate(ends)
+                   if e is None or isinstance(e, str) or e.stopped_reason]
+        if reasons and level.stopped_reason is None:
+            level.stopped_reason = str(reasons[0] or "interrupted")
+        loads, level.workers = [], []
+        key = (level.target, level.level)
+        for k, (share, ready, end) in enumerate(zip(shares, readies, ends)):
+            info: dict[str, Any] = {"worker": k, "host": ready.host, "pid": ready.pid,
+                                    "concurrency": share.concurrency, "requests": share.requests,
+                                    "first_worker": share.first_worker}
+            if isinstance(end, LevelDone):
+                info.update(records=end.records, stopped_reason=end.stopped_reason, loop_lag_p99_ms=end.loop_lag_p99_ms,
+                            loop_lag_max_ms=end.loop_lag_max_ms, client_cpu_fraction=end.client_cpu_fraction)
+                loads.append(ProcessLoad(k, end.loop_lag_p99_ms, end.loop_lag_max_ms, end.client_cpu_fraction))
+                for metric, encoded in end.histograms.items():
+                    self.histograms.setdefault(key, {}).setdefault(metric, []).append(HdrHistogram.decode(encoded))
+                t.read_clock = end.read_clock or t.read_clock
+            else:
+                info.update(records=None, stopped_reason=end if isinstance(end, str) else "no answer")
+            level.workers.append(info)
+        top = busiest(loads)
+        if top is None:
+            return None
+        level.loop_lag_p99_ms, level.loop_lag_max_ms = top.loop_lag_p99_ms, top.loop_lag_max_ms
+        level.client_cpu_fraction = top.client_cpu_fraction
+        for x in loads:
+            own = ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0)
+            warning = bottleneck_warning(own, t.read_clock or "loop")
+            if warning and any(r.ok for r in level.records):
+                obs.message(f"warning: {t.label} at {level.name}: worker {x.process}: {warning}")
+        return ClientLoad(top.loop_lag_p99_ms, top.loop_lag_max_ms, top.client_cpu_fraction or 0.0, 0)

@@ -1,0 +1,126 @@
+"""analysis/merge.py: how a level is shared over worker processes and merged back (no processes here).
+
+The expected answers in the tables were written down before the functions were run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.analysis import merge, metrics
+from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
+                                    open_shares, process_of, same_buckets, split_count, split_in_proportion,
+                                    sum_counters)
+from loadgen.run.schedule import arrival_offsets_ns
+
+
+@pytest.mark.parametrize("total, parts, expected", [
+    (10, 4, [3, 3, 2, 2]),
+    (8, 2, [4, 4]),
+    (3, 4, [1, 1, 1, 0]),
+    (1, 1, [1]),
+    (0, 2, [0, 0]),
+    (7, 3, [3, 2, 2]),
+])
+def test_split_count(total: int, parts: int, expected: list[int]) -> None:
+    assert split_count(total, parts) == expected
+
+
+@pytest.mark.parametrize("total, weights, expected", [
+    (40, [3, 3, 2, 2], [12, 12, 8, 8]),
+    (10, [3, 3, 2, 2], [3, 3, 2, 2]),
+    (11, [3, 3, 2, 2], [4, 3, 2, 2]),  # 3.3, 3.3, 2.2, 2.2: the one left over goes to the first .3
+    (7, [1, 1, 1], [3, 2, 2]),
+    (5, [1], [5]),
+])
+def test_split_in_proportion(total: int, weights: list[int], expected: list[int]) -> None:
+    assert split_in_proportion(total, weights) == expected
+
+
+@pytest.mark.parametrize("concurrency, processes, requests, stagger_s, conc, first, budgets, after_ns, staggers", [
+    (10, 4, 40, 0.0, [3, 3, 2, 2], [0, 3, 6, 8], [12, 12, 8, 8], [0, 0, 0, 0], [0.0] * 4),
+    (3, 4, None, 0.0, [1, 1, 1], [0, 1, 2], [None] * 3, [0, 0, 0], [0.0] * 3),  # no process without a worker
+    (4, 2, 8, 2.0, [2, 2], [0, 2], [4, 4], [0, 1_000_000_000], [1.0, 1.0]),  # worker i still at i x 2/4 s
+    (1, 2, 5, 0.0, [1], [0], [5], [0], [0.0]),
+])
+def test_closed_shares(concurrency, processes, requests, stagger_s, conc, first, budgets, after_ns, staggers) -> None:
+    shares = closed_shares(concurrency, processes, requests, stagger_s)
+    assert [s.concurrency for s in shares] == conc
+    assert [s.first_worker for s in shares] == first
+    assert [s.requests for s in shares] == budgets
+    assert [s.start_after_ns for s in shares] == after_ns
+    assert [s.stagger_s for s in shares] == staggers
+    assert all(s.of == len(conc) and s.index == i for i, s in enumerate(shares))
+
+
+@pytest.mark.parametrize("n, processes, cap, offsets, caps", [
+    (7, 3, None, [(0, 3, 6), (1, 4), (2, 5)], [0, 0, 0]),
+    (7, 3, 2, [(0, 2, 4, 6), (1, 3, 5)], [1, 1]),  # a cap of 2 in flight: two processes, one each
+    (2, 3, None, [(0,), (1,)], [0, 0]),  # never more processes than requests
+    (5, 2, 5, [(0, 2, 4), (1, 3)], [3, 2]),
+])
+def test_open_shares(n, processes, cap, offsets, caps) -> None:
+    shares = open_shares(list(range(n)), processes, cap)
+    assert [s.offsets_ns for s in shares] == offsets
+    assert [s.concurrency for s in shares] == caps
+
+
+@pytest.mark.parametrize("arrival, processes", [("poisson", 3), ("constant", 3), ("gamma", 2), ("poisson", 1)])
+def test_an_open_schedule_split_and_merged_is_the_one_process_schedule(arrival: str, processes: int) -> None:
+    offsets = arrival_offsets_ns(40.0, requests=101, duration_s=None, arrival=arrival, burstiness=0.5, seed=7)
+    shares = open_shares(offsets, processes, None)
+    assert merged_schedule(shares) == list(offsets)
+    # Every process's local request s is the schedule's request level_seq(s): same intended time.
+    for share in shares:
+        for local, offset in enumerate(share.offsets_ns):
+            assert offsets[level_seq(local, share)] == offset
+            assert process_of(level_seq(local, share), share.of) == share.index
+
+
+def test_level_seqs_of_all_shares_are_distinct() -> None:
+    shares = closed_shares(10, 4, 40, 0.0)
+    assert [s.first_seq for s in shares] == [0, 12, 24, 32]
+    seqs = [level_seq(s, share) for share in shares for s in range(share.requests)]
+    assert seqs == list(range(40))  # numbered as one process numbers them
+    for share in closed_shares(10, 4, None, 0.0):  # a duration: nobody knows the counts, so interleaved
+        assert share.first_seq is None
+        assert [level_seq(s, share) for s in range(3)] == [share.index, share.index + 4, share.index + 8]
+
+
+def test_histograms_added_equal_the_histogram_of_all_values() -> None:
+    parts = [[0.5, 1.25, 3.0, 3.001], [1000.0, 0.013, 77.7], [], [3.0] * 5]
+    merged = add_histograms(metrics.histogram_ms(p) for p in parts)
+    whole = metrics.histogram_ms([v for p in parts for v in p])
+    assert same_buckets(merged, whole)
+    assert merged.get_total_count() == 12
+    assert not same_buckets(merged, metrics.histogram_ms(parts[0]))
+
+
+def test_counters_are_summed_key_by_key() -> None:
+    assert sum_counters([{"ok": 3, "http_500": 1}, {"ok": 4}, {"timeout": 2, "ok": 1}]) == \
+        {"ok": 8, "http_500": 1, "timeout": 2}
+
+
+@pytest.mark.parametrize("loads, expected", [
+    ([ProcessLoad(0, 1.0, 2.0, 0.5), ProcessLoad(1, 3.0, 3.0, 0.2)], 1),  # the higher lag
+    ([ProcessLoad(0, 1.0, 2.0, 0.5), ProcessLoad(1, 1.0, 3.0, 0.9)], 1),  # same lag: the busier CPU
+    ([ProcessLoad(0, None, None, 0.3), ProcessLoad(1, None, None, 0.3)], 0),  # a tie: the first
+])
+def test_busiest_process(loads: list[ProcessLoad], expected: int) -> None:
+    top = busiest(loads)
+    assert top is not None and top.process == expected
+    assert busiest([]) is None
+
+
+def test_process_histograms_are_built_as_the_exporters_build_theirs() -> None:
+    from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+    from loadgen.output.exporters import metric_histogram
+
+    records: list[RequestRecord] = [
+        make_record("t", 2, 0, i, "s", 1_000_000 * i, 1_000_000 * i + 1_234_567 * (i + 1), 200, ServerOutcome())
+        for i in range(6)]
+    records.append(make_record("t", 2, 1, 6, "s", 0, 9_000_000, None, ServerOutcome(error_kind="timeout")))
+    got = merge.process_histograms(records)
+    assert set(got) == {"latency"}  # no streaming: no ttft, tpot or itl values
+    assert same_buckets(got["latency"], metric_histogram(records, "latency"))
+    assert got["latency"].get_total_count() == 6  # the failed request is not a latency

@@ -1,0 +1,259 @@
+"""`--workers N`: a sweep's levels shared over worker processes against the simulator, merged into a
+run that reads like a one-process run; a worker killed mid-level; the open-loop schedule kept exact;
+the workers' histograms added exactly; no worker outliving the parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hdrh.log import HistogramLogReader
+
+from loadgen.analysis.merge import add_histograms, same_buckets
+from loadgen.core.records import RequestRecord
+from loadgen.output.exporters import metric_histogram
+from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.workers import auto_workers
+from servers import LOADGEN, SimProcess, in_process_cli, sweep
+
+
+@pytest.mark.parametrize("urls, cores, expected", [
+    (["http://127.0.0.1:8080"], 2, 1),  # a local server keeps a core
+    (["http://10.0.0.5:8000"], 2, 2),
+    (["http://localhost:1", "http://10.0.0.5:8000"], 8, 7),
+    (["http://[::1]:8080"], 1, 1),  # never fewer than one
+    (["https://gpu-box.example:443"], 16, 16),
+])
+def test_workers_auto(urls: list[str], cores: int, expected: int) -> None:
+    assert auto_workers(urls, cores) == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "0"], "'0' is not a number of processes (1 or more) or auto"),
+    (["--workers", "many"], "'many' is not a number of processes (1 or more) or auto"),
+    (["--workers", "2", "--parallel-targets"], "with --parallel-targets run one loadgen per target instead"),
+])
+def test_bad_workers_flags_are_refused_in_one_line(args: list[str], message: str, monkeypatch, capsys) -> None:
+    code, _, err = in_process_cli(monkeypatch, capsys)("sweep", "--ports", "1,2", *args)
+    assert code == 2 and message in err
+
+
+def _records(run_dir: Path) -> list[RequestRecord]:
+    return [RequestRecord.from_dict(json.loads(line)) for line in (run_dir / "requests.jsonl").open()]
+
+
+def _levels(run_dir: Path) -> list[dict]:
+    return json.loads((run_dir / "run.json").read_text())["targets"][0]["levels"]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "0.05") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def two_runs(sim, tmp_path_factory) -> tuple[Path, Path]:
+    """The same closed-loop sweep by one process and by two worker processes."""
+    out = tmp_path_factory.mktemp("workers")
+    args = ["--url", sim.url, "--concurrency", "1,3", "--requests", "12", "--n-predict", "8", "--force"]
+    one = sweep(*args, "--output", str(out / "one"))
+    two = sweep(*args, "--output", str(out / "two"), "--workers", "2")
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    return out / "one", out / "two"
+
+
+def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -> None:
+    one, two = two_runs
+    for a, b in zip(_levels(one), _levels(two)):
+        assert (a["level"], a["requests_ok"], a["requests_failed"]) == (b["level"], b["requests_ok"], b["requests_failed"])
+        assert b["stopped_reason"] is None and "workers" not in a
+    records = _records(two)
+    for level, processes, concurrencies in ((1, 1, [1]), (3, 2, [2, 1])):
+        rs = [r for r in records if r.level == level]
+        assert sorted(r.seq for r in rs) == list(range(12))  # numbered as the level's, none twice
+        assert sorted({r.worker for r in rs}) == list(range(level))  # the level's workers, numbered level-wide
+        workers = next(lv for lv in _levels(two) if lv["level"] == level)["workers"]
+        assert [w["concurrency"] for w in workers] == concurrencies
+        assert sum(w["records"] for w in workers) == 12
+        assert all(w["client_cpu_fraction"] is not None and w["pid"] for w in workers)
+    assert json.loads((two / "run.json").read_text())["config"]["workers"] == 2
+    assert not (two / "workers").exists()  # the workers' own files go once every record is written
+
+
+def test_the_merged_run_reads_like_a_one_process_run(two_runs) -> None:
+    one, two = two_runs
+    for command in (["analyze", str(two)], ["report", str(two), "--format", "markdown"],
+                    ["compare", str(one), str(two)], ["gate", str(one), str(two), "--max-latency-rise", "1000%",
+                                                      "--max-throughput-drop", "90%"]):
+        done = subprocess.run([*LOADGEN, *command], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+
+
+def test_the_merged_hlog_is_the_sum_of_the_workers_and_of_all_records(two_runs) -> None:
+    _, two = two_runs
+    reader = HistogramLogReader(str(two / "histograms" / "workers.hlog"), metric_histogram([], "latency"))
+    intervals: dict[str, list] = {}
+    while (h := reader.get_next_interval_histogram()) is not None:
+        intervals.setdefault(h.get_tag(), []).append(h)
+    records = _records(two)
+    for level in (1, 3):
+        tag = f"smoke-sim/c{level}/latency"
+        parts = [h for name, hs in intervals.items() if name.startswith(tag + "/worker") for h in hs]
+        assert len(parts) == (1 if level == 1 else 2)
+        [merged] = intervals[tag]
+        assert same_buckets(merged, add_histograms(parts))
+        assert same_buckets(merged, metric_histogram([r for r in records if r.level == level], "latency"))
+        assert merged.get_total_count() == 12
+
+
+def test_an_open_loop_rate_over_three_workers_keeps_the_one_process_schedule(sim, tmp_path) -> None:
+    done = sweep("--url", sim.url, "--rate", "40", "--requests", "30", "--arrival", "poisson", "--arrival-seed", "3",
+                 "--n-predict", "4", "--workers", "3", "--output", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    records = sorted(_records(tmp_path / "r"), key=lambda r: r.seq)
+    assert [r.seq for r in records] == list(range(30))
+    offsets = arrival_offsets_ns(40.0, requests=30, duration_s=None, arrival="poisson", burstiness=1.0, seed=3)
+    start = records[0].intended_ns - offsets[0]
+    assert [r.intended_ns - start for r in records] == list(offsets)  # to the nanosecond
+    [level] = _levels(tmp_path / "r")
+    assert [len(range(k, 30, 3)) for k in range(3)] == [w["records"] for w in level["workers"]]
+
+
+def _worker_pids(parent: int) -> list[int]:
+    pids = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            if "loadgen.run.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(pid))
+    return sorted(pids)
+
+
+def _wait_for(condition, what: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
+    # A slow server (about 0.1 s a request), so the level is still running when the worker is killed.
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "1") as slow:
+        out = tmp_path / "r"
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "2", "--requests", "40",
+                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            file = out / "workers" / "worker-1.jsonl"
+            _wait_for(lambda: _lines(file) >= 3, "worker 1's first records")
+            pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
+            victim = next(p for p in pids if "worker-1" in _open_records_file(p))
+            os.kill(victim, signal.SIGKILL)
+            kept_before_kill = _lines(file)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, err
+    assert "worker 1 killed by SIGKILL" in err
+    [level] = _levels(out)
+    assert level["stopped_reason"] == "worker 1 killed by SIGKILL"
+    by_worker = Counter(r.worker for r in _records(out))
+    assert by_worker[0] == 20  # the other worker ran its whole share
+    assert by_worker[1] >= kept_before_kill  # every record the killed one had written is kept
+    assert level["workers"][0]["records"] == 20 and level["workers"][1]["records"] is None
+
+
+def _open_records_file(pid: int) -> str:
+    names = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            names.append(os.readlink(fd))
+        except OSError:
+            pass
+    return " ".join(names)
+
+
+def test_workers_do_not_outlive_their_parent(tmp_path) -> None:
+    with SimProcess("--profile", "smoke", "--slots", "2", "--time-scale", "1") as slow:
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "2", "--duration", "600",
+                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(tmp_path / "r")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            pids = _wait_for(lambda: len(p := _worker_pids(proc.pid)) == 2 and p, "two worker processes")
+            _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0.jsonl") >= 1, "a first record")
+            proc.kill()  # SIGKILL: no clean-up runs in the parent
+            proc.wait()
+            _wait_for(lambda: not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in pids),
+                      "the workers to end", timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
+    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "1") as slow:
+        out = tmp_path / "r"
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "4", "--duration", "600",
+                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for k in (0, 1):
+                _wait_for(lambda: _lines(out / "workers" / f"worker-{k}.jsonl") >= 2, f"worker {k}'s first records")
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, err
+    [level] = _levels(out)
+    assert level["stopped_reason"] == "interrupted"
+    records = _records(out)
+    assert Counter(r.error_kind for r in records)["cancelled"] == 4  # every request in flight, recorded
+    assert [w["records"] for w in level["workers"]] == [sum(1 for r in records if r.worker in ws) for ws in ({0, 1}, {2, 3})]
+    assert all(w["records"] >= 2 for w in level["workers"])
+
+
+def test_a_soak_over_two_workers(sim, tmp_path) -> None:
+    out = tmp_path / "s"
+    done = subprocess.run([*LOADGEN, "soak", "--url", sim.url, "--concurrency", "3", "--duration", "2",
+                           "--checkpoint-interval", "1s", "--n-predict", "8", "--workers", "2", "--output", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    target = json.loads((out / "run.json").read_text())["targets"][0]
+    [level] = target["levels"]
+    assert [w["concurrency"] for w in level["workers"]] == [2, 1]
+    records = _records(out)
+    assert level["requests_ok"] == target["soak"]["requests_ok"] == len(records) == sum(
+        w["records"] for w in level["workers"])
+    assert sorted({r.worker for r in records}) == [0, 1, 2]
+
+
+def test_a_soak_of_two_targets_over_workers_is_refused(sim, tmp_path) -> None:
+    done = subprocess.run([*LOADGEN, "soak", "--url", sim.url, "--url", sim.url.replace("127.0.0.1", "localhost"), "--workers", "2",
+                           "--output", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "soak --workers loads one target; run one soak per target" in done.stderr
