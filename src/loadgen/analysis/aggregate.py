@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from hdrh.histogram import HdrHistogram
 
 from ..core import records
-from ..core.records import RequestRecord
+from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 from . import metrics
 
@@ -75,6 +75,11 @@ class _Mean:
 
     def value(self) -> float | None:
         return self.total / self.count if self.count else None
+
+
+def of_level(level: LevelRun) -> "LevelAggregate":
+    """A level's aggregate: the one it streamed into, else one gathered from its records."""
+    return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
 
 
 class LevelAggregate:

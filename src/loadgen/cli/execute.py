@@ -23,8 +23,10 @@ from typing import Any
 from rich.console import Console
 
 from ..core.clock import now_ns
+from ..core.recordsink import RecordSink
 from ..core.signals import LATCH, SIGNAL_EXIT
-from ..results.writer import command_line, host_facts, utc_now, write_results
+from ..results.schema import REQUESTS_FILE
+from ..results.writer import command_line, host_facts, start_results, utc_now, write_results
 from ..run.loops import freeze_startup_heap, loop_factory
 from ..run.model import Run
 
@@ -47,8 +49,12 @@ class Execution:
 
 
 def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
-            kind: str, err: Console) -> Execution:
-    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document."""
+            kind: str, err: Console, records: str = "all") -> Execution:
+    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document.
+
+    The records stream to requests.jsonl as they complete (`records`: which ones, see
+    core/recordsink.py); run.json is written once before the first request, so a run killed
+    outright still leaves a results directory that reads as incomplete."""
     factory, loop_name = loop_factory()
     freeze_startup_heap()
     if loop_name != "uvloop":
@@ -57,6 +63,11 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
             "host": host_facts(loop_name)}
     save_failures: list[str] = []
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
+    try:
+        run.sink = RecordSink(out_dir / REQUESTS_FILE, keep=records, secret=run.config.api_key)
+        start_results(out_dir, run, meta=meta)
+    except OSError as exc:
+        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
 
     def save() -> None:
         try:
@@ -77,6 +88,10 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         for t in run.targets:  # what is in flight is recorded as cancelled, levels end
             for lv in t.levels:
                 lv.abandon(now_ns())
+        try:
+            run.sink.close()
+        except OSError:
+            pass
         save()
         os._exit(SIGNAL_EXIT.get(received[0], 130))
 
@@ -120,6 +135,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         loop.close()
         writer.shutdown(wait=True)
     try:
+        run.sink.close()
         doc = write_results(out_dir, run, meta=meta)
     except (OSError, ValueError) as exc:
         raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None

@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ..analysis.aggregate import of_level
 from ..client.backends import GenerationParams
+from ..core.recordsink import RECORDS_KEPT
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -64,13 +66,16 @@ from .shared import checking_only, prompt_source, prompt_source_options, request
 @click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
               help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
+@click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
+              help="Which request records requests.jsonl keeps (errors: failed requests only); the "
+                   "summaries and histograms cover every request either way.")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure) -> None:
+          histograms, transport, insecure, records_kept) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -96,7 +101,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
-    code = execute_sweep(config, out_dir, histograms=histograms)
+    code = execute_sweep(config, out_dir, histograms=histograms, records=records_kept)
     sys.exit(code)
 
 
@@ -163,7 +168,8 @@ def ensure_open_files(connections: int) -> None:
 
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
-                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True) -> int:
+                  around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
+                  records: str = "all") -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
@@ -178,11 +184,12 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 await run_sweep(run, observer)
 
     try:
-        execution = execute(run, out_dir, main, kind=kind, err=err)
+        execution = execute(run, out_dir, main, kind=kind, err=err, records=records)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc
-    from ..output.exporters import export, is_hgrm_name, select
+    from ..output.exporters import is_hgrm_name, level_histogram_files
+    from ..output.files import write_files
     from ..output.files import remove_files
 
     try:
@@ -190,9 +197,9 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         # first, whatever else a user put there stays; with --no-histograms none are left either.
         remove_files(out_dir / "histograms", is_hgrm_name)
         if histograms:
-            records = [r for t in run.targets for lv in t.levels for r in lv.records]
             (out_dir / "histograms").mkdir(exist_ok=True)
-            export("hgrm", select(doc, records), out_dir / "histograms")
+            write_files(level_histogram_files(doc, [(t.label, lv.level, of_level(lv)) for t in run.targets
+                                                    for lv in t.levels]), out_dir / "histograms")
     except OSError as exc:
         err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err)

@@ -164,6 +164,21 @@ class HgrmExporter:
         return files
 
 
+def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int | float, Any]]) -> ExportFiles:
+    """The hgrm files of a run's levels from their streaming aggregates (label, level,
+    `analysis.aggregate.LevelAggregate`): the files `HgrmExporter` writes from the same records."""
+    names = [m for m in [*METRICS, *MULTI_METRICS] if is_open_loop(run) or m not in OPEN_LOOP_METRICS]
+    files = []
+    for label, level, aggregate in levels:
+        for metric in names:
+            if metric == "schedule_lag" and not aggregate.any_scheduled:
+                continue
+            histogram = aggregate.histogram(metric)
+            if histogram.get_total_count():
+                files.append((f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm", percentile_distribution(histogram)))
+    return files
+
+
 _HGRM_NAME = re.compile(r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, [*METRICS, *MULTI_METRICS])) + r")\.hgrm$")
 
 

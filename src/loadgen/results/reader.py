@@ -80,12 +80,14 @@ def upgrade_v1(doc: dict[str, Any]) -> None:
 
 
 def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
-                check: Callable[[Any], str | None] | None = None) -> list:
+                check: Callable[[Any], str | None] | None = None, cut_short_ok: bool = False) -> list:
     out = []
     n = 0
     try:
         with path.open("rb") as f:
             for n, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n") and cut_short_ok:
+                    break  # the writer was killed mid-write: the file is read up to its last complete record
                 line = raw.decode("utf-8")
                 if line.strip():
                     data = json.loads(line)
@@ -111,7 +113,14 @@ def _record_problem(r: RequestRecord) -> str | None:
 
 
 def load_records(results_dir: Path) -> list[RequestRecord]:
-    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem)
+    """Every record; of a run that did not finish (run.json `complete` false), a last line cut short
+    by a killed writer is left out: the file is read up to its last complete record."""
+    try:
+        unfinished = json.loads((Path(results_dir) / RUN_FILE).read_text(encoding="utf-8")).get("complete") is False
+    except (OSError, ValueError, AttributeError):
+        unfinished = False
+    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem,
+                       cut_short_ok=unfinished)
 
 
 def load_probe(results_dir: Path) -> list[ProbeSample]:

@@ -6,12 +6,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..analysis.soak import SoakTally, window_seconds
 from ..client.backends import make_backend
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import EngineOptions, run_level
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
+from .recording import stream_level
 from .salts import new_decimal_salt, new_salt
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_prompts_beyond_context, warm_up)
@@ -64,6 +66,9 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
         if config.warmup > 0 and not await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=salt)):
             return
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
+        if run.sink is not None:
+            tally = level.tally = SoakTally(window_seconds(duration_s))
+            stream_level(level, run.sink, extra=[lambda batch: tally.add(batch, level.start_ns)])
         t.levels.append(level)
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure) as probe:
             async with probe_sampling(probe, t, concurrency, settings["probe_interval_s"], level):

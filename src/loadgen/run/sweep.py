@@ -15,12 +15,14 @@ from dataclasses import replace
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
 from ..client.transport import Transport
+from ..analysis.aggregate import of_level
 from ..core.records import LevelRun
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
+from .recording import stream_level
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
@@ -64,7 +66,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     """One level on one target: the server's counters before and after, its /metrics and /slots
     sampled during, the client's own load measured, figures moved to simulated time (demo)."""
     config = run.config
-    level = _new_level(config, t, key)
+    level = stream_level(_new_level(config, t, key), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
     if t.info and t.info.metrics_enabled:
         level.server_metrics_before = await probe.metrics()
     t.levels.append(level)
@@ -85,7 +87,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
         level.server_metrics_after = await probe.metrics()
     obs.level_done(run, t, level)
     # A level where nothing completed measured no server, so it cannot say the client limited it.
-    warning = None if config.servers_in_process or not any(r.ok for r in level.records) \
+    warning = None if config.servers_in_process or not of_level(level).ok \
         else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
