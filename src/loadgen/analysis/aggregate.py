@@ -199,7 +199,7 @@ class LevelAggregate:
     def summary(self, concurrency: int, stopped_reason: str | None = None,
                 server_metrics_delta: dict[str, float] | None = None, rate: float | None = None) -> LevelSummary:
         """The level's `LevelSummary` (see `metrics.summarize_level` for what counts where)."""
-        errors = Counter(self.errors)
+        errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
         s = self.series

@@ -107,12 +107,14 @@ class SoakTally:
         """Consecutive windows from start to end (the last one may be shorter); later ones fold into it."""
         count = max(1, math.ceil((end_ns - start_ns) / self.length_ns))
         ok, tokens, errors = [0] * count, [0] * count, [Counter() for _ in range(count)]
-        for i, n in self.ok.items():
+        # Copies first (each one step for the interpreter): a checkpoint reads this from another
+        # thread while the run adds to it.
+        for i, n in list(self.ok.items()):
             ok[min(i, count - 1)] += n
-        for i, n in self.tokens.items():
+        for i, n in list(self.tokens.items()):
             tokens[min(i, count - 1)] += n
-        for i, c in self.errors.items():
-            errors[min(i, count - 1)].update(c)
+        for i, c in list(self.errors.items()):
+            errors[min(i, count - 1)].update(dict(c))
         out = []
         for i in range(count):
             a = start_ns + i * self.length_ns
@@ -202,8 +204,8 @@ def summarize_tally(tally: SoakTally, start_ns: int, end_ns: int) -> SoakSummary
     window_s = tally.window_s
     windows = tally.windows(start_ns, end_ns)
     errors: Counter[str] = Counter()
-    for c in tally.errors.values():
-        errors.update(c)
+    for c in list(tally.errors.values()):
+        errors.update(dict(c))
     tokens = sum(tally.tokens.values())
     full = [w for w in windows if w.length_s >= window_s * 0.999]
     k = max(1, round(len(full) * DRIFT_SHARE)) if len(full) >= 2 else 0

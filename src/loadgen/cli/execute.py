@@ -32,6 +32,15 @@ from ..run.model import Run
 
 
 Checkpoint = Callable[[], None]
+# run.json is rewritten this often during a run (the records stream on their own), so a run killed
+# mid-level leaves that level's figures at most this old.
+SUMMARY_EVERY_S = 5.0
+
+
+async def _every(interval_s: float, call: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        call()
 
 
 class FinalWriteError(Exception):
@@ -71,7 +80,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
 
     def save() -> None:
         try:
-            write_results(out_dir, run, meta=meta)
+            write_results(out_dir, run, meta=meta, final=False)
         except (OSError, ValueError) as exc:
             if not save_failures:
                 err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
@@ -118,10 +127,13 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         if received:  # a signal came while the loop was being made: nothing to run
             run.interrupted = True
             return
+        ticking = asyncio.ensure_future(_every(SUMMARY_EVERY_S, checkpoint))
         try:
             await main(checkpoint)
         except asyncio.CancelledError:
             run.interrupted = True
+        finally:
+            ticking.cancel()
 
     LATCH.install()
     received = LATCH.received

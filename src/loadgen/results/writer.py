@@ -106,8 +106,10 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
         raise
 
 
-def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
+def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool = True) -> dict[str, Any]:
     """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
+
+    `final` False: a checkpoint of a run still going, which is never `complete`.
 
     The API key is masked ("***") wherever a server quoted it back (an error message, a target's
     error), so no results file carries it.
@@ -115,6 +117,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str,
     secret = run.config.api_key
     meta = {**meta, "finished_utc": utc_now().isoformat()}
     doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
+    doc["complete"] = doc["complete"] and final
     if secret:
         doc = redact(doc, secret)
     if run.sink is None:  # else the records went to the file as they came (core/recordsink.py)
@@ -130,7 +133,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str,
 def start_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> None:
     """The results directory as a run starts: run.json (no levels yet, `complete` false) beside the
     records file it streams into, so a run killed outright still reads as an incomplete run."""
-    write_results(out_dir, run, meta=meta)
+    write_results(out_dir, run, meta=meta, final=False)
 
 
 def redact(value: Any, secret: str) -> Any:
