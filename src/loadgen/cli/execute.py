@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from ..core.clock import now_ns
+from ..core.columnar import PARQUET_FILE
 from ..core.recordsink import RecordSink
 from ..core.signals import LATCH, SIGNAL_EXIT
 from ..results.schema import REQUESTS_FILE
@@ -58,7 +59,7 @@ class Execution:
 
 
 def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
-            kind: str, err: Console, records: str = "all") -> Execution:
+            kind: str, err: Console, records: str = "all", records_format: str = "jsonl") -> Execution:
     """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document.
 
     The records stream to requests.jsonl as they complete (`records`: which ones, see
@@ -73,7 +74,8 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
     save_failures: list[str] = []
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
     try:
-        run.sink = RecordSink(out_dir / REQUESTS_FILE, keep=records, secret=run.config.api_key)
+        name = PARQUET_FILE if records_format == "parquet" else REQUESTS_FILE
+        run.sink = RecordSink(out_dir / name, keep=records, secret=run.config.api_key, format=records_format)
         start_results(out_dir, run, meta=meta)
     except OSError as exc:
         raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None

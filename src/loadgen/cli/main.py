@@ -47,7 +47,8 @@ COMMAND_HELP = {
                "change, and whether it is more than the run-to-run noise.",
     "demo": "Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.",
     "depth": "Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).",
-    "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON.",
+    "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines "
+              "or Parquet.",
     "gate": "Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise, else 0.",
     "prefill": "Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.",
     "report": "Charts, level tables and verdicts of one or more sweeps, overlaid.",

@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..core.recordsink import RECORDS_KEPT
+from ..core import columnar
+from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
@@ -60,9 +61,11 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     return EXIT_OK
 
 
-def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all") -> None:
+def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
+         records_format: str = "jsonl") -> None:
     try:
-        execution = execute(run, out_dir, main, kind=run.kind, err=err, records=records_kept)
+        execution = execute(run, out_dir, main, kind=run.kind, err=err, records=records_kept,
+                            records_format=records_format)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -163,12 +166,15 @@ def depth_command(ports, host, urls, labels, api, model, api_key, transport, ins
 @click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
               help="Which request records requests.jsonl keeps (errors: failed requests only); the "
                    "summaries and histograms cover every request either way.")
+@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
+              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
+                   "columns for big runs; needs pip install 'loadgen[parquet]').")
 @prompt_source_options
 @request_options
 def soak_command(ports, host, urls, labels, api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
-                 wait_ready_s, output, force, records_kept) -> None:
+                 wait_ready_s, output, force, records_kept, records_format) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, api=api, model=model, api_key=api_key,
@@ -190,7 +196,9 @@ def soak_command(ports, host, urls, labels, api, model, api_key, transport, inse
         with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as obs:
             await run_soak(run, obs, source, checkpoint)
 
-    _run(run, out_dir, main, err, records_kept)
+    if records_format == "parquet":
+        columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
+    _run(run, out_dir, main, err, records_kept, records_format)
 
 
 MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -14,7 +14,8 @@ from rich.console import Console
 
 from ..analysis.aggregate import of_level
 from ..client.backends import GenerationParams
-from ..core.recordsink import RECORDS_KEPT
+from ..core import columnar
+from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -69,13 +70,16 @@ from .shared import checking_only, prompt_source, prompt_source_options, request
 @click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
               help="Which request records requests.jsonl keeps (errors: failed requests only); the "
                    "summaries and histograms cover every request either way.")
+@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
+              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
+                   "columns for big runs; needs pip install 'loadgen[parquet]').")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, records_kept) -> None:
+          histograms, transport, insecure, records_kept, records_format) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -101,7 +105,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
-    code = execute_sweep(config, out_dir, histograms=histograms, records=records_kept)
+    if records_format == "parquet":
+        columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
+    code = execute_sweep(config, out_dir, histograms=histograms, records=records_kept, records_format=records_format)
     sys.exit(code)
 
 
@@ -169,7 +175,7 @@ def ensure_open_files(connections: int) -> None:
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
-                  records: str = "all") -> int:
+                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators).
@@ -184,7 +190,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 await run_sweep(run, observer)
 
     try:
-        execution = execute(run, out_dir, main, kind=kind, err=err, records=records)
+        execution = execute(run, out_dir, main, kind=kind, err=err, records=records, records_format=records_format)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc

@@ -20,6 +20,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -29,21 +30,38 @@ from .records import RequestRecord
 BATCH_RECORDS = 4096
 BATCH_SECONDS = 0.5
 RECORDS_KEPT = ("all", "errors", "none")
+RECORDS_FORMATS = ("jsonl", "parquet")
+PARQUET_ROW_GROUP = 65536  # records per Parquet row group (held as Arrow columns, ~100 B each, until written)
 
 Batch = list[RequestRecord]
 
 
 class RecordSink:
-    """Appends records to `path` (JSON lines) from a writer thread. Thread-safe `write`; `close` once."""
+    """Appends records to `path` from a writer thread. Thread-safe `write`; `close` once.
 
-    def __init__(self, path: Path, keep: str = "all", secret: str | None = None) -> None:
-        if keep not in RECORDS_KEPT:
-            raise ValueError(f"keep must be one of {RECORDS_KEPT}")
-        self.path, self.keep, self.secret = Path(path), keep, secret or None
+    format "jsonl": JSON lines, encoded on the caller's thread, written as they come. "parquet"
+    (core/columnar.py): each batch is turned into Arrow columns on the caller's thread (the work
+    holds the interpreter either way, and a thread doing it fell behind a fast run and queued
+    records), and the thread writes a row group every PARQUET_ROW_GROUP records; the file is
+    readable once closed (a killed run leaves none readable: JSON lines survive a kill).
+    """
+
+    def __init__(self, path: Path, keep: str = "all", secret: str | None = None, format: str = "jsonl") -> None:
+        if keep not in RECORDS_KEPT or format not in RECORDS_FORMATS:
+            raise ValueError(f"keep must be one of {RECORDS_KEPT}, format one of {RECORDS_FORMATS}")
+        self.path, self.keep, self.secret, self.format = Path(path), keep, secret or None, format
         self.written = 0  # records handed to the writer
         self._encoder = msgspec.json.Encoder()
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._columns: Any = None
+        self._file: Any = None
+        if format == "parquet":
+            from .columnar import ParquetColumns
+
+            self._columns = ParquetColumns(self.path, PARQUET_ROW_GROUP)
+        else:
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._closed = False
         self._error: OSError | None = None
         self._thread = threading.Thread(target=self._drain, name="loadgen-records", daemon=True)
         self._thread.start()
@@ -58,13 +76,16 @@ class RecordSink:
         if self.secret:
             batch = [_redacted(r, self.secret) for r in batch]
         self.written += len(batch)
-        self._queue.put(self._encoder.encode_lines(batch))
+        self._queue.put(self._columns.table(batch) if self._columns is not None else self._encoder.encode_lines(batch))
 
     def _drain(self) -> None:
         while (data := self._queue.get()) is not None:
             if self._error is not None:
                 continue
             try:
+                if not isinstance(data, bytes):
+                    self._columns.add(data)
+                    continue
                 view = memoryview(data)
                 while view:
                     view = view[self._file.write(view):]
@@ -73,14 +94,21 @@ class RecordSink:
 
     def close(self) -> None:
         """Write what is queued, sync and close; raises the writer's OSError if one came."""
-        if self._file.closed:
+        if self._closed:
             return
+        self._closed = True
         self._queue.put(None)
         self._thread.join()
         try:
-            os.fsync(self._file.fileno())
+            if self._columns is not None and self._error is None:
+                self._columns.close()
+            if self._file is not None:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._error = self._error or exc
         finally:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
         if self._error is not None:
             raise self._error
 

@@ -24,7 +24,9 @@ from typing import Any
 
 import msgspec
 
-from ..core.errors import ResultsError
+from ..core.columnar import PARQUET_FILE
+from ..core.columnar import read_records as read_parquet
+from ..core.errors import ConfigError, ResultsError
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import is_open_loop
 from .schema import PROBE_FILE, READABLE_VERSIONS, REQUESTS_FILE, RUN_FILE, SCHEMA, RunFile
@@ -119,8 +121,32 @@ def load_records(results_dir: Path) -> list[RequestRecord]:
         unfinished = json.loads((Path(results_dir) / RUN_FILE).read_text(encoding="utf-8")).get("complete") is False
     except (OSError, ValueError, AttributeError):
         unfinished = False
+    parquet = Path(results_dir) / PARQUET_FILE
+    if parquet.exists() and not (Path(results_dir) / REQUESTS_FILE).exists():
+        return _load_parquet(parquet)
     return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem,
                        cut_short_ok=unfinished)
+
+
+def _load_parquet(path: Path) -> list[RequestRecord]:
+    """requests.parquet (core/columnar.py), checked as the JSON lines are."""
+    try:
+        rows = read_parquet(path)
+    except ConfigError:
+        raise  # no pyarrow: the line says how to get it
+    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+        raise ResultsError(f"{path} is not a records file ({_first_line(exc)}); a run killed while writing "
+                           "Parquet leaves none (JSON lines survive a kill)") from None
+    out = []
+    for n, row in enumerate(rows, 1):
+        try:
+            record = RequestRecord.from_dict(row)
+        except msgspec.ValidationError as exc:
+            raise ResultsError(f"{path}: row {n}: not a request record ({_first_line(exc)})") from None
+        if (problem := _record_problem(record)) is not None:
+            raise ResultsError(f"{path}: row {n}: not a request record ({problem})")
+        out.append(record)
+    return out
 
 
 def load_probe(results_dir: Path) -> list[ProbeSample]:
