@@ -18,12 +18,12 @@ a level of up to SAMPLE_SIZE requests keeps all of them and the verdict is the o
 
 from __future__ import annotations
 
-import bisect
 import math
-import random
+import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from ..core import records
@@ -46,11 +46,12 @@ class _Series:
     def __init__(self) -> None:
         self.count, self.total, self.histogram = 0, 0.0, metrics.new_histogram()
 
-    def add(self, values_ms: list[float]) -> None:
-        values = [v for v in values_ms if math.isfinite(v)]
-        if values:
-            self.count += len(values)
-            self.total += sum(values)
+    def add(self, values_ms: np.ndarray | list[float]) -> None:
+        values = np.asarray(values_ms, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            self.count += int(values.size)
+            self.total += sum(values.tolist())  # in order, as a list's sum: the same mean either way
             metrics.record_ms(self.histogram, values)
 
     def distribution(self) -> Distribution | None:
@@ -68,13 +69,47 @@ class _Mean:
     def __init__(self) -> None:
         self.count, self.total = 0, 0.0
 
-    def add(self, values: Iterable[float | None]) -> None:
-        vs = [v for v in values if v is not None and math.isfinite(v)]
+    def add(self, values: np.ndarray) -> None:
+        vs = values[np.isfinite(values)].tolist()
         self.count += len(vs)
         self.total += sum(vs)
 
     def value(self) -> float | None:
         return self.total / self.count if self.count else None
+
+
+# The fields a batch is read by, one C call per record (operator.attrgetter), then as columns.
+_FIELDS = ("error_kind", "send_ns", "complete_ns", "intended_ns", "prompt_ms", "predicted_ms",
+           "predicted_per_second", "predicted_n", "tokens_predicted", "usage", "first_token_ns", "chunk_gaps_us")
+_ROW = operator.attrgetter(*_FIELDS)
+
+
+def _floats(column: tuple) -> np.ndarray:
+    """A column of numbers or None as float64, None as NaN."""
+    try:
+        return np.array(column, dtype=np.float64)
+    except TypeError:
+        return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
+
+
+class _Columns:
+    """One batch as numpy columns: what `LevelAggregate` reads."""
+
+    def __init__(self, batch: Sequence[RequestRecord]) -> None:
+        (errors, send, complete, intended, self.prompt_ms, self.predicted_ms, self.decode, predicted_n,
+         tokens_predicted, usage, first_token, gaps) = zip(*map(_ROW, batch))
+        self.errors = errors
+        self.send = np.array(send, dtype=np.int64)
+        self.complete = np.array(complete, dtype=np.int64)
+        if None in intended:  # records written before every record carried its intended send
+            self.start = np.array([s if i is None else i for s, i in zip(send, intended)], dtype=np.int64)
+        else:
+            self.start = np.array(intended, dtype=np.int64)
+        self.ok = np.array([e is None for e in errors], dtype=bool)
+        self.counted = np.array([e != records.CANCELLED for e in errors], dtype=bool)
+        self.streamed = any(t is not None for t in first_token) or any(gaps)
+        self.tokens = np.array([r.output_tokens or 0 for r in batch] if None in predicted_n else predicted_n,
+                               dtype=np.int64)
 
 
 def of_level(level: LevelRun) -> "LevelAggregate":
@@ -96,8 +131,10 @@ class LevelAggregate:
         self.last_send_ns: int | None = None
         self.any_scheduled = False  # a request whose intended send differs from its actual one
         self.sample: list[RequestRecord] = []
-        self._sample_size, self._random = sample_size, random.Random(0)
-        self._events: list[tuple[int, int]] = []  # (time, +1 send / -1 completion) not yet swept
+        self._sample_size, self._random = sample_size, np.random.default_rng(0)
+        # Send and completion times not yet swept (numpy arrays, one per batch).
+        self._sends: list[np.ndarray] = [np.empty(0, np.int64)]
+        self._completes: list[np.ndarray] = [np.empty(0, np.int64)]
         self._in_flight = self._peak = 0
 
     @classmethod
@@ -109,89 +146,91 @@ class LevelAggregate:
     def add_batch(self, batch: Sequence[RequestRecord]) -> None:
         if not batch:
             return
-        self._count(batch)
-        ok = [r for r in batch if r.error_kind is None]
-        counted = [r for r in batch if r.error_kind != records.CANCELLED]
-        self._distributions(ok, counted)
-        m = self.means
-        m["predicted_ms"].add(r.predicted_ms for r in ok)
-        m["prompt_ms"].add(r.prompt_ms for r in ok)
-        m["decode_tok_s"].add(r.predicted_per_second for r in ok)
+        c = _Columns(batch)
+        self._count(batch, c)
+        self._distributions(batch, c)
+        ok = c.ok
+        self.means["predicted_ms"].add(_floats(c.predicted_ms)[ok])
+        self.means["prompt_ms"].add(_floats(c.prompt_ms)[ok])
+        self.means["decode_tok_s"].add(_floats(c.decode)[ok])
         self._sample(batch)
 
-    def _count(self, batch: Sequence[RequestRecord]) -> None:
+    def _count(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
         self.sent += len(batch)
-        errors = self.errors
-        tokens = ok = 0
-        for r in batch:
-            if r.error_kind is None:
-                ok += 1
-                tokens += r.output_tokens or 0
-            else:
-                errors[r.error_kind] += 1
+        ok = int(c.ok.sum())
         self.ok += ok
-        self.output_tokens += tokens
-        sends = [r.send_ns for r in batch]
-        self.first_send_ns = min(sends) if self.first_send_ns is None else min(self.first_send_ns, *sends)
-        self.last_send_ns = max(sends) if self.last_send_ns is None else max(self.last_send_ns, *sends)
-        counted = [r for r in batch if r.error_kind != records.CANCELLED]
-        if counted:
-            start = min(r.start_ns for r in counted)
-            end = max(r.complete_ns for r in counted)
+        self.output_tokens += int(c.tokens[c.ok].sum())
+        if ok < len(batch):
+            self.errors.update(e for e in c.errors if e is not None)
+        first, last = int(c.send.min()), int(c.send.max())
+        self.first_send_ns = first if self.first_send_ns is None else min(self.first_send_ns, first)
+        self.last_send_ns = last if self.last_send_ns is None else max(self.last_send_ns, last)
+        if c.counted.any():
+            start, end = int(c.start[c.counted].min()), int(c.complete[c.counted].max())
             self.first_start_ns = start if self.first_start_ns is None else min(self.first_start_ns, start)
             self.last_complete_ns = end if self.last_complete_ns is None else max(self.last_complete_ns, end)
-        self.any_scheduled = self.any_scheduled or any(r.intended_ns not in (None, r.send_ns) for r in batch)
-        events = self._events
-        for r in batch:
-            events.append((r.send_ns, 1))
-            events.append((r.complete_ns, -1))
+        self.any_scheduled = self.any_scheduled or bool((c.start != c.send).any())
+        self._sends.append(c.send)
+        self._completes.append(c.complete)
 
-    def _distributions(self, ok: list[RequestRecord], counted: list[RequestRecord]) -> None:
-        s = self.series
-        s["latency"].add([metrics.latency_ms(r) for r in ok])
-        s["latency_uncorrected"].add([metrics.latency_uncorrected_ms(r) for r in ok])
-        s["queue_wait"].add([q for r in ok if (q := metrics.queue_wait_ms(r)) is not None])
-        s["predicted_ms"].add([r.predicted_ms for r in ok if r.predicted_ms is not None])
-        s["schedule_lag"].add([metrics.schedule_lag_ms(r) for r in counted])
-        streamed = [r for r in ok if r.first_token_ns is not None or r.chunk_gaps_us]
-        if streamed:
+    def _distributions(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
+        s, ok = self.series, c.ok
+        latency = (c.complete - c.start) / 1e6
+        uncorrected = (c.complete - c.send) / 1e6
+        s["latency"].add(latency[ok])
+        s["latency_uncorrected"].add(uncorrected[ok])
+        service = _floats(c.prompt_ms) + _floats(c.predicted_ms)  # NaN without timings: no queue wait
+        s["queue_wait"].add(np.maximum(0.0, uncorrected - service)[ok & ~np.isnan(service)])
+        s["predicted_ms"].add(_floats(c.predicted_ms)[ok])
+        s["schedule_lag"].add(((c.send - c.start) / 1e6)[c.counted])
+        if c.streamed:
+            streamed = [r for r in batch if r.error_kind is None and (r.first_token_ns is not None or r.chunk_gaps_us)]
             s["ttft"].add([v for r in streamed if (v := metrics.ttft_ms(r)) is not None])
             s["ttft_queue"].add([v for r in streamed if (v := metrics.ttft_queue_ms(r)) is not None])
             s["tpot"].add([v for r in streamed if (v := metrics.tpot_ms(r)) is not None])
             s["itl"].add([g for r in streamed for g in metrics.itl_ms(r)])
 
     def _sample(self, batch: Sequence[RequestRecord]) -> None:
+        """Reservoir sampling (algorithm R): record i of the level replaces a random slot with
+        probability size / i; the draws for a batch are made at once."""
         sample, size = self.sample, self._sample_size
         seen = self.sent - len(batch)
-        for r in batch:
-            seen += 1
-            if len(sample) < size:
-                sample.append(r)
-            else:
-                j = self._random.randrange(seen)
-                if j < size:
-                    sample[j] = r
+        fill = max(0, min(len(batch), size - len(sample)))
+        sample.extend(batch[:fill])
+        if fill == len(batch):
+            return
+        ranks = np.arange(seen + fill + 1, seen + len(batch) + 1)
+        slots = self._random.integers(0, ranks)
+        for i in np.flatnonzero(slots < size).tolist():
+            sample[int(slots[i])] = batch[fill + i]
 
     def settle(self, watermark_ns: int | None = None) -> None:
         """Sweep the send/completion events before `watermark_ns` (None: all) into the peak."""
-        events = self._events
-        events.sort()  # at equal times a completion (-1) sorts before a send: back to back is no overlap
-        cut = len(events) if watermark_ns is None else bisect.bisect_left(events, (watermark_ns, -1))
-        in_flight, peak = self._in_flight, self._peak
-        for _, step in events[:cut]:
-            in_flight += step
-            if in_flight > peak:
-                peak = in_flight
-        self._in_flight, self._peak = in_flight, peak
-        del events[:cut]
+        times, steps = self._pending()
+        cut = len(times) if watermark_ns is None else int(np.searchsorted(times, watermark_ns, side="left"))
+        if cut:
+            running = self._in_flight + np.cumsum(steps[:cut])
+            self._peak = max(self._peak, int(running.max()))
+            self._in_flight = int(running[-1])
+        rest = times[cut:], steps[cut:]
+        self._sends = [rest[0][rest[1] > 0]]
+        self._completes = [rest[0][rest[1] < 0]]
+
+    def _pending(self) -> tuple[np.ndarray, np.ndarray]:
+        """The events not yet swept in time order; at equal times a completion (-1) comes before a
+        send (+1): back to back is no overlap."""
+        sends, completes = np.concatenate(list(self._sends)), np.concatenate(list(self._completes))
+        times = np.concatenate([completes, sends])
+        steps = np.concatenate([np.full(completes.size, -1, np.int64), np.ones(sends.size, np.int64)])
+        order = np.lexsort((steps, times))
+        return times[order], steps[order]
 
     def concurrency_reached(self) -> int:
         """The peak so far, the events not yet settled included (not consumed)."""
-        in_flight, peak = self._in_flight, self._peak
-        for _, step in sorted(self._events):
-            in_flight += step
-            peak = max(peak, in_flight)
-        return peak
+        times, steps = self._pending()
+        if not times.size:
+            return self._peak
+        return max(self._peak, int((self._in_flight + np.cumsum(steps)).max()))
 
     def histogram(self, name: str) -> HdrHistogram:
         return self.series[name].histogram

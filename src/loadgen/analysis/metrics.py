@@ -174,7 +174,8 @@ def record_ms(h: HdrHistogram, values_ms: Iterable[float]) -> None:
     value: the same histogram at a fraction of the cost (a level of a fast server holds 100k+
     requests, and a streamed one 64 ITL values per request).
     """
-    us = np.rint(np.fromiter(values_ms, dtype=np.float64) * 1000)
+    values = values_ms if isinstance(values_ms, np.ndarray) else np.fromiter(values_ms, dtype=np.float64)
+    us = np.rint(values.astype(np.float64) * 1000)
     if us.size == 0:
         return
     us = np.clip(us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)

@@ -34,8 +34,10 @@ from ..run.model import Run
 
 Checkpoint = Callable[[], None]
 # run.json is rewritten this often during a run (the records stream on their own), so a run killed
-# mid-level leaves that level's figures at most this old.
-SUMMARY_EVERY_S = 5.0
+# mid-level leaves that level's figures at most this old. Not more often: the summary is computed
+# in a thread that shares the interpreter with the event loop, and a level of a few seconds
+# measured with it in the middle measured the client (a saturation table test moved its knee).
+SUMMARY_EVERY_S = 60.0
 
 
 async def _every(interval_s: float, call: Callable[[], None]) -> None:
