@@ -12,6 +12,7 @@ exit code is 130/143 whenever it lands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Coroutine
@@ -40,10 +41,18 @@ Checkpoint = Callable[[], None]
 SUMMARY_EVERY_S = 60.0
 
 
-async def _every(interval_s: float, call: Callable[[], None]) -> None:
-    while True:
-        await asyncio.sleep(interval_s)
-        call()
+async def _ticking(work: Coroutine[Any, Any, None], interval_s: float, call: Callable[[], None]) -> None:
+    """Await `work`, calling `call` every `interval_s` meanwhile."""
+    async def every() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            call()
+
+    ticks = asyncio.ensure_future(every())
+    try:
+        await work
+    finally:
+        ticks.cancel()
 
 
 class FinalWriteError(Exception):
@@ -60,13 +69,20 @@ class Execution:
         return SIGNAL_EXIT.get(self.signals[0], 130) if self.signals else None
 
 
+def _start_records(run: Run, out_dir: Path, meta: dict[str, Any], records: str, records_format: str) -> None:
+    """Open the records file the run streams into and write run.json before the first request."""
+    try:
+        name = PARQUET_FILE if records_format == "parquet" else REQUESTS_FILE
+        run.sink = RecordSink(out_dir / name, keep=records, secret=run.config.api_key, format=records_format)
+        start_results(out_dir, run, meta=meta)
+    except OSError as exc:
+        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
+
+
 def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
             kind: str, err: Console, records: str = "all", records_format: str = "jsonl") -> Execution:
     """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document.
-
-    The records stream to requests.jsonl as they complete (`records`: which ones, see
-    core/recordsink.py); run.json is written once before the first request, so a run killed
-    outright still leaves a results directory that reads as incomplete."""
+    Records stream to their file as they complete (`records`: which ones; see core/recordsink.py)."""
     factory, loop_name = loop_factory()
     freeze_startup_heap()
     if loop_name != "uvloop":
@@ -75,12 +91,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
             "host": host_facts(loop_name)}
     save_failures: list[str] = []
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
-    try:
-        name = PARQUET_FILE if records_format == "parquet" else REQUESTS_FILE
-        run.sink = RecordSink(out_dir / name, keep=records, secret=run.config.api_key, format=records_format)
-        start_results(out_dir, run, meta=meta)
-    except OSError as exc:
-        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
+    _start_records(run, out_dir, meta, records, records_format)
 
     def save() -> None:
         try:
@@ -101,10 +112,8 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         for t in run.targets:  # what is in flight is recorded as cancelled, levels end
             for lv in t.levels:
                 lv.abandon(now_ns())
-        try:
+        with contextlib.suppress(OSError):
             run.sink.close()
-        except OSError:
-            pass
         save()
         os._exit(SIGNAL_EXIT.get(received[0], 130))
 
@@ -131,13 +140,10 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         if received:  # a signal came while the loop was being made: nothing to run
             run.interrupted = True
             return
-        ticking = asyncio.ensure_future(_every(SUMMARY_EVERY_S, checkpoint))
         try:
-            await main(checkpoint)
+            await _ticking(main(checkpoint), SUMMARY_EVERY_S, checkpoint)
         except asyncio.CancelledError:
             run.interrupted = True
-        finally:
-            ticking.cancel()
 
     LATCH.install()
     received = LATCH.received
