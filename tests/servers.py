@@ -718,3 +718,26 @@ def start_prometheus(config: Path, work_dir: Path, ready_timeout: float = 60) ->
             server.stop()
             raise RuntimeError(f"Prometheus did not become ready: {log.read_text()[-2000:]}")
         time.sleep(0.1)
+
+
+class InstantServer:
+    """`tests/instant_server.py` in its own process: answers every POST /completion at once (one
+    canned llama.cpp response) and counts them (`count()`); for runs of hundreds of thousands of requests."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "InstantServer":
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "instant_server.py"), str(self.port)])
+        wait_healthy(self.url, 30, self.proc, "the instant server")
+        return self
+
+    def count(self) -> int:
+        with urllib.request.urlopen(f"{self.url}/count", timeout=10) as r:
+            return int(r.read())
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            terminate(self.proc)

@@ -76,6 +76,15 @@ def test_one_slot_server_queues_requests_at_concurrency_4(two_server_sweep):
     assert len({r.id_slot for r in four_slot}) > 1  # several slots actually served requests
 
 
+def _a_level_saved(out) -> bool:
+    """run.json (written from the run's start) holds a finished level: the first checkpoint."""
+    try:
+        doc = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(lv.get("stopped_reason") != "in progress" for t in doc["targets"] for lv in t.get("levels") or [])
+
+
 def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers, tmp_path):
     four, _ = real_servers
     victim = start_llama_server("victim", 1, tmp_path)
@@ -85,7 +94,7 @@ def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers,
                                  "--n-predict", "32", "--requests", "24", "--no-histograms", "--output", str(out)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while not (out / "run.json").exists() and time.monotonic() < deadline:  # first level done
+        while not _a_level_saved(out) and time.monotonic() < deadline:  # first level done
             time.sleep(0.05)
         victim.proc.kill()
         stdout, stderr = proc.communicate(timeout=300)
@@ -113,7 +122,7 @@ def test_a_signal_cancels_in_flight_requests_and_keeps_a_valid_incomplete_run(re
                              "--n-predict", "32", "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (out / "run.json").exists() and time.monotonic() < deadline:
+    while not _a_level_saved(out) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # inside level 2, with requests in flight
     os.kill(proc.pid, signum)

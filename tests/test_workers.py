@@ -88,6 +88,18 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
     assert not (two / "workers").exists()  # the workers' own files go once every record is written
 
 
+def test_a_level_over_workers_reaches_its_whole_concurrency(sim, tmp_path) -> None:
+    """The parent reads each worker's records in batches, later than they were sent: counting what
+    was in flight must wait for all of them (settled as they came, a 2 s level at c=8 over two
+    workers read "at most 7 requests were in flight" and warned of it)."""
+    done = sweep("--url", sim.url, "--concurrency", "8", "--duration", "2", "--n-predict", "3000", "--workers", "2",
+                 "--output", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    (level,) = _levels(tmp_path / "run")
+    assert level["concurrency_reached"] == 8 and level["requests_ok"] > 16
+    assert "at most" not in done.stderr
+
+
 def test_the_merged_run_reads_like_a_one_process_run(two_runs) -> None:
     one, two = two_runs
     for command in (["analyze", str(two)], ["report", str(two), "--format", "markdown"],

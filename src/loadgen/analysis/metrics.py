@@ -51,14 +51,12 @@ A level's figures are a `core.rundoc.LevelSummary`, the one schema of a level in
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from ..core import records
 from ..core.records import RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 
@@ -168,17 +166,24 @@ def new_histogram() -> HdrHistogram:
 
 
 def histogram_ms(values_ms: Iterable[float]) -> HdrHistogram:
-    """An HdrHistogram of millisecond values, recorded in whole microseconds.
+    """An HdrHistogram of millisecond values, recorded in whole microseconds (see `record_ms`)."""
+    h = new_histogram()
+    record_ms(h, values_ms)
+    return h
+
+
+def record_ms(h: HdrHistogram, values_ms: Iterable[float]) -> None:
+    """Record millisecond values into `h` in whole microseconds.
 
     Values are first mapped (with numpy) to the lowest value of their histogram bucket and counted,
     so the histogram gets one `record_value(v, count)` per occupied bucket instead of one call per
     value: the same histogram at a fraction of the cost (a level of a fast server holds 100k+
     requests, and a streamed one 64 ITL values per request).
     """
-    h = new_histogram()
-    us = np.rint(np.fromiter(values_ms, dtype=np.float64) * 1000)
+    values = values_ms if isinstance(values_ms, np.ndarray) else np.fromiter(values_ms, dtype=np.float64)
+    us = np.rint(values.astype(np.float64) * 1000)
     if us.size == 0:
-        return h
+        return
     us = np.clip(us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)
     # HdrHistogram's bucket of v (lowest value 1, 2048 sub-buckets for 3 digits): units of
     # 2**max(0, floor(log2 v) - 10). frexp gives floor(log2 v) exactly: v = m * 2**e, 0.5 <= m < 1.
@@ -188,7 +193,6 @@ def histogram_ms(values_ms: Iterable[float]) -> HdrHistogram:
     record = h.record_value
     for v, c in zip(values.tolist(), counts.tolist()):
         record(v, c)
-    return h
 
 
 def distribution_ms(values_ms: Sequence[float]) -> Distribution | None:
@@ -208,13 +212,6 @@ def distribution_ms(values_ms: Sequence[float]) -> Distribution | None:
     )
 
 
-def typical_latency_s(rs: Sequence[RequestRecord]) -> float | None:
-    """The p50 latency of the successful requests, in seconds (None without any): what the next
-    level's requests can expect at least, for planning (run/schedule.connections_ahead)."""
-    d = distribution_ms([latency_ms(r) for r in rs if r.ok])
-    return None if d is None else d.p50 / 1e3
-
-
 def _mean(values: Iterable[float | None]) -> float | None:
     vs = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vs) / len(vs) if vs else None
@@ -225,45 +222,11 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     server_metrics_delta: dict[str, float] | None = None,
                     rate: float | None = None) -> LevelSummary:
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
-    cancelled ones (in flight at Ctrl-C) count in neither."""
-    ok = [r for r in rs if r.ok]
-    sent = achieved_rate(rs) if rate is not None else None
-    reached = concurrency_reached(rs)  # cancelled requests were in flight too
-    errors = Counter(r.error_kind for r in rs if not r.ok)
-    cancelled = errors.pop(records.CANCELLED, 0)
-    # Requests cut off by the user are neither the server's failures nor part of the level's wall time.
-    rs = [r for r in rs if r.error_kind != records.CANCELLED] if cancelled else rs
-    return LevelSummary(
-        level=concurrency if rate is None else rate,
-        concurrency=concurrency,
-        concurrency_reached=reached,
-        requests_ok=len(ok),
-        requests_failed=sum(errors.values()),
-        requests_cancelled=cancelled,
-        errors_by_kind=dict(sorted(errors.items())),
-        output_tokens=output_tokens(ok),
-        wall_s=level_wall_s(rs),
-        throughput_tok_s=throughput_tok_s(rs),
-        latency_ms=distribution_ms([latency_ms(r) for r in ok]),
-        queue_wait_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
-        predicted_ms_mean=_mean(r.predicted_ms for r in ok),
-        prompt_ms_mean=_mean(r.prompt_ms for r in ok),
-        decode_tok_s_mean=_mean(decode_tok_s(r) for r in ok),
-        stopped_reason=stopped_reason,
-        server_metrics_delta=dict(server_metrics_delta or {}),
-        rate=rate,
-        achieved_rate=sent,
-        ttft_ms=distribution_ms([v for r in ok if (v := ttft_ms(r)) is not None]),
-        ttft_queue_ms=distribution_ms([v for r in ok if (v := ttft_queue_ms(r)) is not None]),
-        tpot_ms=distribution_ms([v for r in ok if (v := tpot_ms(r)) is not None]),
-        itl_ms=distribution_ms([g for r in ok for g in itl_ms(r)]),
-        latency_uncorrected_ms=distribution_ms([latency_uncorrected_ms(r) for r in ok]) if rate is not None else None,
-        # Every sent request was late or not by its schedule, whatever its answer.
-        schedule_lag_ms=distribution_ms([schedule_lag_ms(r) for r in rs if r.error_kind != records.CANCELLED])
-        if rate is not None else None,
-        connections_opened=len(connect := [r.connect_us / 1e3 for r in rs if r.connect_us is not None]),
-        connect_ms=distribution_ms(connect),
-    )
+    cancelled ones (in flight at Ctrl-C) count in neither. The figures are gathered as a streamed
+    level gathers them (`aggregate.LevelAggregate`), so both give the same summary."""
+    from .aggregate import LevelAggregate  # it builds on this module's formulas
+
+    return LevelAggregate.of(rs).summary(concurrency, stopped_reason, server_metrics_delta, rate)
 
 
 def counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:

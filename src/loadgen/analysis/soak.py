@@ -65,29 +65,77 @@ def _tokens(r: RequestRecord) -> int:
     return n or 0
 
 
+class SoakTally:
+    """A soak's per-window counts gathered batch by batch (a streamed soak keeps only these).
+
+    Windows are indexed by completion time from the soak's start; failures' completion times are
+    swept in order per batch for the longest error-free stretch (records complete in nearly the
+    order they are added, so only marks within a batch need sorting).
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s, self.length_ns = window_s, int(window_s * 1e9)
+        self.ok: Counter[int] = Counter()
+        self.tokens: Counter[int] = Counter()
+        self.errors: dict[int, Counter[str]] = {}
+        self.sent = 0
+        self.first_mark: int | None = None
+        self.last_mark: int | None = None
+        self.longest_inner_ns = 0
+
+    def add(self, rs: Sequence[RequestRecord], start_ns: int) -> None:
+        self.sent += len(rs)
+        marks = []
+        for r in rs:
+            if r.error_kind == records.CANCELLED:
+                continue
+            i = max(0, (r.complete_ns - start_ns) // self.length_ns)
+            if r.ok:
+                self.ok[i] += 1
+                self.tokens[i] += _tokens(r)
+            else:
+                self.errors.setdefault(i, Counter())[r.error_kind] += 1
+                marks.append(max(r.complete_ns, start_ns))
+        for m in sorted(marks):
+            if self.last_mark is None:
+                self.first_mark = m
+            elif m > self.last_mark:
+                self.longest_inner_ns = max(self.longest_inner_ns, m - self.last_mark)
+            self.last_mark = m if self.last_mark is None else max(self.last_mark, m)
+
+    def windows(self, start_ns: int, end_ns: int) -> list[SoakWindow]:
+        """Consecutive windows from start to end (the last one may be shorter); later ones fold into it."""
+        count = max(1, math.ceil((end_ns - start_ns) / self.length_ns))
+        ok, tokens, errors = [0] * count, [0] * count, [Counter() for _ in range(count)]
+        # Copies first (each one step for the interpreter): a checkpoint reads this from another
+        # thread while the run adds to it.
+        for i, n in list(self.ok.items()):
+            ok[min(i, count - 1)] += n
+        for i, n in list(self.tokens.items()):
+            tokens[min(i, count - 1)] += n
+        for i, c in list(self.errors.items()):
+            errors[min(i, count - 1)].update(dict(c))
+        out = []
+        for i in range(count):
+            a = start_ns + i * self.length_ns
+            b = min(end_ns, a + self.length_ns) if i == count - 1 else a + self.length_ns
+            out.append(SoakWindow((a - start_ns) / 1e9, (max(a, b) - start_ns) / 1e9, ok[i],
+                                  dict(sorted(errors[i].items())), tokens[i]))
+        return out
+
+    def longest_error_free_s(self, start_ns: int, end_ns: int) -> float:
+        """The longest time between two failures (or the start or end), marks clamped to the soak."""
+        if self.first_mark is None or self.last_mark is None:
+            return (end_ns - start_ns) / 1e9
+        first, last = min(self.first_mark, end_ns), min(self.last_mark, end_ns)
+        return max(first - start_ns, min(self.longest_inner_ns, end_ns - start_ns), end_ns - last) / 1e9
+
+
 def soak_windows(rs: Sequence[RequestRecord], start_ns: int, end_ns: int, window_s: float) -> list[SoakWindow]:
     """Consecutive windows from start to end (the last one may be shorter), by completion time."""
-    length_ns = int(window_s * 1e9)
-    count = max(1, math.ceil((end_ns - start_ns) / length_ns))
-    ok = [0] * count
-    tokens = [0] * count
-    errors: list[Counter] = [Counter() for _ in range(count)]
-    for r in rs:
-        if r.error_kind == records.CANCELLED:
-            continue
-        i = min(count - 1, max(0, (r.complete_ns - start_ns) // length_ns))
-        if r.ok:
-            ok[i] += 1
-            tokens[i] += _tokens(r)
-        else:
-            errors[i][r.error_kind] += 1
-    out = []
-    for i in range(count):
-        a = start_ns + i * length_ns
-        b = min(end_ns, a + length_ns) if i == count - 1 else a + length_ns
-        out.append(SoakWindow((a - start_ns) / 1e9, (max(a, b) - start_ns) / 1e9, ok[i],
-                              dict(sorted(errors[i].items())), tokens[i]))
-    return out
+    tally = SoakTally(window_s)
+    tally.add(rs, start_ns)
+    return tally.windows(start_ns, end_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,20 +191,22 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
     return p if math.isfinite(p) else None
 
 
-def longest_error_free_s(rs: Sequence[RequestRecord], start_ns: int, end_ns: int) -> float:
-    marks = sorted(r.complete_ns for r in rs if not r.ok and r.error_kind != records.CANCELLED)
-    edges = [start_ns, *(min(max(m, start_ns), end_ns) for m in marks), end_ns]
-    return max(b - a for a, b in zip(edges, edges[1:])) / 1e9
-
-
 def summarize_soak(rs: Sequence[RequestRecord], start_ns: int, end_ns: int,
                    window_s: float | None = None) -> SoakSummary:
+    tally = SoakTally(window_s or window_seconds(max(0.0, (end_ns - start_ns) / 1e9)))
+    tally.add(rs, start_ns)
+    return summarize_tally(tally, start_ns, end_ns)
+
+
+def summarize_tally(tally: SoakTally, start_ns: int, end_ns: int) -> SoakSummary:
+    """A soak's summary from its tally (what a streamed soak keeps)."""
     duration_s = max(0.0, (end_ns - start_ns) / 1e9)
-    window_s = window_s or window_seconds(duration_s)
-    windows = soak_windows(rs, start_ns, end_ns, window_s)
-    errors = Counter(r.error_kind for r in rs if not r.ok and r.error_kind != records.CANCELLED)
-    ok = [r for r in rs if r.ok]
-    tokens = sum(_tokens(r) for r in ok)
+    window_s = tally.window_s
+    windows = tally.windows(start_ns, end_ns)
+    errors: Counter[str] = Counter()
+    for c in list(tally.errors.values()):
+        errors.update(dict(c))
+    tokens = sum(tally.tokens.values())
     full = [w for w in windows if w.length_s >= window_s * 0.999]
     k = max(1, round(len(full) * DRIFT_SHARE)) if len(full) >= 2 else 0
     first = [w.throughput_tok_s for w in full[:k]]
@@ -165,10 +215,10 @@ def summarize_soak(rs: Sequence[RequestRecord], start_ns: int, end_ns: int,
     last_mean = sum(last) / k if k else None
     drift = last_mean / first_mean - 1 if first_mean and last_mean is not None else None
     return SoakSummary(
-        duration_s=duration_s, window_s=window_s, requests_ok=len(ok), requests_failed=sum(errors.values()),
-        errors_by_kind=dict(sorted(errors.items())), output_tokens=tokens,
+        duration_s=duration_s, window_s=window_s, requests_ok=sum(tally.ok.values()),
+        requests_failed=sum(errors.values()), errors_by_kind=dict(sorted(errors.items())), output_tokens=tokens,
         throughput_tok_s=tokens / duration_s if duration_s > 0 else 0.0,
         error_free_s=sum(w.length_s for w in windows if not w.errors_by_kind),
-        longest_error_free_s=longest_error_free_s(rs, start_ns, end_ns) if end_ns > start_ns else 0.0,
+        longest_error_free_s=tally.longest_error_free_s(start_ns, end_ns) if end_ns > start_ns else 0.0,
         first_throughput_tok_s=first_mean, last_throughput_tok_s=last_mean, drift_windows=k, drift=drift,
-        drift_p=_welch_p(first, last), windows=windows, requests_sent=len(rs))
+        drift_p=_welch_p(first, last), windows=windows, requests_sent=tally.sent)

@@ -38,6 +38,11 @@ def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
+    if not doc.get("complete", True) and not any(t.get("levels") for t in doc["targets"]):
+        # Killed before its first summary (run.json is rewritten every few seconds): say so.
+        _console().print(f"loadgen {doc.get('kind', 'sweep')}  [incomplete]: stopped before a level was summarised; "
+                         f"{len(records)} request records were written", markup=False, highlight=False)
+        return
     config = doc.get("config", {})
     gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
     latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)

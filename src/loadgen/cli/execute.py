@@ -12,6 +12,7 @@ exit code is 130/143 whenever it lands.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Coroutine
@@ -23,13 +24,35 @@ from typing import Any
 from rich.console import Console
 
 from ..core.clock import now_ns
+from ..core.columnar import PARQUET_FILE
+from ..core.recordsink import RecordSink
 from ..core.signals import LATCH, SIGNAL_EXIT
-from ..results.writer import command_line, host_facts, utc_now, write_results
+from ..results.schema import REQUESTS_FILE
+from ..results.writer import command_line, host_facts, start_results, utc_now, write_results
 from ..run.loops import freeze_startup_heap, loop_factory
 from ..run.model import Run
 
 
 Checkpoint = Callable[[], None]
+# run.json is rewritten this often during a run (the records stream on their own), so a run killed
+# mid-level leaves that level's figures at most this old. Not more often: the summary is computed
+# in a thread that shares the interpreter with the event loop, and a level of a few seconds
+# measured with it in the middle measured the client (a saturation table test moved its knee).
+SUMMARY_EVERY_S = 60.0
+
+
+async def _ticking(work: Coroutine[Any, Any, None], interval_s: float, call: Callable[[], None]) -> None:
+    """Await `work`, calling `call` every `interval_s` meanwhile."""
+    async def every() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            call()
+
+    ticks = asyncio.ensure_future(every())
+    try:
+        await work
+    finally:
+        ticks.cancel()
 
 
 class FinalWriteError(Exception):
@@ -46,9 +69,20 @@ class Execution:
         return SIGNAL_EXIT.get(self.signals[0], 130) if self.signals else None
 
 
+def _start_records(run: Run, out_dir: Path, meta: dict[str, Any], records: str, records_format: str) -> None:
+    """Open the records file the run streams into and write run.json before the first request."""
+    try:
+        name = PARQUET_FILE if records_format == "parquet" else REQUESTS_FILE
+        run.sink = RecordSink(out_dir / name, keep=records, secrets=run.config.secrets, format=records_format)
+        start_results(out_dir, run, meta=meta)
+    except OSError as exc:
+        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
+
+
 def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
-            kind: str, err: Console) -> Execution:
-    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document."""
+            kind: str, err: Console, records: str = "all", records_format: str = "jsonl") -> Execution:
+    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document.
+    Records stream to their file as they complete (`records`: which ones; see core/recordsink.py)."""
     factory, loop_name = loop_factory()
     freeze_startup_heap()
     if loop_name != "uvloop":
@@ -57,10 +91,11 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
             "host": host_facts(loop_name)}
     save_failures: list[str] = []
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
+    _start_records(run, out_dir, meta, records, records_format)
 
     def save() -> None:
         try:
-            write_results(out_dir, run, meta=meta)
+            write_results(out_dir, run, meta=meta, final=False)
         except (OSError, ValueError) as exc:
             if not save_failures:
                 err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
@@ -77,6 +112,8 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         for t in run.targets:  # what is in flight is recorded as cancelled, levels end
             for lv in t.levels:
                 lv.abandon(now_ns())
+        with contextlib.suppress(OSError):
+            run.sink.close()
         save()
         os._exit(SIGNAL_EXIT.get(received[0], 130))
 
@@ -104,7 +141,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
             run.interrupted = True
             return
         try:
-            await main(checkpoint)
+            await _ticking(main(checkpoint), SUMMARY_EVERY_S, checkpoint)
         except asyncio.CancelledError:
             run.interrupted = True
 
@@ -120,6 +157,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         loop.close()
         writer.shutdown(wait=True)
     try:
+        run.sink.close()
         doc = write_results(out_dir, run, meta=meta)
     except (OSError, ValueError) as exc:
         raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None

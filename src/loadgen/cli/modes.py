@@ -15,6 +15,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ..core import columnar
+from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
@@ -62,9 +64,11 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     return EXIT_OK
 
 
-def _run(run: Run, out_dir: Path, main: Callable, err: Console) -> None:
+def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
+         records_format: str = "jsonl") -> None:
     try:
-        execution = execute(run, out_dir, main, kind=run.kind, err=err)
+        execution = execute(run, out_dir, main, kind=run.kind, err=err, records=records_kept,
+                            records_format=records_format)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -167,6 +171,12 @@ def depth_command(ports, host, urls, labels, server_urls,
               help="Unrecorded requests per target before the soak starts.")
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=5, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots.")
+@click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
+              help="Which request records requests.jsonl keeps (errors: failed requests only); the "
+                   "summaries and histograms cover every request either way.")
+@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
+              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
+                   "columns for big runs; needs pip install 'loadgen[parquet]').")
 @prompt_source_options
 @request_options
 @prometheus_options
@@ -176,7 +186,7 @@ def soak_command(ports, host, urls, labels, server_urls,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
                  wait_ready_s, output, force, prometheus_port, prometheus_host, prometheus_linger_s, workers,
-                 ray_address) -> None:
+                 ray_address, records_kept, records_format) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
@@ -196,6 +206,8 @@ def soak_command(ports, host, urls, labels, server_urls,
         return
     out_dir = _out_dir(output, force, "soak")
     err = console(stderr=True)
+    if records_format == "parquet":
+        columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
 
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, (concurrency,), err) as live:
         async def main(checkpoint) -> None:
@@ -204,7 +216,7 @@ def soak_command(ports, host, urls, labels, server_urls,
                 async with level_runner(run.config, out_dir, obs) as pool:
                     await run_soak(run, obs, source, checkpoint, level_runner=pool)
 
-        _run(run, out_dir, main, err)
+        _run(run, out_dir, main, err, records_kept, records_format)
 
 
 MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -17,7 +17,7 @@ from ..results.grid import grid_run_dirs, is_grid
 from ..results.reader import load_probe, load_records, load_run
 from .common import results_dir, user_errors
 
-EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json")
+EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet")
 REPORT_FORMATS = ("html", "markdown")
 
 
@@ -37,7 +37,7 @@ def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
 @user_errors()
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
                    out_dir: str | None) -> None:
-    """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON."""
+    """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines or Parquet."""
     from ..output.exporters import export, select
 
     choice(output_format, EXPORT_FORMATS, "--format")

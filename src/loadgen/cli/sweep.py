@@ -11,7 +11,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ..analysis.aggregate import of_level
 from ..client.backends import GenerationParams
+from ..core import columnar
+from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -66,6 +69,12 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
               help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
+@click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
+              help="Which request records requests.jsonl keeps (errors: failed requests only); the "
+                   "summaries and histograms cover every request either way.")
+@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
+              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
+                   "columns for big runs; needs pip install 'loadgen[parquet]').")
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @format_option
@@ -76,7 +85,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, server_urls=()) -> None:
+          workers, ray_address, records_kept, records_format, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -103,9 +112,12 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
+    if records_format == "parquet":
+        columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
                               _console(stderr=True)) as live:
-        code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live)
+        code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
+                             records=records_kept, records_format=records_format)
     sys.exit(code)
 
 
@@ -173,7 +185,8 @@ def ensure_open_files(connections: int) -> None:
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
-                  output_format: str = "table", live: LiveMetrics | None = None) -> int:
+                  output_format: str = "table", live: LiveMetrics | None = None, records: str = "all",
+                  records_format: str = "jsonl") -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators);
@@ -189,12 +202,13 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 await sweep_with_workers(run, live.observe(observer) if live else observer, out_dir)
 
     try:
-        execution = execute(run, out_dir, main, kind=kind, err=err)
+        execution = execute(run, out_dir, main, kind=kind, err=err, records=records, records_format=records_format)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     remove_worker_files(out_dir)
     doc = execution.doc
-    from ..output.exporters import export, is_hgrm_name, select
+    from ..output.exporters import is_hgrm_name, level_histogram_files
+    from ..output.files import write_files
     from ..output.files import remove_files
 
     try:
@@ -202,9 +216,9 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         # first, whatever else a user put there stays; with --no-histograms none are left either.
         remove_files(out_dir / "histograms", is_hgrm_name)
         if histograms:
-            records = [r for t in run.targets for lv in t.levels for r in lv.records]
             (out_dir / "histograms").mkdir(exist_ok=True)
-            export("hgrm", select(doc, records), out_dir / "histograms")
+            write_files(level_histogram_files(doc, [(t.label, lv.level, of_level(lv)) for t in run.targets
+                                                    for lv in t.levels]), out_dir / "histograms")
     except OSError as exc:
         err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err, output_format, live=True)

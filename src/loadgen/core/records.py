@@ -199,7 +199,11 @@ class LevelRun:
     concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s; None: closed loop
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
-    records: list[RequestRecord] = field(default_factory=list)
+    # Completed records: a plain list, or a `recordsink.LevelRecords` streaming them to disk (then
+    # `aggregate` holds the level's figures, an `analysis.aggregate.LevelAggregate`).
+    records: Any = field(default_factory=list)
+    aggregate: Any = None
+    tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early
@@ -213,6 +217,9 @@ class LevelRun:
     client_cpu_fraction: float | None = None
     # --workers: each process's part of the level and its own load (run/workers.py); None: one process.
     workers: list[dict[str, Any]] | None = None
+    # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
+    # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
+    remote: bool = False
     # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
     in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
 
@@ -225,9 +232,16 @@ class LevelRun:
                 complete_ns=at_ns, status=None, intended_ns=send_ns if intended_ns is None else intended_ns,
                 outcome=ServerOutcome(error_kind=CANCELLED, error_message="in flight when the run was stopped")))
         self.in_flight.clear()
+        self.records_done()
         if not self.finished:
             self.stopped_reason = self.stopped_reason or "interrupted"
             self.end_ns, self.finished = at_ns, True
+
+    def records_done(self) -> None:
+        """The level sends no more: a streamed level hands on the records it still holds."""
+        flush = getattr(self.records, "flush", None)
+        if flush is not None:
+            flush()
 
     @property
     def level(self) -> int | float:
@@ -246,21 +260,29 @@ class LevelRun:
         simulates. Every time is stretched away from one origin, the run's start, so the levels of a
         run stay in order on one time axis.
         """
-        origin = origin_ns
+        if isinstance(self.records, list):  # a streamed level's records were moved as they came
+            self.records[:] = [simulated_record(r, time_scale, origin_ns) for r in self.records]
+        self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=_stretch(s.t_ns, time_scale, origin_ns))
+                                 for s in self.probe_samples]
+        self.start_ns = _stretch(self.start_ns, time_scale, origin_ns)
+        self.end_ns = _stretch(self.end_ns, time_scale, origin_ns)
 
-        def t(ns: int | None) -> int | None:
-            return None if ns is None else origin + round((ns - origin) / time_scale)
 
-        def d(ms: float | None) -> float | None:
-            return None if ms is None else ms / time_scale
+def _stretch(ns: int | None, time_scale: float, origin_ns: int) -> int | None:
+    return None if ns is None else origin_ns + round((ns - origin_ns) / time_scale)
 
-        self.records[:] = [msgspec.structs.replace(
-            r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
-            intended_ns=t(r.intended_ns), first_token_ns=t(r.first_token_ns),
-            last_token_ns=t(r.last_token_ns),
-            chunk_gaps_us=None if r.chunk_gaps_us is None else [round(g / time_scale) for g in r.chunk_gaps_us],
-            prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
-            predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)
-            for r in self.records]
-        self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=t(s.t_ns)) for s in self.probe_samples]
-        self.start_ns, self.end_ns = t(self.start_ns), t(self.end_ns)
+
+def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> RequestRecord:
+    """One record moved to simulated time (see `LevelRun.to_simulated_time`)."""
+    def t(ns: int | None) -> int | None:
+        return _stretch(ns, time_scale, origin_ns)
+
+    def d(ms: float | None) -> float | None:
+        return None if ms is None else ms / time_scale
+
+    return msgspec.structs.replace(
+        r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
+        intended_ns=t(r.intended_ns), first_token_ns=t(r.first_token_ns), last_token_ns=t(r.last_token_ns),
+        chunk_gaps_us=None if r.chunk_gaps_us is None else [round(g / time_scale) for g in r.chunk_gaps_us],
+        prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
+        predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)

@@ -10,6 +10,7 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
            <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
     csv    requests.csv (every field of every record) and levels.csv (one row per level summary)
     json   levels.json: every level summary with its target and the saturation verdict
+    jsonl, parquet  the records in the other records format (requests.jsonl, requests.parquet)
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
 from ..analysis import metrics
+from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord
 from ..core.rundoc import is_open_loop
@@ -162,6 +165,21 @@ class HgrmExporter:
                         files.append((f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm",
                                       percentile_distribution(histogram)))
         return files
+
+
+def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int | float, Any]]) -> ExportFiles:
+    """The hgrm files of a run's levels from their streaming aggregates (label, level,
+    `analysis.aggregate.LevelAggregate`): the files `HgrmExporter` writes from the same records."""
+    names = [m for m in [*METRICS, *MULTI_METRICS] if is_open_loop(run) or m not in OPEN_LOOP_METRICS]
+    files = []
+    for label, level, aggregate in levels:
+        for metric in names:
+            if metric == "schedule_lag" and not aggregate.any_scheduled:
+                continue
+            histogram = aggregate.histogram(metric)
+            if histogram.get_total_count():
+                files.append((f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm", percentile_distribution(histogram)))
+    return files
 
 
 _HGRM_NAME = re.compile(r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, [*METRICS, *MULTI_METRICS])) + r")\.hgrm$")
@@ -326,4 +344,25 @@ class JsonExporter:
         return [("levels.json", (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
 
 
-EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter())}
+class JsonlExporter:
+    """requests.jsonl: the records as JSON lines, the format a run writes by default."""
+
+    name = "jsonl"
+
+    def render(self, data: ExportData) -> ExportFiles:
+        return [("requests.jsonl", msgspec.json.Encoder().encode_lines(data.records))]
+
+
+class ParquetExporter:
+    """requests.parquet: the records as Parquet columns (core/columnar.py; needs pyarrow)."""
+
+    name = "parquet"
+
+    def render(self, data: ExportData) -> ExportFiles:
+        out = io.BytesIO()
+        columnar.write_records(out, data.records)
+        return [(columnar.PARQUET_FILE, out.getvalue())]
+
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter(),
+                                                       JsonlExporter(), ParquetExporter())}

@@ -14,7 +14,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..analysis.metrics import distribution_ms, latency_ms, prompt_tok_s, throughput_tok_s
+from ..analysis.aggregate import of_level
+from ..analysis.metrics import prompt_tok_s
 from ..core.clock import now_ns
 from ..core.records import CANCELLED, LevelRun, RequestRecord, level_short
 
@@ -85,14 +86,12 @@ class ProgressObserver:
         task = self._tasks.pop((level.target, level.level), None)
         if task is not None:
             self.progress.remove_task(task)
-        ok = [r for r in level.records if r.ok]
-        failed = sum(1 for r in level.records if not r.ok and r.error_kind != CANCELLED)
-        # run.json's p50 (HdrHistogram, metrics.distribution_ms), not statistics.median: one level, one p50.
-        latency = distribution_ms([latency_ms(r) for r in ok])
-        lat = f", latency p50 {latency.p50:,.0f} ms" if latency is not None else ""
+        # run.json's figures (the level's aggregate, HdrHistogram p50): one level, one p50.
+        s = of_level(level).summary(level.concurrency, rate=level.rate)
+        lat = f", latency p50 {s.latency_ms.p50:,.0f} ms" if s.latency_ms is not None else ""
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
-        self.message(f"{level.target} {_short(level)}: {len(ok)} ok, {failed} failed, "
-                     f"{throughput_tok_s(level.records):,.2f} tok/s{lat}{tail}")
+        self.message(f"{level.target} {_short(level)}: {s.requests_ok} ok, {s.requests_failed} failed, "
+                     f"{s.throughput_tok_s:,.2f} tok/s{lat}{tail}")
         if self._on_level_done is not None:
             self._on_level_done()
 

@@ -24,7 +24,9 @@ from typing import Any
 
 import msgspec
 
-from ..core.errors import ResultsError
+from ..core.columnar import PARQUET_FILE
+from ..core.columnar import read_records as read_parquet
+from ..core.errors import ConfigError, ResultsError
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import is_open_loop
 from .schema import PROBE_FILE, READABLE_VERSIONS, REQUESTS_FILE, RUN_FILE, SCHEMA, RunFile
@@ -80,12 +82,14 @@ def upgrade_v1(doc: dict[str, Any]) -> None:
 
 
 def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
-                check: Callable[[Any], str | None] | None = None) -> list:
+                check: Callable[[Any], str | None] | None = None, cut_short_ok: bool = False) -> list:
     out = []
     n = 0
     try:
         with path.open("rb") as f:
             for n, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n") and cut_short_ok:
+                    break  # the writer was killed mid-write: the file is read up to its last complete record
                 line = raw.decode("utf-8")
                 if line.strip():
                     data = json.loads(line)
@@ -111,7 +115,38 @@ def _record_problem(r: RequestRecord) -> str | None:
 
 
 def load_records(results_dir: Path) -> list[RequestRecord]:
-    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem)
+    """Every record; of a run that did not finish (run.json `complete` false), a last line cut short
+    by a killed writer is left out: the file is read up to its last complete record."""
+    try:
+        unfinished = json.loads((Path(results_dir) / RUN_FILE).read_text(encoding="utf-8")).get("complete") is False
+    except (OSError, ValueError, AttributeError):
+        unfinished = False
+    parquet = Path(results_dir) / PARQUET_FILE
+    if parquet.exists() and not (Path(results_dir) / REQUESTS_FILE).exists():
+        return _load_parquet(parquet)
+    return _load_jsonl(Path(results_dir) / REQUESTS_FILE, RequestRecord, "request record", check=_record_problem,
+                       cut_short_ok=unfinished)
+
+
+def _load_parquet(path: Path) -> list[RequestRecord]:
+    """requests.parquet (core/columnar.py), checked as the JSON lines are."""
+    try:
+        rows = read_parquet(path)
+    except ConfigError:
+        raise  # no pyarrow: the line says how to get it
+    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+        raise ResultsError(f"{path} is not a records file ({_first_line(exc)}); a run killed while writing "
+                           "Parquet leaves none (JSON lines survive a kill)") from None
+    out = []
+    for n, row in enumerate(rows, 1):
+        try:
+            record = RequestRecord.from_dict(row)
+        except msgspec.ValidationError as exc:
+            raise ResultsError(f"{path}: row {n}: not a request record ({_first_line(exc)})") from None
+        if (problem := _record_problem(record)) is not None:
+            raise ResultsError(f"{path}: row {n}: not a request record ({problem})")
+        out.append(record)
+    return out
 
 
 def load_probe(results_dir: Path) -> list[ProbeSample]:

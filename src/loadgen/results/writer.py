@@ -22,10 +22,11 @@ import msgspec
 
 from .. import __version__
 from ..analysis.depth import summarize_depth, with_change
-from ..analysis.metrics import counter_delta, summarize_level
+from ..analysis.aggregate import of_level
+from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
-from ..analysis.soak import summarize_soak, window_seconds
+from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.errors import ResultsError
@@ -74,7 +75,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             "levels": levels,
         }
         target["verdict"] = target_verdict(
-            target, [r for lv in t.levels for r in lv.records], [s for lv in t.levels for s in lv.probe_samples],
+            target, [r for lv in t.levels for r in _verdict_records(lv)], [s for lv in t.levels for s in lv.probe_samples],
             config.knee_gain, config.knee_latency, config.open_loop) if levels else None
         targets.append(target)
     return {
@@ -106,22 +107,34 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
         raise
 
 
-def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
+def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool = True) -> dict[str, Any]:
     """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
+
+    `final` False: a checkpoint of a run still going, which is never `complete`.
 
     The API key (and any key in a target's URL query) is masked ("***") wherever a server quoted it
     back (an error message, a target's error), so no results file carries it.
     """
     meta = {**meta, "finished_utc": utc_now().isoformat()}
     doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
-    all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
-    for secret in run.config.secrets:
+    doc["complete"] = doc["complete"] and final
+    secrets = run.config.secrets
+    for secret in secrets:
         doc = redact(doc, secret)
-        all_records = (_redact_record(r, secret) for r in all_records)
-    _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
+    if run.sink is None:  # else the records went to the file as they came (core/recordsink.py)
+        all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
+        for secret in secrets:
+            all_records = (_redact_record(r, secret) for r in all_records)
+        _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
     _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
     _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
     return doc
+
+
+def start_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> None:
+    """The results directory as a run starts: run.json (no levels yet, `complete` false) beside the
+    records file it streams into, so a run killed outright still reads as an incomplete run."""
+    write_results(out_dir, run, meta=meta, final=False)
 
 
 def redact(value: Any, secret: str) -> Any:
@@ -141,10 +154,15 @@ def _redact_record(r: RequestRecord, secret: str) -> RequestRecord:
     return r
 
 
+def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
+    """What the verdict reads of a level: its records, or a streamed level's sample of them."""
+    return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
+
+
 def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
     return [_with_workers(msgspec.structs.replace(
-        summarize_level(lv.concurrency, list(lv.records), lv.stopped_reason or (None if lv.finished else "in progress"),
-                        counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
+        of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
+                             counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
         loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
         client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv)
             for lv in levels]
@@ -191,8 +209,9 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()
-                target["soak"] = summarize_soak(list(lv.records), lv.start_ns, end,
-                                                window_seconds(run.settings["duration_s"])).to_dict()
+                target["soak"] = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
+                                  summarize_soak(list(lv.records), lv.start_ns, end,
+                                                 window_seconds(run.settings["duration_s"]))).to_dict()
             else:
                 target["soak"] = None
         else:

@@ -173,7 +173,7 @@ class _Sender:
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
                                  level.prompt_tokens, connect_us, tls_us)
-        level.records.append(record)
+        level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 
 
@@ -307,5 +307,6 @@ async def _run_tasks(level: LevelRun, tasks: list[asyncio.Future]) -> None:
             level.stopped_reason = "interrupted"
         raise
     finally:
+        level.records_done()
         level.end_ns = now_ns()
         level.finished = True

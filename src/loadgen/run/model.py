@@ -14,6 +14,7 @@ from typing import Any
 from ..client.probe import ServerInfo
 from ..core.clock import now_ns
 from ..core.records import LevelRun
+from ..core.recordsink import RecordSink
 from .config import SweepConfig, Target
 from .engine import Observer
 from .labels import LabelSource, target_labels
@@ -52,6 +53,8 @@ class Run:
     interrupted: bool = False
     start_ns: int = field(default_factory=now_ns)
     end_ns: int | None = None
+    # Where the levels' records stream (cli/execute.py opens it); None: each level keeps a list.
+    sink: RecordSink | None = None
 
     @property
     def complete(self) -> bool:

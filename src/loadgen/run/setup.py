@@ -91,7 +91,8 @@ async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests
 def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
     """True, and the target's error set (one line: the target and what it answered), when the
     level's requests all failed as those to a server without this completion endpoint do."""
-    answer = not_an_llm_server(level.records, f"{backend.method} {backend.path}")
+    records = level.records if level.aggregate is None else level.aggregate.sample
+    answer = not_an_llm_server(list(records), f"{backend.method} {backend.path}")
     if answer is None:
         return False
     t.error = f"{t.target.display}: {answer}"

@@ -6,11 +6,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..analysis.soak import SoakTally, window_seconds
 from ..client.backends import make_backend
 from ..core.records import LevelRun
 from .engine import EngineOptions, run_level
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
+from .recording import stream_level
 from .salts import new_decimal_salt, new_salt
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_prompts_beyond_context, target_probe, warm_up)
@@ -67,6 +69,9 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
         if level_runner is None:  # worker processes open their own
             await transport.connect_ahead(concurrency)  # before the soak's clock starts
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=prompt_tokens)
+        if run.sink is not None:
+            tally = level.tally = SoakTally(window_seconds(duration_s))
+            stream_level(level, run.sink, extra=[lambda batch: tally.add(batch, level.start_ns)])
         t.levels.append(level)
         async with target_probe(config, t) as probe:
             options = EngineOptions(salt=salt, give_up_after=None,
@@ -76,6 +81,7 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
                     await run_level(level, transport, backend, requests=None, duration_s=duration_s, observer=obs,
                                     options=options)
                 else:
+                    level.remote = True
                     await level_runner.run(replace(config, duration_s=duration_s), t, level, generation, options, obs)
     finally:
         await transport.close()

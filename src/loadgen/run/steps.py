@@ -17,6 +17,7 @@ from .engine import EngineOptions, run_level
 from .exact_prompt import FittedPrompt, PromptTooShort, fit_prompts
 from .model import Run, Step, StepObserver, TargetRun, slot_context
 from .prompts import PromptSource
+from .recording import stream_level
 from .salts import new_decimal_salt
 from .setup import TransportFactory, open_transport, prepare_targets, warm_up
 
@@ -83,7 +84,7 @@ def _step_backend(run: Run, t: TargetRun, obs: StepObserver, step: Step,
 async def _run_step(run: Run, t: TargetRun, obs: StepObserver, step: Step, transport: Transport, backend: Backend,
                     repeat: int) -> bool:
     """The step's `repeat` requests one after another; False (and the target's error set) when they stopped."""
-    step.level = LevelRun(target=t.label, concurrency=1, prompt_tokens=step.size)
+    step.level = stream_level(LevelRun(target=t.label, concurrency=1, prompt_tokens=step.size), run.sink, keep=True)
     t.levels.append(step.level)
     obs.step_started(t, step)
     await run_level(step.level, transport, backend, requests=repeat, duration_s=None, observer=obs, options=EXACT)

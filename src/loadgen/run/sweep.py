@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
+from ..analysis.aggregate import of_level, typical_latency_s
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
-from ..analysis.metrics import typical_latency_s
 from ..client.transport import Transport
 from ..core.records import LevelRun
 from .config import SweepConfig
@@ -25,6 +25,7 @@ from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
+from .recording import stream_level
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
@@ -81,7 +82,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     time (demo). With a `runner` the requests are its (worker processes, which open their own
     connections ahead), and so is the client's load."""
     config = run.config
-    level = _new_level(config, t, key)
+    level = stream_level(_new_level(config, t, key), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
     if runner is None:
         await transport.connect_ahead(connections_ahead(level.concurrency, level.rate,
                                                         requests=config.budget(key)[0], latency_s=latency_s))
@@ -96,6 +97,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
                 if runner is None:
                     await _run_one_level(config, level, transport, backend, obs, options)
                 else:
+                    level.remote = True
                     await runner(level)
             finally:
                 load = lag.stop()
@@ -110,7 +112,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     obs.level_done(run, t, level)
     # A level where nothing completed measured no server, so it cannot say the client limited it.
     # With a runner each worker's load was judged, and named, by the runner.
-    warning = None if runner or config.servers_in_process or not any(r.ok for r in level.records) \
+    warning = None if runner or config.servers_in_process or not of_level(level).ok \
         else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
@@ -137,12 +139,12 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 warm = await warm_up(t, transport, backend, config.warmup, options)
                 if warm is None:
                     return
-                latency_s = typical_latency_s(warm.records)
+                latency_s = typical_latency_s(warm)
             runner = None if level_runner is None else functools.partial(
                 level_runner.run, config, t, generation=generation, options=options, obs=obs)
             for key in config.levels:
                 level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner)
-                latency_s = max(filter(None, (latency_s, typical_latency_s(level.records))), default=None)
+                latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
                     return

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 from hdrh.histogram import HdrHistogram
 
+from ..analysis.aggregate import of_level
 from ..analysis.merge import (ProcessLoad, Share, add_histograms, busiest, closed_shares, open_shares)
 from ..client.backends import GenerationParams
 from ..core.clock import now_ns
@@ -169,9 +170,9 @@ class _Tail:
                 records = self._decode(data[:cut])
                 if h.shift_ns:
                     records = [_on_this_clock(r, h.shift_ns) for r in records]
-                self.level.records.extend(records)
-                request_done = self.obs.request_done
+                append, request_done = self.level.records.append, self.obs.request_done
                 for r in records:
+                    append(r)  # a streamed level's one point (core/recordsink.py), or a list
                     request_done(r)
 
     async def follow(self, stop: asyncio.Event) -> None:
@@ -304,6 +305,7 @@ class WorkerPool:
             stop_following.set()
             await follower
             await tail.close()
+            level.records_done()  # a streamed level hands on the records it still holds
             load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], obs)
             level.finished = True
         return load
@@ -341,6 +343,6 @@ class WorkerPool:
         for x in loads:
             own = ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0)
             warning = bottleneck_warning(own, t.read_clock or "loop")
-            if warning and any(r.ok for r in level.records):
+            if warning and of_level(level).ok:
                 obs.message(f"warning: {t.label} at {level.name}: worker {x.process}: {warning}")
         return ClientLoad(top.loop_lag_p99_ms, top.loop_lag_max_ms, top.client_cpu_fraction or 0.0, 0)

@@ -1,0 +1,277 @@
+"""A level's figures gathered as its records go by: what stays in memory when the records do not.
+
+`LevelAggregate.add_batch` takes records in any number of batches (a run feeds it each batch as it
+is written to disk; `metrics.summarize_level` feeds it a whole list at once), and keeps only what
+the summary needs: counts, exact sums for the means, one HdrHistogram per metric (µs, the bucketing
+of `metrics.histogram_ms`), the first and last times, and a bounded sample of records for the
+saturation verdict and the warm-up checks. So its memory does not grow with the level's length,
+and a level summarised from a list and the same level streamed give the same `LevelSummary`.
+
+concurrency_reached needs every send and completion in time order. Every event before the
+earliest send still in flight is known (a request sent before it has completed and been added), so
+`settle(watermark_ns)` sweeps those and forgets them; what is left is bounded by the requests sent
+since the oldest one in flight left. Without a watermark (a list) everything is swept at the end.
+
+The sample: a uniform reservoir of SAMPLE_SIZE records per level (deterministic: a fixed seed), so
+a level of up to SAMPLE_SIZE requests keeps all of them and the verdict is the one all records give.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from ..core import records
+from ..core.records import LevelRun, RequestRecord
+from ..core.rundoc import Distribution, LevelSummary
+from . import metrics
+
+SAMPLE_SIZE = 2000
+
+# Every histogram a level keeps, by the name the exporters use (see output/exporters.py).
+HISTOGRAMS = ("latency", "latency_uncorrected", "queue_wait", "predicted_ms", "ttft", "ttft_queue", "tpot", "itl",
+              "schedule_lag")
+
+
+class _Series:
+    """Count, exact sum and HdrHistogram of one metric's millisecond values."""
+
+    __slots__ = ("count", "total", "histogram")
+
+    def __init__(self) -> None:
+        self.count, self.total, self.histogram = 0, 0.0, metrics.new_histogram()
+
+    def add(self, values_ms: np.ndarray | list[float]) -> None:
+        values = np.asarray(values_ms, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            self.count += int(values.size)
+            self.total += sum(values.tolist())  # in order, as a list's sum: the same mean either way
+            metrics.record_ms(self.histogram, values)
+
+    def distribution(self) -> Distribution | None:
+        if not self.count:
+            return None
+        h = self.histogram
+        at = h.get_percentile_to_value_dict([50, 90, 99])
+        return Distribution(count=self.count, mean=self.total / self.count, p50=at[50] / 1000, p90=at[90] / 1000,
+                            p99=at[99] / 1000, max=h.get_max_value() / 1000)
+
+
+class _Mean:
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.count, self.total = 0, 0.0
+
+    def add(self, values: np.ndarray) -> None:
+        vs = values[np.isfinite(values)].tolist()
+        self.count += len(vs)
+        self.total += sum(vs)
+
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+# The fields a batch is read by, one C call per record (operator.attrgetter), then as columns.
+_FIELDS = ("error_kind", "send_ns", "complete_ns", "intended_ns", "prompt_ms", "predicted_ms",
+           "predicted_per_second", "predicted_n", "tokens_predicted", "usage", "first_token_ns", "chunk_gaps_us",
+           "connect_us")
+_ROW = operator.attrgetter(*_FIELDS)
+
+
+def _floats(column: tuple) -> np.ndarray:
+    """A column of numbers or None as float64, None as NaN."""
+    try:
+        return np.array(column, dtype=np.float64)
+    except TypeError:
+        return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
+
+
+class _Columns:
+    """One batch as numpy columns: what `LevelAggregate` reads."""
+
+    def __init__(self, batch: Sequence[RequestRecord]) -> None:
+        (errors, send, complete, intended, self.prompt_ms, self.predicted_ms, self.decode, predicted_n,
+         tokens_predicted, usage, first_token, gaps, self.connect_us) = zip(*map(_ROW, batch))
+        self.errors = errors
+        self.send = np.array(send, dtype=np.int64)
+        self.complete = np.array(complete, dtype=np.int64)
+        if None in intended:  # records written before every record carried its intended send
+            self.start = np.array([s if i is None else i for s, i in zip(send, intended)], dtype=np.int64)
+        else:
+            self.start = np.array(intended, dtype=np.int64)
+        self.ok = np.array([e is None for e in errors], dtype=bool)
+        self.counted = np.array([e != records.CANCELLED for e in errors], dtype=bool)
+        self.streamed = any(t is not None for t in first_token) or any(gaps)
+        self.tokens = np.array([r.output_tokens or 0 for r in batch] if None in predicted_n else predicted_n,
+                               dtype=np.int64)
+
+
+def of_level(level: LevelRun) -> "LevelAggregate":
+    """A level's aggregate: the one it streamed into, else one gathered from its records."""
+    return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
+
+
+def typical_latency_s(level: LevelRun) -> float | None:
+    """The level's p50 latency of successful requests, in seconds (None without any): what the next
+    level's requests can expect at least, for planning (run/schedule.connections_ahead)."""
+    latency = of_level(level).series["latency"].distribution()
+    return None if latency is None else latency.p50 / 1e3
+
+
+class LevelAggregate:
+    """Streaming figures of one level; see the module docstring."""
+
+    def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
+        self.series = {name: _Series() for name in HISTOGRAMS}
+        self.connect = _Series()  # connect times of the requests that opened their connection
+        self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
+        self.errors: Counter[str] = Counter()
+        self.sent = self.ok = self.output_tokens = 0
+        self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
+        self.last_complete_ns: int | None = None
+        self.first_send_ns: int | None = None  # every sent request: the achieved rate
+        self.last_send_ns: int | None = None
+        self.any_scheduled = False  # a request whose intended send differs from its actual one
+        self.sample: list[RequestRecord] = []
+        self._sample_size, self._random = sample_size, np.random.default_rng(0)
+        # Send and completion times not yet swept (numpy arrays, one per batch).
+        self._sends: list[np.ndarray] = [np.empty(0, np.int64)]
+        self._completes: list[np.ndarray] = [np.empty(0, np.int64)]
+        self._in_flight = self._peak = 0
+
+    @classmethod
+    def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
+        agg = cls()
+        agg.add_batch(list(rs))
+        return agg
+
+    def add_batch(self, batch: Sequence[RequestRecord]) -> None:
+        if not batch:
+            return
+        c = _Columns(batch)
+        self._count(batch, c)
+        self._distributions(batch, c)
+        ok = c.ok
+        self.means["predicted_ms"].add(_floats(c.predicted_ms)[ok])
+        self.means["prompt_ms"].add(_floats(c.prompt_ms)[ok])
+        self.means["decode_tok_s"].add(_floats(c.decode)[ok])
+        self._sample(batch)
+
+    def _count(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
+        self.sent += len(batch)
+        ok = int(c.ok.sum())
+        self.ok += ok
+        self.output_tokens += int(c.tokens[c.ok].sum())
+        if ok < len(batch):
+            self.errors.update(e for e in c.errors if e is not None)
+        first, last = int(c.send.min()), int(c.send.max())
+        self.first_send_ns = first if self.first_send_ns is None else min(self.first_send_ns, first)
+        self.last_send_ns = last if self.last_send_ns is None else max(self.last_send_ns, last)
+        if c.counted.any():
+            start, end = int(c.start[c.counted].min()), int(c.complete[c.counted].max())
+            self.first_start_ns = start if self.first_start_ns is None else min(self.first_start_ns, start)
+            self.last_complete_ns = end if self.last_complete_ns is None else max(self.last_complete_ns, end)
+        self.any_scheduled = self.any_scheduled or bool((c.start != c.send).any())
+        self._sends.append(c.send)
+        self._completes.append(c.complete)
+
+    def _distributions(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
+        s, ok = self.series, c.ok
+        latency = (c.complete - c.start) / 1e6
+        uncorrected = (c.complete - c.send) / 1e6
+        s["latency"].add(latency[ok])
+        s["latency_uncorrected"].add(uncorrected[ok])
+        service = _floats(c.prompt_ms) + _floats(c.predicted_ms)  # NaN without timings: no queue wait
+        s["queue_wait"].add(np.maximum(0.0, uncorrected - service)[ok & ~np.isnan(service)])
+        s["predicted_ms"].add(_floats(c.predicted_ms)[ok])
+        s["schedule_lag"].add(((c.send - c.start) / 1e6)[c.counted])
+        self.connect.add(_floats(c.connect_us) / 1e3)
+        if c.streamed:
+            streamed = [r for r in batch if r.error_kind is None and (r.first_token_ns is not None or r.chunk_gaps_us)]
+            s["ttft"].add([v for r in streamed if (v := metrics.ttft_ms(r)) is not None])
+            s["ttft_queue"].add([v for r in streamed if (v := metrics.ttft_queue_ms(r)) is not None])
+            s["tpot"].add([v for r in streamed if (v := metrics.tpot_ms(r)) is not None])
+            s["itl"].add([g for r in streamed for g in metrics.itl_ms(r)])
+
+    def _sample(self, batch: Sequence[RequestRecord]) -> None:
+        """Reservoir sampling (algorithm R): record i of the level replaces a random slot with
+        probability size / i; the draws for a batch are made at once."""
+        sample, size = self.sample, self._sample_size
+        seen = self.sent - len(batch)
+        fill = max(0, min(len(batch), size - len(sample)))
+        sample.extend(batch[:fill])
+        if fill == len(batch):
+            return
+        ranks = np.arange(seen + fill + 1, seen + len(batch) + 1)
+        slots = self._random.integers(0, ranks)
+        for i in np.flatnonzero(slots < size).tolist():
+            sample[int(slots[i])] = batch[fill + i]
+
+    def settle(self, watermark_ns: int | None = None) -> None:
+        """Sweep the send/completion events before `watermark_ns` (None: all) into the peak."""
+        times, steps = self._pending()
+        cut = len(times) if watermark_ns is None else int(np.searchsorted(times, watermark_ns, side="left"))
+        if cut:
+            running = self._in_flight + np.cumsum(steps[:cut])
+            self._peak = max(self._peak, int(running.max()))
+            self._in_flight = int(running[-1])
+        rest = times[cut:], steps[cut:]
+        self._sends = [rest[0][rest[1] > 0]]
+        self._completes = [rest[0][rest[1] < 0]]
+
+    def _pending(self) -> tuple[np.ndarray, np.ndarray]:
+        """The events not yet swept in time order; at equal times a completion (-1) comes before a
+        send (+1): back to back is no overlap."""
+        sends, completes = np.concatenate(list(self._sends)), np.concatenate(list(self._completes))
+        times = np.concatenate([completes, sends])
+        steps = np.concatenate([np.full(completes.size, -1, np.int64), np.ones(sends.size, np.int64)])
+        order = np.lexsort((steps, times))
+        return times[order], steps[order]
+
+    def concurrency_reached(self) -> int:
+        """The peak so far, the events not yet settled included (not consumed)."""
+        times, steps = self._pending()
+        if not times.size:
+            return self._peak
+        return max(self._peak, int((self._in_flight + np.cumsum(steps)).max()))
+
+    def histogram(self, name: str) -> HdrHistogram:
+        return self.series[name].histogram
+
+    def summary(self, concurrency: int, stopped_reason: str | None = None,
+                server_metrics_delta: dict[str, float] | None = None, rate: float | None = None) -> LevelSummary:
+        """The level's `LevelSummary` (see `metrics.summarize_level` for what counts where)."""
+        errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
+        cancelled = errors.pop(records.CANCELLED, 0)
+        wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
+        s = self.series
+        return LevelSummary(
+            level=concurrency if rate is None else rate, concurrency=concurrency,
+            concurrency_reached=self.concurrency_reached(), requests_ok=self.ok,
+            requests_failed=sum(errors.values()), requests_cancelled=cancelled,
+            errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
+            throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
+            latency_ms=s["latency"].distribution(), queue_wait_ms=s["queue_wait"].distribution(),
+            predicted_ms_mean=self.means["predicted_ms"].value(), prompt_ms_mean=self.means["prompt_ms"].value(),
+            decode_tok_s_mean=self.means["decode_tok_s"].value(), stopped_reason=stopped_reason,
+            server_metrics_delta=dict(server_metrics_delta or {}), rate=rate,
+            achieved_rate=self._achieved_rate() if rate is not None else None,
+            ttft_ms=s["ttft"].distribution(), ttft_queue_ms=s["ttft_queue"].distribution(),
+            tpot_ms=s["tpot"].distribution(), itl_ms=s["itl"].distribution(),
+            latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
+            schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
+            connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
+        )
+
+    def _achieved_rate(self) -> float | None:
+        if self.sent < 2 or self.last_send_ns <= self.first_send_ns:
+            return None
+        return (self.sent - 1) / ((self.last_send_ns - self.first_send_ns) / 1e9)
+

@@ -1,0 +1,159 @@
+"""Where completed records go during a run: appended to the records file as they complete.
+
+`LevelRecords` is the one point every completed request passes (`append`): it gathers a batch and,
+every BATCH_RECORDS records or BATCH_SECONDS, hands it to its consumers (a level's streaming
+aggregate, the run's `RecordSink`, a live-metrics observer) and forgets it. Nothing per request stays
+in memory after its batch is written, unless the level keeps its records (`keep=True`: prefill and
+depth steps, a handful of requests each, which their analysis reads whole).
+
+`RecordSink` encodes a batch on the event loop (msgspec, ~1 µs a record) and gives the bytes to a
+writer thread, which appends them to the file with unbuffered writes. So the loop never waits for
+the disk, and the file always ends at a batch's last newline except during one `write` call: a
+killed loadgen (SIGKILL, OOM) leaves a file readable up to its last complete record, having lost
+at most the batch in hand. `keep` ("all", "errors", "none") says which records are written.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .clock import now_ns
+from .records import RequestRecord
+
+BATCH_RECORDS = 4096
+BATCH_SECONDS = 0.5
+RECORDS_KEPT = ("all", "errors", "none")
+RECORDS_FORMATS = ("jsonl", "parquet")
+PARQUET_ROW_GROUP = 65536  # records per Parquet row group (held as Arrow columns, ~100 B each, until written)
+
+Batch = list[RequestRecord]
+
+
+class RecordSink:
+    """Appends records to `path` from a writer thread. Thread-safe `write`; `close` once.
+
+    format "jsonl": JSON lines, encoded on the caller's thread, written as they come. "parquet"
+    (core/columnar.py): each batch is turned into Arrow columns on the caller's thread (the work
+    holds the interpreter either way, and a thread doing it fell behind a fast run and queued
+    records), and the thread writes a row group every PARQUET_ROW_GROUP records; the file is
+    readable once closed (a killed run leaves none readable: JSON lines survive a kill).
+    """
+
+    def __init__(self, path: Path, keep: str = "all", secrets: tuple[str, ...] = (), format: str = "jsonl") -> None:
+        if keep not in RECORDS_KEPT or format not in RECORDS_FORMATS:
+            raise ValueError(f"keep must be one of {RECORDS_KEPT}, format one of {RECORDS_FORMATS}")
+        self.path, self.keep, self.format = Path(path), keep, format
+        self.secrets = tuple(s for s in secrets if s)  # masked ("***") in every record's error message
+        self.written = 0  # records handed to the writer
+        self._encoder = msgspec.json.Encoder()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._columns: Any = None
+        self._file: Any = None
+        if format == "parquet":
+            from .columnar import ParquetColumns
+
+            self._columns = ParquetColumns(self.path, PARQUET_ROW_GROUP)
+        else:
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._closed = False
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._drain, name="loadgen-records", daemon=True)
+        self._thread.start()
+
+    def write(self, batch: Batch) -> None:
+        if self.keep == "none":
+            return
+        if self.keep == "errors":
+            batch = [r for r in batch if r.error_kind is not None]
+        if not batch:
+            return
+        for secret in self.secrets:
+            batch = [_redacted(r, secret) for r in batch]
+        self.written += len(batch)
+        self._queue.put(self._columns.table(batch) if self._columns is not None else self._encoder.encode_lines(batch))
+
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                if not isinstance(data, bytes):
+                    self._columns.add(data)
+                    continue
+                view = memoryview(data)
+                while view:
+                    view = view[self._file.write(view):]
+            except OSError as exc:
+                self._error = exc
+
+    def close(self) -> None:
+        """Write what is queued, sync and close; raises the writer's OSError if one came."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+        try:
+            if self._columns is not None and self._error is None:
+                self._columns.close()
+            if self._file is not None:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._error = self._error or exc
+        finally:
+            if self._file is not None:
+                self._file.close()
+        if self._error is not None:
+            raise self._error
+
+
+def _redacted(r: RequestRecord, secret: str) -> RequestRecord:
+    if r.error_message is not None and secret in r.error_message:
+        return msgspec.structs.replace(r, error_message=r.error_message.replace(secret, "***"))
+    return r
+
+
+class LevelRecords:
+    """A level's completed records on their way out; see the module docstring.
+
+    Consumers are called with each batch, in order, on the thread that appends (the event loop).
+    `watermark` gives the earliest send still in flight (for `LevelAggregate.settle`), or None.
+    """
+
+    def __init__(self, consumers: list[Callable[[Batch], None]], keep: bool = False) -> None:
+        self.consumers = consumers
+        self.keep = keep
+        self.kept: Batch = []
+        self._batch: Batch = []
+        self._flushed_ns = now_ns()
+
+    def append(self, record: RequestRecord) -> None:
+        batch = self._batch
+        batch.append(record)
+        if len(batch) >= BATCH_RECORDS or record.complete_ns - self._flushed_ns >= BATCH_SECONDS * 1e9:
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self._batch = self._batch, []
+        self._flushed_ns = now_ns()
+        if not batch:
+            return
+        if self.keep:
+            self.kept.extend(batch)
+        for consume in self.consumers:
+            consume(batch)
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        """The records kept in memory (keep=True), then the batch not yet flushed."""
+        yield from self.kept
+        yield from self._batch
+
+    def __len__(self) -> int:
+        return len(self.kept) + len(self._batch)

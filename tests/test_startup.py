@@ -1,0 +1,44 @@
+"""The CLI starts without the heavy libraries: `loadgen --help` and `import loadgen.cli` load no
+scipy, matplotlib or numpy (they come with the commands that use them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import click
+
+from loadgen.cli.main import COMMAND_HELP, COMMANDS, cli
+
+HEAVY = ("scipy", "matplotlib", "numpy", "aiohttp")
+
+
+def _imported(args: list[str]) -> set[str]:
+    """Top-level packages a fresh interpreter imported, read from `python -X importtime`."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "100"}, check=True)
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    names = _imported(["-c", "import loadgen.cli"])
+    assert "loadgen" in names  # the reading works: the module itself shows
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_help_lists_every_command_without_importing_them():
+    names = _imported(["-m", "loadgen", "--help"])
+    assert not names & set(HEAVY), sorted(names & set(HEAVY))
+
+
+def test_the_help_lines_are_the_commands_own():
+    assert set(COMMAND_HELP) == set(COMMANDS)
+    ctx = click.Context(cli)
+    for name in COMMANDS:
+        command = click.Group.get_command(cli, ctx, name) or cli.get_command(ctx, name)
+        assert command.get_short_help_str(limit=300) == COMMAND_HELP[name], name
