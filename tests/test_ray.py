@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import LOADGEN, SimProcess, start_llama_server, sweep
+from servers import SimProcess, start_llama_server, sweep
 
 try:
     import ray  # noqa: F401
