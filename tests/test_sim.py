@@ -181,10 +181,13 @@ def test_reported_timings_add_up_to_the_client_latency():
             latency_ms = (time.monotonic() - started) * 1000
         timings = body["timings"]
         # prompt_ms: prompt tokens at prefill_tok_s; predicted_ms: 39 single-stream steps; both scaled.
-        # One batch, one sleep: a busy machine can only make it late, by a wake-up delay.
+        # The steps keep to a schedule from the prefill's start: a busy machine can make the first
+        # token late and the rest catch up (predicted_ms then reads short: 152.7 for 166.7 ms at load
+        # ~6), but never make the whole earlier than the model, only later by a wake-up delay.
         prefill_ms = DENSE.prefill_ms(timings["prompt_n"]) * scale
+        model_ms = prefill_ms + 39 * DENSE.step_ms * scale
         assert prefill_ms * 0.99 <= timings["prompt_ms"] <= prefill_ms + 20
-        assert timings["predicted_ms"] == pytest.approx(39 * DENSE.step_ms * scale, rel=0.05)
+        assert model_ms * 0.99 <= timings["prompt_ms"] + timings["predicted_ms"] <= model_ms + 20
         assert timings["prompt_ms"] + timings["predicted_ms"] <= latency_ms < \
             timings["prompt_ms"] + timings["predicted_ms"] + 50
     run_timed(main)

@@ -198,7 +198,7 @@ def write_step_summary(markdown: str, err: Console) -> None:
 @click.option("--out", "out_file", help="Where to write the noise file [default: RUNS_DIR/noise.json].")
 def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     """Measure this machine's run-to-run noise from several runs of one unchanged configuration
-    (a folder of results directories, e.g. an A/A `loadgen ab`), for `compare` and `gate`."""
+    (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""
     with user_errors():
         path = results_dir(runs_dir, "runs")
         runs = load_side(path) if not (path / "baseline").is_dir() else [

@@ -46,7 +46,7 @@ COMMAND_HELP = {
     "ab": 'Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.',
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
-                 '(a folder of results directories, e.g.',
+                 "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
