@@ -16,7 +16,6 @@ import click
 from rich.console import Console
 
 from ..core import columnar
-from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
@@ -29,7 +28,7 @@ from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
-from .shared import checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .shared import records_options, checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
 from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
 
 
@@ -171,12 +170,7 @@ def depth_command(ports, host, urls, labels, server_urls,
               help="Unrecorded requests per target before the soak starts.")
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=5, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots.")
-@click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
-              help="Which request records requests.jsonl keeps (errors: failed requests only); the "
-                   "summaries and histograms cover every request either way.")
-@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
-              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
-                   "columns for big runs; needs pip install 'loadgen[parquet]').")
+@records_options
 @prompt_source_options
 @request_options
 @prometheus_options

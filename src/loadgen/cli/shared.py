@@ -138,3 +138,17 @@ def console(stderr: bool = False) -> Console:
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else None
     return Console(stderr=stderr, width=width or (None if stream.isatty() else PIPED_WIDTH))
+
+
+def records_options(f: Callable) -> Callable:
+    """--records and --records-format: which request records a run keeps, and in which file format."""
+    from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
+
+    return _apply(f, [
+        click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
+                     help="Which request records requests.jsonl keeps (errors: failed requests only); the "
+                          "summaries and histograms cover every request either way."),
+        click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
+                     help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
+                          "columns for big runs; needs pip install 'loadgen[parquet]')."),
+    ])

@@ -14,7 +14,6 @@ from rich.console import Console
 from ..analysis.aggregate import of_level
 from ..client.backends import GenerationParams
 from ..core import columnar
-from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -27,7 +26,7 @@ from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
-from .shared import (checking_only, format_option, prompt_source, prompt_source_options, request_options,
+from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
                      target_options)
 from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
 
@@ -69,12 +68,7 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,
               help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
-@click.option("--records", "records_kept", type=click.Choice(RECORDS_KEPT), default="all", show_default=True,
-              help="Which request records requests.jsonl keeps (errors: failed requests only); the "
-                   "summaries and histograms cover every request either way.")
-@click.option("--records-format", type=click.Choice(RECORDS_FORMATS), default="jsonl", show_default=True,
-              help="requests.jsonl (JSON lines, readable after a crash) or requests.parquet (compact "
-                   "columns for big runs; needs pip install 'loadgen[parquet]').")
+@records_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @format_option
