@@ -173,25 +173,34 @@ def histogram_ms(values_ms: Iterable[float]) -> HdrHistogram:
 
 
 def record_ms(h: HdrHistogram, values_ms: Iterable[float]) -> None:
-    """Record millisecond values into `h` in whole microseconds.
-
-    Values are first mapped (with numpy) to the lowest value of their histogram bucket and counted,
-    so the histogram gets one `record_value(v, count)` per occupied bucket instead of one call per
-    value: the same histogram at a fraction of the cost (a level of a fast server holds 100k+
-    requests, and a streamed one 64 ITL values per request).
-    """
+    """Record millisecond values into `h` in whole microseconds (rounded; see `record_us`)."""
     values = values_ms if isinstance(values_ms, np.ndarray) else np.fromiter(values_ms, dtype=np.float64)
-    us = np.rint(values.astype(np.float64) * 1000)
-    if us.size == 0:
+    record_us(h, np.rint(values.astype(np.float64) * 1000))
+
+
+def record_us(h: HdrHistogram, values_us: np.ndarray) -> None:
+    """Record whole-microsecond values into `h`, clipped to its range.
+
+    Each value's counts index (HdrHistogram's bucket and sub-bucket) is computed with numpy and
+    counted with one `bincount`, so the histogram gets one `record_value(v, count)` per occupied
+    bucket (v its lowest value) instead of one call per value: the same histogram at a fraction of
+    the cost (a level of a fast server holds 100k+ requests, and a streamed one 64 ITL values per
+    request), without sorting the values.
+    """
+    if values_us.size == 0:
         return
-    us = np.clip(us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)
-    # HdrHistogram's bucket of v (lowest value 1, 2048 sub-buckets for 3 digits): units of
-    # 2**max(0, floor(log2 v) - 10). frexp gives floor(log2 v) exactly: v = m * 2**e, 0.5 <= m < 1.
-    shift = np.maximum(0, np.frexp(us.astype(np.float64))[1] - 1 - (h.sub_bucket_half_count_magnitude + h.unit_magnitude))
-    lowest_equivalent = (us >> shift) << shift
-    values, counts = np.unique(lowest_equivalent, return_counts=True)
+    us = np.clip(values_us, HISTOGRAM_LOWEST_US, HISTOGRAM_HIGHEST_US).astype(np.int64)
+    half, unit = h.sub_bucket_half_count_magnitude, h.unit_magnitude
+    # The bucket of v (2**(half+1) sub-buckets, the first bucket's unit 2**unit) is
+    # max(0, floor(log2 v) - half - unit); frexp gives floor(log2 v) exactly: v = m * 2**e, 0.5 <= m < 1.
+    bucket = np.maximum(0, np.frexp(us.astype(np.float64))[1] - 1 - (half + unit))
+    index = ((bucket + 1) << half) + (us >> (bucket + unit)) - (1 << half)
+    counts = np.bincount(index)
+    occupied = np.flatnonzero(counts)
+    bucket = np.maximum(0, (occupied >> half) - 1)
+    lowest = (occupied - ((bucket + 1) << half) + (1 << half)) << (bucket + unit)
     record = h.record_value
-    for v, c in zip(values.tolist(), counts.tolist()):
+    for v, c in zip(lowest.tolist(), counts[occupied].tolist()):
         record(v, c)
 
 
