@@ -9,7 +9,10 @@ core, at concurrency 64, once for a short level and once for a long one. Printed
 - tail: seconds from the level's line on stderr (the level ended) to the command's exit
 - bytes per request of requests.jsonl and of the same records exported to requests.parquet
 - CPU per request of the whole command, start-up (a 64-request sweep's CPU) subtracted, next to a
-  bare aiohttp+uvloop loop (`engine_overhead.py`'s `bare`) in the same run, and their ratio
+  bare aiohttp+uvloop loop (`engine_overhead.py`'s `bare`) in the same run, and their ratio; and, to
+  show where the rest goes, the same ratio for the fast transport's own bare loop (`transport.py`'s
+  `bare-fast`: the floor of any client on that transport) and for `run_level` alone through it
+  (`transport.py`'s `engine+fast`: the engine, no command, no records written)
 - start-up: `loadgen --help` wall time (median of 5) and `import loadgen.cli`'s import time, and
   whether scipy or matplotlib were imported
 
@@ -31,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_overhead import Nginx, ensure_nginx, pick_cpus, run_child  # noqa: E402
+from transport import run_child as run_transport_child  # noqa: E402
 
 LOADGEN = [sys.executable, "-m", "loadgen.cli"]
 
@@ -88,7 +92,9 @@ def main() -> int:
         start = sweep(nginx.url, work / "startup", client_cpu, args.concurrency, "--requests", str(args.concurrency))
         short = sweep(nginx.url, work / "short", client_cpu, args.concurrency, "--duration", f"{args.short:g}")
         long = sweep(nginx.url, work / "long", client_cpu, args.concurrency, "--duration", f"{args.long:g}")
-        bare = run_child("bare", nginx.url, min(200_000, short["requests"]), args.concurrency, client_cpu)
+        n = min(200_000, short["requests"])
+        bare = run_child("bare", nginx.url, n, args.concurrency, client_cpu)
+        floor = {v: run_transport_child(v, nginx.url, n, args.concurrency, client_cpu) for v in ("bare-fast", "engine+fast")}
         export = subprocess.run([*LOADGEN, "export", str(work / "short"), "--format", "parquet"], capture_output=True,
                                 text=True)
     finally:
@@ -108,6 +114,9 @@ def main() -> int:
     print(f"records: requests.jsonl {jsonl_b:.0f} B/request, requests.parquet {parquet_b:.0f} B/request")
     print(f"CPU per request: loadgen sweep {per_request_us:.1f} µs (start-up {start['cpu_s']:.2f} s subtracted), "
           f"bare aiohttp+uvloop {bare_us:.1f} µs: ratio {per_request_us / bare_us:.2f}")
+    for variant, what in (("bare-fast", "the fast transport's bare loop"), ("engine+fast", "run_level on it")):
+        us = floor[variant]["cpu_s"] / floor[variant]["done"] * 1e6
+        print(f"  {what} ({variant}): {us:.1f} µs, ratio {us / bare_us:.2f}")
     return 0
 
 
