@@ -112,3 +112,21 @@ def test_record_us_fills_the_buckets_one_value_at_a_time_would():
     assert list(fast.counts) == list(one_by_one.counts)
     assert (fast.get_total_count(), fast.get_min_value(), fast.get_max_value()) == \
         (one_by_one.get_total_count(), one_by_one.get_min_value(), one_by_one.get_max_value())
+
+
+@pytest.mark.parametrize("batch", [1, 5, 10_000])
+def test_a_workers_histograms_gathered_in_batches_are_the_exporters(batch):
+    from loadgen.analysis.aggregate import ProcessHistograms
+    from loadgen.output.exporters import metric_histogram
+
+    rs = mixed_records()
+    gathered = ProcessHistograms()
+    for i in range(0, len(rs), batch):
+        gathered.add(rs[i:i + batch])
+    assert gathered.records == len(rs)
+    got = gathered.with_values()
+    assert set(got) == {"latency", "ttft", "tpot"}
+    for name, h in got.items():
+        expected = metric_histogram(rs, name)
+        assert h.get_total_count() == expected.get_total_count() > 0, name
+        assert list(h.counts) == list(expected.counts), name

@@ -123,6 +123,54 @@ class _Columns:
                                dtype=np.int64)
 
 
+class _FirstTokens:
+    """A batch's successful streamed requests as columns: metrics.ttft_ms and tpot_ms without a
+    Python call per request. `streamed`: a content event or gap came; `timed`: its first content
+    event's time is known (ttft_ms valid there); `per_token`: first and last known, 2+ tokens."""
+
+    def __init__(self, c: _Columns) -> None:
+        first_known = np.array([t is not None for t in c.first_token], dtype=bool)
+        self.streamed = c.ok & (first_known | np.array([bool(g) for g in c.gaps], dtype=bool))
+        self.timed = self.streamed & first_known
+        first = np.array([t or 0 for t in c.first_token], dtype=np.int64)
+        self.ttft_ms = (first - c.start) / 1e6
+        last_known = np.array([t is not None for t in c.last_token], dtype=bool)
+        last = np.array([t or 0 for t in c.last_token], dtype=np.int64)
+        self.per_token = self.timed & last_known & (c.tokens >= 2)
+        self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
+
+
+# What each worker process of `--workers N` sends back at a level's end (analysis/merge.py): one
+# value per successful request each, so a worker's histograms cost next to nothing; inter-token gaps
+# (dozens per streamed request) stay the parent's, which has every record.
+PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
+
+
+class ProcessHistograms:
+    """One process's PROCESS_HISTOGRAMS of a level, gathered batch by batch: nothing per request is
+    kept. Built as the level's own (`LevelAggregate`) and the exporters' are, so the workers' sum
+    is the histogram of every record."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.histograms = {name: metrics.new_histogram() for name in PROCESS_HISTOGRAMS}
+
+    def add(self, batch: Sequence[RequestRecord]) -> None:
+        if not batch:
+            return
+        self.records += len(batch)
+        c = _Columns(batch)
+        h = self.histograms
+        metrics.record_ms(h["latency"], ((c.complete - c.start) / 1e6)[c.ok])
+        if c.streamed:
+            first = _FirstTokens(c)
+            metrics.record_ms(h["ttft"], first.ttft_ms[first.timed])
+            metrics.record_ms(h["tpot"], first.tpot_ms[first.per_token])
+
+    def with_values(self) -> dict[str, HdrHistogram]:
+        return {name: h for name, h in self.histograms.items() if h.get_total_count()}
+
+
 def of_level(level: LevelRun) -> "LevelAggregate":
     """A level's aggregate: the one it streamed into, else one gathered from its records."""
     return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
@@ -207,23 +255,12 @@ class LevelAggregate:
             self._streamed(c)
 
     def _streamed(self, c: _Columns) -> None:
-        """TTFT, its queue part, TPOT and ITL (metrics.ttft_ms and the rest) of the successful
-        streamed requests, as columns: a streamed request's 64 gaps cost no Python call each."""
-        s = self.series
-        first_known = np.array([t is not None for t in c.first_token], dtype=bool)
-        has_gaps = np.array([bool(g) for g in c.gaps], dtype=bool)
-        streamed = c.ok & (first_known | has_gaps)
-        timed = streamed & first_known
-        first = np.array([t or 0 for t in c.first_token], dtype=np.int64)
-        ttft = (first - c.start) / 1e6
-        s["ttft"].add(ttft[timed])
+        s, first = self.series, _FirstTokens(c)
+        s["ttft"].add(first.ttft_ms[first.timed])
         prompt = _floats(c.prompt_ms)
-        s["ttft_queue"].add(np.maximum(0.0, ttft - prompt)[timed & ~np.isnan(prompt)])
-        last_known = np.array([t is not None for t in c.last_token], dtype=bool)
-        last = np.array([t or 0 for t in c.last_token], dtype=np.int64)
-        per_token = timed & last_known & (c.tokens >= 2)
-        s["tpot"].add(((last - first) / 1e6 / np.maximum(c.tokens - 1, 1))[per_token])
-        gaps = [g for g, keep in zip(c.gaps, streamed.tolist()) if keep and g]
+        s["ttft_queue"].add(np.maximum(0.0, first.ttft_ms - prompt)[first.timed & ~np.isnan(prompt)])
+        s["tpot"].add(first.tpot_ms[first.per_token])
+        gaps = [g for g, keep in zip(c.gaps, first.streamed.tolist()) if keep and g]
         if gaps:
             flat = np.fromiter(chain.from_iterable(gaps), dtype=np.int64, count=sum(map(len, gaps)))
             s["itl"].add_us(np.maximum(flat, 0))  # a gap is never negative (metrics.itl_ms)

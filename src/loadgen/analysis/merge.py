@@ -17,13 +17,14 @@ per process, and the level's is its busiest process's (the one that would limit 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
 from ..core.records import RequestRecord
 from . import metrics
+from .aggregate import ProcessHistograms
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,27 +126,11 @@ def merged_schedule(shares: Sequence[Share]) -> list[int]:
     return [merged[seq] for seq in sorted(merged)]
 
 
-def _ok_only(fn: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
-    return lambda r: fn(r) if r.ok else None
-
-
-# The histograms each process sends back at a level's end, built as the exporters build theirs
-# (successful requests; µs; `metrics.histogram_ms`), so their sum is the all-records histogram.
-# One value per request each: inter-token gaps (dozens per streamed request) would cost a worker
-# more than its requests did, and the parent has every record to build theirs from.
-PROCESS_METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
-    "latency": _ok_only(metrics.latency_ms),
-    "ttft": _ok_only(metrics.ttft_ms),
-    "tpot": _ok_only(metrics.tpot_ms),
-}
-
-
 def process_histograms(records: Iterable[RequestRecord]) -> dict[str, HdrHistogram]:
-    """One process's histograms of a level, per metric that has values."""
-    rs = list(records)
-    out = {name: metrics.histogram_ms(v for r in rs if (v := fn(r)) is not None)
-           for name, fn in PROCESS_METRICS.items()}
-    return {name: h for name, h in out.items() if h.get_total_count()}
+    """One process's histograms of a level (`aggregate.PROCESS_HISTOGRAMS`), per metric that has values."""
+    gathered = ProcessHistograms()
+    gathered.add(list(records))
+    return gathered.with_values()
 
 
 def add_histograms(histograms: Iterable[HdrHistogram]) -> HdrHistogram:

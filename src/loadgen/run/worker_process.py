@@ -22,7 +22,8 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.merge import Share, level_seq, process_histograms
+from ..analysis.aggregate import ProcessHistograms
+from ..analysis.merge import Share, level_seq
 from ..client.backends import Backend, make_backend
 from ..client.registry import make_transport
 from ..client.transport import Transport
@@ -63,7 +64,7 @@ class RecordsFile:
 
     def __init__(self, level: LevelRun, share: Share, key: int | float, out: Any):
         self.level, self.share, self.key = level, share, key
-        self.kept: list[RequestRecord] = []  # for the level's histograms
+        self.histograms = ProcessHistograms()  # what the parent adds up at the level's end
         self._out = out
         self._scheduled = False
         self._encode_lines = msgspec.json.Encoder().encode_lines
@@ -85,7 +86,7 @@ class RecordsFile:
         share, first, key, replace = self.share, self.share.first_worker, self.key, msgspec.structs.replace
         batch = [replace(r, level=key, worker=r.worker + first, seq=level_seq(r.seq, share)) for r in records]
         records.clear()
-        self.kept.extend(batch)
+        self.histograms.add(batch)
         self._out.write(self._encode_lines(batch))
 
     def close(self) -> None:
@@ -146,10 +147,10 @@ async def _run_share(p: Prepare, start_ns: int, transport: Transport, backend: A
         load = lag.stop()
         sink.close()
     return LevelDone(
-        start_ns=level.start_ns, end_ns=level.end_ns, stopped_reason=level.stopped_reason, records=len(sink.kept),
+        start_ns=level.start_ns, end_ns=level.end_ns, stopped_reason=level.stopped_reason, records=sink.histograms.records,
         loop_lag_p99_ms=load.loop_lag_p99_ms, loop_lag_max_ms=load.loop_lag_max_ms,
         client_cpu_fraction=load.client_cpu_fraction, read_clock=transport.read_clock,
-        histograms={name: h.encode() for name, h in process_histograms(sink.kept).items()})
+        histograms={name: h.encode() for name, h in sink.histograms.with_values().items()})
 
 
 def _send(message: Any) -> None:
@@ -186,10 +187,10 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue, outlet: Outle
         done = await running
     except asyncio.CancelledError:
         done = LevelDone(start_ns=level.start_ns, end_ns=level.end_ns or now_ns(),
-                         stopped_reason=level.stopped_reason or "interrupted", records=len(sink.kept),
+                         stopped_reason=level.stopped_reason or "interrupted", records=sink.histograms.records,
                          loop_lag_p99_ms=None, loop_lag_max_ms=None, client_cpu_fraction=None,
                          read_clock=transport.read_clock,
-                         histograms={n: h.encode() for n, h in process_histograms(sink.kept).items()})
+                         histograms={n: h.encode() for n, h in sink.histograms.with_values().items()})
     if not parent_gone:
         outlet.send(done)
     return not parent_gone
