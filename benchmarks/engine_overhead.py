@@ -321,7 +321,9 @@ def run_child(variant: str, url: str, requests: int, concurrency: int, cpu: int 
               script: str = __file__, transport: str = "aiohttp") -> dict:
     """Run one variant in a fresh `script --_child` process; its last RESULT line as a dict."""
     cmd = [sys.executable, os.path.abspath(script), "--_child", variant, "--_url", url,
-           "--requests", str(requests), "--concurrency", str(concurrency), "--transport", transport]
+           "--requests", str(requests), "--concurrency", str(concurrency)]
+    if transport != "aiohttp":  # only this script's children take it (transport.py's choose by variant)
+        cmd += ["--transport", transport]
     if cpu is not None:
         cmd += ["--_cpu", str(cpu)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
