@@ -31,7 +31,7 @@ from ..core.clock import now_ns
 from ..core.records import LevelRun, RequestRecord
 from .engine import EngineOptions, run_level, run_open_level
 from .looplag import LoopLagSampler
-from .loops import loop_factory
+from .loops import freeze_startup_heap, loop_factory
 from .salts import new_decimal_salt
 from .worker_protocol import Go, LevelDone, Prepare, Ready, frame, read_to_worker
 
@@ -112,6 +112,7 @@ class Worker:
 
     def __init__(self) -> None:
         self.transports: dict[str, Transport] = {}
+        self.heap_frozen = False  # freeze_startup_heap, once, before the first level (as the CLI does)
 
     async def transport(self, p: Prepare) -> Transport:
         if p.url not in self.transports:
@@ -167,6 +168,9 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue, outlet: Outle
         backend = RenumberedBackend(make_backend(p.api, p.generation, p.model), p.share)
         level = LevelRun(target=p.label, concurrency=p.share.concurrency, rate=p.rate, prompt_tokens=p.prompt_tokens)
         sink = RecordsFile(level, p.share, p.level, outlet.records(p.records_path))
+        if not worker.heap_frozen:
+            worker.heap_frozen = True
+            freeze_startup_heap()
     except Exception as exc:  # noqa: BLE001 - told to the parent, which reports it as the level's end
         outlet.send(Ready(pid=os.getpid(), host=socket.gethostname(), error=f"{type(exc).__name__}: {exc}"))
         return True
