@@ -35,15 +35,31 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
-def test_a_long_run_holds_flat_memory_and_writes_one_record_per_request(tmp_path):
+def _tree_rss_mb(pid: int) -> float | None:
+    """RSS of a process and its children (a sweep's worker processes), in MB."""
+    rss = _rss_mb(pid)
+    if rss is None:
+        return None
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return rss + sum(_rss_mb(int(c)) or 0.0 for c in children)
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+def test_a_long_run_holds_flat_memory_and_writes_one_record_per_request(tmp_path, workers):
+    """With --workers 2 the worker processes count too: each streams its records to the parent and
+    keeps only its histograms (a worker once kept every record of its level until the level ended)."""
     out = tmp_path / "run"
     with InstantServer() as server:
         proc = subprocess.Popen([*LOADGEN, "sweep", "--url", server.url, "--concurrency", "64", "--requests",
-                                 str(REQUESTS), "--warmup", "0", "--no-histograms", "--output", str(out)],
+                                 str(REQUESTS), "--warmup", "0", "--no-histograms", "--output", str(out),
+                                 "--workers", str(workers)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         samples: list[tuple[int, float]] = []  # (requests the server has seen, loadgen's RSS in MB)
         while proc.poll() is None:  # sample until the run ends by itself
-            rss, seen = _rss_mb(proc.pid), server.count()
+            rss, seen = _tree_rss_mb(proc.pid), server.count()
             if rss is not None:
                 samples.append((seen, rss))
             time.sleep(0.05)
