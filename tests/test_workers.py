@@ -10,6 +10,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -161,25 +163,32 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
-    # A slow server (about 0.1 s a request), so the level is still running when the worker is killed.
-    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "1") as slow:
-        out = tmp_path / "r"
-        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "2", "--requests", "40",
-                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@contextmanager
+def _slow_two_worker_sweep(slots: int, out: Path, *budget: str, output: bool = True) -> Iterator[subprocess.Popen]:
+    """`loadgen sweep --workers 2` against a simulator of `slots` slots at real time (about 0.1 s a
+    request, so a level is still running when the test acts on it); killed if the test left it running."""
+    with SimProcess("--profile", "smoke", "--slots", str(slots), "--time-scale", "1") as slow:
+        pipe = subprocess.PIPE if output else subprocess.DEVNULL
+        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, *budget, "--n-predict", "48", "--warmup", "0",
+                                 "--workers", "2", "--output", str(out)], stdout=pipe, stderr=pipe, text=True)
         try:
-            file = out / "workers" / "worker-1.jsonl"
-            _wait_for(lambda: _lines(file) >= 3, "worker 1's first records")
-            pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
-            victim = next(p for p in pids if "worker-1" in _open_records_file(p))
-            os.kill(victim, signal.SIGKILL)
-            kept_before_kill = _lines(file)
-            _, err = proc.communicate(timeout=300)
+            yield proc
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
+    out = tmp_path / "r"
+    with _slow_two_worker_sweep(4, out, "--concurrency", "2", "--requests", "40") as proc:
+        file = out / "workers" / "worker-1.jsonl"
+        _wait_for(lambda: _lines(file) >= 3, "worker 1's first records")
+        pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
+        victim = next(p for p in pids if "worker-1" in _open_records_file(p))
+        os.kill(victim, signal.SIGKILL)
+        kept_before_kill = _lines(file)
+        _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
     assert "worker 1 killed by SIGKILL" in err
     [level] = _levels(out)
@@ -201,21 +210,13 @@ def _open_records_file(pid: int) -> str:
 
 
 def test_workers_do_not_outlive_their_parent(tmp_path) -> None:
-    with SimProcess("--profile", "smoke", "--slots", "2", "--time-scale", "1") as slow:
-        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "2", "--duration", "600",
-                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(tmp_path / "r")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            pids = _wait_for(lambda: len(p := _worker_pids(proc.pid)) == 2 and p, "two worker processes")
-            _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0.jsonl") >= 1, "a first record")
-            proc.kill()  # SIGKILL: no clean-up runs in the parent
-            proc.wait()
-            _wait_for(lambda: not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in pids),
-                      "the workers to end", timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with _slow_two_worker_sweep(2, tmp_path / "r", "--concurrency", "2", "--duration", "600", output=False) as proc:
+        pids = _wait_for(lambda: len(p := _worker_pids(proc.pid)) == 2 and p, "two worker processes")
+        _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0.jsonl") >= 1, "a first record")
+        proc.kill()  # SIGKILL: no clean-up runs in the parent
+        proc.wait()
+        _wait_for(lambda: not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in pids),
+                  "the workers to end", timeout=60)
 
 
 def _state(pid: int) -> str:
@@ -226,20 +227,12 @@ def _state(pid: int) -> str:
 
 
 def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
-    with SimProcess("--profile", "smoke", "--slots", "4", "--time-scale", "1") as slow:
-        out = tmp_path / "r"
-        proc = subprocess.Popen([*LOADGEN, "sweep", "--url", slow.url, "--concurrency", "4", "--duration", "600",
-                                 "--n-predict", "48", "--warmup", "0", "--workers", "2", "--output", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            for k in (0, 1):
-                _wait_for(lambda: _lines(out / "workers" / f"worker-{k}.jsonl") >= 2, f"worker {k}'s first records")
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    out = tmp_path / "r"
+    with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--duration", "600") as proc:
+        for k in (0, 1):
+            _wait_for(lambda: _lines(out / "workers" / f"worker-{k}.jsonl") >= 2, f"worker {k}'s first records")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     [level] = _levels(out)
     assert level["stopped_reason"] == "interrupted"
