@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -114,19 +115,129 @@ def test_record_us_fills_the_buckets_one_value_at_a_time_would():
         (one_by_one.get_total_count(), one_by_one.get_min_value(), one_by_one.get_max_value())
 
 
-@pytest.mark.parametrize("batch", [1, 5, 10_000])
-def test_a_workers_histograms_gathered_in_batches_are_the_exporters(batch):
-    from loadgen.analysis.aggregate import ProcessHistograms
+def _worker_parts(rs: list[RequestRecord], batch: int, workers: int):
+    """The records dealt out to `workers` a batch at a time, as worker processes gather them: per
+    worker, its records and its parts (`Partial`, through the wire format and back); each part's
+    watermark the first send of that worker's next batch (NO_MORE_SENDS after its last)."""
+    from loadgen.run.worker_protocol import NO_MORE_SENDS, WorkerPartial, frame
+
+    decode = msgspec.msgpack.Decoder(WorkerPartial).decode
+    batches = [rs[i:i + batch] for i in range(0, len(rs), batch)]
+    mine = [batches[k::workers] for k in range(workers)]
+    out = []
+    for k in range(workers):
+        parts = []
+        agg = LevelAggregate()  # one per worker, cleared after each part, as a worker does
+        for j, b in enumerate(mine[k]):
+            agg.add_batch(b, sample=False)
+            watermark = mine[k][j + 1][0].send_ns if j + 1 < len(mine[k]) else NO_MORE_SENDS
+            parts.append(decode(frame(WorkerPartial(part=agg.partial(watermark), offset=0))[4:]).part)
+            agg.clear()
+        out.append(([r for b in mine[k] for r in b], parts))
+    return out
+
+
+@pytest.mark.parametrize("batch, workers", [(1, 2), (7, 3), (64, 2), (10_000, 2)])
+def test_workers_parts_merged_give_the_summary_of_every_record(batch, workers):
+    rs = mixed_records()
+    whole = LevelAggregate.of(rs).summary(8)
+    merged = LevelAggregate()
+    per_worker = _worker_parts(rs, batch, workers)
+    watermarks = [None] * workers
+    # the parent meets the parts in the order the batches were made, settling as far as it may
+    for j in range(max(len(parts) for _, parts in per_worker)):
+        for k, (_, parts) in enumerate(per_worker):
+            if j < len(parts):
+                merged.merge(parts[j])
+                watermarks[k] = parts[j].watermark_ns
+                if None not in watermarks:
+                    merged.settle(min(watermarks))
+    got = merged.summary(8)
+    assert got.concurrency_reached == whole.concurrency_reached > 1
+    for field in ("requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind", "output_tokens", "wall_s",
+                  "throughput_tok_s", "connections_opened"):
+        assert getattr(got, field) == getattr(whole, field), field
+    for field in ("predicted_ms_mean", "prompt_ms_mean", "decode_tok_s_mean"):
+        assert getattr(got, field) == pytest.approx(getattr(whole, field), rel=1e-12), field
+    for field in ("latency_ms", "queue_wait_ms", "ttft_ms", "ttft_queue_ms", "tpot_ms", "itl_ms"):
+        a, b = getattr(got, field), getattr(whole, field)
+        assert (a.count, a.p50, a.p90, a.p99, a.max) == (b.count, b.p50, b.p90, b.p99, b.max), field
+        assert a.mean == pytest.approx(b.mean, rel=1e-12), field
+    for name in merged.series:
+        assert list(merged.series[name].histogram.counts) == list(LevelAggregate.of(rs).series[name].histogram.counts)
+
+
+def test_a_workers_histograms_from_its_parts_are_the_exporters():
+    from loadgen.analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part
     from loadgen.output.exporters import metric_histogram
 
-    rs = mixed_records()
-    gathered = ProcessHistograms()
-    for i in range(0, len(rs), batch):
-        gathered.add(rs[i:i + batch])
-    assert gathered.records == len(rs)
-    got = gathered.with_values()
-    assert set(got) == {"latency", "ttft", "tpot"}
-    for name, h in got.items():
-        expected = metric_histogram(rs, name)
-        assert h.get_total_count() == expected.get_total_count() > 0, name
-        assert list(h.counts) == list(expected.counts), name
+    for mine, parts in _worker_parts(mixed_records(), 7, 2):
+        for name in PROCESS_HISTOGRAMS:
+            h = metrics.new_histogram()
+            for part in parts:
+                if name in part.series:
+                    add_series_part(h, part.series[name])
+            expected = metric_histogram(mine, name)
+            assert h.get_total_count() == expected.get_total_count() > 0, name
+            assert list(h.counts) == list(expected.counts), name
+            assert (h.get_min_value(), h.get_max_value()) == (expected.get_min_value(), expected.get_max_value())
+
+
+@pytest.mark.parametrize("without_ctypes", [False, True])
+def test_added_counts_are_the_histogram_added(monkeypatch, without_ctypes):
+    rng = np.random.default_rng(3)
+    a, b = metrics.new_histogram(), metrics.new_histogram()
+    metrics.record_us(a, rng.integers(1, 10**6, 3_000))
+    metrics.record_us(b, rng.lognormal(8, 2, 3_000).astype(np.int64) + 1)
+    expected = metrics.new_histogram()
+    expected.add(a)
+    expected.add(b)
+    index, counts = metrics.occupied_counts(b)
+    if without_ctypes:
+        monkeypatch.setattr(metrics, "_counts_array", lambda h: None)
+    metrics.add_counts(a, index, counts, b.min_value, b.max_value)
+    assert list(a.counts) == list(expected.counts)
+    assert (a.get_total_count(), a.get_min_value(), a.get_max_value()) == \
+        (expected.get_total_count(), expected.get_min_value(), expected.get_max_value())
+
+
+def _records(n: int, tag: str) -> list[RequestRecord]:
+    return [RequestRecord(target="t", level=1, worker=0, seq=i, salt=f"{tag}{i}", send_ns=i, complete_ns=i + 1)
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("populations, size, expected_from_each", [
+    ((3, 4), 10, (3, 4)),  # a union within the size: every record
+    ((5, 5), 10, (5, 5)),  # exactly the size
+    ((0, 6), 4, None),  # an empty part gives nothing
+    ((10, 10, 10), 6, None),
+    ((1, 1000), 50, None),
+])
+def test_merged_samples_are_a_sample_of_the_union(populations, size, expected_from_each):
+    from loadgen.analysis.aggregate import Reservoir, merge_samples
+
+    parts = []
+    for k, n in enumerate(populations):
+        reservoir = Reservoir(size)
+        reservoir.add(_records(n, f"w{k}-"))
+        parts.append((n, reservoir.sample))
+    got = merge_samples(parts, size)
+    assert len(got) == min(size, sum(populations))
+    assert len({r.salt for r in got}) == len(got)  # no record twice
+    from_each = tuple(sum(r.salt.startswith(f"w{k}-") for r in got) for k in range(len(populations)))
+    if expected_from_each is not None:
+        assert from_each == expected_from_each
+    if populations[0] == 0:
+        assert from_each[0] == 0
+    assert merge_samples(parts, size) == got  # deterministic
+
+
+def test_merged_samples_take_each_part_in_proportion_to_its_population():
+    from loadgen.analysis.aggregate import Reservoir, merge_samples
+
+    small, large = Reservoir(100), Reservoir(100)
+    small.add(_records(1_000, "a"))
+    large.add(_records(3_000, "b"))
+    shares = [sum(r.salt.startswith("a") for r in merge_samples([(1_000, small.sample), (3_000, large.sample)], 100,
+                                                                 seed=seed)) / 100 for seed in range(300)]
+    assert 0.23 < float(np.mean(shares)) < 0.27  # 1,000 of 4,000

@@ -110,17 +110,3 @@ def test_busiest_process(loads: list[ProcessLoad], expected: int) -> None:
     top = busiest(loads)
     assert top is not None and top.process == expected
     assert busiest([]) is None
-
-
-def test_process_histograms_are_built_as_the_exporters_build_theirs() -> None:
-    from loadgen.core.records import RequestRecord, ServerOutcome, make_record
-    from loadgen.output.exporters import metric_histogram
-
-    records: list[RequestRecord] = [
-        make_record("t", 2, 0, i, "s", 1_000_000 * i, 1_000_000 * i + 1_234_567 * (i + 1), 200, ServerOutcome())
-        for i in range(6)]
-    records.append(make_record("t", 2, 1, 6, "s", 0, 9_000_000, None, ServerOutcome(error_kind="timeout")))
-    got = merge.process_histograms(records)
-    assert set(got) == {"latency"}  # no streaming: no ttft, tpot or itl values
-    assert same_buckets(got["latency"], metric_histogram(records, "latency"))
-    assert got["latency"].get_total_count() == 6  # the failed request is not a latency

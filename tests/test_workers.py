@@ -90,6 +90,32 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
     assert not (two / "workers").exists()  # the workers' own files go once every record is written
 
 
+@pytest.mark.parametrize("records_format", ["jsonl", "parquet"])
+def test_a_merged_levels_figures_are_those_of_its_records(sim, tmp_path, records_format) -> None:
+    """JSON lines: the parent passes the workers' bytes on and adds their figures (never reading a
+    record); Parquet: it reads every record, as one process would. Either way run.json says what
+    the records file holds: counts and percentiles exactly, means to the last digits (added in
+    another order), and how many were in flight at once."""
+    from loadgen.analysis.aggregate import LevelAggregate
+    from loadgen.results.reader import load_records
+
+    out = tmp_path / "run"
+    done = sweep("--url", sim.url, "--concurrency", "5", "--duration", "1.5", "--n-predict", "40", "--stream",
+                 "--workers", "2", "--records-format", records_format, "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    (level,) = _levels(out)
+    records = load_records(out)
+    whole = LevelAggregate.of(records).summary(5)
+    assert level["requests_ok"] == whole.requests_ok > 20
+    assert (level["requests_failed"], level["concurrency_reached"]) == (whole.requests_failed, 5)
+    assert level["output_tokens"] == whole.output_tokens
+    for name in ("latency_ms", "ttft_ms", "tpot_ms", "itl_ms", "queue_wait_ms"):
+        got, expected = level[name], getattr(whole, name)
+        assert [got[k] for k in ("count", "p50", "p90", "p99", "max")] == \
+            [expected.count, expected.p50, expected.p90, expected.p99, expected.max], name
+        assert got["mean"] == pytest.approx(expected.mean, rel=1e-9), name
+
+
 def test_a_level_over_workers_reaches_its_whole_concurrency(sim, tmp_path) -> None:
     """The parent reads each worker's records in batches, later than they were sent: counting what
     was in flight must wait for all of them (settled as they came, a 2 s level at c=8 over two
@@ -197,6 +223,9 @@ def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp
     assert by_worker[0] == 20  # the other worker ran its whole share
     assert by_worker[1] >= kept_before_kill  # every record the killed one had written is kept
     assert level["workers"][0]["records"] == 20 and level["workers"][1]["records"] is None
+    # the killed worker's last records came after its last figures: they are counted from the records
+    records = _records(out)
+    assert level["requests_ok"] + level["requests_failed"] + level["requests_cancelled"] == len(records)
 
 
 def _open_records_file(pid: int) -> str:

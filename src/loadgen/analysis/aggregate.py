@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
 
+import msgspec
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
@@ -62,6 +63,20 @@ class _Series:
             self.total += _sum_in_order(values)
             metrics.record_ms(self.histogram, values)
 
+    def clear(self) -> None:
+        self.count, self.total = 0, 0.0
+        metrics.clear_histogram(self.histogram)
+
+    def part(self) -> "SeriesPart":
+        index, counts = metrics.occupied_counts(self.histogram)
+        h = self.histogram
+        return SeriesPart(self.count, self.total, index.tobytes(), counts.tobytes(), h.min_value, h.max_value)
+
+    def merge(self, part: "SeriesPart") -> None:
+        self.count += part.count
+        self.total += part.total
+        add_series_part(self.histogram, part)
+
     def distribution(self) -> Distribution | None:
         if not self.count:
             return None
@@ -69,6 +84,88 @@ class _Series:
         at = h.get_percentile_to_value_dict([50, 90, 99])
         return Distribution(count=self.count, mean=self.total / self.count, p50=at[50] / 1000, p90=at[90] / 1000,
                             p99=at[99] / 1000, max=h.get_max_value() / 1000)
+
+
+class SeriesPart(msgspec.Struct, array_like=True):
+    """A `_Series` as a worker process sends it: count, sum, and its histogram's occupied buckets
+    (counts indexes and counts, int64 bytes) with its lowest and highest values."""
+
+    count: int
+    total: float
+    index: bytes
+    counts: bytes
+    min_value: int
+    max_value: int
+
+
+def add_series_part(h: HdrHistogram, part: SeriesPart) -> None:
+    """Add the histogram a `SeriesPart` carries to `h` (of the same layout)."""
+    metrics.add_counts(h, np.frombuffer(part.index, np.int64), np.frombuffer(part.counts, np.int64), part.min_value,
+                       part.max_value)
+
+
+class Partial(msgspec.Struct):
+    """What a worker process of `--workers` gathered from a batch of its records (`LevelAggregate.
+    partial`): everything of a `LevelAggregate` but its sample (a worker keeps its own, sent once at
+    the level's end: `merge_samples`). The parent adds it to the level's (`LevelAggregate.merge`)
+    and so reads no record. `watermark_ns`: every request the worker sent before it is in this part
+    or an earlier one (the worker's earliest send still in flight), on the worker's clock."""
+
+    sent: int
+    ok: int
+    output_tokens: int
+    errors: dict[str, int]
+    first_start_ns: int | None
+    last_complete_ns: int | None
+    first_send_ns: int | None
+    last_send_ns: int | None
+    any_scheduled: bool
+    series: dict[str, SeriesPart]
+    connect: SeriesPart
+    means: dict[str, tuple[int, float]]
+    sends: bytes  # int64 send times of the batch's requests
+    completes: bytes  # and their completion times
+    watermark_ns: int
+
+
+class Reservoir:
+    """A uniform sample of up to `size` of the records offered (algorithm R, deterministic: a fixed
+    seed): record i replaces a random slot with probability size / i; a batch's draws at once."""
+
+    def __init__(self, size: int = SAMPLE_SIZE) -> None:
+        self.size, self.seen = size, 0
+        self.sample: list[RequestRecord] = []
+        self._random = np.random.default_rng(0)
+
+    def add(self, batch: Sequence[RequestRecord]) -> None:
+        sample, size, seen = self.sample, self.size, self.seen
+        self.seen += len(batch)
+        fill = max(0, min(len(batch), size - len(sample)))
+        sample.extend(batch[:fill])
+        if fill == len(batch):
+            return
+        ranks = np.arange(seen + fill + 1, seen + len(batch) + 1)
+        slots = self._random.integers(0, ranks)
+        for i in np.flatnonzero(slots < size).tolist():
+            sample[int(slots[i])] = batch[fill + i]
+
+
+def merge_samples(parts: Sequence[tuple[int, list[RequestRecord]]], size: int = SAMPLE_SIZE,
+                  seed: int = 0) -> list[RequestRecord]:
+    """One uniform sample of up to `size` records of the union of populations, from a uniform sample
+    of each (`(population, sample)`, each sample min(population, size) records): how many come from
+    each part is drawn as from the union (multivariate hypergeometric), then that many from its
+    sample. A population of at most `size` in all gives all its records."""
+    parts = [(n, list(sample)) for n, sample in parts if n > 0]
+    total = sum(n for n, _ in parts)
+    if total <= size:
+        return [r for _, sample in parts for r in sample]
+    rng = np.random.default_rng(seed)
+    takes = rng.multivariate_hypergeometric([n for n, _ in parts], size)
+    out: list[RequestRecord] = []
+    for (_, sample), take in zip(parts, takes.tolist()):
+        out.extend(sample[i] for i in sorted(rng.choice(len(sample), size=take, replace=False).tolist()))
+    return out
 
 
 class _Mean:
@@ -138,47 +235,9 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
-# What each worker process of `--workers N` sends back at a level's end (analysis/merge.py): one
-# value per successful request each, so a worker's histograms cost next to nothing; inter-token gaps
-# (dozens per streamed request) stay the parent's, which has every record.
+# The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
+# one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
-
-
-class ProcessHistograms:
-    """One process's PROCESS_HISTOGRAMS of a level, gathered as records come: at most BATCH records
-    wait (a worker hands them over a few at a time, and numpy's cost per call would outweigh its
-    cost per record), the rest are in the histograms. Built as the level's own (`LevelAggregate`)
-    and the exporters' are, so the workers' sum is the histogram of every record."""
-
-    BATCH = 2048
-
-    def __init__(self) -> None:
-        self.records = 0
-        self.histograms = {name: metrics.new_histogram() for name in PROCESS_HISTOGRAMS}
-        self._waiting: list[RequestRecord] = []
-
-    def add(self, batch: Sequence[RequestRecord]) -> None:
-        self.records += len(batch)
-        self._waiting.extend(batch)
-        if len(self._waiting) >= self.BATCH:
-            self._gather()
-
-    def _gather(self) -> None:
-        batch, self._waiting = self._waiting, []
-        if not batch:
-            return
-        c = _Columns(batch)
-        h = self.histograms
-        metrics.record_ms(h["latency"], ((c.complete - c.start) / 1e6)[c.ok])
-        if c.streamed:
-            first = _FirstTokens(c)
-            metrics.record_ms(h["ttft"], first.ttft_ms[first.timed])
-            metrics.record_ms(h["tpot"], first.tpot_ms[first.per_token])
-
-    def with_values(self) -> dict[str, HdrHistogram]:
-        """The histograms that hold values (every record added so far included)."""
-        self._gather()
-        return {name: h for name, h in self.histograms.items() if h.get_total_count()}
 
 
 def of_level(level: LevelRun) -> "LevelAggregate":
@@ -207,12 +266,21 @@ class LevelAggregate:
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
         self.last_send_ns: int | None = None
         self.any_scheduled = False  # a request whose intended send differs from its actual one
-        self.sample: list[RequestRecord] = []
-        self._sample_size, self._random = sample_size, np.random.default_rng(0)
+        self.reservoir = Reservoir(sample_size)
         # Send and completion times not yet swept (numpy arrays, one per batch).
         self._sends: list[np.ndarray] = [np.empty(0, np.int64)]
         self._completes: list[np.ndarray] = [np.empty(0, np.int64)]
         self._in_flight = self._peak = 0
+
+    @property
+    def sample(self) -> list[RequestRecord]:
+        """A uniform sample of the level's records (all of them up to SAMPLE_SIZE): what the
+        saturation verdict and the warm-up checks read."""
+        return self.reservoir.sample
+
+    @sample.setter
+    def sample(self, records: list[RequestRecord]) -> None:
+        self.reservoir.sample = records
 
     @classmethod
     def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
@@ -220,7 +288,8 @@ class LevelAggregate:
         agg.add_batch(list(rs))
         return agg
 
-    def add_batch(self, batch: Sequence[RequestRecord]) -> None:
+    def add_batch(self, batch: Sequence[RequestRecord], sample: bool = True) -> None:
+        """Add a batch of records; `sample` False: not to the sample (a worker keeps its own)."""
         if not batch:
             return
         c = _Columns(batch)
@@ -230,7 +299,8 @@ class LevelAggregate:
         self.means["predicted_ms"].add(_floats(c.predicted_ms)[ok])
         self.means["prompt_ms"].add(_floats(c.prompt_ms)[ok])
         self.means["decode_tok_s"].add(_floats(c.decode)[ok])
-        self._sample(batch)
+        if sample:
+            self.reservoir.add(batch)
 
     def _count(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
         self.sent += len(batch)
@@ -276,19 +346,61 @@ class LevelAggregate:
             # ms as metrics.itl_ms gives them (a gap is never negative), summed in the same order
             s["itl"].add(np.maximum(flat, 0) / 1000)
 
-    def _sample(self, batch: Sequence[RequestRecord]) -> None:
-        """Reservoir sampling (algorithm R): record i of the level replaces a random slot with
-        probability size / i; the draws for a batch are made at once."""
-        sample, size = self.sample, self._sample_size
-        seen = self.sent - len(batch)
-        fill = max(0, min(len(batch), size - len(sample)))
-        sample.extend(batch[:fill])
-        if fill == len(batch):
-            return
-        ranks = np.arange(seen + fill + 1, seen + len(batch) + 1)
-        slots = self._random.integers(0, ranks)
-        for i in np.flatnonzero(slots < size).tolist():
-            sample[int(slots[i])] = batch[fill + i]
+    def partial(self, watermark_ns: int) -> Partial:
+        """This aggregate's figures, its sample left out, as a worker sends them (see `Partial`);
+        made of a fresh aggregate of one batch, whose send and completion times all go with it."""
+        sends, completes = np.concatenate(self._sends), np.concatenate(self._completes)
+        return Partial(
+            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, errors=dict(self.errors),
+            first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
+            first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
+            series={name: x.part() for name, x in self.series.items() if x.count}, connect=self.connect.part(),
+            means={name: (m.count, m.total) for name, m in self.means.items()},
+            sends=sends.astype(np.int64).tobytes(), completes=completes.astype(np.int64).tobytes(),
+            watermark_ns=watermark_ns)
+
+    def clear(self) -> None:
+        """Back to an aggregate of no record, its histograms kept (a worker gathers each batch into
+        the same one: `partial`, then `clear`). The sample is not the batch's: it is left as it is."""
+        for series in (*self.series.values(), self.connect):
+            series.clear()
+        for mean in self.means.values():
+            mean.count, mean.total = 0, 0.0
+        self.errors.clear()
+        self.sent = self.ok = self.output_tokens = 0
+        self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
+        self.any_scheduled = False
+        self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        self._in_flight = self._peak = 0
+
+    def merge(self, part: Partial, shift_ns: int = 0) -> None:
+        """Add a worker's `Partial` (its clock `shift_ns` ahead of this one's): the figures of this
+        aggregate and the part's records together, as `add_batch` of them would give them (the
+        means' sums aside, added in another order)."""
+        self.sent += part.sent
+        self.ok += part.ok
+        self.output_tokens += part.output_tokens
+        self.errors.update(part.errors)
+
+        def earliest(mine: int | None, theirs: int | None) -> int | None:
+            return mine if theirs is None else theirs - shift_ns if mine is None else min(mine, theirs - shift_ns)
+
+        def latest(mine: int | None, theirs: int | None) -> int | None:
+            return mine if theirs is None else theirs - shift_ns if mine is None else max(mine, theirs - shift_ns)
+
+        self.first_start_ns = earliest(self.first_start_ns, part.first_start_ns)
+        self.first_send_ns = earliest(self.first_send_ns, part.first_send_ns)
+        self.last_complete_ns = latest(self.last_complete_ns, part.last_complete_ns)
+        self.last_send_ns = latest(self.last_send_ns, part.last_send_ns)
+        self.any_scheduled = self.any_scheduled or part.any_scheduled
+        for name, series in part.series.items():
+            self.series[name].merge(series)
+        self.connect.merge(part.connect)
+        for name, (count, total) in part.means.items():
+            self.means[name].count += count
+            self.means[name].total += total
+        self._sends.append(np.frombuffer(part.sends, np.int64) - shift_ns)
+        self._completes.append(np.frombuffer(part.completes, np.int64) - shift_ns)
 
     def settle(self, watermark_ns: int | None = None) -> None:
         """Sweep the send/completion events before `watermark_ns` (None: all) into the peak."""

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
-from ..core.records import RequestRecord
 from . import metrics
-from .aggregate import ProcessHistograms
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +122,6 @@ def merged_schedule(shares: Sequence[Share]) -> list[int]:
         for local, offset in enumerate(share.offsets_ns or ()):
             merged[level_seq(local, share)] = offset
     return [merged[seq] for seq in sorted(merged)]
-
-
-def process_histograms(records: Iterable[RequestRecord]) -> dict[str, HdrHistogram]:
-    """One process's histograms of a level (`aggregate.PROCESS_HISTOGRAMS`), per metric that has values."""
-    gathered = ProcessHistograms()
-    gathered.add(list(records))
-    return gathered.with_values()
 
 
 def add_histograms(histograms: Iterable[HdrHistogram]) -> HdrHistogram:

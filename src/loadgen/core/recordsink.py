@@ -36,6 +36,7 @@ PARQUET_ROW_GROUP = 65536  # records per Parquet row group (held as Arrow column
 Batch = list[RequestRecord]
 
 
+
 class RecordSink:
     """Appends records to `path` from a writer thread. Thread-safe `write`; `close` once.
 
@@ -78,6 +79,19 @@ class RecordSink:
             batch = [_redacted(r, secret) for r in batch]
         self.written += len(batch)
         self._queue.put(self._columns.table(batch) if self._columns is not None else self._encoder.encode_lines(batch))
+
+    @property
+    def takes_lines(self) -> bool:
+        """Whether `write_lines` can take records already encoded: it writes them as they are."""
+        return self.format == "jsonl" and self.keep in ("all", "none") and not self.secrets
+
+    def write_lines(self, lines: bytes, records: int) -> None:
+        """Append `records` records already encoded as JSON lines, as `write` encodes them (only when
+        `takes_lines`: a worker process's bytes, run/workers.py)."""
+        if self.keep == "none" or not lines:
+            return
+        self.written += records
+        self._queue.put(lines)
 
     def _drain(self) -> None:
         while (data := self._queue.get()) is not None:
@@ -127,9 +141,13 @@ class LevelRecords:
     `watermark` gives the earliest send still in flight (for `LevelAggregate.settle`), or None.
     """
 
-    def __init__(self, consumers: list[Callable[[Batch], None]], keep: bool = False) -> None:
+    def __init__(self, consumers: list[Callable[[Batch], None]], keep: bool = False,
+                 lines: Callable[[bytes, int], None] | None = None) -> None:
         self.consumers = consumers
         self.keep = keep
+        # Where records already encoded may go instead (RecordSink.write_lines), when nothing else
+        # reads them (the level's aggregate then gets their figures another way); else None.
+        self.lines = lines
         self.kept: Batch = []
         self._batch: Batch = []
         self._flushed_ns = now_ns()
@@ -138,6 +156,15 @@ class LevelRecords:
         batch = self._batch
         batch.append(record)
         if len(batch) >= BATCH_RECORDS or record.complete_ns - self._flushed_ns >= BATCH_SECONDS * 1e9:
+            self.flush()
+
+    def extend(self, records: Batch) -> None:
+        """Append `records` at once (a worker process's, run/workers.py)."""
+        if not records:
+            return
+        batch = self._batch
+        batch.extend(records)
+        if len(batch) >= BATCH_RECORDS or records[-1].complete_ns - self._flushed_ns >= BATCH_SECONDS * 1e9:
             self.flush()
 
     def flush(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -65,6 +65,22 @@ class ProgressObserver:
             counts[0] += 1
             if not record.ok:
                 counts[1] += 1
+
+    def requests_counted(self, level: LevelRun, completed: int, failed: int) -> None:
+        """Requests that completed in a worker process, counted there (run/workers.py)."""
+        counts = self._done.get((level.target, level.level))
+        if counts is not None:
+            counts[0] += completed
+            counts[1] += failed
+
+    def requests_done(self, batch: Sequence[RequestRecord]) -> None:
+        """Records that completed in a worker process, a read of its file at a time: one level's."""
+        if not batch:
+            return
+        counts = self._done.get((batch[0].target, batch[0].level))
+        if counts is not None:
+            counts[0] += len(batch)
+            counts[1] += sum(r.error_kind is not None for r in batch)
 
     def _tick(self) -> None:
         self._ticker = None

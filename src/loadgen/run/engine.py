@@ -58,6 +58,18 @@ class Observer(Protocol):
     def request_done(self, record: RequestRecord) -> None: ...
 
 
+def requests_done(obs: Observer, batch: Sequence[RequestRecord]) -> None:
+    """Tell `obs` of records that completed elsewhere (a worker process's), at once when it can
+    take a batch (`requests_done`), else one by one."""
+    many = getattr(obs, "requests_done", None)
+    if many is not None:
+        many(batch)
+        return
+    one = obs.request_done
+    for record in batch:
+        one(record)
+
+
 class NullObserver:
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         pass

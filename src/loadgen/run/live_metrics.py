@@ -47,6 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from ..core import records
 from ..core.records import LevelRun, RequestRecord
+from .engine import requests_done
 
 PREFIX = "loadgen_"
 # Bucket upper bounds in seconds. LLM requests take from tens of ms to minutes; a token gap from
@@ -170,6 +171,7 @@ class LiveMetrics:
         self._lock = threading.Lock()
         self._lag_handle: asyncio.TimerHandle | None = None
         self.request_done = self._finished.append  # the observer call, as cheap as it can be
+        self.requests_done = self._finished.extend  # a worker's batch of them
 
     def observe(self, inner: Any) -> "LiveObserver":
         """An observer that feeds this and passes every call on to `inner`."""
@@ -271,6 +273,8 @@ class LiveMetrics:
 class LiveObserver:
     """Feeds `LiveMetrics` and passes every observer call on to the observer it wraps."""
 
+    requests_counted = None  # it reads every record: a worker's records are decoded for it
+
     def __init__(self, inner: Any, live: LiveMetrics):
         self._inner, self._live = inner, live
         self._queue, self._inner_done = live.request_done, inner.request_done
@@ -282,6 +286,10 @@ class LiveObserver:
     def request_done(self, record: RequestRecord) -> None:
         self._queue(record)
         self._inner_done(record)
+
+    def requests_done(self, batch: Sequence[RequestRecord]) -> None:
+        self._live.requests_done(batch)
+        requests_done(self._inner, batch)
 
     def __getattr__(self, name: str) -> Any:  # message, level_done, step_started, ...
         return getattr(self._inner, name)

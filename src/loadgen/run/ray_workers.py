@@ -109,12 +109,13 @@ class _RayActor(WorkerHandle):
     def __init__(self, index: int, ray: Any, actor: Any, shift_ns: int):
         self.index, self.ray, self.actor, self.shift_ns = index, ray, actor, shift_ns
         self.inbox: asyncio.Queue = asyncio.Queue()
+        self.on_partial = None
         self.reader = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
         try:
             while True:
-                self.inbox.put_nowait(_decode_from_worker(await self.actor.get.remote()))
+                self.deliver(_decode_from_worker(await self.actor.get.remote()))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the actor died (its node went away, it was killed)

@@ -42,5 +42,6 @@ def stream_level(level: LevelRun, sink: RecordSink | None, *, keep: bool = False
             for consume in inner:
                 consume(moved)
         consumers = [move]
-    level.records = LevelRecords(consumers, keep=keep)
+    direct = sink.takes_lines and not keep and not extra and not scaled
+    level.records = LevelRecords(consumers, keep=keep, lines=sink.write_lines if direct else None)
     return level

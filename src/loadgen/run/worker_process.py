@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.aggregate import ProcessHistograms
+from ..analysis.aggregate import LevelAggregate, Reservoir
 from ..analysis.merge import Share, level_seq
 from ..client.backends import Backend, make_backend
 from ..client.registry import make_transport
@@ -33,7 +33,7 @@ from .engine import EngineOptions, run_level, run_open_level
 from .looplag import LoopLagSampler
 from .loops import freeze_startup_heap, loop_factory
 from .salts import new_decimal_salt
-from .worker_protocol import Go, LevelDone, Prepare, Ready, frame, read_to_worker
+from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, WorkerPartial, frame, read_to_worker
 
 
 class FileOut:
@@ -60,14 +60,38 @@ class Outlet:
 
 
 class RecordsFile:
-    """The engine's observer in a worker: appends the level's records to its outlet as they come."""
+    """The engine's observer in a worker: appends the level's records to its outlet as they come,
+    and gathers their figures for the parent (`aggregate.Partial`), so the parent adds figures and
+    passes the records' bytes on without reading them.
 
-    def __init__(self, level: LevelRun, share: Share, key: int | float, out: Any):
+    Records are written WRITE_S after the first of them completed, or at once when WRITE_RECORDS
+    wait (a write per loop turn cost a microsecond a request); every GATHER_RECORDS records or
+    GATHER_S seconds the records written since the last part are gathered into one and sent. A part's
+    `watermark_ns` is the earliest send still in flight, or the gathering time when none is (the
+    engine records a request before it leaves `in_flight`); the last part's is NO_MORE_SENDS.
+    `offset` says how many bytes of records the parts sent so far cover (all written)."""
+
+    WRITE_S = 0.05
+    WRITE_RECORDS = 1024
+    GATHER_RECORDS = 2048
+    GATHER_S = 0.25
+
+    def __init__(self, level: LevelRun, share: Share, key: int | float, out: Any,
+                 send: Callable[[Any], None] = lambda message: None):
         self.level, self.share, self.key = level, share, key
-        self.histograms = ProcessHistograms()  # what the parent adds up at the level's end
-        self._out = out
+        self.reservoir = Reservoir()  # the worker's sample of the level, sent with LevelDone
+        self._aggregate = LevelAggregate()  # one batch's figures at a time (cleared, never remade)
+        self._out, self._send = out, send
         self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
         self._encode_lines = msgspec.json.Encoder().encode_lines
+        self._waiting: list[RequestRecord] = []
+        self._gathered_ns = now_ns()
+        self.written = 0  # bytes of records written
+
+    @property
+    def records(self) -> int:
+        return self.reservoir.seen + len(self._waiting)
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         pass
@@ -75,22 +99,44 @@ class RecordsFile:
     def request_done(self, record: RequestRecord) -> None:
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            self._timer = asyncio.get_running_loop().call_later(self.WRITE_S, self.flush)
+        elif len(self.level.records) >= self.WRITE_RECORDS:
+            self.flush()
 
     def flush(self) -> None:
         """Write every record the level holds, renumbered as the level's, and let them go."""
-        self._scheduled = False
+        if self._scheduled:
+            self._scheduled = False
+            self._timer.cancel()
         records = self.level.records
-        if not records:
+        if records:
+            share, first, key, replace = self.share, self.share.first_worker, self.key, msgspec.structs.replace
+            batch = [replace(r, level=key, worker=r.worker + first, seq=level_seq(r.seq, share)) for r in records]
+            records.clear()
+            data = self._encode_lines(batch)
+            self._out.write(data)
+            self.written += len(data)
+            self._waiting.extend(batch)
+        if len(self._waiting) >= self.GATHER_RECORDS or now_ns() - self._gathered_ns >= self.GATHER_S * 1e9:
+            self.gather()
+
+    def gather(self, last: bool = False) -> None:
+        """Send the parent a part of what was written since the last one (none when nothing was)."""
+        batch, self._waiting = self._waiting, []
+        self._gathered_ns = now_ns()
+        if not batch and not last:
             return
-        share, first, key, replace = self.share, self.share.first_worker, self.key, msgspec.structs.replace
-        batch = [replace(r, level=key, worker=r.worker + first, seq=level_seq(r.seq, share)) for r in records]
-        records.clear()
-        self.histograms.add(batch)
-        self._out.write(self._encode_lines(batch))
+        aggregate = self._aggregate
+        aggregate.add_batch(batch, sample=False)
+        self.reservoir.add(batch)
+        in_flight = self.level.in_flight
+        watermark = NO_MORE_SENDS if last else min((v[2] for v in in_flight.values()), default=self._gathered_ns)
+        self._send(WorkerPartial(part=aggregate.partial(watermark), offset=self.written))
+        aggregate.clear()
 
     def close(self) -> None:
         self.flush()
+        self.gather(last=True)
         self._out.close()
 
 
@@ -148,10 +194,10 @@ async def _run_share(p: Prepare, start_ns: int, transport: Transport, backend: A
         load = lag.stop()
         sink.close()
     return LevelDone(
-        start_ns=level.start_ns, end_ns=level.end_ns, stopped_reason=level.stopped_reason, records=sink.histograms.records,
+        start_ns=level.start_ns, end_ns=level.end_ns, stopped_reason=level.stopped_reason, records=sink.records,
         loop_lag_p99_ms=load.loop_lag_p99_ms, loop_lag_max_ms=load.loop_lag_max_ms,
         client_cpu_fraction=load.client_cpu_fraction, read_clock=transport.read_clock,
-        histograms={name: h.encode() for name, h in sink.histograms.with_values().items()})
+        sample=sink.reservoir.sample)
 
 
 def _send(message: Any) -> None:
@@ -167,7 +213,7 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue, outlet: Outle
         await transport.connect_ahead(p.connect_ahead)
         backend = RenumberedBackend(make_backend(p.api, p.generation, p.model), p.share)
         level = LevelRun(target=p.label, concurrency=p.share.concurrency, rate=p.rate, prompt_tokens=p.prompt_tokens)
-        sink = RecordsFile(level, p.share, p.level, outlet.records(p.records_path))
+        sink = RecordsFile(level, p.share, p.level, outlet.records(p.records_path), outlet.send)
         if not worker.heap_frozen:
             worker.heap_frozen = True
             freeze_startup_heap()
@@ -191,10 +237,9 @@ async def _level(worker: Worker, p: Prepare, inbox: asyncio.Queue, outlet: Outle
         done = await running
     except asyncio.CancelledError:
         done = LevelDone(start_ns=level.start_ns, end_ns=level.end_ns or now_ns(),
-                         stopped_reason=level.stopped_reason or "interrupted", records=sink.histograms.records,
+                         stopped_reason=level.stopped_reason or "interrupted", records=sink.records,
                          loop_lag_p99_ms=None, loop_lag_max_ms=None, client_cpu_fraction=None,
-                         read_clock=transport.read_clock,
-                         histograms={n: h.encode() for n, h in sink.histograms.with_values().items()})
+                         read_clock=transport.read_clock, sample=sink.reservoir.sample)
     if not parent_gone:
         outlet.send(done)
     return not parent_gone

@@ -5,7 +5,9 @@ Each message is a msgpack frame behind a 4-byte big-endian length. Per level: th
 and answers `Ready`; once every worker is ready the parent sends `Go` with one start time on the
 machine's monotonic clock (the barrier: levels start together), and the worker answers `LevelDone`
 when its share has ended. `Stop` ends a level early (Ctrl-C), its in-flight requests recorded as
-cancelled. Records do not travel here: the worker appends them to its records file as they complete.
+cancelled. Records do not travel here: the worker appends them to its records file as they complete,
+and sends the figures of each batch of them as a `WorkerPartial` (the parent adds figures, it does
+not read records).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import struct
 
 import msgspec
 
+from ..analysis.aggregate import Partial
 from ..analysis.merge import Share
 from ..client.backends import GenerationParams
+from ..core.records import RequestRecord
 
 _LENGTH = struct.Struct(">I")
 
@@ -68,11 +72,22 @@ class LevelDone(msgspec.Struct, tag="done"):
     loop_lag_max_ms: float | None
     client_cpu_fraction: float | None
     read_clock: str | None
-    histograms: dict[str, bytes]  # metric -> HdrHistogram.encode() (see analysis/merge.py)
+    sample: list[RequestRecord]  # the worker's uniform sample of its records (aggregate.merge_samples)
 
+
+class WorkerPartial(msgspec.Struct, tag="partial"):
+    """The figures of the records a worker wrote since its last part (`aggregate.Partial`); `offset`:
+    the bytes of its records file (or buffer) that its parts so far cover."""
+
+    part: Partial
+    offset: int
+
+
+# A last part's watermark: the worker sends nothing more in this level.
+NO_MORE_SENDS = 2**62
 
 ToWorker = Prepare | Go | Stop
-FromWorker = Ready | LevelDone
+FromWorker = Ready | LevelDone | WorkerPartial
 
 _encoder = msgspec.msgpack.Encoder()
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -29,18 +30,20 @@ from typing import Any
 import msgspec
 from hdrh.histogram import HdrHistogram
 
-from ..analysis.aggregate import of_level
+from ..analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
+from ..analysis.metrics import new_histogram
 from ..analysis.merge import (ProcessLoad, Share, add_histograms, busiest, closed_shares, open_shares)
 from ..client.backends import GenerationParams
 from ..core.clock import now_ns
 from ..core.records import LevelRun, RequestRecord
+from ..core.recordsink import LevelRecords
 from .config import SweepConfig
-from .engine import EngineOptions
+from .engine import EngineOptions, requests_done
 from .looplag import ClientLoad, bottleneck_warning
 from .model import RunObserver, TargetRun
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
-from .worker_protocol import Go, LevelDone, Prepare, Ready, Stop, frame, read_from_worker
+from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
 
 # Between the last worker saying it is ready and the level's start: time for every worker to get
 # the start time and be waiting for it.
@@ -73,6 +76,15 @@ class WorkerHandle:
     index: int
     inbox: asyncio.Queue
     shift_ns: int = 0
+    on_partial: Callable[[WorkerPartial], None] | None = None  # the running level's, while one runs
+
+    def deliver(self, message: Any) -> None:
+        """A message from the worker: its figures to the running level, anything else to `inbox`."""
+        if isinstance(message, WorkerPartial):
+            if self.on_partial is not None:
+                self.on_partial(message)
+        else:
+            self.inbox.put_nowait(message)
 
     @property
     def alive(self) -> bool: ...
@@ -98,6 +110,7 @@ class _Process(WorkerHandle):
     proc: asyncio.subprocess.Process
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     reader: asyncio.Task | None = None
+    on_partial: Callable[[WorkerPartial], None] | None = None
     _file: Any = None
 
     @property
@@ -154,26 +167,115 @@ def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
 
 
 class _Tail:
-    """Reads the records the workers append as they come, into the level and the observer."""
+    """Follows a level's workers: their records into the run's file, their figures into the level.
+
+    Direct (the usual case): the workers' bytes of records are appended to the records file as they
+    are (`LevelRecords.lines`) and their figures come as `WorkerPartial`s, added to the level's
+    aggregate (`LevelAggregate.merge`), which settles its send/completion events up to the earliest
+    of the workers' watermarks; the parent reads no record. The progress display counts from the
+    parts. A worker that dies leaves records its parts never covered (written after its last part):
+    they are read from the bytes kept since that part and added as records.
+
+    Otherwise (a records file that is not JSON lines of every record as they are, another machine's
+    clock, a soak's windows, a live /metrics endpoint: whatever reads records) every record is
+    decoded and appended to the level as a one-process level's are; parts then give the per-worker
+    histograms, and their watermarks, once the records they cover are read and handed on, let the
+    level's aggregate settle as it goes (a soak of hours over workers stays in constant memory).
+    """
 
     def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver):
         self.handles, self.level, self.obs = handles, level, obs
-        self._rest = [b""] * len(handles)
+        held = level.records
+        self._count = getattr(obs, "requests_counted", None)
+        self.direct = (isinstance(held, LevelRecords) and held.lines is not None and level.aggregate is not None
+                       and self._count is not None and not any(h.shift_ns for h in handles))
+        n = len(handles)
+        self._rest = [b""] * n
         self._decode = msgspec.json.Decoder(RequestRecord).decode_lines
+        # Per worker: its histograms of the level (PROCESS_HISTOGRAMS), its latest watermark (on this
+        # clock), and (direct) the bytes read that no part covers yet, from offset `_base`.
+        self.histograms = [{name: new_histogram() for name in PROCESS_HISTOGRAMS} for _ in handles]
+        self._watermarks: list[int | None] = [None] * n
+        self._unmerged = [bytearray() for _ in handles]
+        self._base, self._covered = [0] * n, [0] * n
+        self._read = [0] * n  # bytes of complete records read
+        self._waiting: list[list[tuple[int, int]]] = [[] for _ in handles]  # not direct: (offset, watermark)
+        self._settles = level.aggregate is not None and isinstance(held, LevelRecords)
+        for k, h in enumerate(handles):
+            h.on_partial = functools.partial(self._partial, k)
+
+    def _partial(self, k: int, message: WorkerPartial) -> None:
+        part, shift = message.part, self.handles[k].shift_ns
+        for name in PROCESS_HISTOGRAMS:
+            if name in part.series:
+                add_series_part(self.histograms[k][name], part.series[name])
+        if not self.direct:
+            self._waiting[k].append((message.offset, part.watermark_ns - shift))
+            return
+        level = self.level
+        level.aggregate.merge(part, shift)
+        self._covered[k] = max(self._covered[k], message.offset)
+        self._trim(k)
+        self._watermarks[k] = part.watermark_ns - shift
+        self._settle()
+        self._count(level, part.sent, part.sent - part.ok)
+
+    def _settle(self) -> None:
+        """Sweep the level's send and completion events up to the earliest of the workers' watermarks:
+        every request sent before it has been added (each worker's parts, or records, so far)."""
+        if not self._settles or None in self._watermarks:
+            return
+        if not self.direct:
+            self.level.records.flush()  # the records read so far into the aggregate
+        self.level.aggregate.settle(min(self._watermarks))  # type: ignore[type-var]
+
+    def _trim(self, k: int) -> None:
+        """Forget the bytes of worker k that its parts cover."""
+        buffer = self._unmerged[k]
+        cut = min(self._covered[k] - self._base[k], len(buffer))
+        if cut > 0:
+            del buffer[:cut]
+            self._base[k] += cut
 
     async def read(self) -> None:
-        for i, h in enumerate(self.handles):
-            data = self._rest[i] + await h.read_records()
+        for k, h in enumerate(self.handles):
+            data = self._rest[k] + await h.read_records()
             cut = data.rfind(b"\n") + 1
-            self._rest[i] = data[cut:]
-            if cut:
-                records = self._decode(data[:cut])
-                if h.shift_ns:
-                    records = [_on_this_clock(r, h.shift_ns) for r in records]
-                append, request_done = self.level.records.append, self.obs.request_done
-                for r in records:
-                    append(r)  # a streamed level's one point (core/recordsink.py), or a list
-                    request_done(r)
+            self._rest[k] = data[cut:]
+            if not cut:
+                continue
+            lines = data[:cut]
+            if self.direct:
+                self.level.records.lines(lines, lines.count(b"\n"))
+                self._unmerged[k] += lines
+                self._trim(k)
+                continue
+            records = self._decode(lines)
+            if h.shift_ns:
+                records = [_on_this_clock(r, h.shift_ns) for r in records]
+            self.level.records.extend(records)  # a streamed level's one point (core/recordsink.py), or a list
+            requests_done(self.obs, records)
+            self._read[k] += len(lines)
+            waiting = self._waiting[k]
+            covered = [w for offset, w in waiting if offset <= self._read[k]]
+            if covered:
+                del waiting[:len(covered)]
+                self._watermarks[k] = covered[-1]
+                self._settle()
+
+    def uncovered(self, k: int) -> None:
+        """Worker k sends nothing more and its last part did not cover all it wrote (it died): add
+        those records to the level as records."""
+        if not self.direct:
+            return
+        buffer = self._unmerged[k]
+        skip = max(0, self._covered[k] - self._base[k])
+        records = self._decode(bytes(buffer[skip:]))
+        buffer.clear()
+        self._watermarks[k] = NO_MORE_SENDS
+        if records:
+            self.level.aggregate.add_batch(records)
+            self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Read every TAIL_INTERVAL_S until `stop` is set (never cancelled in a read: a Ray
@@ -183,10 +285,14 @@ class _Tail:
                 await asyncio.wait_for(stop.wait(), TAIL_INTERVAL_S)
             await self.read()
 
-    async def close(self) -> None:
+    async def close(self, ended: list[bool]) -> None:
+        """Read to the end; `ended[k]`: worker k said its level was done (else it died or never answered)."""
         await self.read()
-        for h in self.handles:
+        for k, h in enumerate(self.handles):
             h.end_level()
+            h.on_partial = None
+            if not ended[k]:
+                self.uncovered(k)
 
 
 class WorkerPool:
@@ -223,7 +329,7 @@ class WorkerPool:
     async def _read(self, p: _Process) -> None:
         assert p.proc.stdout is not None
         while (message := await read_from_worker(p.proc.stdout)) is not None:
-            p.inbox.put_nowait(message)
+            p.deliver(message)
         p.inbox.put_nowait(_exit_text(await p.proc.wait()))
 
     async def close(self) -> None:
@@ -304,14 +410,16 @@ class WorkerPool:
         finally:
             stop_following.set()
             await follower
-            await tail.close()
+            await tail.close([isinstance(e, LevelDone) for e in ends])
             level.records_done()  # a streamed level hands on the records it still holds
-            load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], obs)
+            if tail.direct:
+                level.aggregate.sample = merge_samples([(e.records, e.sample) for e in ends if isinstance(e, LevelDone)])
+            load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], tail, obs)
             level.finished = True
         return load
 
     def _merge(self, t: TargetRun, level: LevelRun, shares: list[Share], readies: list[Any], ends: list[Any],
-               shifts: list[int], obs: RunObserver) -> ClientLoad | None:
+               shifts: list[int], tail: _Tail, obs: RunObserver) -> ClientLoad | None:
         """The workers' ends folded into the level: its end, why it stopped, per-worker figures."""
         level.end_ns = max([e.end_ns - shift for e, shift in zip(ends, shifts) if isinstance(e, LevelDone)],
                            default=now_ns())
@@ -329,8 +437,9 @@ class WorkerPool:
                 info.update(records=end.records, stopped_reason=end.stopped_reason, loop_lag_p99_ms=end.loop_lag_p99_ms,
                             loop_lag_max_ms=end.loop_lag_max_ms, client_cpu_fraction=end.client_cpu_fraction)
                 loads.append(ProcessLoad(k, end.loop_lag_p99_ms, end.loop_lag_max_ms, end.client_cpu_fraction))
-                for metric, encoded in end.histograms.items():
-                    self.histograms.setdefault(key, {}).setdefault(metric, []).append(HdrHistogram.decode(encoded))
+                for metric, histogram in tail.histograms[k].items():
+                    if histogram.get_total_count():
+                        self.histograms.setdefault(key, {}).setdefault(metric, []).append(histogram)
                 t.read_clock = end.read_clock or t.read_clock
             else:
                 info.update(records=None, stopped_reason=end if isinstance(end, str) else "no answer")
