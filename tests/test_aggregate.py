@@ -241,3 +241,19 @@ def test_merged_samples_take_each_part_in_proportion_to_its_population():
     shares = [sum(r.salt.startswith("a") for r in merge_samples([(1_000, small.sample), (3_000, large.sample)], 100,
                                                                  seed=seed)) / 100 for seed in range(300)]
     assert 0.23 < float(np.mean(shares)) < 0.27  # 1,000 of 4,000
+
+
+def test_workers_reservoirs_of_their_own_seeds_keep_different_places():
+    """Two workers of as many records, with one seed, would keep the same places of their streams
+    (records of the same moments): the merged sample would not be a sample of the level."""
+    from loadgen.analysis.aggregate import Reservoir
+
+    def places(seed: int, batch: int) -> list[int]:
+        reservoir = Reservoir(100, seed=seed)
+        rs = _records(5_000, "x")
+        for i in range(0, len(rs), batch):
+            reservoir.add(rs[i:i + batch])
+        return sorted(r.seq for r in reservoir.sample)
+
+    assert places(0, 64) == places(0, 64)  # deterministic
+    assert len(set(places(0, 64)) & set(places(1, 64))) < 20  # ~2 of 100 by chance

@@ -3,13 +3,15 @@ their figures (`WorkerPartial`), as worker processes send them, in either order.
 
 Direct (a JSON-lines records file, an observer that counts): the parent passes the bytes on and
 adds the figures. Otherwise (here: a soak's windows read the records) it decodes every record.
-Either way the level's figures are those of every record, the records file holds every record
-once, and the send/completion times are settled as the level goes (not kept to its end).
+Either way the level's figures are those of every record in the file (a part is taken only once
+its records are read), the records file holds every record once, and the send/completion times
+are settled as the level goes, up to the earliest of the workers' watermarks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import msgspec
@@ -24,6 +26,7 @@ from loadgen.run.worker_protocol import NO_MORE_SENDS, WorkerPartial
 from loadgen.run.workers import WorkerHandle, _Tail
 
 MS = 1_000_000
+BATCH = 40
 
 
 class FakeWorker(WorkerHandle):
@@ -32,6 +35,11 @@ class FakeWorker(WorkerHandle):
     def __init__(self, index: int):
         self.index, self.inbox, self.shift_ns, self.on_partial = index, asyncio.Queue(), 0, None
         self.chunks: list[bytes] = []
+        self.dead = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.dead
 
     async def read_records(self) -> bytes:
         return self.chunks.pop(0) if self.chunks else b""
@@ -41,7 +49,7 @@ class FakeWorker(WorkerHandle):
 
 
 class Counting:
-    """An observer that takes counts (the progress display's `requests_counted`)."""
+    """An observer that takes counts (the progress display's `requests_counted`), or records."""
 
     def __init__(self, counts: bool):
         self.done = self.failed = 0
@@ -57,23 +65,50 @@ class Counting:
         self.failed += record.error_kind is not None
 
 
-def records_of(worker: int, n: int) -> list[RequestRecord]:
-    """Worker `worker`'s n requests, one slot, back to back; every 5th failed."""
-    out, t = [], 10**12 + worker * 300_000
+def records_of(worker: int, n: int, seed: int) -> list[RequestRecord]:
+    """Worker `worker`'s n requests on 3 slots of its own (closed loop, durations 1-30 ms, every 5th
+    failed), in the order they completed, as a worker writes them."""
+    rng = random.Random(seed)
+    free = [10**12 + worker * 7 * MS + slot * 2 * MS for slot in range(3)]
+    out = []
     for i in range(n):
+        slot = min(range(3), key=lambda s: free[s])
+        send, duration = free[slot], rng.randint(1, 30) * MS
         failed = i % 5 == 4
-        out.append(RequestRecord(target="t", level=4, worker=worker, seq=i * 2 + worker, salt=f"s{worker}-{i}",
-                                 send_ns=t, complete_ns=t + (2 + i % 7) * MS, status=500 if failed else 200,
+        out.append(RequestRecord(target="t", level=6, worker=worker * 3 + slot, seq=i * 2 + worker, salt=f"s{worker}-{i}",
+                                 send_ns=send, complete_ns=send + duration, status=500 if failed else 200,
                                  error_kind="http_500" if failed else None, predicted_n=None if failed else 10))
-        t += (3 + i % 7) * MS
-    return out
+        free[slot] = send + duration
+    return sorted(out, key=lambda r: r.complete_ns)
+
+
+def watermark_after(rs: list[RequestRecord], done: int) -> int:
+    """The worker's watermark once its first `done` records are written: its earliest send still
+    in flight then, or the moment the last of them completed when none is."""
+    now = rs[done - 1].complete_ns
+    in_flight = [r.send_ns for r in rs[done:] if r.send_ns <= now]
+    return min(in_flight, default=now)
+
+
+def worker_stream(rs: list[RequestRecord]):
+    """What a worker sends, batch by batch: (bytes of its records, its part)."""
+    encode, aggregate, written = msgspec.json.Encoder().encode_lines, LevelAggregate(), 0
+    for i in range(0, len(rs), BATCH):
+        batch = rs[i:i + BATCH]
+        data = encode(batch)
+        written += len(data)
+        aggregate.add_batch(batch, sample=False)
+        last = i + BATCH >= len(rs)
+        watermark = NO_MORE_SENDS if last else watermark_after(rs, i + len(batch))
+        yield data, WorkerPartial(part=aggregate.partial(watermark), offset=written)
+        aggregate.clear()
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "records-read"])
-@pytest.mark.parametrize("bytes_first", [True, False])
+@pytest.mark.parametrize("bytes_first", [True, False], ids=["bytes-first", "part-first"])
 def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: Path, direct: bool, bytes_first: bool):
     sink = RecordSink(tmp_path / "requests.jsonl")
-    level = LevelRun(target="t", concurrency=4)
+    level = LevelRun(target="t", concurrency=6)
     windows: list[int] = []
     stream_level(level, sink, extra=None if direct else [lambda batch: windows.append(len(batch))])
     level.remote = True
@@ -81,54 +116,94 @@ def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: P
     observer = Counting(counts=direct)
     tail = _Tail(workers, level, observer)  # type: ignore[arg-type]
     assert tail.direct is direct
-    encode = msgspec.json.Encoder().encode_lines
-    mine = [records_of(k, 300) for k in (0, 1)]
-    batches = [[rs[i:i + 50] for i in range(0, len(rs), 50)] for rs in mine]
-    aggregates = [LevelAggregate(), LevelAggregate()]
-    written = [0, 0]
-    pending_peak = added_before_end = 0
+    mine = [records_of(0, 400, seed=1), records_of(1, 400, seed=2)]
+    streams = [list(worker_stream(rs)) for rs in mine]
+    held = {"pending": 0, "unmerged": 0, "added": 0}
+
+    async def send(k: int, j: int) -> None:
+        data, part = streams[k][j]
+        cut = len(data) // 3  # a read may end inside a record
+        if not bytes_first:
+            workers[k].deliver(part)
+        workers[k].chunks += [data[:cut], data[cut:]]
+        await tail.read()
+        await tail.read()
+        if bytes_first:
+            workers[k].deliver(part)
+        held["pending"] = max(held["pending"], len(level.aggregate._pending()[0]))
+        held["unmerged"] = max(held["unmerged"], *(len(b) for b in tail._unmerged))
 
     async def feed() -> None:
-        nonlocal pending_peak, added_before_end
-        for j in range(len(batches[0])):
-            for k, worker in enumerate(workers):
-                batch = batches[k][j]
-                data = encode(batch)
-                written[k] += len(data)
-                aggregates[k].add_batch(batch, sample=False)
-                last = j + 1 == len(batches[k])
-                watermark = NO_MORE_SENDS if last else batches[k][j + 1][0].send_ns
-                part = WorkerPartial(part=aggregates[k].partial(watermark), offset=written[k])
-                aggregates[k].clear()
-                cut = len(data) // 3  # a read may end inside a record
-                if bytes_first:
-                    worker.chunks += [data[:cut], data[cut:]]
-                    await tail.read()
-                    await tail.read()
-                    worker.deliver(part)
-                else:
-                    worker.deliver(part)
-                    worker.chunks += [data[:cut], data[cut:]]
-                    await tail.read()
-                    await tail.read()
-                pending_peak = max(pending_peak, len(level.aggregate._pending()[0]))
-        added_before_end = level.aggregate.sent
+        # worker 0 runs three batches ahead of worker 1: settling at the later worker's watermark
+        # would sweep worker 1's sends before they are known
+        n = len(streams[0])
+        for j in range(n + 3):
+            if j < n:
+                await send(0, j)
+            if j >= 3:
+                await send(1, j - 3)
+        held["added"] = level.aggregate.sent
         await tail.close([True, True])
         level.records_done()
 
     asyncio.run(feed())
     sink.close()
     everything = [r for rs in mine for r in rs]
-    summary, whole = level.aggregate.summary(4), LevelAggregate.of(everything).summary(4)
+    summary, whole = level.aggregate.summary(6), LevelAggregate.of(everything).summary(6)
+    assert whole.concurrency_reached == 6
     assert (summary.requests_ok, summary.requests_failed, summary.concurrency_reached) == \
-        (whole.requests_ok, whole.requests_failed, whole.concurrency_reached) == (480, 120, 2)
+        (whole.requests_ok, whole.requests_failed, whole.concurrency_reached) == (640, 160, 6)
     assert (summary.latency_ms.p50, summary.latency_ms.p99, summary.latency_ms.count) == \
         (whole.latency_ms.p50, whole.latency_ms.p99, whole.latency_ms.count)
     assert summary.wall_s == whole.wall_s
     assert sorted(r.salt for r in load_records(tmp_path)) == sorted(r.salt for r in everything)
-    assert (observer.done, observer.failed) == (600, 120)
-    # settled as it went: every record's figures in before the end, never more than a few batches
-    # of send and completion times held
-    assert added_before_end >= 550 and pending_peak <= 4 * 2 * 50, (added_before_end, pending_peak)
-    assert [h["latency"].get_total_count() for h in tail.histograms] == [240, 240]
+    assert (observer.done, observer.failed) == (800, 160)
+    # settled as it went: every record's figures in before the end, never more than a few batches of
+    # send and completion times held, nor more than a batch of bytes kept for a worker that may die
+    assert held["added"] >= 700 and held["pending"] <= 2 * 6 * BATCH, held
+    assert held["unmerged"] <= 2 * len(streams[0][0][0]), held
+    assert [h["latency"].get_total_count() for h in tail.histograms] == [320, 320]
     assert bool(windows) is not direct  # records reached the other consumers only when read
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "records-read"])
+def test_figures_never_count_records_the_file_lacks_and_a_dead_workers_last_records_count(tmp_path: Path, direct):
+    sink = RecordSink(tmp_path / "requests.jsonl")
+    level = LevelRun(target="t", concurrency=3)
+    stream_level(level, sink, extra=None if direct else [lambda batch: None])
+    level.remote = True
+    worker = FakeWorker(0)
+    tail = _Tail([worker], level, Counting(counts=direct))  # type: ignore[arg-type]
+    rs = records_of(0, 5 * BATCH, seed=3)
+    stream = list(worker_stream(rs))
+
+    async def feed() -> tuple[int, int]:
+        for data, part in stream[:2]:
+            worker.chunks.append(data)
+            await tail.read()
+            worker.deliver(part)
+        # a part whose records have not been read yet: not counted (a Ray actor dying now loses them)
+        data, part = stream[2]
+        worker.deliver(part)
+        level.records.flush()
+        before_read = level.aggregate.sent
+        worker.chunks.append(data)
+        await tail.read()
+        level.records.flush()
+        after_read = level.aggregate.sent
+        # the worker writes one more batch and dies before its part: those records count too
+        worker.chunks.append(stream[3][0])
+        worker.dead = True
+        await tail.read()
+        await tail.close([False])
+        level.records_done()
+        return before_read, after_read
+
+    before_read, after_read = asyncio.run(feed())
+    sink.close()
+    assert (before_read, after_read) == (2 * BATCH, 3 * BATCH)
+    in_file = load_records(tmp_path)
+    assert len(in_file) == 4 * BATCH
+    summary = level.aggregate.summary(3)
+    assert summary.requests_ok + summary.requests_failed == 4 * BATCH
+    assert summary.concurrency_reached == LevelAggregate.of(in_file).summary(3).concurrency_reached == 3

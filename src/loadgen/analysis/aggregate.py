@@ -130,12 +130,14 @@ class Partial(msgspec.Struct):
 
 class Reservoir:
     """A uniform sample of up to `size` of the records offered (algorithm R, deterministic: a fixed
-    seed): record i replaces a random slot with probability size / i; a batch's draws at once."""
+    seed): record i replaces a random slot with probability size / i; a batch's draws at once.
+    Reservoirs whose samples are merged need seeds of their own (with one seed, two workers of
+    as many records would keep the same places: records of the same moments)."""
 
-    def __init__(self, size: int = SAMPLE_SIZE) -> None:
+    def __init__(self, size: int = SAMPLE_SIZE, seed: int = 0) -> None:
         self.size, self.seen = size, 0
         self.sample: list[RequestRecord] = []
-        self._random = np.random.default_rng(0)
+        self._random = np.random.default_rng(seed)
 
     def add(self, batch: Sequence[RequestRecord]) -> None:
         sample, size, seen = self.sample, self.size, self.seen
@@ -238,6 +240,14 @@ class _FirstTokens:
 # The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return a if b is None else b if a is None else min(a, b)
+
+
+def _latest(a: int | None, b: int | None) -> int | None:
+    return a if b is None else b if a is None else max(a, b)
 
 
 def of_level(level: LevelRun) -> "LevelAggregate":
@@ -373,25 +383,18 @@ class LevelAggregate:
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         self._in_flight = self._peak = 0
 
-    def merge(self, part: Partial, shift_ns: int = 0) -> None:
-        """Add a worker's `Partial` (its clock `shift_ns` ahead of this one's): the figures of this
-        aggregate and the part's records together, as `add_batch` of them would give them (the
-        means' sums aside, added in another order)."""
+    def merge(self, part: Partial) -> None:
+        """Add a worker's `Partial` (its clock this one's): the figures of this aggregate and the
+        part's records together, as `add_batch` of them would give them (the means' sums aside,
+        added in another order)."""
         self.sent += part.sent
         self.ok += part.ok
         self.output_tokens += part.output_tokens
         self.errors.update(part.errors)
-
-        def earliest(mine: int | None, theirs: int | None) -> int | None:
-            return mine if theirs is None else theirs - shift_ns if mine is None else min(mine, theirs - shift_ns)
-
-        def latest(mine: int | None, theirs: int | None) -> int | None:
-            return mine if theirs is None else theirs - shift_ns if mine is None else max(mine, theirs - shift_ns)
-
-        self.first_start_ns = earliest(self.first_start_ns, part.first_start_ns)
-        self.first_send_ns = earliest(self.first_send_ns, part.first_send_ns)
-        self.last_complete_ns = latest(self.last_complete_ns, part.last_complete_ns)
-        self.last_send_ns = latest(self.last_send_ns, part.last_send_ns)
+        self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
+        self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
+        self.last_complete_ns = _latest(self.last_complete_ns, part.last_complete_ns)
+        self.last_send_ns = _latest(self.last_send_ns, part.last_send_ns)
         self.any_scheduled = self.any_scheduled or part.any_scheduled
         for name, series in part.series.items():
             self.series[name].merge(series)
@@ -399,8 +402,8 @@ class LevelAggregate:
         for name, (count, total) in part.means.items():
             self.means[name].count += count
             self.means[name].total += total
-        self._sends.append(np.frombuffer(part.sends, np.int64) - shift_ns)
-        self._completes.append(np.frombuffer(part.completes, np.int64) - shift_ns)
+        self._sends.append(np.frombuffer(part.sends, np.int64))
+        self._completes.append(np.frombuffer(part.completes, np.int64))
 
     def settle(self, watermark_ns: int | None = None) -> None:
         """Sweep the send/completion events before `watermark_ns` (None: all) into the peak."""

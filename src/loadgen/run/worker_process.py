@@ -79,7 +79,7 @@ class RecordsFile:
     def __init__(self, level: LevelRun, share: Share, key: int | float, out: Any,
                  send: Callable[[Any], None] = lambda message: None):
         self.level, self.share, self.key = level, share, key
-        self.reservoir = Reservoir()  # the worker's sample of the level, sent with LevelDone
+        self.reservoir = Reservoir(seed=share.index)  # the worker's sample of the level, sent with LevelDone
         self._aggregate = LevelAggregate()  # one batch's figures at a time (cleared, never remade)
         self._out, self._send = out, send
         self._scheduled = False

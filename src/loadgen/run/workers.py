@@ -169,18 +169,26 @@ def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
 class _Tail:
     """Follows a level's workers: their records into the run's file, their figures into the level.
 
+    Every worker sends the figures of what it wrote as `WorkerPartial`s, each saying up to which
+    byte of its records it covers; a part is taken once the parent has read that far, so the
+    level's figures never count a record the records file does not hold (a Ray actor that dies
+    takes its undrained records with it).
+
     Direct (the usual case): the workers' bytes of records are appended to the records file as they
-    are (`LevelRecords.lines`) and their figures come as `WorkerPartial`s, added to the level's
-    aggregate (`LevelAggregate.merge`), which settles its send/completion events up to the earliest
-    of the workers' watermarks; the parent reads no record. The progress display counts from the
-    parts. A worker that dies leaves records its parts never covered (written after its last part):
-    they are read from the bytes kept since that part and added as records.
+    are (`LevelRecords.lines`) and each part is added to the level's aggregate (`LevelAggregate.
+    merge`); the parent reads no record, and the progress display counts from the parts. A worker
+    that dies leaves records no part covers (written after its last one): they are decoded from the
+    bytes kept since and added as records, as soon as the parent sees it gone.
 
     Otherwise (a records file that is not JSON lines of every record as they are, another machine's
     clock, a soak's windows, a live /metrics endpoint: whatever reads records) every record is
-    decoded and appended to the level as a one-process level's are; parts then give the per-worker
-    histograms, and their watermarks, once the records they cover are read and handed on, let the
-    level's aggregate settle as it goes (a soak of hours over workers stays in constant memory).
+    decoded and appended to the level as a one-process level's are; parts give only the per-worker
+    histograms and the watermarks.
+
+    Either way the level's send/completion events are settled up to the earliest of the workers'
+    watermarks (every request a worker sent before its watermark is in what was taken), so a level
+    or a soak of hours over workers stays in constant memory. A dead worker's watermark is
+    NO_MORE_SENDS: it sends nothing more.
     """
 
     def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver):
@@ -189,93 +197,105 @@ class _Tail:
         self._count = getattr(obs, "requests_counted", None)
         self.direct = (isinstance(held, LevelRecords) and held.lines is not None and level.aggregate is not None
                        and self._count is not None and not any(h.shift_ns for h in handles))
+        self._settles = level.aggregate is not None and isinstance(held, LevelRecords)
         n = len(handles)
         self._rest = [b""] * n
         self._decode = msgspec.json.Decoder(RequestRecord).decode_lines
-        # Per worker: its histograms of the level (PROCESS_HISTOGRAMS), its latest watermark (on this
-        # clock), and (direct) the bytes read that no part covers yet, from offset `_base`.
+        # Per worker: its histograms of the level (PROCESS_HISTOGRAMS, from the parts taken), its
+        # latest watermark on this clock, the bytes of complete records read, the parts not taken
+        # yet, and (direct) the bytes read since the last part taken, which no part covers yet.
         self.histograms = [{name: new_histogram() for name in PROCESS_HISTOGRAMS} for _ in handles]
         self._watermarks: list[int | None] = [None] * n
+        self._settled: int | None = None
+        self._read = [0] * n
+        self._parts: list[list[WorkerPartial]] = [[] for _ in handles]
         self._unmerged = [bytearray() for _ in handles]
-        self._base, self._covered = [0] * n, [0] * n
-        self._read = [0] * n  # bytes of complete records read
-        self._waiting: list[list[tuple[int, int]]] = [[] for _ in handles]  # not direct: (offset, watermark)
-        self._settles = level.aggregate is not None and isinstance(held, LevelRecords)
+        self._gone = [False] * n
+        self.error: str | None = None
         for k, h in enumerate(handles):
-            h.on_partial = functools.partial(self._partial, k)
+            h.on_partial = functools.partial(self._received, k)
 
-    def _partial(self, k: int, message: WorkerPartial) -> None:
-        part, shift = message.part, self.handles[k].shift_ns
-        for name in PROCESS_HISTOGRAMS:
-            if name in part.series:
-                add_series_part(self.histograms[k][name], part.series[name])
-        if not self.direct:
-            self._waiting[k].append((message.offset, part.watermark_ns - shift))
-            return
-        level = self.level
-        level.aggregate.merge(part, shift)
-        self._covered[k] = max(self._covered[k], message.offset)
-        self._trim(k)
-        self._watermarks[k] = part.watermark_ns - shift
-        self._settle()
-        self._count(level, part.sent, part.sent - part.ok)
+    def _received(self, k: int, message: WorkerPartial) -> None:
+        """A part from worker k (called by its reader, which must not fail: the level would wait for
+        the worker's end forever). A part that cannot be taken ends the level with why."""
+        self._parts[k].append(message)
+        try:
+            self._take(k)
+        except Exception as exc:  # noqa: BLE001 - a bug; said as the level's end, not a hang
+            self._parts[k].clear()
+            self.error = self.error or f"worker {k}'s figures could not be added: {type(exc).__name__}: {exc}"
+
+    def _take(self, k: int) -> None:
+        """Take worker k's parts whose records have all been read."""
+        parts, taken = self._parts[k], 0
+        for message in parts:
+            if message.offset > self._read[k]:
+                break
+            taken += 1
+            part = message.part
+            for name in PROCESS_HISTOGRAMS:
+                if name in part.series:
+                    add_series_part(self.histograms[k][name], part.series[name])
+            if self.direct:
+                self.level.aggregate.merge(part)
+                self._count(self.level, part.sent, part.sent - part.ok)
+                del self._unmerged[k][:max(0, message.offset - (self._read[k] - len(self._unmerged[k])))]
+            self._watermarks[k] = part.watermark_ns - self.handles[k].shift_ns
+        if taken:
+            del parts[:taken]
+            self._settle()
 
     def _settle(self) -> None:
-        """Sweep the level's send and completion events up to the earliest of the workers' watermarks:
-        every request sent before it has been added (each worker's parts, or records, so far)."""
+        """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
         if not self._settles or None in self._watermarks:
             return
+        watermark = min(self._watermarks)  # type: ignore[type-var]
+        if watermark == self._settled:
+            return
+        self._settled = watermark
         if not self.direct:
             self.level.records.flush()  # the records read so far into the aggregate
-        self.level.aggregate.settle(min(self._watermarks))  # type: ignore[type-var]
-
-    def _trim(self, k: int) -> None:
-        """Forget the bytes of worker k that its parts cover."""
-        buffer = self._unmerged[k]
-        cut = min(self._covered[k] - self._base[k], len(buffer))
-        if cut > 0:
-            del buffer[:cut]
-            self._base[k] += cut
+        self.level.aggregate.settle(watermark)
 
     async def read(self) -> None:
         for k, h in enumerate(self.handles):
+            if self._gone[k]:
+                continue
+            dead = not h.alive  # seen before reading: then this read gets all it wrote
             data = self._rest[k] + await h.read_records()
             cut = data.rfind(b"\n") + 1
             self._rest[k] = data[cut:]
-            if not cut:
-                continue
-            lines = data[:cut]
-            if self.direct:
-                self.level.records.lines(lines, lines.count(b"\n"))
-                self._unmerged[k] += lines
-                self._trim(k)
-                continue
-            records = self._decode(lines)
-            if h.shift_ns:
-                records = [_on_this_clock(r, h.shift_ns) for r in records]
-            self.level.records.extend(records)  # a streamed level's one point (core/recordsink.py), or a list
-            requests_done(self.obs, records)
-            self._read[k] += len(lines)
-            waiting = self._waiting[k]
-            covered = [w for offset, w in waiting if offset <= self._read[k]]
-            if covered:
-                del waiting[:len(covered)]
-                self._watermarks[k] = covered[-1]
-                self._settle()
+            if cut:
+                lines = data[:cut]
+                if self.direct:
+                    self.level.records.lines(lines, lines.count(b"\n"))
+                    self._unmerged[k] += lines
+                else:
+                    records = self._decode(lines)
+                    if h.shift_ns:
+                        records = [_on_this_clock(r, h.shift_ns) for r in records]
+                    self.level.records.extend(records)  # a streamed level's one point (core/recordsink.py), or a list
+                    requests_done(self.obs, records)
+                self._read[k] += len(lines)
+                self._take(k)
+            if dead:
+                self.gone(k)
 
-    def uncovered(self, k: int) -> None:
-        """Worker k sends nothing more and its last part did not cover all it wrote (it died): add
-        those records to the level as records."""
-        if not self.direct:
+    def gone(self, k: int) -> None:
+        """Worker k sends nothing more (it died, or never answered): what it wrote after its last
+        part taken is added as records; parts whose records never came are dropped."""
+        if self._gone[k]:
             return
-        buffer = self._unmerged[k]
-        skip = max(0, self._covered[k] - self._base[k])
-        records = self._decode(bytes(buffer[skip:]))
-        buffer.clear()
+        self._gone[k] = True
+        self._parts[k].clear()
         self._watermarks[k] = NO_MORE_SENDS
-        if records:
-            self.level.aggregate.add_batch(records)
-            self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
+        if self.direct:
+            records = self._decode(bytes(self._unmerged[k]))
+            self._unmerged[k].clear()
+            if records:
+                self.level.aggregate.add_batch(records)
+                self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
+        self._settle()
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Read every TAIL_INTERVAL_S until `stop` is set (never cancelled in a read: a Ray
@@ -292,7 +312,7 @@ class _Tail:
             h.end_level()
             h.on_partial = None
             if not ended[k]:
-                self.uncovered(k)
+                self.gone(k)
 
 
 class WorkerPool:
@@ -412,6 +432,8 @@ class WorkerPool:
             await follower
             await tail.close([isinstance(e, LevelDone) for e in ends])
             level.records_done()  # a streamed level hands on the records it still holds
+            if tail.error:
+                level.stopped_reason = level.stopped_reason or tail.error
             if tail.direct:
                 level.aggregate.sample = merge_samples([(e.records, e.sample) for e in ends if isinstance(e, LevelDone)])
             load = self._merge(t, level, shares, readies, ends, [p.shift_ns for p in procs], tail, obs)
