@@ -168,10 +168,20 @@ def test_an_open_loop_rate_over_three_workers_keeps_the_one_process_schedule(sim
 
 
 def _worker_pids(parent: int) -> list[int]:
+    """The parent's worker processes now. A thread or a child listed may be gone by the time it is
+    read (a thread of a resolver's pool, a short-lived child): it is not a worker then."""
     pids = []
     for task in Path(f"/proc/{parent}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            if "loadgen.run.worker_process" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "loadgen.run.worker_process" in cmdline:
                 pids.append(int(pid))
     return sorted(pids)
 
