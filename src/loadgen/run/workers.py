@@ -4,9 +4,10 @@ The parent keeps everything a one-process sweep does around a level (probing, wa
 /slots sampling, the progress display, checkpoints); only the level's requests go to the workers
 (run/worker_process.py), each with its own event loop and connections and its `Share` of the level
 (analysis/merge.py). A barrier starts them together: each prepares and says so, then all get one
-start time. Their records reach the parent through one file per worker, read as they grow, so the
-parent's level holds every record as a one-process level would (and a worker killed mid-level
-loses nothing it had finished); their histograms are added and their own load kept per worker.
+start time. Their records reach the parent through one file per worker, read as they grow and
+passed on to the run's records file, and the figures of each batch of them (`WorkerPartial`) through
+the worker's pipe, added to the level's (see `_Tail`): the level reads as a one-process level would
+(and a worker killed mid-level loses nothing it had written); their own load is kept per worker.
 
 Ctrl-C: the parent tells every worker to stop, waits for each to record its in-flight requests as
 cancelled, and reads their files to the end. A worker that dies or cannot start its part ends the
