@@ -36,7 +36,6 @@ PARQUET_ROW_GROUP = 65536  # records per Parquet row group (held as Arrow column
 Batch = list[RequestRecord]
 
 
-
 class RecordSink:
     """Appends records to `path` from a writer thread. Thread-safe `write`; `close` once.
 
@@ -162,10 +161,8 @@ class LevelRecords:
         """Append `records` at once (a worker process's, run/workers.py)."""
         if not records:
             return
-        batch = self._batch
-        batch.extend(records)
-        if len(batch) >= BATCH_RECORDS or records[-1].complete_ns - self._flushed_ns >= BATCH_SECONDS * 1e9:
-            self.flush()
+        self._batch.extend(records[:-1])
+        self.append(records[-1])  # flushes as one more record would
 
     def flush(self) -> None:
         batch, self._batch = self._batch, []

@@ -68,19 +68,18 @@ class ProgressObserver:
 
     def requests_counted(self, level: LevelRun, completed: int, failed: int) -> None:
         """Requests that completed in a worker process, counted there (run/workers.py)."""
-        counts = self._done.get((level.target, level.level))
-        if counts is not None:
-            counts[0] += completed
-            counts[1] += failed
+        self._add((level.target, level.level), completed, failed)
 
     def requests_done(self, batch: Sequence[RequestRecord]) -> None:
         """Records that completed in a worker process, a read of its file at a time: one level's."""
-        if not batch:
-            return
-        counts = self._done.get((batch[0].target, batch[0].level))
+        if batch:
+            self._add((batch[0].target, batch[0].level), len(batch), sum(r.error_kind is not None for r in batch))
+
+    def _add(self, key: tuple[str, int | float], completed: int, failed: int) -> None:
+        counts = self._done.get(key)
         if counts is not None:
-            counts[0] += len(batch)
-            counts[1] += sum(r.error_kind is not None for r in batch)
+            counts[0] += completed
+            counts[1] += failed
 
     def _tick(self) -> None:
         self._ticker = None
