@@ -139,3 +139,31 @@ def test_records_none_still_summarises_every_request(tmp_path):
     level = load_run(out)["targets"][0]["levels"][0]
     assert level["requests_ok"] == 500 and level["latency_ms"]["count"] == 500
     assert (out / "histograms" / "instant-c4-latency.hgrm").is_file()
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["sendfile", "read-and-write"])
+def test_records_copied_from_a_workers_file_land_in_order_with_the_others(tmp_path, monkeypatch, kernel):
+    import errno
+
+    records = [_record(i, None) for i in range(30)]
+    lines = [RecordSink(tmp_path / "x.jsonl")._encoder.encode_lines([r]) for r in records]
+    worker_file = tmp_path / "worker.jsonl"
+    worker_file.write_bytes(b"".join(lines[10:30]))
+    if not kernel:  # a file system sendfile may not copy between: read and written instead
+        def refused(*args):
+            raise OSError(errno.EINVAL, "not here")
+        monkeypatch.setattr(os, "sendfile", refused)
+    sink = RecordSink(tmp_path / "requests.jsonl")
+    open_before = len(os.listdir("/proc/self/fd"))
+    fd = os.open(worker_file, os.O_RDONLY)
+    sink.write(records[:5])
+    first = sum(map(len, lines[10:20]))
+    sink.copy_lines(os.dup(fd), 0, first, 10)  # records 10-19
+    sink.write_lines(b"".join(lines[5:10]), 5)
+    sink.copy_lines(os.dup(fd), first, os.path.getsize(worker_file) - first, 10)  # records 20-29
+    sink.copy_lines(os.dup(fd), first, 0, 0)  # nothing: the fd is still closed
+    os.close(fd)
+    sink.close()
+    assert [r.seq for r in load_records(tmp_path)] == [*range(5), *range(10, 20), *range(5, 10), *range(20, 30)]
+    assert sink.written == 30
+    assert len(os.listdir("/proc/self/fd")) == open_before - 1  # every fd it took is closed, and its own file

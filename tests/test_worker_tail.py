@@ -2,7 +2,9 @@
 their figures (`WorkerPartial`), as worker processes send them, in either order.
 
 Direct (a JSON-lines records file, an observer that counts): the parent passes the bytes on and
-adds the figures. Otherwise (here: a soak's windows read the records) it decodes every record.
+adds the figures; "copied": from the worker's own file, which it never reads (a worker process
+here), "drained": bytes handed to it (a Ray actor). Otherwise ("records-read": a soak's windows
+read the records) it decodes every record.
 Either way the level's figures are those of every record in the file (a part is taken only once
 its records are read), the records file holds every record once, and the send/completion times
 are settled as the level goes, up to the earliest of the workers' watermarks.
@@ -30,18 +32,33 @@ BATCH = 40
 
 
 class FakeWorker(WorkerHandle):
-    """A worker whose records file is a list of byte chunks handed out one per read."""
+    """A worker whose records are byte chunks handed out one per read, or (`file`) appended to a
+    file as a worker process writes them."""
 
-    def __init__(self, index: int):
+    def __init__(self, index: int, file: Path | None = None):
         self.index, self.inbox, self.shift_ns, self.on_partial = index, asyncio.Queue(), 0, None
         self.chunks: list[bytes] = []
         self.dead = False
+        self.file = file
+        if file is not None:
+            file.write_bytes(b"")
+
+    def write(self, data: bytes) -> None:
+        if self.file is None:
+            self.chunks.append(data)
+        else:
+            with self.file.open("ab") as f:
+                f.write(data)
 
     @property
     def alive(self) -> bool:
         return not self.dead
 
+    def records_file(self) -> str | None:
+        return None if self.file is None else str(self.file)
+
     async def read_records(self) -> bytes:
+        assert self.file is None, "a worker's own file is copied, never read"
         return self.chunks.pop(0) if self.chunks else b""
 
     def end_level(self) -> None:
@@ -104,18 +121,27 @@ def worker_stream(rs: list[RequestRecord]):
         aggregate.clear()
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "records-read"])
-@pytest.mark.parametrize("bytes_first", [True, False], ids=["bytes-first", "part-first"])
-def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: Path, direct: bool, bytes_first: bool):
+MODES = ["copied", "drained", "records-read"]
+
+
+def fake_workers(mode: str, n: int, tmp_path: Path) -> list[FakeWorker]:
+    return [FakeWorker(k, tmp_path / f"worker-{k}.jsonl" if mode == "copied" else None) for k in range(n)]
+
+
+@pytest.mark.parametrize("mode,bytes_first", [("copied", True), ("drained", True), ("drained", False),
+                                              ("records-read", True), ("records-read", False)])
+def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: Path, mode: str, bytes_first: bool):
+    # "copied" only bytes first: a worker process writes a part's records before it sends the part
+    direct = mode != "records-read"
     sink = RecordSink(tmp_path / "requests.jsonl")
     level = LevelRun(target="t", concurrency=6)
     windows: list[int] = []
     stream_level(level, sink, extra=None if direct else [lambda batch: windows.append(len(batch))])
     level.remote = True
-    workers = [FakeWorker(0), FakeWorker(1)]
+    workers = fake_workers(mode, 2, tmp_path)
     observer = Counting(counts=direct)
     tail = _Tail(workers, level, observer)  # type: ignore[arg-type]
-    assert tail.direct is direct
+    assert (tail.direct, tail.copies) == (direct, mode == "copied")
     mine = [records_of(0, 400, seed=1), records_of(1, 400, seed=2)]
     streams = [list(worker_stream(rs)) for rs in mine]
     held = {"pending": 0, "unmerged": 0, "added": 0}
@@ -125,7 +151,8 @@ def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: P
         cut = len(data) // 3  # a read may end inside a record
         if not bytes_first:
             workers[k].deliver(part)
-        workers[k].chunks += [data[:cut], data[cut:]]
+        workers[k].write(data[:cut])
+        workers[k].write(data[cut:])
         await tail.read()
         await tail.read()
         if bytes_first:
@@ -166,33 +193,40 @@ def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: P
     assert bool(windows) is not direct  # records reached the other consumers only when read
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "records-read"])
-def test_figures_never_count_records_the_file_lacks_and_a_dead_workers_last_records_count(tmp_path: Path, direct):
+@pytest.mark.parametrize("mode", MODES)
+def test_figures_never_count_records_the_file_lacks_and_a_dead_workers_last_records_count(tmp_path: Path, mode):
+    direct = mode != "records-read"
     sink = RecordSink(tmp_path / "requests.jsonl")
     level = LevelRun(target="t", concurrency=3)
     stream_level(level, sink, extra=None if direct else [lambda batch: None])
     level.remote = True
-    worker = FakeWorker(0)
+    [worker] = fake_workers(mode, 1, tmp_path)
     tail = _Tail([worker], level, Counting(counts=direct))  # type: ignore[arg-type]
     rs = records_of(0, 5 * BATCH, seed=3)
     stream = list(worker_stream(rs))
 
     async def feed() -> tuple[int, int]:
         for data, part in stream[:2]:
-            worker.chunks.append(data)
+            worker.write(data)
             await tail.read()
             worker.deliver(part)
-        # a part whose records have not been read yet: not counted (a Ray actor dying now loses them)
         data, part = stream[2]
+        if mode == "copied":  # its records are in the worker's file before the part comes
+            worker.write(data)
+        # a drained part whose records have not been read yet: not counted (a Ray actor dying now loses them)
         worker.deliver(part)
         level.records.flush()
         before_read = level.aggregate.sent
-        worker.chunks.append(data)
+        if mode != "copied":
+            worker.write(data)
         await tail.read()
         level.records.flush()
         after_read = level.aggregate.sent
-        # the worker writes one more batch and dies before its part: those records count too
-        worker.chunks.append(stream[3][0])
+        # the worker writes one more batch and dies before its part: those records count too; and
+        # (a file) the start of a write the kill cut short, which is no record
+        worker.write(stream[3][0])
+        if mode == "copied":
+            worker.write(stream[4][0][:100])
         worker.dead = True
         await tail.read()
         await tail.close([False])
@@ -201,7 +235,7 @@ def test_figures_never_count_records_the_file_lacks_and_a_dead_workers_last_reco
 
     before_read, after_read = asyncio.run(feed())
     sink.close()
-    assert (before_read, after_read) == (2 * BATCH, 3 * BATCH)
+    assert (before_read, after_read) == ((3 if mode == "copied" else 2) * BATCH, 3 * BATCH)
     in_file = load_records(tmp_path)
     assert len(in_file) == 4 * BATCH
     summary = level.aggregate.summary(3)

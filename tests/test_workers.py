@@ -218,12 +218,12 @@ def _slow_two_worker_sweep(slots: int, out: Path, *budget: str, output: bool = T
 def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "2", "--requests", "40") as proc:
-        file = out / "workers" / "worker-1.jsonl"
+        file = out / "workers" / "worker-1-1.jsonl"
         _wait_for(lambda: _lines(file) >= 3, "worker 1's first records")
         pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
-        victim = next(p for p in pids if "worker-1" in _open_records_file(p))
+        victim = next(p for p in pids if "/worker-1-1.jsonl" in _open_records_file(p))
+        kept_before_kill = _lines(file)  # read before the kill: the level's end removes the file
         os.kill(victim, signal.SIGKILL)
-        kept_before_kill = _lines(file)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
     assert "worker 1 killed by SIGKILL" in err
@@ -251,7 +251,7 @@ def _open_records_file(pid: int) -> str:
 def test_workers_do_not_outlive_their_parent(tmp_path) -> None:
     with _slow_two_worker_sweep(2, tmp_path / "r", "--concurrency", "2", "--duration", "600", output=False) as proc:
         pids = _wait_for(lambda: len(p := _worker_pids(proc.pid)) == 2 and p, "two worker processes")
-        _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0.jsonl") >= 1, "a first record")
+        _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0-1.jsonl") >= 1, "a first record")
         proc.kill()  # SIGKILL: no clean-up runs in the parent
         proc.wait()
         _wait_for(lambda: not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in pids),
@@ -269,7 +269,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--duration", "600") as proc:
         for k in (0, 1):
-            _wait_for(lambda: _lines(out / "workers" / f"worker-{k}.jsonl") >= 2, f"worker {k}'s first records")
+            _wait_for(lambda: _lines(out / "workers" / f"worker-{k}-1.jsonl") >= 2, f"worker {k}'s first records")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err

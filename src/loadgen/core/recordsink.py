@@ -11,10 +11,14 @@ writer thread, which appends them to the file with unbuffered writes. So the loo
 the disk, and the file always ends at a batch's last newline except during one `write` call: a
 killed loadgen (SIGKILL, OOM) leaves a file readable up to its last complete record, having lost
 at most the batch in hand. `keep` ("all", "errors", "none") says which records are written.
+Records already encoded (a worker process's, run/workers.py) are written as they are
+(`write_lines`), or copied by the kernel from the worker's own records file (`copy_lines`), so the
+process that runs the workers never holds their bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import threading
@@ -92,8 +96,28 @@ class RecordSink:
         self.written += records
         self._queue.put(lines)
 
+    def copy_lines(self, fd: int, offset: int, length: int, records: int) -> None:
+        """Append `length` bytes of the file open as `fd` from `offset` on: `records` records already
+        encoded as JSON lines (as `write_lines`), copied by the kernel on the writer thread. The sink
+        owns `fd` from here and closes it once copied; the bytes must not change until then."""
+        if self.keep == "none" or not length:
+            os.close(fd)
+            return
+        self.written += records
+        self._queue.put((fd, offset, length))
+
     def _drain(self) -> None:
         while (data := self._queue.get()) is not None:
+            if isinstance(data, tuple):
+                fd, offset, length = data
+                try:
+                    if self._error is None:
+                        _copy_range(fd, offset, length, self._file.fileno())
+                except OSError as exc:
+                    self._error = exc
+                finally:
+                    os.close(fd)
+                continue
             if self._error is not None:
                 continue
             try:
@@ -127,6 +151,26 @@ class RecordSink:
             raise self._error
 
 
+def _copy_range(source: int, offset: int, length: int, target: int) -> None:
+    """Append bytes [offset, offset + length) of `source` at `target`'s position: in the kernel
+    (sendfile), or read and written where it may not be used on these files."""
+    while length:
+        try:
+            n = os.sendfile(target, source, offset, length)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            data = os.pread(source, min(length, 1 << 20), offset)
+            n = len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(target, view):]
+        if n == 0:
+            raise OSError(errno.EIO, f"a worker's records file ended {length} bytes early")
+        offset += n
+        length -= n
+
+
 def _redacted(r: RequestRecord, secret: str) -> RequestRecord:
     if r.error_message is not None and secret in r.error_message:
         return msgspec.structs.replace(r, error_message=r.error_message.replace(secret, "***"))
@@ -141,12 +185,12 @@ class LevelRecords:
     """
 
     def __init__(self, consumers: list[Callable[[Batch], None]], keep: bool = False,
-                 lines: Callable[[bytes, int], None] | None = None) -> None:
+                 encoded: RecordSink | None = None) -> None:
         self.consumers = consumers
         self.keep = keep
-        # Where records already encoded may go instead (RecordSink.write_lines), when nothing else
-        # reads them (the level's aggregate then gets their figures another way); else None.
-        self.lines = lines
+        # Where records already encoded may go instead (RecordSink.write_lines, copy_lines), when
+        # nothing else reads them (the level's aggregate then gets their figures another way); else None.
+        self.encoded = encoded
         self.kept: Batch = []
         self._batch: Batch = []
         self._flushed_ns = now_ns()

@@ -43,5 +43,5 @@ def stream_level(level: LevelRun, sink: RecordSink | None, *, keep: bool = False
                 consume(moved)
         consumers = [move]
     direct = sink.takes_lines and not keep and not extra and not scaled
-    level.records = LevelRecords(consumers, keep=keep, lines=sink.write_lines if direct else None)
+    level.records = LevelRecords(consumers, keep=keep, encoded=sink if direct else None)
     return level

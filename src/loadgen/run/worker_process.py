@@ -2,9 +2,10 @@
 
 Started by the parent (run/workers.py) as `python -m loadgen.run.worker_process`; it reads the
 parent's messages on stdin and answers on stdout (run/worker_protocol.py). Every record it makes is
-appended, renumbered as the level's (analysis/merge.py: `level_seq`), to its records file as soon as
-the event loop has a moment (one write per loop turn, never one per request), so if the process is
-killed the parent still reads every record up to its last complete line. SIGINT is ignored: the
+appended, renumbered as the level's (analysis/merge.py: `level_seq`), to its records file within
+`RecordsFile.WRITE_S` (a write per batch, never one per request), and the figures of what it wrote
+go to the parent as parts, each sent after its records are written; if the process is killed the
+parent still reads every record up to its last complete line. SIGINT is ignored: the
 parent says when to stop (a terminal's Ctrl-C reaches the parent only; workers run in their own
 session), and the kernel ends the worker if the parent dies (PR_SET_PDEATHSIG, set by the parent).
 """

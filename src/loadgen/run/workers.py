@@ -4,10 +4,11 @@ The parent keeps everything a one-process sweep does around a level (probing, wa
 /slots sampling, the progress display, checkpoints); only the level's requests go to the workers
 (run/worker_process.py), each with its own event loop and connections and its `Share` of the level
 (analysis/merge.py). A barrier starts them together: each prepares and says so, then all get one
-start time. Their records reach the parent through one file per worker, read as they grow and
-passed on to the run's records file, and the figures of each batch of them (`WorkerPartial`) through
-the worker's pipe, added to the level's (see `_Tail`): the level reads as a one-process level would
-(and a worker killed mid-level loses nothing it had written); their own load is kept per worker.
+start time. Each worker writes its records to a file of its own (a new one each level) and sends
+the figures of each batch of them (`WorkerPartial`) through its pipe; the parent adds the figures to
+the level's and has the kernel copy the batch's bytes into the run's records file (see `_Tail`):
+the level reads as a one-process level would (and a worker killed mid-level loses nothing it had
+written); their own load is kept per worker.
 
 Ctrl-C: the parent tells every worker to stop, waits for each to record its in-flight requests as
 cancelled, and reads their files to the end. A worker that dies or cannot start its part ends the
@@ -94,6 +95,11 @@ class WorkerHandle:
 
     def records_path(self, folder: Path) -> str: ...
 
+    def records_file(self) -> str | None:
+        """The running level's records file when this process can read it as the worker writes it
+        (a process on this machine); None when the records come only through `read_records`."""
+        return None
+
     async def read_records(self) -> bytes:
         """The bytes of records appended since the last call."""
         ...
@@ -113,6 +119,8 @@ class _Process(WorkerHandle):
     reader: asyncio.Task | None = None
     on_partial: Callable[[WorkerPartial], None] | None = None
     _file: Any = None
+    _path: Path | None = None
+    _levels: int = 0
 
     @property
     def alive(self) -> bool:
@@ -123,9 +131,14 @@ class _Process(WorkerHandle):
             self.proc.stdin.write(frame(message))
 
     def records_path(self, folder: Path) -> str:
+        """A new file each level: the run's records file may still be copying from the last one."""
         self.end_level()
-        self._path = folder / f"worker-{self.index}.jsonl"
+        self._levels += 1
+        self._path = folder / f"worker-{self.index}-{self._levels}.jsonl"
         return str(self._path)
+
+    def records_file(self) -> str | None:
+        return None if self._path is None else str(self._path)
 
     async def read_records(self) -> bytes:
         if self._file is None:
@@ -133,9 +146,14 @@ class _Process(WorkerHandle):
         return self._file.read()
 
     def end_level(self) -> None:
+        """Done with the level's records file: closed and unlinked (copies still queued hold it open)."""
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._path)
+            self._path = None
 
     async def close(self) -> None:
         self.end_level()
@@ -171,20 +189,24 @@ class _Tail:
     """Follows a level's workers: their records into the run's file, their figures into the level.
 
     Every worker sends the figures of what it wrote as `WorkerPartial`s, each saying up to which
-    byte of its records it covers; a part is taken once the parent has read that far, so the
-    level's figures never count a record the records file does not hold (a Ray actor that dies
+    byte of its records it covers; a part is taken once those bytes are the parent's to pass on, so
+    the level's figures never count a record the records file does not hold (a Ray actor that dies
     takes its undrained records with it).
 
-    Direct (the usual case): the workers' bytes of records are appended to the records file as they
-    are (`LevelRecords.lines`) and each part is added to the level's aggregate (`LevelAggregate.
-    merge`); the parent reads no record, and the progress display counts from the parts. A worker
-    that dies leaves records no part covers (written after its last one): they are decoded from the
-    bytes kept since and added as records, as soon as the parent sees it gone.
+    Direct (the usual case): each part is added to the level's aggregate (`LevelAggregate.merge`)
+    and the records it covers go to the records file as they are (`LevelRecords.encoded`); the
+    parent decodes no record, and the progress display counts from the parts. A worker process on
+    this machine has written a part's records to its file before it sends the part: the bytes
+    between two parts are copied from that file by the kernel (`RecordSink.copy_lines`), and the
+    parent never reads them. A Ray actor's records come drained as bytes (`read_records`), written
+    as they are (`write_lines`), and kept until a part covers them. A worker that dies leaves
+    records no part covers (written after its last one): they are decoded (from its file, or from
+    the bytes kept) and added as records, as soon as the parent sees it gone.
 
     Otherwise (a records file that is not JSON lines of every record as they are, another machine's
     clock, a soak's windows, a live /metrics endpoint: whatever reads records) every record is
-    decoded and appended to the level as a one-process level's are; parts give only the per-worker
-    histograms and the watermarks.
+    read, decoded and appended to the level as a one-process level's are; parts give only the
+    per-worker histograms and the watermarks.
 
     Either way the level's send/completion events are settled up to the earliest of the workers'
     watermarks (every request a worker sent before its watermark is in what was taken), so a level
@@ -196,15 +218,16 @@ class _Tail:
         self.handles, self.level, self.obs = handles, level, obs
         held = level.records
         self._count = getattr(obs, "requests_counted", None)
-        self.direct = (isinstance(held, LevelRecords) and held.lines is not None and level.aggregate is not None
+        self.direct = (isinstance(held, LevelRecords) and held.encoded is not None and level.aggregate is not None
                        and self._count is not None and not any(h.shift_ns for h in handles))
         self._settles = level.aggregate is not None and isinstance(held, LevelRecords)
         n = len(handles)
         self._rest = [b""] * n
         self._decode = msgspec.json.Decoder(RequestRecord).decode_lines
         # Per worker: its histograms of the level (PROCESS_HISTOGRAMS, from the parts taken), its
-        # latest watermark on this clock, the bytes of complete records read, the parts not taken
-        # yet, and (direct) the bytes read since the last part taken, which no part covers yet.
+        # latest watermark on this clock, the bytes of complete records passed on, the parts not
+        # taken yet, and (direct, drained) the bytes passed on since the last part taken, which no
+        # part covers yet.
         self.histograms = [{name: new_histogram() for name in PROCESS_HISTOGRAMS} for _ in handles]
         self._watermarks: list[int | None] = [None] * n
         self._settled: int | None = None
@@ -213,12 +236,24 @@ class _Tail:
         self._unmerged = [bytearray() for _ in handles]
         self._gone = [False] * n
         self.error: str | None = None
+        # Direct from the workers' own files: each open here for the level, for the kernel to copy from.
+        self._files: list[int] = []
+        if self.direct and all(h.records_file() for h in handles):
+            try:
+                for h in handles:
+                    self._files.append(os.open(h.records_file(), os.O_RDONLY))  # type: ignore[arg-type]
+            except OSError:
+                self._close_files()
+        self.copies = bool(self._files)
         for k, h in enumerate(handles):
             h.on_partial = functools.partial(self._received, k)
 
     def _received(self, k: int, message: WorkerPartial) -> None:
         """A part from worker k (called by its reader, which must not fail: the level would wait for
-        the worker's end forever). A part that cannot be taken ends the level with why."""
+        the worker's end forever). A part that cannot be taken ends the level with why; one still in
+        the pipe of a worker seen gone is not taken (its records were added as records)."""
+        if self._gone[k]:
+            return
         self._parts[k].append(message)
         try:
             self._take(k)
@@ -227,24 +262,34 @@ class _Tail:
             self.error = self.error or f"worker {k}'s figures could not be added: {type(exc).__name__}: {exc}"
 
     def _take(self, k: int) -> None:
-        """Take worker k's parts whose records have all been read."""
+        """Take worker k's parts whose records are the parent's to pass on: all of them when the
+        worker writes to a file here (written before the part was sent), else those read."""
         parts, taken = self._parts[k], 0
         for message in parts:
-            if message.offset > self._read[k]:
+            if not self.copies and message.offset > self._read[k]:
                 break
             taken += 1
             part = message.part
             for name in PROCESS_HISTOGRAMS:
                 if name in part.series:
                     add_series_part(self.histograms[k][name], part.series[name])
+            if self.copies:
+                self._copy(k, message.offset, part.sent)
             if self.direct:
                 self.level.aggregate.merge(part)
                 self._count(self.level, part.sent, part.sent - part.ok)
+            if self.direct and not self.copies:
                 del self._unmerged[k][:max(0, message.offset - (self._read[k] - len(self._unmerged[k])))]
             self._watermarks[k] = part.watermark_ns - self.handles[k].shift_ns
         if taken:
             del parts[:taken]
             self._settle()
+
+    def _copy(self, k: int, end: int, records: int) -> None:
+        """Worker k's records file up to byte `end` (`records` records) into the run's records file."""
+        start, self._read[k] = self._read[k], end
+        if end > start:
+            self.level.records.encoded.copy_lines(os.dup(self._files[k]), start, end - start, records)
 
     def _settle(self) -> None:
         """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
@@ -263,24 +308,28 @@ class _Tail:
             if self._gone[k]:
                 continue
             dead = not h.alive  # seen before reading: then this read gets all it wrote
-            data = self._rest[k] + await h.read_records()
-            cut = data.rfind(b"\n") + 1
-            self._rest[k] = data[cut:]
-            if cut:
-                lines = data[:cut]
-                if self.direct:
-                    self.level.records.lines(lines, lines.count(b"\n"))
-                    self._unmerged[k] += lines
-                else:
-                    records = self._decode(lines)
-                    if h.shift_ns:
-                        records = [_on_this_clock(r, h.shift_ns) for r in records]
-                    self.level.records.extend(records)  # a streamed level's one point (core/recordsink.py), or a list
-                    requests_done(self.obs, records)
-                self._read[k] += len(lines)
-                self._take(k)
+            if not self.copies:
+                await self._read_records(k, h)
             if dead:
                 self.gone(k)
+
+    async def _read_records(self, k: int, h: WorkerHandle) -> None:
+        data = self._rest[k] + await h.read_records()
+        cut = data.rfind(b"\n") + 1
+        self._rest[k] = data[cut:]
+        if cut:
+            lines = data[:cut]
+            if self.direct:
+                self.level.records.encoded.write_lines(lines, lines.count(b"\n"))
+                self._unmerged[k] += lines
+            else:
+                records = self._decode(lines)
+                if h.shift_ns:
+                    records = [_on_this_clock(r, h.shift_ns) for r in records]
+                self.level.records.extend(records)  # a streamed level's one point (core/recordsink.py), or a list
+                requests_done(self.obs, records)
+            self._read[k] += len(lines)
+            self._take(k)
 
     def gone(self, k: int) -> None:
         """Worker k sends nothing more (it died, or never answered): what it wrote after its last
@@ -291,12 +340,25 @@ class _Tail:
         self._parts[k].clear()
         self._watermarks[k] = NO_MORE_SENDS
         if self.direct:
-            records = self._decode(bytes(self._unmerged[k]))
-            self._unmerged[k].clear()
+            if self.copies:
+                rest = self._rest_of_file(k)
+                uncovered = rest[:rest.rfind(b"\n") + 1]  # a write the kill cut short is no record
+            else:
+                uncovered, self._unmerged[k] = bytes(self._unmerged[k]), bytearray()
+            records = self._decode(uncovered)
             if records:
+                if self.copies:
+                    self._copy(k, self._read[k] + len(uncovered), len(records))
                 self.level.aggregate.add_batch(records)
                 self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
         self._settle()
+
+    def _rest_of_file(self, k: int) -> bytes:
+        chunks, at = [], self._read[k]
+        while chunk := os.pread(self._files[k], 1 << 20, at):
+            chunks.append(chunk)
+            at += len(chunk)
+        return b"".join(chunks)
 
     async def follow(self, stop: asyncio.Event) -> None:
         """Read every TAIL_INTERVAL_S until `stop` is set (never cancelled in a read: a Ray
@@ -314,6 +376,12 @@ class _Tail:
             h.on_partial = None
             if not ended[k]:
                 self.gone(k)
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for fd in self._files:
+            os.close(fd)
+        self._files = []
 
 
 class WorkerPool:
