@@ -141,29 +141,39 @@ def test_records_none_still_summarises_every_request(tmp_path):
     assert (out / "histograms" / "instant-c4-latency.hgrm").is_file()
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["sendfile", "read-and-write"])
+@pytest.mark.parametrize("kernel", ["sendfile", "refused", "refused-midway"])
 def test_records_copied_from_a_workers_file_land_in_order_with_the_others(tmp_path, monkeypatch, kernel):
     import errno
 
+    import msgspec
+
     records = [_record(i, None) for i in range(30)]
-    lines = [RecordSink(tmp_path / "x.jsonl")._encoder.encode_lines([r]) for r in records]
+    lines = [msgspec.json.Encoder().encode_lines([r]) for r in records]
     worker_file = tmp_path / "worker.jsonl"
     worker_file.write_bytes(b"".join(lines[10:30]))
-    if not kernel:  # a file system sendfile may not copy between: read and written instead
-        def refused(*args):
-            raise OSError(errno.EINVAL, "not here")
-        monkeypatch.setattr(os, "sendfile", refused)
+    real_sendfile, calls = os.sendfile, []
+
+    def sendfile(out_fd, in_fd, offset, count):
+        # refused (as where sendfile takes only a socket), or after copying a little first
+        calls.append(count)
+        if kernel == "refused" or len(calls) > 1:
+            raise OSError(errno.ENOTSOCK, "not a socket")
+        return real_sendfile(out_fd, in_fd, offset, min(count, 7))
+
+    if kernel != "sendfile":
+        monkeypatch.setattr(os, "sendfile", sendfile)
     sink = RecordSink(tmp_path / "requests.jsonl")
     open_before = len(os.listdir("/proc/self/fd"))
     fd = os.open(worker_file, os.O_RDONLY)
     sink.write(records[:5])
     first = sum(map(len, lines[10:20]))
-    sink.copy_lines(os.dup(fd), 0, first, 10)  # records 10-19
+    sink.copy_lines(fd, 0, first, 10)  # records 10-19
     sink.write_lines(b"".join(lines[5:10]), 5)
-    sink.copy_lines(os.dup(fd), first, os.path.getsize(worker_file) - first, 10)  # records 20-29
-    sink.copy_lines(os.dup(fd), first, 0, 0)  # nothing: the fd is still closed
-    os.close(fd)
+    sink.copy_lines(fd, first, os.path.getsize(worker_file) - first, 10)  # records 20-29
+    sink.copy_lines(fd, first, 0, 0)  # nothing
+    sink.close_after(fd)
     sink.close()
     assert [r.seq for r in load_records(tmp_path)] == [*range(5), *range(10, 20), *range(5, 10), *range(20, 30)]
     assert sink.written == 30
-    assert len(os.listdir("/proc/self/fd")) == open_before - 1  # every fd it took is closed, and its own file
+    assert len(os.listdir("/proc/self/fd")) == open_before - 1  # the worker's file closed, and its own
+    assert len(calls) == {"sendfile": 0, "refused": 1, "refused-midway": 2}[kernel]  # asked no more once refused

@@ -13,6 +13,7 @@ are settled as the level goes, up to the earliest of the workers' watermarks.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from pathlib import Path
 
@@ -139,6 +140,7 @@ def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: P
     stream_level(level, sink, extra=None if direct else [lambda batch: windows.append(len(batch))])
     level.remote = True
     workers = fake_workers(mode, 2, tmp_path)
+    open_before = len(os.listdir("/proc/self/fd"))
     observer = Counting(counts=direct)
     tail = _Tail(workers, level, observer)  # type: ignore[arg-type]
     assert (tail.direct, tail.copies) == (direct, mode == "copied")
@@ -175,6 +177,7 @@ def test_the_tail_gives_every_records_figures_and_settles_as_it_goes(tmp_path: P
 
     asyncio.run(feed())
     sink.close()
+    assert len(os.listdir("/proc/self/fd")) == open_before - 1  # the workers' files closed once copied, and the sink
     everything = [r for rs in mine for r in rs]
     summary, whole = level.aggregate.summary(6), LevelAggregate.of(everything).summary(6)
     assert whole.concurrency_reached == 6
@@ -229,6 +232,8 @@ def test_figures_never_count_records_the_file_lacks_and_a_dead_workers_last_reco
             worker.write(stream[4][0][:100])
         worker.dead = True
         await tail.read()
+        # its part of them still in the pipe when it was seen gone: they were counted as records
+        worker.deliver(stream[3][1])
         await tail.close([False])
         level.records_done()
         return before_read, after_read

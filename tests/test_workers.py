@@ -199,6 +199,12 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
+def _level_file(out: Path, k: int) -> Path:
+    """Worker k's records file of the running level (`workers/worker-K-N.jsonl`, N numbering the
+    level files of the run), or a path that does not exist yet."""
+    return next(iter(sorted((out / "workers").glob(f"worker-{k}-*.jsonl"))), out / "workers" / "none")
+
+
 @contextmanager
 def _slow_two_worker_sweep(slots: int, out: Path, *budget: str, output: bool = True) -> Iterator[subprocess.Popen]:
     """`loadgen sweep --workers 2` against a simulator of `slots` slots at real time (about 0.1 s a
@@ -218,10 +224,10 @@ def _slow_two_worker_sweep(slots: int, out: Path, *budget: str, output: bool = T
 def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "2", "--requests", "40") as proc:
-        file = out / "workers" / "worker-1-1.jsonl"
-        _wait_for(lambda: _lines(file) >= 3, "worker 1's first records")
+        _wait_for(lambda: _lines(_level_file(out, 1)) >= 3, "worker 1's first records")
+        file = _level_file(out, 1)
         pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
-        victim = next(p for p in pids if "/worker-1-1.jsonl" in _open_records_file(p))
+        victim = next(p for p in pids if str(file) in _open_records_file(p))
         kept_before_kill = _lines(file)  # read before the kill: the level's end removes the file
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
@@ -251,7 +257,7 @@ def _open_records_file(pid: int) -> str:
 def test_workers_do_not_outlive_their_parent(tmp_path) -> None:
     with _slow_two_worker_sweep(2, tmp_path / "r", "--concurrency", "2", "--duration", "600", output=False) as proc:
         pids = _wait_for(lambda: len(p := _worker_pids(proc.pid)) == 2 and p, "two worker processes")
-        _wait_for(lambda: _lines(tmp_path / "r" / "workers" / "worker-0-1.jsonl") >= 1, "a first record")
+        _wait_for(lambda: _lines(_level_file(tmp_path / "r", 0)) >= 1, "a first record")
         proc.kill()  # SIGKILL: no clean-up runs in the parent
         proc.wait()
         _wait_for(lambda: not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in pids),
@@ -269,7 +275,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--duration", "600") as proc:
         for k in (0, 1):
-            _wait_for(lambda: _lines(out / "workers" / f"worker-{k}-1.jsonl") >= 2, f"worker {k}'s first records")
+            _wait_for(lambda: _lines(_level_file(out, k)) >= 2, f"worker {k}'s first records")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err

@@ -68,6 +68,7 @@ class RecordSink:
             self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed by close())
         self._closed = False
         self._error: OSError | None = None
+        self._kernel = True  # copy_lines by sendfile, until it is refused once
         self._thread = threading.Thread(target=self._drain, name="loadgen-records", daemon=True)
         self._thread.start()
 
@@ -98,25 +99,31 @@ class RecordSink:
 
     def copy_lines(self, fd: int, offset: int, length: int, records: int) -> None:
         """Append `length` bytes of the file open as `fd` from `offset` on: `records` records already
-        encoded as JSON lines (as `write_lines`), copied by the kernel on the writer thread. The sink
-        owns `fd` from here and closes it once copied; the bytes must not change until then."""
+        encoded as JSON lines (as `write_lines`), copied by the kernel on the writer thread. `fd`
+        must stay open, and those bytes unchanged, until the copy is done: `close_after(fd)`."""
         if self.keep == "none" or not length:
-            os.close(fd)
             return
         self.written += records
         self._queue.put((fd, offset, length))
+
+    def close_after(self, fd: int) -> None:
+        """Close `fd` once every copy queued from it is done (at once when the sink is closed)."""
+        if self._closed:
+            os.close(fd)
+        else:
+            self._queue.put((fd, None, 0))
 
     def _drain(self) -> None:
         while (data := self._queue.get()) is not None:
             if isinstance(data, tuple):
                 fd, offset, length = data
                 try:
-                    if self._error is None:
-                        _copy_range(fd, offset, length, self._file.fileno())
+                    if offset is None:
+                        os.close(fd)
+                    elif self._error is None:
+                        self._kernel = _copy_range(fd, offset, length, self._file.fileno(), self._kernel)
                 except OSError as exc:
                     self._error = exc
-                finally:
-                    os.close(fd)
                 continue
             if self._error is not None:
                 continue
@@ -151,15 +158,18 @@ class RecordSink:
             raise self._error
 
 
-def _copy_range(source: int, offset: int, length: int, target: int) -> None:
+def _copy_range(source: int, offset: int, length: int, target: int, kernel: bool = True) -> bool:
     """Append bytes [offset, offset + length) of `source` at `target`'s position: in the kernel
-    (sendfile), or read and written where it may not be used on these files."""
+    (sendfile) while `kernel`, else (and from the first refusal on: sendfile may not take two files
+    on this system) read and written. Returns whether the kernel may still be asked."""
     while length:
-        try:
-            n = os.sendfile(target, source, offset, length)
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                raise
+        n = 0
+        if kernel:
+            try:
+                n = os.sendfile(target, source, offset, length)
+            except OSError:
+                kernel = False  # a real fault (a full disk) is raised again by the write below
+        if not kernel:
             data = os.pread(source, min(length, 1 << 20), offset)
             n = len(data)
             view = memoryview(data)
@@ -169,6 +179,7 @@ def _copy_range(source: int, offset: int, length: int, target: int) -> None:
             raise OSError(errno.EIO, f"a worker's records file ended {length} bytes early")
         offset += n
         length -= n
+    return kernel
 
 
 def _redacted(r: RequestRecord, secret: str) -> RequestRecord:

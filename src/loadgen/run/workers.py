@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import math
 import os
 import signal
@@ -52,6 +53,7 @@ from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop,
 BARRIER_LEAD_NS = 50_000_000
 TAIL_INTERVAL_S = 0.05
 STOP_GRACE_S = 30.0  # after Stop, how long a worker may take to record its in-flight requests
+_LEVEL_FILES = itertools.count(1)  # numbers the workers' records files of a level
 
 
 def auto_workers(urls: list[str], cores: int | None = None) -> int:
@@ -120,21 +122,21 @@ class _Process(WorkerHandle):
     on_partial: Callable[[WorkerPartial], None] | None = None
     _file: Any = None
     _path: Path | None = None
-    _levels: int = 0
 
     @property
     def alive(self) -> bool:
-        return self.proc.returncode is None and self.reader is not None and not self.reader.done()
+        """Until its pipe is read to the end: every part it sent has been delivered by then."""
+        return self.reader is not None and not self.reader.done()
 
     def send(self, message: Any) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.write(frame(message))
 
     def records_path(self, folder: Path) -> str:
-        """A new file each level: the run's records file may still be copying from the last one."""
+        """A new file each level (numbered across the run: a restarted worker too), never one the
+        run's records file may still be copying from."""
         self.end_level()
-        self._levels += 1
-        self._path = folder / f"worker-{self.index}-{self._levels}.jsonl"
+        self._path = folder / f"worker-{self.index}-{next(_LEVEL_FILES)}.jsonl"
         return str(self._path)
 
     def records_file(self) -> str | None:
@@ -238,13 +240,14 @@ class _Tail:
         self.error: str | None = None
         # Direct from the workers' own files: each open here for the level, for the kernel to copy from.
         self._files: list[int] = []
+        self.copies = False
         if self.direct and all(h.records_file() for h in handles):
             try:
                 for h in handles:
                     self._files.append(os.open(h.records_file(), os.O_RDONLY))  # type: ignore[arg-type]
-            except OSError:
+                self.copies = True
+            except OSError:  # then read as they grow, as a Ray actor's are
                 self._close_files()
-        self.copies = bool(self._files)
         for k, h in enumerate(handles):
             h.on_partial = functools.partial(self._received, k)
 
@@ -287,9 +290,10 @@ class _Tail:
 
     def _copy(self, k: int, end: int, records: int) -> None:
         """Worker k's records file up to byte `end` (`records` records) into the run's records file."""
-        start, self._read[k] = self._read[k], end
+        start = self._read[k]
         if end > start:
-            self.level.records.encoded.copy_lines(os.dup(self._files[k]), start, end - start, records)
+            self.level.records.encoded.copy_lines(self._files[k], start, end - start, records)
+            self._read[k] = end
 
     def _settle(self) -> None:
         """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
@@ -370,17 +374,24 @@ class _Tail:
 
     async def close(self, ended: list[bool]) -> None:
         """Read to the end; `ended[k]`: worker k said its level was done (else it died or never answered)."""
-        await self.read()
-        for k, h in enumerate(self.handles):
-            h.end_level()
-            h.on_partial = None
-            if not ended[k]:
-                self.gone(k)
-        self._close_files()
+        try:
+            await self.read()
+            for k in range(len(self.handles)):
+                if not ended[k]:
+                    self.gone(k)
+        finally:
+            for h in self.handles:
+                h.end_level()
+                h.on_partial = None
+            self._close_files()
 
     def _close_files(self) -> None:
+        """The workers' files, each closed once the copies queued from it are done."""
         for fd in self._files:
-            os.close(fd)
+            if self.copies:
+                self.level.records.encoded.close_after(fd)
+            else:
+                os.close(fd)
         self._files = []
 
 
@@ -481,10 +492,10 @@ class WorkerPool:
         tail = _Tail(procs, level, obs)
         stop_following = asyncio.Event()
         follower = asyncio.ensure_future(tail.follow(stop_following))
-        for p in procs:
-            p.send(Go(start_ns=start + p.shift_ns))
         ends: list[Any] = [None] * len(procs)
         try:
+            for p in procs:
+                p.send(Go(start_ns=start + p.shift_ns))
             for k, p in enumerate(procs):
                 ends[k] = await p.inbox.get()
         except asyncio.CancelledError:
@@ -498,8 +509,10 @@ class WorkerPool:
             raise
         finally:
             stop_following.set()
-            await follower
-            await tail.close([isinstance(e, LevelDone) for e in ends])
+            try:
+                await follower
+            finally:
+                await tail.close([isinstance(e, LevelDone) for e in ends])
             level.records_done()  # a streamed level hands on the records it still holds
             if tail.error:
                 level.stopped_reason = level.stopped_reason or tail.error
