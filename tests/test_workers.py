@@ -21,7 +21,8 @@ from loadgen.analysis.merge import add_histograms, same_buckets
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
-from loadgen.run.workers import auto_workers
+from loadgen.core.errors import ConfigError
+from loadgen.run.workers import auto_workers, local_workers
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
 
 
@@ -36,8 +37,28 @@ def test_workers_auto(urls: list[str], cores: int, expected: int) -> None:
     assert auto_workers(urls, cores) == expected
 
 
+@pytest.mark.parametrize("asked, most_in_flight, cores, expected", [
+    (2, 64, 2, 2),
+    (4, 1, 2, 1),  # a level of one request in flight: one process; three would idle
+    (4, 3, 2, 3),
+    (99999, 2, 2, 2),  # capped by the load before the cores are counted
+    (8, None, 2, 8),  # an open loop without --max-in-flight: no cap from the load
+    (9, None, 2, None),  # more than 4 a core: refused
+    (99999, 4096, 2, None),
+    (5, 64, 1, None),
+    (3, 0, 2, 1),
+])
+def test_local_workers_never_idle_nor_crowd_the_cores(asked, most_in_flight, cores, expected) -> None:
+    if expected is None:
+        with pytest.raises(ConfigError, match=f"--workers {asked}: more than 4 processes a core"):
+            local_workers(asked, most_in_flight, cores)
+    else:
+        assert local_workers(asked, most_in_flight, cores) == expected
+
+
 @pytest.mark.parametrize("args, message", [
     (["--workers", "0"], "'0' is not a number of processes (1 or more) or auto"),
+    (["--workers", "100000", "--concurrency", "4096"], "--workers 100000: more than 4 processes a core"),
     (["--workers", "many"], "'many' is not a number of processes (1 or more) or auto"),
     (["--workers", "2", "--parallel-targets"], "with --parallel-targets run one loadgen per target instead"),
 ])

@@ -23,7 +23,7 @@ from ..run.config import SweepConfig
 from ..run.model import Run, RunObserver
 from ..run.sweep import run_sweep
 from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray
-from ..run.workers import WorkerPool, auto_workers
+from ..run.workers import WorkerPool, auto_workers, local_workers, usable_cores
 from .common import die_with_parent
 
 WORKERS_DIR = "workers"  # in the results folder while the run goes on: one records file per worker
@@ -63,7 +63,16 @@ def resolve_workers(workers: int | str, ray_address: str | None, config: SweepCo
         import_ray()
         n = 0 if workers == "auto" else int(workers)  # auto: one actor per CPU of the cluster
     else:
-        n = auto_workers([t.url for t in config.targets]) if workers == "auto" else int(workers)
+        cores = usable_cores()
+        n = auto_workers([t.url for t in config.targets], cores) if workers == "auto" else int(workers)
+        most = config.max_in_flight if config.open_loop else max(config.concurrency, default=None)
+        asked, n = n, local_workers(n, most, cores)
+        if n < asked:
+            click.echo(f"--workers {workers}: {n} process(es), no level has more than {most} request(s) in flight",
+                       err=True)
+        elif workers == "auto":
+            click.echo(f"--workers auto: {n} process(es) on {cores} core(s)"
+                       f"{', one left to the local server' if n == cores - 1 else ''}", err=True)
     several = n != 1 or ray_address is not None
     if several and config.parallel_targets:
         raise ConfigError("--workers shares one target's levels over processes; with --parallel-targets "

@@ -38,6 +38,7 @@ from ..analysis.metrics import new_histogram
 from ..analysis.merge import (ProcessLoad, Share, add_histograms, busiest, closed_shares, open_shares)
 from ..client.backends import GenerationParams
 from ..core.clock import now_ns
+from ..core.errors import ConfigError
 from ..core.records import LevelRun, RequestRecord
 from ..core.recordsink import LevelRecords
 from .config import SweepConfig
@@ -56,13 +57,31 @@ STOP_GRACE_S = 30.0  # after Stop, how long a worker may take to record its in-f
 _LEVEL_FILES = itertools.count(1)  # numbers the workers' records files of a level
 
 
+MAX_PER_CORE = 4  # more worker processes than this a core only share the same cores
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def local_workers(asked: int, most_in_flight: int | None, cores: int) -> int:
+    """How many processes `--workers asked` starts on this machine: no more than the most requests a
+    level has in flight (a process without one would idle), and a ConfigError past MAX_PER_CORE a core."""
+    n = asked if most_in_flight is None else min(asked, max(1, most_in_flight))
+    if n > MAX_PER_CORE * cores:
+        raise ConfigError(f"--workers {asked}: more than {MAX_PER_CORE} processes a core ({cores} here) only "
+                          "share the same cores; use --ray to load from more machines")
+    return n
+
+
 def auto_workers(urls: list[str], cores: int | None = None) -> int:
     """`--workers auto`: one process per core this process may use, less one when a target is on
     this machine (its server needs a core too); at least one."""
     from urllib.parse import urlsplit
 
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
     local = any((urlsplit(u).hostname or "") in ("localhost", "127.0.0.1", "::1") or
                 (urlsplit(u).hostname or "").startswith("127.") for u in urls)
     return max(1, cores - (1 if local else 0))
