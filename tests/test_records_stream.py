@@ -3,6 +3,7 @@ halfway, a killed run leaves a readable file, `--records` chooses what is writte
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from loadgen.core.recordsink import RecordSink
@@ -143,10 +145,6 @@ def test_records_none_still_summarises_every_request(tmp_path):
 
 @pytest.mark.parametrize("kernel", ["sendfile", "refused", "refused-midway"])
 def test_records_copied_from_a_workers_file_land_in_order_with_the_others(tmp_path, monkeypatch, kernel):
-    import errno
-
-    import msgspec
-
     records = [_record(i, None) for i in range(30)]
     lines = [msgspec.json.Encoder().encode_lines([r]) for r in records]
     worker_file = tmp_path / "worker.jsonl"

@@ -55,8 +55,6 @@ BARRIER_LEAD_NS = 50_000_000
 TAIL_INTERVAL_S = 0.05
 STOP_GRACE_S = 30.0  # after Stop, how long a worker may take to record its in-flight requests
 _LEVEL_FILES = itertools.count(1)  # numbers the workers' records files of a level
-
-
 MAX_PER_CORE = 4  # more worker processes than this a core only share the same cores
 
 
@@ -260,10 +258,10 @@ class _Tail:
         # Direct from the workers' own files: each open here for the level, for the kernel to copy from.
         self._files: list[int] = []
         self.copies = False
-        if self.direct and all(h.records_file() for h in handles):
+        paths = [h.records_file() for h in handles]
+        if self.direct and all(paths):
             try:
-                for h in handles:
-                    self._files.append(os.open(h.records_file(), os.O_RDONLY))  # type: ignore[arg-type]
+                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]
                 self.copies = True
             except OSError:  # then read as they grow, as a Ray actor's are
                 self._close_files()
