@@ -45,8 +45,8 @@ def test_knee_thresholds_are_parameters():
     assert find_knee(rows, knee_gain=0.2).at == 1
 
 
-def rec(level, seq, send_ms, latency_ms, prompt_ms=10.0, predicted_ms=100.0, error_kind=None):
-    return RequestRecord(target="a", level=level, worker=seq % level, seq=seq, salt=str(seq),
+def rec(level, seq, send_ms, latency_ms, prompt_ms=10.0, predicted_ms=100.0, error_kind=None, worker=None):
+    return RequestRecord(target="a", level=level, worker=seq % level if worker is None else worker, seq=seq, salt=str(seq),
                          send_ns=int(send_ms * MS), complete_ns=int((send_ms + latency_ms) * MS),
                          status=200, error_kind=error_kind, prompt_ms=prompt_ms, predicted_ms=predicted_ms,
                          predicted_n=16, predicted_per_second=150.0)
@@ -68,13 +68,33 @@ def level_doc(c, tput, lat_mean):
     return {"concurrency": c, "throughput_tok_s": tput, "latency_ms": {"mean": lat_mean}}
 
 
+def closed_loop(c, slots, n, service_ms=110.0, overhead_ms=3.0, seq0=0, level=None):
+    """The records of a closed loop of `c` workers on a FIFO server of `slots` slots, each request
+    taking `overhead_ms` to reach the server and `service_ms` in a slot: a consistent timeline, so
+    the records' own evidence (analysis/occupancy.py) sees what the server did."""
+    import heapq
+    free = [0.0] * slots  # when each slot frees
+    workers = [(0.0, w) for w in range(c)]  # (next send, worker)
+    heapq.heapify(workers)
+    out = []
+    for k in range(n):
+        send, w = heapq.heappop(workers)
+        ready = send + overhead_ms
+        slot = min(range(slots), key=lambda i: free[i])
+        start = max(ready, free[slot])
+        done = start + service_ms
+        free[slot] = done
+        out.append(rec(level or c, seq0 + k, send, done - send, prompt_ms=10.0, predicted_ms=service_ms - 10.0,
+                       worker=w))
+        heapq.heappush(workers, (done, w))
+    return out
+
+
 def one_slot_run():
     """A 1-slot server: requests at c=2 and c=4 wait for 1 and 3 others (service 110 ms, overhead 3 ms)."""
-    records, seq = [], 0
-    for c, wait in [(1, 0), (2, 110), (4, 330)]:
-        for i in range(8):
-            records.append(rec(c, seq, i * 500, 110 + 3 + wait))
-            seq += 1
+    records = []
+    for c in (1, 2, 4):
+        records += closed_loop(c, 1, 8, seq0=len(records))
     samples = [ProbeSample("a", 4, i, requests_processing=1, requests_deferred=3, busy_slots=1) for i in range(3)]
     levels = [level_doc(1, 145, 113), level_doc(2, 146, 223), level_doc(4, 145, 443)]
     return levels, records, samples
@@ -86,7 +106,9 @@ def test_one_slot_verdict_names_the_slot_and_the_queue():
     assert v.knee.at == 1
     assert v.overhead_ms == pytest.approx(3.0)
     c4 = v.levels[2]
-    assert (c4.queued, c4.requests, c4.peak_deferred, c4.peak_busy_slots) == (8, 8, 3, 1)
+    # the first request of the level found the slot free; the other 7 waited for it
+    assert (c4.queued, c4.slot_queued, c4.requests, c4.peak_deferred, c4.peak_busy_slots) == (7, 7, 8, 3, 1)
+    assert c4.evidence == "records" and c4.queue_cause == "slots" and c4.held_outside == 0
     assert c4.queue_wait_ms.p50 == pytest.approx(330, rel=0.01)
     assert v.lines[0] == "a saturates at concurrency 1 = its 1 slot."
     assert v.lines[1] == "a from c=2: throughput +1%, latency ×2.0."
@@ -96,7 +118,11 @@ def test_one_slot_verdict_names_the_slot_and_the_queue():
 
 
 def test_knee_below_the_slot_count_blames_compute():
-    levels, records, samples = one_slot_run()
+    # 4 slots, compute-bound: every request runs at once, each slower by the others (no slot wait)
+    levels, _, _ = one_slot_run()
+    records = []
+    for c in (1, 2, 4):
+        records += closed_loop(c, 4, 8, service_ms=110.0 * c, seq0=len(records))
     v = analyze_target("a", levels, records, [], total_slots=4, metrics_available=True)
     assert v.lines[0] == "a saturates at concurrency 1, below its 4 slots."
     assert "compute, not slots" in v.lines[1]
@@ -128,10 +154,16 @@ def test_waits_without_deferred_tasks_are_not_blamed_on_slots():
     records = [rec(1, i, i * 300, 113) for i in range(4)] + [rec(2, 10 + i, i * 300, 113 + 150) for i in range(4)]
     samples = [ProbeSample("a", 2, i, requests_processing=2, requests_deferred=0, busy_slots=2) for i in range(3)]
     v = analyze_target("a", levels, records, samples, total_slots=4, metrics_available=True)
-    assert v.knee.at == 1 and "compute, not slots" in v.lines[1]
-    assert not any("queue wait" in line for line in v.lines[:3])
+    # the records show no other request in service while each waited: the 150 ms were spent
+    # outside the server, so they are neither queue wait nor a knee
+    assert v.knee is None
+    assert v.levels[1].queue_cause == "outside" and v.levels[1].held_outside == 4
+    assert not any("queue wait" in line for line in v.lines)
+    assert "a at c=2: 4 of 4 requests waited up to 150 ms while a slot was free." in v.lines
+    # the same level judged from scrapes only (no slot count known to the records): not for a slot
+    by_scrapes = analyze_target("a", levels, records, samples, total_slots=None, metrics_available=True)
     assert any(line.startswith("a at c=2: 4 of 4 requests waited to start (median")
-               and line.endswith("not for a slot.") for line in v.lines)
+               and line.endswith("not for a slot.") for line in by_scrapes.lines), by_scrapes.lines
 
 
 def test_the_servers_full_slots_make_a_knee_even_when_throughput_creeps_up():

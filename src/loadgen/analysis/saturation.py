@@ -40,10 +40,19 @@ from ..core.records import ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
+from .occupancy import (MIN_SCRAPES, QUEUED_MIN_MS, QUEUED_SERVICE_SHARE, LevelOccupancy, ScrapeEvidence,
+                        level_occupancy, scrape_evidence)
 
-QUEUED_MIN_MS = 20.0
-QUEUED_SERVICE_SHARE = 0.10
 UNTRUSTED_FAILURE_SHARE = 0.05
+# A request the server had not taken in for longer than this (the probe's default interval) while a
+# slot was free is named as held by the HTTP layer (occupancy.py), with the fix.
+HTTP_HOLD_MS = 250.0
+
+# Why a level's queued requests waited (LevelQueueing.queue_cause).
+SLOTS = "slots"  # for a slot: every slot was busy meanwhile (records), or the server showed it (scrapes)
+OUTSIDE = "outside"  # with a slot free: not yet in the server's hands
+TOO_SHORT = "too_short"  # neither: no records evidence and too few scrapes to tell
+UNKNOWN = "unknown"  # the server shows neither /metrics, /slots nor timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,18 @@ class LevelQueueing:
     peak_busy_slots: int | None
     batching_gain: float | None
     failure_share: float
+    # Why the queued requests waited (SLOTS, OUTSIDE, TOO_SHORT, UNKNOWN; None: none queued) and
+    # from what evidence ("records": the requests' own timings, occupancy.py; "scrapes": the probe).
+    queue_cause: str | None = None
+    evidence: str = "scrapes"
+    slot_queued: int = 0  # queued requests that waited for a slot
+    slot_wait_ms: Distribution | None = None  # their waits while every slot was busy: the queue net of the rest
+    held_outside: int = 0  # requests held outside the server while a slot was free (occupancy.py)
+    held_outside_max_ms: float | None = None  # the longest such wait of one request
+    held_outside_longest_s: float | None = None  # the longest stretch with a request held outside
+    scrapes: int = 0  # probe scrapes taken while the level had a request in flight
+    unheld_longest_s: float | None = None  # scrapes in a row at which the server held fewer than in flight
+    outside_wait_mean_ms: float | None = None  # records: the mean outside wait over the completed requests
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +114,11 @@ class LevelQueueing:
             "queued_wait_ms": self.queued_wait_ms.to_dict() if self.queued_wait_ms else None,
             "peak_deferred": self.peak_deferred, "peak_busy_slots": self.peak_busy_slots,
             "batching_gain": self.batching_gain, "failure_share": self.failure_share,
+            "queue_cause": self.queue_cause, "evidence": self.evidence, "slot_queued": self.slot_queued,
+            "slot_wait_ms": self.slot_wait_ms.to_dict() if self.slot_wait_ms else None,
+            "held_outside": self.held_outside, "held_outside_max_ms": self.held_outside_max_ms,
+            "held_outside_longest_s": self.held_outside_longest_s, "scrapes": self.scrapes,
+            "unheld_longest_s": self.unheld_longest_s,
         }
 
 
@@ -190,10 +216,14 @@ def _place(low: int | float | None, high: int | float, at_low: bool,
 
 
 def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
-    """The server's own evidence of a full house: every slot busy, requests deferred, and most of
-    the level's requests queued."""
-    return (total_slots is not None and q.peak_busy_slots == total_slots and bool(q.peak_deferred)
-            and q.queued_share >= 0.5)
+    """The evidence of a full house: most of the level's requests waited for a slot while every slot
+    was busy (the records' own timings), or, judged from scrapes, every slot busy, requests deferred
+    and most of the level's requests queued."""
+    if total_slots is None or not q.requests:
+        return False
+    if q.evidence == "records":
+        return q.slot_queued / q.requests >= 0.5
+    return q.peak_busy_slots == total_slots and bool(q.peak_deferred) and q.queued_share >= 0.5
 
 
 def _peak(values: Sequence[float | int | None]) -> Any:
@@ -202,10 +232,30 @@ def _peak(values: Sequence[float | int | None]) -> Any:
 
 
 def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Sequence[ProbeSample],
-                   overhead: float | None, throughput: float, throughput_at_1: float | None) -> LevelQueueing:
+                   overhead: float | None, throughput: float, throughput_at_1: float | None,
+                   total_slots: int | None = None, all_records: bool = True,
+                   scrapes_readable: bool = True) -> LevelQueueing:
+    """A level's queuing figures and why its queued requests waited (see occupancy.py): from the
+    records' own timings when the slot count is known and `all_records` (the level's every record is
+    here), else from the scrapes."""
     ok = [r for r in rs if r.ok]
-    queued = sum(1 for r in ok if is_queued(r, overhead))
+    queued_flags = [is_queued(r, overhead) for r in ok]
+    queued = sum(queued_flags)
     counted = [r for r in rs if r.error_kind != "cancelled"]
+    occupancy = level_occupancy(ok, total_slots, overhead) if all_records else None
+    scraped = scrape_evidence(rs, samples)
+    peak_busy = _peak([scraped.peak_busy_slots, occupancy.peak_busy_slots if occupancy else None])
+    slot_waits: list[float] = []
+    if occupancy is not None:
+        for r, flag, split in zip(ok, queued_flags, occupancy.splits):
+            if flag and split is not None and split.slot_wait_ms >= split.outside_wait_ms:
+                slot_waits.append(split.slot_wait_ms)
+        cause = _records_cause(queued, len(slot_waits), occupancy)
+    else:
+        cause = _scrapes_cause(queued, scraped, total_slots, scrapes_readable)
+        if cause == SLOTS:
+            slot_waits = [w for r, flag in zip(ok, queued_flags)
+                          if flag and (w := corrected_queue_wait_ms(r, overhead)) is not None]
     return LevelQueueing(
         level=level,
         requests=len(ok),
@@ -215,17 +265,51 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
         queue_wait_ms=distribution_ms([q for r in ok if (q := corrected_queue_wait_ms(r, overhead)) is not None]),
         queued_wait_ms=distribution_ms([corrected_queue_wait_ms(r, overhead) for r in ok if is_queued(r, overhead)]),
         peak_deferred=_peak([s.requests_deferred for s in samples]),
-        peak_busy_slots=_peak([s.busy_slots if s.busy_slots is not None else
-                               (int(s.requests_processing) if s.requests_processing is not None else None)
-                               for s in samples]),
+        peak_busy_slots=peak_busy,
         batching_gain=throughput / throughput_at_1 if throughput_at_1 else None,
         failure_share=(len(counted) - len(ok)) / len(counted) if counted else 0.0,
+        queue_cause=cause,
+        evidence="records" if occupancy is not None else "scrapes",
+        slot_queued=len(slot_waits),
+        slot_wait_ms=distribution_ms(slot_waits),
+        held_outside=occupancy.held_outside if occupancy else 0,
+        held_outside_max_ms=occupancy.held_outside_max_ms if occupancy else None,
+        held_outside_longest_s=occupancy.held_outside_longest_s if occupancy else None,
+        scrapes=scraped.scrapes,
+        unheld_longest_s=scraped.unheld_longest_s if scraped.scrapes else None,
+        outside_wait_mean_ms=_mean_outside(occupancy),
     )
 
 
+def _mean_outside(occupancy: LevelOccupancy | None) -> float | None:
+    waits = [split.outside_wait_ms for split in occupancy.splits if split is not None] if occupancy else []
+    return statistics.fmean(waits) if waits else None
+
+
+def _records_cause(queued: int, slot_queued: int, occupancy: LevelOccupancy) -> str | None:
+    """Why queued requests waited, by the records: for a slot when most of them did, else outside."""
+    if not queued and not occupancy.held_outside:
+        return None
+    return SLOTS if slot_queued * 2 >= max(queued, 1) and slot_queued >= occupancy.held_outside else OUTSIDE
+
+
+def _scrapes_cause(queued: int, scraped: ScrapeEvidence, total_slots: int | None, readable: bool) -> str | None:
+    """Why queued requests waited, by the scrapes alone: the server showed a slot queue (every slot
+    busy, or a deferred request); or enough scrapes showed none; else too short to tell."""
+    if not queued:
+        return None
+    if not readable:
+        return UNKNOWN
+    if scraped.peak_deferred or (total_slots is not None and scraped.peak_busy_slots == total_slots):
+        return SLOTS
+    if scraped.scrapes >= MIN_SCRAPES and scraped.peak_deferred == 0:
+        return OUTSIDE
+    return TOO_SHORT
+
+
 def _outside_slot_queue(q: LevelQueueing, metrics_available: bool) -> bool:
-    """Requests waited although the server's /metrics saw no deferred task during the level."""
-    return metrics_available and q.peak_deferred == 0
+    """The level's queued requests waited while a slot was free: not in the server's slot queue."""
+    return q.queue_cause == OUTSIDE
 
 
 def _pct(x: float) -> str:
@@ -242,7 +326,8 @@ def _slots(n: int | None) -> str:
 
 def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
                    samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
-                   knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False) -> TargetVerdict:
+                   knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False,
+                   slots_available: bool | None = None) -> TargetVerdict:
     """Verdicts for one target from its level summaries (run.json), records and probe samples.
 
     Open loop (levels are offered request rates) the same knee rule applies to rate instead of
@@ -260,11 +345,19 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     throughput = {_key(lv): lv["throughput_tok_s"] for lv in levels}
     overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies and not open_loop else None
     at_1 = None if open_loop else throughput.get(1)
+    readable = metrics_available or bool(slots_available) or any(
+        s.busy_slots is not None or s.requests_processing is not None for s in samples)
     queueing = tuple(level_queueing(c, by_level.get(c, []), samples_by_level.get(c, []), overhead,
-                                    throughput[c], at_1) for c in concurrencies)
+                                    throughput[c], at_1, total_slots, _all_records(lv, by_level.get(c, [])),
+                                    readable)
+                     for c, lv in zip(concurrencies, levels))
+    by_c = {q.level: q for q in queueing}
     # A level cut short (Ctrl-C, a dead server) would fake a knee: only full levels are compared,
     # and only those with a completed request (one where every request failed measured nothing).
-    points = [LevelPoint(_key(lv), lv["throughput_tok_s"], (lv.get("latency_ms") or {}).get("mean"))
+    # Their latency is net of any wait outside the server (held by its HTTP layer, occupancy.py):
+    # that is not the server's slots running out, and must not place a knee.
+    points = [LevelPoint(_key(lv), lv["throughput_tok_s"],
+                         _net_latency(lv, by_c[_key(lv)]))
               for lv in levels if not lv.get("stopped_reason") and has_completed(lv)]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
     knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots)
@@ -272,13 +365,28 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
         lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
     else:
         lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
-                               max(concurrencies, default=0))
+                               max(concurrencies, default=0), [p.level for p in points], slots_full)
     lines += _failure_lines(label, queueing, open_loop)
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
 
 
+def _all_records(lv: dict[str, Any], rs: Sequence[RequestRecord]) -> bool:
+    """Whether `rs` holds every completed record of the level (a streamed level keeps a sample)."""
+    ok = lv.get("requests_ok")
+    return ok is None or sum(1 for r in rs if r.ok) >= ok
+
+
+def _net_latency(lv: dict[str, Any], q: LevelQueueing) -> float | None:
+    """The level's mean latency, less its requests' mean wait outside the server when any were held there."""
+    mean = (lv.get("latency_ms") or {}).get("mean")
+    if mean is None or not q.held_outside or q.outside_wait_mean_ms is None:
+        return mean
+    return mean - q.outside_wait_mean_ms
+
+
 def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, knee: Knee | None,
-                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int) -> list[str]:
+                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int,
+                   full_levels: Sequence[int | float] = (), slots_full: Collection[int | float] = ()) -> list[str]:
     lines: list[str] = []
     by_c = {q.level: q for q in queueing}
     if knee is not None:
@@ -287,8 +395,9 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
         if after.peak_deferred:
             n = after.peak_deferred
             queue.append(f"up to {n:g} request{'' if n == 1 else 's'} deferred")
-        if after.queued and after.queued_wait_ms and not _outside_slot_queue(after, metrics_available):
-            queue.append(f"median queue wait {_secs(after.queued_wait_ms.p50)}")
+        wait = _slot_wait(after)
+        if after.queue_cause == SLOTS and wait is not None:
+            queue.append(f"median queue wait {_secs(wait.p50)}")
         head, why = _knee_head(label, knee, total_slots, after.peak_busy_slots)
         lines.append(f"{head}.")
         if why:
@@ -297,18 +406,24 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
                      f"latency ×{knee.latency_ratio:.1f}.")
         if queue:
             lines.append(f"{label} at c={knee.next_level}: " + ", ".join(queue) + ".")
+    elif len(full_levels) == 1:
+        lines += _one_level_lines(label, by_c[full_levels[0]], total_slots, full_levels[0] in slots_full)
     else:
-        slots = "its slot count is unknown" if total_slots is None else f"it has {_slots(total_slots)}"
-        lines.append(f"{label} is not saturated up to concurrency {top}; {slots}.")
-        slot_waits = [q for q in queueing if q.queued and not _outside_slot_queue(q, metrics_available)]
-        worst = max(slot_waits, key=lambda q: q.queued_share, default=None)
-        if worst is not None and worst.queued_wait_ms:
-            lines.append(f"{label}: still, {worst.queued} of {worst.requests} requests at c={worst.level} "
-                         f"waited for a slot (median {_secs(worst.queued_wait_ms.p50)}).")
+        full = sorted(c for c in slots_full if c in full_levels)
+        if full:
+            lines.append(f"{label} runs out of slots at c={full[0]}, though throughput and latency show no knee.")
+            lines.append(_slot_evidence(label, by_c[full[0]], total_slots))
+        else:
+            slots = "its slot count is unknown" if total_slots is None else f"it has {_slots(total_slots)}"
+            lines.append(f"{label} is not saturated up to concurrency {top}; {slots}.")
+            slot_waits = [q for q in queueing if q.queue_cause == SLOTS and q.slot_queued]
+            worst = max(slot_waits, key=lambda q: q.slot_queued / max(q.requests, 1), default=None)
+            wait = _slot_wait(worst) if worst is not None else None
+            if worst is not None and wait is not None:
+                lines.append(f"{label}: still, {worst.slot_queued} of {worst.requests} requests at c={worst.level} "
+                             f"waited for a slot (median {_secs(wait.p50)}).")
     for q in queueing:
-        if q.queued and q.queued_wait_ms and _outside_slot_queue(q, metrics_available):
-            lines.append(f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited to start "
-                         f"(median {_secs(q.queued_wait_ms.p50)}), not for a slot.")
+        lines += _cause_lines(label, q)
     gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
@@ -317,6 +432,57 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
     if not metrics_available:
         lines.append(f"{label}: /metrics unavailable (start llama-server with --metrics); "
                      "queuing is judged from /slots and per-request timings only.")
+    return lines
+
+
+def _slot_wait(q: LevelQueueing) -> Distribution | None:
+    """The waits of a level's requests queued for a slot: net of waits outside the server."""
+    return q.slot_wait_ms if q.slot_wait_ms is not None else q.queued_wait_ms
+
+
+def _slot_evidence(label: str, q: LevelQueueing, total_slots: int | None) -> str:
+    """The line that shows a level ran out of slots."""
+    busy = "its slot was" if total_slots == 1 else f"all {_slots(total_slots)} were"
+    if q.evidence == "records":
+        return f"{label} at c={q.level}: {q.slot_queued} of {q.requests} requests waited while {busy} busy."
+    n = q.peak_deferred or 0
+    return f"{label} at c={q.level}: {busy} busy, {n:g} deferred, {q.queued} of {q.requests} requests waited."
+
+
+def _one_level_lines(label: str, q: LevelQueueing, total_slots: int | None, full: bool) -> list[str]:
+    """One level cannot place a knee (there is no step to compare): say what its slot evidence shows."""
+    lines = [f"{label}: one level (c={q.level}) cannot place a knee."]
+    if full:
+        lines.append(_slot_evidence(label, q, total_slots))
+        lines.append(f"{label}: saturated at c={q.level} or below; add lower levels to find where.")
+    elif q.queue_cause in (TOO_SHORT, UNKNOWN):
+        pass  # its cause line says why nothing can be told
+    elif q.slot_queued:
+        lines.append(f"{label} at c={q.level}: {q.slot_queued} of {q.requests} requests waited for a slot; "
+                     "add levels around it.")
+    else:
+        lines.append(f"{label}: no request waited for a slot; add higher levels to find the knee.")
+    return lines
+
+
+def _cause_lines(label: str, q: LevelQueueing) -> list[str]:
+    """What a level's waits outside the slot queue were, or that it was too short to tell."""
+    lines: list[str] = []
+    waited = (f"{label} at c={q.level}: {q.queued} of {q.requests} requests waited to start (median "
+              f"{_secs(q.queued_wait_ms.p50)})" if q.queued_wait_ms is not None else None)
+    if q.queue_cause == TOO_SHORT and waited:
+        lines.append(f"{waited}.")
+        lines.append(f"{label} at c={q.level}: too short to tell if for a slot; give --duration or more --requests.")
+    elif q.queue_cause == UNKNOWN and waited:
+        lines.append(f"{waited}; whether for a slot is unknown (no /metrics, /slots).")
+    elif q.queue_cause == OUTSIDE and q.evidence == "scrapes" and waited:
+        lines.append(f"{waited}, not for a slot.")
+    if q.held_outside and q.evidence == "records":
+        held_ms = q.held_outside_max_ms or 0.0
+        lines.append(f"{label} at c={q.level}: {q.held_outside} of {q.requests} requests waited up to "
+                     f"{_secs(held_ms)} while a slot was free.")
+        if held_ms >= HTTP_HOLD_MS:
+            lines.append(f"{label}: its HTTP threads ran out: raise --threads-http or open fewer connections.")
     return lines
 
 
@@ -407,4 +573,5 @@ def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples
     """The saturation verdict of one target of a run document (pure)."""
     server = target.get("server") or {}
     return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
-                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop).to_dict()
+                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop,
+                          bool(server.get("slots_enabled"))).to_dict()

@@ -1,0 +1,190 @@
+"""Where a level's requests were while they waited: queued for a slot, or not yet in the server.
+
+Pure functions over one level's request records (and, as corroboration, the server's probe
+samples). A scrape of /metrics or /slots sees one instant every few hundred ms and can miss a short
+level's whole queue; the records of a server that sends its own `timings` show every request's
+service, so a verdict read from them does not depend on how many scrapes a level happened to get.
+
+Definitions (times on the client's monotonic clock)
+- service interval of a completed request = [complete − (prompt_ms + predicted_ms), complete]: the
+  server's own account of its work on it, placed at its end (the answer's trip back is small beside it).
+- busy slots at t = how many of the level's service intervals contain t. Only loadgen's own requests
+  are counted: another client's would hold slots unseen (the scrapes still show those).
+- a request's wait = [send + overhead, service start], `overhead` being the fixed cost of HTTP and
+  tokenization measured at concurrency 1 (saturation.overhead_ms).
+- slot wait = the part of the wait while every slot was busy (busy ≥ the slot count): it waited for
+  a slot, as llama-server defers a task;
+  outside wait = the rest, the part while a slot was free: the server had room and had not started
+  the request, so it was not yet in the server's hands (an HTTP thread taken by another connection,
+  a connection not yet accepted, a long tokenization).
+- a request is *held outside* when its outside wait exceeds max(QUEUED_MIN_MS, 10% of its service
+  time) (the same bar that makes a request queued) and is the larger part of its wait.
+- held-outside stretch: a span of time during which at least one request was held outside; a level
+  reports its longest.
+Records-based evidence needs the slot count, the server's timings on the level's requests, and all
+of the level's records (a streamed level keeps all up to its sample size); without it, the scrapes
+decide (`ScrapeEvidence`), and a level with fewer than MIN_SCRAPES of them is too short to tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.records import ProbeSample, RequestRecord
+from .metrics import service_ms
+
+QUEUED_MIN_MS = 20.0
+QUEUED_SERVICE_SHARE = 0.10
+# A level judged from scrapes alone needs at least this many of them during its requests.
+MIN_SCRAPES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSplit:
+    """One request's wait, split by what the server was doing meanwhile (ms)."""
+
+    slot_wait_ms: float
+    outside_wait_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class LevelOccupancy:
+    """A level's records-based slot evidence (None where it cannot be had: see the module)."""
+
+    peak_busy_slots: int  # the most service intervals at once
+    full_s: float  # seconds during which every slot was busy with loadgen's requests
+    splits: tuple[WaitSplit | None, ...]  # per record, in the order given (None: failed or no timings)
+    held_outside: int  # requests held outside (see the module)
+    held_outside_longest_s: float  # the longest stretch with a request held outside
+    held_outside_max_ms: float  # the longest outside wait of one request
+
+
+def service_interval_ns(r: RequestRecord) -> tuple[int, int] | None:
+    """[start, end] of the server's work on a completed request, or None without timings."""
+    service = service_ms(r)
+    if not r.ok or service is None:
+        return None
+    return r.complete_ns - int(service * 1e6), r.complete_ns
+
+
+def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
+                    overhead_ms: float | None) -> LevelOccupancy | None:
+    """The records-based evidence of one level, or None when it cannot be had (no slot count, or a
+    completed request without timings)."""
+    if not total_slots or total_slots < 1:
+        return None
+    intervals = [service_interval_ns(r) for r in records]
+    done = [iv for r, iv in zip(records, intervals) if r.ok]
+    if not done or any(iv is None for iv in done):
+        return None
+    spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
+    # The busy-slot step function: +1 at each start, -1 at each end (ends first at a tie: a slot
+    # handed from one request to the next is never counted twice).
+    times = np.concatenate([spans[:, 1], spans[:, 0]])
+    steps = np.concatenate([-np.ones(len(spans), np.int64), np.ones(len(spans), np.int64)])
+    order = np.lexsort((steps, times))
+    times, busy = times[order], np.cumsum(steps[order])
+    full = (busy >= total_slots).astype(np.int64)
+    seg = np.diff(times)
+    # Cumulative time with every slot busy at each breakpoint (piecewise linear between them).
+    full_cum = np.concatenate([[0], np.cumsum(full[:-1] * seg)])
+    lead = int((overhead_ms or 0.0) * 1e6)
+    splits: list[WaitSplit | None] = []
+    outside_windows: list[tuple[int, int]] = []
+    outside_waits: list[float] = []
+    for r, iv in zip(records, intervals):
+        if iv is None:
+            splits.append(None)
+            continue
+        a, b = r.send_ns + lead, iv[0]
+        if b <= a:
+            splits.append(WaitSplit(0.0, 0.0))
+            continue
+        full_ns = float(np.interp(b, times, full_cum) - np.interp(a, times, full_cum))
+        full_ns = min(max(full_ns, 0.0), float(b - a))
+        split = WaitSplit(full_ns / 1e6, (b - a - full_ns) / 1e6)
+        splits.append(split)
+        if held_outside(split, iv):
+            outside_windows.append((a, b))
+            outside_waits.append(split.outside_wait_ms)
+    return LevelOccupancy(
+        peak_busy_slots=int(busy.max(initial=0)),
+        full_s=float(full_cum[-1]) / 1e9,
+        splits=tuple(splits),
+        held_outside=len(outside_windows),
+        held_outside_longest_s=_longest_union(outside_windows) / 1e9,
+        held_outside_max_ms=max(outside_waits, default=0.0),
+    )
+
+
+def held_outside(split: WaitSplit, interval_ns: tuple[int, int]) -> bool:
+    """Held outside the server: an outside wait past the queued bar, and the larger part of the wait."""
+    service = (interval_ns[1] - interval_ns[0]) / 1e6
+    return (split.outside_wait_ms > max(QUEUED_MIN_MS, QUEUED_SERVICE_SHARE * service)
+            and split.outside_wait_ms > split.slot_wait_ms)
+
+
+def _longest_union(windows: Sequence[tuple[int, int]]) -> int:
+    """The longest span of the union of [a, b) windows, ns."""
+    longest, cur_a, cur_b = 0, None, None
+    for a, b in sorted(windows):
+        if cur_b is None or a > cur_b:
+            if cur_b is not None:
+                longest = max(longest, cur_b - cur_a)  # type: ignore[operator]  # set together with cur_b
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_b is not None:
+        longest = max(longest, cur_b - cur_a)  # type: ignore[operator]
+    return longest
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeEvidence:
+    """What a level's scrapes showed, and of the requests loadgen had in flight at each."""
+
+    scrapes: int  # scrapes taken while the level had a request in flight
+    peak_busy_slots: int | None
+    peak_deferred: float | None
+    unheld_longest_s: float  # the longest run of consecutive scrapes at which the server held fewer
+    #                          requests (processing + deferred) than loadgen had in flight
+    unheld_in_flight: int  # the most requests in flight during that run
+
+
+def scrape_evidence(records: Sequence[RequestRecord], samples: Sequence[ProbeSample]) -> ScrapeEvidence:
+    """The level's scrapes read against its requests in flight at each scrape's time."""
+    sends = np.sort(np.array([r.send_ns for r in records], dtype=np.int64))
+    ends = np.sort(np.array([r.complete_ns for r in records], dtype=np.int64))
+    ordered = sorted(samples, key=lambda s: s.t_ns)
+    during = []
+    for s in ordered:
+        in_flight = int(np.searchsorted(sends, s.t_ns, "right") - np.searchsorted(ends, s.t_ns, "right"))
+        if in_flight > 0:
+            during.append((s, in_flight))
+    busy = [s.busy_slots if s.busy_slots is not None else
+            (int(s.requests_processing) if s.requests_processing is not None else None) for s, _ in during]
+    deferred = [s.requests_deferred for s, _ in during]
+    longest, run_start, run_flight, best_flight = 0, None, 0, 0
+    for s, in_flight in during:
+        if s.requests_processing is None:
+            run_start = None
+            continue
+        held = s.requests_processing + (s.requests_deferred or 0)
+        if held < in_flight:
+            if run_start is None:
+                run_start, run_flight = s.t_ns, in_flight
+            run_flight = max(run_flight, in_flight)
+            if s.t_ns - run_start > longest:
+                longest, best_flight = s.t_ns - run_start, run_flight
+        else:
+            run_start = None
+    return ScrapeEvidence(
+        scrapes=len(during),
+        peak_busy_slots=max((b for b in busy if b is not None), default=None),
+        peak_deferred=max((d for d in deferred if d is not None), default=None),
+        unheld_longest_s=longest / 1e9,
+        unheld_in_flight=best_flight,
+    )
