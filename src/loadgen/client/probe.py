@@ -7,6 +7,15 @@ Paths go under the base URL's prefix (core.baseurl). Behind a gateway that does 
 server's own endpoints, `server_url` names the server itself: `/props`, `/slots` and `/metrics` are
 asked there, while `/health` (is the target up?) and `/v1/models` (the name the target wants) are
 asked of the target.
+
+The probe must not disturb the server it watches. llama-server serves HTTP from a pool of threads,
+and its HTTP library keeps a thread on a keep-alive connection until that connection has been idle
+for its keep-alive timeout (5 s): a probe holding keep-alive connections of its own takes threads
+the requests may need. So the probe uses one connection at a time and closes it after every answer
+(`Connection: close`): a scrape asks /metrics, then /slots, and gives its thread back at once. Its
+schedule adapts (`scrape_schedule`): dense at a level's start (so a short level is still seen
+several times), then every `interval_s`, and never more often than PROBE_COST_SHARE of the time
+a scrape itself takes (a slow server, one busy with a long prefill, is asked less often).
 """
 
 from __future__ import annotations
@@ -28,6 +37,21 @@ from ..core.clock import now_ns
 from ..core.records import ProbeSample
 from .session import SessionClient
 from .transport import connect_reason
+
+# A level's first DENSE_SCRAPES scrapes come every interval / DENSE_DIVISOR (not below
+# DENSE_MIN_S): a level of a second still gets several. After every scrape the next waits at least
+# its duration / PROBE_COST_SHARE: the probe occupies one HTTP thread at most 5% of the time.
+DENSE_SCRAPES = 8
+DENSE_DIVISOR = 4
+DENSE_MIN_S = 0.025
+PROBE_COST_SHARE = 0.05
+
+
+def scrape_delay_s(index: int, interval_s: float, last_scrape_s: float) -> float:
+    """How long after scrape `index` (0 for a level's first) starts the next one (see DENSE_SCRAPES)."""
+    base = max(DENSE_MIN_S, interval_s / DENSE_DIVISOR) if index < DENSE_SCRAPES - 1 else interval_s
+    return max(min(base, interval_s), last_scrape_s / PROBE_COST_SHARE)
+
 
 # Counters and gauges kept from /metrics, named exactly as llama-server emits them.
 METRIC_NAMES = (
@@ -102,7 +126,8 @@ class Probe(SessionClient):
 
     def __init__(self, base_url: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10,
                  insecure: bool = False, server_url: str | None = None):
-        super().__init__(headers, timeout_s, insecure)
+        # One connection at a time, closed after each answer: see the module's docstring.
+        super().__init__(headers, timeout_s, insecure, force_close=True)
         self.base_url = base_url.rstrip("/")
         self._target = BaseUrl.parse(base_url)
         self._server = BaseUrl.parse(server_url) if server_url else self._target
@@ -202,11 +227,11 @@ class Probe(SessionClient):
         return [s for s in slots if isinstance(s, dict)]
 
     async def sample(self, target: str, level: int, info: ServerInfo) -> ProbeSample:
-        """One timestamped look at /metrics and /slots, taken concurrently."""
+        """One timestamped look at /metrics, then /slots (one after the other: the probe never holds
+        two of the server's HTTP threads)."""
         t_ns = now_ns()
-        metrics, slots = await asyncio.gather(
-            self.metrics() if info.metrics_enabled else _none(),
-            self._slots() if info.slots_enabled else _none())
+        metrics = await self.metrics() if info.metrics_enabled else None
+        slots = await self._slots() if info.slots_enabled else None
         m = metrics or {}
         return ProbeSample(target=target, level=level, t_ns=t_ns,
                            requests_processing=m.get("llamacpp:requests_processing"),
@@ -215,18 +240,22 @@ class Probe(SessionClient):
                            prompt_tokens_total=m.get("llamacpp:prompt_tokens_total"),
                            n_decode_total=m.get("llamacpp:n_decode_total"),
                            busy_slots=None if slots is None else sum(1 for s in slots if s.get("is_processing")),
-                           slot_context_tokens=None if slots is None else [slot_context_used(s) for s in slots])
+                           slot_context_tokens=None if slots is None else [slot_context_used(s) for s in slots],
+                           scrape_us=(now_ns() - t_ns) // 1000)
 
     async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
                                      out: list[ProbeSample]) -> None:
-        """Append a sample every interval_s on an absolute schedule (no drift) until cancelled."""
+        """Append samples until cancelled, on an absolute schedule (no drift): dense at first, then
+        every interval_s, never costing the server more than PROBE_COST_SHARE (`scrape_delay_s`)."""
         if not (info.metrics_enabled or info.slots_enabled):
             return
-        step = int(interval_s * 1e9)
         next_ns = now_ns()
+        index = 0
         while True:
-            out.append(await self.sample(target, level, info))
-            next_ns += step
+            sample = await self.sample(target, level, info)
+            out.append(sample)
+            next_ns += int(scrape_delay_s(index, interval_s, (sample.scrape_us or 0) / 1e6) * 1e9)
+            index += 1
             delay = (next_ns - now_ns()) / 1e9
             if delay < 0:  # a slow scrape: skip the missed ticks rather than burst
                 next_ns = now_ns()
@@ -271,10 +300,6 @@ def _unreachable(exc: BaseException) -> str:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"non-standard JSON constant {name}")
-
-
-async def _none() -> None:
-    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -172,6 +172,9 @@ class ProbeSample(msgspec.Struct, frozen=True):
     # From /slots, one per slot: tokens of context its running task holds (n_prompt_tokens +
     # next_token.n_decoded; 0 for an idle slot). None: /slots was off or unreadable.
     slot_context_tokens: list[int] | None = None
+    # How long the scrape took (its /metrics and /slots, one after the other), µs: what the probe cost
+    # the server's HTTP layer. None in files written before it was recorded.
+    scrape_us: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.structs.asdict(self)
