@@ -106,13 +106,17 @@ def queue_table(doc: dict[str, Any]) -> Grid | None:
 
     The queue wait shown is the level's `queue_wait_ms` (metrics.queue_wait_ms, raw: not corrected
     for the c=1 overhead), the same figure the sweep table, the HTML and Markdown reports and the CSV
-    show under that name; the overhead correction only decides which requests count as queued."""
+    show under that name; the overhead correction only decides which requests count as queued. Of
+    the queued, "for a slot" waited while every slot was busy, and "held outside" waited with a slot
+    free (analysis/occupancy.py), the longest such wait beside them: neither is judged by a scrape
+    (n/a where the records cannot tell: no slot count or no timings)."""
     rows = [(t, lv) for t in doc["targets"] if t.get("verdict") for lv in t["verdict"]["levels"]]
     if not rows:
         return None
     grid = Grid("queuing and saturation", [
         Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
-        Column("queued"), Column("queue wait\nms p50"), Column("p99"), Column("max"), Column("peak\ndeferred"),
+        Column("queued"), Column("for a\nslot"), Column("held\noutside"), Column("outside\nmax ms"),
+        Column("queue wait\nms p50"), Column("p99"), Column("max"), Column("peak\ndeferred"),
         Column("peak busy\nslots"), Column("slots"), Column("batching\ngain")])
     last = None
     for t, lv in rows:
@@ -120,11 +124,19 @@ def queue_table(doc: dict[str, Any]) -> Grid | None:
         qw = summary.get("queue_wait_ms") or {}
         grid.add_row(t["label"] if t["label"] != last else "", Num(lv["level"], None),
                      f"{lv['queued']}/{lv['requests']} ({lv['queued_share']:.0%})",
-                     Num(qw.get("p50")), Num(qw.get("p99")), Num(qw.get("max")), Num(lv.get("peak_deferred")),
+                     *_held(lv), Num(qw.get("p50")), Num(qw.get("p99")), Num(qw.get("max")), Num(lv.get("peak_deferred")),
                      Num(lv.get("peak_busy_slots")), Num(t["verdict"].get("total_slots")),
                      Num(lv.get("batching_gain"), 2, "×"))
         last = t["label"]
     return grid
+
+
+def _held(lv: dict[str, Any]) -> list[Any]:
+    """A level's queued requests by cause (records-based only: a verdict written before has none)."""
+    if lv.get("evidence") != "records":
+        return [Num(None), Num(None), Num(None)]
+    return [Num(lv.get("slot_queued")), Num(lv.get("held_outside")),
+            Num(lv.get("held_outside_max_ms") if lv.get("held_outside") else None)]
 
 
 # (column title, summary key, statistic) of the latency detail table, shown when any level has them.
