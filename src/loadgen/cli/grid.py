@@ -29,8 +29,8 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag, parse_param,
-                             render, run_order)
+from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag,
+                             parse_param, render, run_order)
 from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
