@@ -1,10 +1,13 @@
 """A stand-in llama-server for `loadgen grid` tests: the simulator behind llama-server's flags and boot log.
 
     python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
+                                [--reuse-port] [--bind-after FILE]
 
 It prints the boot-log lines loadgen reads (as llama-server does at -lv 4), refuses an unknown
 flag as llama-server does (exit 1), can exit with code 3 after N completion requests (a server that
-dies mid-sweep) or never finish loading (/health 503 forever).
+dies mid-sweep) or never finish loading (/health 503 forever). It binds with SO_REUSEPORT when
+asked (as llama-server's HTTP library does), waits for FILE to exist before it binds (a test
+takes its port meanwhile), and exits 1 with llama-server's line when it cannot bind.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
     p.add_argument("--load-forever", action="store_true")
+    p.add_argument("--reuse-port", action="store_true")
+    p.add_argument("--bind-after", default=None)
     return p.parse_args(argv)
 
 
@@ -48,8 +53,17 @@ def boot_log(args: argparse.Namespace) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    sim = await start_simulator(load_profile("smoke"), host=args.host, port=args.port, slots=args.parallel,
-                                time_scale=0.05, seed=args.seed, load_seconds=1e9 if args.load_forever else 0)
+    if args.bind_after:
+        print(f"waiting for {args.bind_after} before binding", flush=True)
+        while not os.path.exists(args.bind_after):
+            await asyncio.sleep(0.02)
+    try:
+        sim = await start_simulator(load_profile("smoke"), host=args.host, port=args.port, slots=args.parallel,
+                                    time_scale=0.05, seed=args.seed, load_seconds=1e9 if args.load_forever else 0,
+                                    reuse_port=args.reuse_port)
+    except OSError:
+        print(f"couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}", flush=True)
+        sys.exit(1)
     print(f"main: server is listening on http://{args.host}:{args.port}", flush=True)
     seen = 0
     while True:

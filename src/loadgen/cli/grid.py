@@ -3,7 +3,10 @@
 Each cell's server is started by loadgen on a free loopback port (`run.servers`: its own process
 group, killed with loadgen however loadgen ends), with `--host`, `--port` and `-lv 4` added unless
 the template sets them (`-lv 4` prints the KV cache lines of the boot log; it also logs about 28
-lines per request instead of 7, to a file). The measurement is a fresh `loadgen sweep` (or prefill,
+lines per request instead of 7, to a file). A cell measures only its own server: its port must be
+free before the server starts, and once /health answers, every socket listening on that port must be
+the server's (`core.ports`; /props' slot count where the system cannot tell); otherwise the cell
+fails with "could not bind HOST:PORT (in use)" (a port grid picked itself is tried again with another). The measurement is a fresh `loadgen sweep` (or prefill,
 depth) process against it, as `loadgen ab` runs its sweeps, so every cell's folder is a run in
 today's format. Before the next cell starts, the server is stopped and its pid checked gone.
 
@@ -26,16 +29,19 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag, parse_param,
-                             render, run_order)
+from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag,
+                             parse_param, render, run_order)
 from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
+from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid import print_grid
 from ..results.grid import DONE, grid_summaries, is_grid, load_grid, write_grid
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
-from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, stop, wait_ready
+from ..run.servers import (ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop,
+                           wait_ready)
 from .ab import run_summary
 from .common import die_with_parent, user_errors
 from .shared import CHECK_ONLY, checking_only
@@ -43,6 +49,7 @@ from .shared import console as _console
 
 MEASURES = ("sweep", "prefill", "depth")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
+PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
@@ -101,28 +108,46 @@ class CellRunner:
 
     def run(self, cell: dict[str, Any], repeat: int) -> dict[str, Any]:
         folder = self.root / "cells" / cell["id"] / f"r{repeat}"
+        picks_port = not has_flag(render(self.doc["template"], cell["params"]), "--port")
+        for attempt in range(1, PORT_TRIES + 1):
+            entry, port_taken = self._attempt(cell, repeat, folder)
+            if not (port_taken and picks_port) or attempt == PORT_TRIES:
+                break
+            # a port grid picked itself was taken before its server bound it: another port, not a failed cell
+            self.err.print(f"  {entry['reason']}; trying another port", highlight=False)
+        return entry
+
+    def _attempt(self, cell: dict[str, Any], repeat: int, folder: Path) -> tuple[dict[str, Any], bool]:
+        """One try at the cell's repeat: its grid entry, and whether its port was taken by another process."""
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted attempt's, being run again (--resume)
         folder.mkdir(parents=True)
         argv, url = server_argv(self.doc["template"], cell["params"])
         entry: dict[str, Any] = {"repeat": repeat, "started_utc": utc_now().isoformat(), "command": argv, "url": url,
                                  "log": str((folder / "server.log").relative_to(self.root))}
         entry["kv_estimate"], entry["kv_estimate_note"] = kv_estimate(argv)
+        address = url.removeprefix("http://")
+        host, _, port = address.rpartition(":")
+        problem = bind_problem(host, int(port))
+        if problem:  # never start a server that cannot have its port: something else would answer for it
+            return {**entry, "status": "failed", "reason": bind_failure(address, problem), "log_tail": []}, \
+                problem == "in use"
         try:
             server = launch(argv, url, folder / "server.log")
         except ServerStartError as exc:
-            return {**entry, "status": "failed", "reason": str(exc), "log_tail": []}
+            return {**entry, "status": "failed", "reason": str(exc), "log_tail": []}, False
         entry["pid"] = server.pid
         try:
-            entry.update(self._measure(cell, server, folder))
+            entry.update(self._measure(cell, server, folder, argv, host, int(port)))
         finally:
             entry["server_exit"] = stop(server)
             entry["server_gone"] = True  # stop() raises otherwise
         entry["finished_utc"] = utc_now().isoformat()
         if entry["status"] != "ok":
             entry["log_tail"] = log_tail(server.log_path.read_text(errors="replace"))
-        return entry
+        return entry, entry["status"] == "failed" and entry["reason"] == bind_failure(address)
 
-    def _measure(self, cell: dict[str, Any], server: ServerProcess, folder: Path) -> dict[str, Any]:
+    def _measure(self, cell: dict[str, Any], server: ServerProcess, folder: Path, argv: list[str], host: str,
+                 port: int) -> dict[str, Any]:
         last = [0.0]
 
         def on_wait(elapsed: float, state: str) -> None:
@@ -132,10 +157,17 @@ class CellRunner:
 
         reason = wait_ready(server, self.doc["wait_ready_s"], stop_requested=lambda: bool(LATCH.received),
                             on_wait=on_wait)
+        props = (get_json(server.url, "/props") or {}) if reason is None else {}
+        exit_code = server.proc.poll()
+        if reason is None and exit_code is not None:  # it answered, then exited: or someone else answered
+            reason = f"the server exited with code {exit_code} before it was healthy"
+        if reason is None or exit_code is not None:
+            reason = not_the_cells_server(f"{host}:{port}", port_holder(server, host, port), exit_code is None,
+                                          props.get("total_slots"),
+                                          asked_slots(flag_value(argv, "-np", "--parallel"))) or reason
         if reason:
             return {"status": "interrupted" if LATCH.received else "failed", "reason": reason}
         facts = boot_facts(server.log_path.read_text(errors="replace"))
-        props = get_json(server.url, "/props") or {}
         found = {"boot": facts.to_dict(), "props": {k: props.get(k) for k in ("total_slots", "model_alias",
                                                                                 "model_path", "build_info")},
                  "run_dir": str((folder / "run").relative_to(self.root))}

@@ -5,6 +5,8 @@ decides, and so stopping it reaches any process it started) and gets SIGTERM fro
 loadgen dies without cleaning up (`core.processes.die_with_parent`). Its stdout and stderr go to
 a log file, never a pipe: a verbose server can never block on a pipe nobody reads. `stop` sends
 SIGTERM to the group, SIGKILL after a grace period, reaps it and checks by pid that it is gone.
+`port_holder` says whose listening sockets answer on the server's port (`core.ports`): a server
+that could not bind its port, or shares it, must not be measured through it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.ports import PortHolder, bind_problem
+from ..core.ports import port_holder as listening_holder
 from ..core.processes import die_with_parent, pid_alive
 
 STOP_GRACE_S = 15
@@ -47,6 +51,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_holder(server: ServerProcess, host: str, port: int) -> PortHolder | None:
+    """Who listens on host:port: the server's own processes alone ("ours"), another process too
+    ("foreign"), nobody ("none"), or None where the system cannot tell. Once the server has exited
+    a bind attempt still tells whether another process holds the port."""
+    holder = listening_holder(host, port, session=server.pid)  # launched with a session of its own
+    if holder is None and server.proc.poll() is not None:
+        holder = "foreign" if bind_problem(host, port) == "in use" else "none"
+    return holder
 
 
 def launch(argv: Sequence[str], url: str, log_path: Path) -> ServerProcess:

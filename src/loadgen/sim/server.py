@@ -343,10 +343,11 @@ class RunningSimulator:
 
 async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: int = 0, slots: int = 4,
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
-                          faults: FaultConfig | None = None) -> RunningSimulator:
+                          faults: FaultConfig | None = None, reuse_port: bool = False) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
-    `faults` replaces the profile's own faults; None keeps them. Raises OSError if it cannot bind.
+    `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
+    SO_REUSEPORT, as llama-server's HTTP library does. Raises OSError if it cannot bind.
     """
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
                          faults=profile.faults if faults is None else faults)
@@ -355,7 +356,7 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         await site.start()
     except BaseException:
         await runner.cleanup()
