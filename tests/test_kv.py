@@ -206,6 +206,9 @@ ARCHS = {
     # short convolution in 0 and 2: R 256 × (3 - 1) = 512 f32 = 2,048 B a layer and sequence
     "lfm2": {"arch": "lfm2", "block_count": 4, **HEADS, "attention.head_count_kv": [0, 2, 0, 2],
              "shortconv.l_cache": 3},
+    # with a window, its attention layers (1, 3) slide
+    "lfm2-window": {"arch": "lfm2", "block_count": 4, **HEADS, "attention.head_count_kv": [0, 2, 0, 2],
+                    "shortconv.l_cache": 3, "attention.sliding_window": 512},
     # no window key: 4096, every other layer (0, 2)
     "gemma2": {"arch": "gemma2", "block_count": 4, **HEADS},
     # per-layer KV heads 2/0/4/1 of 64: K widths 128 + 0 + 256 + 64 = 448 elements, 896 B a cell
@@ -243,6 +246,8 @@ ARCH_TABLE = [
     ("falcon-h1", 4096, 2, {}, ("4.00", 2048, 2, 0, "0.00", "0.08")),
     # -c 16384 -np 64: 256 cells × 64 × 2 × 512 = 16 MiB; state 2 × 2,048 × 64 = 0.25 MiB
     ("lfm2", 16384, 64, {}, ("16.00", 256, 2, 0, "0.00", "0.25")),
+    # both attention layers in the window cache: pad(min(4096, 512 + 512)) = 1024 cells × 2 × 512 = 1 MiB
+    ("lfm2-window", 4096, 1, {}, ("0.00", 4096, 0, 1024, "1.00", "0.00")),
     # -ub 4096 is capped at -b 2048: pad(min(16384, 4096 + 2048)) = 6144 cells: 2 × 6144 × 512 = 6 MiB
     ("gemma2", 16384, 1, {"n_ubatch": 4096}, ("16.00", 16384, 2, 6144, "6.00", "0.00")),
     # -b 4096 -ub 4096: 8192 cells, 8 MiB
@@ -256,8 +261,11 @@ ARCH_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("name, n_ctx, parallel, flags, expected", ARCH_TABLE,
-                         ids=[f"{row[0]}-c{row[1]}-np{row[2]}" + "".join(f"-{k}" for k in row[3]) for row in ARCH_TABLE])
+ARCH_IDS = [f"{name}-c{n_ctx}-np{parallel}" + "".join(f"-{k}" for k in flags)
+            for name, n_ctx, parallel, flags, _ in ARCH_TABLE]
+
+
+@pytest.mark.parametrize("name, n_ctx, parallel, flags, expected", ARCH_TABLE, ids=ARCH_IDS)
 def test_every_architecture_as_llama_cpp_sizes_it(tmp_path, name, n_ctx, parallel, flags, expected):
     shape = shape_of(tmp_path, ARCHS[name])
     est = kv.estimate(shape, n_ctx, parallel, **flags)

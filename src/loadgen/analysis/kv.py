@@ -101,6 +101,7 @@ class SwaRule:
     dense_first: bool = False  # the full-attention layer opens each group instead of closing it
     forced_window: int | None = None  # a window set in code whatever the key says
     chunked: bool = False  # llama4's chunked attention (sized like SWA)
+    attention_layers: bool = False  # every attention layer slides (lfm2: those with KV heads)
 
 
 SWA_RULES = {
@@ -112,6 +113,7 @@ SWA_RULES = {
     "mellum": SwaRule("window", 4), "smallthinker": SwaRule("window", 4, dense_first=True, forced_window=4096),
     "laguna": SwaRule("window", 4, dense_first=True), "muse-glimmer": SwaRule("always", 4),
     "llama4": SwaRule("chunked", 4, forced_window=8192, chunked=True),
+    "lfm2": SwaRule("window", 0, attention_layers=True),
     "step35": SwaRule("always", None), "granite_swa": SwaRule("always", None), "mimo2": SwaRule("always", None),
     "maple": SwaRule("always", None), "spark2_5": SwaRule("always", None),
 }
@@ -240,7 +242,8 @@ def _family(arch: str) -> str:
     return family
 
 
-def _swa(meta: dict[str, Any], arch: str, n_layer: int, n_main: int) -> tuple[tuple[bool, ...], int]:
+def _swa(meta: dict[str, Any], arch: str, n_layer: int, n_main: int,
+         kv_layers: tuple[bool, ...]) -> tuple[tuple[bool, ...], int]:
     """Which layers slide (or chunk) and the window, per the architecture's rule; the MTP layers never."""
     rule = SWA_RULES.get(arch)
     none = (False,) * n_layer, 0
@@ -260,6 +263,8 @@ def _swa(meta: dict[str, Any], arch: str, n_layer: int, n_main: int) -> tuple[tu
         if rule.window is None:
             raise ModelShapeError(f"the GGUF has no {arch}.attention.sliding_window")
         window = rule.window
+    if rule.attention_layers:
+        return tuple(kv and i < n_main for i, kv in enumerate(kv_layers)), window
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):  # one flag per layer; layers past the list do not slide
         flags = [bool(p) for p in pattern[:n_layer]] + [False] * max(0, n_layer - len(pattern))
@@ -346,7 +351,7 @@ def model_shape(meta: dict[str, Any]) -> ModelShape:
     head_k_swa = _key(meta, arch, "attention.key_length_swa", head_k)
     head_v_swa = _key(meta, arch, "attention.value_length_swa", head_v)
     kv_layers, recurrent = _layers(meta, arch, family, n_layer, n_main, n_head_kv)
-    swa, n_swa = _swa(meta, arch, n_layer, n_main)
+    swa, n_swa = _swa(meta, arch, n_layer, n_main, kv_layers)
     if any(kv_layers) and not n_embd and not meta.get(f"{arch}.attention.key_length"):
         raise ModelShapeError(f"the GGUF has no {arch}.embedding_length")
     r, s = _recurrent_state(meta, arch, n_embd) if any(recurrent) else (0, 0)

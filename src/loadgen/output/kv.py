@@ -96,8 +96,8 @@ def kv_dict(shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], 
     """`loadgen kv --format json`: the layout and one entry per configuration, MiB as llama.cpp rounds them."""
     out: dict[str, Any] = {
         "llama_cpp_build": LLAMA_CPP_BUILD, "arch": shape.arch, "layers": shape.n_layer,
-        "mtp_layers": shape.n_layer_nextn, "kv_layers": _indices(shape.kv_layers), "swa_layers": _indices(shape.swa_layers),
-        "n_swa": shape.n_swa, "chunked": shape.chunked, "mla": shape.mla,
+        "mtp_layers": shape.n_layer_nextn, "kv_layers": _indices(shape.kv_layers),
+        "swa_layers": _indices(shape.swa_layers), "n_swa": shape.n_swa, "chunked": shape.chunked, "mla": shape.mla,
         "recurrent_layers": _indices(shape.recurrent_layers), "n_ctx_train": shape.n_ctx_train,
         "bytes_per_token": per_token, "cache": cache,
         "estimates": [{"n_ctx": e.n_ctx, "n_ctx_seq": e.n_ctx_seq, "n_seq_max": e.n_seq_max, "unified": e.unified,
