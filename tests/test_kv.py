@@ -317,6 +317,18 @@ def test_allowed_quantized_settings(tmp_path):
     assert mla.k_bytes == 3 * 4096 * 96 * 34 // 32 and mla.v_bytes == 0
 
 
+def test_mistral4_is_mla_too(tmp_path):
+    """mistral4 loads its hyperparameters as deepseek2 does: with the MLA keys, K only."""
+    est = kv.estimate(shape_of(tmp_path, {**ARCHS["deepseek2-mla"], "arch": "mistral4"}), 4096, 1)
+    assert (kv.mib(est.kv_bytes), kv.mib(est.v_bytes)) == ("2.25", "0.00")
+
+
+def test_rwkv_without_its_head_size(tmp_path):
+    spec = {key: value for key, value in ARCHS["rwkv6"].items() if key != "wkv.head_size"}
+    with pytest.raises(kv.ModelShapeError, match="no rwkv6.wkv.head_size"):
+        shape_of(tmp_path, spec)
+
+
 @pytest.mark.parametrize("arch, message", [
     ("no-such-arch", "unknown to this loadgen"),
     ("kimi-linear", "unknown to this loadgen"),

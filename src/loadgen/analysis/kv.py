@@ -66,7 +66,8 @@ NOT_SIZED = frozenset({  # caches of their own kind (DSA/MSA indexers, linear at
     "minimax-m3", "glm-dsa", "deepseek32", "glm5-next", "hy_v4", "dots3note", "deepseek4", "dflash",
     "gemma4-assistant", "qwen4exp", "kimi-linear", "kimi-k3", "bailingmoe3", "minimax-01", "nanbeige",
     "t5", "t5encoder", "graniteswitch", "eagle3", "qwen3tts", "pockettts"})
-RECURRENT = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+RWKV = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+RECURRENT = frozenset({"mamba", "mamba2", *RWKV})
 ZERO_HEAD_HYBRIDS = frozenset({"jamba", "plamo2", "granitehybrid", "lfm2", "lfm2moe"})  # 0 KV heads: recurrent
 INTERVAL_HYBRIDS = frozenset({"qwen3next", "qwen35", "qwen35moe"})  # every full_attention_interval-th: KV
 NEMOTRON_H = frozenset({"nemotron_h", "nemotron_h_moe"})  # 0 KV heads and 0 feed-forward: recurrent
@@ -86,7 +87,7 @@ ARCH_FAMILIES = {**{a: "none" for a in NO_CACHE}, **{a: "not sized" for a in NOT
                  **{a: "recurrent" for a in RECURRENT}, **{a: "zero-head hybrid" for a in ZERO_HEAD_HYBRIDS},
                  **{a: "interval hybrid" for a in INTERVAL_HYBRIDS}, **{a: "nemotron-h" for a in NEMOTRON_H},
                  "falcon-h1": "falcon-h1", **{a: "transformer" for a in TRANSFORMERS}}
-MLA_ARCHS = frozenset({"deepseek2"})  # of the sized ones, those that read key_length_mla
+MLA_ARCHS = frozenset({"deepseek2", "mistral4"})  # of the sized ones, those that read key_length_mla
 KV_FROM_START = {"gemma3n": 20}  # layers past these reuse earlier layers' KV (gemma4: block_count - shared_kv_layers)
 DEFAULT_INTERVAL = 4
 
@@ -313,13 +314,14 @@ def _layers(meta: dict[str, Any], arch: str, family: str, n_layer: int, n_main: 
     return kv, (False,) * n_layer
 
 
-def _recurrent_state(meta: dict[str, Any], arch: str, n_embd: int) -> tuple[int, int]:
+def _recurrent_state(meta: dict[str, Any], arch: str) -> tuple[int, int]:
     """f32 elements per recurrent layer and sequence: R (convolution / token shift) and S (the SSM's / WKV's)."""
-    if f"{arch}.wkv.head_size" in meta:  # RWKV
+    if arch in RWKV:
+        n_embd = _key(meta, arch, "embedding_length")
         shift = _key(meta, arch, "token_shift_count", 2)
         return shift * n_embd, n_embd * _key(meta, arch, "wkv.head_size")
     if arch in ("lfm2", "lfm2moe"):  # a short convolution, no SSM
-        return n_embd * (_key(meta, arch, "shortconv.l_cache") - 1), 0
+        return _key(meta, arch, "embedding_length") * (_key(meta, arch, "shortconv.l_cache") - 1), 0
     d_conv = _key(meta, arch, "ssm.conv_kernel")
     d_inner = _key(meta, arch, "ssm.inner_size")
     d_state = _key(meta, arch, "ssm.state_size")
@@ -354,7 +356,7 @@ def model_shape(meta: dict[str, Any]) -> ModelShape:
     swa, n_swa = _swa(meta, arch, n_layer, n_main, kv_layers)
     if any(kv_layers) and not n_embd and not meta.get(f"{arch}.attention.key_length"):
         raise ModelShapeError(f"the GGUF has no {arch}.embedding_length")
-    r, s = _recurrent_state(meta, arch, n_embd) if any(recurrent) else (0, 0)
+    r, s = _recurrent_state(meta, arch) if any(recurrent) else (0, 0)
     mla = (arch in MLA_ARCHS and bool(meta.get(f"{arch}.attention.key_length_mla"))
            and bool(meta.get(f"{arch}.attention.value_length_mla")))
     return ModelShape(
