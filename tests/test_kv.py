@@ -407,3 +407,16 @@ def test_cli_json(tmp_path, loadgen):
     assert doc["llama_cpp_build"] == kv.LLAMA_CPP_BUILD and doc["swa_layers"] == [0, 2]
     assert (doc["estimates"][0]["kv_mib"], doc["estimates"][0]["swa_mib"], doc["estimates"][0]["swa_cells"]) == (
         4.0, 0.75, 768)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["-m", "m.gguf"], (2048, "auto")),
+    (["-m", "m.gguf", "-b", "4096", "-fa", "off"], (4096, "off")),
+    (["-m", "m.gguf", "--batch-size=512", "--flash-attn", "0"], (512, "off")),
+    (["-m", "m.gguf", "-fa", "enabled"], (2048, "on")),
+])
+def test_grid_reads_batch_and_flash_attention(argv, expected):
+    """The grid's estimate for a cell sees -b and -fa as llama-server spells them."""
+    from loadgen.analysis.grid import cache_flags
+    flags = cache_flags(argv)
+    assert (flags.n_batch, kv.flash_mode(flags.flash_attn)) == expected
