@@ -111,10 +111,12 @@ class ServerCacheFlags:
     type_v: str = "f16"
     n_ubatch: int = 512
     swa_full: bool = False
+    n_batch: int = 2048
+    flash_attn: str = "auto"
 
 
 def cache_flags(argv: Sequence[str]) -> ServerCacheFlags:
-    """-c, -np, -kvu/-no-kvu, -ctk, -ctv, -ub, --swa-full and -m of a llama-server argv. Unset
+    """-c, -np, -kvu/-no-kvu, -ctk, -ctv, -ub, -b, -fa, --swa-full and -m of a llama-server argv. Unset
     --parallel is llama-server's auto: 4 slots sharing one unified cache."""
     parallel = int(flag_value(argv, "-np", "--parallel") or -1)
     unified = has_flag(argv, "-kvu", "--kv-unified") or (parallel < 0 and not has_flag(argv, "-no-kvu",
@@ -124,7 +126,9 @@ def cache_flags(argv: Sequence[str]) -> ServerCacheFlags:
         n_parallel=4 if parallel < 0 else parallel, unified=unified,
         type_k=(flag_value(argv, "-ctk", "--cache-type-k") or "f16").lower(),
         type_v=(flag_value(argv, "-ctv", "--cache-type-v") or "f16").lower(),
-        n_ubatch=int(flag_value(argv, "-ub", "--ubatch-size") or 512), swa_full=has_flag(argv, "--swa-full"))
+        n_ubatch=int(flag_value(argv, "-ub", "--ubatch-size") or 512), swa_full=has_flag(argv, "--swa-full"),
+        n_batch=int(flag_value(argv, "-b", "--batch-size") or 2048),
+        flash_attn=(flag_value(argv, "-fa", "--flash-attn") or "auto").lower())
 
 
 @dataclass(frozen=True, slots=True)

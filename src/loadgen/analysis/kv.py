@@ -1,22 +1,36 @@
 """How much memory llama.cpp's KV cache and recurrent state take, from a model's GGUF metadata.
 
 Pure functions over the metadata (a dict of GGUF keys: `run.gguf_file` reads it), following
-llama.cpp's own sizing (`llama-context.cpp`, `llama-model.cpp`, `llama-kv-cache*.cpp`,
-`llama-memory-recurrent.cpp`, `llama-hparams.cpp`):
+llama.cpp's own sizing as of build 11434 (`LLAMA_CPP_BUILD`: `llama-context.cpp`, `llama-model.cpp`
+and the per-architecture `models/*.cpp`, `llama-kv-cache*.cpp`, `llama-memory-*.cpp`,
+`llama-hparams.cpp`):
 
 - Context: `n_ctx` is padded up to a multiple of 256. Without a unified cache each of the
   `n_seq_max` (= `--parallel`) sequences gets its own stream of `n_ctx_seq = pad(n_ctx / n_seq_max, 256)`
-  cells; unified, one stream of `n_ctx` cells is shared by all.
-- Layers: a layer holds KV unless it is recurrent: hybrids of the Qwen3-Next kind (`qwen3next`,
-  `qwen35`, `qwen35moe`) have attention only in every `full_attention_interval`-th layer
-  (`(i + 1) % interval == 0`, 4 if the key is absent); hybrids that list per-layer KV heads mark a
-  recurrent layer with 0 heads.
+  cells; unified, one stream of `n_ctx` cells is shared by all. `-ub` is capped at `-b`, and `-b`
+  at `-c`.
+- Layers: `block_count` counts the MTP (`nextn_predict_layers`) layers too; the main context's
+  caches leave them out. Which of the others hold KV, a recurrent state, or both is a rule of the
+  architecture (`ARCH_FAMILIES`): every layer for plain transformers; hybrids mark a recurrent
+  layer by 0 KV heads (Jamba, Granite 4, LFM2), by `full_attention_interval` (Qwen3-Next, Qwen3.5),
+  by 0 KV heads and 0 feed-forward (Nemotron-H, whose MLP-only layers hold nothing); Falcon-H1
+  holds both in every layer; Gemma 3n/4 layers past the first `n_layer_kv_from_start` reuse others'.
 - Bytes: per KV layer and cell, K holds `key_length × head_count_kv(layer)` elements and V
-  `value_length × head_count_kv(layer)`, at the cache type's size (f16 2 B; q8_0 34 B per 32, ...).
-- Sliding-window layers (iSWA) live in a second cache of
-  `pad(min(n_ctx_seq, n_swa × (unified ? n_seq_max : 1) + n_ubatch), 256)` cells per stream.
-- Recurrent state: per recurrent layer and sequence (`max(1, n_seq_max)` cells), f32 R of
-  `(d_conv - 1) × (d_inner + 2 × n_group × d_state)` and S of `d_state × d_inner` elements.
+  `value_length × head_count_kv(layer)` (`key_length_swa` on sliding-window layers where given),
+  at the cache type's size (f16 2 B; q8_0 34 B per 32, ...). With `-fa off` V is stored transposed
+  and every layer's V is as wide as the widest. MLA models (DeepSeek-2/3 with `key_length_mla`)
+  keep K only: `key_length` is then `kv_lora_rank` + the RoPE dims.
+- Sliding-window (and llama4's chunked) layers live in a second cache of
+  `pad(min(n_ctx_seq, n_swa × (unified ? n_seq_max : 1) + n_ubatch), 256)` cells per stream
+  (`--swa-full`: `n_ctx_seq`). Whether an architecture slides, its window and its pattern are its
+  own rule (`SWA_RULES`): gemma2 falls back to 4096, gpt-oss slides every other layer, llama4 chunks
+  3 of 4 layers by 8192, phi3 and plain llama ignore a window key.
+- Recurrent state: per recurrent layer and sequence (`max(1, n_seq_max)` cells), f32 R and S:
+  Mamba-style R `(d_conv - 1) × (d_inner + 2 × n_group × d_state)`, S `d_state × d_inner`; RWKV
+  R `token_shift_count × n_embd`, S `n_embd × wkv.head_size`; LFM2's short convolution R
+  `n_embd × (shortconv.l_cache - 1)`.
+- Refusals: settings llama.cpp refuses (`SettingsRefused`, with its reason) and architectures this
+  module cannot size (`UnknownArchitecture`) give no figure.
 """
 
 from __future__ import annotations
@@ -25,9 +39,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+LLAMA_CPP_BUILD = 11434  # the llama.cpp source these rules were read from
 MIB = 1024 * 1024
 PAD = 256  # llama.cpp pads n_ctx, n_ctx_seq and the SWA cache to this many cells
 DEFAULT_UBATCH = 512
+DEFAULT_BATCH = 2048
+FLASH_ATTN = ("auto", "on", "off")  # auto is on wherever the backend has it (every CPU build)
+# llama-server's spellings of -fa's values (common/arg.cpp: is_truthy, is_falsey, is_autoy).
+FLASH_ATTN_WORDS = {**dict.fromkeys(("on", "enabled", "true", "1"), "on"),
+                    **dict.fromkeys(("off", "disabled", "false", "0"), "off"), **dict.fromkeys(("auto", "-1"), "auto")}
 
 # Bytes per element of each cache type (ggml's block size / bytes per block).
 CACHE_TYPE_BYTES = {
@@ -35,33 +55,101 @@ CACHE_TYPE_BYTES = {
     "q8_0": Fraction(34, 32), "q4_0": Fraction(18, 32), "q4_1": Fraction(20, 32),
     "q5_0": Fraction(22, 32), "q5_1": Fraction(24, 32), "iq4_nl": Fraction(18, 32),
 }
-# Hybrids whose attention layers are every `full_attention_interval`-th one.
-INTERVAL_HYBRIDS = ("qwen3next", "qwen35", "qwen35moe")
+UNQUANTIZED = ("f32", "f16", "bf16")
+QUANT_BLOCK = 32  # elements per block of every quantized cache type above
+
+# Every architecture name llama.cpp knows (llama-arch.cpp, build 11434), by how its memory is built.
+NO_CACHE = frozenset({  # encoders, embedding and diffusion models: llama.cpp creates no memory
+    "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3",
+    "eurobert", "wavtokenizer-dec", "gemma-embedding", "dream", "llada", "llada-moe", "rnd1", "clef", "clip"})
+NOT_SIZED = frozenset({  # caches of their own kind (DSA/MSA indexers, linear attention, shared layers, ...)
+    "minimax-m3", "glm-dsa", "deepseek32", "glm5-next", "hy_v4", "dots3note", "deepseek4", "dflash",
+    "gemma4-assistant", "qwen4exp", "kimi-linear", "kimi-k3", "bailingmoe3", "minimax-01", "nanbeige",
+    "t5", "t5encoder", "graniteswitch", "eagle3", "qwen3tts", "pockettts"})
+RWKV = frozenset({"rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+RECURRENT = frozenset({"mamba", "mamba2", *RWKV})
+ZERO_HEAD_HYBRIDS = frozenset({"jamba", "plamo2", "granitehybrid", "lfm2", "lfm2moe"})  # 0 KV heads: recurrent
+INTERVAL_HYBRIDS = frozenset({"qwen3next", "qwen35", "qwen35moe"})  # every full_attention_interval-th: KV
+NEMOTRON_H = frozenset({"nemotron_h", "nemotron_h_moe"})  # 0 KV heads and 0 feed-forward: recurrent
+TRANSFORMERS = frozenset({  # every layer holds KV (MTP layers aside)
+    "llama", "llama4", "deci", "falcon", "grok", "gpt2", "gptj", "gptneox", "mpt", "baichuan", "starcoder",
+    "refact", "bloom", "stablelm", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3vl",
+    "qwen3vlmoe", "phi2", "phi3", "phimoe", "plamo", "plamo3", "codeshell", "orion", "internlm2", "minicpm",
+    "minicpm3", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "starcoder2", "maple", "xverse", "command-r",
+    "cohere2", "cohere2moe", "dbrx", "olmo", "olmo2", "olmoe", "muse-glimmer", "openelm", "arctic", "deepseek",
+    "deepseek2", "deepseek2-ocr", "chatglm", "glm4", "glm4moe", "bitnet", "jais", "jais2", "nemotron", "exaone",
+    "exaone4", "exaone-moe", "granite", "granitemoe", "granite_swa", "chameleon", "plm", "bailingmoe",
+    "bailingmoe2", "dots1", "arcee", "afmoe", "laguna", "ernie4_5", "ernie4_5-moe", "hunyuan-moe",
+    "hunyuan-dense", "hunyuan_vl", "hy_v3", "smollm3", "gpt-oss", "smallthinker", "seed_oss", "grovemoe",
+    "apertus", "hrm_text", "minimax-m2", "cogvlm", "pangu-embedded", "mistral3", "mistral4", "paddleocr",
+    "mimo2", "step35", "spark2_5", "llama-embed", "maincoder", "talkie", "mellum"})
+ARCH_FAMILIES = {**{a: "none" for a in NO_CACHE}, **{a: "not sized" for a in NOT_SIZED},
+                 **{a: "recurrent" for a in RECURRENT}, **{a: "zero-head hybrid" for a in ZERO_HEAD_HYBRIDS},
+                 **{a: "interval hybrid" for a in INTERVAL_HYBRIDS}, **{a: "nemotron-h" for a in NEMOTRON_H},
+                 "falcon-h1": "falcon-h1", **{a: "transformer" for a in TRANSFORMERS}}
+MLA_ARCHS = frozenset({"deepseek2", "mistral4"})  # of the sized ones, those that read key_length_mla
+KV_FROM_START = {"gemma3n": 20}  # layers past these reuse earlier layers' KV (gemma4: block_count - shared_kv_layers)
 DEFAULT_INTERVAL = 4
-# Sliding-window layouts that llama.cpp sets in code rather than reading from the GGUF: every
-# n-th layer is a full-attention one (`set_swa_pattern(n)`).
-SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
+
+
+@dataclass(frozen=True, slots=True)
+class SwaRule:
+    """How an architecture turns on sliding-window attention (its `load_arch_hparams`)."""
+
+    when: str  # "always"; "window": only with a window key > 0; "64 layers": exaone4's 32B only
+    pattern: int | None  # every n-th layer is full attention; None: the GGUF's pattern array is required
+    window: int | None = None  # the default window; None: the GGUF's key is required
+    dense_first: bool = False  # the full-attention layer opens each group instead of closing it
+    forced_window: int | None = None  # a window set in code whatever the key says
+    chunked: bool = False  # llama4's chunked attention (sized like SWA)
+    attention_layers: bool = False  # every attention layer slides (lfm2: those with KV heads)
+
+
+SWA_RULES = {
+    "gemma2": SwaRule("always", 2, window=4096), "gemma3": SwaRule("window", 6), "gemma3n": SwaRule("always", 5),
+    "gemma4": SwaRule("always", None), "cohere2": SwaRule("always", 4),
+    "cohere2moe": SwaRule("always", 4, dense_first=True), "gpt-oss": SwaRule("always", 2),
+    "exaone-moe": SwaRule("always", 4), "exaone4": SwaRule("64 layers", 4, window=4096),
+    "olmo2": SwaRule("window", 4), "plamo3": SwaRule("window", 8), "afmoe": SwaRule("window", 4),
+    "mellum": SwaRule("window", 4), "smallthinker": SwaRule("window", 4, dense_first=True, forced_window=4096),
+    "laguna": SwaRule("window", 4, dense_first=True), "muse-glimmer": SwaRule("always", 4),
+    "llama4": SwaRule("chunked", 4, forced_window=8192, chunked=True),
+    "lfm2": SwaRule("window", 0, attention_layers=True),
+    "step35": SwaRule("always", None), "granite_swa": SwaRule("always", None), "mimo2": SwaRule("always", None),
+    "maple": SwaRule("always", None), "spark2_5": SwaRule("always", None),
+}
 
 
 class ModelShapeError(ValueError):
-    """The metadata lacks what the sizing needs; the message names the key."""
+    """The metadata lacks what the sizing needs, or cannot be sized; the message says why in one sentence."""
+
+
+class UnknownArchitecture(ModelShapeError):
+    """An architecture this loadgen cannot size: no figure rather than a wrong one."""
+
+
+class SettingsRefused(ModelShapeError):
+    """llama.cpp would refuse these settings for this model (its reason in the message)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """What llama.cpp's cache sizing reads from a GGUF."""
+    """What llama.cpp's cache sizing reads from a GGUF, per layer (`block_count` layers, MTP ones included)."""
 
     arch: str
-    n_layer: int
+    n_layer: int  # block_count
+    n_layer_nextn: int  # of which MTP layers (the last ones), outside the main context's caches
     n_ctx_train: int
-    head_dim_k: int  # elements per KV head (`attention.key_length`, else embedding_length / head_count)
-    head_dim_v: int
-    n_head_kv: tuple[int, ...]  # per layer
-    kv_layers: tuple[bool, ...]  # per layer: holds K and V (not recurrent)
-    swa_layers: tuple[bool, ...]  # per layer: sliding-window attention
-    n_swa: int  # the sliding window, 0 when none
-    recurrent_elements: int  # f32 elements of state per recurrent layer and sequence (R + S)
-    recurrent_r: int
+    head_dim_k: tuple[int, ...]  # elements per KV head, per layer
+    head_dim_v: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    kv_layers: tuple[bool, ...]  # held by the attention cache (a layer with 0 KV heads may be, at 0 bytes)
+    swa_layers: tuple[bool, ...]  # sliding-window (or chunked) attention
+    n_swa: int  # the window, 0 when no layer slides
+    chunked: bool  # llama4's chunked attention rather than a sliding window
+    mla: bool  # K only (multi-head latent attention)
+    recurrent_layers: tuple[bool, ...]  # hold a recurrent state
+    recurrent_r: int  # f32 elements of state per recurrent layer and sequence
     recurrent_s: int
 
     @property
@@ -70,7 +158,23 @@ class ModelShape:
 
     @property
     def n_recurrent_layers(self) -> int:
-        return self.n_layer - self.n_kv_layers if self.recurrent_elements else 0
+        return sum(self.recurrent_layers)
+
+    @property
+    def recurrent_elements(self) -> int:
+        return self.recurrent_r + self.recurrent_s
+
+    def k_width(self, il: int) -> int:
+        """K elements per cell of layer `il`."""
+        return self.head_dim_k[il] * self.n_head_kv[il]
+
+    def v_width(self, il: int, transposed: bool = False) -> int:
+        """V elements per cell of layer `il`: none with MLA; transposed (-fa off), the widest layer's."""
+        if self.mla:
+            return 0
+        if transposed:
+            return max(self.head_dim_v[i] * self.n_head_kv[i] for i in range(self.n_layer))
+        return self.head_dim_v[il] * self.n_head_kv[il]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +194,7 @@ class KvEstimate:
     swa_layers: int
     swa_bytes: int
     recurrent_bytes: int
+    n_ubatch: int = DEFAULT_UBATCH  # after llama.cpp's caps (min of -ub, -b, -c)
 
     @property
     def kv_bytes(self) -> int:
@@ -101,79 +206,166 @@ class KvEstimate:
         return self.kv_bytes + self.swa_bytes + self.recurrent_bytes
 
 
-def _key(meta: dict[str, Any], arch: str, name: str, default: Any = None) -> Any:
+def _whole(value: Any, name: str) -> int:
+    """A metadata value as a non-negative whole number, or a one-line ModelShapeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or int(value) != value:
+        raise ModelShapeError(f"{name} is {value!r}, not a whole number")
+    return int(value)
+
+
+def _key(meta: dict[str, Any], arch: str, name: str, default: Any = None) -> int:
     value = meta.get(f"{arch}.{name}", default)
     if value is None:
         raise ModelShapeError(f"the GGUF has no {arch}.{name}")
-    return value
+    return _whole(value, f"{arch}.{name}")
 
 
 def _per_layer(value: Any, n_layer: int, name: str) -> tuple[int, ...]:
+    """A scalar for every layer, or an array of one per layer (llama.cpp's `get_key_or_arr`)."""
     if isinstance(value, (list, tuple)):
         if len(value) != n_layer:
             raise ModelShapeError(f"{name} lists {len(value)} layers, block_count is {n_layer}")
-        return tuple(int(v) for v in value)
-    return (int(value),) * n_layer
+        return tuple(_whole(v, name) for v in value)
+    return (_whole(value, name),) * n_layer
 
 
-def _recurrent_layers(meta: dict[str, Any], arch: str, n_head_kv: tuple[int, ...]) -> tuple[bool, ...]:
-    """Which layers hold a recurrent state instead of KV."""
-    n_layer = len(n_head_kv)
-    if arch in INTERVAL_HYBRIDS or f"{arch}.full_attention_interval" in meta:
-        interval = int(meta.get(f"{arch}.full_attention_interval", DEFAULT_INTERVAL))
-        return tuple((i + 1) % interval != 0 for i in range(n_layer))
-    if f"{arch}.ssm.state_size" in meta or f"{arch}.ssm.conv_kernel" in meta:
-        return tuple(h == 0 for h in n_head_kv)  # per-layer KV heads: 0 marks a recurrent layer
-    return (False,) * n_layer
+def _family(arch: str) -> str:
+    family = ARCH_FAMILIES.get(arch)
+    if family is None:
+        raise UnknownArchitecture(f"architecture {arch!r} is unknown to this loadgen (not one of llama.cpp "
+                                  f"build {LLAMA_CPP_BUILD}'s), so no figure is given")
+    if family == "not sized":
+        raise UnknownArchitecture(f"architecture {arch!r} is unknown to this loadgen's KV sizing (llama.cpp "
+                                  f"build {LLAMA_CPP_BUILD} gives it a cache of its own kind), so no figure is given")
+    if family == "none":
+        raise UnknownArchitecture(f"architecture {arch!r} keeps no KV cache in llama.cpp (an encoder, embedding "
+                                  "or diffusion model), so there is nothing to size")
+    return family
 
 
-def _swa_layers(meta: dict[str, Any], arch: str, n_layer: int) -> tuple[tuple[bool, ...], int]:
-    n_swa = int(meta.get(f"{arch}.attention.sliding_window", 0) or 0)
-    if not n_swa:
-        return (False,) * n_layer, 0
+def _swa(meta: dict[str, Any], arch: str, n_layer: int, n_main: int,
+         kv_layers: tuple[bool, ...]) -> tuple[tuple[bool, ...], int]:
+    """Which layers slide (or chunk) and the window, per the architecture's rule; the MTP layers never."""
+    rule = SWA_RULES.get(arch)
+    none = (False,) * n_layer, 0
+    if rule is None:
+        return none  # the architecture reads no window key: a stray one is ignored
+    found = f"{arch}.attention.sliding_window" in meta
+    window = _key(meta, arch, "attention.sliding_window", 0) if found else None
+    if rule.when == "window" and not window:
+        return none
+    if rule.when == "chunked" and found and window == 0:
+        return none
+    if rule.when == "64 layers" and n_main != 64:
+        return none
+    if rule.forced_window:
+        window = rule.forced_window
+    elif window is None:
+        if rule.window is None:
+            raise ModelShapeError(f"the GGUF has no {arch}.attention.sliding_window")
+        window = rule.window
+    if rule.attention_layers:
+        return tuple(kv and i < n_main for i, kv in enumerate(kv_layers)), window
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
-    if isinstance(pattern, (list, tuple)):
-        return tuple(bool(p) for p in pattern[:n_layer]), n_swa
-    every = int(pattern) if pattern else SWA_PATTERNS.get(arch, 0)
-    if not every:  # one window for every layer (mistral-style)
-        return (True,) * n_layer, n_swa
-    return tuple(i % every < every - 1 for i in range(n_layer)), n_swa
+    if isinstance(pattern, (list, tuple)):  # one flag per layer; layers past the list do not slide
+        flags = [bool(p) for p in pattern[:n_layer]] + [False] * max(0, n_layer - len(pattern))
+        return tuple(f and i < n_main for i, f in enumerate(flags)), window
+    if rule.pattern is None:
+        raise ModelShapeError(f"the GGUF has no {arch}.attention.sliding_window_pattern array")
+    every = rule.pattern if pattern is None else _whole(pattern, f"{arch}.attention.sliding_window_pattern")
+    if rule.dense_first:
+        slides = [every == 0 or i % every != 0 for i in range(n_layer)]
+    else:
+        slides = [every == 0 or i % every < every - 1 for i in range(n_layer)]
+    layers = tuple(s and i < n_main for i, s in enumerate(slides))
+    return (layers, window) if any(layers) else none
+
+
+def _layers(meta: dict[str, Any], arch: str, family: str, n_layer: int, n_main: int,
+            n_head_kv: tuple[int, ...]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """(attention-cache layers, recurrent layers) of the main context, per the family's rule."""
+    main = [i < n_main for i in range(n_layer)]
+    if family == "recurrent":
+        return (False,) * n_layer, tuple(main)
+    if family == "falcon-h1":
+        return (True,) * n_layer, tuple(main)
+    if family == "interval hybrid":
+        listed = meta.get(f"{arch}.attention.recurrent_layers")
+        if isinstance(listed, (list, tuple)) and len(listed) == n_layer:
+            recurrent = [bool(r) for r in listed]
+        else:
+            interval = _key(meta, arch, "full_attention_interval", DEFAULT_INTERVAL) or DEFAULT_INTERVAL
+            recurrent = [main[i] and (i + 1) % interval != 0 for i in range(n_layer)]
+        return (tuple(main[i] and not recurrent[i] for i in range(n_layer)),
+                tuple(main[i] and recurrent[i] for i in range(n_layer)))
+    if family == "zero-head hybrid":
+        recurrent = [main[i] and n_head_kv[i] == 0 for i in range(n_layer)]
+        return tuple(not r for r in recurrent), tuple(recurrent)
+    if family == "nemotron-h":
+        n_ff = _per_layer(meta.get(f"{arch}.feed_forward_length", 0), n_layer, f"{arch}.feed_forward_length")
+        recurrent = [main[i] and n_head_kv[i] == 0 and n_ff[i] == 0 for i in range(n_layer)]
+        return (tuple(not recurrent[i] and n_ff[i] == 0 for i in range(n_layer)),  # MLP-only layers hold nothing
+                tuple(recurrent))
+    # plain transformers: every layer, but the MTP layers and those that reuse another's KV
+    from_start = KV_FROM_START.get(arch, n_layer)
+    if arch == "gemma4":
+        from_start = n_layer - _key(meta, arch, "attention.shared_kv_layers", 0)
+    kv = tuple((main[i] or n_main == 0) and i < from_start for i in range(n_layer))
+    return kv, (False,) * n_layer
+
+
+def _recurrent_state(meta: dict[str, Any], arch: str) -> tuple[int, int]:
+    """f32 elements per recurrent layer and sequence: R (convolution / token shift) and S (the SSM's / WKV's)."""
+    if arch in RWKV:
+        n_embd = _key(meta, arch, "embedding_length")
+        shift = _key(meta, arch, "token_shift_count", 2)
+        return shift * n_embd, n_embd * _key(meta, arch, "wkv.head_size")
+    if arch in ("lfm2", "lfm2moe"):  # a short convolution, no SSM
+        return _key(meta, arch, "embedding_length") * (_key(meta, arch, "shortconv.l_cache") - 1), 0
+    d_conv = _key(meta, arch, "ssm.conv_kernel")
+    d_inner = _key(meta, arch, "ssm.inner_size")
+    d_state = _key(meta, arch, "ssm.state_size")
+    n_group = _key(meta, arch, "ssm.group_count", 0)
+    r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+    return r, d_state * d_inner
 
 
 def model_shape(meta: dict[str, Any]) -> ModelShape:
     """The sizing facts of a GGUF's metadata (keys as llama.cpp's `gguf` package names them)."""
     arch = meta.get("general.architecture")
-    if not arch:
+    if not arch or not isinstance(arch, str):
         raise ModelShapeError("the GGUF has no general.architecture")
-    n_layer = int(_key(meta, arch, "block_count"))
-    n_head = _per_layer(_key(meta, arch, "attention.head_count"), n_layer, "attention.head_count")
-    n_head_kv = _per_layer(meta.get(f"{arch}.attention.head_count_kv", n_head), n_layer, "attention.head_count_kv")
-    head_dim_k = int(meta.get(f"{arch}.attention.key_length") or _default_head_dim(meta, arch, n_head))
-    head_dim_v = int(meta.get(f"{arch}.attention.value_length") or _default_head_dim(meta, arch, n_head))
-    recurrent = _recurrent_layers(meta, arch, n_head_kv)
-    swa, n_swa = _swa_layers(meta, arch, n_layer)
-    r_elements, s_elements = _recurrent_state(meta, arch) if any(recurrent) else (0, 0)
+    family = _family(arch)
+    n_layer = _key(meta, arch, "block_count")
+    if n_layer == 0:
+        raise ModelShapeError(f"{arch}.block_count is 0")
+    n_nextn = _key(meta, arch, "nextn_predict_layers", 0)
+    if n_nextn > n_layer:
+        raise ModelShapeError(f"{arch}.nextn_predict_layers ({n_nextn}) is more than block_count ({n_layer})")
+    n_main = n_layer - n_nextn
+    n_head = _per_layer(meta.get(f"{arch}.attention.head_count", 0), n_layer, f"{arch}.attention.head_count")
+    n_head_kv = _per_layer(meta.get(f"{arch}.attention.head_count_kv", n_head), n_layer,
+                           f"{arch}.attention.head_count_kv")
+    n_embd = _key(meta, arch, "embedding_length", 0)
+    default_head = n_embd // n_head[0] if n_head[0] else 0  # llama.cpp: n_embd / n_head(layer 0)
+    head_k = _key(meta, arch, "attention.key_length", default_head)
+    head_v = _key(meta, arch, "attention.value_length", default_head)
+    head_k_swa = _key(meta, arch, "attention.key_length_swa", head_k)
+    head_v_swa = _key(meta, arch, "attention.value_length_swa", head_v)
+    kv_layers, recurrent = _layers(meta, arch, family, n_layer, n_main, n_head_kv)
+    swa, n_swa = _swa(meta, arch, n_layer, n_main, kv_layers)
+    if any(kv_layers) and not n_embd and not meta.get(f"{arch}.attention.key_length"):
+        raise ModelShapeError(f"the GGUF has no {arch}.embedding_length")
+    r, s = _recurrent_state(meta, arch) if any(recurrent) else (0, 0)
+    mla = (arch in MLA_ARCHS and bool(meta.get(f"{arch}.attention.key_length_mla"))
+           and bool(meta.get(f"{arch}.attention.value_length_mla")))
     return ModelShape(
-        arch=arch, n_layer=n_layer, n_ctx_train=int(meta.get(f"{arch}.context_length", 0) or 0),
-        head_dim_k=head_dim_k, head_dim_v=head_dim_v, n_head_kv=n_head_kv,
-        kv_layers=tuple(not r and h > 0 for r, h in zip(recurrent, n_head_kv)),
-        swa_layers=swa, n_swa=n_swa, recurrent_elements=r_elements + s_elements,
-        recurrent_r=r_elements, recurrent_s=s_elements)
-
-
-def _default_head_dim(meta: dict[str, Any], arch: str, n_head: tuple[int, ...]) -> int:
-    """llama.cpp's default head size when the GGUF gives none: embedding_length / head_count."""
-    return int(_key(meta, arch, "embedding_length")) // (max(n_head) or 1)
-
-
-def _recurrent_state(meta: dict[str, Any], arch: str) -> tuple[int, int]:
-    """f32 elements per recurrent layer and sequence: R (the convolution's state) and S (the SSM's)."""
-    d_conv = int(_key(meta, arch, "ssm.conv_kernel"))
-    d_inner = int(_key(meta, arch, "ssm.inner_size"))
-    d_state = int(_key(meta, arch, "ssm.state_size"))
-    n_group = int(meta.get(f"{arch}.ssm.group_count", 0) or 0)
-    r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
-    return r, d_state * d_inner
+        arch=arch, n_layer=n_layer, n_layer_nextn=n_nextn, n_ctx_train=_key(meta, arch, "context_length", 0),
+        head_dim_k=tuple(head_k_swa if swa[i] else head_k for i in range(n_layer)),
+        head_dim_v=tuple(head_v_swa if swa[i] else head_v for i in range(n_layer)),
+        n_head_kv=n_head_kv, kv_layers=kv_layers, swa_layers=swa, n_swa=n_swa,
+        chunked=bool(n_swa) and SWA_RULES[arch].chunked, mla=mla, recurrent_layers=recurrent,
+        recurrent_r=r, recurrent_s=s)
 
 
 def pad(n: int, to: int = PAD) -> int:
@@ -199,24 +391,59 @@ def cache_type_bytes(cache_type: str) -> Fraction:
         raise ModelShapeError(f"unknown cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}") from None
 
 
-def _layer_bytes(shape: ModelShape, layers: list[int], cells: int, cache_type: str, head_dim: int) -> int:
+def flash_mode(value: str) -> str:
+    """-fa's value as on, off or auto."""
+    try:
+        return FLASH_ATTN_WORDS[value.lower()]
+    except KeyError:
+        raise ModelShapeError(f"flash attention {value!r} is not one of {', '.join(FLASH_ATTN)}") from None
+
+
+def refusal(shape: ModelShape, type_k: str = "f16", type_v: str = "f16", flash_attn: str = "auto") -> str | None:
+    """llama.cpp's reason for refusing a context with these cache settings (llama_init_from_model), or None."""
+    flash_attn = flash_mode(flash_attn)
+    cache_type_bytes(type_k), cache_type_bytes(type_v)
+    if shape.mla and type_k != type_v:
+        return f"model does not support different K ({type_k}) and V ({type_v}) cache types"
+    if type_v not in UNQUANTIZED and flash_attn == "off":
+        return "quantized V cache requires flash_attn to be enabled"
+    main = range(shape.n_layer - shape.n_layer_nextn)
+    for which, cache_type, heads in (("K", type_k, shape.head_dim_k), ("V", type_v, shape.head_dim_v)):
+        if cache_type in UNQUANTIZED or flash_attn == "off":
+            continue
+        for il in main:
+            if heads[il] % QUANT_BLOCK:
+                return (f"{which} cache type {cache_type} with block size {QUANT_BLOCK} does not divide "
+                        f"n_embd_head_{which.lower()}={heads[il]}")
+    return None
+
+
+def _cache_bytes(shape: ModelShape, layers: list[int], cells: int, cache_type: str, width) -> int:
     """Bytes of K (or V) over `layers`, `cells` cells each (ggml rows: whole blocks per row)."""
     per_element = cache_type_bytes(cache_type)
-    return sum(int(head_dim * shape.n_head_kv[i] * per_element) * cells for i in layers)
+    return sum(int(width(i) * per_element) * cells for i in layers)
 
 
-def bytes_per_token(shape: ModelShape, type_k: str = "f16", type_v: str = "f16") -> int:
+def bytes_per_token(shape: ModelShape, type_k: str = "f16", type_v: str = "f16", flash_attn: str = "auto") -> int:
     """K + V bytes one token takes in the full-attention layers (sliding-window ones excluded)."""
     layers = [i for i in range(shape.n_layer) if shape.kv_layers[i] and not shape.swa_layers[i]]
-    return _layer_bytes(shape, layers, 1, type_k, shape.head_dim_k) + _layer_bytes(shape, layers, 1, type_v,
-                                                                                   shape.head_dim_v)
+    return (_cache_bytes(shape, layers, 1, type_k, shape.k_width)
+            + _cache_bytes(shape, layers, 1, type_v, lambda i: shape.v_width(i, flash_mode(flash_attn) == "off")))
 
 
 def estimate(shape: ModelShape, n_ctx: int, n_seq_max: int = 1, *, unified: bool = False, type_k: str = "f16",
-             type_v: str = "f16", n_ubatch: int = DEFAULT_UBATCH, swa_full: bool = False) -> KvEstimate:
-    """The cache llama.cpp allocates for `-c n_ctx --parallel n_seq_max` (0 context: the model's own)."""
+             type_v: str = "f16", n_ubatch: int = DEFAULT_UBATCH, n_batch: int = DEFAULT_BATCH,
+             flash_attn: str = "auto", swa_full: bool = False) -> KvEstimate:
+    """The cache llama.cpp allocates for `-c n_ctx --parallel n_seq_max` (0 context: the model's own);
+    SettingsRefused where llama.cpp would not start with these settings."""
+    flash_attn = flash_mode(flash_attn)
+    reason = refusal(shape, type_k, type_v, flash_attn)
+    if reason:
+        raise SettingsRefused(f"llama.cpp refuses these settings for {shape.arch}: {reason}")
     n_seq_max = max(1, n_seq_max)
-    n_ctx, n_ctx_seq = context_cells(n_ctx or shape.n_ctx_train, n_seq_max, unified)
+    n_ctx_asked = n_ctx or shape.n_ctx_train
+    n_ubatch = min(n_ubatch, n_batch, n_ctx_asked)  # llama_context: n_batch ≤ n_ctx (causal), n_ubatch ≤ n_batch
+    n_ctx, n_ctx_seq = context_cells(n_ctx_asked, n_seq_max, unified)
     n_stream = 1 if unified else n_seq_max
     full = [i for i in range(shape.n_layer) if shape.kv_layers[i] and not shape.swa_layers[i]]
     swa = [i for i in range(shape.n_layer) if shape.kv_layers[i] and shape.swa_layers[i]]
@@ -224,16 +451,19 @@ def estimate(shape: ModelShape, n_ctx: int, n_seq_max: int = 1, *, unified: bool
     if swa:
         swa_cells = n_ctx_seq if swa_full else pad(min(n_ctx_seq, shape.n_swa * (n_seq_max if unified else 1)
                                                        + n_ubatch))
-    cells = n_ctx_seq * n_stream
-    swa_bytes = (_layer_bytes(shape, swa, swa_cells * n_stream, type_k, shape.head_dim_k)
-                 + _layer_bytes(shape, swa, swa_cells * n_stream, type_v, shape.head_dim_v))
+
+    def v_width(i: int) -> int:
+        return shape.v_width(i, transposed=flash_attn == "off")
+
+    swa_bytes = (_cache_bytes(shape, swa, swa_cells * n_stream, type_k, shape.k_width)
+                 + _cache_bytes(shape, swa, swa_cells * n_stream, type_v, v_width))
     return KvEstimate(
         n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq_max, unified=unified, n_stream=n_stream,
         cells=n_ctx_seq, layers=len(full),
-        k_bytes=_layer_bytes(shape, full, cells, type_k, shape.head_dim_k),
-        v_bytes=_layer_bytes(shape, full, cells, type_v, shape.head_dim_v),
+        k_bytes=_cache_bytes(shape, full, n_ctx_seq * n_stream, type_k, shape.k_width),
+        v_bytes=_cache_bytes(shape, full, n_ctx_seq * n_stream, type_v, v_width),
         swa_cells=swa_cells, swa_layers=len(swa), swa_bytes=swa_bytes,
-        recurrent_bytes=shape.n_recurrent_layers * shape.recurrent_elements * 4 * n_seq_max)
+        recurrent_bytes=shape.n_recurrent_layers * shape.recurrent_elements * 4 * n_seq_max, n_ubatch=n_ubatch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,8 @@ def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
     try:
         shape = model_shape(read_gguf(flags.model).metadata)
         est = estimate(shape, flags.n_ctx, flags.n_parallel, unified=flags.unified, type_k=flags.type_k,
-                       type_v=flags.type_v, n_ubatch=flags.n_ubatch, swa_full=flags.swa_full)
+                       type_v=flags.type_v, n_ubatch=flags.n_ubatch, n_batch=flags.n_batch,
+                       flash_attn=flags.flash_attn, swa_full=flags.swa_full)
     except (UserError, ModelShapeError) as exc:
         return None, str(exc)
     return {"kv_mib": round((est.kv_bytes + est.swa_bytes) / MIB, 2), "n_ctx": est.n_ctx, "n_ctx_seq": est.n_ctx_seq,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import click
 
-from ..analysis.kv import CACHE_TYPE_BYTES, ModelShapeError, bytes_per_token, estimate, model_shape, slots_that_fit
+from ..analysis.kv import (CACHE_TYPE_BYTES, DEFAULT_BATCH, FLASH_ATTN, ModelShapeError, bytes_per_token, estimate,
+                           model_shape, slots_that_fit)
 from ..core.errors import ConfigError
-from ..output.kv import print_kv
+from ..output.kv import kv_dict, print_kv
 from ..run.gguf_file import read_gguf
 from .common import user_errors
 from .options import IntList
@@ -42,23 +44,36 @@ def parse_size(text: str) -> int:
 @click.option("--cache-type-v", "-ctv", "type_v", type=click.Choice(list(CACHE_TYPE_BYTES), case_sensitive=False),
               default="f16", show_default=True, help="V cache type.")
 @click.option("--ubatch-size", "-ub", "n_ubatch", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Physical batch size (sizes the sliding-window cache).")
+              help="Physical batch size (sizes the sliding-window cache; capped at -b and -c as llama.cpp does).")
+@click.option("--batch-size", "-b", "n_batch", type=click.IntRange(min=1), default=DEFAULT_BATCH, show_default=True,
+              help="Logical batch size (caps -ub).")
+@click.option("--flash-attn", "-fa", "flash_attn", type=click.Choice(FLASH_ATTN), default="auto", show_default=True,
+              help="Flash attention; off stores V transposed, padded to the widest layer, and refuses a quantized V.")
 @click.option("--swa-full", is_flag=True, help="A full-size sliding-window cache (llama-server --swa-full).")
 @click.option("--memory", help="Memory for weights and caches, e.g. 24GiB: print how many slots of each --ctx "
                                "(per slot) fit.")
-def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, swa_full, memory) -> None:
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Terminal table, or JSON for scripts.")
+def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_batch, flash_attn, swa_full, memory,
+               output_format) -> None:
     """Print which layers hold KV, bytes per token, and the KV cache and recurrent state llama.cpp allocates."""
     with user_errors():
         budget = parse_size(memory) if memory is not None else None
         facts = read_gguf(model)
         try:
             shape = model_shape(facts.metadata)
-            cache = {"type_k": type_k.lower(), "type_v": type_v.lower(), "n_ubatch": n_ubatch, "swa_full": swa_full}
+            cache = {"type_k": type_k.lower(), "type_v": type_v.lower(), "n_ubatch": n_ubatch, "n_batch": n_batch,
+                     "flash_attn": flash_attn, "swa_full": swa_full}
             rows = [estimate(shape, c, parallel, unified=unified, **cache) for c in contexts]
             fits = [] if budget is None else [slots_that_fit(shape, budget - facts.weights_bytes, c, **cache)
                                               for c in contexts]
         except ModelShapeError as exc:
             raise ConfigError(f"{model}: {exc}") from None
-    print_kv(console(), shape, bytes_per_token(shape, cache["type_k"], cache["type_v"]), rows,
-             type_k=cache["type_k"], type_v=cache["type_v"], fits=fits,
+    per_token = bytes_per_token(shape, cache["type_k"], cache["type_v"], flash_attn)
+    if output_format == "json":
+        click.echo(json.dumps(kv_dict(shape, per_token, rows, cache=cache, fits=fits,
+                                      budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes),
+                              indent=2))
+        return
+    print_kv(console(), shape, per_token, rows, type_k=cache["type_k"], type_v=cache["type_v"], fits=fits,
              budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis.kv import KvEstimate, ModelShape, SlotFit, mib
+from ..analysis.kv import LLAMA_CPP_BUILD, MIB, KvEstimate, ModelShape, SlotFit, mib
 
 
 def _ranges(flags: Sequence[bool]) -> str:
@@ -21,19 +22,28 @@ def _ranges(flags: Sequence[bool]) -> str:
     return shown + (",..." if len(picked) > 6 else "")
 
 
+def _sizes(values: Sequence[int]) -> str:
+    return "/".join(map(str, sorted(set(values)))) or "-"
+
+
 def shape_lines(shape: ModelShape, per_token: int, type_k: str, type_v: str) -> list[str]:
     """What holds KV and how much a token takes."""
-    heads = sorted({shape.n_head_kv[i] for i in range(shape.n_layer) if shape.kv_layers[i]})
+    kv = [i for i in range(shape.n_layer) if shape.kv_layers[i]]
+    heads = "K only (MLA), head size K " + _sizes([shape.head_dim_k[i] for i in kv]) if shape.mla else (
+        f"head size K {_sizes([shape.head_dim_k[i] for i in kv])} V {_sizes([shape.head_dim_v[i] for i in kv])}")
     lines = [f"{shape.arch}: {shape.n_layer} layers, {shape.n_kv_layers} with KV (layers {_ranges(shape.kv_layers)}), "
-             f"KV heads {'/'.join(map(str, heads)) or '-'}, head size K {shape.head_dim_k} V {shape.head_dim_v}, "
-             f"trained context {shape.n_ctx_train:,}"]
+             f"KV heads {_sizes([shape.n_head_kv[i] for i in kv])}, {heads}, trained context {shape.n_ctx_train:,}"]
+    if shape.n_layer_nextn:
+        lines.append(f"{shape.n_layer_nextn} MTP layer(s) at the end: outside the main context's caches")
     if shape.n_swa:
-        lines.append(f"sliding window {shape.n_swa:,} in {sum(shape.swa_layers)} layers "
+        kind = "chunked attention" if shape.chunked else "sliding window"
+        lines.append(f"{kind} {shape.n_swa:,} in {sum(shape.swa_layers)} layers "
                      f"({_ranges(shape.swa_layers)}): a second, smaller cache")
     if shape.n_recurrent_layers:
         per_seq = shape.n_recurrent_layers * shape.recurrent_elements * 4
-        lines.append(f"{shape.n_recurrent_layers} recurrent layers hold no KV; their state is {mib(per_seq)} MiB "
-                     "per sequence (f32), whatever the context")
+        held = "also hold KV" if any(k and r for k, r in zip(shape.kv_layers, shape.recurrent_layers)) else "hold no KV"
+        lines.append(f"{shape.n_recurrent_layers} recurrent layers ({_ranges(shape.recurrent_layers)}) {held}; their "
+                     f"state is {mib(per_seq)} MiB per sequence (f32), whatever the context")
     lines.append(f"K+V per token ({type_k}/{type_v}): {per_token:,} bytes = {per_token / 1024:g} KiB")
     return lines
 
@@ -71,3 +81,33 @@ def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Seq
     if fits:
         for line in fit_lines(fits, budget, weights):
             console.print(line, highlight=False)
+
+
+def _indices(flags: Sequence[bool]) -> list[int]:
+    return [i for i, f in enumerate(flags) if f]
+
+
+def _mib(n_bytes: int) -> float:
+    return round(n_bytes / MIB, 2)
+
+
+def kv_dict(shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *, cache: dict[str, Any],
+            fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0) -> dict[str, Any]:
+    """`loadgen kv --format json`: the layout and one entry per configuration, MiB as llama.cpp rounds them."""
+    out: dict[str, Any] = {
+        "llama_cpp_build": LLAMA_CPP_BUILD, "arch": shape.arch, "layers": shape.n_layer,
+        "mtp_layers": shape.n_layer_nextn, "kv_layers": _indices(shape.kv_layers),
+        "swa_layers": _indices(shape.swa_layers), "n_swa": shape.n_swa, "chunked": shape.chunked, "mla": shape.mla,
+        "recurrent_layers": _indices(shape.recurrent_layers), "n_ctx_train": shape.n_ctx_train,
+        "bytes_per_token": per_token, "cache": cache,
+        "estimates": [{"n_ctx": e.n_ctx, "n_ctx_seq": e.n_ctx_seq, "n_seq_max": e.n_seq_max, "unified": e.unified,
+                       "n_stream": e.n_stream, "n_ubatch": e.n_ubatch, "cells": e.cells, "layers": e.layers,
+                       "kv_mib": _mib(e.kv_bytes), "k_mib": _mib(e.k_bytes), "v_mib": _mib(e.v_bytes),
+                       "swa_cells": e.swa_cells, "swa_layers": e.swa_layers, "swa_mib": _mib(e.swa_bytes),
+                       "recurrent_mib": _mib(e.recurrent_bytes), "total_mib": _mib(e.total_bytes)}
+                      for e in estimates]}
+    if fits:
+        out["memory"] = {"budget_mib": _mib(budget), "weights_mib": _mib(weights),
+                         "fits": [{"ctx_per_slot": f.ctx_per_slot, "slots": f.slots,
+                                   "total_mib": _mib(f.estimate.total_bytes) if f.estimate else None} for f in fits]}
+    return out

@@ -30,8 +30,12 @@ def read_gguf(path: str | Path) -> GgufFacts:
         raise ConfigError("reading a GGUF needs the gguf package: pip install 'loadgen[gguf]'") from None
     try:
         reader = gguf.GGUFReader(str(path))
-    except (OSError, ValueError) as exc:
+        metadata = {name: field.contents() for name, field in reader.fields.items()
+                    if not name.startswith(("tokenizer.", "GGUF."))}
+        weights = sum(int(t.n_bytes) for t in reader.tensors)
+    except OSError as exc:
         raise ConfigError(f"{path}: not a readable GGUF file ({exc})") from None
-    metadata = {name: field.contents() for name, field in reader.fields.items()
-                if not name.startswith(("tokenizer.", "GGUF."))}
-    return GgufFacts(str(path), metadata, sum(int(t.n_bytes) for t in reader.tensors))
+    except Exception as exc:  # noqa: BLE001 - a damaged file fails inside gguf's parser in many ways (cut, bad counts)
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not a readable GGUF file (damaged: {reason})") from None
+    return GgufFacts(str(path), metadata, weights)
