@@ -101,6 +101,26 @@ def reach_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def worker_death_lines(doc: dict[str, Any]) -> list[str]:
+    """One warning per --workers process that died mid-level: when, the requests it lost, and the
+    load the level offered from then on (run.json's per-level "workers")."""
+    lines = []
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            for w in lv.get("workers") or []:
+                if not isinstance(w, dict) or w.get("died_at_s") is None:
+                    continue
+                if "rate_after" in w:
+                    after = f"at {w['rate_after']:g} of {lv['level']:g} req/s"
+                else:
+                    after = f"at concurrency {w.get('concurrency_after')} of {lv['concurrency']}"
+                lost = w.get("lost", 0)
+                lines.append(f"warning: {t['label']} at {_level_name(doc, lv['level'])}: worker {w.get('worker')} died "
+                             f"at {w['died_at_s']:.1f} s ({w.get('stopped_reason')}): the level ran {after} from "
+                             f"then on; {lost} request{'' if lost == 1 else 's'} in flight recorded as lost")
+    return lines
+
+
 def queue_table(doc: dict[str, Any]) -> Grid | None:
     """Per target and level: queued requests, queue wait, the deferred queue, busy slots, gain.
 
@@ -318,7 +338,7 @@ def run_lines(doc: dict[str, Any], told: bool = False) -> dict[str, list[str]]:
     sections = [t.get(doc.get("kind")) for t in doc["targets"] if doc.get("kind") in ("prefill", "depth")]
     if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
         notes.append(SKIP_HINT)
-    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": reach_lines(doc),
+    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": reach_lines(doc) + worker_death_lines(doc),
             "errors": error_lines(doc, told)}
 
 
