@@ -36,7 +36,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.records import ProbeSample, RequestRecord, level_short
+from ..core.records import CLIENT_SIDE, ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
@@ -205,7 +205,7 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
                    overhead: float | None, throughput: float, throughput_at_1: float | None) -> LevelQueueing:
     ok = [r for r in rs if r.ok]
     queued = sum(1 for r in ok if is_queued(r, overhead))
-    counted = [r for r in rs if r.error_kind != "cancelled"]
+    counted = [r for r in rs if r.error_kind not in CLIENT_SIDE]
     return LevelQueueing(
         level=level,
         requests=len(ok),

@@ -83,6 +83,12 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
+# A level's `stopped_reason` when run.json had no finished summary of it but requests.jsonl has its
+# records: the run was killed (kill -9, a crash) while the level ran; summarised from its records
+# by a reader (results/unfinished.py).
+KILLED_DURING_LEVEL = "incomplete: the run was killed during this level"
+
+
 def is_open_loop(doc: Mapping[str, Any]) -> bool:
     """Whether a run document's levels are request rates (open loop) rather than concurrencies.
 
