@@ -30,11 +30,11 @@ def _records(level: int, ok: int, failed: int = 0, lost: int = 0) -> list:
             for i, kind in enumerate(kinds)]
 
 
-def _run_dir(tmp: Path, levels: list[dict], records: list, complete: bool) -> Path:
+def _run_dir(tmp: Path, levels: list[dict] | None, records: list, complete: bool) -> Path:
     doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kind": "sweep", "complete": complete,
            "config": {"mode": "concurrency", "knee_gain": 0.1, "knee_latency": 0.5},
-           "targets": [{"label": "srv", "url": "http://127.0.0.1:1", "server": None, "error": None,
-                        "levels": levels, "verdict": None}]}
+           "targets": [] if levels is None else [{"label": "srv", "url": "http://127.0.0.1:1", "server": None,
+                                                  "error": None, "levels": levels, "verdict": None}]}
     (tmp / "run.json").write_text(json.dumps(doc))
     (tmp / "requests.jsonl").write_bytes(msgspec.json.Encoder().encode_lines(records))
     return tmp
@@ -52,6 +52,8 @@ C4 = _records(4, 10, failed=1, lost=1)  # 12 records: 10 ok, 1 failed, 1 lost
      {1: (4, 0, 0, None), 4: (10, 1, 1, "killed")}),
     # killed before its first summary: every level from the records
     ([], False, {1: (4, 0, 0, "killed"), 4: (10, 1, 1, "killed")}),
+    # killed before run.json named its target: the target too
+    (None, False, {1: (4, 0, 0, "killed"), 4: (10, 1, 1, "killed")}),
     # a finished run is left as it is (a level it lacks was not run by it)
     ([summarize_level(1, C1).to_dict()], True, {1: (4, 0, 0, None)}),
 ])

@@ -29,6 +29,11 @@ def summarise_killed_levels(doc: dict[str, Any], records: Sequence[RequestRecord
     open_loop = is_open_loop(doc)
     cap = (doc.get("config") or {}).get("max_in_flight") or 0
     done = []
+    known = {t.get("label") for t in doc["targets"]}
+    for label in dict.fromkeys(r.target for r in records):  # killed before its first checkpoint named them
+        if label not in known:
+            doc["targets"].append({"label": label, "url": None, "server": None, "error": None, "levels": [],
+                                   "verdict": None})
     for t in doc["targets"]:
         by_level: dict[int | float, list[RequestRecord]] = {}
         for r in records:
