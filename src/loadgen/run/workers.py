@@ -428,7 +428,7 @@ class _Tail:
     def _add_lost(self, k: int, since: list[RequestRecord]) -> None:
         """Worker k's requests in flight when it went, as records of error kind "lost"."""
         h, plan, now = self.handles[k], self.plan, now_ns()
-        how = h.exit_text()
+        how = h.exit_text() or (None if h.alive else "gone")
         reason = f"worker {k} died ({how})" if how else f"worker {k} did not answer"
         sends = None if self._sends[k] is None else msgspec.msgpack.decode(self._sends[k], type=SendsSoFar)
         if sends is not None and h.shift_ns:
