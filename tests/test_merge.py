@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import merge, metrics
+from loadgen.core.records import RequestRecord
 from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
                                     open_shares, process_of, same_buckets, split_count, split_in_proportion,
                                     sum_counters)
@@ -110,3 +111,72 @@ def test_busiest_process(loads: list[ProcessLoad], expected: int) -> None:
     top = busiest(loads)
     assert top is not None and top.process == expected
     assert busiest([]) is None
+
+
+MS = 1_000_000
+_BUDGET = merge.Share(index=1, of=2, concurrency=2, first_worker=2, requests=20, first_seq=20)
+_TIMED = merge.Share(index=0, of=2, concurrency=2)  # a closed loop for a duration: seqs interleaved
+_STAGGERED = merge.Share(index=0, of=1, concurrency=4, stagger_s=0.4)  # first sends 100 ms apart
+_OPEN = merge.Share(index=1, of=2, concurrency=0, offsets_ns=(0, 100 * MS, 200 * MS, 300 * MS))
+_OPEN_CAPPED = merge.Share(index=1, of=2, concurrency=1, offsets_ns=_OPEN.offsets_ns)
+
+
+def _sends(at_ms: int, sent: int, in_flight: dict[int, tuple[int, str, int, int | None]]) -> merge.SendsSoFar:
+    return merge.SendsSoFar(at_ms * MS, sent, {seq: (w, salt, t * MS, None if i is None else i * MS)
+                                               for seq, (w, salt, t, i) in in_flight.items()})
+
+
+def _done(seq: int, worker: int, complete_ms: int, error: str | None = None) -> RequestRecord:
+    return RequestRecord(target="t", level=4, worker=worker, seq=seq, salt="x", send_ns=0,
+                         complete_ns=complete_ms * MS, error_kind=error)
+
+
+# Expected: (level seq, level worker, salt, send ms) of every request lost, written before running.
+@pytest.mark.parametrize("share, sends, since, death_ms, duration_s, pause_ms, expected", [
+    # no part came: every worker's first request was in flight
+    (_BUDGET, None, [], 50, None, 0, [(20, 2, "", 0), (21, 3, "", 0)]),
+    # a part: its two in flight, none recorded since
+    (_BUDGET, _sends(100, 5, {3: (0, "a", 80, None), 4: (1, "b", 90, None)}), [], 150, None, 0,
+     [(23, 2, "a", 80), (24, 3, "b", 90)]),
+    # worker 2's request completed after the part: its next one (the 6th sent) was in flight from then
+    (_BUDGET, _sends(100, 5, {3: (0, "a", 80, None), 4: (1, "b", 90, None)}), [_done(23, 2, 120)], 150, None, 0,
+     [(24, 3, "b", 90), (25, 2, "", 120)]),
+    # one request of the budget left: only one more was sent
+    (_BUDGET, _sends(100, 19, {17: (0, "", 80, None), 18: (1, "", 90, None)}), [_done(37, 2, 120)], 150, None, 0,
+     [(38, 3, "", 90), (39, 2, "", 120)]),
+    (_BUDGET, _sends(100, 20, {18: (0, "", 80, None), 19: (1, "", 90, None)}), [_done(38, 2, 120)], 150, None, 0,
+     [(39, 3, "", 90)]),
+    # a duration: a request completed after it is followed by none
+    (_TIMED, _sends(100, 4, {2: (0, "", 80, None), 3: (1, "", 90, None)}), [_done(4, 0, 210)], 250, 0.2, 0,
+     [(6, 1, "", 90)]),
+    # could not connect: the next request waits out the pause (death before it ends; after it)
+    (_TIMED, _sends(100, 4, {2: (0, "", 80, None), 3: (1, "", 90, None)}), [_done(4, 0, 120, "connect_error")],
+     150, None, 50, [(6, 1, "", 90)]),
+    (_TIMED, _sends(100, 4, {2: (0, "", 80, None), 3: (1, "", 90, None)}), [_done(4, 0, 120, "connect_error")],
+     200, None, 50, [(6, 1, "", 90), (8, 0, "", 170)]),
+    # a stagger: the workers not started yet had nothing in flight
+    (_STAGGERED, None, [], 250, None, 0, [(0, 0, "", 0), (1, 1, "", 100), (2, 2, "", 200)]),
+    # open loop: every request due by the death was sent
+    (_OPEN, None, [], 150, None, 0, [(1, 0, "", 0), (3, 0, "", 100)]),
+    (_OPEN, _sends(120, 2, {1: (0, "s", 100, 100)}), [], 250, None, 0, [(3, 0, "s", 100), (5, 0, "", 200)]),
+    (_OPEN, _sends(120, 2, {1: (0, "s", 100, 100)}), [_done(3, 0, 140)], 250, None, 0, [(5, 0, "", 200)]),
+    # ... never more in flight than its cap: the later one was still waiting
+    (_OPEN_CAPPED, None, [], 150, None, 0, [(1, 0, "", 0)]),
+])
+def test_lost_requests(share, sends, since, death_ms, duration_s, pause_ms, expected) -> None:
+    lost = merge.lost_requests(share, sends, since, target="t", key=4, start_ns=0, death_ns=death_ms * MS,
+                               duration_s=duration_s, reason="worker 1 died (killed by SIGKILL)",
+                               pause_after_connect_error_ns=pause_ms * MS)
+    assert [(r.seq, r.worker, r.salt, r.send_ns // MS) for r in lost] == expected
+    assert all(r.error_kind == "lost" and r.error_message == "worker 1 died (killed by SIGKILL)"
+               and r.complete_ns == death_ms * MS and r.status is None for r in lost)
+    assert all(r.intended_ns == r.send_ns for r in lost if share.offsets_ns is None)
+
+
+def test_lost_requests_count_apart_from_failed_and_cancelled() -> None:
+    records = [_done(0, 0, 10), _done(1, 0, 20, "http_503"), _done(2, 0, 30, "cancelled"), _done(3, 0, 40, "lost")]
+    summary = metrics.summarize_level(4, records)
+    assert (summary.requests_ok, summary.requests_failed, summary.requests_cancelled, summary.requests_lost) == \
+        (1, 1, 1, 1)
+    assert summary.errors_by_kind == {"http_503": 1}
+    assert summary.wall_s == 0.02  # a lost request's "completion" (when its worker was seen gone) is no end of the level

@@ -102,6 +102,8 @@ def test_a_killed_run_reads_up_to_its_last_complete_record_and_analyze_says_inco
     done = subprocess.run([*LOADGEN, "analyze", str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "incomplete" in done.stdout and "Traceback" not in done.stderr
+    # the level it was killed in is summarised from its records, never dropped
+    assert "c=8: incomplete, the run was killed during this level" in done.stderr
 
 
 def test_a_record_cut_short_by_a_kill_is_left_out_of_an_unfinished_run(tmp_path):

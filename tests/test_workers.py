@@ -242,9 +242,13 @@ def _slow_two_worker_sweep(slots: int, out: Path, *budget: str, output: bool = T
                 proc.wait()
 
 
-def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp_path) -> None:
+def test_a_worker_killed_mid_level_keeps_its_records_and_its_requests_in_flight_are_lost(tmp_path) -> None:
+    """Concurrency 4 on two processes (loop workers 0-1 and 2-3, requests 0-19 and 20-39): process 1
+    killed mid-level has two requests in flight, which become records of kind "lost"; none of the
+    requests it sent vanishes (its numbers run 20.. without a gap), and the level says it ran at
+    concurrency 2 of 4 from then on."""
     out = tmp_path / "r"
-    with _slow_two_worker_sweep(4, out, "--concurrency", "2", "--requests", "40") as proc:
+    with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--requests", "40") as proc:
         _wait_for(lambda: _lines(_level_file(out, 1)) >= 3, "worker 1's first records")
         file = _level_file(out, 1)
         pids = _wait_for(lambda: _worker_pids(proc.pid), "the worker processes")
@@ -256,13 +260,22 @@ def test_a_worker_killed_mid_level_keeps_its_records_and_the_others_complete(tmp
     assert "worker 1 killed by SIGKILL" in err
     [level] = _levels(out)
     assert level["stopped_reason"] == "worker 1 killed by SIGKILL"
-    by_worker = Counter(r.worker for r in _records(out))
-    assert by_worker[0] == 20  # the other worker ran its whole share
-    assert by_worker[1] >= kept_before_kill  # every record the killed one had written is kept
-    assert level["workers"][0]["records"] == 20 and level["workers"][1]["records"] is None
-    # the killed worker's last records came after its last figures: they are counted from the records
     records = _records(out)
-    assert level["requests_ok"] + level["requests_failed"] + level["requests_cancelled"] == len(records)
+    first, second = ([r for r in records if r.worker in ws] for ws in ((0, 1), (2, 3)))
+    assert len(first) == 20 and all(r.ok for r in first)  # the other process ran its whole share
+    lost = [r for r in second if r.error_kind == "lost"]
+    assert len(second) - len(lost) >= kept_before_kill  # every record the killed one had written is kept
+    assert len(lost) == 2 and {r.worker for r in lost} == {2, 3}  # one in flight per loop worker
+    assert {r.error_message for r in lost} == {"worker 1 died (killed by SIGKILL)"}
+    assert sorted(r.seq for r in second) == list(range(20, 20 + len(second)))  # nothing it sent vanished
+    assert max(r.seq for r in lost) == max(r.seq for r in second)  # the last it sent
+    assert level["requests_lost"] == 2
+    assert level["requests_ok"] + level["requests_failed"] + level["requests_lost"] == len(records)
+    assert level["workers"][0]["records"] == 20 and level["workers"][1]["records"] is None
+    death = level["workers"][1]
+    assert death["lost"] == 2 and death["concurrency_after"] == 2 and 0 < death["died_at_s"] < level["wall_s"]
+    assert (f"worker 1 died at {death['died_at_s']:.1f} s (killed by SIGKILL): the level ran at concurrency 2 of 4 "
+            "from then on; 2 requests in flight recorded as lost") in err
 
 
 def _open_records_file(pid: int) -> str:

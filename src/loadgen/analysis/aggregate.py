@@ -214,7 +214,7 @@ class _Columns:
         else:
             self.start = np.array(intended, dtype=np.int64)
         self.ok = np.array([e is None for e in errors], dtype=bool)
-        self.counted = np.array([e != records.CANCELLED for e in errors], dtype=bool)
+        self.counted = np.array([e not in records.CLIENT_SIDE for e in errors], dtype=bool)
         self.streamed = any(t is not None for t in self.first_token) or any(self.gaps)
         self.tokens = np.array([r.output_tokens or 0 for r in batch] if None in predicted_n else predicted_n,
                                dtype=np.int64)
@@ -441,12 +441,14 @@ class LevelAggregate:
         """The level's `LevelSummary` (see `metrics.summarize_level` for what counts where)."""
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
+        lost = errors.pop(records.LOST, 0)
         wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
         s = self.series
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
             concurrency_reached=self.concurrency_reached(), requests_ok=self.ok,
             requests_failed=sum(errors.values()), requests_cancelled=cancelled,
+            requests_lost=lost,
             errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
             throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
             latency_ms=s["latency"].distribution(), queue_wait_ms=s["queue_wait"].distribution(),

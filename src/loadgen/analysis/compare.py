@@ -35,7 +35,7 @@ import numpy as np
 from scipy import stats
 
 from ..core.errors import UserError
-from ..core.records import CANCELLED, RequestRecord
+from ..core.records import CLIENT_SIDE, RequestRecord
 from ..core.rundoc import is_open_loop
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
@@ -236,7 +236,7 @@ def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
 def level_value(metric: str, records: Sequence[RequestRecord]) -> float | None:
     """One run's figure for one level (its records): None when the run has none for it."""
     if metric == "throughput":
-        kept = [r for r in records if r.error_kind != CANCELLED]
+        kept = [r for r in records if r.error_kind not in CLIENT_SIDE]
         return metrics.throughput_tok_s(kept) if any(r.ok for r in kept) else None
     values = _values(records, PER_REQUEST[metric])
     if not values:
@@ -296,7 +296,7 @@ def _rate(failed: int, ok: int) -> float | None:
 
 def _error_counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
     """(failed, ok), leaving out requests the user cancelled."""
-    failed = sum(1 for r in records if not r.ok and r.error_kind != CANCELLED)
+    failed = sum(1 for r in records if not r.ok and r.error_kind not in CLIENT_SIDE)
     return failed, sum(1 for r in records if r.ok)
 
 

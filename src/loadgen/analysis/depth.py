@@ -57,7 +57,7 @@ class DepthRow:
 
 
 def summarize_depth(depth: int, rs: Sequence[RequestRecord], note: str | None = None) -> DepthRow:
-    rs = [r for r in rs if r.error_kind != records.CANCELLED]
+    rs = [r for r in rs if r.error_kind not in records.CLIENT_SIDE]
     ok = [r for r in rs if r.ok]
     return DepthRow(
         depth=depth, requests_ok=len(ok), requests_failed=len(rs) - len(ok),

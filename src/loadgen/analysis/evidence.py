@@ -58,7 +58,7 @@ def no_verdict_line(label: str, levels: Sequence[Mapping[str, Any]]) -> str:
 def not_an_llm_server(rs: Sequence[RequestRecord], endpoint: str) -> str | None:
     """What the target answered when every request failed as a server without a completion endpoint
     does ("POST /completion answered HTTP 501 to all 4 requests (...)"), else None."""
-    sent = [r for r in rs if r.error_kind != records.CANCELLED]
+    sent = [r for r in rs if r.error_kind not in records.CLIENT_SIDE]
     if not sent or not all(_not_a_completion(r) for r in sent):
         return None
     kind, count = Counter(r.error_kind for r in sent).most_common(1)[0]

@@ -13,6 +13,10 @@ in the schedule.
 What comes back is merged without losing exactness: records are concatenated, HdrHistograms are
 added bucket by bucket (never percentiles averaged), counters summed; the client's own load stays
 per process, and the level's is its busiest process's (the one that would limit the figures).
+
+A process that dies takes its in-flight requests with it: `lost_requests` rebuilds them from the
+last `SendsSoFar` it sent (what it had sent and had in flight then) and the records it wrote
+after that, so every request it sent is a record (error kind "lost") and none vanishes.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import msgspec
 from hdrh.histogram import HdrHistogram
 
+from ..core.records import CONNECT_ERROR, LOST, RequestRecord, ServerOutcome, make_record
 from . import metrics
 
 
@@ -107,6 +113,108 @@ def level_seq(local_seq: int, share: Share) -> int:
     if share.first_seq is not None:
         return share.first_seq + local_seq
     return local_seq * share.of + share.index
+
+
+def local_seq(seq: int, share: Share) -> int:
+    """The process's own number of the level's request `seq` (the inverse of `level_seq`)."""
+    if share.first_seq is not None:
+        return seq - share.first_seq
+    return (seq - share.index) // share.of
+
+
+class SendsSoFar(msgspec.Struct, array_like=True):
+    """What a process had sent when it sent a part of its records (on its own clock), in its own
+    numbers: `sent` requests, of which `in_flight` (seq -> worker, salt, send_ns, intended_ns) had
+    no record yet; every record it wrote before is in that part. A few numbers a request in
+    flight, a few times a second: never a message a request."""
+
+    at_ns: int
+    sent: int
+    in_flight: dict[int, tuple[int, str, int, int | None]]
+
+
+def lost_requests(share: Share, sends: SendsSoFar | None, since: Sequence[RequestRecord], *, target: str,
+                  key: int | float, start_ns: int, death_ns: int, duration_s: float | None, reason: str,
+                  pause_after_connect_error_ns: int = 0) -> list[RequestRecord]:
+    """The requests a process that died at `death_ns` had sent and never recorded, as records of
+    error kind "lost" (completed at `death_ns`, `reason` their message), numbered as the level's.
+
+    `sends` is its last `SendsSoFar` (None: it sent none), `since` the records it wrote after it
+    (the level's numbers). What it sent after `sends` follows from its share: a closed loop's
+    worker sends its next request the moment one completes (after the pause when it could not
+    connect) while the budget and the duration last, numbered in completion order; an open loop
+    sends its schedule's requests at their times, never more in flight than its cap.
+    """
+    recorded = {local_seq(r.seq, share) for r in since}
+    if share.offsets_ns is not None:
+        lost = _lost_in_open_loop(share, sends, recorded, start_ns, death_ns)
+    else:
+        lost = _lost_in_closed_loop(share, sends, since, recorded, start_ns, death_ns, duration_s,
+                                    pause_after_connect_error_ns)
+    outcome = ServerOutcome(error_kind=LOST, error_message=reason)
+    return [make_record(target, key, share.first_worker + worker, level_seq(seq, share), salt, send, max(send, death_ns),
+                        None, outcome, intended_ns=intended)
+            for seq, worker, salt, send, intended in sorted(lost)]
+
+
+_Lost = tuple[int, int, str, int, int]  # (own seq, own worker, salt, send_ns, intended_ns)
+
+
+def _lost_in_open_loop(share: Share, sends: SendsSoFar | None, recorded: set[int], start_ns: int,
+                       death_ns: int) -> list[_Lost]:
+    """Requests leave in schedule order: those in flight at the part, and every one due since."""
+    in_flight = {} if sends is None else sends.in_flight
+    candidates = {seq: (salt, send, send if intended is None else intended)
+                  for seq, (_, salt, send, intended) in in_flight.items()}
+    for seq in range(0 if sends is None else sends.sent, len(share.offsets_ns or ())):
+        due = start_ns + share.offsets_ns[seq]
+        if due > death_ns:
+            break
+        candidates[seq] = ("", due, due)
+    unrecorded = sorted(seq for seq in candidates if seq not in recorded)
+    if share.concurrency:
+        unrecorded = unrecorded[:share.concurrency]  # sent in order, never more in flight than the cap
+    return [(seq, 0, *candidates[seq]) for seq in unrecorded]
+
+
+def _lost_in_closed_loop(share: Share, sends: SendsSoFar | None, since: Sequence[RequestRecord], recorded: set[int],
+                         start_ns: int, death_ns: int, duration_s: float | None, pause_ns: int) -> list[_Lost]:
+    """Each worker's last request: the one in flight at the part, or the one it sent after its
+    last record since (numbered in completion order), or its first if it started since."""
+    at = None if sends is None else sends.at_ns
+    in_flight = {} if sends is None else sends.in_flight
+    c = share.concurrency
+    first_seqs = c if share.requests is None else min(c, share.requests)
+    begin = start_ns + share.start_after_ns
+    step = share.stagger_s * 1e9 / max(1, c)
+    deadline = None if duration_s is None else start_ns + int(duration_s * 1e9)
+    first_send = {j: begin + int(j * step) for j in range(first_seqs)}
+    # the closed loop's counter: the first seqs are held for their workers, sent or not
+    issued = (0 if sends is None else sends.sent) + sum(1 for t in first_send.values() if at is None or t > at)
+    next_send: dict[int, tuple[int | None, int]] = {}  # own worker -> its next request after `sends`
+    for r in sorted(since, key=lambda r: r.complete_ns):
+        t = r.complete_ns + (pause_ns if r.error_kind == CONNECT_ERROR else 0)
+        more = share.requests is None or issued < share.requests
+        if more and t <= death_ns and (deadline is None or t < deadline):
+            next_send[r.worker - share.first_worker] = (issued, t)
+            issued += 1
+        else:
+            next_send[r.worker - share.first_worker] = (None, t)
+    held = {worker: (seq, salt, send) for seq, (worker, salt, send, _) in in_flight.items()}
+    lost: list[_Lost] = []
+    for j in range(c):
+        if j in next_send:
+            seq, t = next_send[j]
+            if seq is not None and seq not in recorded:
+                lost.append((seq, j, "", t, t))
+        elif j in held:
+            seq, salt, t = held[j]
+            if seq not in recorded:
+                lost.append((seq, j, salt, t, t))
+        elif j in first_send and (at is None or first_send[j] > at) and first_send[j] <= death_ns \
+                and (deadline is None or first_send[j] < deadline) and j not in recorded:
+            lost.append((j, j, "", first_send[j], first_send[j]))
+    return lost
 
 
 def process_of(seq: int, processes: int) -> int:

@@ -293,7 +293,8 @@ def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     server_metrics_delta: dict[str, float] | None = None,
                     rate: float | None = None) -> LevelSummary:
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
-    cancelled ones (in flight at Ctrl-C) count in neither. The figures are gathered as a streamed
+    cancelled ones (in flight at Ctrl-C) and lost ones (in flight in a worker process that died)
+    count in neither. The figures are gathered as a streamed
     level gathers them (`aggregate.LevelAggregate`), so both give the same summary."""
     from .aggregate import LevelAggregate  # it builds on this module's formulas
 

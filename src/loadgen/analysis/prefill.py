@@ -55,7 +55,7 @@ class PrefillRow:
 
 def summarize_prefill(prompt_tokens: int, rs: Sequence[RequestRecord], note: str | None = None) -> PrefillRow:
     """One row: the requests at one prompt length on one target."""
-    rs = [r for r in rs if r.error_kind != records.CANCELLED]
+    rs = [r for r in rs if r.error_kind not in records.CLIENT_SIDE]
     ok = [r for r in rs if r.ok]
     counts = [r.prompt_n for r in ok if r.prompt_n is not None]
     return PrefillRow(

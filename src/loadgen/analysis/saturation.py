@@ -36,7 +36,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.records import ProbeSample, RequestRecord, level_short
+from ..core.records import CLIENT_SIDE, ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
@@ -241,7 +241,7 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
     ok = [r for r in rs if r.ok]
     queued_flags = [is_queued(r, overhead) for r in ok]
     queued = sum(queued_flags)
-    counted = [r for r in rs if r.error_kind != "cancelled"]
+    counted = [r for r in rs if r.error_kind not in CLIENT_SIDE]
     occupancy = level_occupancy(ok, total_slots, overhead) if all_records else None
     scraped = scrape_evidence(rs, samples)
     peak_busy = _peak([scraped.peak_busy_slots, occupancy.peak_busy_slots if occupancy else None])

@@ -87,7 +87,7 @@ class SoakTally:
         self.sent += len(rs)
         marks = []
         for r in rs:
-            if r.error_kind == records.CANCELLED:
+            if r.error_kind in records.CLIENT_SIDE:
                 continue
             i = max(0, (r.complete_ns - start_ns) // self.length_ns)
             if r.ok:

@@ -15,6 +15,7 @@ from ..output.grid import print_grid
 from ..output.tables import print_run
 from ..results.grid import grid_summaries, is_grid, load_grid
 from ..results.reader import load_probe, load_records, load_run, open_loop
+from ..results.unfinished import summarise_killed_levels
 from .shared import console as _console
 from .shared import format_option
 
@@ -38,6 +39,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
+    summarise_killed_levels(doc, records)  # a level run.json lacks because the run was killed in it
     if not doc.get("complete", True) and not any(t.get("levels") for t in doc["targets"]):
         # Killed before its first summary (run.json is rewritten every few seconds): say so.
         _console().print(f"loadgen {doc.get('kind', 'sweep')}  [incomplete]: stopped before a level was summarised; "

@@ -15,6 +15,7 @@ import click
 from ..core.errors import InputError
 from ..results.grid import grid_run_dirs, is_grid
 from ..results.reader import load_probe, load_records, load_run
+from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet")
@@ -57,8 +58,9 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
 def load_source(path_text: str, name: str | None = None) -> dict[str, Any]:
     path = results_dir(path_text)
-    return {"name": name or path.resolve().name, "run": load_run(path), "records": load_records(path),
-            "probe": load_probe(path)}
+    run, records = load_run(path), load_records(path)
+    summarise_killed_levels(run, records)  # a level run.json lacks because the run was killed in it
+    return {"name": name or path.resolve().name, "run": run, "records": records, "probe": load_probe(path)}
 
 
 MODE_KINDS = ("prefill", "depth", "soak")

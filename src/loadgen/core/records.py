@@ -21,6 +21,11 @@ INVALID_JSON = "invalid_json"  # a 2xx body that is not the JSON object the API 
 NOT_JSON_MESSAGE = "not JSON"
 SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
+# In flight in a `--workers` process that died (its answer died with it); not the server's fault.
+# The message says which worker and how it ended (run/workers.py, analysis/merge.py `lost_requests`).
+LOST = "lost"
+# Error kinds that are the client's doing: counted apart, neither ok nor failed.
+CLIENT_SIDE = frozenset({CANCELLED, LOST})
 STREAM_ERROR = "stream_error"  # a stream that carried `data: {"error": ...}` or an unreadable event
 TRUNCATED_STREAM = "truncated_stream"  # a stream that ended before its API's final event
 

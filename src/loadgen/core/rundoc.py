@@ -40,6 +40,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     requests_ok: int
     requests_failed: int
     requests_cancelled: int = 0
+    # In flight in a worker process that died (error kind "lost"); absent from files without any.
+    requests_lost: int = 0
     errors_by_kind: dict[str, int] = {}
     output_tokens: int
     wall_s: float
@@ -73,10 +75,18 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("concurrency_reached", "connections_opened"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
+        if not out["requests_lost"]:
+            del out["requests_lost"]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]
         return out
+
+
+# A level's `stopped_reason` when run.json had no finished summary of it but requests.jsonl has its
+# records: the run was killed (kill -9, a crash) while the level ran; summarised from its records
+# by a reader (results/unfinished.py).
+KILLED_DURING_LEVEL = "incomplete: the run was killed during this level"
 
 
 def is_open_loop(doc: Mapping[str, Any]) -> bool:

@@ -274,7 +274,7 @@ LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requ
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
                 *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
                   for k in ("mean", "p50", "p99")),
-                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99"))]
+                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99")), "requests_lost"]
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
     for target in data.targets:
         verdict_levels = {lv.get("level", lv.get("concurrency")): lv for lv in ((target.get("verdict") or {}).get("levels") or [])}
         for level in target.get("levels") or []:
-            row: dict[str, Any] = {"target": target["label"]}
+            row: dict[str, Any] = {"target": target["label"], "requests_lost": 0}  # absent from run.json: none
             for key, value in level.items():
                 if isinstance(value, dict) and key.endswith("_ms"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})

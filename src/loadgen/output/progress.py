@@ -17,7 +17,7 @@ from rich.text import Text
 from ..analysis.aggregate import of_level
 from ..analysis.metrics import prompt_tok_s
 from ..core.clock import now_ns
-from ..core.records import CANCELLED, LevelRun, RequestRecord, level_short
+from ..core.records import CLIENT_SIDE, LevelRun, RequestRecord, level_short
 
 
 class ProgressObserver:
@@ -143,7 +143,7 @@ class StepProgress(ProgressObserver):
             self.message(f"{what}: {step.skipped}")
         elif step.level is not None:
             ok = [r for r in step.level.records if r.ok]
-            failed = sum(1 for r in step.level.records if not r.ok and r.error_kind != CANCELLED)
+            failed = sum(1 for r in step.level.records if not r.ok and r.error_kind not in CLIENT_SIDE)
             figures = []
             if ok:
                 prompt_n = sorted({r.prompt_n for r in ok if r.prompt_n is not None})
@@ -215,7 +215,7 @@ class SoakStatus:
             self._ok[record.target] = self._ok.get(record.target, 0) + 1
             tokens = record.predicted_n if record.predicted_n is not None else (record.tokens_predicted or 0)
             self._recent.setdefault(record.target, deque()).append((record.complete_ns, tokens))
-        elif record.error_kind != CANCELLED:
+        elif record.error_kind not in CLIENT_SIDE:
             self._errors.setdefault(record.target, Counter())[record.error_kind] += 1
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..analysis.depth import SKIP_HINT
-from ..core.records import level_name
-from ..core.rundoc import is_open_loop
+from ..core.records import level_name, level_short
+from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 from ..run.labels import about
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
 
@@ -98,6 +98,39 @@ def reach_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"warning: {t['label']} at {_level_name(doc, lv['level'])}: at most {reached} "
                          f"request{' was' if reached == 1 else 's were'} in flight, so that level's figures are not "
                          f"those of concurrency {lv['concurrency']}")
+    return lines
+
+
+def worker_death_lines(doc: dict[str, Any]) -> list[str]:
+    """One warning per --workers process that died mid-level: when, the requests it lost, and the
+    load the level offered from then on (run.json's per-level "workers")."""
+    lines = []
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            for w in lv.get("workers") or []:
+                if not isinstance(w, dict) or w.get("died_at_s") is None:
+                    continue
+                if "rate_after" in w:
+                    after = f"at {w['rate_after']:g} of {lv['level']:g} req/s"
+                else:
+                    after = f"at concurrency {w.get('concurrency_after')} of {lv['concurrency']}"
+                lost = w.get("lost", 0)
+                lines.append(f"warning: {t['label']} at {_level_name(doc, lv['level'])}: worker {w.get('worker')} died "
+                             f"at {w['died_at_s']:.1f} s ({w.get('stopped_reason')}): the level ran {after} from "
+                             f"then on; {lost} request{'' if lost == 1 else 's'} in flight recorded as lost")
+    return lines
+
+
+def killed_lines(doc: dict[str, Any]) -> list[str]:
+    """One warning per level summarised from its records because the run was killed while it ran
+    (results/unfinished.py): its figures are those of the requests recorded before the kill."""
+    lines = []
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            if lv.get("stopped_reason") == KILLED_DURING_LEVEL:
+                n = sum(lv.get(k, 0) for k in ("requests_ok", "requests_failed", "requests_cancelled", "requests_lost"))
+                lines.append(f"warning: {t['label']} {level_short(lv['level'], is_open_loop(doc))}: incomplete, the run "
+                             f"was killed during this level; {n} request{'' if n == 1 else 's'} recorded")
     return lines
 
 
@@ -330,7 +363,7 @@ def run_lines(doc: dict[str, Any], told: bool = False) -> dict[str, list[str]]:
     sections = [t.get(doc.get("kind")) for t in doc["targets"] if doc.get("kind") in ("prefill", "depth")]
     if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
         notes.append(SKIP_HINT)
-    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": reach_lines(doc),
+    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc),
             "errors": error_lines(doc, told)}
 
 

@@ -12,6 +12,10 @@ Version history (SCHEMA_VERSION):
        "concurrency_reached", "connections_opened", "connect_ms"; config "stagger_s"; per record
        (requests.jsonl) "connect_us", "tls_us"; config "workers" and, in a run by worker
        processes, per level "workers" (each process's part and load).
+    3  per level "requests_lost" (absent: none): requests in flight in a --workers process that
+       died, records of error kind "lost", counted apart from ok, failed and cancelled, so a reader
+       of version 2 would miss them in a level's total; per level "workers", a dead process's
+       "died_at_s", "lost" and "concurrency_after" (or "rate_after").
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
@@ -25,8 +29,8 @@ import msgspec
 from ..core.rundoc import Distribution, LevelSummary
 
 SCHEMA = "loadgen.run"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"

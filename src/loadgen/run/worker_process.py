@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from ..analysis.aggregate import LevelAggregate, Reservoir
-from ..analysis.merge import Share, level_seq
+from ..analysis.merge import SendsSoFar, Share, level_seq
 from ..client.backends import Backend, make_backend
 from ..client.registry import make_transport
 from ..client.transport import Transport
@@ -70,7 +70,9 @@ class RecordsFile:
     GATHER_S seconds the records written since the last part are gathered into one and sent. A part's
     `watermark_ns` is the earliest send still in flight, or the gathering time when none is (the
     engine records a request before it leaves `in_flight`); the last part's is NO_MORE_SENDS.
-    `offset` says how many bytes of records the parts sent so far cover (all written)."""
+    `offset` says how many bytes of records the parts sent so far cover (all written), `sends` what
+    was sent and in flight then (every completed request's record is written by then): what the
+    parent needs to record the requests in flight as lost if this process dies."""
 
     WRITE_S = 0.05
     WRITE_RECORDS = 1024
@@ -86,6 +88,7 @@ class RecordsFile:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._encode_lines = msgspec.json.Encoder().encode_lines
+        self._encode = msgspec.msgpack.Encoder().encode
         self._waiting: list[RequestRecord] = []
         self._gathered_ns = now_ns()
         self.written = 0  # bytes of records written
@@ -132,7 +135,9 @@ class RecordsFile:
         self.reservoir.add(batch)
         in_flight = self.level.in_flight
         watermark = NO_MORE_SENDS if last else min((v[2] for v in in_flight.values()), default=self._gathered_ns)
-        self._send(WorkerPartial(part=aggregate.partial(watermark), offset=self.written))
+        sends = b"" if last else self._encode(SendsSoFar(self._gathered_ns, self.reservoir.seen + len(in_flight),
+                                                          dict(in_flight)))
+        self._send(WorkerPartial(part=aggregate.partial(watermark), offset=self.written, sends=sends))
         aggregate.clear()
 
     def close(self) -> None:

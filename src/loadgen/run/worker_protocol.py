@@ -77,10 +77,13 @@ class LevelDone(msgspec.Struct, tag="done"):
 
 class WorkerPartial(msgspec.Struct, tag="partial"):
     """The figures of the records a worker wrote since its last part (`aggregate.Partial`); `offset`:
-    the bytes of its records file (or buffer) that its parts so far cover."""
+    the bytes of its records file (or buffer) that its parts so far cover; `sends`: what it had sent
+    and had in flight then (`merge.SendsSoFar`, msgpack; empty in a level's last part), decoded
+    only if the worker dies (`merge.lost_requests`)."""
 
     part: Partial
     offset: int
+    sends: bytes = b""
 
 
 # A last part's watermark: the worker sends nothing more in this level.

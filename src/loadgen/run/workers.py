@@ -11,8 +11,11 @@ the level reads as a one-process level would (and a worker killed mid-level lose
 written); their own load is kept per worker.
 
 Ctrl-C: the parent tells every worker to stop, waits for each to record its in-flight requests as
-cancelled, and reads their files to the end. A worker that dies or cannot start its part ends the
-level with a reason naming it; the others' records are all kept.
+cancelled, and reads their files to the end. A worker that cannot start its part ends the level
+with a reason naming it. One that dies mid-level: the others run their shares to the end, every
+record it wrote is kept, the requests it had in flight become records of error kind "lost" (from
+what its last part said it had sent: analysis/merge.py `lost_requests`), and the level says when it
+died and at what concurrency (or rate) it ran from then on.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from hdrh.histogram import HdrHistogram
 
 from ..analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
 from ..analysis.metrics import new_histogram
-from ..analysis.merge import (ProcessLoad, Share, add_histograms, busiest, closed_shares, open_shares)
+from ..analysis.merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
+                              open_shares)
 from ..client.backends import GenerationParams
 from ..core.clock import now_ns
 from ..core.errors import ConfigError
@@ -119,6 +123,10 @@ class WorkerHandle:
         (a process on this machine); None when the records come only through `read_records`."""
         return None
 
+    def exit_text(self) -> str | None:
+        """How it ended ("killed by SIGKILL"), once known; None while that is not known."""
+        return None
+
     async def read_records(self) -> bytes:
         """The bytes of records appended since the last call."""
         ...
@@ -159,6 +167,9 @@ class _Process(WorkerHandle):
     def records_file(self) -> str | None:
         return None if self._path is None else str(self._path)
 
+    def exit_text(self) -> str | None:
+        return None if self.proc.returncode is None else _exit_text(self.proc.returncode)
+
     async def read_records(self) -> bytes:
         if self._file is None:
             self._file = open(self._path, "rb")  # created before the worker said it was ready
@@ -195,6 +206,19 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, "WorkerDeath"], k: int) -> dict[str, Any]:
+    """What run.json says of worker k that died mid-level: when, its requests lost, and the load the
+    level offered from then on (the shares of the workers gone by then left out)."""
+    death = deaths[k]
+    gone = [d for d, x in deaths.items() if x.at_ns <= death.at_ns]
+    info: dict[str, Any] = {"died_at_s": round(max(0, death.at_ns - level.start_ns) / 1e9, 3), "lost": death.lost}
+    if level.rate is None:
+        info["concurrency_after"] = level.concurrency - sum(shares[d].concurrency for d in gone)
+    else:
+        info["rate_after"] = level.rate * (1 - len(gone) / len(shares))
+    return info
+
+
 def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
     def on(ns: int | None) -> int | None:
         return None if ns is None else ns - shift_ns
@@ -202,6 +226,25 @@ def _on_this_clock(r: RequestRecord, shift_ns: int) -> RequestRecord:
     return msgspec.structs.replace(r, send_ns=on(r.send_ns), complete_ns=on(r.complete_ns), headers_ns=on(r.headers_ns),
                                    intended_ns=on(r.intended_ns), first_token_ns=on(r.first_token_ns),
                                    last_token_ns=on(r.last_token_ns))
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """What the workers of a level were given: what `lost_requests` rebuilds a dead one's from."""
+
+    shares: list[Share]
+    start_ns: int
+    duration_s: float | None
+    pause_after_connect_error_ns: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker gone mid-level: when (this clock), why, and how many of its requests were lost."""
+
+    at_ns: int
+    reason: str
+    lost: int
 
 
 class _Tail:
@@ -231,10 +274,13 @@ class _Tail:
     watermarks (every request a worker sent before its watermark is in what was taken), so a level
     or a soak of hours over workers stays in constant memory. A dead worker's watermark is
     NO_MORE_SENDS: it sends nothing more.
+
+    A worker gone before its last part (with a `plan`): the requests it had in flight, by its last
+    part taken and the records after it, are added as records of error kind "lost" (`deaths`).
     """
 
-    def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver):
-        self.handles, self.level, self.obs = handles, level, obs
+    def __init__(self, handles: list[WorkerHandle], level: LevelRun, obs: RunObserver, plan: LevelPlan | None = None):
+        self.handles, self.level, self.obs, self.plan = handles, level, obs, plan
         held = level.records
         self._count = getattr(obs, "requests_counted", None)
         self.direct = (isinstance(held, LevelRecords) and held.encoded is not None and level.aggregate is not None
@@ -254,6 +300,8 @@ class _Tail:
         self._parts: list[list[WorkerPartial]] = [[] for _ in handles]
         self._unmerged = [bytearray() for _ in handles]
         self._gone = [False] * n
+        self._sends: list[bytes | None] = [None] * n  # the last part taken's `sends` (b"": its last part)
+        self.deaths: dict[int, WorkerDeath] = {}
         self.error: str | None = None
         # Direct from the workers' own files: each open here for the level, for the kernel to copy from.
         self._files: list[int] = []
@@ -298,9 +346,10 @@ class _Tail:
             if self.direct:
                 self.level.aggregate.merge(part)
                 self._count(self.level, part.sent, part.sent - part.ok)
-            if self.direct and not self.copies:
+            if not self.copies:
                 del self._unmerged[k][:max(0, message.offset - (self._read[k] - len(self._unmerged[k])))]
             self._watermarks[k] = part.watermark_ns - self.handles[k].shift_ns
+            self._sends[k] = message.sends
         if taken:
             del parts[:taken]
             self._settle()
@@ -340,9 +389,9 @@ class _Tail:
         self._rest[k] = data[cut:]
         if cut:
             lines = data[:cut]
+            self._unmerged[k] += lines  # until a part covers them (a dead worker's: what it sent after)
             if self.direct:
                 self.level.records.encoded.write_lines(lines, lines.count(b"\n"))
-                self._unmerged[k] += lines
             else:
                 records = self._decode(lines)
                 if h.shift_ns:
@@ -359,20 +408,46 @@ class _Tail:
             return
         self._gone[k] = True
         self._parts[k].clear()
-        self._watermarks[k] = NO_MORE_SENDS
-        if self.direct:
+        if self.copies:
+            rest = self._rest_of_file(k)
+            uncovered = rest[:rest.rfind(b"\n") + 1]  # a write the kill cut short is no record
+        else:
+            uncovered, self._unmerged[k] = bytes(self._unmerged[k]), bytearray()
+        records = self._decode(uncovered)
+        if self.direct and records:
             if self.copies:
-                rest = self._rest_of_file(k)
-                uncovered = rest[:rest.rfind(b"\n") + 1]  # a write the kill cut short is no record
-            else:
-                uncovered, self._unmerged[k] = bytes(self._unmerged[k]), bytearray()
-            records = self._decode(uncovered)
-            if records:
-                if self.copies:
-                    self._copy(k, self._read[k] + len(uncovered), len(records))
-                self.level.aggregate.add_batch(records)
-                self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
+                self._copy(k, self._read[k] + len(uncovered), len(records))
+            self.level.aggregate.add_batch(records)
+            self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
+        if self.plan is not None and self._sends[k] != b"":  # b"": its last part came, nothing was in flight
+            self._add_lost(k, [_on_this_clock(r, self.handles[k].shift_ns) for r in records]
+                           if self.handles[k].shift_ns else records)
+        self._watermarks[k] = NO_MORE_SENDS
         self._settle()
+
+    def _add_lost(self, k: int, since: list[RequestRecord]) -> None:
+        """Worker k's requests in flight when it went, as records of error kind "lost"."""
+        h, plan, now = self.handles[k], self.plan, now_ns()
+        how = h.exit_text() or (None if h.alive else "gone")
+        reason = f"worker {k} died ({how})" if how else f"worker {k} did not answer"
+        sends = None if self._sends[k] is None else msgspec.msgpack.decode(self._sends[k], type=SendsSoFar)
+        if sends is not None and h.shift_ns:
+            sends = SendsSoFar(sends.at_ns - h.shift_ns, sends.sent, {
+                seq: (w, salt, send - h.shift_ns, None if intended is None else intended - h.shift_ns)
+                for seq, (w, salt, send, intended) in sends.in_flight.items()})
+        lost = lost_requests(plan.shares[k], sends, since, target=self.level.target, key=self.level.level,
+                             start_ns=plan.start_ns, death_ns=now, duration_s=plan.duration_s, reason=reason,
+                             pause_after_connect_error_ns=plan.pause_after_connect_error_ns)
+        self.deaths[k] = WorkerDeath(now, how or "did not answer", len(lost))
+        if not lost:
+            return
+        if self.direct:
+            self.level.records.encoded.write_lines(msgspec.json.Encoder().encode_lines(lost), len(lost))
+            self.level.aggregate.add_batch(lost)
+            self._count(self.level, len(lost), len(lost))
+        else:
+            self.level.records.extend(lost)
+            requests_done(self.obs, lost)
 
     def _rest_of_file(self, k: int) -> bytes:
         chunks, at = [], self._read[k]
@@ -498,15 +573,16 @@ class WorkerPool:
             for p in procs:
                 p.end_level()
             return None
-        return await self._go(t, level, procs, shares, answers, requests, duration_s, obs)
+        return await self._go(t, level, procs, shares, answers, requests, duration_s, obs,
+                              int(options.pause_after_connect_error_s * 1e9))
 
     async def _go(self, t: TargetRun, level: LevelRun, procs: list[WorkerHandle], shares: list[Share],
                   readies: list[Any], requests: int | None, duration_s: float | None,
-                  obs: RunObserver) -> ClientLoad | None:
+                  obs: RunObserver, pause_after_connect_error_ns: int = 0) -> ClientLoad | None:
         start = now_ns() + BARRIER_LEAD_NS
         level.start_ns = start
         obs.level_started(level, requests, duration_s)
-        tail = _Tail(procs, level, obs)
+        tail = _Tail(procs, level, obs, LevelPlan(shares, start, duration_s, pause_after_connect_error_ns))
         stop_following = asyncio.Event()
         follower = asyncio.ensure_future(tail.follow(stop_following))
         ends: list[Any] = [None] * len(procs)
@@ -564,6 +640,8 @@ class WorkerPool:
                 t.read_clock = end.read_clock or t.read_clock
             else:
                 info.update(records=None, stopped_reason=end if isinstance(end, str) else "no answer")
+            if k in tail.deaths:
+                info.update(_after_death(level, shares, tail.deaths, k))
             level.workers.append(info)
         top = busiest(loads)
         if top is None:
