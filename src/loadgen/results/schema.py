@@ -16,6 +16,10 @@ Version history (SCHEMA_VERSION):
        died, records of error kind "lost", counted apart from ok, failed and cancelled, so a reader
        of version 2 would miss them in a level's total; per level "workers", a dead process's
        "died_at_s", "lost" and "concurrency_after" (or "rate_after").
+       Added since, without a bump: per verdict level "queue_cause", "evidence", "slot_queued",
+       "slot_wait_ms", "held_outside", "held_outside_max_ms", "held_outside_longest_s", "scrapes",
+       "unheld_longest_s", "outside_wait_mean_ms" (analysis/occupancy.py); per probe sample
+       (probe.jsonl) "scrape_us".
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
@@ -48,6 +52,12 @@ class LevelVerdict(msgspec.Struct):
     peak_busy_slots: int | None = None
     batching_gain: float | None = None
     failure_share: float = 0.0
+    queue_cause: str | None = None  # "slots", "outside", "too_short", "unknown" (analysis/saturation.py)
+    evidence: str | None = None  # "records" or "scrapes"
+    slot_queued: int | None = None
+    slot_wait_ms: Distribution | None = None
+    held_outside: int | None = None
+    held_outside_max_ms: float | None = None
 
 
 class Verdict(msgspec.Struct):
