@@ -2,7 +2,8 @@
 or a folder of several runs each), let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
-limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression.
+limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression,
+and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..output.comparison import (check_line, comparison_markdown, comparison_tab
 from ..output.layout import print_grid
 from ..results.noise import write_noise
 from ..results.sides import load_side, side_noise
-from ..core.errors import InputError
+from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
 from .common import results_dir, user_errors
 from .shared import console as _console
 
@@ -147,10 +148,11 @@ def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, m
 def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
                  max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
                  config_file: str | None, noise_file: str | None) -> None:
-    """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise, else 0.
+    """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when
+    the runs could enforce none of the limits on throughput and latency; else 0.
 
     Each side is a results directory or a folder of several (runs are the unit: with one run a side
-    and no noise floor a change cannot be told from the machine's drift and is inconclusive)."""
+    and no noise floor a change cannot be told from the machine's drift, and no limit is enforced)."""
     with user_errors():
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
@@ -160,7 +162,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
 
 
 def report_gate(result: GateResult, strict: bool) -> None:
-    """The gate's lines, summary and step summary; exits 1 on a failed gate."""
+    """The gate's lines, summary and step summary; exits 1 on a failed gate, 3 on one not enforced."""
     out, err = Console(), Console(stderr=True)
     print_notes(result.comparison, err)
     for line in detection_lines(result):
@@ -173,8 +175,8 @@ def report_gate(result: GateResult, strict: bool) -> None:
         elif check.status == INCONCLUSIVE:
             err.print(f"warning: {line}",
                       style="yellow", highlight=False, markup=False, soft_wrap=True)
-    out.print(summary_line(result), style="bold red" if result.exit_code else "bold green",
-              highlight=False, markup=False, soft_wrap=True)
+    style = {EXIT_FAILED: "bold red", EXIT_NOT_ENFORCED: "bold yellow"}.get(result.exit_code, "bold green")
+    out.print(summary_line(result), style=style, highlight=False, markup=False, soft_wrap=True)
     write_step_summary(gate_markdown(result), err)
     if result.exit_code:
         sys.exit(result.exit_code)
