@@ -21,11 +21,12 @@ from rich.console import Console
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
 from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
                              parse_confidence, parse_settings, run_gate)
+from ..analysis.run_identity import first_difference
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
                                  summary_line, untested_notes)
 from ..output.layout import print_grid
 from ..results.noise import write_noise
-from ..results.sides import load_side, side_noise
+from ..results.sides import calibration_runs, load_side, side_noise
 from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
 from .common import results_dir, user_errors
 from .shared import console as _console
@@ -203,10 +204,15 @@ def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""
     with user_errors():
         path = results_dir(runs_dir, "runs")
-        runs = load_side(path) if not (path / "baseline").is_dir() else [
-            *load_side(path / "baseline"), *load_side(path / "candidate")]
+        named = calibration_runs(path)
+        runs = [run for _, run in named]
         if len(runs) < 3:
             raise InputError(f"{path}: {len(runs)} run(s); a noise floor needs at least 3 runs of one configuration")
+        differs = first_difference([(name, run.doc) for name, run in named])
+        if differs:
+            raise InputError(f"{path}: not runs of one configuration: {differs}; calibrate measures the noise of "
+                             "one unchanged configuration against one server (an A/A: `loadgen ab` with the same "
+                             "URL on both sides)")
         baseline = runs[:1]
         for run in runs[1:]:
             compare_sides(baseline, [run])  # refuses runs that cannot be compared, in one line
