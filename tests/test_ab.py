@@ -46,6 +46,21 @@ def test_an_a_a_is_not_failed_and_says_what_it_could_not_enforce_with_runs_inter
     order = sorted((t, side) for side, ts in starts.items() for t in ts)
     assert [side for _, side in order] == ["baseline", "candidate", "candidate", "baseline"]  # counterbalanced
     assert "2+2 interleaved runs" in proc.stdout
+    calibrated = subprocess.run([*LOADGEN, "calibrate", str(tmp_path / "ab")], capture_output=True, text=True,
+                                timeout=120)
+    assert calibrated.returncode == 0 and (tmp_path / "ab" / "noise.json").is_file(), calibrated.stderr
+
+
+def test_calibrate_refuses_an_a_b_folder_naming_the_field_and_the_runs(sims, tmp_path):
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["slow"], "--repeat", "2", "--no-gate",
+              "--output", tmp_path / "ab", *SWEEP)
+    assert proc.returncode == 0, proc.stderr
+    calibrated = subprocess.run([*LOADGEN, "calibrate", str(tmp_path / "ab")], capture_output=True, text=True,
+                                timeout=120)
+    assert calibrated.returncode == 2 and calibrated.stderr.count("\n") == 1, calibrated.stderr
+    assert (f"not runs of one configuration: server's url is {sims['fast']} in baseline/01, {sims['slow']} in "
+            "candidate/01; ") in calibrated.stderr
+    assert not (tmp_path / "ab" / "noise.json").exists()
 
 
 def test_a_throttled_candidate_fails(sims, tmp_path):
