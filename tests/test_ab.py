@@ -11,6 +11,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from loadgen.core.errors import EXIT_NOT_ENFORCED
 from servers import LOADGEN, SimProcess, sim_profile
 
 SWEEP = ("--", "--concurrency", "1,2", "--n-predict", "8", "--requests", "8", "--warmup", "0")
@@ -32,16 +33,34 @@ def ab(*args, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*LOADGEN, "ab", *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
-def test_an_a_a_passes_with_runs_interleaved_on_disk(sims, tmp_path):
+def test_an_a_a_is_not_failed_and_says_what_it_could_not_enforce_with_runs_interleaved_on_disk(sims, tmp_path):
     proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--repeat", "2",
               "--output", tmp_path / "ab", *SWEEP)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith("gate: passed")
+    # 2+2 runs without a floor: one degree of freedom, so nothing near a 5% limit is detectable
+    assert proc.returncode == EXIT_NOT_ENFORCED, proc.stdout + proc.stderr
+    headline = proc.stdout.splitlines()[-1]
+    assert headline.startswith("gate: not enforced (8 checks on 2 levels over 2+2 interleaved runs, ")
+    assert "6 of 8 checks not enforced: throughput at concurrency 1, 2 could detect only changes above " in headline
     starts = {side: [json.loads((tmp_path / "ab" / side / f"0{i}" / "run.json").read_text())["started_utc"]
                      for i in (1, 2)] for side in ("baseline", "candidate")}
     order = sorted((t, side) for side, ts in starts.items() for t in ts)
     assert [side for _, side in order] == ["baseline", "candidate", "candidate", "baseline"]  # counterbalanced
     assert "2+2 interleaved runs" in proc.stdout
+    calibrated = subprocess.run([*LOADGEN, "calibrate", str(tmp_path / "ab")], capture_output=True, text=True,
+                                timeout=120)
+    assert calibrated.returncode == 0 and (tmp_path / "ab" / "noise.json").is_file(), calibrated.stderr
+
+
+def test_calibrate_refuses_an_a_b_folder_naming_the_field_and_the_runs(sims, tmp_path):
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["slow"], "--repeat", "2", "--no-gate",
+              "--output", tmp_path / "ab", *SWEEP)
+    assert proc.returncode == 0, proc.stderr
+    calibrated = subprocess.run([*LOADGEN, "calibrate", str(tmp_path / "ab")], capture_output=True, text=True,
+                                timeout=120)
+    assert calibrated.returncode == 2 and calibrated.stderr.count("\n") == 1, calibrated.stderr
+    assert (f"not runs of one configuration: server's url is {sims['fast']} in baseline/01, {sims['slow']} in "
+            "candidate/01; ") in calibrated.stderr
+    assert not (tmp_path / "ab" / "noise.json").exists()
 
 
 def test_a_throttled_candidate_fails(sims, tmp_path):

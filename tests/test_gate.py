@@ -17,6 +17,7 @@ from loadgen.analysis import compare, gate, metrics
 from loadgen.analysis.between_runs import Floor
 from loadgen.cli.gate import gate_command, load_gate_file
 from loadgen.client.backends import GenerationParams
+from loadgen.core.errors import EXIT_NOT_ENFORCED
 from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
 from loadgen.output import comparison
 from loadgen.results import schema, writer
@@ -152,10 +153,13 @@ def test_the_same_two_sides_always_give_the_same_answer():
     assert first["paired"] is True and first["runs"] == [3, 3]
 
 
-def test_interleaved_a_a_gates_pass_at_least_95_of_100_trials():
-    passed = sum(gate.run_gate(*ab_sides(1000 + seed, {1: 20, 4: 40}), gate.GateConfig()).exit_code == 0
-                 for seed in range(100))
-    assert passed >= 95, f"only {passed}/100 A/A gates passed"
+def test_interleaved_a_a_gates_fail_in_at_most_5_of_100_trials():
+    # Without a floor, 3+3 runs of a machine drifting 3% a run cannot see a 5% change: most of these
+    # gates are not enforced (exit 3), which is no false alarm; a failure (exit 1) would be one.
+    codes = [gate.run_gate(*ab_sides(1000 + seed, {1: 20, 4: 40}), gate.GateConfig()).exit_code
+             for seed in range(100)]
+    assert codes.count(1) <= 5, f"{codes.count(1)}/100 A/A gates failed"
+    assert set(codes) <= {0, 1, EXIT_NOT_ENFORCED}
 
 
 def test_compare_calls_no_change_significant_on_unchanged_servers():
@@ -183,7 +187,7 @@ def test_a_20_percent_throughput_drop_fails_every_time_with_interleaved_runs_and
 def test_one_run_a_side_without_a_floor_is_never_a_regression():
     base, cand = pair(4, {1: 40, 4: 120}, slowdown=1.5)
     result = gate.run_gate(one(base), one(cand), gate.GateConfig())
-    assert result.exit_code == 0 and not result.with_status(gate.FAIL)
+    assert result.exit_code == EXIT_NOT_ENFORCED and not result.with_status(gate.FAIL)
     throughput = next(c for c in result.checks if c.metric == "throughput")
     assert throughput.comparison.change < -0.25 and throughput.status == gate.INCONCLUSIVE
     assert any("one run a side and no noise floor" in line for line in comparison.detection_lines(result))
@@ -197,7 +201,10 @@ def test_one_run_a_side_is_judged_against_a_calibrated_floor():
     result = gate.run_gate(one(base), one(slow), gate.GateConfig(), floors=floors)
     assert "throughput" in failed_metrics(result) and result.exit_code == 1
     _, same = pair(5, {4: 120})
-    assert gate.run_gate(one(base), one(same), gate.GateConfig(), floors=floors).exit_code == 0
+    # a 2% floor and one run a side detect only changes above ~11%: no limit of 5-10% is enforced
+    assert gate.run_gate(one(base), one(same), gate.GateConfig(), floors=floors).exit_code == EXIT_NOT_ENFORCED
+    wide = gate.GateConfig(limits={**gate.DEFAULT_LIMITS, "throughput": 0.15})
+    assert gate.run_gate(one(base), one(same), wide, floors=floors).exit_code == 0
 
 
 def test_a_30_percent_p99_rise_in_the_tail_fails():
@@ -224,7 +231,7 @@ def test_beyond_the_limit_but_within_the_runs_noise_is_inconclusive_and_said():
     result = gate.run_gate(base, cand, gate.GateConfig(metrics=("throughput",)))
     (check,) = result.checks
     assert check.comparison.change < -0.05 and check.comparison.significant is False
-    assert check.status == gate.INCONCLUSIVE and result.exit_code == 0
+    assert check.status == gate.INCONCLUSIVE and result.exit_code == EXIT_NOT_ENFORCED
     assert check.comparison.detectable > 0.05
     lines = comparison.detection_lines(result)
     assert any(line.startswith("warning: throughput: the limit 5% is below the smallest change these runs detect")

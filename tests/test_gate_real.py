@@ -15,6 +15,7 @@ import json
 import subprocess
 
 import pytest
+from loadgen.core.errors import EXIT_NOT_ENFORCED
 from servers import LOADGEN, SimProcess, sim_profile, start_llama_server
 
 
@@ -68,12 +69,15 @@ def test_a_throttled_candidate_fails_the_gate(sweeps):
     assert proc.stderr.count("ab: baseline run") == 3 and proc.stderr.count("ab: candidate run") == 3
 
 
-def test_interleaved_runs_of_the_same_server_pass_the_gate_at_its_default_limits(sweeps):
+def test_interleaved_runs_of_the_same_server_do_not_fail_the_gate_at_its_default_limits(sweeps):
     _, results = sweeps
     proc = results["real"]
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith("gate: passed")
-    assert "3+3 interleaved runs" in proc.stdout
+    # Passed, or (where this machine's noise hides a change of the limits' size from 3+3 runs
+    # without a floor) not enforced, said so: never a regression.
+    assert proc.returncode in (0, EXIT_NOT_ENFORCED), proc.stdout + proc.stderr
+    headline = proc.stdout.splitlines()[-1]
+    assert headline.startswith("gate: passed" if proc.returncode == 0 else "gate: not enforced"), headline
+    assert "3+3 interleaved runs" in headline
 
 
 def test_compare_reports_the_slower_decode_as_significant(sweeps, loadgen):

@@ -21,7 +21,7 @@ from loadgen.analysis.merge import add_histograms, same_buckets
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
-from loadgen.core.errors import ConfigError
+from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
 from loadgen.run.workers import auto_workers, local_workers
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
 
@@ -155,7 +155,9 @@ def test_the_merged_run_reads_like_a_one_process_run(two_runs) -> None:
                     ["compare", str(one), str(two)], ["gate", str(one), str(two), "--max-latency-rise", "1000%",
                                                       "--max-throughput-drop", "90%"]):
         done = subprocess.run([*LOADGEN, *command], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        # one run a side: the gate has nothing to test its limits with, and says so (exit 3)
+        assert done.returncode == (EXIT_NOT_ENFORCED if command[0] == "gate" else 0), (command, done.stdout,
+                                                                                       done.stderr)
 
 
 def test_the_merged_hlog_is_the_sum_of_the_workers_and_of_all_records(two_runs) -> None:

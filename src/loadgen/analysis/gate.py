@@ -8,6 +8,12 @@ warning, or a failure with `strict`; never a regression. The gate also says the 
 its runs can detect per metric and warns when a limit is tighter than that. The error rate is
 the exception: an absolute ceiling on the candidate's failed / (ok + failed), with no test.
 
+No verdict without the evidence for it: a check is *enforced* only when its runs could catch a
+breach of its limit (the error-rate ceiling whenever the candidate finished requests; a limit on
+throughput or latency when it was tested and the smallest change its runs detect is within the
+limit). A gate none of whose statistical checks is enforced neither passes nor fails: it is *not
+enforced* (its own exit code); a gate that passes with some checks not enforced says how many.
+
 `confidence` is that of the whole gate. With k statistical checks (metrics x levels, error rate
 excluded), each is tested at 1 - (1 - confidence) / k (Bonferroni), so the chance that noise fails
 the gate somewhere stays below 1 - confidence however many levels a sweep has.
@@ -23,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import EXIT_FAILED, EXIT_OK, UserError
+from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, UserError
 from .compare import METRICS, MetricComparison, NoiseFloors, RunComparison, RunData, compare_sides
 
 DEFAULT_METRICS = ("throughput", "latency_p50", "latency_p99", "error_rate")
@@ -205,6 +211,30 @@ class Check:
     def metric(self) -> str:
         return self.comparison.metric
 
+    @property
+    def enforced(self) -> bool:
+        """Could these runs catch a breach of the limit? A failed check caught one. The error-rate
+        ceiling needs no test, only the candidate's finished requests. A statistical check needs a
+        test whose smallest detectable change (80% power) is at most the limit: a check that could
+        detect only changes above its limit would pass a regression of the limit's size unseen."""
+        c = self.comparison
+        if self.status == FAIL:
+            return True
+        if self.metric == "error_rate":
+            return c.candidate is not None
+        return c.significant is not None and c.detectable is not None and c.detectable <= self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class Unenforced:
+    """A gated metric's checks that these runs could not enforce, and why."""
+
+    metric: str
+    limit: float
+    levels: tuple[int | float, ...]  # where, in the comparison's order
+    untested: str | None  # why there was no test (the comparison's note), or None
+    detectable: float | None  # when tested: the largest smallest-detectable change of these checks
+
 
 @dataclass(frozen=True, slots=True)
 class GateResult:
@@ -217,10 +247,40 @@ class GateResult:
         return [c for c in self.checks if c.status == status]
 
     @property
+    def not_enforced(self) -> list[Check]:
+        return [c for c in self.checks if not c.enforced]
+
+    @property
+    def enforced_nothing(self) -> bool:
+        """None of the limits on throughput or latency could be enforced (the error-rate ceiling alone
+        says nothing of a slowdown); with only the error rate gated, none of its checks could."""
+        statistical = [c for c in self.checks if c.metric != "error_rate"] or list(self.checks)
+        return not any(c.enforced for c in statistical)
+
+    @property
     def exit_code(self) -> int:
+        """1 on a regression (or an inconclusive check with `strict`); else EXIT_NOT_ENFORCED when
+        nothing could be enforced; else 0."""
         if self.with_status(FAIL) or (self.config.strict and self.with_status(INCONCLUSIVE)):
             return EXIT_FAILED
+        if self.enforced_nothing:
+            return EXIT_NOT_ENFORCED
         return EXIT_OK
+
+    def unenforced(self) -> list[Unenforced]:
+        """The checks not enforced, grouped by metric and by why: no test (per reason), or a test
+        blind to a change of the limit's size."""
+        groups: dict[tuple[str, str | None], list[Check]] = {}
+        for check in self.not_enforced:
+            c = check.comparison
+            untested = None if c.significant is not None else _untested_reason(c)
+            groups.setdefault((check.metric, untested), []).append(check)
+        out = []
+        for (metric, untested), checks in groups.items():
+            known = [c.comparison.detectable for c in checks if c.comparison.detectable is not None]
+            out.append(Unenforced(metric, checks[0].limit, tuple(c.comparison.concurrency for c in checks),
+                                  untested, None if untested or not known else max(known)))
+        return out
 
     def detectable(self) -> dict[str, float | None]:
         """Per gated metric, the smallest relative change these runs detect at every gated level
@@ -238,6 +298,12 @@ class GateResult:
         """(metric, limit, detectable) for each limit these runs cannot enforce."""
         return [(metric, self.config.limits[metric], d) for metric, d in self.detectable().items()
                 if d is None or d > self.config.limits[metric]]
+
+
+def _untested_reason(comparison: MetricComparison) -> str:
+    """The comparison's note without its advice: "one run a side and no noise floor"."""
+    note = comparison.note or "no test"
+    return note.split(":")[0].split(" (")[0]
 
 
 def check_confidence(confidence: float, statistical_checks: int) -> float:

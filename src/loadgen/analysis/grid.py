@@ -191,14 +191,32 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"))
 
 
-def _clear_lead(best: MeanSd, second: MeanSd | None) -> bool:
-    """With repeats, a lead counts only when the two cells' mean ± sd do not overlap."""
-    if second is None or best.sd is None or second.sd is None:
-        return True
-    return best.mean - best.sd > second.mean + second.sd
+UNTESTED = "no spread to test it against; use --repeat 2 or more"
+
+
+def _untested(compared: Sequence[tuple[MeanSd, CellSummary]],
+              ranked: Sequence[tuple[MeanSd, CellSummary]]) -> str | None:
+    """Why a lead between the `compared` cells cannot be tested: one of their values is a single
+    run's (no sd); "one run per cell" when every ranked cell's is. None when all have a spread."""
+    single = [cell for value, cell in compared if value.sd is None]
+    if not single:
+        return None
+    if all(value.sd is None for value, _ in ranked):
+        return f"untested: one run per cell, so {UNTESTED}"
+    return f"untested: {single[0].name} has one run, so {UNTESTED}"
+
+
+def _clear_lead(best: MeanSd, second: MeanSd, higher: bool) -> bool:
+    """With repeats, a lead counts only when the two cells' mean ± sd do not overlap (both have an sd)."""
+    best_sd, second_sd = best.sd or 0.0, second.sd or 0.0
+    if higher:
+        return best.mean - best_sd > second.mean + second_sd
+    return best.mean + best_sd < second.mean - second_sd
 
 
 def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
+    """"parallel=2 (25.0; +19% against the worst)", with why the lead is untested (a single run)
+    or that it is within the repeats' spread of the next."""
     ranked = sorted(((v, c) for c in cells if (v := value(c)) is not None), key=lambda vc: vc[0].mean,
                     reverse=higher)
     if not ranked:
@@ -208,14 +226,18 @@ def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> st
         return f"{cell.name} ({best.mean:,.1f})"
     worst = ranked[-1][0].mean
     share = (best.mean / worst - 1) if higher and worst > 0 else (1 - best.mean / worst if worst > 0 else 0)
-    noise = "" if _clear_lead(best, rest[0][0]) else ", within the repeats' spread of the next"
+    second = rest[0][0]
+    untested = _untested(ranked[:2], ranked)
+    noise = f"; {untested}" if untested else "" if _clear_lead(best, second, higher) else \
+        ", within the repeats' spread of the next"
     return f"{cell.name} ({best.mean:,.1f}; {share:+.0%} against the worst{noise})" if higher else \
         f"{cell.name} ({best.mean:,.0f}; {share:.0%} lower than the worst{noise})"
 
 
 def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     """One line per question: which cell wins on single-stream speed, peak throughput, every level's
-    throughput and the top level's latency."""
+    throughput and the top level's latency. A lead between cells of a single run each is said to be
+    untested (no spread to test it against); with repeats, one inside the spread is said so."""
     ok = [c for c in cells if c.runs_ok]
     if len(ok) < 2:
         return []
@@ -227,12 +249,15 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
             lines.append(f"highest {what} (tok/s): {w}")
     common = sorted(set.intersection(*(set(c.throughput_by_level) for c in ok)))
     leaders = [max(ok, key=lambda c, lv=lv: c.throughput_by_level[lv].mean) for lv in common]
+    by_level = [[(c.throughput_by_level[lv], c) for c in ok] for lv in common]
+    single = next((u for pairs in by_level if (u := _untested(pairs, pairs))), None)
     if common and all(lead is leaders[0] for lead in leaders):
         lines.append(f"{leaders[0].name} has the highest throughput at every level here "
-                     f"({', '.join(map(str, common))})")
+                     f"({', '.join(map(str, common))}{'; ' + single if single else ''})")
     elif common:
         lines.append("highest throughput by level: " + "; ".join(f"{lv}: {lead.name}"
-                                                                   for lv, lead in zip(common, leaders)))
+                                                                   for lv, lead in zip(common, leaders))
+                     + (f" ({single})" if single else ""))
     if common:
         top = common[-1]
         w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)

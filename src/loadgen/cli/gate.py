@@ -2,7 +2,8 @@
 or a folder of several runs each), let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
-limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression.
+limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression,
+and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from rich.console import Console
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
 from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
                              parse_confidence, parse_settings, run_gate)
+from ..analysis.run_identity import first_difference
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
                                  summary_line, untested_notes)
 from ..output.layout import print_grid
 from ..results.noise import write_noise
-from ..results.sides import load_side, side_noise
-from ..core.errors import InputError
+from ..results.sides import calibration_runs, load_side, side_noise
+from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
 from .common import results_dir, user_errors
 from .shared import console as _console
 
@@ -147,10 +149,11 @@ def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, m
 def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
                  max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
                  config_file: str | None, noise_file: str | None) -> None:
-    """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise, else 0.
+    """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when
+    the runs could enforce none of the limits on throughput and latency; else 0.
 
     Each side is a results directory or a folder of several (runs are the unit: with one run a side
-    and no noise floor a change cannot be told from the machine's drift and is inconclusive)."""
+    and no noise floor a change cannot be told from the machine's drift, and no limit is enforced)."""
     with user_errors():
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
@@ -160,7 +163,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
 
 
 def report_gate(result: GateResult, strict: bool) -> None:
-    """The gate's lines, summary and step summary; exits 1 on a failed gate."""
+    """The gate's lines, summary and step summary; exits 1 on a failed gate, 3 on one not enforced."""
     out, err = Console(), Console(stderr=True)
     print_notes(result.comparison, err)
     for line in detection_lines(result):
@@ -173,8 +176,8 @@ def report_gate(result: GateResult, strict: bool) -> None:
         elif check.status == INCONCLUSIVE:
             err.print(f"warning: {line}",
                       style="yellow", highlight=False, markup=False, soft_wrap=True)
-    out.print(summary_line(result), style="bold red" if result.exit_code else "bold green",
-              highlight=False, markup=False, soft_wrap=True)
+    style = {EXIT_FAILED: "bold red", EXIT_NOT_ENFORCED: "bold yellow"}.get(result.exit_code, "bold green")
+    out.print(summary_line(result), style=style, highlight=False, markup=False, soft_wrap=True)
     write_step_summary(gate_markdown(result), err)
     if result.exit_code:
         sys.exit(result.exit_code)
@@ -201,10 +204,15 @@ def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""
     with user_errors():
         path = results_dir(runs_dir, "runs")
-        runs = load_side(path) if not (path / "baseline").is_dir() else [
-            *load_side(path / "baseline"), *load_side(path / "candidate")]
+        named = calibration_runs(path)
+        runs = [run for _, run in named]
         if len(runs) < 3:
             raise InputError(f"{path}: {len(runs)} run(s); a noise floor needs at least 3 runs of one configuration")
+        differs = first_difference([(name, run.doc) for name, run in named])
+        if differs:
+            raise InputError(f"{path}: not runs of one configuration: {differs}; calibrate measures the noise of "
+                             "one unchanged configuration against one server (an A/A: `loadgen ab` with the same "
+                             "URL on both sides)")
         baseline = runs[:1]
         for run in runs[1:]:
             compare_sides(baseline, [run])  # refuses runs that cannot be compared, in one line

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..analysis.compare import METRICS, Metric, MetricComparison, RunComparison
 from ..analysis.gate import FAIL, INCONCLUSIVE, PASS, Check, GateResult
+from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED
 from ..core.records import level_name
 from .layout import Column, Grid
 
@@ -113,17 +114,56 @@ def detection_lines(result: GateResult) -> list[str]:
     return lines
 
 
+def _share(share: float) -> str:
+    """5.1%, 14%, 1,269%: a tenth of a percent below 10%, where a limit and a figure may be close."""
+    return f"{share:.1%}" if share < 0.1 else f"{share:,.0%}"
+
+
+def enforcement_text(result: GateResult) -> str:
+    """"3 of 8 checks not enforced: latency p99 at concurrency 1, 4 could detect only changes above
+    14%, the limit is 10%"; metrics untested at the same levels for the same reason share a clause;
+    "" when every check was enforced."""
+    clauses: dict[tuple, list[str]] = {}  # in order of first appearance
+    for u in result.unenforced():
+        title, where = METRICS[u.metric].title, _levels(list(u.levels))
+        if u.untested is not None:
+            clauses.setdefault(("untested", u.untested, where), []).append(title)
+        else:
+            clauses[("blind", u.metric)] = [f"{title} at {where} could detect only changes above "
+                                            f"{_share(u.detectable or 0.0)}, the limit is {_percent(u.limit)}"]
+    if not clauses:
+        return ""
+    texts = [f"{', '.join(titles)} untested at {key[2]} ({key[1]})" if key[0] == "untested" else titles[0]
+             for key, titles in clauses.items()]
+    return f"{len(result.not_enforced)} of {_checks(len(result.checks))} not enforced: " + "; ".join(texts)
+
+
+def _checks(n: int) -> str:
+    return f"{n} check{'s' if n != 1 else ''}"
+
+
 def summary_line(result: GateResult) -> str:
+    """The gate's headline: passed, FAILED or not enforced, what was checked, and what could not be."""
     failed, unsure = (len(result.with_status(s)) for s in (FAIL, INCONCLUSIVE))
     levels = len(result.comparison.levels)
     extras = [f"{unsure} inconclusive"] if unsure else []
-    tested = (f"{len(result.checks)} checks on {levels} level{'s' if levels != 1 else ''} over "
+    tested = (f"{_checks(len(result.checks))} on {levels} level{'s' if levels != 1 else ''} over "
               f"{runs_text(result.comparison)}, each at {_percent(result.check_confidence)} confidence for "
-              f"{_percent(result.config.confidence)} overall")
-    if result.exit_code:
+              f"{_percent(result.config.confidence)} overall{'; ' + ', '.join(extras) if extras else ''}")
+    enforcement = enforcement_text(result)
+    if result.exit_code == EXIT_FAILED:
         why = f"{failed} regression{'s' if failed != 1 else ''}" if failed else "inconclusive checks with --strict"
-        return f"gate: FAILED, {why} ({tested}{'; ' + ', '.join(extras) if extras else ''})"
-    return f"gate: passed ({tested}{'; ' + ', '.join(extras) if extras else ''})"
+        return f"gate: FAILED, {why} ({tested})" + (f"; {enforcement}" if enforcement else "")
+    if result.exit_code == EXIT_NOT_ENFORCED:
+        ceiling = any(c.enforced for c in result.checks if c.metric == "error_rate")
+        held = "; only the error-rate ceiling was enforced, and it held" if ceiling else ""
+        remedy = "add runs a side" + ("" if result.comparison.floor else " or a noise floor (`loadgen calibrate`)")
+        return f"gate: not enforced ({tested}); {enforcement}{held}; to enforce it, {remedy}"
+    return f"gate: passed ({tested})" + (f"; {enforcement}" if enforcement else "")
+
+
+def verdict_word(result: GateResult) -> str:
+    return {EXIT_FAILED: "FAILED", EXIT_NOT_ENFORCED: "not enforced"}.get(result.exit_code, "passed")
 
 
 def _markdown_row(cells: Iterable[str]) -> str:
@@ -143,16 +183,17 @@ def comparison_markdown(comparison: RunComparison) -> str:
 
 
 def gate_markdown(result: GateResult) -> str:
-    """A GitHub step summary: verdict, then every check."""
+    """A GitHub step summary: verdict, then every check (and whether it was enforced)."""
     icon = {PASS: "pass", FAIL: "**REGRESSION**", INCONCLUSIVE: "inconclusive"}
-    lines = [f"### loadgen gate: {'FAILED' if result.exit_code else 'passed'}", "", summary_line(result), "",
+    lines = [f"### loadgen gate: {verdict_word(result)}", "", summary_line(result), "",
              _markdown_row(["target", "C", "metric", "baseline", "candidate", "change", "limit", "evidence", "result"]),
              _markdown_row(["---", "---:", "---", "---:", "---:", "---:", "---:", "---", "---"])]
     for check in result.checks:
         m = check.comparison
         lines.append(_markdown_row([m.target, m.concurrency, m.metric, format_value(m.metric, m.baseline),
                                     format_value(m.metric, m.candidate), format_change(m), format_limit(check),
-                                    format_evidence(m, result.check_confidence), icon[check.status]]))
+                                    format_evidence(m, result.check_confidence),
+                                    icon[check.status] + ("" if check.enforced else ", not enforced")]))
     return "\n".join(lines + _notes_markdown(result.comparison)) + "\n"
 
 

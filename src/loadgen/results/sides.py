@@ -29,6 +29,17 @@ def load_side(path: Path) -> list[RunData]:
     return [RunData(load_run(p), load_records(p)) for p in run_dirs(path)]
 
 
+def calibration_runs(path: Path) -> list[tuple[str, RunData]]:
+    """The runs of a folder to calibrate, each named by its place in it ("03", "baseline/01"): a
+    results directory's subfolders, or an `ab` folder's baseline/NN and candidate/NN."""
+    if (path / "baseline").is_dir():
+        folders = [*run_dirs(path / "baseline"), *run_dirs(path / "candidate")]
+    else:
+        folders = run_dirs(path)
+    return [(p.relative_to(path).as_posix() if p != path else p.name, RunData(load_run(p), load_records(p)))
+            for p in folders]
+
+
 def side_noise(path: Path, explicit: Path | None = None) -> NoiseFloors | None:
     """The noise floor to judge against: `explicit` (--noise), else a noise.json in the side's folder."""
     if explicit is not None:
