@@ -57,6 +57,12 @@ def test_a_wait_with_every_slot_free_is_held_outside_the_server():
     assert (q.queue_cause, q.evidence, q.slot_queued, q.held_outside) == ("outside", "records", 0, 8)
     assert q.held_outside_max_ms == pytest.approx(300.0)
     assert q.slot_wait_ms is None
+    one = closed_loop(1, 4, 4)
+    v = analyze_target("a", [level_doc(1, 100.0, 113.0), level_doc(2, 100.0, 413.0)],
+                       [r.__class__(**{**r.to_dict(), "level": 1}) for r in one] + records, [], 4, True)
+    assert v.knee is None  # the latency rose only by the wait outside: no knee
+    assert "a at c=2: 8 of 8 requests waited up to 300 ms while a slot was free." in v.lines
+    assert "a: its HTTP threads ran out: raise --threads-http or open fewer connections." in v.lines
 
 
 def test_a_sample_of_the_records_is_not_read_as_the_whole_level():

@@ -14,14 +14,15 @@ Definitions
   throughput so far B (the highest of the levels up to P):
   * the step is *flat* when throughput(N) < B x (1 + knee_gain x s): less than a tenth of what
     linear scaling would add (10% for a doubling, 5% for x1.5, 30% for x4);
-  * the step *saturates* when it is flat, or when the server showed every slot busy and requests
-    deferred at N, and in either case mean latency rose by more than knee_latency x min(s, 1)
+  * the step *saturates* when it is flat, or when N ran out of slots (slots_exhausted: most of its
+    requests waited for a slot), and in either case mean latency rose by more than knee_latency x min(s, 1)
     (x1.5 for a doubling or more, x1.25 for x1.5; on a saturated closed loop latency grows like
     the concurrency, Little's law, so a real knee clears this by a wide margin).
   The first saturating step places the knee, unless it was flat without the slot evidence and a
-  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau): a flat step that gained < knee_gain puts it at or
-  below P; one that still gained puts it above P, at or below N; one made by the slot evidence
-  puts it at or above P, below N. When the ladder pins it (neighbouring concurrencies, or the
+  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau). Where
+  N ran out of slots and P did not, the slots place it: at or above P, below N, whatever throughput
+  did (a short level's throughput is noisy; its slot evidence is not). Otherwise a flat step that
+  gained < knee_gain puts it at or below P; one that still gained puts it above P, at or below N. When the ladder pins it (neighbouring concurrencies, or the
   bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
   tested levels and the verdict says so. A ladder whose first level is already saturated (and
   above concurrency 1) puts the knee at or below that level. `saturated_at` is the knee when
@@ -189,7 +190,9 @@ def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latenc
         if nxt.level not in slots_full and any(p.throughput_tok_s > plateau for p in ordered[i + 2:]):
             continue  # a later level rose well past it: a dip (a noisy machine), not a knee
         below = ordered[i - 1].level if i else None
-        if flat and gain < knee_gain:  # N added nothing: saturated by P already
+        if nxt.level in slots_full and here.level not in slots_full:  # the slots ran out between P and N
+            low, high, at_low = here.level, nxt.level, True
+        elif flat and gain < knee_gain:  # N added nothing: saturated by P already
             low, high, at_low = below, here.level, False
         elif flat:  # N still gained: the knee is above P
             low, high, at_low = here.level, nxt.level, False
@@ -477,12 +480,13 @@ def _cause_lines(label: str, q: LevelQueueing) -> list[str]:
         lines.append(f"{waited}; whether for a slot is unknown (no /metrics, /slots).")
     elif q.queue_cause == OUTSIDE and q.evidence == "scrapes" and waited:
         lines.append(f"{waited}, not for a slot.")
-    if q.held_outside and q.evidence == "records":
-        held_ms = q.held_outside_max_ms or 0.0
+    held_ms = q.held_outside_max_ms or 0.0
+    if q.held_outside and q.evidence == "records" and held_ms >= HTTP_HOLD_MS:
+        # Shorter outside waits (tokenization, a busy client or server loop) are in the queuing
+        # table; a line is for a wait a user would notice.
         lines.append(f"{label} at c={q.level}: {q.held_outside} of {q.requests} requests waited up to "
                      f"{_secs(held_ms)} while a slot was free.")
-        if held_ms >= HTTP_HOLD_MS:
-            lines.append(f"{label}: its HTTP threads ran out: raise --threads-http or open fewer connections.")
+        lines.append(f"{label}: its HTTP threads ran out: raise --threads-http or open fewer connections.")
     return lines
 
 
