@@ -33,8 +33,13 @@ from .server import start_simulator
               help="Inject a fault into that share of requests (repeatable; replaces the profile's faults): "
                    f"{', '.join(FAULT_KINDS)}. Timed ones: first_byte_stall:SECONDS[:SHARE], "
                    "slow_drip:SHARE[:SECONDS].")
+@click.option("--threads-http", type=click.IntRange(min=1), default=None,
+              help="A fixed pool of this many HTTP threads, each kept by a keep-alive connection until it "
+                   "has been idle for --keep-alive-timeout (llama-server's HTTP library); default: no limit.")
+@click.option("--keep-alive-timeout", "keep_alive_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds an idle keep-alive connection keeps its HTTP thread (with --threads-http).")
 def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bool, time_scale: float, seed: int,
-                load_seconds: float, fault_specs: tuple[str, ...]) -> None:
+                load_seconds: float, fault_specs: tuple[str, ...], threads_http: int | None, keep_alive_s: float) -> None:
     """Run a simulated llama-server (same API, slots, batching and /metrics; no model needed)."""
     try:
         profile = load_profile(profile_name)
@@ -48,12 +53,14 @@ def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bo
     async def serve() -> None:
         try:
             sim = await start_simulator(profile, host=host, port=port, slots=slots, metrics=metrics,
-                                        time_scale=time_scale, seed=seed, load_seconds=load_seconds, faults=faults)
+                                        time_scale=time_scale, seed=seed, load_seconds=load_seconds, faults=faults,
+                                        threads_http=threads_http, keep_alive_s=keep_alive_s)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
         click.echo(f"loadgen sim: {profile.name} as '{profile.model_alias}' on {sim.url}, {slots} slots, "
                    f"time scale {time_scale:g}, metrics {'on' if metrics else 'off'}"
                    + (f", faults {', '.join(fault_specs)}" if fault_specs else "")
+                   + (f", {threads_http} HTTP threads" if threads_http else "")
                    + " (Ctrl-C to stop)", err=True)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -21,6 +21,7 @@ from ..core.clock import NS_PER_S, now_ns
 from . import formats
 from .faults import (FAULT_ERRORS, GARBAGE_METRICS, MID_STREAM_ERROR, FaultConfig, FaultKind, FaultRule,
                      close_connection, drip, malformed, reset_connection)
+from .http_threads import HttpThreads
 from .metrics import ServerMetrics
 from .params import Api, InvalidRequest, parse_request
 from .profile import Profile
@@ -43,6 +44,8 @@ class SimOptions:
     seed: int = 0
     load_seconds: float = 0.0  # model time, so scaled like every other model duration
     faults: FaultConfig = field(default_factory=FaultConfig)
+    threads_http: int | None = None  # a fixed pool of HTTP threads (http_threads.py); None: no limit
+    keep_alive_s: float = 5.0  # how long an idle keep-alive connection keeps its HTTP thread
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -51,6 +54,8 @@ class SimOptions:
             raise ValueError("time_scale must be positive")
         if self.load_seconds < 0:
             raise ValueError("load_seconds must not be negative")
+        if self.threads_http is not None and self.threads_http < 1:
+            raise ValueError("threads_http must be at least 1")
 
 
 def json_response(obj: object, status: int = 200) -> web.Response:
@@ -74,9 +79,12 @@ class SimServer:
         self.ready_at_ns = now_ns() + round(options.load_seconds * options.time_scale * NS_PER_S)
         self._n_requests = 0  # completion requests so far: the index faults are chosen by
         self._n_scrapes = 0
+        self.http_threads = (HttpThreads(options.threads_http, options.keep_alive_s)
+                             if options.threads_http is not None else None)
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._gate])
+        gates = [self._gate] if self.http_threads is None else [self.http_threads.middleware, self._gate]
+        app = web.Application(middlewares=gates)
         app.on_response_prepare.append(_llama_headers)
         app.router.add_get("/health", self.get_health)
         app.router.add_get("/v1/health", self.get_health)
@@ -343,14 +351,16 @@ class RunningSimulator:
 
 async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: int = 0, slots: int = 4,
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
-                          faults: FaultConfig | None = None, reuse_port: bool = False) -> RunningSimulator:
+                          faults: FaultConfig | None = None, reuse_port: bool = False,
+                          threads_http: int | None = None, keep_alive_s: float = 5.0) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
     `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
     SO_REUSEPORT, as llama-server's HTTP library does. Raises OSError if it cannot bind.
     """
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
-                         faults=profile.faults if faults is None else faults)
+                         faults=profile.faults if faults is None else faults, threads_http=threads_http,
+                         keep_alive_s=keep_alive_s)
     server = SimServer(profile, options)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels its task.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
