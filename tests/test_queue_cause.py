@@ -114,3 +114,27 @@ def test_too_short_to_tell_is_said_instead_of_a_side():
                        None, metrics_available=True)
     assert "a at c=4: too short to tell if for a slot; give --duration or more --requests." in v.lines
     assert not any("not for a slot" in line or "waited for a slot" in line for line in v.lines)
+
+
+def _short_sweep_verdict(url, out):
+    from loadgen.results.reader import load_run
+    from servers import sweep
+    proc = sweep("--url", url, "--concurrency", "2,4", "--requests", "16", "--n-predict", "16", "--warmup", "1",
+                 "--no-histograms", "--output", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return load_run(out)["targets"][0]["verdict"]
+
+
+@pytest.mark.parametrize("slots,expected", [(2, "smoke-sim saturates at concurrency 2 = its 2 slots."),
+                                            (6, "smoke-sim is not saturated up to concurrency 4; it has 6 slots.")])
+def test_the_same_short_sweep_gives_the_same_verdict_every_time(tmp_path, slots, expected):
+    """Levels of a fraction of a second, scraped only a few times each: the verdict comes from the
+    requests' timings, so it does not flip with the scrapes (benchmarks/verdict_stability.py runs it
+    20 times on 2, 3 and 6 slots)."""
+    from servers import SimProcess
+    with SimProcess("--profile", "smoke", "--slots", str(slots)) as sim:
+        for i in range(4):
+            verdict = _short_sweep_verdict(sim.url, tmp_path / f"run{i}")
+            assert verdict["verdict"][0] == expected, verdict["verdict"]
+            assert all(lv["evidence"] == "records" for lv in verdict["levels"])
+            assert not any("too short" in line or "not for a slot" in line for line in verdict["verdict"])
