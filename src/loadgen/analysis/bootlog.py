@@ -5,7 +5,9 @@ The lines, as llama.cpp prints them (matched with loose whitespace, any log pref
 - `-lv 4` (the level `loadgen grid` adds): `llama_context: n_seq_max = N`, `n_ctx = N`,
   `n_ctx_seq = N`, `kv_unified = true|false`;
   `llama_kv_cache: size = X MiB (C cells, L layers, S/T seqs), K (f16): X MiB, V (f16): X MiB`;
-  `llama_memory_recurrent: size = X MiB (...)`; `common_params_print_info: build N (hash) ...`.
+  `llama_memory_recurrent: size = X MiB (...)`; `common_params_print_info: build N (hash) ...`;
+  `srv  init: using N threads for HTTP server` (the HTTP threads: `--threads-http`, or by default
+  max(n_parallel + 4, cores − 1) in build 11434, which also adds threads on demand).
 A second cache (sliding window) prints its own `llama_kv_cache: size` line: the sizes add up.
 """
 
@@ -21,6 +23,7 @@ _INT = {
     "n_ctx_seq": re.compile(r"llama_context:\s+n_ctx_seq\s*=\s*(\d+)"),
     "n_slots": re.compile(r"n_slots\s*=\s*(\d+)"),
     "n_ctx_slot": re.compile(r"initializing,.*n_ctx_slot\s*=\s*(\d+)"),
+    "http_threads": re.compile(r"using\s+(\d+)\s+threads\s+for\s+HTTP\s+server"),
 }
 _UNIFIED = re.compile(r"kv_unified\s*=\s*'?(true|false)'?")
 _KV = re.compile(r"llama_kv_cache:\s+size\s*=\s*([\d.]+)\s*MiB\s*\(\s*(\d+)\s+cells,\s*(\d+)\s+layers,\s*(\d+)\s*/\s*(\d+)"
@@ -51,6 +54,7 @@ class BootFacts:
     kv_caches: tuple[KvCacheLine, ...] = field(default_factory=tuple)
     recurrent_mib: float | None = None
     build: str | None = None
+    http_threads: int | None = None  # the server's HTTP threads (logged at -lv 4)
 
     @property
     def kv_size_mib(self) -> float | None:

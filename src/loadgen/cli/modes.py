@@ -168,8 +168,8 @@ def depth_command(ports, host, urls, labels, server_urls,
               help="Cut the prompt to exactly this many tokens for each server.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests per target before the soak starts.")
-@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=5, show_default=True,
-              help="Seconds between scrapes of each server's /metrics and /slots.")
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=5, show_default=True,
+              help="Seconds between scrapes of each server's /metrics and /slots; 0: none.")
 @records_options
 @prompt_source_options
 @request_options

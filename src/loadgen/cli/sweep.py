@@ -61,8 +61,9 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
 @request_options
-@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
-              help="Seconds between scrapes of each server's /metrics and /slots during a level.")
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
+              help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
+                   "first 8 come 4x as often); 0: no scrape during levels.")
 @click.option("--knee-gain", type=click.FloatRange(min=0), default=0.10, show_default=True,
               help="Saturation: the next level raises throughput by less than this share...")
 @click.option("--knee-latency", type=click.FloatRange(min=0), default=0.50, show_default=True,

@@ -102,7 +102,11 @@ def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
 @contextlib.asynccontextmanager
 async def probe_sampling(probe: Probe, t: TargetRun, key: int | float, interval_s: float,
                          level: LevelRun) -> AsyncIterator[None]:
-    """Scrape the server's /metrics and /slots every `interval_s` into `level.probe_samples` while inside."""
+    """Scrape the server's /metrics and /slots every `interval_s` into `level.probe_samples` while
+    inside; an interval of 0 scrapes nothing."""
+    if interval_s <= 0:
+        yield
+        return
     sampler = asyncio.ensure_future(probe.sample_until_cancelled(
         t.label, key, t.info or ServerInfo(), interval_s, level.probe_samples))
     try:
