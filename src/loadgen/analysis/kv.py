@@ -41,6 +41,10 @@ DEFAULT_INTERVAL = 4
 # Sliding-window layouts that llama.cpp sets in code rather than reading from the GGUF: every
 # n-th layer is a full-attention one (`set_swa_pattern(n)`).
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
+# Bounds on what the metadata may say: far above any model, low enough that a damaged count (a
+# block_count of 4 billion) is refused instead of sizing tuples of it.
+MAX_LAYERS = 65_536
+MAX_COUNT = 2**40
 
 
 class ModelShapeError(ValueError):
@@ -108,19 +112,36 @@ def _key(meta: dict[str, Any], arch: str, name: str, default: Any = None) -> Any
     return value
 
 
+def _count(value: Any, name: str, least: int = 0, most: int = MAX_COUNT) -> int:
+    """A count the sizing reads, as an int; a value no model has (a string, a negative or absurd
+    number: a damaged file's) is a ModelShapeError naming the key."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ModelShapeError(f"{name} is {shown}, not a count from {least} to {most:,}")
+    return value
+
+
+def _counted(meta: dict[str, Any], arch: str, name: str, default: Any = None, least: int = 0,
+             most: int = MAX_COUNT) -> int:
+    return _count(_key(meta, arch, name, default), f"{arch}.{name}", least, most)
+
+
 def _per_layer(value: Any, n_layer: int, name: str) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)):
         if len(value) != n_layer:
             raise ModelShapeError(f"{name} lists {len(value)} layers, block_count is {n_layer}")
-        return tuple(int(v) for v in value)
-    return (int(value),) * n_layer
+        return tuple(_count(v, name) for v in value)
+    return (_count(value, name),) * n_layer
 
 
 def _recurrent_layers(meta: dict[str, Any], arch: str, n_head_kv: tuple[int, ...]) -> tuple[bool, ...]:
     """Which layers hold a recurrent state instead of KV."""
     n_layer = len(n_head_kv)
     if arch in INTERVAL_HYBRIDS or f"{arch}.full_attention_interval" in meta:
-        interval = int(meta.get(f"{arch}.full_attention_interval", DEFAULT_INTERVAL))
+        interval = _count(meta.get(f"{arch}.full_attention_interval", DEFAULT_INTERVAL),
+                          f"{arch}.full_attention_interval", least=1)
         return tuple((i + 1) % interval != 0 for i in range(n_layer))
     if f"{arch}.ssm.state_size" in meta or f"{arch}.ssm.conv_kernel" in meta:
         return tuple(h == 0 for h in n_head_kv)  # per-layer KV heads: 0 marks a recurrent layer
@@ -128,13 +149,16 @@ def _recurrent_layers(meta: dict[str, Any], arch: str, n_head_kv: tuple[int, ...
 
 
 def _swa_layers(meta: dict[str, Any], arch: str, n_layer: int) -> tuple[tuple[bool, ...], int]:
-    n_swa = int(meta.get(f"{arch}.attention.sliding_window", 0) or 0)
+    n_swa = _count(meta.get(f"{arch}.attention.sliding_window", 0) or 0, f"{arch}.attention.sliding_window")
     if not n_swa:
         return (False,) * n_layer, 0
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):
+        if len(pattern) < n_layer:
+            raise ModelShapeError(f"{arch}.attention.sliding_window_pattern lists {len(pattern)} layers, "
+                                  f"block_count is {n_layer}")
         return tuple(bool(p) for p in pattern[:n_layer]), n_swa
-    every = int(pattern) if pattern else SWA_PATTERNS.get(arch, 0)
+    every = _count(pattern, f"{arch}.attention.sliding_window_pattern") if pattern else SWA_PATTERNS.get(arch, 0)
     if not every:  # one window for every layer (mistral-style)
         return (True,) * n_layer, n_swa
     return tuple(i % every < every - 1 for i in range(n_layer)), n_swa
@@ -145,16 +169,21 @@ def model_shape(meta: dict[str, Any]) -> ModelShape:
     arch = meta.get("general.architecture")
     if not arch:
         raise ModelShapeError("the GGUF has no general.architecture")
-    n_layer = int(_key(meta, arch, "block_count"))
+    if not isinstance(arch, str):
+        raise ModelShapeError(f"general.architecture is {arch!r}, not a name")
+    n_layer = _counted(meta, arch, "block_count", least=1, most=MAX_LAYERS)
     n_head = _per_layer(_key(meta, arch, "attention.head_count"), n_layer, "attention.head_count")
     n_head_kv = _per_layer(meta.get(f"{arch}.attention.head_count_kv", n_head), n_layer, "attention.head_count_kv")
-    head_dim_k = int(meta.get(f"{arch}.attention.key_length") or _default_head_dim(meta, arch, n_head))
-    head_dim_v = int(meta.get(f"{arch}.attention.value_length") or _default_head_dim(meta, arch, n_head))
+    head_dim_k = _count(meta.get(f"{arch}.attention.key_length") or _default_head_dim(meta, arch, n_head),
+                        f"{arch}.attention.key_length")
+    head_dim_v = _count(meta.get(f"{arch}.attention.value_length") or _default_head_dim(meta, arch, n_head),
+                        f"{arch}.attention.value_length")
     recurrent = _recurrent_layers(meta, arch, n_head_kv)
     swa, n_swa = _swa_layers(meta, arch, n_layer)
     r_elements, s_elements = _recurrent_state(meta, arch) if any(recurrent) else (0, 0)
     return ModelShape(
-        arch=arch, n_layer=n_layer, n_ctx_train=int(meta.get(f"{arch}.context_length", 0) or 0),
+        arch=arch, n_layer=n_layer,
+        n_ctx_train=_count(meta.get(f"{arch}.context_length", 0) or 0, f"{arch}.context_length"),
         head_dim_k=head_dim_k, head_dim_v=head_dim_v, n_head_kv=n_head_kv,
         kv_layers=tuple(not r and h > 0 for r, h in zip(recurrent, n_head_kv)),
         swa_layers=swa, n_swa=n_swa, recurrent_elements=r_elements + s_elements,
@@ -163,15 +192,15 @@ def model_shape(meta: dict[str, Any]) -> ModelShape:
 
 def _default_head_dim(meta: dict[str, Any], arch: str, n_head: tuple[int, ...]) -> int:
     """llama.cpp's default head size when the GGUF gives none: embedding_length / head_count."""
-    return int(_key(meta, arch, "embedding_length")) // (max(n_head) or 1)
+    return _counted(meta, arch, "embedding_length") // (max(n_head) or 1)
 
 
 def _recurrent_state(meta: dict[str, Any], arch: str) -> tuple[int, int]:
     """f32 elements per recurrent layer and sequence: R (the convolution's state) and S (the SSM's)."""
-    d_conv = int(_key(meta, arch, "ssm.conv_kernel"))
-    d_inner = int(_key(meta, arch, "ssm.inner_size"))
-    d_state = int(_key(meta, arch, "ssm.state_size"))
-    n_group = int(meta.get(f"{arch}.ssm.group_count", 0) or 0)
+    d_conv = _counted(meta, arch, "ssm.conv_kernel")
+    d_inner = _counted(meta, arch, "ssm.inner_size")
+    d_state = _counted(meta, arch, "ssm.state_size")
+    n_group = _count(meta.get(f"{arch}.ssm.group_count", 0) or 0, f"{arch}.ssm.group_count")
     r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
     return r, d_state * d_inner
 
