@@ -137,6 +137,8 @@ def test_a_request_record_damaged_anywhere_is_one_line_for_every_reader(dirs, li
 
 # --- scenario files (`loadgen run FILE --check`) -----------------------------------------------------
 
+SCENARIO_MODES = ("sweep", "prefill", "depth", "soak", "grid")
+
 def _toml(value: object) -> str:
     """A TOML literal for a JSON-like value (inline tables for dicts)."""
     if isinstance(value, bool):
@@ -156,13 +158,14 @@ def _toml(value: object) -> str:
 def _scenario_keys() -> list[str]:
     from loadgen.cli.scenario import keys_of
 
-    keys = {key for name in ("sweep", "prefill", "depth", "soak") for key in keys_of(cli.cli.get_command(None, name))}
+    keys = {key for name in SCENARIO_MODES for key in keys_of(cli.cli.get_command(None, name))}
     return sorted(keys | {"mode", "nonsense_key"})
 
 
 toml_values = st.recursive(
     st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats() | st.text(max_size=12)
-    | st.sampled_from(["1,2,4", "6h", "30s", "http://127.0.0.1:9", "poisson", "chat", "0", "-1", "1e400"]),
+    | st.sampled_from(["1,2,4", "6h", "30s", "http://127.0.0.1:9", "poisson", "chat", "0", "-1", "1e400",
+                       "bogus://x", "ray://", "auto", "p=1,2", "llama-server -np {p}", "{", "--ray"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
     max_leaves=6)
 
@@ -178,7 +181,7 @@ def test_any_bytes_as_a_scenario_file_is_one_line(tmp_path_factory, data):
 
 
 @FUZZ
-@given(mode=st.sampled_from(["sweep", "prefill", "depth", "soak", "bogus"]),
+@given(mode=st.sampled_from([*SCENARIO_MODES, "bogus"]),
        settings=st.dictionaries(st.sampled_from(_scenario_keys()), toml_values, max_size=6),
        overrides=st.lists(st.text(max_size=20), max_size=2))
 def test_any_keys_and_values_in_a_scenario_file_are_one_line(tmp_path_factory, mode, settings, overrides):

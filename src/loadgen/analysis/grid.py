@@ -75,7 +75,7 @@ def render(template: str, values: dict[str, str]) -> list[str]:
     """The server's argv for one cell."""
     try:
         return shlex.split(template.format_map(values))
-    except ValueError as exc:
+    except (ValueError, LookupError, AttributeError) as exc:  # a field ({a.b}, {a[0]}) no --param gives
         raise ConfigError(f"--server: {exc}") from None
 
 

@@ -35,6 +35,7 @@ and the per-architecture `models/*.cpp`, `llama-kv-cache*.cpp`, `llama-memory-*.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -90,6 +91,10 @@ ARCH_FAMILIES = {**{a: "none" for a in NO_CACHE}, **{a: "not sized" for a in NOT
 MLA_ARCHS = frozenset({"deepseek2", "mistral4"})  # of the sized ones, those that read key_length_mla
 KV_FROM_START = {"gemma3n": 20}  # layers past these reuse earlier layers' KV (gemma4: block_count - shared_kv_layers)
 DEFAULT_INTERVAL = 4
+# Bounds on what the metadata may say: far above any model, low enough that a damaged count (a
+# block_count of 4 billion) is refused instead of sizing tuples of it.
+MAX_LAYERS = 65_536
+MAX_COUNT = 2**40
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +212,12 @@ class KvEstimate:
 
 
 def _whole(value: Any, name: str) -> int:
-    """A metadata value as a non-negative whole number, or a one-line ModelShapeError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or int(value) != value:
-        raise ModelShapeError(f"{name} is {value!r}, not a whole number")
+    """A metadata value as a whole number from 0 to MAX_COUNT, or a one-line ModelShapeError (a
+    damaged file's count of billions is refused here, not sized into tuples of it)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or int(value) != value or value > MAX_COUNT):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ModelShapeError(f"{name} is {shown}, not a whole number from 0 to {MAX_COUNT:,}")
     return int(value)
 
 
@@ -337,6 +345,8 @@ def model_shape(meta: dict[str, Any]) -> ModelShape:
         raise ModelShapeError("the GGUF has no general.architecture")
     family = _family(arch)
     n_layer = _key(meta, arch, "block_count")
+    if n_layer > MAX_LAYERS:
+        raise ModelShapeError(f"{arch}.block_count is {n_layer:,}, more than any model's ({MAX_LAYERS:,})")
     if n_layer == 0:
         raise ModelShapeError(f"{arch}.block_count is 0")
     n_nextn = _key(meta, arch, "nextn_predict_layers", 0)

@@ -81,7 +81,7 @@ def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
         est = estimate(shape, flags.n_ctx, flags.n_parallel, unified=flags.unified, type_k=flags.type_k,
                        type_v=flags.type_v, n_ubatch=flags.n_ubatch, n_batch=flags.n_batch,
                        flash_attn=flags.flash_attn, swa_full=flags.swa_full)
-    except (UserError, ModelShapeError) as exc:
+    except (UserError, ValueError) as exc:  # ModelShapeError, or a flag's value that is not a number
         return None, str(exc)
     return {"kv_mib": round((est.kv_bytes + est.swa_bytes) / MIB, 2), "n_ctx": est.n_ctx, "n_ctx_seq": est.n_ctx_seq,
             "cells": est.cells, "layers": est.layers, "n_stream": est.n_stream,
@@ -294,6 +294,8 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
             doc = load_grid(root)
             if template or param_texts:
                 raise ConfigError("--resume continues a grid as it was given; leave out --server and --param")
+            for cell in doc["cells"]:  # every cell's command line, before any server starts
+                render(doc["template"], cell["params"])
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")

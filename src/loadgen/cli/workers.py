@@ -22,9 +22,10 @@ from ..output.worker_hlog import worker_hlog
 from ..run.config import SweepConfig
 from ..run.model import Run, RunObserver
 from ..run.sweep import run_sweep
-from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray
+from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray, reach_ray, ray_endpoint
 from ..run.workers import WorkerPool, auto_workers, local_workers, usable_cores
 from .common import die_with_parent
+from .shared import checking_only
 
 WORKERS_DIR = "workers"  # in the results folder while the run goes on: one records file per worker
 
@@ -60,7 +61,10 @@ def workers_option(f: Callable) -> Callable:
 def resolve_workers(workers: int | str, ray_address: str | None, config: SweepConfig) -> SweepConfig:
     """The config with the processes (or Ray actors) `--workers`/`--ray` ask for, checked against the rest."""
     if ray_address is not None:
-        import_ray()
+        ray_endpoint(ray_address)  # a bad address is refused before Ray is imported
+        ray = import_ray()
+        if not checking_only():  # a head that does not answer: one line in seconds, not Ray's minutes of retries
+            reach_ray(ray_address, ray)
         n = 0 if workers == "auto" else int(workers)  # auto: one actor per CPU of the cluster
     else:
         cores = usable_cores()

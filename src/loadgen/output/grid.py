@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from ..analysis.grid import CellSummary, who_wins
 from ..analysis.metrics import MeanSd
@@ -49,7 +50,7 @@ def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid
                                     *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)",
                                     "KV MiB\nper slot"))])
     for c in cells:
-        grid.add_row(*(c.params.get(n, "") for n in param_names), f"{c.runs_ok}/{c.runs}",
+        grid.add_row(*(Text(c.params.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",  # values, not markup
                      _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
                      str(c.saturated_at if c.saturated_at is not None else "-"),
                      *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
@@ -62,6 +63,6 @@ def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummar
     print_layout(grid_table(cells, names), console)
     for c in cells:
         if c.failure:
-            console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True)
+            console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)
     for line in who_wins(cells):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)

@@ -75,8 +75,8 @@ def fit_lines(fits: Sequence[SlotFit], budget: int, weights: int) -> list[str]:
 
 def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *,
              type_k: str, type_v: str, fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0) -> None:
-    for line in shape_lines(shape, per_token, type_k, type_v):
-        console.print(line, highlight=False, soft_wrap=True)
+    for line in shape_lines(shape, per_token, type_k, type_v):  # the architecture is the file's text: no markup
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     console.print(kv_table(estimates))
     if fits:
         for line in fit_lines(fits, budget, weights):
