@@ -20,6 +20,7 @@ from servers import GRID_SERVER, LOADGEN, grid, grid_pids
 # Lines of the test bed's boot log (llama-server 11434, SmolLM2-135M, -c 2048 --parallel 2 -lv 4).
 BOOT_LOG = """\
 0.00.003.507 I cmn  common_param: common_params_print_info: build 0 (unknown) with GNU 12.2.0 for Linux x86_64
+0.00.005.410 I srv          init: using 5 threads for HTTP server
 0.00.172.582 I llama_context: n_seq_max             = 2
 0.00.172.595 I llama_context: n_ctx                 = 2048
 0.00.172.607 I llama_context: n_ctx_seq             = 1024
@@ -36,6 +37,7 @@ def test_boot_facts_at_lv4():
     assert f.kv_size_mib == 45.0
     assert (f.kv_caches[0].cells, f.kv_caches[0].layers, f.kv_caches[0].streams) == (1024, 30, 2)
     assert f.build == "0 (unknown)"
+    assert f.http_threads == 5
 
 
 def test_boot_facts_at_the_default_verbosity():

@@ -31,7 +31,7 @@ def test_requests_held_by_the_http_layer_are_named_and_kept_out_of_the_knee(tmp_
     assert verdict["knee"] is None  # throughput fell, but not because the slots ran out
     lines = verdict["verdict"]
     assert any(line.startswith("smoke-sim at c=4: 2 of 12 requests waited up to ") and
-               line.endswith(" while a slot was free.") for line in lines), lines
+               line.endswith(" outside the server.") for line in lines), lines
     assert "smoke-sim: its HTTP threads ran out: raise --threads-http or open fewer connections." in lines
     assert not any("waited for a slot" in line or "saturates" in line for line in lines), lines
 

@@ -12,11 +12,14 @@ Definitions (times on the client's monotonic clock)
   are counted: another client's would hold slots unseen (the scrapes still show those).
 - a request's wait = [send + overhead, service start], `overhead` being the fixed cost of HTTP and
   tokenization measured at concurrency 1 (saturation.overhead_ms).
-- slot wait = the part of the wait while every slot was busy (busy ≥ the slot count): it waited for
-  a slot, as llama-server defers a task;
-  outside wait = the rest, the part while a slot was free: the server had room and had not started
-  the request, so it was not yet in the server's hands (an HTTP thread taken by another connection,
-  a connection not yet accepted, a long tokenization).
+- reached = the earliest time the request can have been in the server's queue: llama-server
+  serves its queue first come, first served, so a request that a later one (sent more than 20 ms
+  after it) overtook into a slot had not reached the queue when that one was sent.
+- slot wait = the part of the wait after `reached` while every slot was busy (busy ≥ the slot
+  count): it waited for a slot, as llama-server defers a task;
+  outside wait = the rest: before it reached the server, or while a slot was free: the server had
+  room and had not started the request, so it was not yet in the server's hands (an HTTP thread
+  taken by another connection, a connection not yet accepted, a long tokenization).
 - a request is *held outside* when its outside wait exceeds max(QUEUED_MIN_MS, 10% of its service
   time) (the same bar that makes a request queued) and is the larger part of its wait.
 - held-outside stretch: a span of time during which at least one request was held outside; a level
@@ -40,6 +43,8 @@ QUEUED_MIN_MS = 20.0
 QUEUED_SERVICE_SHARE = 0.10
 # A level judged from scrapes alone needs at least this many of them during its requests.
 MIN_SCRAPES = 3
+# Requests sent this close together may reach the server in either order.
+OVERTAKE_MARGIN_NS = 20_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +97,11 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
     # Cumulative time with every slot busy at each breakpoint (piecewise linear between them).
     full_cum = np.concatenate([[0], np.cumsum(full[:-1] * seg)])
     lead = int((overhead_ms or 0.0) * 1e6)
+    arrived = _arrival_bounds(records, intervals)
     splits: list[WaitSplit | None] = []
     outside_windows: list[tuple[int, int]] = []
     outside_waits: list[float] = []
-    for r, iv in zip(records, intervals):
+    for r, iv, here in zip(records, intervals, arrived):
         if iv is None:
             splits.append(None)
             continue
@@ -103,8 +109,11 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
         if b <= a:
             splits.append(WaitSplit(0.0, 0.0))
             continue
-        full_ns = float(np.interp(b, times, full_cum) - np.interp(a, times, full_cum))
-        full_ns = min(max(full_ns, 0.0), float(b - a))
+        # Before it could have reached the server (overtaken: see _arrival_bounds) it was outside,
+        # whatever the slots did; after, the slots decide.
+        reached = min(max(a, here), b)
+        full_ns = float(np.interp(b, times, full_cum) - np.interp(reached, times, full_cum))
+        full_ns = min(max(full_ns, 0.0), float(b - reached))
         split = WaitSplit(full_ns / 1e6, (b - a - full_ns) / 1e6)
         splits.append(split)
         if held_outside(split, iv):
@@ -118,6 +127,25 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
         held_outside_longest_s=_longest_union(outside_windows) / 1e9,
         held_outside_max_ms=max(outside_waits, default=0.0),
     )
+
+
+def _arrival_bounds(records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None]) -> list[int]:
+    """For each request, the earliest time it can have reached the server's queue: llama-server
+    serves its queue first come, first served, so a request overtaken by one sent more than
+    OVERTAKE_MARGIN_NS after it (started in a slot before it) had not arrived when that one was
+    sent. Its send time when nothing overtook it."""
+    started = sorted((iv[0], r.send_ns) for r, iv in zip(records, intervals) if iv is not None)
+    starts = np.array([t for t, _ in started], dtype=np.int64)
+    latest_send = np.maximum.accumulate(np.array([s for _, s in started], dtype=np.int64)) if started else starts
+    bounds = []
+    for r, iv in zip(records, intervals):
+        if iv is None:
+            bounds.append(r.send_ns)
+            continue
+        earlier = int(np.searchsorted(starts, iv[0], "left"))  # requests that started before it
+        overtaker = int(latest_send[earlier - 1]) if earlier else r.send_ns
+        bounds.append(overtaker if overtaker - r.send_ns > OVERTAKE_MARGIN_NS else r.send_ns)
+    return bounds
 
 
 def held_outside(split: WaitSplit, interval_ns: tuple[int, int]) -> bool:

@@ -485,7 +485,10 @@ def _cause_lines(label: str, q: LevelQueueing) -> list[str]:
         # Shorter outside waits (tokenization, a busy client or server loop) are in the queuing
         # table; a line is for a wait a user would notice.
         lines.append(f"{label} at c={q.level}: {q.held_outside} of {q.requests} requests waited up to "
-                     f"{_secs(held_ms)} while a slot was free.")
+                     f"{_secs(held_ms)} outside the server.")
+        if q.unheld_longest_s is not None and q.unheld_longest_s * 1000 >= HTTP_HOLD_MS:
+            lines.append(f"{label} at c={q.level}: for {q.unheld_longest_s:.1f} s its /metrics held fewer "
+                         "requests than were in flight.")
         lines.append(f"{label}: its HTTP threads ran out: raise --threads-http or open fewer connections.")
     return lines
 

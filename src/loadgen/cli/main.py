@@ -53,7 +53,8 @@ COMMAND_HELP = {
     "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
     "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON "
               'lines or Parquet.',
-    "gate": 'Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise, else 0.',
+    "gate": 'Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when the '
+            'runs could enforce none of the limits on throughput and latency; else 0.',
     "grid": 'Start a server per combination of --param values, measure each, and compare the cells in one table.',
     "kv": 'Print which layers hold KV, bytes per token, and the KV cache and recurrent state llama.cpp allocates.',
     "observe": "Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics.",
