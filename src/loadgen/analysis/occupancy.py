@@ -120,7 +120,9 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
             outside_windows.append((a, b))
             outside_waits.append(split.outside_wait_ms)
     return LevelOccupancy(
-        peak_busy_slots=int(busy.max(initial=0)),
+        # Estimated starts can overlap the previous request's end by the answer's trip back: a
+        # server never runs more than its slots.
+        peak_busy_slots=min(int(busy.max(initial=0)), total_slots),
         full_s=float(full_cum[-1]) / 1e9,
         splits=tuple(splits),
         held_outside=len(outside_windows),

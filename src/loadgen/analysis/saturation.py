@@ -20,7 +20,7 @@ Definitions
     the concurrency, Little's law, so a real knee clears this by a wide margin).
   The first saturating step places the knee, unless it was flat without the slot evidence and a
   later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau). Where
-  N ran out of slots and P did not, the slots place it: at or above P, below N, whatever throughput
+  N ran out of slots and P's records show no request waiting for one, the slots place it: at or above P, below N, whatever throughput
   did (a short level's throughput is noisy; its slot evidence is not). Otherwise a flat step that
   gained < knee_gain puts it at or below P; one that still gained puts it above P, at or below N. When the ladder pins it (neighbouring concurrencies, or the
   bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
@@ -167,13 +167,15 @@ def is_queued(r: RequestRecord, overhead: float | None) -> bool:
 
 
 def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latency: float = 0.50,
-              slots_full: Collection[int | float] = (), total_slots: int | None = None) -> Knee | None:
+              slots_full: Collection[int | float] = (), total_slots: int | None = None,
+              slots_free: Collection[int | float] = ()) -> Knee | None:
     """The saturation point: the first saturating step up the ladder (see the module's definition).
 
     `slots_full`: levels at which the server itself showed every slot busy and requests deferred:
     going into one with latency up is saturation whatever throughput did (on a real server it can
-    still creep up while HTTP and tokenization overlap the busy slot). `total_slots` lets a
-    bracket that ends on the slot count be called exact.
+    still creep up while HTTP and tokenization overlap the busy slot). `slots_free`: levels whose
+    records show no request waiting for a slot. `total_slots` lets a bracket that ends on the slot
+    count be called exact.
     """
     ordered = [p for p in sorted(points, key=lambda p: p.level)
                if p.throughput_tok_s > 0 and p.latency_mean_ms]
@@ -190,7 +192,7 @@ def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latenc
         if nxt.level not in slots_full and any(p.throughput_tok_s > plateau for p in ordered[i + 2:]):
             continue  # a later level rose well past it: a dip (a noisy machine), not a knee
         below = ordered[i - 1].level if i else None
-        if nxt.level in slots_full and here.level not in slots_full:  # the slots ran out between P and N
+        if nxt.level in slots_full and here.level in slots_free:  # the slots ran out between P and N
             low, high, at_low = here.level, nxt.level, True
         elif flat and gain < knee_gain:  # N added nothing: saturated by P already
             low, high, at_low = below, here.level, False
@@ -363,7 +365,8 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
                          _net_latency(lv, by_c[_key(lv)]))
               for lv in levels if not lv.get("stopped_reason") and has_completed(lv)]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
-    knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots)
+    slots_free = {q.level for q in queueing if q.evidence == "records" and not q.slot_queued}
+    knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots, slots_free)
     if open_loop:
         lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
     else:
