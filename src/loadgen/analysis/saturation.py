@@ -15,18 +15,23 @@ Definitions
   * the step is *flat* when throughput(N) < B x (1 + knee_gain x s): less than a tenth of what
     linear scaling would add (10% for a doubling, 5% for x1.5, 30% for x4);
   * the step *saturates* when it is flat, or when N ran out of slots (slots_exhausted: most of its
-    requests waited for a slot), and in either case mean latency rose by more than knee_latency x min(s, 1)
-    (x1.5 for a doubling or more, x1.25 for x1.5; on a saturated closed loop latency grows like
-    the concurrency, Little's law, so a real knee clears this by a wide margin).
+    requests waited for a slot), and in either case mean latency, less any wait outside the server
+    (occupancy.py), rose by more than knee_latency x min(s, 1) (x1.5 for a doubling or more, x1.25
+    for x1.5; on a saturated closed loop latency grows like the concurrency, Little's law, so a
+    real knee clears this by a wide margin).
   The first saturating step places the knee, unless it was flat without the slot evidence and a
-  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau). Where
-  N ran out of slots and P's records show no request waiting for one, the slots place it: at or above P, below N, whatever throughput
-  did (a short level's throughput is noisy; its slot evidence is not). Otherwise a flat step that
-  gained < knee_gain puts it at or below P; one that still gained puts it above P, at or below N. When the ladder pins it (neighbouring concurrencies, or the
+  later level beats it by more than knee_gain (a dip on a noisy machine is not a plateau). Where N
+  ran out of slots and P's records show no request waiting for one, the slots place it: at or above
+  P, below N, whatever throughput did (a short level's throughput is noisy; its slot evidence is
+  not). Otherwise a flat step that gained < knee_gain puts it at or below P; one that still gained
+  puts it above P, at or below N. When the ladder pins it (neighbouring concurrencies, or the
   bracket's end is the slot count) the knee is *at* that level; otherwise it lies *between* two
   tested levels and the verdict says so. A ladder whose first level is already saturated (and
   above concurrency 1) puts the knee at or below that level. `saturated_at` is the knee when
-  exact, else the lowest tested level known to be saturated.
+  exact, else the lowest tested level known to be saturated. One level alone places no knee: its
+  verdict says what its slots showed.
+- why queued requests waited (queue_cause): see occupancy.py; from the records' own timings where
+  the slot count is known, else from the scrapes, and "too short to tell" with fewer than 3.
 - batching gain at C: throughput at C / throughput at concurrency 1.
 """
 
@@ -310,11 +315,6 @@ def _scrapes_cause(queued: int, scraped: ScrapeEvidence, total_slots: int | None
     if scraped.scrapes >= MIN_SCRAPES and scraped.peak_deferred == 0:
         return OUTSIDE
     return TOO_SHORT
-
-
-def _outside_slot_queue(q: LevelQueueing, metrics_available: bool) -> bool:
-    """The level's queued requests waited while a slot was free: not in the server's slot queue."""
-    return q.queue_cause == OUTSIDE
 
 
 def _pct(x: float) -> str:
