@@ -1,4 +1,4 @@
-"""The layering stays visible: every module imports only the layers below its own (README, Architecture).
+"""The layering stays visible: every module imports only the layers below its own (docs/architecture.md).
 
     core  <-  client, analysis  <-  run  <-  results  <-  output  <-  cli        (sim: core and run.loops)
 

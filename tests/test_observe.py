@@ -1,6 +1,6 @@
 """`loadgen observe`: the dashboard against Grafana's dashboard model and the series that exist, the
 prometheus.yml, and the command against simulators. (A real Prometheus runs every panel's query in
-test_live_metrics_real.py; no Grafana build installs here, see the README.)"""
+test_live_metrics_real.py; no Grafana build installs here, see docs/observe.md.)"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The Grafana dashboard `loadgen observe` writes: the servers' `/metrics` and loadgen's live
 metrics on one time axis, every target side by side.
 
-The panels are plain data (`PANELS`: title, description, queries), so the README's panel list and
-the tests read the same definitions the dashboard is built from. The JSON is built with Grafana's
+The panels are plain data (`PANELS`: title, description, queries), so the panel list in
+docs/observe.md and the tests read the same definitions the dashboard is built from. The JSON is built with Grafana's
 own types (`grafana-foundation-sdk`, the optional extra `loadgen[grafana]`), which fill in the
 dashboard model's defaults (schemaVersion, gridPos layout, field config).
 
