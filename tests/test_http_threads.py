@@ -46,4 +46,6 @@ def test_the_probe_never_takes_the_thread_a_request_needs(tmp_path, concurrency)
                     "--keep-alive-timeout", "10") as sim:
         verdict, _ = run(tmp_path, sim, "--concurrency", concurrency, "--requests", "16")
     for level in verdict["levels"]:
-        assert level["evidence"] == "records" and level["held_outside"] == 0, level
+        # a busy machine can delay a request by some ms; the probe's hold would be the 10 s timeout
+        assert level["evidence"] == "records" and (level["held_outside_max_ms"] or 0) < 250, level
+    assert not any("HTTP threads" in line for line in verdict["verdict"]), verdict["verdict"]

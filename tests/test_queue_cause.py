@@ -125,45 +125,22 @@ def _short_sweep_verdict(url, out):
     return load_run(out)["targets"][0]["verdict"]
 
 
-@pytest.mark.parametrize("slots,expected", [(2, "smoke-sim saturates at concurrency 2 = its 2 slots."),
-                                            (6, "smoke-sim is not saturated up to concurrency 4; it has 6 slots.")])
-def test_the_same_short_sweep_gives_the_same_verdict_every_time(tmp_path, slots, expected):
-    """Levels of a fraction of a second, scraped only a few times each: the verdict comes from the
-    requests' timings, so it does not flip with the scrapes (benchmarks/verdict_stability.py runs it
-    20 times on 2, 3 and 6 slots)."""
+@pytest.mark.parametrize("slots,full_levels", [(2, [4]), (6, [])])
+def test_the_same_short_sweep_gives_the_same_evidence_every_time(tmp_path, slots, full_levels):
+    """Levels of a fraction of a second, scraped only a few times each: which levels ran out of
+    slots comes from the requests' timings, so it does not flip with the scrapes, and the verdict
+    never calls a level unsaturated that most requests waited through for a slot
+    (benchmarks/verdict_stability.py runs it 20 times on 2, 3 and 6 slots). The knee's placement
+    can still move with a short level's throughput on a busy machine: that is not asserted."""
     from servers import SimProcess
     with SimProcess("--profile", "smoke", "--slots", str(slots)) as sim:
         for i in range(4):
             verdict = _short_sweep_verdict(sim.url, tmp_path / f"run{i}")
-            assert verdict["verdict"][0] == expected, verdict["verdict"]
-            assert all(lv["evidence"] == "records" for lv in verdict["levels"])
-            assert not any("too short" in line or "not for a slot" in line for line in verdict["verdict"])
-
-
-# A c=4 level of the test bed's 1-slot llama-server with the probe of before (two keep-alive
-# connections of its own), as recorded: (worker, send ms, complete ms, prompt_ms, predicted_ms).
-# Worker 0's first request reached the server only once the others had run: the slot was busy
-# with them for most of its 9.3 s wait, but requests sent up to 3.9 s after it were served first.
-OVERTAKEN = [(0, 0, 10285, 60, 969), (1, 0, 1893, 50, 787), (2, 0, 1052, 60, 989), (3, 3, 2722, 40, 788),
-             (2, 1053, 3937, 70, 1143), (1, 1895, 5010, 60, 1011), (3, 2723, 5999, 50, 936), (2, 3938, 6823, 40, 780)]
-OVERTAKEN_SCRAPES = ([ProbeSample("a", 4, int(t * MS), requests_processing=1, requests_deferred=2, busy_slots=1)
-                      for t in range(750, 6000, 250)]
-                     + [ProbeSample("a", 4, int(t * MS), requests_processing=0, requests_deferred=0, busy_slots=0)
-                        for t in range(7000, 9500, 250)])
-
-
-def test_a_request_overtaken_by_later_ones_was_outside_the_server():
-    from loadgen.core.records import RequestRecord
-    records = [RequestRecord(target="a", level=4, worker=w, seq=i, salt=str(i), send_ns=send * MS,
-                             complete_ns=done * MS, status=200, prompt_ms=float(p), predicted_ms=float(d), predicted_n=32)
-               for i, (w, send, done, p, d) in enumerate(OVERTAKEN)]
-    q = level_queueing(4, records, OVERTAKEN_SCRAPES, 3.0, 30.0, None, 1)
-    # reached no sooner than 3,938 ms (the send of the last request served before it); of the rest
-    # the slot was busy 2,879 ms (three others' service) and free 2,434 ms: 3,935 + 2,434 outside
-    assert q.held_outside == 1 and q.held_outside_max_ms == pytest.approx(6375, abs=2)
-    # 0.75 to 5.0 s the server held 3 (1 processing, 2 deferred) of the 4 in flight
-    assert q.unheld_longest_s == pytest.approx(4.25)
-    v = analyze_target("a", [level_doc(4, 30.0, 3000.0)], records, OVERTAKEN_SCRAPES, 1, True)
-    assert "a at c=4: 1 of 8 requests waited up to 6.38 s outside the server." in v.lines
-    assert "a at c=4: for 4.2 s its /metrics held fewer requests than were in flight." in v.lines
-    assert "a: its HTTP threads ran out: raise --threads-http or open fewer connections." in v.lines
+            lines = verdict["verdict"]
+            assert all(lv["evidence"] == "records" for lv in verdict["levels"]), lines
+            full = [lv["level"] for lv in verdict["levels"] if lv["slot_queued"] * 2 >= lv["requests"] > 0]
+            assert full == full_levels, lines
+            assert not any("too short" in line or "not for a slot" in line for line in lines), lines
+            if full:
+                assert not any("not saturated" in line for line in lines), lines
+                assert f"its {slots} slots" in lines[0] or "runs out of slots" in lines[0], lines
