@@ -87,7 +87,7 @@ BAD = [
     (["sweep", "--ports", "8080", "--rate", "1", "--concurrency", "2"], "not both"),
     (["sweep", "--ports", "8080", "--api", "openai"], "--api 'openai'"),
     (["sweep", "--ports", "8080", "--api", ""], "--api ''"),
-    (["sweep", "--ports", "8080", "--probe-interval", "0"], "--probe-interval"),
+    (["sweep", "--ports", "8080", "--probe-interval", "-1"], "--probe-interval"),
     (["sweep", "--ports", "8080", "--wait-ready", "-1"], "--wait-ready"),
     (["sweep", "--ports", "8080", "--seed", "abc"], "--seed"),
     (["sweep", "--ports", "8080", "--knee-gain", "-0.1"], "--knee-gain"),
