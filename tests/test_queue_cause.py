@@ -144,3 +144,24 @@ def test_the_same_short_sweep_gives_the_same_evidence_every_time(tmp_path, slots
             if full:
                 assert not any("not saturated" in line for line in lines), lines
                 assert f"its {slots} slots" in lines[0] or "runs out of slots" in lines[0], lines
+
+
+# A c=2 level of the test bed's 4-slot llama-server (-t 1, a busy machine), as recorded: the second
+# request of each pair waited, with 3 slots free, while the first one's prompt was computed.
+BEHIND_A_PROMPT = [(0, 0, 3972, 1006, 2956), (1, 2, 4003, 984, 2008), (0, 3977, 7597, 2084, 1502),
+                   (1, 4004, 7597, 2084, 1503), (1, 7598, 9624, 1022, 995), (0, 7599, 9621, 1022, 994),
+                   (0, 9624, 12357, 433, 2295), (1, 9629, 12390, 560, 1767)]
+
+
+def test_a_wait_behind_another_requests_prompt_is_the_servers_not_the_http_layers():
+    from loadgen.core.records import RequestRecord
+    records = [RequestRecord(target="a", level=2, worker=w, seq=i, salt=str(i), send_ns=send * MS,
+                             complete_ns=done * MS, status=200, prompt_ms=float(p), predicted_ms=float(d), predicted_n=32)
+               for i, (w, send, done, p, d) in enumerate(BEHIND_A_PROMPT)]
+    q = level_queueing(2, records, [], 3.0, 20.0, None, 4)
+    # w1's first request: [5, 1011] ms, w0's prompt computed over [10, 1016]: 1,001 ms behind it
+    assert (q.queue_cause, q.batch_queued, q.held_outside, q.slot_queued) == ("prefill", 2, 0, 0)
+    assert q.batch_wait_max_ms == pytest.approx(1001, abs=1)
+    v = analyze_target("a", [level_doc(2, 20.0, 3000.0)], records, [], 4, True)
+    assert "a at c=2: 2 of 8 requests waited up to 1.00 s behind another's prompt." in v.lines
+    assert not any("HTTP threads" in line or "outside the server" in line for line in v.lines)

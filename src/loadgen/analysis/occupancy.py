@@ -14,14 +14,19 @@ Definitions (times on the client's monotonic clock)
   tokenization measured at concurrency 1 (saturation.overhead_ms).
 - reached = the earliest time the request can have been in the server's queue: llama-server
   serves its queue first come, first served, so a request that a later one (sent more than 20 ms
-  after it) overtook into a slot had not reached the queue when that one was sent.
+  after it, and in a slot more than 20 ms before it) overtook had not reached the queue when that
+  one was sent.
 - slot wait = the part of the wait after `reached` while every slot was busy (busy ≥ the slot
   count): it waited for a slot, as llama-server defers a task;
-  outside wait = the rest: before it reached the server, or while a slot was free: the server had
-  room and had not started the request, so it was not yet in the server's hands (an HTTP thread
-  taken by another connection, a connection not yet accepted, a long tokenization).
+  batch wait = the part after `reached` while a slot was free but another request's prompt was
+  being computed ([its service start, + prompt_ms]): llama-server takes a new task into a slot only
+  between batches, so a request that arrives during a long prefill waits for it, inside the server;
+  outside wait = the rest: before it reached the server, or while a slot was free and no prompt was
+  being computed: the server had room and had not started the request, so it was not yet in the
+  server's hands (an HTTP thread taken by another connection, a connection not yet accepted, a
+  long tokenization).
 - a request is *held outside* when its outside wait exceeds max(QUEUED_MIN_MS, 10% of its service
-  time) (the same bar that makes a request queued) and is the larger part of its wait.
+  time) (the same bar that makes a request queued) and is the largest part of its wait.
 - held-outside stretch: a span of time during which at least one request was held outside; a level
   reports its longest.
 Records-based evidence needs the slot count, the server's timings on the level's requests, and all
@@ -43,7 +48,7 @@ QUEUED_MIN_MS = 20.0
 QUEUED_SERVICE_SHARE = 0.10
 # A level judged from scrapes alone needs at least this many of them during its requests.
 MIN_SCRAPES = 3
-# Requests sent this close together may reach the server in either order.
+# Requests sent (or started) this close together may reach the server (or a slot) in either order.
 OVERTAKE_MARGIN_NS = 20_000_000
 
 
@@ -53,6 +58,7 @@ class WaitSplit:
 
     slot_wait_ms: float
     outside_wait_ms: float
+    batch_wait_ms: float = 0.0  # a slot free, but the server busy with another request's prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +92,27 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
     if not done or any(iv is None for iv in done):
         return None
     spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
-    # The busy-slot step function: +1 at each start, -1 at each end (ends first at a tie: a slot
-    # handed from one request to the next is never counted twice).
-    times = np.concatenate([spans[:, 1], spans[:, 0]])
-    steps = np.concatenate([-np.ones(len(spans), np.int64), np.ones(len(spans), np.int64)])
-    order = np.lexsort((steps, times))
-    times, busy = times[order], np.cumsum(steps[order])
-    full = (busy >= total_slots).astype(np.int64)
+    prompts = np.array([(iv[0], iv[0] + int((r.prompt_ms or 0.0) * 1e6)) for r, iv in zip(records, intervals)
+                        if iv is not None], dtype=np.int64)
+    # Two step functions on one time line: busy slots (+1 at each service start, -1 at each end)
+    # and prompts in progress (likewise); ends first at a tie, so a slot handed from one request
+    # to the next is never counted twice.
+    n = len(spans)
+    times = np.concatenate([spans[:, 1], prompts[:, 1], spans[:, 0], prompts[:, 0]])
+    slot_steps = np.concatenate([-np.ones(n, np.int64), np.zeros(n, np.int64), np.ones(n, np.int64),
+                                 np.zeros(n, np.int64)])
+    prompt_steps = np.concatenate([np.zeros(n, np.int64), -np.ones(n, np.int64), np.zeros(n, np.int64),
+                                   np.ones(n, np.int64)])
+    order = np.lexsort((slot_steps + prompt_steps, times))
+    times = times[order]
+    busy, prefilling = np.cumsum(slot_steps[order]), np.cumsum(prompt_steps[order])
+    full = busy >= total_slots
+    batch = ~full & (prefilling > 0)
     seg = np.diff(times)
-    # Cumulative time with every slot busy at each breakpoint (piecewise linear between them).
+    # Cumulative times at each breakpoint (piecewise linear between them): every slot busy, and a
+    # slot free while another request's prompt was being computed.
     full_cum = np.concatenate([[0], np.cumsum(full[:-1] * seg)])
+    batch_cum = np.concatenate([[0], np.cumsum(batch[:-1] * seg)])
     lead = int((overhead_ms or 0.0) * 1e6)
     arrived = _arrival_bounds(records, intervals)
     splits: list[WaitSplit | None] = []
@@ -110,11 +127,13 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
             splits.append(WaitSplit(0.0, 0.0))
             continue
         # Before it could have reached the server (overtaken: see _arrival_bounds) it was outside,
-        # whatever the slots did; after, the slots decide.
+        # whatever the slots did; after, the slots and the prompts in progress decide.
         reached = min(max(a, here), b)
-        full_ns = float(np.interp(b, times, full_cum) - np.interp(reached, times, full_cum))
-        full_ns = min(max(full_ns, 0.0), float(b - reached))
-        split = WaitSplit(full_ns / 1e6, (b - a - full_ns) / 1e6)
+        span = float(b - reached)
+        full_ns = min(max(float(np.interp(b, times, full_cum) - np.interp(reached, times, full_cum)), 0.0), span)
+        batch_ns = min(max(float(np.interp(b, times, batch_cum) - np.interp(reached, times, batch_cum)), 0.0),
+                       span - full_ns)
+        split = WaitSplit(full_ns / 1e6, (b - a - full_ns - batch_ns) / 1e6, batch_ns / 1e6)
         splits.append(split)
         if held_outside(split, iv):
             outside_windows.append((a, b))
@@ -134,8 +153,8 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
 def _arrival_bounds(records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None]) -> list[int]:
     """For each request, the earliest time it can have reached the server's queue: llama-server
     serves its queue first come, first served, so a request overtaken by one sent more than
-    OVERTAKE_MARGIN_NS after it (started in a slot before it) had not arrived when that one was
-    sent. Its send time when nothing overtook it."""
+    OVERTAKE_MARGIN_NS after it (started in a slot more than OVERTAKE_MARGIN_NS before it) had not
+    arrived when that one was sent. Its send time when nothing overtook it."""
     started = sorted((iv[0], r.send_ns) for r, iv in zip(records, intervals) if iv is not None)
     starts = np.array([t for t, _ in started], dtype=np.int64)
     latest_send = np.maximum.accumulate(np.array([s for _, s in started], dtype=np.int64)) if started else starts
@@ -144,17 +163,19 @@ def _arrival_bounds(records: Sequence[RequestRecord], intervals: Sequence[tuple[
         if iv is None:
             bounds.append(r.send_ns)
             continue
-        earlier = int(np.searchsorted(starts, iv[0], "left"))  # requests that started before it
+        # requests that started well before it (those of one batch step start within a ms or two,
+        # in no telling order)
+        earlier = int(np.searchsorted(starts, iv[0] - OVERTAKE_MARGIN_NS, "left"))
         overtaker = int(latest_send[earlier - 1]) if earlier else r.send_ns
         bounds.append(overtaker if overtaker - r.send_ns > OVERTAKE_MARGIN_NS else r.send_ns)
     return bounds
 
 
 def held_outside(split: WaitSplit, interval_ns: tuple[int, int]) -> bool:
-    """Held outside the server: an outside wait past the queued bar, and the larger part of the wait."""
+    """Held outside the server: an outside wait past the queued bar, and the largest part of the wait."""
     service = (interval_ns[1] - interval_ns[0]) / 1e6
     return (split.outside_wait_ms > max(QUEUED_MIN_MS, QUEUED_SERVICE_SHARE * service)
-            and split.outside_wait_ms > split.slot_wait_ms)
+            and split.outside_wait_ms > split.slot_wait_ms and split.outside_wait_ms > split.batch_wait_ms)
 
 
 def _longest_union(windows: Sequence[tuple[int, int]]) -> int:

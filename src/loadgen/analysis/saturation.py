@@ -57,6 +57,7 @@ HTTP_HOLD_MS = 250.0
 # Why a level's queued requests waited (LevelQueueing.queue_cause).
 SLOTS = "slots"  # for a slot: every slot was busy meanwhile (records), or the server showed it (scrapes)
 OUTSIDE = "outside"  # with a slot free: not yet in the server's hands
+BATCH = "prefill"  # with a slot free, behind another request's prompt being computed (records only)
 TOO_SHORT = "too_short"  # neither: no records evidence and too few scrapes to tell
 UNKNOWN = "unknown"  # the server shows neither /metrics, /slots nor timings
 
@@ -110,6 +111,8 @@ class LevelQueueing:
     scrapes: int = 0  # probe scrapes taken while the level had a request in flight
     unheld_longest_s: float | None = None  # scrapes in a row at which the server held fewer than in flight
     outside_wait_mean_ms: float | None = None  # records: the mean outside wait over the completed requests
+    batch_queued: int = 0  # queued requests that waited mostly behind another request's prompt
+    batch_wait_max_ms: float | None = None  # the longest such wait
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +127,8 @@ class LevelQueueing:
             "slot_wait_ms": self.slot_wait_ms.to_dict() if self.slot_wait_ms else None,
             "held_outside": self.held_outside, "held_outside_max_ms": self.held_outside_max_ms,
             "held_outside_longest_s": self.held_outside_longest_s, "scrapes": self.scrapes,
-            "unheld_longest_s": self.unheld_longest_s,
+            "unheld_longest_s": self.unheld_longest_s, "batch_queued": self.batch_queued,
+            "batch_wait_max_ms": self.batch_wait_max_ms,
         }
 
 
@@ -256,11 +260,16 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
     scraped = scrape_evidence(rs, samples)
     peak_busy = _peak([scraped.peak_busy_slots, occupancy.peak_busy_slots if occupancy else None])
     slot_waits: list[float] = []
+    batch_waits: list[float] = []
     if occupancy is not None:
         for r, flag, split in zip(ok, queued_flags, occupancy.splits):
-            if flag and split is not None and split.slot_wait_ms >= split.outside_wait_ms:
+            if not flag or split is None:
+                continue
+            if split.slot_wait_ms >= max(split.outside_wait_ms, split.batch_wait_ms):
                 slot_waits.append(split.slot_wait_ms)
-        cause = _records_cause(queued, len(slot_waits), occupancy)
+            elif split.batch_wait_ms >= split.outside_wait_ms:
+                batch_waits.append(split.batch_wait_ms)
+        cause = _records_cause(queued, len(slot_waits), len(batch_waits), occupancy)
     else:
         cause = _scrapes_cause(queued, scraped, total_slots, scrapes_readable)
         if cause == SLOTS:
@@ -288,6 +297,8 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
         scrapes=scraped.scrapes,
         unheld_longest_s=scraped.unheld_longest_s if scraped.scrapes else None,
         outside_wait_mean_ms=_mean_outside(occupancy),
+        batch_queued=len(batch_waits),
+        batch_wait_max_ms=max(batch_waits, default=None),
     )
 
 
@@ -296,11 +307,13 @@ def _mean_outside(occupancy: LevelOccupancy | None) -> float | None:
     return statistics.fmean(waits) if waits else None
 
 
-def _records_cause(queued: int, slot_queued: int, occupancy: LevelOccupancy) -> str | None:
-    """Why queued requests waited, by the records: for a slot when most of them did, else outside."""
+def _records_cause(queued: int, slot_queued: int, batch_queued: int, occupancy: LevelOccupancy) -> str | None:
+    """Why queued requests waited, by the records: whichever of a slot, a prompt in progress and
+    the outside held most of them (a slot on a tie)."""
     if not queued and not occupancy.held_outside:
         return None
-    return SLOTS if slot_queued * 2 >= max(queued, 1) and slot_queued >= occupancy.held_outside else OUTSIDE
+    counts = {SLOTS: slot_queued, BATCH: batch_queued, OUTSIDE: occupancy.held_outside}
+    return max(counts, key=lambda cause: counts[cause])
 
 
 def _scrapes_cause(queued: int, scraped: ScrapeEvidence, total_slots: int | None, readable: bool) -> str | None:
@@ -483,6 +496,9 @@ def _cause_lines(label: str, q: LevelQueueing) -> list[str]:
         lines.append(f"{waited}; whether for a slot is unknown (no /metrics, /slots).")
     elif q.queue_cause == OUTSIDE and q.evidence == "scrapes" and waited:
         lines.append(f"{waited}, not for a slot.")
+    if q.batch_queued and (q.batch_wait_max_ms or 0.0) >= HTTP_HOLD_MS:
+        lines.append(f"{label} at c={q.level}: {q.batch_queued} of {q.requests} requests waited up to "
+                     f"{_secs(q.batch_wait_max_ms or 0.0)} behind another's prompt.")
     held_ms = q.held_outside_max_ms or 0.0
     if q.held_outside and q.evidence == "records" and held_ms >= HTTP_HOLD_MS:
         # Shorter outside waits (tokenization, a busy client or server loop) are in the queuing

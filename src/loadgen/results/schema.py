@@ -18,7 +18,8 @@ Version history (SCHEMA_VERSION):
        "died_at_s", "lost" and "concurrency_after" (or "rate_after").
        Added since, without a bump: per verdict level "queue_cause", "evidence", "slot_queued",
        "slot_wait_ms", "held_outside", "held_outside_max_ms", "held_outside_longest_s", "scrapes",
-       "unheld_longest_s", "outside_wait_mean_ms" (analysis/occupancy.py); per probe sample
+       "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
+       (analysis/occupancy.py); per probe sample
        (probe.jsonl) "scrape_us".
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
@@ -52,7 +53,7 @@ class LevelVerdict(msgspec.Struct):
     peak_busy_slots: int | None = None
     batching_gain: float | None = None
     failure_share: float = 0.0
-    queue_cause: str | None = None  # "slots", "outside", "too_short", "unknown" (analysis/saturation.py)
+    queue_cause: str | None = None  # "slots", "prefill", "outside", "too_short", "unknown" (analysis/saturation.py)
     evidence: str | None = None  # "records" or "scrapes"
     slot_queued: int | None = None
     slot_wait_ms: Distribution | None = None
