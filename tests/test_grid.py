@@ -11,7 +11,7 @@ import time
 import pytest
 
 from loadgen.analysis.bootlog import boot_facts
-from loadgen.analysis.grid import (cache_flags, check_template, cross, parse_param, run_order,
+from loadgen.analysis.grid import (cache_flags, check_template, cross, kv_warnings, parse_param, run_order,
                                    summarize_cell, who_wins)
 from loadgen.core.errors import ConfigError
 from loadgen.core.processes import pid_alive
@@ -102,6 +102,29 @@ def test_summary_mean_sd_and_who_wins():
     lines = who_wins([one, four])
     assert "parallel=1 has the highest throughput at every level here (1, 2, 4)" in lines
     assert any(line.startswith("highest single-stream throughput (tok/s): parallel=1 (21.0; +40%") for line in lines)
+
+
+# (boot facts, loadgen's estimate, its note) of a cell's run -> the warning lines (written before running)
+KV_WARNINGS = [
+    ({"kv_size_mib": 45.0}, {"kv_mib": 45.0}, None, []),
+    ({"kv_size_mib": 45.004}, {"kv_mib": 45.0}, None, []),  # equal to the hundredth
+    ({"kv_size_mib": 1.25}, {"kv_mib": 4.0}, None,
+     ["c: the boot log's KV cache is 1.25 MiB but loadgen kv estimated 4.00 MiB; the log is what the server "
+      "allocated"]),
+    ({"kv_size_mib": 0.25, "recurrent_mib": 0.07}, {"kv_mib": 0.25, "recurrent_mib": 0.08}, None,
+     ["c: the boot log's recurrent state is 0.07 MiB but loadgen kv estimated 0.08 MiB; the log is what the "
+      "server allocated"]),
+    ({"kv_size_mib": 0.5}, None, "architecture 'x' is unknown to this loadgen",
+     ["c: the boot log's KV cache is 0.50 MiB; loadgen kv gave no figure (architecture 'x' is unknown to this "
+      "loadgen)"]),
+    ({}, {"kv_mib": 4.0}, None, []),  # no -lv 4: nothing to check against
+]
+
+
+@pytest.mark.parametrize("boot, estimate, note, expected", KV_WARNINGS)
+def test_kv_mismatch_is_a_warning_with_both_figures(boot, estimate, note, expected):
+    cell = summarize_cell("c", {}, [{"status": "ok", "boot": boot, "kv_estimate": estimate, "kv_estimate_note": note}])
+    assert kv_warnings([cell]) == expected
 
 
 def _grid_doc(folder):

@@ -214,6 +214,8 @@ ARCHS = {
     # per-layer KV heads 2/0/4/1 of 64: K widths 128 + 0 + 256 + 64 = 448 elements, 896 B a cell
     "deci": {"arch": "deci", "block_count": 4, "embedding_length": 256, "attention.head_count": 4,
              "attention.head_count_kv": [2, 0, 4, 1], "context_length": 4096},
+    # Mamba-1 reads no group count: a stray one is 0, R 3 × 256 = 768, S 4096: 19,456 B (booted: 0.07 MiB, not 0.08)
+    "mamba-stray-groups": {"arch": "mamba", "block_count": 2, "embedding_length": 128, **SSM, "ssm.group_count": 1},
     # RWKV: R 2 × 256 = 512, S 256 × 64 = 16,384: 67,584 B a layer and sequence
     "rwkv6": {"arch": "rwkv6", "block_count": 2, "embedding_length": 256, "wkv.head_size": 64,
               "context_length": 4096},
@@ -256,6 +258,8 @@ ARCH_TABLE = [
     ("deci", 4096, 1, {}, ("7.00", 4096, 4, 0, "0.00", "0.00")),
     # -fa off: every V row as wide as the widest (256): 4 × 4096 × 512 B = 8 MiB, + K 3.5
     ("deci", 4096, 1, {"flash_attn": "off"}, ("11.50", 4096, 4, 0, "0.00", "0.00")),
+    # 2 layers × 19,456 B × 2 sequences = 0.07 MiB
+    ("mamba-stray-groups", 512, 2, {}, ("0.00", 256, 0, 0, "0.00", "0.07")),
     # no KV; state 2 × 67,584 × 4 = 0.52 MiB
     ("rwkv6", 4096, 4, {}, ("0.00", 1024, 0, 0, "0.00", "0.52")),
 ]

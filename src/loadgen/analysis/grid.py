@@ -150,6 +150,9 @@ class CellSummary:
     kv_estimate_mib: float | None = None
     n_slots: int | None = None
     kv_unified: bool | None = None
+    recurrent_logged_mib: float | None = None
+    recurrent_estimate_mib: float | None = None
+    kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
 
 
 def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -178,6 +181,7 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
     throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
     boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
     estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
+    note = next((r.get("kv_estimate_note") for r in runs if r.get("kv_estimate_note")), None)
     failed = [r for r in runs if r.get("status") != "ok"]
     return CellSummary(
         name=name, params=params, runs_ok=len(docs), runs=len(runs),
@@ -188,7 +192,26 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         throughput_by_level=throughput,
         latency_by_level={lv: ms for lv, vs in sorted(lat_by_level.items()) if (ms := mean_sd(vs)) is not None},
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
-        n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"))
+        n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
+        recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
+        kv_estimate_note=None if estimate else note)
+
+
+def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
+    """One line per cell whose boot log and `loadgen kv` disagree to the hundredth of a MiB (the KV
+    caches, sliding-window ones included, and the recurrent state), with both figures; or for which
+    `loadgen kv` gave no figure (its reason). The boot log is what the server allocated."""
+    lines = []
+    for c in cells:
+        for what, logged, est in (("KV cache", c.kv_logged_mib, c.kv_estimate_mib),
+                                  ("recurrent state", c.recurrent_logged_mib, c.recurrent_estimate_mib)):
+            if logged is not None and est is not None and f"{logged:.2f}" != f"{est:.2f}":
+                lines.append(f"{c.name}: the boot log's {what} is {logged:.2f} MiB but loadgen kv estimated "
+                             f"{est:.2f} MiB; the log is what the server allocated")
+        if c.kv_estimate_note and c.kv_logged_mib is not None:
+            lines.append(f"{c.name}: the boot log's KV cache is {c.kv_logged_mib:.2f} MiB; loadgen kv gave no "
+                         f"figure ({c.kv_estimate_note})")
+    return lines
 
 
 UNTESTED = "no spread to test it against; use --repeat 2 or more"

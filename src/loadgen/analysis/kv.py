@@ -26,7 +26,8 @@ and the per-architecture `models/*.cpp`, `llama-kv-cache*.cpp`, `llama-memory-*.
   own rule (`SWA_RULES`): gemma2 falls back to 4096, gpt-oss slides every other layer, llama4 chunks
   3 of 4 layers by 8192, phi3 and plain llama ignore a window key.
 - Recurrent state: per recurrent layer and sequence (`max(1, n_seq_max)` cells), f32 R and S:
-  Mamba-style R `(d_conv - 1) × (d_inner + 2 × n_group × d_state)`, S `d_state × d_inner`; RWKV
+  Mamba-style R `(d_conv - 1) × (d_inner + 2 × n_group × d_state)`, S `d_state × d_inner` (Mamba-1 reads no
+  `ssm.group_count`: n_group 0 whatever the file says); RWKV
   R `token_shift_count × n_embd`, S `n_embd × wkv.head_size`; LFM2's short convolution R
   `n_embd × (shortconv.l_cache - 1)`.
 - Refusals: settings llama.cpp refuses (`SettingsRefused`, with its reason) and architectures this
@@ -89,6 +90,7 @@ ARCH_FAMILIES = {**{a: "none" for a in NO_CACHE}, **{a: "not sized" for a in NOT
                  **{a: "interval hybrid" for a in INTERVAL_HYBRIDS}, **{a: "nemotron-h" for a in NEMOTRON_H},
                  "falcon-h1": "falcon-h1", **{a: "transformer" for a in TRANSFORMERS}}
 MLA_ARCHS = frozenset({"deepseek2", "mistral4"})  # of the sized ones, those that read key_length_mla
+NO_SSM_GROUPS = frozenset({"mamba"})  # Mamba-1: llama.cpp reads no ssm.group_count (a stray one is 0)
 KV_FROM_START = {"gemma3n": 20}  # layers past these reuse earlier layers' KV (gemma4: block_count - shared_kv_layers)
 DEFAULT_INTERVAL = 4
 # Bounds on what the metadata may say: far above any model, low enough that a damaged count (a
@@ -333,7 +335,7 @@ def _recurrent_state(meta: dict[str, Any], arch: str) -> tuple[int, int]:
     d_conv = _key(meta, arch, "ssm.conv_kernel")
     d_inner = _key(meta, arch, "ssm.inner_size")
     d_state = _key(meta, arch, "ssm.state_size")
-    n_group = _key(meta, arch, "ssm.group_count", 0)
+    n_group = 0 if arch in NO_SSM_GROUPS else _key(meta, arch, "ssm.group_count", 0)
     r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
     return r, d_state * d_inner
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.grid import CellSummary, who_wins
+from ..analysis.grid import CellSummary, kv_warnings, who_wins
 from ..analysis.metrics import MeanSd
 from .layout import Column, Grid
 from .layout import print_grid as print_layout
@@ -64,5 +64,7 @@ def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummar
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)
+    for line in kv_warnings(cells):
+        console.print(f"warning: {line}", style="yellow", highlight=False, soft_wrap=True, markup=False)
     for line in who_wins(cells):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
