@@ -91,28 +91,7 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
     done = [iv for r, iv in zip(records, intervals) if r.ok]
     if not done or any(iv is None for iv in done):
         return None
-    spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
-    prompts = np.array([(iv[0], iv[0] + int((r.prompt_ms or 0.0) * 1e6)) for r, iv in zip(records, intervals)
-                        if iv is not None], dtype=np.int64)
-    # Two step functions on one time line: busy slots (+1 at each service start, -1 at each end)
-    # and prompts in progress (likewise); ends first at a tie, so a slot handed from one request
-    # to the next is never counted twice.
-    n = len(spans)
-    times = np.concatenate([spans[:, 1], prompts[:, 1], spans[:, 0], prompts[:, 0]])
-    slot_steps = np.concatenate([-np.ones(n, np.int64), np.zeros(n, np.int64), np.ones(n, np.int64),
-                                 np.zeros(n, np.int64)])
-    prompt_steps = np.concatenate([np.zeros(n, np.int64), -np.ones(n, np.int64), np.zeros(n, np.int64),
-                                   np.ones(n, np.int64)])
-    order = np.lexsort((slot_steps + prompt_steps, times))
-    times = times[order]
-    busy, prefilling = np.cumsum(slot_steps[order]), np.cumsum(prompt_steps[order])
-    full = busy >= total_slots
-    batch = ~full & (prefilling > 0)
-    seg = np.diff(times)
-    # Cumulative times at each breakpoint (piecewise linear between them): every slot busy, and a
-    # slot free while another request's prompt was being computed.
-    full_cum = np.concatenate([[0], np.cumsum(full[:-1] * seg)])
-    batch_cum = np.concatenate([[0], np.cumsum(batch[:-1] * seg)])
+    line = _Timeline.of(records, intervals, total_slots)
     lead = int((overhead_ms or 0.0) * 1e6)
     arrived = _arrival_bounds(records, intervals)
     splits: list[WaitSplit | None] = []
@@ -129,10 +108,7 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
         # Before it could have reached the server (overtaken: see _arrival_bounds) it was outside,
         # whatever the slots did; after, the slots and the prompts in progress decide.
         reached = min(max(a, here), b)
-        span = float(b - reached)
-        full_ns = min(max(float(np.interp(b, times, full_cum) - np.interp(reached, times, full_cum)), 0.0), span)
-        batch_ns = min(max(float(np.interp(b, times, batch_cum) - np.interp(reached, times, batch_cum)), 0.0),
-                       span - full_ns)
+        full_ns, batch_ns = line.between(reached, b)
         split = WaitSplit(full_ns / 1e6, (b - a - full_ns - batch_ns) / 1e6, batch_ns / 1e6)
         splits.append(split)
         if held_outside(split, iv):
@@ -141,13 +117,60 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
     return LevelOccupancy(
         # Estimated starts can overlap the previous request's end by the answer's trip back: a
         # server never runs more than its slots.
-        peak_busy_slots=min(int(busy.max(initial=0)), total_slots),
-        full_s=float(full_cum[-1]) / 1e9,
+        peak_busy_slots=min(line.peak_busy, total_slots),
+        full_s=line.full_s,
         splits=tuple(splits),
         held_outside=len(outside_windows),
         held_outside_longest_s=_longest_union(outside_windows) / 1e9,
         held_outside_max_ms=max(outside_waits, default=0.0),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Timeline:
+    """A level's busy slots and prompts in progress over time, as cumulative times at breakpoints
+    (piecewise linear between them): every slot busy (`full_cum`), and a slot free while another
+    request's prompt was being computed (`batch_cum`)."""
+
+    times: np.ndarray
+    full_cum: np.ndarray
+    batch_cum: np.ndarray
+    peak_busy: int
+
+    @classmethod
+    def of(cls, records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None],
+           total_slots: int) -> "_Timeline":
+        spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
+        prompts = np.array([(iv[0], iv[0] + int((r.prompt_ms or 0.0) * 1e6)) for r, iv in zip(records, intervals)
+                            if iv is not None], dtype=np.int64)
+        # Two step functions on one time line: busy slots (+1 at each service start, -1 at each
+        # end) and prompts in progress (likewise); ends first at a tie, so a slot handed from one
+        # request to the next is never counted twice.
+        n = len(spans)
+        up, down, none = np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(n, np.int64)
+        times = np.concatenate([spans[:, 1], prompts[:, 1], spans[:, 0], prompts[:, 0]])
+        slot_steps = np.concatenate([down, none, up, none])
+        prompt_steps = np.concatenate([none, down, none, up])
+        order = np.lexsort((slot_steps + prompt_steps, times))
+        times = times[order]
+        busy, prefilling = np.cumsum(slot_steps[order]), np.cumsum(prompt_steps[order])
+        full = busy >= total_slots
+        batch = ~full & (prefilling > 0)
+        seg = np.diff(times)
+        return cls(times, np.concatenate([[0], np.cumsum(full[:-1] * seg)]),
+                   np.concatenate([[0], np.cumsum(batch[:-1] * seg)]), int(busy.max(initial=0)))
+
+    @property
+    def full_s(self) -> float:
+        return float(self.full_cum[-1]) / 1e9
+
+    def between(self, a: int, b: int) -> tuple[float, float]:
+        """ns of [a, b] with every slot busy, and with a slot free behind another's prompt."""
+        span = float(b - a)
+        full = float(np.interp(b, self.times, self.full_cum) - np.interp(a, self.times, self.full_cum))
+        full = min(max(full, 0.0), span)
+        batch = float(np.interp(b, self.times, self.batch_cum) - np.interp(a, self.times, self.batch_cum))
+        return full, min(max(batch, 0.0), span - full)
 
 
 def _arrival_bounds(records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None]) -> list[int]:
