@@ -66,7 +66,6 @@ class LevelOccupancy:
     """A level's records-based slot evidence (None where it cannot be had: see the module)."""
 
     peak_busy_slots: int  # the most service intervals at once
-    full_s: float  # seconds during which every slot was busy with loadgen's requests
     splits: tuple[WaitSplit | None, ...]  # per record, in the order given (None: failed or no timings)
     held_outside: int  # requests held outside (see the module)
     held_outside_longest_s: float  # the longest stretch with a request held outside
@@ -118,7 +117,6 @@ def level_occupancy(records: Sequence[RequestRecord], total_slots: int | None,
         # Estimated starts can overlap the previous request's end by the answer's trip back: a
         # server never runs more than its slots.
         peak_busy_slots=min(line.peak_busy, total_slots),
-        full_s=line.full_s,
         splits=tuple(splits),
         held_outside=len(outside_windows),
         held_outside_longest_s=_longest_union(outside_windows) / 1e9,
@@ -159,10 +157,6 @@ class _Timeline:
         seg = np.diff(times)
         return cls(times, np.concatenate([[0], np.cumsum(full[:-1] * seg)]),
                    np.concatenate([[0], np.cumsum(batch[:-1] * seg)]), int(busy.max(initial=0)))
-
-    @property
-    def full_s(self) -> float:
-        return float(self.full_cum[-1]) / 1e9
 
     def between(self, a: int, b: int) -> tuple[float, float]:
         """ns of [a, b] with every slot busy, and with a slot free behind another's prompt."""
