@@ -13,9 +13,9 @@ and its HTTP library keeps a thread on a keep-alive connection until that connec
 for its keep-alive timeout (5 s): a probe holding keep-alive connections of its own takes threads
 the requests may need. So the probe uses one connection at a time and closes it after every answer
 (`Connection: close`): a scrape asks /metrics, then /slots, and gives its thread back at once. Its
-schedule adapts (`scrape_schedule`): dense at a level's start (so a short level is still seen
-several times), then every `interval_s`, and never more often than PROBE_COST_SHARE of the time
-a scrape itself takes (a slow server, one busy with a long prefill, is asked less often).
+schedule adapts (`scrape_delay_s`): dense at a level's start (so a short level is still seen
+several times), then every `interval_s`, and never so often that scraping takes more than
+PROBE_COST_SHARE of the time (a slow server, one busy with a long prefill, is asked less often).
 """
 
 from __future__ import annotations
