@@ -277,8 +277,8 @@ def _live(enabled: bool):
     if not enabled:
         yield None
         return
-    from loadgen.run.live_endpoint import LiveEndpoint
-    from loadgen.run.live_metrics import LiveMetrics
+    from loadgen.run.live.endpoint import LiveEndpoint
+    from loadgen.run.live.metrics import LiveMetrics
 
     live = LiveMetrics()
     stop = threading.Event()

@@ -7,7 +7,7 @@ import uvloop
 
 from loadgen.client.backends import GenerationParams
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.model import Run
+from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 
 pytestmark = pytest.mark.real

@@ -237,7 +237,7 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
-# The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
+# The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
 

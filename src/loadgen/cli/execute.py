@@ -30,7 +30,7 @@ from ..core.signals import LATCH, SIGNAL_EXIT
 from ..results.schema import REQUESTS_FILE
 from ..results.writer import command_line, host_facts, start_results, utc_now, write_results
 from ..run.loops import freeze_startup_heap, loop_factory
-from ..run.model import Run
+from ..run.state import Run
 
 
 Checkpoint = Callable[[], None]

@@ -22,7 +22,7 @@ from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.model import Run
+from ..run.state import Run
 from ..run.soak import run_soak
 from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute

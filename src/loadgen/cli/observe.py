@@ -19,7 +19,7 @@ from ..output.dashboard import DashboardSpec, dashboard_json
 from ..output.files import write_files
 from ..output.prometheus_config import ScrapeTarget, prometheus_config
 from ..run.config import Target, build_targets
-from ..run.model import TargetRun, resolve_labels
+from ..run.state import TargetRun, resolve_labels
 from .live import DEFAULT_HOST
 from .options import DURATION
 from .shared import console, target_options

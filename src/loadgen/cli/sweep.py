@@ -19,8 +19,8 @@ from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
-from ..run.live_metrics import LiveMetrics
-from ..run.model import Run
+from ..run.live.metrics import LiveMetrics
+from ..run.state import Run
 from ..run.schedule import ARRIVALS
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics

@@ -1,7 +1,7 @@
 """`--workers N|auto`: the flag, its check, and a sweep's levels run by worker processes.
 
 `sweep_with_workers` is what a command that runs sweeps (sweep, a grid's cells) wraps its
-`run_sweep` in; run/workers.py does the work, analysis/merge.py the arithmetic.
+`run_sweep` in; run/workers/parent.py does the work, run/workers/merge.py the arithmetic.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from ..core.errors import ConfigError
 from ..output.files import write_files
 from ..output.worker_hlog import worker_hlog
 from ..run.config import SweepConfig
-from ..run.model import Run, RunObserver
+from ..run.state import Run, RunObserver
 from ..run.sweep import run_sweep
-from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray, reach_ray, ray_endpoint
-from ..run.workers import WorkerPool, auto_workers, local_workers, usable_cores
+from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, RayPool, import_ray, reach_ray, ray_endpoint
+from ..run.workers.parent import WorkerPool, auto_workers, local_workers, usable_cores
 from .common import die_with_parent
 from .shared import checking_only
 

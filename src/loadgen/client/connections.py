@@ -5,7 +5,7 @@
   read them.
 - `StreamConnection` (TLS, through an asyncio transport and asyncio's `ssl`) stamps a read on the
   loop's clock in `data_received`, before parsing it.
-Both feed their reads to a `ResponseParser` (http_parser.py) through what they share, `Exchange`.
+Both feed their reads to a `ResponseParser` (http_parser.py) through what they share, `Connection`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .pool import ConnectionPool
 
 
-class Exchange:
+class Connection:
     """One connection carrying one request at a time: what both kinds of connection share.
 
     A subclass moves the bytes: `_write` sends a request, `_close_io` closes; it calls `_received`
@@ -141,7 +141,7 @@ class Exchange:
         raise NotImplementedError
 
 
-class StreamConnection(Exchange, asyncio.Protocol):
+class StreamConnection(Connection, asyncio.Protocol):
     """A connection through an asyncio transport (TLS): reads are timed when the loop hands them over."""
 
     transport: asyncio.Transport | None = None
@@ -175,7 +175,7 @@ class StreamConnection(Exchange, asyncio.Protocol):
             self.transport.close()
 
 
-class SocketConnection(Exchange):
+class SocketConnection(Connection):
     """A plain TCP connection read straight from its socket, each read timed by the kernel.
 
     With SO_TIMESTAMPNS the kernel stamps every received packet, and a read returns the stamp of

@@ -17,7 +17,7 @@ from urllib.parse import SplitResult
 
 from ..core import records
 from ..core.clock import now_ns
-from .connections import OWN_SOCKETS, READ_SIZE, Exchange, SocketConnection, StreamConnection
+from .connections import OWN_SOCKETS, READ_SIZE, Connection, SocketConnection, StreamConnection
 from .transport import TransportError, connect_reason, tls_context
 
 
@@ -36,7 +36,7 @@ class ConnectionPool:
         self.kernel_stamps = kernel_stamps
         self._loop_timed = not kernel_stamps  # some read was (or will be) timed on the loop's clock
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._idle: list[Exchange] = []
+        self._idle: list[Connection] = []
         self._open = 0
         self._max = 1
         self._waiters: deque[asyncio.Future] = deque()
@@ -44,7 +44,7 @@ class ConnectionPool:
         self._closed = False
         # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
         # costs far less than arming and cancelling a timer per request (~4 µs with uvloop).
-        self._busy: set[Exchange] = set()
+        self._busy: set[Connection] = set()
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_every_s = 1.0
 
@@ -70,7 +70,7 @@ class ConnectionPool:
         """"kernel" while every connection so far times its reads by the kernel's stamps."""
         return "loop" if self._loop_timed else "kernel"
 
-    async def _acquire(self, deadline: float) -> Exchange:
+    async def _acquire(self, deadline: float) -> Connection:
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -103,7 +103,7 @@ class ConnectionPool:
             batch = min(connections, self._max) - self._open
             made = await asyncio.gather(*(self._connect(deadline) for _ in range(min(batch, CONNECT_AHEAD_AT_ONCE))),
                                         return_exceptions=True)
-            opened = [conn for conn in made if isinstance(conn, Exchange)]
+            opened = [conn for conn in made if isinstance(conn, Connection)]
             for conn in opened:
                 conn.connect_us = conn.tls_us = None  # opened before any request's clock started
                 self._release(conn)
@@ -114,7 +114,7 @@ class ConnectionPool:
                 break
         return self._open
 
-    async def _connect(self, deadline: float) -> Exchange:
+    async def _connect(self, deadline: float) -> Connection:
         if self._closed:
             raise TransportError(records.CONNECT_ERROR, "the transport is closed")
         self._open += 1  # counted from now, so concurrent connects respect the limit
@@ -128,7 +128,7 @@ class ConnectionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 if self._ssl is None and OWN_SOCKETS:
-                    conn: Exchange = await self._connect_socket()
+                    conn: Connection = await self._connect_socket()
                 else:
                     conn = await self._connect_stream(protocol, made)
         except BaseException as exc:
@@ -196,14 +196,14 @@ class ConnectionPool:
             conn.timed_out()
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
-    def _release(self, conn: Exchange) -> None:
+    def _release(self, conn: Connection) -> None:
         if self._closed:
             conn._retire()
             return
         self._idle.append(conn)
         self._wake()
 
-    def _connection_closed(self, conn: Exchange) -> None:
+    def _connection_closed(self, conn: Connection) -> None:
         if conn.open:
             conn.open = False
             self._open -= 1

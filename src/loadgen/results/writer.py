@@ -31,7 +31,7 @@ from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
-from ..run.model import SWEEP_KINDS, Run, TargetRun, slot_context
+from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 

@@ -96,7 +96,7 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
-    # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
+    # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
     # the run, "auto": the running one); None: processes of this machine. workers 0: one per CPU.

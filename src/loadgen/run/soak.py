@@ -10,11 +10,11 @@ from ..analysis.soak import SoakTally, window_seconds
 from ..client.backends import make_backend
 from ..core.records import LevelRun
 from .engine import EngineOptions, run_level
-from .model import Run, RunObserver, TargetRun
+from .state import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt, new_salt
-from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+from .target_setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_prompts_beyond_context, target_probe, warm_up)
 from .sweep import LevelRunner
 
@@ -31,7 +31,7 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, checkpoint:
     and pauses a worker that could not connect for PAUSE_AFTER_CONNECT_ERROR_S (a failed answer is
     followed by the next request at once). `checkpoint` is called every
     `checkpoint_interval_s`, so a crash loses at most that much. With a `level_runner` (one target
-    only) the requests are its (worker processes, run/workers.py).
+    only) the requests are its (worker processes, run/workers/parent.py).
     """
     live = await prepare_targets(run, obs)
     refuse_prompts_beyond_context(live, run.settings.get("prompt_tokens"), run.config.generation.n_predict)

@@ -1,7 +1,7 @@
 """Prefill and depth: for each target, a step per prompt length (prefill) or context depth (depth).
 
 A step is one size on one target: the `LevelRun` of its requests, how its prompt was built, or why
-it was skipped (model.py's `Step`). The per-target setup is setup.py's, the figures
+it was skipped (state.py's `Step`). The per-target setup is target_setup.py's, the figures
 analysis/prefill.py's and analysis/depth.py's.
 """
 
@@ -15,11 +15,11 @@ from ..client.transport import Transport
 from ..core.records import LevelRun
 from .engine import EngineOptions, run_level
 from .exact_prompt import FittedPrompt, PromptTooShort, fit_prompts
-from .model import Run, Step, StepObserver, TargetRun, slot_context
+from .state import Run, Step, StepObserver, TargetRun, slot_context
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt
-from .setup import TransportFactory, open_transport, prepare_targets, warm_up
+from .target_setup import TransportFactory, open_transport, prepare_targets, warm_up
 
 SALT_ONLY_NOTE = "the shortest prompt there is: the uuid salt alone"
 EXACT = EngineOptions(salt=new_decimal_salt)  # salts of a fixed token count, for exact prompt lengths

@@ -2,7 +2,7 @@
 
 A level is a concurrency (closed loop) or a request rate (open loop, on a precomputed schedule).
 
-Wires the per-target setup (setup.py), backend and engine together; owns no timing logic of its
+Wires the per-target setup (target_setup.py), backend and engine together; owns no timing logic of its
 own. The `Run` it fills is owned by the caller, so whatever happens (Ctrl-C, a dead server) the
 caller can still write every record gathered so far.
 """
@@ -23,12 +23,12 @@ from ..core.records import LevelRun
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
-from .model import Run, RunObserver, TargetRun
+from .state import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
-from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
+from .target_setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_non_llm, refuse_prompts_beyond_context, target_probe, warm_up)
 
 
@@ -65,7 +65,7 @@ def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
 
 
 class LevelRunner(Protocol):
-    """Runs a level's requests somewhere else (run/workers.py: worker processes), filling `level` as
+    """Runs a level's requests somewhere else (run/workers/parent.py: worker processes), filling `level` as
     the engine would; returns the load of the client that ran them (None: unknown)."""
 
     async def run(self, config: SweepConfig, t: TargetRun, level: LevelRun, generation: GenerationParams,

@@ -21,7 +21,7 @@ from .config import SweepConfig
 from .engine import EngineOptions, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
 from .labels import about
-from .model import Run, RunObserver, TargetRun, resolve_labels, slot_context
+from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
 from .prompts import PromptSource
 
 TransportFactory = Callable[[], Transport]

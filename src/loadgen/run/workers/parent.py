@@ -2,8 +2,8 @@
 
 The parent keeps everything a one-process sweep does around a level (probing, warm-up, /metrics and
 /slots sampling, the progress display, checkpoints); only the level's requests go to the workers
-(run/worker_process.py), each with its own event loop and connections and its `Share` of the level
-(analysis/merge.py). A barrier starts them together: each prepares and says so, then all get one
+(run/workers/child.py), each with its own event loop and connections and its `Share` of the level
+(run/workers/merge.py). A barrier starts them together: each prepares and says so, then all get one
 start time. Each worker writes its records to a file of its own (a new one each level) and sends
 the figures of each batch of them (`WorkerPartial`) through its pipe; the parent adds the figures to
 the level's and has the kernel copy the batch's bytes into the run's records file (see `_Tail`):
@@ -14,7 +14,7 @@ Ctrl-C: the parent tells every worker to stop, waits for each to record its in-f
 cancelled, and reads their files to the end. A worker that cannot start its part ends the level
 with a reason naming it. One that dies mid-level: the others run their shares to the end, every
 record it wrote is kept, the requests it had in flight become records of error kind "lost" (from
-what its last part said it had sent: analysis/merge.py `lost_requests`), and the level says when it
+what its last part said it had sent: run/workers/merge.py `lost_requests`), and the level says when it
 died and at what concurrency (or rate) it ran from then on.
 """
 
@@ -36,22 +36,22 @@ from typing import Any
 import msgspec
 from hdrh.histogram import HdrHistogram
 
-from ..analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
-from ..analysis.metrics import new_histogram
-from ..analysis.merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
+from ...analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
+from ...analysis.metrics import new_histogram
+from ...client.backends import GenerationParams
+from ...core.clock import now_ns
+from ...core.errors import ConfigError
+from ...core.records import LevelRun, RequestRecord
+from ...core.recordsink import LevelRecords
+from ..config import SweepConfig
+from ..engine import EngineOptions, requests_done
+from ..looplag import ClientLoad, bottleneck_warning
+from ..salts import new_decimal_salt
+from ..schedule import arrival_offsets_ns, connections_ahead
+from ..state import RunObserver, TargetRun
+from .merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
                               open_shares)
-from ..client.backends import GenerationParams
-from ..core.clock import now_ns
-from ..core.errors import ConfigError
-from ..core.records import LevelRun, RequestRecord
-from ..core.recordsink import LevelRecords
-from .config import SweepConfig
-from .engine import EngineOptions, requests_done
-from .looplag import ClientLoad, bottleneck_warning
-from .model import RunObserver, TargetRun
-from .salts import new_decimal_salt
-from .schedule import arrival_offsets_ns, connections_ahead
-from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
+from .protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
 
 # Between the last worker saying it is ready and the level's start: time for every worker to get
 # the start time and be waiting for it.
@@ -95,7 +95,7 @@ class WorkerHandle:
 
     `shift_ns` is what to subtract from a worker's clock readings to put them on this process's
     monotonic clock: 0 on this machine (one clock), the difference of the two clocks' offsets to
-    wall time on another (run/ray_workers.py).
+    wall time on another (run/workers/ray_actors.py).
     """
 
     index: int
@@ -511,7 +511,7 @@ class WorkerPool:
 
     async def _start(self, k: int) -> WorkerHandle:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadgen.run.worker_process", stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "loadgen.run.workers.child", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self.preexec_fn)
         p = _Process(k, proc)
         p.reader = asyncio.ensure_future(self._read(p))
