@@ -22,7 +22,7 @@ from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
 from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
-from loadgen.run.workers.parent import auto_workers, local_workers
+from loadgen.run.workers.policy import auto_workers, local_workers
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
 
 

@@ -7,6 +7,7 @@ soak.py, the tables in output/tables.py.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,16 +21,18 @@ from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
-from ..results.writer import default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.state import Run
+from ..output.worker_hlog import write_worker_hlog
+from ..results.writer import RunFiles, default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SoakSettings, SweepConfig, build_targets, check_api
+from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
 from ..run.soak import run_soak
+from ..run.state import Run
 from ..run.steps import run_steps
-from .execute import Execution, FinalWriteError, execute
+from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import records_options, checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
-from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
+from .workers import resolve_workers, workers_option
 
 
 
@@ -64,10 +67,10 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
 
 
 def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
-         records_format: str = "jsonl") -> None:
+         records_format: str = "jsonl", checkpoint_every_s: float = SUMMARY_EVERY_S) -> None:
     try:
-        execution = execute(run, out_dir, main, kind=run.kind, err=err, records=records_kept,
-                            records_format=records_format)
+        execution = execute(run, RunFiles(out_dir, records_kept, records_format), main, err=err,
+                            checkpoint_every_s=checkpoint_every_s)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -193,9 +196,10 @@ def soak_command(ports, host, urls, labels, server_urls,
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
     base = resolve_workers(workers, ray_address, base)
     check_one_target(base, "soak")
-    run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
-                                 "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
-                                 "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
+    settings = SoakSettings(concurrency=concurrency, duration_s=duration_s, checkpoint_interval_s=checkpoint_interval_s,
+                            prompt_tokens=prompt_tokens, probe_interval_s=probe_interval_s,
+                            prompt_source=describe(source))
+    run = Run(base, "soak", settings)
     if checking_only():
         return
     out_dir = _out_dir(output, force, "soak")
@@ -207,10 +211,11 @@ def soak_command(ports, host, urls, labels, server_urls,
         async def main(checkpoint) -> None:
             with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as status:
                 obs = live.observe(status) if live else status
-                async with level_runner(run.config, out_dir, obs) as pool:
-                    await run_soak(run, obs, source, checkpoint, level_runner=pool)
+                async with open_level_runner(run.config, out_dir, obs,
+                                             functools.partial(write_worker_hlog, out_dir)) as runner:
+                    await run_soak(run, obs, source, settings, runner)
 
-        _run(run, out_dir, main, err, records_kept, records_format)
+        _run(run, out_dir, main, err, records_kept, records_format, checkpoint_every_s=checkpoint_interval_s)
 
 
 MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -106,7 +106,7 @@ class ConnectionPool:
             opened = [conn for conn in made if isinstance(conn, Connection)]
             for conn in opened:
                 conn.connect_us = conn.tls_us = None  # opened before any request's clock started
-                self._release(conn)
+                self.reusable(conn)
             for exc in made:
                 if isinstance(exc, BaseException) and not isinstance(exc, TransportError):
                     raise exc
@@ -133,7 +133,7 @@ class ConnectionPool:
                     conn = await self._connect_stream(protocol, made)
         except BaseException as exc:
             if made and made[0].open:  # connected, then failed (TLS) or cancelled: retire it
-                made[0]._retire()
+                made[0].retire()
             else:
                 self._open -= 1
                 self._wake()
@@ -196,14 +196,33 @@ class ConnectionPool:
             conn.timed_out()
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
-    def _release(self, conn: Connection) -> None:
+    # What its connections tell it (connections.py's `Owner`).
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def read_buffer(self) -> memoryview:
+        return self._read_buffer
+
+    def busy(self, conn: Connection) -> None:
+        self._busy.add(conn)
+
+    def not_busy(self, conn: Connection) -> None:
+        self._busy.discard(conn)
+
+    def timed_on_loop(self) -> None:
+        self._loop_timed = True
+
+    def reusable(self, conn: Connection) -> None:
         if self._closed:
-            conn._retire()
+            conn.retire()
             return
         self._idle.append(conn)
         self._wake()
 
-    def _connection_closed(self, conn: Connection) -> None:
+    def connection_closed(self, conn: Connection) -> None:
         if conn.open:
             conn.open = False
             self._open -= 1
@@ -222,5 +241,5 @@ class ConnectionPool:
             self._watchdog.cancel()
             self._watchdog = None
         for conn in self._idle:
-            conn._retire()
+            conn.retire()
         self._idle.clear()

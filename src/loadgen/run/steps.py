@@ -42,7 +42,7 @@ async def run_steps(run: Run, obs: StepObserver, source: PromptSource, sizes: tu
         fitted = await fit_prompts(t.target.probe_url, source.text, to_cut, api=config.api,
                                    headers=config.auth_headers(),
                                    timeout_s=config.timeout_s, insecure=config.insecure)
-        transport = await open_transport(config, t, obs, 1, transport_factory)
+        transport = await open_transport(config, t, obs, config.connections_per_target, transport_factory)
         try:
             warm = config.warmup
             for size in sizes:
