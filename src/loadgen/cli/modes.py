@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SoakSettings, SweepConfig, build_targets, check_api
 from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
 from ..run.soak import run_soak
-from ..run.state import Run
+from ..run.level_runner import LevelRunner
+from ..run.state import Run, RunObserver
 from ..run.steps import run_steps
 from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
 from .live import prometheus_options, serving_live_metrics
@@ -78,6 +80,11 @@ def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: st
     sys.exit(_finish(execution, out_dir, err))
 
 
+def _level_runner(run: Run, out_dir: Path, obs: RunObserver) -> AbstractAsyncContextManager[LevelRunner]:
+    """What sends the levels: this process, or the --workers (soak); their histograms into RESULTS."""
+    return open_level_runner(run.config, out_dir, obs, functools.partial(write_worker_hlog, out_dir))
+
+
 def _out_dir(output: str | None, force: bool, kind: str) -> Path:
     return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
@@ -112,7 +119,9 @@ def prefill_command(ports, host, urls, labels, server_urls,
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "prefill", on_step_done=checkpoint) as obs:
-            await run_steps(run, obs, source, prompt_tokens, n_predict=1, repeat=repeat, salt_only_below=False)
+            async with _level_runner(run, out_dir, obs) as runner:
+                await run_steps(run, obs, source, prompt_tokens, n_predict=1, repeat=repeat, salt_only_below=False,
+                                runner=runner)
 
     _run(run, out_dir, main, err)
 
@@ -149,7 +158,9 @@ def depth_command(ports, host, urls, labels, server_urls,
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "depth", on_step_done=checkpoint) as obs:
-            await run_steps(run, obs, source, depths, n_predict=n_predict, repeat=repeat, salt_only_below=True)
+            async with _level_runner(run, out_dir, obs) as runner:
+                await run_steps(run, obs, source, depths, n_predict=n_predict, repeat=repeat, salt_only_below=True,
+                                runner=runner)
 
     _run(run, out_dir, main, err)
 
@@ -211,8 +222,7 @@ def soak_command(ports, host, urls, labels, server_urls,
         async def main(checkpoint) -> None:
             with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as status:
                 obs = live.observe(status) if live else status
-                async with open_level_runner(run.config, out_dir, obs,
-                                             functools.partial(write_worker_hlog, out_dir)) as runner:
+                async with _level_runner(run, out_dir, obs) as runner:
                     await run_soak(run, obs, source, settings, runner)
 
         _run(run, out_dir, main, err, records_kept, records_format, checkpoint_every_s=checkpoint_interval_s)

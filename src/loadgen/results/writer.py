@@ -33,6 +33,7 @@ from ..core.columnar import PARQUET_FILE
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
 from ..core.recordsink import RecordSink
+from ..run.config import SoakSettings
 from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
@@ -232,6 +233,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "server": t.info.to_dict() if t.info else None, "error": t.error,
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
+            assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
             target["levels"] = _level_summaries(t.levels)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
