@@ -14,7 +14,7 @@ import click
 from ..core.errors import ConfigError
 from ..run.config import SweepConfig
 from ..run.workers.policy import auto_workers, local_workers, usable_cores
-from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, import_ray, reach_ray, ray_endpoint
+from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
 from .shared import checking_only
 
 

@@ -31,7 +31,6 @@ from ..core.signals import LATCH, SIGNAL_EXIT
 from .loops import freeze_startup_heap, loop_factory
 from .state import Run
 
-
 Checkpoint = Callable[[], None]
 # run.json is rewritten this often during a run (the records stream on their own), so a run killed
 # mid-level leaves that level's figures at most this old. Not more often: the summary is computed

@@ -18,7 +18,7 @@ from .level_runner import LevelRunner, TargetLoad
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt
-from .state import Run, Step, StepObserver, TargetRun, slot_context
+from .state import Run, Step, StepObserver, slot_context
 from .target_setup import TransportFactory, prepare_targets, target_load
 
 SALT_ONLY_NOTE = "the shortest prompt there is: the uuid salt alone"

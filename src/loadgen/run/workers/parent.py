@@ -42,14 +42,13 @@ from ...core.clock import now_ns
 from ...core.records import LevelRun, RequestRecord
 from ...core.recordsink import LevelRecords
 from ..config import SweepConfig
-from ..engine import EngineOptions, requests_done
+from ..engine import requests_done
+from ..level_runner import TargetLoad
 from ..looplag import ClientLoad, bottleneck_warning
 from ..salts import new_decimal_salt
 from ..schedule import arrival_offsets_ns, connections_ahead
-from ..level_runner import TargetLoad
 from ..state import RunObserver, TargetRun
-from .merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
-                              open_shares)
+from .merge import ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests, open_shares
 from .protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
 
 # Between the last worker saying it is ready and the level's start: time for every worker to get
