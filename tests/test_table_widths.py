@@ -18,14 +18,14 @@ from rich.console import Console
 
 from loadgen.analysis.compare import compare_sides
 from loadgen.analysis.depth import DepthRow, summarize_depth, with_change
-from loadgen.analysis.grid import CellSummary
+from loadgen.analysis.grid_cells import CellSummary
 from loadgen.analysis.metrics import MeanSd
 from loadgen.analysis.prefill import summarize_prefill
 from loadgen.analysis.soak import summarize_soak
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
 from loadgen.output.comparison import comparison_table
-from loadgen.output.grid import grid_table
+from loadgen.output.grid_table import grid_table
 from loadgen.output.layout import Grid, Num, rich_tables, text_of
 from loadgen.output.tables import run_grids
 from loadgen.results.reader import load_run

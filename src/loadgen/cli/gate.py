@@ -24,7 +24,7 @@ from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, Ga
 from ..analysis.run_identity import first_difference
 from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
                                  summary_line, untested_notes)
-from ..output.layout import print_grid
+from ..output.layout import print_table
 from ..results.noise import write_noise
 from ..results.sides import calibration_runs, load_side, side_noise
 from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
@@ -94,7 +94,7 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
     elif output_format == "markdown":
         click.echo(comparison_markdown(comparison), nl=False)
     else:
-        print_grid(comparison_table(comparison), _console())
+        print_table(_console(), comparison_table(comparison))
         err = Console(stderr=True)
         for line in untested_notes(comparison):
             err.print(line, style="dim", highlight=False, markup=False, soft_wrap=True)

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results.grid import grid_run_dirs, is_grid
+from ..results.grid_file import grid_run_dirs, is_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
@@ -85,6 +85,7 @@ def load_sources(path_text: str) -> list[dict[str, Any]]:
 def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid."""
     from ..output import html as html_report
+    from ..output.report_model import build_series
 
     choice(output_format, REPORT_FORMATS, "--format")
     found = [(d, source) for d in results_dirs for source in load_sources(d)]
@@ -98,7 +99,7 @@ def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: b
         raise InputError(f"{where} is a {kind} run and the report draws sweeps; "
                          f"`loadgen analyze {where}` prints its table")
     out = report_path(results_dirs, out_file, force)
-    series = html_report.build_series(sources)
+    series = build_series(sources)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         written = html_report.write_report(series, out)
@@ -122,10 +123,11 @@ def report_path(results_dirs: tuple[str, ...], out_file: str | None, force: bool
 def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
     """The sweeps' level tables and verdicts, and the table of each prefill, depth or soak run."""
     from ..output.layout import grids_markdown
+    from ..output.report_model import build_series
     from ..output.tables import run_grids, run_lines
 
     sweeps = [s for s in sources if s["run"].get("kind") not in MODE_KINDS]
-    parts = [html_report.markdown(html_report.build_series(sweeps))] if sweeps else []
+    parts = [html_report.markdown(build_series(sweeps))] if sweeps else []
     for s in sources:
         if s["run"].get("kind") in MODE_KINDS:
             lines = run_lines(s["run"])
