@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import gguf
 import pytest
 
 from loadgen.analysis import kv
 from loadgen.core.errors import ConfigError
 from loadgen.run.gguf_file import read_gguf
+
+gguf = pytest.importorskip("gguf", reason="pip install 'loadgen[gguf]' (the dev extra has it)")
 
 MIB = 1024 * 1024
 

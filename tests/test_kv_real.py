@@ -24,6 +24,8 @@ from loadgen.run.gguf_file import read_gguf
 from servers import free_port, terminate, testbed_paths
 from tiny_gguf import write_tiny_gguf
 
+pytest.importorskip("gguf", reason="pip install 'loadgen[gguf]' (the dev extra has it)")
+
 pytestmark = pytest.mark.real
 
 READY = ("llama_server: model loaded", "listening on http")

@@ -9,10 +9,10 @@ import pytest
 
 from loadgen.analysis import merge, metrics
 from loadgen.core.records import RequestRecord
-from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
-                                    open_shares, process_of, same_buckets, split_count, split_in_proportion,
-                                    sum_counters)
+from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, open_shares,
+                                    split_count, split_in_proportion)
 from loadgen.run.schedule import arrival_offsets_ns
+from oracles import merged_schedule, process_of, same_buckets, sum_counters
 
 
 @pytest.mark.parametrize("total, parts, expected", [

@@ -10,7 +10,9 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
+
+pytest.importorskip("grafana_foundation_sdk", reason="pip install 'loadgen[grafana]' (the dev extra has it)")
+yaml = pytest.importorskip("yaml", reason="pyyaml reads prometheus.yml back (the dev extra has it)")
 
 from loadgen.output.dashboard import DATASOURCE_VARIABLE, PANELS, DashboardSpec, dashboard
 from loadgen.output.prometheus_config import ScrapeTarget, prometheus_config

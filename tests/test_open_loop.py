@@ -17,8 +17,9 @@ from loadgen.core import records
 from loadgen.core.records import LevelRun
 from loadgen.run.engine import run_level, run_open_level
 from loadgen.run.loops import loop_factory
-from loadgen.run.schedule import arrival_offsets_ns, realised_rate
+from loadgen.run.schedule import arrival_offsets_ns
 from loadgen.run.looplag import LoopLagSampler
+from oracles import realised_rate
 from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
 
 

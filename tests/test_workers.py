@@ -4,6 +4,7 @@ the workers' histograms added exactly; no worker outliving the parent."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -17,13 +18,17 @@ from pathlib import Path
 import pytest
 from hdrh.log import HistogramLogReader
 
-from loadgen.analysis.merge import add_histograms, same_buckets
+from loadgen.analysis.merge import add_histograms
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
 from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
 from loadgen.run.workers import auto_workers, local_workers
+from oracles import same_buckets
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
+
+needs_pyarrow = pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
+                                   reason="pip install 'loadgen[parquet]' (the dev extra has it)")
 
 
 @pytest.mark.parametrize("urls, cores, expected", [
@@ -111,7 +116,7 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
     assert not (two / "workers").exists()  # the workers' own files go once every record is written
 
 
-@pytest.mark.parametrize("records_format", ["jsonl", "parquet"])
+@pytest.mark.parametrize("records_format", ["jsonl", pytest.param("parquet", marks=needs_pyarrow)])
 def test_a_merged_levels_figures_are_those_of_its_records(sim, tmp_path, records_format) -> None:
     """JSON lines: the parent passes the workers' bytes on and adds their figures (never reading a
     record); Parquet: it reads every record, as one process would. Either way run.json says what

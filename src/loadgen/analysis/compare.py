@@ -471,15 +471,6 @@ def compare_sides(baseline: Sequence[RunData], candidate: Sequence[RunData], *, 
                          (len(baseline), len(candidate)), paired, floors.source if floors else None)
 
 
-def compare_runs(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
-                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord], *,
-                 confidence: float = 0.95, floors: NoiseFloors | None = None,
-                 only: Iterable[str] | None = None) -> RunComparison:
-    """One run a side: `compare_sides` of one run each."""
-    return compare_sides([RunData(baseline, baseline_records)], [RunData(candidate, candidate_records)],
-                         confidence=confidence, floors=floors, only=only)
-
-
 def _start_s(run: RunData) -> float:
     """The run's start, in seconds (ISO-8601 UTC text in run.json); 0 when it is missing."""
     try:

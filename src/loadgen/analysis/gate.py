@@ -65,9 +65,6 @@ class GateConfig:
     metrics: tuple[str, ...] = DEFAULT_METRICS
     strict: bool = False
 
-    @property
-    def statistical_metrics(self) -> tuple[str, ...]:
-        return tuple(m for m in self.metrics if m != "error_rate")
 
 
 # ---------------------------------------------------------------- parsing limits

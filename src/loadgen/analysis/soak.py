@@ -131,13 +131,6 @@ class SoakTally:
         return max(first - start_ns, min(self.longest_inner_ns, end_ns - start_ns), end_ns - last) / 1e9
 
 
-def soak_windows(rs: Sequence[RequestRecord], start_ns: int, end_ns: int, window_s: float) -> list[SoakWindow]:
-    """Consecutive windows from start to end (the last one may be shorter), by completion time."""
-    tally = SoakTally(window_s)
-    tally.add(rs, start_ns)
-    return tally.windows(start_ns, end_ns)
-
-
 @dataclass(frozen=True, slots=True)
 class SoakSummary:
     duration_s: float

@@ -213,4 +213,3 @@ def soak_command(ports, host, urls, labels, server_urls,
         _run(run, out_dir, main, err, records_kept, records_format)
 
 
-MODE_COMMANDS = (prefill_command, depth_command, soak_command)

@@ -20,7 +20,6 @@ from .engine import Observer
 from .labels import LabelSource, target_labels
 
 SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
-STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
 SOAK = "soak"
 
 
@@ -47,7 +46,7 @@ class TargetRun:
 @dataclass(slots=True)
 class Run:
     config: SweepConfig  # targets, API, generation settings, timeouts; a sweep's levels
-    kind: str = "sweep"  # one of SWEEP_KINDS, STEP_KINDS or SOAK
+    kind: str = "sweep"  # one of SWEEP_KINDS, "prefill", "depth" (a step per prompt length or depth) or SOAK
     settings: dict[str, Any] = field(default_factory=dict)  # prefill/depth/soak: their own settings for run.json
     targets: list[TargetRun] = field(default_factory=list)
     interrupted: bool = False
