@@ -8,9 +8,17 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import merge, metrics
+from loadgen.analysis.merge import (
+    ProcessLoad,
+    add_histograms,
+    busiest,
+    closed_shares,
+    level_seq,
+    open_shares,
+    split_count,
+    split_in_proportion,
+)
 from loadgen.core.records import RequestRecord
-from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, open_shares,
-                                    split_count, split_in_proportion)
 from loadgen.run.schedule import arrival_offsets_ns
 from oracles import merged_schedule, process_of, same_buckets, sum_counters
 

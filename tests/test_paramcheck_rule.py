@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis.paramcheck_verdict import (ALTERED, CANNOT_TELL, DROPPED, HONOURED, UNSEEN, CanaryAnswer, Observation,
-                                         exit_code, judge, judge_observation, verdicts)
+from loadgen.analysis.paramcheck_verdict import (
+    ALTERED,
+    CANNOT_TELL,
+    DROPPED,
+    HONOURED,
+    UNSEEN,
+    CanaryAnswer,
+    Observation,
+    exit_code,
+    judge,
+    judge_observation,
+    verdicts,
+)
 
 U = UNSEEN
 # (direct, via, default) -> verdict of one observation (None: no evidence)

@@ -19,10 +19,10 @@ import pytest
 from hdrh.log import HistogramLogReader
 
 from loadgen.analysis.merge import add_histograms
+from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
-from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
 from loadgen.run.workers import auto_workers, local_workers
 from oracles import same_buckets
 from servers import LOADGEN, SimProcess, in_process_cli, sweep

@@ -67,12 +67,12 @@ class _Series:
         self.count, self.total = 0, 0.0
         metrics.clear_histogram(self.histogram)
 
-    def part(self) -> "SeriesPart":
+    def part(self) -> SeriesPart:
         index, counts = metrics.occupied_counts(self.histogram)
         h = self.histogram
         return SeriesPart(self.count, self.total, index.tobytes(), counts.tobytes(), h.min_value, h.max_value)
 
-    def merge(self, part: "SeriesPart") -> None:
+    def merge(self, part: SeriesPart) -> None:
         self.count += part.count
         self.total += part.total
         add_series_part(self.histogram, part)
@@ -250,7 +250,7 @@ def _latest(a: int | None, b: int | None) -> int | None:
     return a if b is None else b if a is None else max(a, b)
 
 
-def of_level(level: LevelRun) -> "LevelAggregate":
+def of_level(level: LevelRun) -> LevelAggregate:
     """A level's aggregate: the one it streamed into, else one gathered from its records."""
     return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
 
@@ -293,7 +293,7 @@ class LevelAggregate:
         self.reservoir.sample = records
 
     @classmethod
-    def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
+    def of(cls, rs: Iterable[RequestRecord]) -> LevelAggregate:
         agg = cls()
         agg.add_batch(list(rs))
         return agg

@@ -21,7 +21,7 @@ after that, so every request it sent is a record (error kind "lost") and none va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec

@@ -137,7 +137,7 @@ class _Timeline:
 
     @classmethod
     def of(cls, records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None],
-           total_slots: int) -> "_Timeline":
+           total_slots: int) -> _Timeline:
         spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
         prompts = np.array([(iv[0], iv[0] + int((r.prompt_ms or 0.0) * 1e6)) for r, iv in zip(records, intervals)
                             if iv is not None], dtype=np.int64)

@@ -46,8 +46,15 @@ from ..core.records import CLIENT_SIDE, ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
-from .occupancy import (MIN_SCRAPES, QUEUED_MIN_MS, QUEUED_SERVICE_SHARE, LevelOccupancy, ScrapeEvidence,
-                        level_occupancy, scrape_evidence)
+from .occupancy import (
+    MIN_SCRAPES,
+    QUEUED_MIN_MS,
+    QUEUED_SERVICE_SHARE,
+    LevelOccupancy,
+    ScrapeEvidence,
+    level_occupancy,
+    scrape_evidence,
+)
 
 UNTRUSTED_FAILURE_SHARE = 0.05
 # A request the server had not taken in for longer than this (the probe's default interval) while a
@@ -229,7 +236,7 @@ def _place(low: int | float | None, high: int | float, at_low: bool,
     return high, (low, high)
 
 
-def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
+def slots_exhausted(q: LevelQueueing, total_slots: int | None) -> bool:
     """The evidence of a full house: most of the level's requests waited for a slot while every slot
     was busy (the records' own timings), or, judged from scrapes, every slot busy, requests deferred
     and most of the level's requests queued."""

@@ -32,7 +32,6 @@ from ..results.writer import command_line, host_facts, start_results, utc_now, w
 from ..run.loops import freeze_startup_heap, loop_factory
 from ..run.model import Run
 
-
 Checkpoint = Callable[[], None]
 # run.json is rewritten this often during a run (the records stream on their own), so a run killed
 # mid-level leaves that level's figures at most this old. Not more often: the summary is computed

@@ -19,15 +19,31 @@ import click
 from rich.console import Console
 
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
-from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
-                             parse_confidence, parse_settings, run_gate)
+from ..analysis.gate import (
+    FAIL,
+    INCONCLUSIVE,
+    GateConfig,
+    GateConfigError,
+    GateResult,
+    build_config,
+    parse_confidence,
+    parse_settings,
+    run_gate,
+)
 from ..analysis.run_identity import first_difference
-from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
-                                 summary_line, untested_notes)
+from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
+from ..output.comparison import (
+    check_line,
+    comparison_markdown,
+    comparison_table,
+    detection_lines,
+    gate_markdown,
+    summary_line,
+    untested_notes,
+)
 from ..output.layout import print_table
 from ..results.noise import write_noise
 from ..results.sides import calibration_runs, load_side, side_noise
-from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
 from .common import results_dir, user_errors
 from .shared import console as _console
 

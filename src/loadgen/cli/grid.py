@@ -29,9 +29,19 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid_cells import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag,
-                             parse_param, render, run_order)
-from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
+from ..analysis.grid_cells import (
+    GridParam,
+    cache_flags,
+    cell_name,
+    check_template,
+    cross,
+    flag_value,
+    has_flag,
+    parse_param,
+    render,
+    run_order,
+)
+from ..analysis.kv import MIB, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.ports import bind_problem
@@ -40,8 +50,7 @@ from ..output.grid_table import print_grid
 from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, write_grid
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
-from ..run.servers import (ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop,
-                           wait_ready)
+from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
 from .ab import run_summary
 from .common import die_with_parent, user_errors
 from .shared import CHECK_ONLY, checking_only

@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..core import columnar
 from ..client.backends import GenerationParams
+from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
@@ -28,9 +28,17 @@ from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
-from .shared import records_options, checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .shared import (
+    checking_only,
+    console,
+    describe,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
-
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],

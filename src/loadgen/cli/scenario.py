@@ -55,7 +55,7 @@ class Scenario:
     settings: dict[str, Setting] = field(default_factory=dict)
     mode_where: str = ""
 
-    def with_overrides(self, overrides: Iterable[Setting]) -> "Scenario":
+    def with_overrides(self, overrides: Iterable[Setting]) -> Scenario:
         settings = dict(self.settings)
         mode, mode_where = self.mode, self.mode_where
         for s in overrides:

@@ -25,10 +25,18 @@ from ..run.schedule import ARRIVALS
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
-from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
-                     target_options)
 from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
+
 
 @click.command()
 @target_options
@@ -203,8 +211,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import is_hgrm_name, level_histogram_files
-    from ..output.files import write_files
-    from ..output.files import remove_files
+    from ..output.files import remove_files, write_files
 
     try:
         # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go

@@ -21,8 +21,8 @@ from ..output.files import write_files
 from ..output.worker_hlog import worker_hlog
 from ..run.config import SweepConfig
 from ..run.model import Run, RunObserver
+from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray, ray_endpoint, reach_ray
 from ..run.sweep import run_sweep
-from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray, reach_ray, ray_endpoint
 from ..run.workers import WorkerPool, auto_workers, local_workers, usable_cores
 from .common import die_with_parent
 from .shared import checking_only

@@ -35,7 +35,7 @@ class Exchange:
     with each read and its arrival time, and `_lost` when the connection ends.
     """
 
-    def __init__(self, pool: "ConnectionPool") -> None:
+    def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._loop = pool._loop
         self.parser = ResponseParser()
@@ -185,7 +185,7 @@ class SocketConnection(Exchange):
     the option (not Linux) a read is stamped on the loop's clock, as `StreamConnection` does.
     """
 
-    def __init__(self, pool: "ConnectionPool", sock: socket.socket) -> None:
+    def __init__(self, pool: ConnectionPool, sock: socket.socket) -> None:
         super().__init__(pool)
         self.sock = sock
         self._fd = sock.fileno()

@@ -20,7 +20,6 @@ from ..core.clock import now_ns
 from .connections import OWN_SOCKETS, READ_SIZE, Exchange, SocketConnection, StreamConnection
 from .transport import TransportError, connect_reason, tls_context
 
-
 # connect_ahead opens this many connections at once.
 CONNECT_AHEAD_AT_ONCE = 32
 

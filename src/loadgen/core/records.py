@@ -118,7 +118,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
         return msgspec.to_builtins(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         """Validate and convert; raises msgspec.ValidationError on a wrong field type."""
         return msgspec.convert(data, cls)
 
@@ -185,7 +185,7 @@ class ProbeSample(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProbeSample":
+    def from_dict(cls, data: dict[str, Any]) -> ProbeSample:
         return msgspec.convert(data, cls)
 
 

@@ -10,8 +10,7 @@ from rich.text import Text
 
 from ..analysis.grid_cells import CellSummary, kv_warnings, who_wins
 from ..analysis.metrics import MeanSd
-from .layout import Column, Grid
-from .layout import print_table
+from .layout import Column, Grid, print_table
 
 
 def _ms(value: MeanSd | None, digits: int = 1) -> str:

@@ -130,7 +130,7 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
              "<title>loadgen report</title>", f"<style>{CSS}</style>", "</head>", "<body>",
              "<h1>loadgen report</h1>",
              f'<p class="note">Runs: {esc(", ".join(sources))}. Generated '
-             f'{esc(_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
+             f'{esc(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
     if incomplete:
         names = sorted({s.run_name for s in incomplete})
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '

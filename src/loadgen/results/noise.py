@@ -53,7 +53,7 @@ class _NoiseFile(msgspec.Struct):
 
 def noise_document(floors: NoiseFloors, runs: int) -> dict:
     return {
-        "loadgen_noise": NOISE_VERSION, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "loadgen_noise": NOISE_VERSION, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(),
         "runs": runs, "method": METHOD,
         "floors": [{"metric": m, "target": t, "level": lv, "sigma": f.sigma, "df": f.df}
                    for (m, t, lv), f in sorted(floors.exact.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))],

@@ -90,7 +90,7 @@ class LiveEndpoint:
             self._answered_up_to = max(self._answered_up_to, number)
             self._changed.notify_all()
 
-    def __enter__(self) -> "LiveEndpoint":
+    def __enter__(self) -> LiveEndpoint:
         server_class = _ThreadingServer
         if ":" in self.host:
             server_class = type("_ThreadingServer6", (_ThreadingServer,), {"address_family": socket.AF_INET6})

@@ -14,8 +14,16 @@ from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt, new_salt
-from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
-                    refuse_prompts_beyond_context, target_probe, warm_up)
+from .setup import (
+    TransportFactory,
+    fit_exact_prompts,
+    open_transport,
+    prepare_targets,
+    probe_sampling,
+    refuse_prompts_beyond_context,
+    target_probe,
+    warm_up,
+)
 from .sweep import LevelRunner
 
 # A worker whose request could not connect waits this long, so a down server is not hammered. Only

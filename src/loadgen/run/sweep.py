@@ -28,8 +28,17 @@ from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
-from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
-                    refuse_non_llm, refuse_prompts_beyond_context, target_probe, warm_up)
+from .setup import (
+    TransportFactory,
+    fit_exact_prompts,
+    open_transport,
+    prepare_targets,
+    probe_sampling,
+    refuse_non_llm,
+    refuse_prompts_beyond_context,
+    target_probe,
+    warm_up,
+)
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,

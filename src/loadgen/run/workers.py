@@ -37,9 +37,17 @@ import msgspec
 from hdrh.histogram import HdrHistogram
 
 from ..analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
+from ..analysis.merge import (
+    ProcessLoad,
+    SendsSoFar,
+    Share,
+    add_histograms,
+    busiest,
+    closed_shares,
+    lost_requests,
+    open_shares,
+)
 from ..analysis.metrics import new_histogram
-from ..analysis.merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
-                              open_shares)
 from ..client.backends import GenerationParams
 from ..core.clock import now_ns
 from ..core.errors import ConfigError
@@ -191,7 +199,7 @@ class _Process(WorkerHandle):
             self.proc.stdin.close()
         try:
             await asyncio.wait_for(self.proc.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
         if self.reader is not None:
@@ -206,7 +214,7 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, "WorkerDeath"], k: int) -> dict[str, Any]:
+def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, WorkerDeath], k: int) -> dict[str, Any]:
     """What run.json says of worker k that died mid-level: when, its requests lost, and the load the
     level offered from then on (the shares of the workers gone by then left out)."""
     death = deaths[k]
@@ -500,7 +508,7 @@ class WorkerPool:
         # (target, level) -> metric -> [each worker's histogram]; see `merged_histograms`.
         self.histograms: dict[tuple[str, int | float], dict[str, list[HdrHistogram]]] = {}
 
-    async def __aenter__(self) -> "WorkerPool":
+    async def __aenter__(self) -> WorkerPool:
         self.folder.mkdir(parents=True, exist_ok=True)
         for k in range(self.size):
             await self._start(k)

@@ -104,7 +104,7 @@ class FaultConfig:
         return _pick(self._metrics_rules(), f"{seed}:metrics:{index}")
 
     @classmethod
-    def parse(cls, specs: Iterable[str]) -> "FaultConfig":
+    def parse(cls, specs: Iterable[str]) -> FaultConfig:
         return cls(tuple(parse_fault(spec) for spec in specs))
 
 

@@ -68,7 +68,7 @@ class LlamaCppBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `timings` object")
         return _outcome(data)
 
-    def event_reader(self) -> "_StreamEvents":
+    def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
 

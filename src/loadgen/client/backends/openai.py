@@ -83,7 +83,7 @@ class OpenAIBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `choices`")
         return served_outcome(data.timings, finish_reason=data.choices[0].finish_reason, usage=data.usage)
 
-    def event_reader(self) -> "_StreamEvents":
+    def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
 
