@@ -240,7 +240,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, wit
     else:
         transport = AiohttpTransport()
     await transport.open(url, concurrency, 60.0)
-    devnull = open(os.devnull, "w")
+    devnull = open(os.devnull, "w")  # noqa: SIM115 (closed in the finally below, after the levels)
     try:
         warm = await run_level(LevelRun("bench", concurrency), transport, backend,
                                requests=concurrency * 4, duration_s=None)

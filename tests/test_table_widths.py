@@ -44,10 +44,11 @@ def rec(send_s: float, done_s: float, *, error: str | None = None, **fields) -> 
 
 
 def prefill_doc() -> dict:
-    rows = lambda scale: [summarize_prefill(n, [rec(0, n / 800 * scale, prompt_n=n, prompt_ms=n / 0.8 * scale,
-                                                    predicted_n=1), rec(1, 1 + n / 700 * scale, prompt_n=n + 1,
-                                                    prompt_ms=n / 0.7 * scale, predicted_n=1)]).to_dict()
-                          for n in (1000, 8000, 32000)]
+    def rows(scale: float) -> list[dict]:
+        return [summarize_prefill(n, [rec(0, n / 800 * scale, prompt_n=n, prompt_ms=n / 0.8 * scale, predicted_n=1),
+                                      rec(1, 1 + n / 700 * scale, prompt_n=n + 1, prompt_ms=n / 0.7 * scale,
+                                          predicted_n=1)]).to_dict()
+                for n in (1000, 8000, 32000)]
     return {"kind": "prefill", "complete": True,
             "targets": [{"label": "moe", "prefill": {"rows": rows(1)}}, {"label": "dense", "prefill": {"rows": rows(6.5)}}]}
 

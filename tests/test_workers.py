@@ -104,7 +104,7 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
         assert (a["level"], a["requests_ok"], a["requests_failed"]) == (b["level"], b["requests_ok"], b["requests_failed"])
         assert b["stopped_reason"] is None and "workers" not in a
     records = _records(two)
-    for level, processes, concurrencies in ((1, 1, [1]), (3, 2, [2, 1])):
+    for level, _processes, concurrencies in ((1, 1, [1]), (3, 2, [2, 1])):
         rs = [r for r in records if r.level == level]
         assert sorted(r.seq for r in rs) == list(range(12))  # numbered as the level's, none twice
         assert sorted({r.worker for r in rs}) == list(range(level))  # the level's workers, numbered level-wide
@@ -316,7 +316,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--duration", "600") as proc:
         for k in (0, 1):
-            _wait_for(lambda: _lines(_level_file(out, k)) >= 2, f"worker {k}'s first records")
+            _wait_for(lambda k=k: _lines(_level_file(out, k)) >= 2, f"worker {k}'s first records")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err

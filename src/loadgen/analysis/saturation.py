@@ -269,7 +269,7 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
     slot_waits: list[float] = []
     batch_waits: list[float] = []
     if occupancy is not None:
-        for r, flag, split in zip(ok, queued_flags, occupancy.splits):
+        for _record, flag, split in zip(ok, queued_flags, occupancy.splits):
             if not flag or split is None:
                 continue
             if split.slot_wait_ms >= max(split.outside_wait_ms, split.batch_wait_ms):

@@ -158,10 +158,7 @@ FD_RESERVE = 64
 
 def connections_needed(config: SweepConfig) -> int:
     """The most connections the sweep holds open at once (0 when an open loop sets no bound)."""
-    if config.open_loop:
-        per_target = config.max_in_flight or 0
-    else:
-        per_target = max(config.concurrency)
+    per_target = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
     return per_target * (len(config.targets) if config.parallel_targets else 1)
 
 

@@ -87,7 +87,7 @@ def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
     n = 0
     try:
         with path.open("rb") as f:
-            for n, raw in enumerate(f, 1):
+            for n, raw in enumerate(f, 1):  # noqa: B007 (the handlers below name line n)
                 if not raw.endswith(b"\n") and cut_short_ok:
                     break  # the writer was killed mid-write: the file is read up to its last complete record
                 line = raw.decode("utf-8")
