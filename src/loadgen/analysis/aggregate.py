@@ -442,7 +442,8 @@ class LevelAggregate:
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
-        wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
+        first, last = self.first_start_ns, self.last_complete_ns  # set together
+        wall = 0.0 if first is None or last is None else (last - first) / 1e9
         s = self.series
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
@@ -464,7 +465,8 @@ class LevelAggregate:
         )
 
     def _achieved_rate(self) -> float | None:
-        if self.sent < 2 or self.last_send_ns <= self.first_send_ns:
+        first, last = self.first_send_ns, self.last_send_ns  # set together, with the first send
+        if self.sent < 2 or first is None or last is None or last <= first:
             return None
-        return (self.sent - 1) / ((self.last_send_ns - self.first_send_ns) / 1e9)
+        return (self.sent - 1) / ((last - first) / 1e9)
 

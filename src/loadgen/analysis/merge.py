@@ -166,8 +166,9 @@ def _lost_in_open_loop(share: Share, sends: SendsSoFar | None, recorded: set[int
     in_flight = {} if sends is None else sends.in_flight
     candidates = {seq: (salt, send, send if intended is None else intended)
                   for seq, (_, salt, send, intended) in in_flight.items()}
-    for seq in range(0 if sends is None else sends.sent, len(share.offsets_ns or ())):
-        due = start_ns + share.offsets_ns[seq]
+    offsets = share.offsets_ns or ()
+    for seq in range(0 if sends is None else sends.sent, len(offsets)):
+        due = start_ns + offsets[seq]
         if due > death_ns:
             break
         candidates[seq] = ("", due, due)

@@ -227,7 +227,7 @@ def resolve(command: click.Command, settings: Mapping[str, Setting], ctx: click.
         if option.multiple and not isinstance(value, list):
             value = [value]
         try:
-            kwargs[option.name] = option.type_cast_value(ctx, value)  # type: ignore[index]
+            kwargs[option.name] = option.type_cast_value(ctx, value)  # type: ignore[index]  # an option's name is set once declared
         except click.BadParameter as exc:
             raise ScenarioError(f"{s.where}: {key}: {exc.message}") from None
     return kwargs

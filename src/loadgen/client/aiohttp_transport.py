@@ -88,11 +88,12 @@ class AiohttpTransport:
         """aiohttp opens connections only for requests: `connections` concurrent GETs of /health
         (cheap on llama-server; any answer will do) leave that many idle keep-alive connections."""
         assert self._session is not None, "open() first"
+        session = self._session
         n = connections if not self._limit else min(connections, self._limit)
 
         async def one() -> bool:
             try:
-                async with self._session.get(self._url("/health"), proxy=self._proxy) as resp:
+                async with session.get(self._url("/health"), proxy=self._proxy) as resp:
                     await resp.read()
                     return True
             except (TimeoutError, aiohttp.ClientError):

@@ -147,7 +147,7 @@ class StreamConnection(Exchange, asyncio.Protocol):
     transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio hands a stream protocol a Transport
         self.open = True
 
     def data_received(self, data: bytes) -> None:
@@ -323,7 +323,7 @@ def clock_pair() -> tuple[int, int]:
     two readings milliseconds apart, and a response was dated before its request was sent."""
     for _ in range(4):
         before = now_ns()
-        real = _realtime_ns()
+        real = _realtime_ns()  # type: ignore[misc]  # None off Linux, where this function is never called
         after = now_ns()
         if after - before <= 20_000:
             break

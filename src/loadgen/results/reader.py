@@ -81,7 +81,7 @@ def upgrade_v1(doc: dict[str, Any]) -> None:
                 lv.setdefault("level", lv["concurrency"])
 
 
-def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
+def _load_jsonl(path: Path, cls: type[RequestRecord] | type[ProbeSample], what: str, missing_ok: bool = False,
                 check: Callable[[Any], str | None] | None = None, cut_short_ok: bool = False) -> list:
     out = []
     n = 0

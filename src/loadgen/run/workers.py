@@ -317,7 +317,7 @@ class _Tail:
         paths = [h.records_file() for h in handles]
         if self.direct and all(paths):
             try:
-                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]
+                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]  # all(paths) above: none is None
                 self.copies = True
             except OSError:  # then read as they grow, as a Ray actor's are
                 self._close_files()
@@ -373,7 +373,7 @@ class _Tail:
         """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
         if not self._settles or None in self._watermarks:
             return
-        watermark = min(self._watermarks)  # type: ignore[type-var]
+        watermark = min(self._watermarks)  # type: ignore[type-var]  # None in them returned above
         if watermark == self._settled:
             return
         self._settled = watermark
