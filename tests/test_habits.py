@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "loadgen"
-# `# type: ignore[code]  # why` and `# noqa: CODE (why)` or `# noqa: CODE  # why`
+# A type-ignore with its [code] then a comment; a noqa with its codes then a reason, in brackets or a comment.
 TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?P<code>\[[\w\-, ]+\])?(?P<rest>.*)$")
 NOQA = re.compile(r"#\s*noqa(?P<code>:\s*[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*)?(?P<rest>.*)$")
 

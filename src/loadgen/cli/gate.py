@@ -45,6 +45,7 @@ from ..output.layout import print_table
 from ..results.noise import write_noise
 from ..results.sides import calibration_runs, load_side, side_noise
 from .common import results_dir, user_errors
+from .help import output_option
 from .shared import console as _console
 
 
@@ -92,7 +93,7 @@ NOISE_HELP = ("A noise.json from `loadgen calibrate` to judge differences agains
 @click.command("compare")
 @click.argument("baseline_dir")
 @click.argument("candidate_dir")
-@click.option("--noise", "noise_file", help=NOISE_HELP)
+@click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP)
 @click.option("--format", "output_format", type=click.Choice(["table", "markdown", "json"]), default="table",
               show_default=True, help="Terminal table, Markdown, or JSON for other tools.")
 @click.option("--confidence", default="0.95", show_default=True,
@@ -139,9 +140,9 @@ def gate_options(command):
                           "latency_p99, error_rate]"),
         click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (the runs cannot "
                                                                 "tell)."),
-        click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags "
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A TOML file whose [gate] table sets these options; flags "
                                                      "override it."),
-        click.option("--noise", "noise_file", help=NOISE_HELP),
+        click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP),
     ]
     for option in reversed(options):
         command = option(command)
@@ -214,7 +215,8 @@ def write_step_summary(markdown: str, err: Console) -> None:
 
 @click.command("calibrate")
 @click.argument("runs_dir")
-@click.option("--out", "out_file", help="Where to write the noise file [default: RUNS_DIR/noise.json].")
+@output_option("out_file", "Where to write the noise file [default: RUNS_DIR/noise.json].",
+               type=click.Path(dir_okay=False))
 def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     """Measure this machine's run-to-run noise from several runs of one unchanged configuration
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""

@@ -53,6 +53,7 @@ from ..run.gguf_file import read_gguf
 from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
 from .ab import run_summary
 from .common import die_with_parent, user_errors
+from .help import command
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
@@ -277,7 +278,7 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: str
             "measure": kind, "measure_args": list(args), "wait_ready_s": wait_ready_s, "cells": cells}
 
 
-@click.command("grid", context_settings={"ignore_unknown_options": True})
+@command("grid", context_settings={"ignore_unknown_options": True})
 @click.option("--server", "template", help="The server's command line with {name} placeholders, e.g. "
                                           "'llama-server -m {model} --parallel {parallel} -c 8192 --metrics'.")
 @click.option("--param", "param_texts", multiple=True, metavar="NAME=V1,V2",

@@ -26,6 +26,7 @@ from ..run.model import Run
 from ..run.soak import run_soak
 from ..run.steps import run_steps
 from .execute import Execution, FinalWriteError, execute
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
 from .shared import (
@@ -87,7 +88,7 @@ def _out_dir(output: str | None, force: bool, kind: str) -> Path:
     return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
 
-@click.command("prefill")
+@command("prefill")
 @target_options
 @click.option("--prompt-tokens", type=PROMPT_LENGTHS, default="512,2048,8192", show_default=True,
               help="Prompt lengths in tokens, each cut exactly for each server with its /tokenize.")
@@ -122,7 +123,7 @@ def prefill_command(ports, host, urls, labels, server_urls,
     _run(run, out_dir, main, err)
 
 
-@click.command("depth")
+@command("depth")
 @target_options
 @click.option("--depths", type=DEPTHS, default="0,4096,32768", show_default=True,
               help="Context depths in tokens: the prompt fills the context this far before decoding.")
@@ -159,7 +160,7 @@ def depth_command(ports, host, urls, labels, server_urls,
     _run(run, out_dir, main, err)
 
 
-@click.command("soak")
+@command("soak")
 @target_options
 @click.option("--concurrency", type=click.IntRange(min=1, max=4096), default=2, show_default=True,
               help="Workers per target, each sending requests back to back.")

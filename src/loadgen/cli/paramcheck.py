@@ -23,10 +23,11 @@ from ..output.paramcheck_table import FILE, paramcheck_file, print_paramcheck
 from ..results.writer import command_line, default_dir, utc_now
 from ..run.config import check_api, normalize_url
 from ..run.paramcheck import check_gateway
+from .help import command
 from .shared import console
 
 
-@click.command("paramcheck")
+@command("paramcheck")
 @click.option("--direct", required=True, help="The server's own base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--via", required=True, help="The gateway's base URL for that server, e.g. https://gw.example/llama/v1.")
 @click.option("--api", default="chat", show_default=True, help="llamacpp, completions or chat.")

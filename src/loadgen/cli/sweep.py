@@ -23,6 +23,7 @@ from ..run.live_metrics import LiveMetrics
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
 from .execute import FinalWriteError, execute
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import (
@@ -38,7 +39,7 @@ from .shared import console as _console
 from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
 
 
-@click.command()
+@command()
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
@@ -229,7 +230,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-@click.command()
+@command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Scale the simulated servers' durations by this factor: 0.06 runs them about 17× faster "
                    "than the hardware they model (figures are reported in simulated time).")
