@@ -80,7 +80,7 @@ BAD = [
     (["sweep", "--ports", " , "], "comma-separated"),
     (["sweep", "--url", ""], "expected http"),
     (["sweep", "--host", "", "--ports", "8080"], "host name or address only"),
-    (["sweep", "--ports", "8080", "--prompt-file", "{dir}"], "Is a directory"),
+    (["sweep", "--ports", "8080", "--prompt-file", "{dir}"], "is a directory"),
     (["sweep", "--ports", "8080", "--prompt-file", "{empty}"], "empty"),
     (["sweep", "--ports", "8080", "--output", "{file}/run"], "cannot write to"),
     (["sweep", "--ports", "8080", "--output", "{file}"], "is a file"),

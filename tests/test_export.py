@@ -138,7 +138,6 @@ def test_default_out_is_the_results_dir(tmp_path):
     (["/nonexistent/run", "--format", "csv"], "no such directory"),
     ([str(FIXTURE), "--format", "hgrm", "--target", "nope"], "no target 'nope'"),
     ([str(FIXTURE), "--format", "hgrm", "--metric", "e2e"], "unknown metric 'e2e'"),
-    ([str(FIXTURE), "--format", "xml"], "--format 'xml'"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
     result = CliRunner().invoke(export_command, [*args, "--output", str(tmp_path)])

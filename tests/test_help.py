@@ -53,3 +53,15 @@ def test_export_writes_where_output_or_its_old_spelling_says(tmp_path, flag):
     result = CliRunner().invoke(cli, ["export", str(FIXTURE), "--format", "csv", flag, str(tmp_path / "x")])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["levels.csv", "requests.csv"]
+
+
+@pytest.mark.parametrize("args", [
+    ["export", str(FIXTURE), "--format", "xml"],
+    ["report", str(FIXTURE), "--format", "pdf"],
+    ["kv", "model.gguf", "--format", "yaml"],
+])
+def test_a_format_not_offered_is_one_line_and_exit_2(loadgen, args):
+    code, out, err = loadgen(*args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "'--format'" in lines[0] and "is not one of" in lines[0], err

@@ -139,7 +139,6 @@ def test_markdown_prints_the_level_table():
 
 @pytest.mark.parametrize("args, message", [
     (["/nonexistent/run"], "no such directory"),
-    ([str(FIXTURE), "--format", "pdf"], "--format 'pdf'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     result = CliRunner().invoke(report_command, args)
