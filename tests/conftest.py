@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-import types
+import ast
+import functools
+from pathlib import Path
 
 import pytest
 
@@ -49,68 +51,60 @@ def simulator():
 
 
 # ---------------------------------------------------------------- tiers
-# `scripts/test --quick` runs the tests marked `quick`: those that start no process (no server
-# subprocess, no `loadgen` subprocess) and no server of their own on a socket (a simulator or
-# fixture server in a thread): what they need of a server, a fake transport gives in-process. The mark is given here, by a rule
-# that reads each test's code, so a new test lands in the right tier without a list to keep: a test
-# is quick unless its body, or a fixture or module-level helper it reaches, names one of
-# PROCESS_NAMES, or it requests a fixture of SERVER_FIXTURES, or it is marked real, browser or slow.
-PROCESS_NAMES = frozenset({
+# `scripts/test --quick` (`pytest -m quick`) runs the test files marked quick: those that start no
+# process (no server subprocess, no `loadgen` subprocess), run no server of their own on a socket (a
+# simulator or fixture server in a thread) and search no property space (hypothesis). What such a
+# test needs of a server, tests/fake_transport.py gives in-process. The mark is given here by a rule
+# that reads each file's code, so a new file lands in its tier without a list to keep: a file is
+# quick unless its code names one of NOT_QUICK_NAMES. Under -m quick the other files are not even
+# imported (their imports alone take a while on a busy machine).
+NOT_QUICK_NAMES = frozenset({
+    # processes: tests/servers.py's helpers that start one, and the ways to start one directly
     "subprocess", "Popen", "LOADGEN", "SimProcess", "start_llama_server", "start_nginx", "start_lossy_nginx",
-    "start_prometheus", "sweep", "grid", "real_servers", "two_server_sweep",
+    "start_prometheus", "sweep", "grid", "real_servers", "two_server_sweep", "simulator",
     # servers in a thread of the test's own process, on a loopback socket
     "SimThread", "AppThread", "RewritingProxy", "RawListener", "LoopThread", "FixtureServer", "RawHttpServer",
     "InstantServer", "start_simulator", "refused_port", "free_port",
+    # property searches: hundreds of examples a test
+    "hypothesis", "given",
 })
-SERVER_FIXTURES = frozenset({"simulator", "real_servers", "two_server_sweep"})
-NOT_QUICK_MARKS = ("real", "browser", "slow")
+# Files whose every test is slow for another reason, with it.
+SLOW_FILES = {
+    "test_report.py": "each test draws the report's matplotlib charts (20 s a test on a busy machine)",
+}
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    """Every global or attribute name a code object and the functions nested in it use."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
+def _names_in(path: Path) -> set[str]:
+    """Every identifier a Python file uses: names, attributes, imported modules and names."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update(part for alias in node.names for part in alias.name.split("."))
+            names.update((getattr(node, "module", None) or "").split("."))
     return names
 
 
-def _reaches_a_process(func: object, module_globals: dict, seen: set[int], depth: int = 3) -> bool:
-    code = getattr(getattr(func, "__wrapped__", func), "__code__", None)
-    if code is None or id(code) in seen or depth < 0:
-        return False
-    seen.add(id(code))
-    names = _code_names(code)
-    if names & PROCESS_NAMES:
-        return True
-    # One module's helpers (and fixtures) may start the process for it: follow them a few calls deep.
-    return any(_reaches_a_process(module_globals[n], module_globals, seen, depth - 1)
-               for n in names if isinstance(module_globals.get(n), types.FunctionType)
-               and module_globals[n].__module__ == module_globals.get("__name__"))
+@functools.cache
+def is_quick_file(path: Path) -> bool:
+    """Whether a test file belongs to the quick tier (see above)."""
+    return path.name not in SLOW_FILES and not (_names_in(path) & NOT_QUICK_NAMES)
 
 
-def _is_quick(item: pytest.Item) -> bool:
-    if any(item.get_closest_marker(m) for m in NOT_QUICK_MARKS):
-        return False
-    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return False
-    function = getattr(item, "function", None)
-    if function is None:
-        return False
-    module_globals = function.__globals__
-    seen: set[int] = set()
-    if _reaches_a_process(function, module_globals, seen):
-        return False
-    info = getattr(item, "_fixtureinfo", None)
-    for name in getattr(item, "fixturenames", ()):
-        for fixturedef in (info.name2fixturedefs.get(name, ()) if info else ()):
-            func = fixturedef.func
-            if _reaches_a_process(func, getattr(func, "__globals__", {}), seen):
-                return False
-    return True
+def _quick_only(config: pytest.Config) -> bool:
+    return (config.getoption("markexpr", "") or "").strip() == "quick"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if _quick_only(config) and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return not is_quick_file(collection_path) or None
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if _is_quick(item):
+        if is_quick_file(Path(str(item.path))) and not any(item.get_closest_marker(m) for m in ("real", "slow")):
             item.add_marker(pytest.mark.quick)
