@@ -13,7 +13,7 @@ import pytest
 
 from loadgen.analysis import compare, gate
 from loadgen.analysis.between_runs import Floor
-from loadgen.analysis.grid import summarize_cell, who_wins
+from loadgen.analysis.grid_cells import summarize_cell, who_wins
 from loadgen.client.backends import GenerationParams
 from loadgen.client.probe import ServerInfo
 from loadgen.core.errors import EXIT_NOT_ENFORCED

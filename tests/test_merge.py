@@ -8,12 +8,20 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.run.workers import merge
 from loadgen.core.records import RequestRecord
-from loadgen.run.workers.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
-                                    open_shares, process_of, same_buckets, split_count, split_in_proportion,
-                                    sum_counters)
 from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.workers import merge
+from loadgen.run.workers.merge import (
+    ProcessLoad,
+    add_histograms,
+    busiest,
+    closed_shares,
+    level_seq,
+    open_shares,
+    split_count,
+    split_in_proportion,
+)
+from oracles import merged_schedule, process_of, same_buckets, sum_counters
 
 
 @pytest.mark.parametrize("total, parts, expected", [

@@ -27,14 +27,23 @@ from ..run.session import FinalWriteError, execute
 from ..run.state import Run
 from ..run.sweep import run_sweep
 from ..run.workers.policy import open_level_runner, remove_worker_files
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
-from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
-                     target_options)
 from .workers import resolve_workers, workers_option
 
-@click.command()
+
+@command()
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
@@ -206,8 +215,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import is_hgrm_name, level_histogram_files
-    from ..output.files import write_files
-    from ..output.files import remove_files
+    from ..output.files import remove_files, write_files
 
     try:
         # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
@@ -228,7 +236,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-@click.command()
+@command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Scale the simulated servers' durations by this factor: 0.06 runs them about 17× faster "
                    "than the hardware they model (figures are reported in simulated time).")

@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..analysis.depth import summarize_depth, with_change
 from ..analysis.aggregate import of_level
+from ..analysis.depth import summarize_depth, with_change
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
@@ -39,7 +39,7 @@ from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:

@@ -6,8 +6,8 @@ Errors here are the user's to fix; `ConfigError` (core.errors) carries a one-lin
 from __future__ import annotations
 
 import ipaddress
-import re
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit

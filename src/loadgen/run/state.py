@@ -20,7 +20,6 @@ from .engine import Observer
 from .labels import LabelSource, target_labels
 
 SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
-STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
 SOAK = "soak"
 
 

@@ -19,8 +19,15 @@ from .level_runner import LevelRunner, TargetLoad
 from .prompts import PromptSource
 from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
-from .target_setup import (TransportFactory, prepare_targets, probe_sampling, refuse_non_llm,
-                           refuse_prompts_beyond_context, target_load, target_probe)
+from .target_setup import (
+    TransportFactory,
+    prepare_targets,
+    probe_sampling,
+    refuse_non_llm,
+    refuse_prompts_beyond_context,
+    target_load,
+    target_probe,
+)
 
 
 def _new_level(run: Run, t: TargetRun, key: int | float) -> LevelRun:

@@ -173,7 +173,7 @@ class LiveMetrics:
         self.request_done = self._finished.append  # the observer call, as cheap as it can be
         self.requests_done = self._finished.extend  # a worker's batch of them
 
-    def observe(self, inner: Any) -> "LiveObserver":
+    def observe(self, inner: Any) -> LiveObserver:
         """An observer that feeds this and passes every call on to `inner`."""
         return LiveObserver(inner, self)
 
