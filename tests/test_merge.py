@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis import merge, metrics
+from loadgen.analysis import aggregate, merge, metrics
 from loadgen.core.records import RequestRecord
 from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
                                     open_shares, process_of, same_buckets, split_count, split_in_proportion,
@@ -175,7 +175,7 @@ def test_lost_requests(share, sends, since, death_ms, duration_s, pause_ms, expe
 
 def test_lost_requests_count_apart_from_failed_and_cancelled() -> None:
     records = [_done(0, 0, 10), _done(1, 0, 20, "http_503"), _done(2, 0, 30, "cancelled"), _done(3, 0, 40, "lost")]
-    summary = metrics.summarize_level(4, records)
+    summary = aggregate.summarize_level(4, records)
     assert (summary.requests_ok, summary.requests_failed, summary.requests_cancelled, summary.requests_lost) == \
         (1, 1, 1, 1)
     assert summary.errors_by_kind == {"http_503": 1}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.aggregate import summarize_level
 from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.html import TABLE_COLUMNS, build_series, level_row
 from loadgen.output.progress import ProgressObserver

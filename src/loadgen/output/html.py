@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import is_open_loop
 from .files import ExportFiles, write_files
@@ -97,8 +98,8 @@ def _dist(level: dict[str, Any], key: str, stat: str) -> Any:
     return (level.get(key) or {}).get(stat)
 
 
-TABLE_COLUMNS = ["C", "ok / failed", "tok/s", "latency mean ms", "p50", "p90", "p99", "max",
-                 "queue wait mean ms", "queue wait p99", "queued", "decode tok/s", "peak deferred",
+TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' ms')} mean ms", "p50", "p90", "p99", "max",
+                 f"{QUEUE_WAIT.header.removesuffix(' ms')} mean ms", f"{QUEUE_WAIT.short} p99", "queued", DECODE_TOK_S.header, "peak deferred",
                  "peak busy / slots", "batching gain", "stopped"]
 
 
@@ -112,13 +113,13 @@ def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
         str(level["level"]),
         f"{level.get('requests_ok', 0)} / {failed}",
         _fmt(level.get("throughput_tok_s"), 2),
-        _fmt(_dist(level, "latency_ms", "mean")),
-        *(_fmt(_dist(level, "latency_ms", s)) for s in ("p50", "p90", "p99", "max")),
-        _fmt(_dist(level, "queue_wait_ms", "mean")),
-        _fmt(_dist(level, "queue_wait_ms", "p99")),
+        _fmt(_dist(level, LATENCY.key, "mean")),
+        *(_fmt(_dist(level, LATENCY.key, s)) for s in ("p50", "p90", "p99", "max")),
+        _fmt(_dist(level, QUEUE_WAIT.key, "mean")),
+        _fmt(_dist(level, QUEUE_WAIT.key, "p99")),
         "–" if queued_share is None else f"{verdict.get('queued', '?')}/{verdict.get('requests', '?')} "
                                           f"({queued_share:.0%})",
-        _fmt(level.get("decode_tok_s_mean")),
+        _fmt(level.get(DECODE_TOK_S.key)),
         _fmt(verdict.get("peak_deferred"), 0),
         f"{_fmt(verdict.get('peak_busy_slots'))} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",

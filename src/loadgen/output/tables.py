@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
@@ -58,9 +59,9 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
             if caption:
                 both = first and all(by_target.get(p["label"]) for p in pair)
                 row.append(_ratio(*(by_target[p["label"]]["throughput_tok_s"] for p in pair)) if both else "")
-            row += [Num(_dist(lv, "latency_ms", stat)) for stat in ("mean", "p50", "p99", "max")]
-            row += [Num(_dist(lv, "queue_wait_ms", "mean")), Num(lv["decode_tok_s_mean"], 1),
-                    Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"])]
+            row += [Num(_dist(lv, metric_defs.LATENCY.key, stat)) for stat in ("mean", "p50", "p99", "max")]
+            row += [Num(_dist(lv, metric_defs.QUEUE_WAIT.key, "mean")), Num(lv[metric_defs.DECODE_TOK_S.key], 1),
+                    Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv[metric_defs.PREDICTED_MS.key])]
             grid.add_row(*row)
             first = False
         grid.end_section()
@@ -172,20 +173,26 @@ def _held(lv: dict[str, Any]) -> list[Any]:
             Num(lv.get("held_outside_max_ms") if lv.get("held_outside") else None)]
 
 
-# (column title, summary key, statistic) of the latency detail table, shown when any level has them.
-_DETAIL = [("TTFT ms\np50", "ttft_ms", "p50"), ("TTFT\np99", "ttft_ms", "p99"),
-           ("TTFT − prompt_ms\np50 (queue)", "ttft_queue_ms", "p50"), ("TPOT ms\nmean", "tpot_ms", "mean"),
-           ("ITL ms\np50", "itl_ms", "p50"), ("ITL\np99", "itl_ms", "p99"),
-           ("E2E ms p99\nfrom intended", "latency_ms", "p99"),
-           ("E2E p99 from\nactual send", "latency_uncorrected_ms", "p99"),
-           ("send lag\nms p99", "schedule_lag_ms", "p99")]
+def _detail_columns() -> list[tuple[str, metric_defs.Metric, str]]:
+    """(column title, metric, statistic) of the latency detail table: every metric's `table`
+    columns (analysis/metric_defs.py), in their table order."""
+    ordered = sorted(metric_defs.all_metrics(), key=lambda m: m.table_order)
+    return [(title, m, stat) for m in ordered for title, stat in m.table]
+
+
+def level_distribution(level: dict[str, Any], m: metric_defs.Metric) -> dict[str, Any] | None:
+    """A level's distribution of a metric: its own key in run.json, or its entry under "metrics"
+    (a metric registered beyond the built-in ones)."""
+    d = level.get(m.key) if m.name in metric_defs.BUILT_IN else (level.get("metrics") or {}).get(m.name)
+    return d if isinstance(d, dict) else None
 
 
 def latency_table(doc: dict[str, Any]) -> Grid | None:
-    """Streaming and open-loop latencies (TTFT, TPOT, ITL, corrected vs uncorrected E2E, send lag)."""
+    """Streaming and open-loop latencies (TTFT, TPOT, ITL, corrected vs uncorrected E2E, send lag),
+    and every other metric that names table columns."""
     rows = [(t, lv) for t in doc["targets"] for lv in t.get("levels", [])]
-    columns = [c for c in _DETAIL if any(isinstance(lv.get(c[1]), dict) for _, lv in rows)]
-    if not any(key != "latency_ms" for _, key, _ in columns):
+    columns = [c for c in _detail_columns() if any(level_distribution(lv, c[1]) for _, lv in rows)]
+    if not any(m is not metric_defs.LATENCY for _, m, _ in columns):
         return None
     grid = Grid("latency detail (ms)", [Column("target", "left", key=True),
                                         Column("req/s" if is_open_loop(doc) else "C", key=True),
@@ -193,8 +200,7 @@ def latency_table(doc: dict[str, Any]) -> Grid | None:
     last = None
     for t, lv in rows:
         grid.add_row(t["label"] if t["label"] != last else "", Num(lv["level"], None),
-                     *[Num(_dist(lv, key, stat), 1 if key in ("tpot_ms", "itl_ms", "schedule_lag_ms") else 0)
-                       for _, key, stat in columns])
+                     *[Num((level_distribution(lv, m) or {}).get(stat), m.table_digits) for _, m, stat in columns])
         last = t["label"]
     return grid
 
