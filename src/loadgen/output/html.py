@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT
+from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, Metric
 from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import is_open_loop
+from ..results.document import Level, RunDocument, Target, Verdict
 from .files import ExportFiles, write_files
 
 INCOMPLETE = "incomplete"
@@ -48,23 +48,23 @@ class TargetSeries:
 
     label: str
     run_name: str
-    target: dict[str, Any]
+    target: Target
     records: list[RequestRecord] = field(default_factory=list)
     probe: list[ProbeSample] = field(default_factory=list)
     complete: bool = True
     open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
 
     @property
-    def levels(self) -> list[dict[str, Any]]:
-        return list(self.target.get("levels") or [])
+    def levels(self) -> list[Level]:
+        return list(self.target.levels)
 
     @property
     def total_slots(self) -> int | None:
-        return (self.target.get("server") or {}).get("total_slots")
+        return None if self.target.server is None else self.target.server.total_slots
 
     @property
-    def verdict(self) -> dict[str, Any]:
-        return self.target.get("verdict") or {}
+    def verdict(self) -> Verdict:
+        return self.target.verdict or Verdict()
 
 
 def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
@@ -72,15 +72,15 @@ def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
     several = len(sources) > 1
     series = []
     for source in sources:
-        run = source["run"]
-        complete = bool(run.get("complete"))
-        for target in run["targets"]:
-            name = str(target.get("label"))
+        run = RunDocument.of(source["run"])
+        complete = run.complete
+        for target in run.targets:
+            name = target.label
             label = f"{source['name']}: {name}" if several else name
             if not complete:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
+                label=label, run_name=source["name"], target=target, complete=complete, open_loop=run.open_loop,
                 records=[r for r in source["records"] if r.target == name],
                 probe=[s for s in source["probe"] if s.target == name]))
     return series
@@ -94,8 +94,9 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def _dist(level: dict[str, Any], key: str, stat: str) -> Any:
-    return (level.get(key) or {}).get(stat)
+def _dist(level: Level, m: Metric, stat: str) -> Any:
+    d = getattr(level, m.key)
+    return None if d is None else getattr(d, stat)
 
 
 TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' ms')} mean ms", "p50", "p90", "p99", "max",
@@ -103,34 +104,33 @@ TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' m
                  "peak busy / slots", "batching gain", "stopped"]
 
 
-def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
+def level_row(series: TargetSeries, level: Level) -> list[str]:
     """One table row of a level: run.json's summary and its verdict figures, formatted."""
-    verdict = next((v for v in series.verdict.get("levels") or [] if v.get("level", v.get("concurrency")) == level["level"]), {})
-    failed = level.get("requests_failed", 0) + level.get("requests_cancelled", 0)
-    queued_share = verdict.get("queued_share")
-    gain = verdict.get("batching_gain")
+    verdict = next((v for v in series.verdict.levels if v.level == level.level), None)
+    failed = level.requests_failed + level.requests_cancelled
+    queued_share = None if verdict is None else verdict.queued_share
+    gain = None if verdict is None else verdict.batching_gain
     return [
-        str(level["level"]),
-        f"{level.get('requests_ok', 0)} / {failed}",
-        _fmt(level.get("throughput_tok_s"), 2),
-        _fmt(_dist(level, LATENCY.key, "mean")),
-        *(_fmt(_dist(level, LATENCY.key, s)) for s in ("p50", "p90", "p99", "max")),
-        _fmt(_dist(level, QUEUE_WAIT.key, "mean")),
-        _fmt(_dist(level, QUEUE_WAIT.key, "p99")),
-        "–" if queued_share is None else f"{verdict.get('queued', '?')}/{verdict.get('requests', '?')} "
-                                          f"({queued_share:.0%})",
-        _fmt(level.get(DECODE_TOK_S.key)),
-        _fmt(verdict.get("peak_deferred"), 0),
-        f"{_fmt(verdict.get('peak_busy_slots'))} / {_fmt(series.total_slots)}",
+        str(level.level),
+        f"{level.requests_ok} / {failed}",
+        _fmt(level.throughput_tok_s, 2),
+        _fmt(_dist(level, LATENCY, "mean")),
+        *(_fmt(_dist(level, LATENCY, s)) for s in ("p50", "p90", "p99", "max")),
+        _fmt(_dist(level, QUEUE_WAIT, "mean")),
+        _fmt(_dist(level, QUEUE_WAIT, "p99")),
+        "–" if verdict is None else f"{verdict.queued}/{verdict.requests} ({queued_share:.0%})",
+        _fmt(level.decode_tok_s_mean),
+        _fmt(None if verdict is None else verdict.peak_deferred, 0),
+        f"{_fmt(None if verdict is None else verdict.peak_busy_slots)} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
-        level.get("stopped_reason") or "",
+        level.stopped_reason or "",
     ]
 
 
 def verdict_sentences(series: TargetSeries) -> list[str]:
-    lines = list(series.verdict.get("verdict") or [])
-    if series.target.get("error"):
-        lines.insert(0, f"error: {series.target['error']}")
+    lines = list(series.verdict.verdict)
+    if series.target.error:
+        lines.insert(0, f"error: {series.target.error}")
     if not series.complete:
         lines.append(f"This run is {INCOMPLETE}: it was stopped before every level finished.")
     return lines
