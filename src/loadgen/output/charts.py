@@ -19,7 +19,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from ..analysis import metrics
 from ..core.records import level_short
-from ..results.document import Level
+from ..core.rundoc import Level
 
 if TYPE_CHECKING:
     from .html import TargetSeries

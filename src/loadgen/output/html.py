@@ -19,7 +19,7 @@ from typing import Any
 
 from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, Metric
 from ..core.records import ProbeSample, RequestRecord
-from ..results.document import Level, RunDocument, Target, Verdict
+from ..core.rundoc import Level, RunDocument, Target, Verdict
 from .files import ExportFiles, write_files
 
 INCOMPLETE = "incomplete"

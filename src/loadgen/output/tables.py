@@ -1,4 +1,4 @@
-"""Terminal rendering of a run document (run.json's content, typed: results/document.py). Reads data,
+"""Terminal rendering of a run document (run.json's content, typed: core/rundoc.py). Reads data,
 computes nothing new."""
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from rich.text import Text
 from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name, level_short
-from ..core.rundoc import KILLED_DURING_LEVEL, Distribution
-from ..results.document import Level, LevelVerdict, MeanSd, RunDocument, RunKind
+from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind
 from ..run.labels import about
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
 
 
-Doc = RunDocument | dict[str, Any]  # run.json's content, typed (results/document.py) or as read
+Doc = RunDocument | dict[str, Any]  # run.json's content, typed (core/rundoc.py) or as read
 
 
 def _dist(level: Level, m: metric_defs.Metric, stat: str) -> float | None:
