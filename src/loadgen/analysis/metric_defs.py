@@ -22,7 +22,7 @@ import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
@@ -303,7 +303,6 @@ class Metric:
     open_loop: bool = False
     many: bool = False
     live: Live | None = None
-    field_docs: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.key:
