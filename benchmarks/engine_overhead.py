@@ -228,7 +228,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, wit
 
     from loadgen.client.backends import GenerationParams, make_backend
     from loadgen.run.engine import run_level
-    from loadgen.analysis.metrics import summarize_level
+    from loadgen.analysis.aggregate import summarize_level
     from loadgen.output.progress import ProgressObserver
     from loadgen.core.records import LevelRun
     from loadgen.client.aiohttp_transport import AiohttpTransport
@@ -277,8 +277,8 @@ def _live(enabled: bool):
     if not enabled:
         yield None
         return
-    from loadgen.run.live_endpoint import LiveEndpoint
-    from loadgen.run.live_metrics import LiveMetrics
+    from loadgen.run.live.endpoint import LiveEndpoint
+    from loadgen.run.live.metrics import LiveMetrics
 
     live = LiveMetrics()
     stop = threading.Event()

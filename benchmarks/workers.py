@@ -136,7 +136,7 @@ def merged_histogram_is_exact(run_dir: Path) -> bool:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from hdrh.log import HistogramLogReader
 
-    from loadgen.analysis.merge import same_buckets
+    from loadgen.run.workers.merge import same_buckets
     from loadgen.core.records import RequestRecord
     from loadgen.output.exporters import metric_histogram
 

@@ -22,7 +22,7 @@ from loadgen.core.records import CANCELLED, LevelRun, RequestRecord
 from loadgen.output import comparison
 from loadgen.results import schema, writer
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.model import Run, TargetRun
+from loadgen.run.state import Run, TargetRun
 
 MS = 1_000_000
 LABEL = "smollm2"

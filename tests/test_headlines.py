@@ -21,7 +21,7 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.comparison import gate_markdown, summary_line
 from loadgen.results import writer
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.model import Run, TargetRun
+from loadgen.run.state import Run, TargetRun
 from test_gate import LABEL, PROMPT, as_run, closed_loop_level, write_run
 
 MS = 1_000_000

@@ -21,7 +21,7 @@ from loadgen.core.records import RequestRecord, Usage
 from loadgen.output.exporters import CsvExporter, select
 from loadgen.output.layout import grids_json
 from loadgen.output.tables import latency_table
-from loadgen.run.live_metrics import LiveMetrics
+from loadgen.run.live.metrics import LiveMetrics
 
 MS = 1_000_000
 ERRORS = [None, None, None, "timeout", "server_error", "cancelled", "lost"]

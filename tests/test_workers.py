@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from hdrh.log import HistogramLogReader
 
-from loadgen.analysis.merge import add_histograms, same_buckets
+from loadgen.run.workers.merge import add_histograms, same_buckets
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
 from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
-from loadgen.run.workers import auto_workers, local_workers
+from loadgen.run.workers.policy import auto_workers, local_workers
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
 
 
@@ -204,7 +204,7 @@ def _worker_pids(parent: int) -> list[int]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if "loadgen.run.worker_process" in cmdline:
+            if "loadgen.run.workers.child" in cmdline:
                 pids.append(int(pid))
     return sorted(pids)
 

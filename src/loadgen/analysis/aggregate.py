@@ -162,7 +162,7 @@ def merge_samples(parts: Sequence[tuple[int, list[RequestRecord]]], size: int = 
     return out
 
 
-# The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
+# The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
 
@@ -327,7 +327,7 @@ class LevelAggregate:
 
     def summary(self, concurrency: int, stopped_reason: str | None = None,
                 server_metrics_delta: dict[str, float] | None = None, rate: float | None = None) -> LevelSummary:
-        """The level's `LevelSummary` (see `metrics.summarize_level` for what counts where)."""
+        """The level's `LevelSummary` (see `summarize_level` for what counts where)."""
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)

@@ -8,7 +8,6 @@ not lead to the direct server included).
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from ..output.files import write_files
 from ..output.paramcheck import FILE, paramcheck_file, print_paramcheck
 from ..results.writer import command_line, default_dir, utc_now
 from ..run.config import check_api, normalize_url
-from ..run.paramcheck import check_gateway
+from ..run.paramcheck import run_gateway_check
 from .shared import console
 
 
@@ -52,8 +51,8 @@ def paramcheck_command(direct, via, api, params, model, api_key, timeout_s, inse
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     err = console(stderr=True)
     try:
-        result = asyncio.run(check_gateway(direct, via, api, chosen, model=model, headers=headers,
-                                           timeout_s=timeout_s, insecure=insecure))
+        result = run_gateway_check(direct, via, api, chosen, model=model, headers=headers, timeout_s=timeout_s,
+                                   insecure=insecure)
     except CanaryError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)

@@ -22,7 +22,7 @@ NOT_JSON_MESSAGE = "not JSON"
 SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
 # In flight in a `--workers` process that died (its answer died with it); not the server's fault.
-# The message says which worker and how it ended (run/workers.py, analysis/merge.py `lost_requests`).
+# The message says which worker and how it ended (run/workers/parent.py, run/workers/merge.py `lost_requests`).
 LOST = "lost"
 # Error kinds that are the client's doing: counted apart, neither ok nor failed.
 CLIENT_SIDE = frozenset({CANCELLED, LOST})
@@ -223,7 +223,7 @@ class LevelRun:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
-    # --workers: each process's part of the level and its own load (run/workers.py); None: one process.
+    # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.

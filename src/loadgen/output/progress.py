@@ -67,7 +67,7 @@ class ProgressObserver:
                 counts[1] += 1
 
     def requests_counted(self, level: LevelRun, completed: int, failed: int) -> None:
-        """Requests that completed in a worker process, counted there (run/workers.py)."""
+        """Requests that completed in a worker process, counted there (run/workers/parent.py)."""
         self._add((level.target, level.level), completed, failed)
 
     def requests_done(self, batch: Sequence[RequestRecord]) -> None:

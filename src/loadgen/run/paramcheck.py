@@ -14,6 +14,7 @@ would be taken for the canary's.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,13 @@ class ParamcheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"api": self.api, "model": self.model, "params": [r.to_dict() for r in self.results],
                 "metadata": self.metadata}
+
+
+def run_gateway_check(direct: str, via: str, api: str, params: Sequence[str], *, model: str | None,
+                      headers: Mapping[str, str], timeout_s: float, insecure: bool = False) -> ParamcheckResult:
+    """`check_gateway` on an event loop of its own, for a command (cli/ runs no event loop)."""
+    return asyncio.run(check_gateway(direct, via, api, params, model=model, headers=headers, timeout_s=timeout_s,
+                                     insecure=insecure))
 
 
 async def check_gateway(direct: str, via: str, api: str, params: Sequence[str], *, model: str | None,

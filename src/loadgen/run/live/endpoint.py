@@ -19,8 +19,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import Metric
 
-from ..core.errors import ConfigError
-from .live_metrics import LiveMetrics
+from ...core.errors import ConfigError
+from .metrics import LiveMetrics
 
 DEFAULT_LINGER_S = 15.0
 DRAIN_EVERY_S = 1.0  # the records a run queues are counted at least this often, scraped or not

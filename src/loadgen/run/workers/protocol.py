@@ -17,10 +17,10 @@ import struct
 
 import msgspec
 
-from ..analysis.aggregate import Partial
-from ..analysis.merge import Share
-from ..client.backends import GenerationParams
-from ..core.records import RequestRecord
+from ...analysis.aggregate import Partial
+from ...client.backends import GenerationParams
+from ...core.records import RequestRecord
+from .merge import Share
 
 _LENGTH = struct.Struct(">I")
 

@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from ..analysis import metric_defs
-from ..analysis.metric_defs import Batch
-from ..core import records
-from ..core.records import LevelRun, RequestRecord
-from .engine import requests_done
+from ...analysis import metric_defs
+from ...analysis.metric_defs import Batch
+from ...core import records
+from ...core.records import LevelRun, RequestRecord
+from ..engine import requests_done
 
 PREFIX = "loadgen_"
 # Bucket upper bounds in seconds. LLM requests take from tens of ms to minutes; a token gap from

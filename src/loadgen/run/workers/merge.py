@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import msgspec
 from hdrh.histogram import HdrHistogram
 
-from ..core.records import CONNECT_ERROR, LOST, RequestRecord, ServerOutcome, make_record
-from . import metrics
+from ...analysis import metrics
+from ...core.records import CONNECT_ERROR, LOST, RequestRecord, ServerOutcome, make_record
 
 
 @dataclass(frozen=True, slots=True)
