@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.aggregate import summarize_level
 from loadgen.analysis.saturation import target_verdict
 from loadgen.core.rundoc import LevelSummary, is_open_loop
 from loadgen.results.reader import load_probe, load_records, load_run

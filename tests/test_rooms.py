@@ -18,7 +18,6 @@ from test_layers import PACKAGE, import_edges, module_name, source_modules
 # Circles that are older than this test, each in a part of issue #33 another change takes on; none
 # may join them, and one that is gone must leave the list.
 KNOWN_CIRCLES = {
-    frozenset({"loadgen.analysis.aggregate", "loadgen.analysis.metrics"}),  # one definition per metric
     # GenerationParams lives in the package face that also picks the backend.
     frozenset({"loadgen.client.backends", "loadgen.client.backends.llamacpp", "loadgen.client.backends.openai"}),
 }

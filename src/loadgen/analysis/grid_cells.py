@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.rundoc import Level, RunDocument
 from .metrics import MeanSd, mean_sd
 
 
@@ -155,29 +156,29 @@ class CellSummary:
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
 
 
-def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    targets = doc.get("targets") or [{}]
-    return [lv for lv in targets[0].get("levels") or [] if lv.get("throughput_tok_s") is not None]
+def _levels(doc: RunDocument) -> list[Level]:
+    """The first target's levels (a cell has one target)."""
+    return list(doc.targets[0].levels) if doc.targets else []
 
 
 def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
     """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
-    docs = [r["run"] for r in runs if r.get("status") == "ok" and r.get("run")]
+    docs = [RunDocument.of(r["run"]) for r in runs if r.get("status") == "ok" and r.get("run")]
     by_level: dict[Any, list[float]] = {}
     lat_by_level: dict[Any, list[float]] = {}
     peaks, peak_levels, saturated = [], [], []
     for doc in docs:
         levels = _levels(doc)
         for lv in levels:
-            by_level.setdefault(lv["level"], []).append(lv["throughput_tok_s"])
-            lat = (lv.get("latency_ms") or {}).get("mean")
-            if lat is not None:
-                lat_by_level.setdefault(lv["level"], []).append(lat)
+            by_level.setdefault(lv.level, []).append(lv.throughput_tok_s)
+            if lv.latency_ms is not None:
+                lat_by_level.setdefault(lv.level, []).append(lv.latency_ms.mean)
         if levels:
-            best = max(levels, key=lambda lv: lv["throughput_tok_s"])
-            peaks.append(best["throughput_tok_s"])
-            peak_levels.append(best["level"])
-        saturated.append(((doc.get("targets") or [{}])[0].get("verdict") or {}).get("saturated_at"))
+            best = max(levels, key=lambda lv: lv.throughput_tok_s)
+            peaks.append(best.throughput_tok_s)
+            peak_levels.append(best.level)
+        verdict = doc.targets[0].verdict if doc.targets else None
+        saturated.append(None if verdict is None else verdict.saturated_at)
     throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
     boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
     estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
