@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from ..analysis.aggregate import of_level
+from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
@@ -26,6 +27,7 @@ from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
 from .shared import console as _console
+from .slo import build_slo, slo_options
 from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
                      target_options)
 from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
@@ -72,6 +74,7 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @records_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@slo_options
 @format_option
 @prometheus_options
 @workers_option
@@ -80,12 +83,14 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, server_urls=()) -> None:
+          workers, ray_address, records_kept, records_format, slo_text=None, attainment=DEFAULT_ATTAINMENT,
+          server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
+    slo = build_slo(slo_text, attainment, stream=stream, workers=workers)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
@@ -100,7 +105,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
-        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
+        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
     )
     config = resolve_workers(workers, ray_address, config)
     ensure_open_files(connections_needed(config))

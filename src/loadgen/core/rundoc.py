@@ -68,6 +68,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
+    # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
+    slo: dict[str, Any] | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
@@ -77,6 +79,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
+        if out["slo"] is None:
+            del out["slo"]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]

@@ -38,6 +38,9 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
                Column("latency ms\nmean"), Column("p50"), Column("p99"), Column("max"),
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
                Column("predicted_ms\nmean")]
+    judged = any(lv.get("slo") for t in targets for lv in t.get("levels", []))
+    if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
+        columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
     caption = None
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
@@ -61,10 +64,32 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
             row += [Num(_dist(lv, "latency_ms", stat)) for stat in ("mean", "p50", "p99", "max")]
             row += [Num(_dist(lv, "queue_wait_ms", "mean")), Num(lv["decode_tok_s_mean"], 1),
                     Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"])]
+            if judged:
+                row += _slo_cells(lv.get("slo"))
             grid.add_row(*row)
             first = False
         grid.end_section()
     return grid
+
+
+def _slo_cells(slo: dict[str, Any] | None) -> list[Cell]:
+    if not slo:
+        return ["", "", "", ""]
+    attainment = slo.get("attainment")
+    shown = "n/a" if attainment is None else f"{attainment:.0%}"
+    return [Text(shown, style="green" if slo.get("passed") else "red"), Num(slo.get("goodput_req_s"), 2),
+            Num(slo.get("goodput_tok_s"), 1), slo.get("most_missed") or ""]
+
+
+def slo_lines(doc: dict[str, Any]) -> list[str]:
+    """What the attainment columns judge against: the run's latency targets and required share."""
+    slo = (doc.get("config") or {}).get("slo")
+    if not isinstance(slo, dict) or not slo.get("targets_ms"):
+        return []
+    targets = ", ".join(f"{name}≤{ms / 1000:g} s" if ms >= 1000 else f"{name}≤{ms:g} ms"
+                        for name, ms in slo["targets_ms"].items())
+    return [f"SLO: {targets}; a level passes when at least {slo['attainment']:.0%} of its requests meet every "
+            "target (errors always miss); goodput counts only those requests."]
 
 
 def error_lines(doc: dict[str, Any], told: bool = False) -> list[str]:
@@ -359,7 +384,7 @@ _MODE_TABLES = {"prefill": prefill_table, "depth": depth_table, "soak": soak_tab
 
 def run_lines(doc: dict[str, Any], told: bool = False) -> dict[str, list[str]]:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
-    notes = overhead_lines(doc) + connection_lines(doc)
+    notes = slo_lines(doc) + overhead_lines(doc) + connection_lines(doc)
     sections = [t.get(doc.get("kind")) for t in doc["targets"] if doc.get("kind") in ("prefill", "depth")]
     if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
         notes.append(SKIP_HINT)

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..analysis.aggregate import of_level, typical_latency_s
+from ..analysis.slo import SloTally
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
 from ..client.transport import Transport
@@ -82,7 +83,11 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     time (demo). With a `runner` the requests are its (worker processes, which open their own
     connections ahead), and so is the client's load."""
     config = run.config
-    level = stream_level(_new_level(config, t, key), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
+    level = _new_level(config, t, key)
+    if config.slo is not None:  # judged as the records stream by (in simulated time for the demo)
+        level.slo_tally = SloTally(config.slo)
+    level = stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns,
+                         extra=[level.slo_tally.add] if level.slo_tally is not None else None)
     if runner is None:
         await transport.connect_ahead(connections_ahead(level.concurrency, level.rate,
                                                         requests=config.budget(key)[0], latency_s=latency_s))
