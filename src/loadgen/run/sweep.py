@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
@@ -63,6 +63,11 @@ def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
         return LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
                         prompt_tokens=config.prompt_tokens)
     return LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
+
+
+# The levels of a target, asked for one at a time, each after the previous one finished (so a
+# search can read t.levels; run/capacity.py); None: the config's levels, in order.
+LevelPlan = Callable[[TargetRun], Iterable[int | float]]
 
 
 class LevelRunner(Protocol):
@@ -125,7 +130,7 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
 
 
 async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_factory: TransportFactory | None,
-                        level_runner: LevelRunner | None = None) -> None:
+                        level_runner: LevelRunner | None = None, plan: LevelPlan | None = None) -> None:
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     if config.prompt_tokens:
@@ -147,7 +152,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                 latency_s = typical_latency_s(warm)
             runner = None if level_runner is None else functools.partial(
                 level_runner.run, config, t, generation=generation, options=options, obs=obs)
-            for key in config.levels:
+            for key in config.levels if plan is None else plan(t):
                 level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
@@ -161,16 +166,17 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
 
 
 async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFactory | None = None,
-                    level_runner: LevelRunner | None = None) -> None:
+                    level_runner: LevelRunner | None = None, plan: LevelPlan | None = None) -> None:
     """Fill `run` target by target (or all at once with parallel_targets).
 
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is
-    given; the levels' requests are sent by `level_runner` when one is given (worker processes).
+    given; the levels' requests are sent by `level_runner` when one is given (worker processes);
+    the levels are `plan`'s when one is given (a search), else the config's.
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner, plan) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, transport_factory, level_runner)
+            await _sweep_target(run, t, obs, transport_factory, level_runner, plan)
