@@ -126,6 +126,7 @@ class Partial(msgspec.Struct):
     sends: bytes  # int64 send times of the batch's requests
     completes: bytes  # and their completion times
     watermark_ns: int
+    input_tokens: int = 0  # prompt tokens of the successful requests (metrics.input_tokens)
 
 
 class Reservoir:
@@ -218,6 +219,7 @@ class _Columns:
         self.streamed = any(t is not None for t in self.first_token) or any(self.gaps)
         self.tokens = np.array([r.output_tokens or 0 for r in batch] if None in predicted_n else predicted_n,
                                dtype=np.int64)
+        self.input_tokens = np.array([metrics.input_tokens(r) or 0 for r in batch], dtype=np.int64)
 
 
 class _FirstTokens:
@@ -270,7 +272,7 @@ class LevelAggregate:
         self.connect = _Series()  # connect times of the requests that opened their connection
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
         self.errors: Counter[str] = Counter()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
         self.last_complete_ns: int | None = None
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
@@ -317,6 +319,7 @@ class LevelAggregate:
         ok = int(c.ok.sum())
         self.ok += ok
         self.output_tokens += int(c.tokens[c.ok].sum())
+        self.input_tokens += int(c.input_tokens[c.ok].sum())
         if ok < len(batch):
             self.errors.update(e for e in c.errors if e is not None)
         first, last = int(c.send.min()), int(c.send.max())
@@ -361,7 +364,8 @@ class LevelAggregate:
         made of a fresh aggregate of one batch, whose send and completion times all go with it."""
         sends, completes = np.concatenate(self._sends), np.concatenate(self._completes)
         return Partial(
-            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, errors=dict(self.errors),
+            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, input_tokens=self.input_tokens,
+            errors=dict(self.errors),
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
             series={name: x.part() for name, x in self.series.items() if x.count}, connect=self.connect.part(),
@@ -377,7 +381,7 @@ class LevelAggregate:
         for mean in self.means.values():
             mean.count, mean.total = 0, 0.0
         self.errors.clear()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
         self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
         self.any_scheduled = False
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -390,6 +394,7 @@ class LevelAggregate:
         self.sent += part.sent
         self.ok += part.ok
         self.output_tokens += part.output_tokens
+        self.input_tokens += part.input_tokens
         self.errors.update(part.errors)
         self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
         self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
@@ -451,6 +456,8 @@ class LevelAggregate:
             requests_lost=lost,
             errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
             throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
+            input_tokens=self.input_tokens, request_rate=self.ok / wall if wall > 0 else 0.0,
+            total_tok_s=(self.input_tokens + self.output_tokens) / wall if wall > 0 else 0.0,
             latency_ms=s["latency"].distribution(), queue_wait_ms=s["queue_wait"].distribution(),
             predicted_ms_mean=self.means["predicted_ms"].value(), prompt_ms_mean=self.means["prompt_ms"].value(),
             decode_tok_s_mean=self.means["decode_tok_s"].value(), stopped_reason=stopped_reason,

@@ -27,6 +27,11 @@ Per level (the requests of one concurrency level on one target):
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- input_tokens   = sum of input_tokens(r) over successful requests: the prompt's tokens as the
+                   server counted them, timings.prompt_n + timings.cache_n (processed + reused
+                   from the cache), else usage.prompt_tokens.
+- request_rate   = successful requests / wall_s (req/s).
+- total_tok_s    = (input_tokens + output_tokens) / wall_s: prompt and generated tokens per second.
 - achieved_rate  = (n - 1) / (last actual send - first actual send) over the level's n sent
                    requests (cancelled ones too: they left), req/s: the rate the open-loop level
                    actually offered, beside its nominal `rate` (a late client or --max-in-flight
@@ -133,6 +138,14 @@ def level_wall_s(rs: Sequence[RequestRecord]) -> float:
     if not rs:
         return 0.0
     return (max(r.complete_ns for r in rs) - min(r.start_ns for r in rs)) / 1e9
+
+
+def input_tokens(r: RequestRecord) -> int | None:
+    """The request's prompt tokens as the server counted them: prompt_n + cache_n, else
+    usage.prompt_tokens; None when it said neither."""
+    if r.prompt_n is not None:
+        return r.prompt_n + (r.cache_n or 0)
+    return r.usage.prompt_tokens if r.usage is not None else None
 
 
 def output_tokens(rs: Iterable[RequestRecord]) -> int:

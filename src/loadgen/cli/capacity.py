@@ -222,8 +222,12 @@ def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_summary: dict[s
         return f"{head}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     if hi in answer.inconclusive:
         fail = answer.infeasible_min
-        head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity is "
-                 f"between {_unit(by_rate, lo or 0)} and {_unit(by_rate, hi)}")
+        if lo is None:
+            head = (f"whether it serves even {_unit(by_rate, hi, users=True)} {within} cannot be told: its repeats "
+                    f"disagree (inconclusive at this noise)")
+        else:
+            head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity "
+                     f"is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
         if fail is None:
             return head
         hi = fail

@@ -46,6 +46,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int
     wall_s: float
     throughput_tok_s: float
+    # Prompt tokens of the successful requests, successful requests per second, and (input + output)
+    # tokens per second (analysis/metrics.py); None in files written before them.
+    input_tokens: int | None = None
+    request_rate: float | None = None
+    total_tok_s: float | None = None
     latency_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
     predicted_ms_mean: float | None
@@ -74,7 +79,7 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
         out = msgspec.to_builtins(self)
-        for key in ("concurrency_reached", "connections_opened"):  # a file written before keeps its shape
+        for key in ("concurrency_reached", "connections_opened", "input_tokens", "request_rate", "total_tok_s"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
         if not out["requests_lost"]:

@@ -37,7 +37,7 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
                *([Column("achieved\nreq/s")] if open_loop else []), Column("ok/failed"), Column("tok/s"),
                Column("latency ms\nmean"), Column("p50"), Column("p99"), Column("max"),
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
-               Column("predicted_ms\nmean")]
+               Column("predicted_ms\nmean"), Column("ok\nreq/s"), Column("in tok"), Column("total\ntok/s")]
     judged = any(lv.get("slo") for t in targets for lv in t.get("levels", []))
     if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
         columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
@@ -63,7 +63,8 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
                 row.append(_ratio(*(by_target[p["label"]]["throughput_tok_s"] for p in pair)) if both else "")
             row += [Num(_dist(lv, "latency_ms", stat)) for stat in ("mean", "p50", "p99", "max")]
             row += [Num(_dist(lv, "queue_wait_ms", "mean")), Num(lv["decode_tok_s_mean"], 1),
-                    Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"])]
+                    Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"]),
+                    Num(lv.get("request_rate"), 2), Num(lv.get("input_tokens")), Num(lv.get("total_tok_s"), 1)]
             if judged:
                 row += _slo_cells(lv.get("slo"))
             grid.add_row(*row)
