@@ -34,7 +34,7 @@ alpha = 0.25
 n_ctx = 2048
 eos_probability = 0.02
 """
-COMMON = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1", "--no-histograms")
+COMMON = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1")
 
 
 def loadgen(*args: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -65,7 +65,8 @@ def main() -> None:
                     result = json.loads(cap.stdout)["capacity"]
                     top = 2 * max(result["feasible_max"] or 1, 1)
                     _, sweep_s = loadgen("sweep", "--url", sim.url, *COMMON, "--concurrency",
-                                         ",".join(map(str, range(1, top + 1))), "--output", str(out / "all"))
+                                         ",".join(map(str, range(1, top + 1))), "--no-histograms", "--output",
+                                         str(out / "all"))
                     levels = json.loads((out / "all" / "run.json").read_text())["targets"][0]["levels"]
                     swept = max((lv["level"] for lv in levels if lv["slo"]["passed"]), default=None)
                     sweep_requests = sum(lv["requests_ok"] + lv["requests_failed"] for lv in levels)

@@ -47,8 +47,11 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
         caption = f"tok/s ratio: {pair[0]['label']} ÷ {pair[1]['label']}"
     grid = Grid(_title("sweep", doc), columns, caption=caption)
     levels = sorted({lv["level"] for t in targets for lv in t.get("levels", [])})
-    for c in levels:
-        by_target = {t["label"]: next((lv for lv in t.get("levels", []) if lv["level"] == c), None)
+    # A level run more than once (loadgen capacity repeats one near the line) gets a row per run.
+    runs = [(c, k) for c in levels for k in range(max(sum(lv["level"] == c for lv in t.get("levels", []))
+                                                      for t in targets))]
+    for c, k in runs:
+        by_target = {t["label"]: ([lv for lv in t.get("levels", []) if lv["level"] == c][k:k + 1] or [None])[0]
                      for t in targets}
         first = True
         for t in targets:
