@@ -118,3 +118,25 @@ def test_conclude_nothing_passes_and_everything_passes():
 def test_why_names_the_evidence(binding, hi, verdict, slots, expected):
     from loadgen.analysis.capacity_search import why
     assert why(binding, {"decode_tok_s_mean": 50.0}, hi, verdict, slots) == expected
+
+
+def test_the_verdict_sentence_says_answer_value_cause_and_inconclusive():
+    from loadgen.analysis.slo import parse_slo
+    from loadgen.cli.capacity import verdict_sentence
+    from loadgen.run.capacity import CapacitySettings
+
+    slo = parse_slo("ttft=500ms,tpot=50ms")
+    settings = CapacitySettings(max_level=64)
+    hi = {"slo": {"ratio": {"ttft": 1.224, "tpot": 0.5}}}
+    cliff = conclude({1: [p(.2)], 2: [p(.3)], 3: [p(.4)], 4: [p(1.224, ttft=1.224, tpot=.5)]}, repeat=1)
+    assert verdict_sentence(cliff, slo, False, hi, "its 3 slots are full and requests queue (median 410 ms)",
+                            settings, None) == (
+        "serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is 612 ms "
+        "because its 3 slots are full and requests queue (median 410 ms) (cliff)")
+    between = conclude({1: [p(.5)], 2: [p(.5)], 3: [p(.95), p(1.05), p(.97)], 4: [p(2.0)]}, repeat=3)
+    assert verdict_sentence(between, slo, False, None, "", settings, None).startswith(
+        "serves 2 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; 3 is inconclusive at this "
+        "noise (its repeats disagree), so the capacity is between 2 and 3; at 4")
+    everything = conclude({1: [p(.2)], 2: [p(.3)], 4: [p(.5)]}, repeat=1)
+    assert verdict_sentence(everything, slo, False, None, "", CapacitySettings(max_level=4), None).endswith(
+        "no level failed up to 4 (the most allowed (--max-concurrency))")
