@@ -266,6 +266,8 @@ def hlog_tag(label: str, level: int | float, metric: str) -> str:
 
 USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
 REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
+# A level's judgement against --slo (run.json's "slo"), flattened as slo_<field>.
+SLO_FIELDS = ("attainment", "passed", "goodput_req_s", "goodput_tok_s", "most_missed", "score")
 LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
                 "output_tokens", "wall_s", "throughput_tok_s",
                 *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
@@ -274,7 +276,8 @@ LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requ
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
                 *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
                   for k in ("mean", "p50", "p99")),
-                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99")), "requests_lost"]
+                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99")), "requests_lost",
+                "input_tokens", "request_rate", "total_tok_s", *(f"slo_{k}" for k in SLO_FIELDS)]
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -298,6 +301,8 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
             for key, value in level.items():
                 if isinstance(value, dict) and key.endswith("_ms"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})
+                elif key == "slo":
+                    row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
                 elif key != "server_metrics_delta":
