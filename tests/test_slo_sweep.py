@@ -47,3 +47,29 @@ def test_sweep_judges_every_level_as_its_records_say(loadgen, tmp_path):
 def test_an_slo_that_cannot_be_judged_is_refused(loadgen, tmp_path, args, message):
     code, _, err = loadgen("sweep", "--ports", "9", *args, "--output", tmp_path / "run")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_level_table_has_a_row_per_run_of_a_repeated_level_with_its_attainment():
+    from loadgen.analysis import metrics
+    from loadgen.analysis.slo import SloTally
+    from loadgen.output.layout import _plain, filled_rows
+    from loadgen.output.tables import sweep_table
+
+    slo = parse_slo("e2e=1s")
+
+    def level(c, e2e_ms):
+        rs = [RequestRecord(target="t", level=c, worker=0, seq=i, salt="", send_ns=0, complete_ns=int(ms * 1e6),
+                            predicted_n=10, prompt_n=20) for i, ms in enumerate(e2e_ms)]
+        summary = metrics.summarize_level(c, rs).to_dict()
+        summary["slo"] = SloTally.of(slo, rs).result(summary["wall_s"]).to_dict()
+        return summary
+
+    # c=3 run twice (as capacity repeats a level near the line): 2 of 2, then 1 of 2 within the target
+    doc = {"kind": "sweep", "config": {"mode": "concurrency"},
+           "targets": [{"label": "t", "levels": [level(1, [100, 200]), level(3, [900, 950]), level(3, [900, 1200])]}]}
+    grid = sweep_table(doc)
+    rows = [[_plain(c) for c in row] for row in filled_rows(grid)]
+    names = [c.name for c in grid.columns]
+    at = names.index("attain")
+    assert [(r[0], r[at]) for r in rows] == [(1, "100%"), (3, "100%"), (3, "50%")]
+    assert [r[names.index("in tok")] for r in rows] == [40, 40, 40]
