@@ -23,6 +23,7 @@ from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, che
 from ..run.live_metrics import LiveMetrics
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
+from ..run.stop_at_knee import stop_at_knee as knee_plan
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
@@ -75,6 +76,9 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @slo_options
+@click.option("--stop-at-knee", is_flag=True,
+              help="End the ladder once a level is past the saturation knee, or (with --slo) clearly misses the "
+                   "targets; one target only.")
 @format_option
 @prometheus_options
 @workers_option
@@ -84,7 +88,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          server_urls=()) -> None:
+          stop_at_knee=False, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -108,6 +112,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
     )
     config = resolve_workers(workers, ray_address, config)
+    if stop_at_knee and len(config.targets) != 1:
+        raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
@@ -117,7 +123,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
                               _console(stderr=True)) as live:
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
-                             records=records_kept, records_format=records_format)
+                             records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
 
 
@@ -186,11 +192,12 @@ def ensure_open_files(connections: int) -> None:
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
                   output_format: str = "table", live: LiveMetrics | None = None, records: str = "all",
-                  records_format: str = "jsonl") -> int:
+                  records_format: str = "jsonl", stop_at_knee: bool = False) -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators);
-    `live` (--prometheus-port) is fed every level and request.
+    `live` (--prometheus-port) is fed every level and request; `stop_at_knee` ends the ladder once
+    it is past saturation or the SLO (run/stop_at_knee.py).
     """
     console = console or _console()
     err = _console(stderr=True)
@@ -199,7 +206,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                await sweep_with_workers(run, live.observe(observer) if live else observer, out_dir)
+                obs = live.observe(observer) if live else observer
+                await sweep_with_workers(run, obs, out_dir, plan=knee_plan(run, obs) if stop_at_knee else None)
 
     try:
         execution = execute(run, out_dir, main, kind=kind, err=err, records=records, records_format=records_format)

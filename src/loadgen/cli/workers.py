@@ -21,7 +21,7 @@ from ..output.files import write_files
 from ..output.worker_hlog import worker_hlog
 from ..run.config import SweepConfig
 from ..run.model import Run, RunObserver
-from ..run.sweep import run_sweep
+from ..run.sweep import LevelPlan, run_sweep
 from ..run.ray_workers import LOCAL, RAY_INSTALL, RayPool, import_ray, reach_ray, ray_endpoint
 from ..run.workers import WorkerPool, auto_workers, local_workers, usable_cores
 from .common import die_with_parent
@@ -109,10 +109,11 @@ async def level_runner(config: SweepConfig, out_dir: Path, obs: RunObserver) -> 
                 write_files([("workers.hlog", worker_hlog(merged))], out_dir / "histograms")
 
 
-async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path) -> None:
-    """`run_sweep` with its levels sent by `run.config.workers` processes (one: this process)."""
+async def sweep_with_workers(run: Run, obs: RunObserver, out_dir: Path, plan: LevelPlan | None = None) -> None:
+    """`run_sweep` with its levels sent by `run.config.workers` processes (one: this process), and
+    chosen by `plan` when one is given (--stop-at-knee)."""
     async with level_runner(run.config, out_dir, obs) as pool:
-        await run_sweep(run, obs, level_runner=pool)
+        await run_sweep(run, obs, level_runner=pool, plan=plan)
 
 
 def check_one_target(config: SweepConfig, command: str) -> None:
