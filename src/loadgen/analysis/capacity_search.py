@@ -221,7 +221,8 @@ def why(binding: str | None, lo: Mapping[str, object] | None, hi: Mapping[str, o
     median = waits.get("p50") if isinstance(waits, Mapping) else None
     wait = f" (median {median:,.0f} ms)" if isinstance(median, (int, float)) else ""
     if cause == "slots":
-        slots = f"its {total_slots} slots are" if total_slots else "its slots are"
+        slots = ("its slot is" if total_slots == 1 else f"its {total_slots} slots are") if total_slots else \
+            "its slots are"
         return f"{slots} full and requests queue{wait}"
     if cause == "outside":
         return f"requests wait outside the server with a slot free{wait}: its HTTP threads (--threads-http)"
