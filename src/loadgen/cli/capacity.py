@@ -154,7 +154,7 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
         console.file.write(json.dumps({"capacity": result}, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     else:
         print_run(doc, console, err, output_format, live=True)
-        say(console, result["verdict"])
+        say(err if output_format == "csv" else console, result["verdict"])  # CSV on stdout stays CSV
         if search.ended:
             say(err, f"search ended: {search.ended}", "dim")
     err.print(f"results: {out_dir}", highlight=False)
