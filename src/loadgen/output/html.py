@@ -99,7 +99,7 @@ def _dist(level: dict[str, Any], key: str, stat: str) -> Any:
 
 TABLE_COLUMNS = ["C", "ok / failed", "tok/s", "latency mean ms", "p50", "p90", "p99", "max",
                  "queue wait mean ms", "queue wait p99", "queued", "decode tok/s", "peak deferred",
-                 "peak busy / slots", "batching gain", "stopped"]
+                 "peak busy / slots", "batching gain", "ok req/s", "attain (--slo)", "goodput req/s", "stopped"]
 
 
 def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
@@ -108,6 +108,7 @@ def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
     failed = level.get("requests_failed", 0) + level.get("requests_cancelled", 0)
     queued_share = verdict.get("queued_share")
     gain = verdict.get("batching_gain")
+    slo = level.get("slo") or {}
     return [
         str(level["level"]),
         f"{level.get('requests_ok', 0)} / {failed}",
@@ -122,6 +123,9 @@ def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
         _fmt(verdict.get("peak_deferred"), 0),
         f"{_fmt(verdict.get('peak_busy_slots'))} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
+        _fmt(level.get("request_rate"), 2),
+        "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
+        _fmt(slo.get("goodput_req_s"), 2),
         level.get("stopped_reason") or "",
     ]
 
