@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis.capacity_search import (CLIFF, FAIL, INCONCLUSIVE, PASS, REPEAT, SMOOTH, Probe, conclude,
-                                              decide_level, next_probe)
+from loadgen.analysis.capacity_search import (
+    CLIFF,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    REPEAT,
+    SMOOTH,
+    Probe,
+    conclude,
+    decide_level,
+    next_probe,
+)
 
 
 def p(score, level=0, ttft=None, tpot=None):

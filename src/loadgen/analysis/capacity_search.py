@@ -147,8 +147,8 @@ def _mean_ratios(probes: Sequence[Probe]) -> dict[str, float]:
     """Each target's mean ratio over the probes (inf when any probe's is infinite)."""
     out: dict[str, float] = {}
     for name in (probes[0].ratio if probes else {}):
-        values = [p.ratio.get(name) for p in probes]
-        out[name] = math.inf if any(v is None for v in values) else sum(values) / len(values)  # type: ignore[arg-type]
+        values = [v for p in probes if (v := p.ratio.get(name)) is not None]
+        out[name] = math.inf if len(values) < len(probes) else sum(values) / len(values)
     return out
 
 
@@ -212,8 +212,8 @@ def why(binding: str | None, lo: Mapping[str, object] | None, hi: Mapping[str, o
     if hi is None:
         return ""
     if binding == "error":
-        errors = hi.get("errors_by_kind") or {}
-        kinds = ", ".join(f"{n} {k}" for k, n in sorted(errors.items()))  # type: ignore[union-attr]
+        errors = hi.get("errors_by_kind")
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(errors.items())) if isinstance(errors, Mapping) else ""
         return f"requests fail ({kinds})" if kinds else "requests fail"
     v = hi_verdict or {}
     cause = v.get("queue_cause")

@@ -212,7 +212,7 @@ class SloTally:
             self.ratios.append(_ratios(r, self.slo))
 
     @classmethod
-    def of(cls, slo: Slo, rs: Iterable[RequestRecord]) -> "SloTally":
+    def of(cls, slo: Slo, rs: Iterable[RequestRecord]) -> SloTally:
         tally = cls(slo)
         tally.add(rs)
         return tally

@@ -8,29 +8,41 @@ capacity.json (the answer), and prints the tables and the answer, or `{"capacity
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, INCONCLUSIVE, Answer, why
-from ..analysis.slo import DEFAULT_ATTAINMENT, Slo
+from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, why
+from ..analysis.slo import Slo
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
-from ..results.writer import default_dir, prepare_dir
+from ..output.worker_hlog import write_worker_hlog
+from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.capacity import CapacitySearch, CapacitySettings, run_capacity
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.model import Run
-from .execute import FinalWriteError, execute
+from ..run.session import FinalWriteError, execute
+from ..run.state import Run
+from ..run.workers.policy import open_level_runner, remove_worker_files
+from .help import command
 from .options import DURATION
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
-from .shared import (checking_only, format_option, prompt_source, prompt_source_options, records_options,
-                     request_options, target_options)
 from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files
 
@@ -55,7 +67,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
     raise ConfigError(f"--budget {text!r}: give a request count (400) or a time (90s, 10m, 1h) above 0")
 
 
-@click.command()
+@command()
 @target_options
 @slo_options
 @click.option("--by", type=click.Choice(("concurrency", "rate")), default="concurrency", show_default=True,
@@ -135,14 +147,18 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
     run = Run(config, "sweep")
     search = CapacitySearch(run, settings)
 
-    async def main(checkpoint) -> None:
+    async def main(checkpoint: Callable[[], None]) -> None:
         with ProgressObserver(err, on_level_done=checkpoint) as observer:
-            await run_capacity(run, observer, search)
+            # the runner the config asks for (this process: --slo judges every record here)
+            async with open_level_runner(run.config, out_dir, observer,
+                                         functools.partial(write_worker_hlog, out_dir)) as runner:
+                await run_capacity(run, observer, search, runner)
 
     try:
-        execution = execute(run, out_dir, main, kind="sweep", err=err, records=records, records_format=records_format)
+        execution = execute(run, RunFiles(out_dir, records, records_format), main, err=err)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
+    remove_worker_files(out_dir)
     doc = execution.doc
     answer = search.answer()
     result = capacity_document(answer, doc, config.slo, settings, search)

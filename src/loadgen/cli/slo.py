@@ -20,11 +20,11 @@ def slo_options(f: Callable) -> Callable:
                              "reports its attainment and goodput; errors always miss.")(f)
 
 
-def build_slo(slo_text: str | None, attainment: float, *, stream: bool, workers: int = 1,
+def build_slo(slo_text: str | None, attainment: float, *, stream: bool, several_processes: bool = False,
               required: bool = False) -> Slo | None:
     """The run's `Slo`, or None without --slo; ConfigError (one sentence) when it cannot be judged:
     a streamed-only target without --stream (its value would be missing for every request), or
-    --workers (whose processes keep the records the judgement needs)."""
+    `several_processes` (--workers or --ray: their processes keep the records the judgement needs)."""
     if slo_text is None:
         if required:
             raise ConfigError("give the latency targets with --slo, e.g. --slo ttft=500ms,tpot=50ms")
@@ -39,6 +39,6 @@ def build_slo(slo_text: str | None, attainment: float, *, stream: bool, workers:
         names = ", ".join(slo.needs_stream)
         raise ConfigError(f"--slo {names} is measured on streamed responses only; add --stream "
                           f"(or judge e2e/queue instead)")
-    if workers != 1:
-        raise ConfigError("--slo judges every request in this process; run it without --workers")
+    if several_processes:
+        raise ConfigError("--slo judges every request in this process; run it without --workers (or --ray)")
     return slo

@@ -19,7 +19,8 @@ from ..analysis.aggregate import of_level
 from ..analysis.capacity_search import Answer, Probe, conclude, next_probe
 from ..core.clock import now_ns
 from ..core.records import LevelRun
-from .model import Run, RunObserver, TargetRun
+from .level_runner import LevelRunner
+from .state import Run, RunObserver, TargetRun
 from .sweep import run_sweep
 
 
@@ -98,6 +99,6 @@ class CapacitySearch:
         return conclude(self.history, self.settings.repeat, self.settings.noise)
 
 
-async def run_capacity(run: Run, obs: RunObserver, search: CapacitySearch) -> None:
-    """Fill `run` with the levels `search` chooses (one target)."""
-    await run_sweep(run, obs, plan=search.plan)
+async def run_capacity(run: Run, obs: RunObserver, search: CapacitySearch, runner: LevelRunner) -> None:
+    """Fill `run` with the levels `search` chooses (one target), their requests sent by `runner`."""
+    await run_sweep(run, obs, runner, plan=search.plan)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..analysis.aggregate import of_level
 from ..analysis.saturation import analyze_target
-from .model import Run, RunObserver, TargetRun
+from .state import Run, RunObserver, TargetRun
 
 SLO_MARGIN = 0.10
 
