@@ -43,6 +43,7 @@ def test_sweep_judges_every_level_as_its_records_say(loadgen, tmp_path):
     (("--slo", "e2e=5s", "--attainment", "2"), "not a share"),
     (("--attainment", "0.5"), "--attainment applies to --slo"),
     (("--slo", "e2e=5s", "--workers", "2"), "without --workers"),
+    (("--slo", "e2e=5s", "--ray"), "without --workers (or --ray)"),
 ])
 def test_an_slo_that_cannot_be_judged_is_refused(loadgen, tmp_path, args, message):
     code, _, err = loadgen("sweep", "--ports", "9", *args, "--output", tmp_path / "run")
