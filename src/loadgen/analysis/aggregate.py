@@ -118,6 +118,7 @@ class Partial(msgspec.Struct):
     sends: bytes  # int64 send times of the batch's requests
     completes: bytes  # and their completion times
     watermark_ns: int
+    input_tokens: int = 0  # prompt tokens of the successful requests (metrics.input_tokens)
 
 
 class Reservoir:
@@ -195,7 +196,7 @@ class LevelAggregate:
         self.metrics = metric_defs.all_metrics()
         self.series = {m.name: _Series() for m in self.metrics}
         self.errors: Counter[str] = Counter()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
         self.last_complete_ns: int | None = None
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
@@ -239,6 +240,7 @@ class LevelAggregate:
         ok = int(c.ok.sum())
         self.ok += ok
         self.output_tokens += int(c.tokens[c.ok].sum())
+        self.input_tokens += int(c.input_tokens[c.ok].sum())
         if ok < len(batch):
             self.errors.update(e for e in c.errors if e is not None)
         first, last = int(c.send.min()), int(c.send.max())
@@ -257,7 +259,8 @@ class LevelAggregate:
         made of a fresh aggregate of one batch, whose send and completion times all go with it."""
         sends, completes = np.concatenate(self._sends), np.concatenate(self._completes)
         return Partial(
-            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, errors=dict(self.errors),
+            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, input_tokens=self.input_tokens,
+            errors=dict(self.errors),
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
             series={name: x.part() for name, x in self.series.items() if x.count},
@@ -270,7 +273,7 @@ class LevelAggregate:
         for series in self.series.values():
             series.clear()
         self.errors.clear()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
         self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
         self.any_scheduled = False
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -283,6 +286,7 @@ class LevelAggregate:
         self.sent += part.sent
         self.ok += part.ok
         self.output_tokens += part.output_tokens
+        self.input_tokens += part.input_tokens
         self.errors.update(part.errors)
         self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
         self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
@@ -353,6 +357,8 @@ class LevelAggregate:
             requests_lost=lost,
             errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
             throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
+            input_tokens=self.input_tokens, request_rate=self.ok / wall if wall > 0 else 0.0,
+            total_tok_s=(self.input_tokens + self.output_tokens) / wall if wall > 0 else 0.0,
             stopped_reason=stopped_reason,
             server_metrics_delta=dict(server_metrics_delta or {}), rate=rate,
             achieved_rate=self._achieved_rate() if open_loop else None,

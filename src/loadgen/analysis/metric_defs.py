@@ -142,6 +142,14 @@ def _floats(column: Sequence[float | None]) -> np.ndarray:
         return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
 
 
+def input_tokens(r: RequestRecord) -> int | None:
+    """The request's prompt tokens as the server counted them: prompt_n + cache_n (processed and
+    reused from the cache), else usage.prompt_tokens; None when it said neither."""
+    if r.prompt_n is not None:
+        return r.prompt_n + (r.cache_n or 0)
+    return r.usage.prompt_tokens if r.usage is not None else None
+
+
 class Batch:
     """A batch of records as numpy columns: what every vectorised definition reads. Each field is
     read once, when a definition first needs it (one C call per record: `map(attrgetter)`, about
@@ -188,6 +196,11 @@ class Batch:
     @cached_property
     def connect_us(self) -> np.ndarray:
         return _floats(self._field("connect_us"))
+
+    @cached_property
+    def input_tokens(self) -> np.ndarray:
+        """Prompt tokens as the server counted them (`input_tokens`), 0 for none."""
+        return np.array([input_tokens(r) or 0 for r in self.records], dtype=np.int64)
 
     @cached_property
     def tokens(self) -> np.ndarray:

@@ -12,6 +12,11 @@ Per level (the requests of one concurrency level on one target):
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- input_tokens   = sum of input_tokens(r) over successful requests: the prompt's tokens as the
+                   server counted them, timings.prompt_n + timings.cache_n (processed + reused
+                   from the cache), else usage.prompt_tokens.
+- request_rate   = successful requests / wall_s (req/s).
+- total_tok_s    = (input_tokens + output_tokens) / wall_s: prompt and generated tokens per second.
 - achieved_rate  = (n - 1) / (last actual send - first actual send) over the level's n sent
                    requests (cancelled ones too: they left), req/s: the rate the open-loop level
                    actually offered, beside its nominal `rate` (a late client or --max-in-flight
@@ -49,6 +54,7 @@ from ..core.rundoc import Distribution
 # where every one-record reader has always found them.
 from .metric_defs import (  # noqa: F401  # re-exported: the one-record readers import them here
     decode_tok_s,
+    input_tokens,
     itl_ms,
     latency_ms,
     latency_uncorrected_ms,

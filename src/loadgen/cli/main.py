@@ -36,6 +36,7 @@ COMMANDS = {
     "observe": "loadgen.cli.observe:observe_command",
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
+    "capacity": "loadgen.cli.capacity:capacity_command",
 }
 
 
@@ -47,6 +48,7 @@ COMMAND_HELP = {
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
+    "capacity": "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',

@@ -212,6 +212,7 @@ class LevelRun:
     records: Any = field(default_factory=list)
     aggregate: Any = None
     tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
+    slo_tally: Any = None  # --slo: the level's requests judged as they stream (`analysis.slo.SloTally`)
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early

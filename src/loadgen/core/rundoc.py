@@ -56,6 +56,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int
     wall_s: float
     throughput_tok_s: float
+    # Prompt tokens of the successful requests, successful requests per second, and (input + output)
+    # tokens per second (analysis/metrics.py); None in files written before them.
+    input_tokens: int | None = None
+    request_rate: float | None = None
+    total_tok_s: float | None = None
     latency_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
     predicted_ms_mean: float | None
@@ -81,17 +86,21 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # Metrics registered beyond the built-in ones above (analysis/metric_defs.py), by name; absent
     # from a file without any.
     metrics: dict[str, Distribution | float] = {}
+    # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
+    slo: dict[str, Any] | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
         out = msgspec.to_builtins(self)
-        for key in ("concurrency_reached", "connections_opened"):  # a file written before keeps its shape
+        for key in ("concurrency_reached", "connections_opened", "input_tokens", "request_rate", "total_tok_s"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
         if not out["metrics"]:
             del out["metrics"]
+        if out["slo"] is None:
+            del out["slo"]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]
@@ -260,6 +269,7 @@ class Target(msgspec.Struct, frozen=True):
 
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
+    slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
 
 
 class RunDocument(msgspec.Struct, frozen=True):

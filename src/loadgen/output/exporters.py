@@ -242,6 +242,8 @@ def hlog_tag(label: str, level: int | float, metric: str) -> str:
 USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
 REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
 _D = metric_defs
+# A level's judgement against --slo (run.json's "slo"), flattened as slo_<field>.
+SLO_FIELDS = ("attainment", "passed", "goodput_req_s", "goodput_tok_s", "most_missed", "score")
 
 
 def level_fields() -> list[str]:
@@ -253,7 +255,8 @@ def level_fields() -> list[str]:
                 _D.PREDICTED_MS.key, _D.PROMPT_MS.key, _D.DECODE_TOK_S.key, "stopped_reason",
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
                 *(c for m in (_D.TTFT, _D.TPOT, _D.ITL, _D.LATENCY_UNCORRECTED, _D.SCHEDULE_LAG) for c in m.columns()),
-                "connections_opened", *_D.CONNECT.columns(), "requests_lost"]
+                "connections_opened", *_D.CONNECT.columns(), "requests_lost",
+                "input_tokens", "request_rate", "total_tok_s", *(f"slo_{k}" for k in SLO_FIELDS)]
     return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 
@@ -282,6 +285,8 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                     keys = {m.name: m.key for m in metric_defs.all_metrics()}
                     for name, dist in value.items():
                         row.update({f"{keys.get(name, name)}_{k}": v for k, v in dist.items()})
+                elif key == "slo":
+                    row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
                 elif key != "server_metrics_delta":

@@ -53,7 +53,7 @@ def _dist(level: Level, m: Metric, stat: str) -> Any:
 
 TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' ms')} mean ms", "p50", "p90", "p99", "max",
                  f"{QUEUE_WAIT.header.removesuffix(' ms')} mean ms", f"{QUEUE_WAIT.short} p99", "queued", DECODE_TOK_S.header, "peak deferred",
-                 "peak busy / slots", "batching gain", "stopped"]
+                 "peak busy / slots", "batching gain", "ok req/s", "attain (--slo)", "goodput req/s", "stopped"]
 
 
 def level_row(series: TargetSeries, level: Level) -> list[str]:
@@ -62,6 +62,7 @@ def level_row(series: TargetSeries, level: Level) -> list[str]:
     failed = level.requests_failed + level.requests_cancelled
     queued_share = None if verdict is None else verdict.queued_share
     gain = None if verdict is None else verdict.batching_gain
+    slo = level.slo or {}
     return [
         str(level.level),
         f"{level.requests_ok} / {failed}",
@@ -75,6 +76,9 @@ def level_row(series: TargetSeries, level: Level) -> list[str]:
         _fmt(None if verdict is None else verdict.peak_deferred, 0),
         f"{_fmt(None if verdict is None else verdict.peak_busy_slots)} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
+        _fmt(level.request_rate, 2),
+        "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
+        _fmt(slo.get("goodput_req_s"), 2),
         level.stopped_reason or "",
     ]
 

@@ -42,15 +42,20 @@ def sweep_table(doc: Doc) -> Grid:
                *([Column("achieved\nreq/s")] if open_loop else []), Column("ok/failed"), Column("tok/s"),
                Column("latency ms\nmean"), Column("p50"), Column("p99"), Column("max"),
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
-               Column("predicted_ms\nmean")]
+               Column("predicted_ms\nmean"), Column("ok\nreq/s"), Column("in tok"), Column("total\ntok/s")]
+    judged = any(lv.slo for t in targets for lv in t.levels)
+    if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
+        columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
     caption = None
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0].label} ÷ {pair[1].label}"
     grid = Grid(_title("sweep", doc), columns, caption=caption)
     levels = sorted({lv.level for t in targets for lv in t.levels})
-    for c in levels:
-        by_target = {t.label: t.level(c) for t in targets}
+    # A level run more than once (loadgen capacity repeats one near the line) gets a row per run.
+    runs = [(c, k) for c in levels for k in range(max(sum(lv.level == c for lv in t.levels) for t in targets))]
+    for c, k in runs:
+        by_target = {t.label: ([lv for lv in t.levels if lv.level == c][k:k + 1] or [None])[0] for t in targets}
         first = True
         for t in targets:
             lv = by_target[t.label]
@@ -64,11 +69,35 @@ def sweep_table(doc: Doc) -> Grid:
                 row.append(_ratio(*(x.throughput_tok_s for x in both if x)) if first and all(both) else "")
             row += [Num(_dist(lv, metric_defs.LATENCY, stat)) for stat in ("mean", "p50", "p99", "max")]
             row += [Num(_dist(lv, metric_defs.QUEUE_WAIT, "mean")), Num(lv.decode_tok_s_mean, 1),
-                    Num(lv.output_tokens), Num(lv.wall_s, 2), Num(lv.predicted_ms_mean)]
+                    Num(lv.output_tokens), Num(lv.wall_s, 2), Num(lv.predicted_ms_mean),
+                    Num(lv.request_rate, 2), Num(lv.input_tokens), Num(lv.total_tok_s, 1)]
+            if judged:
+                row += _slo_cells(lv.slo)
             grid.add_row(*row)
             first = False
         grid.end_section()
     return grid
+
+
+def _slo_cells(slo: dict[str, Any] | None) -> list[Cell]:
+    if not slo:
+        return ["", "", "", ""]
+    attainment = slo.get("attainment")
+    shown = "n/a" if attainment is None else f"{attainment:.0%}"
+    return [Text(shown, style="green" if slo.get("passed") else "red"), Num(slo.get("goodput_req_s"), 2),
+            Num(slo.get("goodput_tok_s"), 1), slo.get("most_missed") or ""]
+
+
+def slo_lines(doc: Doc) -> list[str]:
+    """What the attainment columns judge against: the run's latency targets and required share."""
+    config = RunDocument.of(doc).config
+    slo = None if config is None else config.slo
+    if not isinstance(slo, dict) or not slo.get("targets_ms"):
+        return []
+    targets = ", ".join(f"{name}≤{ms / 1000:g} s" if ms >= 1000 else f"{name}≤{ms:g} ms"
+                        for name, ms in slo["targets_ms"].items())
+    return [f"SLO: {targets}; a level passes when at least {slo['attainment']:.0%} of its requests meet every "
+            "target (errors always miss); goodput counts only those requests."]
 
 
 def error_lines(doc: Doc, told: bool = False) -> list[str]:
@@ -368,7 +397,7 @@ _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunK
 def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
-    notes = overhead_lines(doc) + connection_lines(doc)
+    notes = slo_lines(doc) + overhead_lines(doc) + connection_lines(doc)
     sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):

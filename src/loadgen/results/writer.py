@@ -26,6 +26,7 @@ from ..analysis.depth import summarize_depth, with_change
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
+from ..analysis.slo import Slo, SloTally
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..core.baseurl import masked
 from ..core.clock import now_ns
@@ -68,7 +69,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     targets = []
     config = run.config
     for t in run.targets:
-        levels = _level_summaries(t.levels)
+        levels = _level_summaries(t.levels, config.slo)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -187,13 +188,24 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
     return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
 
 
-def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
-    return [_with_workers(msgspec.structs.replace(
-        of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
-                             counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
-        loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
-        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv)
-            for lv in levels]
+def _level_summaries(levels: list[LevelRun], slo: Slo | None = None) -> list[dict[str, Any]]:
+    out = []
+    for lv in levels:
+        summary = of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
+                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate)
+        out.append(_with_workers(msgspec.structs.replace(
+            summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
+            client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s),
+        ).to_dict(client_load=True), lv))
+    return out
+
+
+def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float) -> dict[str, Any] | None:
+    """The level judged against the run's latency targets: its streamed tally, else its records."""
+    if slo is None:
+        return None
+    tally = lv.slo_tally if lv.slo_tally is not None else SloTally.of(slo, list(lv.records))
+    return tally.result(wall_s).to_dict()
 
 
 def _with_workers(summary: dict[str, Any], lv: LevelRun) -> dict[str, Any]:
@@ -234,7 +246,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
-            target["levels"] = _level_summaries(t.levels)
+            target["levels"] = _level_summaries(t.levels, run.config.slo)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()

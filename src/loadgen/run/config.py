@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..analysis.slo import Slo
 from ..client.backends import API_NAMES, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
@@ -101,6 +102,8 @@ class SweepConfig:
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
     # the run, "auto": the running one); None: processes of this machine. workers 0: one per CPU.
     ray_address: str | None = None
+    # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
+    slo: Slo | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -179,6 +182,8 @@ class SweepConfig:
             "prompts": len(g.prompt_list),
             "workers": self.workers,
             "ray": self.ray_address,
+            # only when set: a run without targets keeps the shape files had before
+            **({"slo": self.slo.to_dict()} if self.slo else {}),
         }
 
 

@@ -10,8 +10,10 @@ dead server) the caller can still write every record gathered so far.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 
 from ..analysis.aggregate import typical_latency_s
+from ..analysis.slo import SloTally
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
@@ -29,6 +31,10 @@ from .target_setup import (
     target_probe,
 )
 
+# The levels of a target, asked for one at a time, each after the previous one finished (so a
+# search can read t.levels; run/capacity.py); None: the config's levels, in order.
+LevelPlan = Callable[[TargetRun], Iterable[int | float]]
+
 
 def _new_level(run: Run, t: TargetRun, key: int | float) -> LevelRun:
     config = run.config
@@ -37,7 +43,10 @@ def _new_level(run: Run, t: TargetRun, key: int | float) -> LevelRun:
                          prompt_tokens=config.prompt_tokens)
     else:
         level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
-    return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
+    if config.slo is not None:  # judged as the records stream by (in simulated time for the demo)
+        level.slo_tally = SloTally(config.slo)
+    return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns,
+                        extra=[level.slo_tally.add] if level.slo_tally is not None else None)
 
 
 async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Probe, runner: LevelRunner,
@@ -68,7 +77,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
 
 
 async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelRunner,
-                        transport_factory: TransportFactory | None) -> None:
+                        transport_factory: TransportFactory | None, plan: LevelPlan | None) -> None:
     config = run.config
     async with target_load(config, t, obs, source=config.prompt_source or PromptSource(),
                            prompt_tokens=config.prompt_tokens, options=DEFAULT_OPTIONS,
@@ -77,7 +86,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
             return
         async with target_probe(config, t) as probe:
             latency_s = None
-            for key in config.levels:
+            for key in config.levels if plan is None else plan(t):
                 level = await _sweep_level(run, load, key, probe, runner, latency_s)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
@@ -88,17 +97,17 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
 
 
 async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
-                    transport_factory: TransportFactory | None = None) -> None:
+                    transport_factory: TransportFactory | None = None, plan: LevelPlan | None = None) -> None:
     """Fill `run` target by target (or all at once with parallel_targets), each level's requests
     sent by `runner` (run/level_runner.py: this process, or worker processes).
 
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is
-    given.
+    given; the levels are `plan`'s when one is given (a search, --stop-at-knee), else the config's.
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, runner, transport_factory)
+            await _sweep_target(run, t, obs, runner, transport_factory, plan)
