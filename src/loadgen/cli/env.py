@@ -19,6 +19,7 @@ from ..client.machine_facts import MachineReader, Roots
 from ..client.probe import Probe, TargetUnreachable
 from ..core.errors import ConfigError
 from ..output.environment import fingerprint_lines
+from ..run.config import MachineOptions
 from .common import user_errors
 
 PROBE_CONNECTIONS = 2  # loadgen's probe scrapes /metrics and /slots beside the requests
@@ -82,3 +83,33 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         click.echo(line)
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
+
+
+def machine_options(command):
+    """The flags of a run that reads the machine under it (sweep): roots, sampling interval, idle power."""
+    options = [
+        click.option("--sysfs", "sysfs", default="/sys", show_default=True, type=click.Path(file_okay=False),
+                     help="Where sysfs is mounted, read for the environment record (node_exporter's --path.sysfs)."),
+        click.option("--procfs", "procfs", default="/proc", show_default=True, type=click.Path(file_okay=False),
+                     help="Where procfs is mounted (--path.procfs)."),
+        click.option("--env-interval", "env_interval_s", type=click.FloatRange(min=0.01), default=1.0,
+                     show_default=True, help="Seconds between samples of the machine during a level (PCIe links, "
+                     "governors, power limits, clocks, energy counters)."),
+        click.option("--idle-power", "idle_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+                     help="Seconds of idle power measured before the first level, when the machine has an energy "
+                          "counter (RAPL, NVML); 0: none, and no net J/token."),
+        click.option("--environment/--no-environment", "record_environment", default=True, show_default=True,
+                     help="Record the machine's fingerprint and per-level samples in run.json."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float,
+                   record_environment: bool) -> MachineOptions:
+    for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
+        if record_environment and not Path(path).is_dir():
+            raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
+    return MachineOptions(sysfs=sysfs, procfs=procfs, interval_s=env_interval_s, idle_s=idle_s,
+                          enabled=record_environment)

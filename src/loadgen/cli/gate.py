@@ -3,7 +3,9 @@ or a folder of several runs each), let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
 limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression,
-and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits.
+and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits. Both refuse with
+EXIT_ENV_CHANGED (4) when the machine under the sides differs (analysis/env_drift.py) unless
+--allow-env-change.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from ..analysis.env_drift import changed_levels, environment_differences
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
 from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
                              parse_confidence, parse_settings, run_gate)
@@ -27,7 +30,7 @@ from ..output.comparison import (check_line, comparison_markdown, comparison_tab
 from ..output.layout import print_grid
 from ..results.noise import write_noise
 from ..results.sides import calibration_runs, load_side, side_noise
-from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
+from ..core.errors import EXIT_ENV_CHANGED, EXIT_FAILED, EXIT_NOT_ENFORCED, InputError, UserError
 from .common import results_dir, user_errors
 from .shared import console as _console
 
@@ -35,6 +38,29 @@ from .shared import console as _console
 def load(results_dir_text: str, which: str) -> list[RunData]:
     """A side: one results directory, or a folder of them."""
     return load_side(results_dir(results_dir_text, which))
+
+
+def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) -> None:
+    """The drift guard (analysis/env_drift.py): say what differs between the machines under the two
+    sides and which levels' machine changed during them; refuse (EXIT_ENV_CHANGED) unless `allow`."""
+    err = Console(stderr=True)
+    differences, notes = environment_differences([r.doc for r in baseline], [r.doc for r in candidate])
+    during = [f"{side} {line}" for side, runs in (("baseline", baseline), ("candidate", candidate))
+              for line in changed_levels(r.doc for r in runs)]
+    for line in notes:
+        err.print(f"note: {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
+    lines = [f"environment: {d}" for d in differences] + [f"environment changed during {d}" for d in during]
+    for line in lines:
+        err.print(f"{'warning: ' if allow else ''}{line}", style="yellow", highlight=False, markup=False,
+                  soft_wrap=True)
+    if lines and not allow:
+        raise UserError("the machine under the runs differs or changed (above), so their figures may differ for "
+                        "that reason; measure on the same machine state, or add --allow-env-change to compare "
+                        "anyway", exit_code=EXIT_ENV_CHANGED)
+
+
+ALLOW_ENV_HELP = ("Compare even when the machine under the two sides differs, or changed during a level "
+                  "(warn instead of refusing with exit 4).")
 
 
 def noise_for(baseline_dir: str, noise_file: str | None) -> NoiseFloors | None:
@@ -81,13 +107,15 @@ NOISE_HELP = ("A noise.json from `loadgen calibrate` to judge differences agains
               show_default=True, help="Terminal table, Markdown, or JSON for other tools.")
 @click.option("--confidence", default="0.95", show_default=True,
               help="Confidence at which each change is called significant (0.95 or 95%).")
+@click.option("--allow-env-change", is_flag=True, help=ALLOW_ENV_HELP)
 def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | None, output_format: str,
-                    confidence: str) -> None:
+                    confidence: str, allow_env_change: bool = False) -> None:
     """Compare two sides (a sweep each, or a folder of runs each) per target and level: values,
     change, and whether it is more than the run-to-run noise."""
     with user_errors():
         level = parse_confidence(confidence, "--confidence")
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
+        env_guard(baseline, candidate, allow_env_change)
         comparison = compare_sides(baseline, candidate, confidence=level, floors=noise_for(baseline_dir, noise_file))
     if output_format == "json":
         click.echo(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
@@ -126,6 +154,7 @@ def gate_options(command):
         click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags "
                                                      "override it."),
         click.option("--noise", "noise_file", help=NOISE_HELP),
+        click.option("--allow-env-change", is_flag=True, help=ALLOW_ENV_HELP),
     ]
     for option in reversed(options):
         command = option(command)
@@ -148,7 +177,7 @@ def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, m
 @gate_options
 def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
                  max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
-                 config_file: str | None, noise_file: str | None) -> None:
+                 config_file: str | None, noise_file: str | None, allow_env_change: bool = False) -> None:
     """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when
     the runs could enforce none of the limits on throughput and latency; else 0.
 
@@ -158,6 +187,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
+        env_guard(baseline, candidate, allow_env_change)
         result = run_gate(baseline, candidate, config, floors=noise_for(baseline_dir, noise_file))
     report_gate(result, config.strict)
 

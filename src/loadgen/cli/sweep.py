@@ -22,6 +22,7 @@ from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, che
 from ..run.live_metrics import LiveMetrics
 from ..run.model import Run
 from ..run.schedule import ARRIVALS
+from .env import machine_config, machine_options
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
@@ -75,12 +76,14 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @format_option
 @prometheus_options
 @workers_option
+@machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, server_urls=()) -> None:
+          workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
+          record_environment, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -101,6 +104,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
+        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, record_environment),
     )
     config = resolve_workers(workers, ray_address, config)
     ensure_open_files(connections_needed(config))

@@ -21,6 +21,9 @@ Version history (SCHEMA_VERSION):
        "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
        (analysis/occupancy.py); per probe sample
        (probe.jsonl) "scrape_us".
+       Added since, without a bump (docs/environment.md): run "environment" (the machine's
+       fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -22,6 +22,8 @@ import msgspec
 
 from .. import __version__
 from ..analysis.depth import summarize_depth, with_change
+from ..analysis.energy import level_energy
+from ..analysis.env_drift import level_changes
 from ..analysis.aggregate import of_level
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
@@ -64,8 +66,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json's content: metadata plus per-target level summaries (a pure function)."""
     targets = []
     config = run.config
+    idle_w = run.environment.idle_power_w if run.environment is not None else None
     for t in run.targets:
-        levels = _level_summaries(t.levels)
+        levels = _level_summaries(t.levels, idle_w)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -78,7 +81,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             target, [r for lv in t.levels for r in _verdict_records(lv)], [s for lv in t.levels for s in lv.probe_samples],
             config.knee_gain, config.knee_latency, config.open_loop) if levels else None
         targets.append(target)
-    return {
+    doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "loadgen_version": __version__,
@@ -88,6 +91,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         "config": run.config.to_dict(),
         "targets": targets,
     }
+    if run.environment is not None:
+        doc["environment"] = run.environment.to_dict()
+    return doc
 
 
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
@@ -159,13 +165,26 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
     return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
 
 
-def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
-    return [_with_workers(msgspec.structs.replace(
+def _level_summaries(levels: list[LevelRun], idle_w: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    return [_with_environment(_with_workers(msgspec.structs.replace(
         of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
                              counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
         loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
-        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv)
+        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv), lv, idle_w)
             for lv in levels]
+
+
+def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, float] | None) -> dict[str, Any]:
+    """A level the machine was sampled through also holds its samples, what changed during it
+    (analysis/env_drift.level_changes) and its energy (analysis/energy.level_energy); absent otherwise."""
+    if lv.environment:
+        samples = list(lv.environment)
+        summary["environment"] = msgspec.to_builtins(samples)
+        summary["environment_changed"] = level_changes(samples)
+        energy = level_energy(samples, summary["output_tokens"], idle_w)
+        if energy:
+            summary["energy"] = [e.to_dict() for e in energy]
+    return summary
 
 
 def _with_workers(summary: dict[str, Any], lv: LevelRun) -> dict[str, Any]:

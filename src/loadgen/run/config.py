@@ -58,6 +58,21 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineOptions:
+    """What a run reads of the machine under it (run/machine_sampling.py, docs/environment.md)."""
+
+    sysfs: str = "/sys"  # where sysfs and procfs are mounted (node_exporter's --path.sysfs/--path.procfs)
+    procfs: str = "/proc"
+    interval_s: float = 1.0  # between environment samples during a level (plus one at its start and end)
+    idle_s: float = 2.0  # idle power is measured this long before the first level, when a counter exists
+    enabled: bool = True
+
+    def to_dict(self) -> dict:
+        return {"sysfs": self.sysfs, "procfs": self.procfs, "interval_s": self.interval_s, "idle_s": self.idle_s,
+                "enabled": self.enabled}
+
+
+@dataclass(frozen=True, slots=True)
 class SweepConfig:
     targets: tuple[Target, ...]
     concurrency: tuple[int, ...]  # closed-loop levels; ignored when `rates` is given
@@ -101,6 +116,7 @@ class SweepConfig:
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
     # the run, "auto": the running one); None: processes of this machine. workers 0: one per CPU.
     ray_address: str | None = None
+    machine: MachineOptions = MachineOptions()
 
     @property
     def open_loop(self) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..analysis.aggregate import of_level, typical_latency_s
+from ..analysis.env_drift import level_changes
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
 from ..client.transport import Transport
@@ -23,6 +24,7 @@ from ..core.records import LevelRun
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
+from .machine_sampling import MachineWatch, no_sampling, server_facts
 from .model import Run, RunObserver, TargetRun
 from .prompts import PromptSource
 from .recording import stream_level
@@ -75,12 +77,14 @@ class LevelRunner(Protocol):
 async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, transport: Transport,
                        backend: Backend, obs: RunObserver, options: EngineOptions,
                        latency_s: float | None,
-                       runner: Callable[[LevelRun], Awaitable[ClientLoad | None]] | None = None) -> LevelRun:
+                       runner: Callable[[LevelRun], Awaitable[ClientLoad | None]] | None = None,
+                       watch: MachineWatch | None = None) -> LevelRun:
     """One level on one target: its connections opened before its clock starts (`latency_s`, the
     latency seen so far, sizes an open-loop level's), the server's counters before and after, its
     /metrics and /slots sampled during, the client's own load measured, figures moved to simulated
     time (demo). With a `runner` the requests are its (worker processes, which open their own
-    connections ahead), and so is the client's load."""
+    connections ahead), and so is the client's load. With a `watch` the machine is sampled through the
+    level too (run/machine_sampling.py)."""
     config = run.config
     level = stream_level(_new_level(config, t, key), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
     if runner is None:
@@ -91,7 +95,8 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
     t.levels.append(level)
     load: ClientLoad | None = None
     try:
-        async with probe_sampling(probe, t, key, config.probe_interval_s, level):
+        async with probe_sampling(probe, t, key, config.probe_interval_s, level), \
+                (watch.sampling(level) if watch else no_sampling(level)):
             lag = LoopLagSampler().start()
             try:
                 if runner is None:
@@ -116,11 +121,15 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
         else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
+    changes = level_changes(level.environment)
+    if changes:
+        obs.message(f"warning: {t.label} at {level.name}: the machine changed during the level "
+                    f"({'; '.join(changes)}); compare and gate refuse it unless --allow-env-change")
     return level
 
 
 async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_factory: TransportFactory | None,
-                        level_runner: LevelRunner | None = None) -> None:
+                        level_runner: LevelRunner | None = None, watch: MachineWatch | None = None) -> None:
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     if config.prompt_tokens:
@@ -143,7 +152,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
             runner = None if level_runner is None else functools.partial(
                 level_runner.run, config, t, generation=generation, options=options, obs=obs)
             for key in config.levels:
-                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner)
+                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner,
+                                           watch)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
@@ -161,11 +171,17 @@ async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFact
 
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is
     given; the levels' requests are sent by `level_runner` when one is given (worker processes).
+    The machine's fingerprint is read before the first level and sampled through every level
+    unless `config.machine.enabled` is off (run/machine_sampling.py).
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
+    watch = None
+    if run.config.machine.enabled and live:
+        watch = MachineWatch(run.config.machine, run.start_ns)
+        run.environment = await watch.fingerprint(server_facts(live))
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner, watch) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, transport_factory, level_runner)
+            await _sweep_target(run, t, obs, transport_factory, level_runner, watch)

@@ -1,0 +1,81 @@
+"""Reading the machine beside a run: its fingerprint before the first level, its idle power, and
+environment samples through every level (docs/environment.md).
+
+A level is sampled at its start, every `MachineOptions.interval_s` while it runs and at its end, beside
+the probe's scrapes, so a change mid-level (the field report's PCIe downshift) is caught in the level
+it spoiled; analysis/env_drift.py judges the samples and analysis/energy.py adds up their counters.
+Reads happen in a thread (nvidia-smi may take a while; the event loop must not wait for it).
+A sample's `at_s` is seconds since the run's start, on the run's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..analysis.energy import counters_j, idle_power
+from ..client.machine_facts import MachineReader, Roots
+from ..core.clock import now_ns
+from ..core.environment import EnvSample, Fingerprint
+from ..core.records import LevelRun
+from .config import MachineOptions
+
+
+class MachineWatch:
+    """The machine of one run: `fingerprint()` once, then `sampling(level)` around each level."""
+
+    def __init__(self, options: MachineOptions, origin_ns: int, reader: MachineReader | None = None):
+        self.options = options
+        self.origin_ns = origin_ns
+        self.reader = reader or MachineReader(Roots(Path(options.sysfs), Path(options.procfs)))
+
+    def _at_s(self) -> float:
+        return (now_ns() - self.origin_ns) / 1e9
+
+    async def sample(self) -> EnvSample:
+        at_s = self._at_s()
+        return await asyncio.to_thread(self.reader.sample, at_s)
+
+    async def fingerprint(self, server: dict[str, Any] | None) -> Fingerprint:
+        """The fingerprint, with the idle power measured over `idle_s` when the machine has an energy
+        counter (RAPL or NVML): the baseline that net joules per token subtract."""
+        fp = await asyncio.to_thread(self.reader.fingerprint, server)
+        fp = msgspec.structs.replace(fp, sample=msgspec.structs.replace(fp.sample, at_s=self._at_s()))
+        if self.options.idle_s > 0 and counters_j(fp.sample):
+            await asyncio.sleep(self.options.idle_s)
+            later = await self.sample()
+            fp = msgspec.structs.replace(fp, idle_power_w={k: round(v, 6) for k, v in
+                                                           idle_power([fp.sample, later]).items()})
+        return fp
+
+    @asynccontextmanager
+    async def sampling(self, level: LevelRun) -> AsyncIterator[None]:
+        """Samples into `level.environment`: one now, one every interval while inside, one on the way out."""
+        level.environment.append(await self.sample())
+        task = asyncio.ensure_future(self._every_interval(level))
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            level.environment.append(await self.sample())
+
+    async def _every_interval(self, level: LevelRun) -> None:
+        while True:
+            await asyncio.sleep(self.options.interval_s)
+            level.environment.append(await self.sample())
+
+
+@asynccontextmanager
+async def no_sampling(level: LevelRun) -> AsyncIterator[None]:
+    yield
+
+
+def server_facts(targets: Any) -> dict[str, Any]:
+    """label -> what /props said of the server's build, model and slots (the fingerprint's `server`)."""
+    return {t.label: t.info.props for t in targets if t.info is not None and t.info.props}
