@@ -213,15 +213,18 @@ def environment_differences(baseline: Iterable[Mapping[str, Any]],
     """(differences, notes) between two sides' run documents (each side one or more runs).
 
     A difference is a line naming the fact and both values; notes say what could not be compared
-    (a side without a recorded environment). Runs within one side are compared against the side's
+    (a side without a recorded environment, when the other has one; neither: nothing is said). Runs within one side are compared against the side's
     first run too, so a folder of runs taken across a change is caught."""
     sides = {"baseline": list(baseline), "candidate": list(candidate)}
     notes, facts, links = [], {}, {}
+    recorded = {name: [fingerprint_from(d.get("environment")) for d in docs] for name, docs in sides.items()}
+    if not any(fp is not None for fps in recorded.values() for fp in fps):
+        return [], []  # runs from before the record on both sides: nothing to say
     for name, docs in sides.items():
-        fps = [fingerprint_from(d.get("environment")) for d in docs]
+        fps = recorded[name]
         if not docs or any(fp is None for fp in fps):
-            notes.append(f"the {name} has no recorded environment (a run from before loadgen recorded it): "
-                         f"the drift guard cannot compare it")
+            notes.append(f"the {name} has no recorded environment (a run from before loadgen recorded it, or "
+                         f"--no-environment): the drift guard cannot compare it")
             continue
         facts[name] = [_static_facts(fp) for fp in fps if fp is not None]
         links[name] = _level_links(docs[0])

@@ -1,0 +1,60 @@
+"""Energy per token from counter samples (analysis/energy.py): a table of samples whose answers were
+worked out by hand first."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.analysis.energy import idle_power, level_energy
+from loadgen.core.environment import EnvSample, GpuFacts, RaplZone
+
+WRAP_UJ = 262_143_328_850  # a RAPL package's max_energy_range_uj
+
+
+def sample(at_s: float, package_uj: int | None = None, gpu_mj: int | None = None, psys_uj: int | None = None) -> EnvSample:
+    rapl = []
+    if package_uj is not None:
+        rapl.append(RaplZone(zone="intel-rapl:0", name="package-0", energy_uj=package_uj, max_energy_range_uj=WRAP_UJ))
+    if psys_uj is not None:  # overlaps the package: never added
+        rapl.append(RaplZone(zone="intel-rapl:1", name="psys", energy_uj=psys_uj, max_energy_range_uj=WRAP_UJ))
+    gpus = (GpuFacts(index=0, name="G", energy_mj=gpu_mj),) if gpu_mj is not None else ()
+    return EnvSample(at_s=at_s, rapl=tuple(rapl), gpus=gpus)
+
+
+# (samples, output tokens, idle W, expected {source: (energy J, mean W, net J/token, J/token, tokens/J)})
+CASES = [
+    # 100 W for 10 s = 1000 J over 500 tokens: 2 J/token; idle 40 W -> net 600 J, 1.2 J/token
+    ("cpu", [sample(0, 0), sample(10, 1_000_000_000)], 500, {"cpu": 40.0},
+     {"cpu": (1000.0, 100.0, 1.2, 2.0, 0.5)}),
+    # the counter wrapped: (WRAP - 500 J) -> 500 J is 1000 J
+    ("wrap", [sample(0, WRAP_UJ - 500_000_000), sample(10, 500_000_000)], 500, {"cpu": 40.0},
+     {"cpu": (1000.0, 100.0, 1.2, 2.0, 0.5)}),
+    # GPU 300 W and CPU 50 W for 4 s, 1400 tokens; idle 60 + 20 W: total 1400 J, net (1400 - 320)/1400
+    ("both", [sample(0, 0, 0), sample(4, 200_000_000, 1_200_000)], 1400, {"cpu": 20.0, "gpu": 60.0},
+     {"cpu": (200.0, 50.0, 120 / 1400, 200 / 1400, 7.0), "gpu": (1200.0, 300.0, 960 / 1400, 1200 / 1400, 1400 / 1200),
+      "total": (1400.0, 350.0, 1080 / 1400, 1.0, 1.0)}),
+    # psys is not added to the package
+    ("psys", [sample(0, 0, psys_uj=0), sample(2, 100_000_000, psys_uj=900_000_000)], 100, None,
+     {"cpu": (100.0, 50.0, None, 1.0, 1.0)}),
+]
+
+
+@pytest.mark.parametrize("samples,tokens,idle,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_level_energy(samples, tokens, idle, expected):
+    got = {e.source: (e.energy_j, e.mean_w, e.net_j_per_token, e.j_per_token, e.tokens_per_j)
+           for e in level_energy(samples, tokens, idle)}
+    assert set(got) == set(expected)
+    for source, values in expected.items():
+        assert got[source] == pytest.approx(values), source
+
+
+def test_no_energy_without_two_samples_counters_or_tokens():
+    assert level_energy([sample(0, 0)], 10) == []
+    assert level_energy([sample(0), sample(1)], 10) == []  # no counters
+    (cpu,) = level_energy([sample(0, 0), sample(1, 5_000_000)], 0)
+    assert cpu.energy_j == 5.0 and cpu.j_per_token is None and cpu.tokens_per_j is None
+
+
+def test_idle_power():
+    assert idle_power([sample(0, 0, 0), sample(2, 80_000_000, 120_000)]) == {"cpu": 40.0, "gpu": 60.0}
+    assert idle_power([sample(0, 0)]) == {}
