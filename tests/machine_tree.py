@@ -32,6 +32,15 @@ def build_tree(root: Path, *, cores: int = 4, governor: str = "performance", swa
         _write(d / "cpuinfo_min_freq", "1000000")
         _write(d / "cpuinfo_max_freq", "4000000")
         _write(d / "scaling_cur_freq", "3000000")
+        # The rest of what node_exporter's cpufreq collector reads (the --telemetry-url test).
+        _write(d / "cpuinfo_cur_freq", "3000000")
+        _write(d / "scaling_min_freq", "1000000")
+        _write(d / "scaling_max_freq", "4000000")
+        _write(d / "scaling_available_governors", "performance powersave")
+        _write(d / "scaling_driver", "test")
+        _write(d / "related_cpus", str(i))
+        _write(d / "scaling_setspeed", "<unsupported>")
+        _write(d / "cpuinfo_transition_latency", "0")
     _write(sysfs / "devices/system/cpu/intel_pstate/no_turbo", "0")
     bridge = sysfs / "bus/pci/devices/0000:00:01.0"  # a bridge idling at Gen1: never a warning
     _write(bridge / "class", "0x060400")
@@ -66,4 +75,5 @@ def set_energy(sysfs: Path, uj: int) -> None:
 
 def set_cpu_times(procfs: Path, total: int, steal: int) -> None:
     user = total - steal  # user nice system idle iowait irq softirq steal guest guest_nice
-    _write(procfs / "stat", f"cpu  {user} 0 0 0 0 0 0 {steal} 0 0\ncpu0 {user} 0 0 0 0 0 0 {steal} 0 0")
+    _write(procfs / "stat", f"cpu  {user} 0 0 0 0 0 0 {steal} 0 0\ncpu0 {user} 0 0 0 0 0 0 {steal} 0 0\n"
+                            "intr 0\nctxt 0\nbtime 0\nprocesses 0\nprocs_running 1\nprocs_blocked 0")

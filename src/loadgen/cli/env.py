@@ -17,6 +17,7 @@ import click
 from ..analysis.env_drift import preflight_warnings
 from ..client.machine_facts import MachineReader, Roots
 from ..client.probe import Probe, TargetUnreachable
+from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
 from ..output.environment import fingerprint_lines
 from ..run.config import MachineOptions
@@ -53,23 +54,30 @@ def default_http_threads(total_slots: int | None, cores: int) -> int | None:
               "concurrency): warn when the server has fewer HTTP threads (plus the probe's two).")
 @click.option("--threads-http", type=click.IntRange(min=1), help="The server's --threads-http [default: "
               "llama-server's own, max(slots + 2, cores − 1) of this machine].")
+@click.option("--telemetry-url", "telemetry_urls", multiple=True,
+              help="A Prometheus exporter (node_exporter, DCGM exporter) of a remote server's machine to read "
+                   "instead of this machine; repeatable.")
 @click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds between the two readings that measure steal time.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Lines for a person, or the fingerprint as JSON.")
 def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int | None, threads_http: int | None,
-                interval: float, output_format: str) -> None:
+                telemetry_urls: tuple[str, ...], interval: float, output_format: str) -> None:
     """Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn about
     what would spoil a measurement."""
     with user_errors():
         for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
             if not Path(path).is_dir():
                 raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
-        reader = MachineReader(Roots(Path(sysfs), Path(procfs)))
+        reader = MachineReader(Roots(Path(sysfs), Path(procfs)),
+                               telemetry=TelemetryReader(telemetry_urls) if telemetry_urls else None)
         server = asyncio.run(_props(urls)) if urls else None
-        fp = reader.fingerprint(server=server)
-        time.sleep(interval)
-        later = reader.sample(interval)
+        try:
+            fp = reader.fingerprint(server=server)
+            time.sleep(interval)
+            later = reader.sample(interval)
+        except TelemetryError as exc:
+            raise ConfigError(f"{exc}; is the exporter running there?") from None
         threads = threads_http
         if threads is None and server:
             threads = min(filter(None, (default_http_threads(p.get("total_slots"), fp.cpu.logical_cores)
@@ -98,6 +106,9 @@ def machine_options(command):
         click.option("--idle-power", "idle_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
                      help="Seconds of idle power measured before the first level, when the machine has an energy "
                           "counter (RAPL, NVML); 0: none, and no net J/token."),
+        click.option("--telemetry-url", "telemetry_urls", multiple=True,
+                     help="A Prometheus exporter of the server's machine (node_exporter, DCGM exporter) to read "
+                          "instead of this machine's sysfs and NVML; repeatable (their figures are merged)."),
         click.option("--environment/--no-environment", "record_environment", default=True, show_default=True,
                      help="Record the machine's fingerprint and per-level samples in run.json."),
     ]
@@ -106,10 +117,10 @@ def machine_options(command):
     return command
 
 
-def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float,
+def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float, telemetry_urls: tuple[str, ...],
                    record_environment: bool) -> MachineOptions:
     for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
         if record_environment and not Path(path).is_dir():
             raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
     return MachineOptions(sysfs=sysfs, procfs=procfs, interval_s=env_interval_s, idle_s=idle_s,
-                          enabled=record_environment)
+                          enabled=record_environment, telemetry_urls=tuple(telemetry_urls))

@@ -83,7 +83,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
-          record_environment, server_urls=()) -> None:
+          telemetry_urls, record_environment, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -104,7 +104,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
-        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, record_environment),
+        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
     )
     config = resolve_workers(workers, ray_address, config)
     ensure_open_files(connections_needed(config))

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -335,14 +336,18 @@ def no_gpus() -> tuple[str | None, tuple[GpuFacts, ...]]:
 
 class MachineReader:
     """Reads fingerprints and samples of one machine (the roots), GPUs by `gpu_reader` (default: the
-    live machine's through NVML/nvidia-smi when the roots are the live ones, else none)."""
+    live machine's through NVML/nvidia-smi when the roots are the live ones, else none). With a
+    `telemetry` reader (client/telemetry.py) the machine is the exporters' instead: a remote server's."""
 
-    def __init__(self, roots: Roots | None = None, gpu_reader: GpuReader | None = None):
+    def __init__(self, roots: Roots | None = None, gpu_reader: GpuReader | None = None, telemetry: Any = None):
         self.roots = roots or Roots()
         self.gpu_reader = gpu_reader or (read_gpus if self.roots.live else no_gpus)
         self.gpu_source: str | None = None
+        self.telemetry = telemetry
 
     def sample(self, at_s: float) -> EnvSample:
+        if self.telemetry is not None:
+            return self.telemetry.sample(at_s)
         roots = self.roots
         governors, cur = _governors_and_freq(roots)
         self.gpu_source, gpus = self.gpu_reader()
@@ -356,6 +361,12 @@ class MachineReader:
     def fingerprint(self, server: dict | None = None) -> Fingerprint:
         roots = self.roots
         sample = self.sample(0.0)
+        if self.telemetry is not None:
+            kernel, cpu, memory = self.telemetry.facts()
+            return Fingerprint(loadgen=__version__, python=platform.python_version(), os=None, kernel=kernel,
+                               cpu=cpu, memory=memory, sample=sample,
+                               gpu_source="dcgm-exporter" if sample.gpus else None, server=server,
+                               telemetry=self.telemetry.urls)
         return Fingerprint(loadgen=__version__, python=platform.python_version() + f" ({sys.implementation.name})",
                            os=_os_name() if roots.live else None,
                            kernel=_text(roots.procfs / "sys/kernel/osrelease"), cpu=read_cpu(roots),

@@ -144,6 +144,7 @@ class Fingerprint(msgspec.Struct, frozen=True, kw_only=True):
     gpu_source: str | None = None  # "nvml", "nvidia-smi" or None (no GPU found)
     server: dict[str, Any] | None = None  # /props's build_info, model_path, total_slots, n_ctx per target
     idle_power_w: dict[str, float] | None = None  # measured before the first level (analysis/energy.py)
+    telemetry: tuple[str, ...] = ()  # the exporters read instead of this machine (--telemetry-url)
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

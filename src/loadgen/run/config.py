@@ -66,10 +66,7 @@ class MachineOptions:
     interval_s: float = 1.0  # between environment samples during a level (plus one at its start and end)
     idle_s: float = 2.0  # idle power is measured this long before the first level, when a counter exists
     enabled: bool = True
-
-    def to_dict(self) -> dict:
-        return {"sysfs": self.sysfs, "procfs": self.procfs, "interval_s": self.interval_s, "idle_s": self.idle_s,
-                "enabled": self.enabled}
+    telemetry_urls: tuple[str, ...] = ()  # exporters of a remote server's machine, read instead of this one
 
 
 @dataclass(frozen=True, slots=True)

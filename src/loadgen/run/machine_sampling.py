@@ -20,8 +20,10 @@ import msgspec
 
 from ..analysis.energy import counters_j, idle_power
 from ..client.machine_facts import MachineReader, Roots
+from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.clock import now_ns
 from ..core.environment import EnvSample, Fingerprint
+from ..core.errors import ConfigError
 from ..core.records import LevelRun
 from .config import MachineOptions
 
@@ -32,23 +34,33 @@ class MachineWatch:
     def __init__(self, options: MachineOptions, origin_ns: int, reader: MachineReader | None = None):
         self.options = options
         self.origin_ns = origin_ns
-        self.reader = reader or MachineReader(Roots(Path(options.sysfs), Path(options.procfs)))
+        telemetry = TelemetryReader(options.telemetry_urls) if options.telemetry_urls else None
+        self.reader = reader or MachineReader(Roots(Path(options.sysfs), Path(options.procfs)), telemetry=telemetry)
 
     def _at_s(self) -> float:
         return (now_ns() - self.origin_ns) / 1e9
 
-    async def sample(self) -> EnvSample:
+    async def sample(self) -> EnvSample | None:
+        """A sample now; None when an exporter did not answer (that moment is left out, the run goes on)."""
         at_s = self._at_s()
-        return await asyncio.to_thread(self.reader.sample, at_s)
+        try:
+            return await asyncio.to_thread(self.reader.sample, at_s)
+        except TelemetryError:
+            return None
 
     async def fingerprint(self, server: dict[str, Any] | None) -> Fingerprint:
         """The fingerprint, with the idle power measured over `idle_s` when the machine has an energy
         counter (RAPL or NVML): the baseline that net joules per token subtract."""
-        fp = await asyncio.to_thread(self.reader.fingerprint, server)
+        try:
+            fp = await asyncio.to_thread(self.reader.fingerprint, server)
+        except TelemetryError as exc:
+            raise ConfigError(f"{exc}; is the exporter running there?") from None
         fp = msgspec.structs.replace(fp, sample=msgspec.structs.replace(fp.sample, at_s=self._at_s()))
         if self.options.idle_s > 0 and counters_j(fp.sample):
             await asyncio.sleep(self.options.idle_s)
             later = await self.sample()
+            if later is None:
+                return fp
             fp = msgspec.structs.replace(fp, idle_power_w={k: round(v, 6) for k, v in
                                                            idle_power([fp.sample, later]).items()})
         return fp
@@ -56,19 +68,24 @@ class MachineWatch:
     @asynccontextmanager
     async def sampling(self, level: LevelRun) -> AsyncIterator[None]:
         """Samples into `level.environment`: one now, one every interval while inside, one on the way out."""
-        level.environment.append(await self.sample())
+        await self._add(level)
         task = asyncio.ensure_future(self._every_interval(level))
         try:
             yield
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            level.environment.append(await self.sample())
+            await self._add(level)
+
+    async def _add(self, level: LevelRun) -> None:
+        sample = await self.sample()
+        if sample is not None:
+            level.environment.append(sample)
 
     async def _every_interval(self, level: LevelRun) -> None:
         while True:
             await asyncio.sleep(self.options.interval_s)
-            level.environment.append(await self.sample())
+            await self._add(level)
 
 
 @asynccontextmanager
