@@ -80,6 +80,9 @@ def test_a_sweep_records_the_machine_and_flags_the_level_it_changed_under(tmp_pa
     assert first["environment_changed"] == []
     assert len(second["environment_changed"]) == 1
     assert "PCI 0000:01:00.0: PCIe Gen4 x16 → Gen3 x16" in second["environment_changed"][0]
+    code, out, err = loadgen("analyze", tmp_path / "run")
+    flagged = [line for line in err.splitlines() if "the machine changed during the level" in line]
+    assert code == 0 and len(flagged) == 1 and "at level 2" in flagged[0] and "Gen3 x16" in flagged[0], err
 
 
 def test_compare_and_gate_refuse_runs_whose_links_differ(tmp_path, loadgen):

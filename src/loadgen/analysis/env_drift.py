@@ -16,9 +16,11 @@ Three rules, each over recorded `core.environment` records:
   so only a level's samples tell). Differences are lines such as
   "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16".
 
-`compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ or a
-level changed during it, unless --allow-env-change; a side without a recorded environment (a run
-from before it was recorded) is said, not refused.
+`compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ, unless
+--allow-env-change, and warn about every level that changed during it (not a refusal: steal on a
+shared host comes and goes, and a link that dropped under load is also a difference of the links
+under load); a side without a recorded environment (a run from before it was recorded) is said, not
+refused.
 """
 
 from __future__ import annotations

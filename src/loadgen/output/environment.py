@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.environment import Fingerprint, GpuFacts
 
 
@@ -55,3 +57,28 @@ def fingerprint_lines(fp: Fingerprint) -> list[str]:
             out.append(f"server {label}: build {props.get('build_info')}, model {props.get('model_path')}, "
                        f"{props.get('total_slots')} slots of {props.get('n_ctx')} tokens")
     return out
+
+
+def _per_token(value: float | None, unit: str) -> str:
+    return f"{value:.4g} {unit}" if value is not None else f"? {unit}"
+
+
+def energy_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per level and energy source of a run (analysis/energy.py's figures in run.json)."""
+    out = []
+    for t in doc.get("targets") or []:
+        for lv in t.get("levels") or []:
+            for e in lv.get("energy") or []:
+                net = f", net {_per_token(e.get('net_j_per_token'), 'J/token')}" \
+                    if e.get("net_j_per_token") is not None else ""
+                out.append(f"energy {t.get('label')} at level {lv.get('level')} ({e.get('source')}): "
+                           f"{_per_token(e.get('j_per_token'), 'J/token')}{net}, "
+                           f"{_per_token(e.get('tokens_per_j'), 'tokens/J')}, {e.get('mean_w', 0):.1f} W mean")
+    return out
+
+
+def environment_change_lines(doc: dict[str, Any]) -> list[str]:
+    """'warning: the machine changed during ...' for each level flagged in run.json."""
+    return [f"warning: {t.get('label')} at level {lv.get('level')}: the machine changed during the level: {c}"
+            for t in doc.get("targets") or [] for lv in t.get("levels") or []
+            for c in lv.get("environment_changed") or []]

@@ -11,6 +11,7 @@ from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 from ..run.labels import about
+from .environment import energy_lines, environment_change_lines
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
 
 
@@ -363,7 +364,9 @@ def run_lines(doc: dict[str, Any], told: bool = False) -> dict[str, list[str]]:
     sections = [t.get(doc.get("kind")) for t in doc["targets"] if doc.get("kind") in ("prefill", "depth")]
     if any("per-slot n_ctx" in (r.get("skipped") or "") for s in sections if s for r in s["rows"]):
         notes.append(SKIP_HINT)
-    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc),
+    notes += energy_lines(doc)  # output/environment.py
+    return {"notes": notes, "verdicts": verdict_lines(doc),
+            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
             "errors": error_lines(doc, told)}
 
 

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..analysis.aggregate import of_level, typical_latency_s
-from ..analysis.env_drift import level_changes
 from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
 from ..client.transport import Transport
@@ -121,10 +120,6 @@ async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, t
         else bottleneck_warning(load, transport.read_clock)
     if warning:
         obs.message(f"warning: {t.label} at {level.name}: {warning}")
-    changes = level_changes(level.environment)
-    if changes:
-        obs.message(f"warning: {t.label} at {level.name}: the machine changed during the level "
-                    f"({'; '.join(changes)}); compare and gate refuse it unless --allow-env-change")
     return level
 
 
