@@ -133,3 +133,23 @@ def test_old_runs_without_an_environment_are_compared_with_a_note(tmp_path, load
     assert "environment" not in old and "environment" not in old["targets"][0]["levels"][0]
     code, out, err = loadgen("compare", tmp_path / "old", tmp_path / "new")
     assert code == 0 and "no recorded environment" in err
+
+
+# (--connections, --threads-http, expected warning): the stand-in has 4 slots, so llama-server's default
+# threads are max(4 + 2, cores − 1) on the tree's 4 cores = 6; the probe adds 2 connections.
+THREADS = [("4", None, None), ("5", None, "6 HTTP threads for 7 connections"), ("8", "10", None),
+           ("9", "10", "10 HTTP threads for 11 connections")]
+
+
+@pytest.mark.parametrize("connections,threads,expected", THREADS)
+def test_env_warns_about_too_few_http_threads(tmp_path, loadgen, connections, threads, expected):
+    sysfs, procfs = build_tree(tmp_path / "m")
+    with StandIn() as server:
+        code, out, err = loadgen("env", "--sysfs", sysfs, "--procfs", procfs, "--interval", "0", "--url",
+                                 server.origin, "--connections", connections,
+                                 *(("--threads-http", threads) if threads else ()))
+    assert code == 0 and "build b1-test, model m.gguf, 4 slots of 4096 tokens" in out
+    warnings = [line for line in err.splitlines() if "HTTP threads" in line]
+    assert (warnings[0] if warnings else None) == (f"warning: the server has {expected}: start it with "
+                                                   f"--threads-http {int(connections) + 2} or more, or open fewer "
+                                                   f"connections." if expected else None)
