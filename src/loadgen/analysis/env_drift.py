@@ -11,10 +11,11 @@ Three rules, each over recorded `core.environment` records:
   (Δsteal / Δtotal jiffies of /proc/stat's `cpu` line). Such a level is flagged.
 * `environment_differences(baseline, candidate)`: what differs between two sides' run documents:
   the facts in `_static_facts` (kernel, OS, CPU model and cores, governors, turbo, RAPL limits,
-  memory, GPU names, drivers and power limits, server build) and, per level, each accelerator's
+  memory, GPU names, drivers and power limits) and, per level, each accelerator's
   link *under load* (the lowest generation and width its samples saw: GPUs lower the link at idle,
   so only a level's samples tell). Differences are lines such as
-  "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16".
+  "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16". A server build that
+  differs is a note, not a difference: comparing builds is what a gate is for.
 
 `compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ, unless
 --allow-env-change, and warn about every level that changed during it (not a refusal: steal on a
@@ -180,10 +181,14 @@ def _static_facts(fp: Fingerprint) -> dict[str, Any]:
         facts[f"GPU {g.index}"] = g.name
         facts[f"GPU {g.index} driver"] = g.driver
         facts[f"GPU {g.index} power limit (W)"] = g.power_limit_w
-    for label, props in sorted((fp.server or {}).items()):
-        if isinstance(props, Mapping):
-            facts[f"{label} server build"] = props.get("build_info")
     return facts
+
+
+def _server_builds(fp: Fingerprint) -> dict[str, Any]:
+    """label -> the server's build (/props build_info): what a comparison often compares, so a
+    difference is said, never refused."""
+    return {label: props.get("build_info") for label, props in sorted((fp.server or {}).items())
+            if isinstance(props, Mapping)}
 
 
 def _level_links(doc: Mapping[str, Any]) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -230,6 +235,13 @@ def environment_differences(baseline: Iterable[Mapping[str, Any]],
             continue
         facts[name] = [_static_facts(fp) for fp in fps if fp is not None]
         links[name] = _level_links(docs[0])
+    if len(facts) == 2:
+        base_builds = _server_builds(recorded["baseline"][0])  # type: ignore[arg-type]
+        cand_builds = _server_builds(recorded["candidate"][0])  # type: ignore[arg-type]
+        for label in sorted(base_builds.keys() & cand_builds.keys()):
+            if base_builds[label] != cand_builds[label]:
+                notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "
+                             f"{_show(cand_builds[label])} in the candidate")
     out = []
     if len(facts) == 2:
         base = facts["baseline"][0]

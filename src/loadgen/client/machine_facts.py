@@ -363,14 +363,18 @@ class MachineReader:
         sample = self.sample(0.0)
         if self.telemetry is not None:
             kernel, cpu, memory = self.telemetry.facts()
-            return Fingerprint(loadgen=__version__, python=platform.python_version(), os=None, kernel=kernel,
+            return Fingerprint(loadgen=__version__, python=_python(), os=None, kernel=kernel,
                                cpu=cpu, memory=memory, sample=sample,
                                gpu_source="dcgm-exporter" if sample.gpus else None, server=server,
                                telemetry=self.telemetry.urls)
-        return Fingerprint(loadgen=__version__, python=platform.python_version() + f" ({sys.implementation.name})",
+        return Fingerprint(loadgen=__version__, python=_python(),
                            os=_os_name() if roots.live else None,
                            kernel=_text(roots.procfs / "sys/kernel/osrelease"), cpu=read_cpu(roots),
                            memory=read_memory(roots), sample=sample, gpu_source=self.gpu_source, server=server)
+
+
+def _python() -> str:
+    return f"{platform.python_version()} ({sys.implementation.name})"
 
 
 def _bus_key(bus_id: str | None) -> str:
