@@ -58,3 +58,12 @@ def test_no_energy_without_two_samples_counters_or_tokens():
 def test_idle_power():
     assert idle_power([sample(0, 0, 0), sample(2, 80_000_000, 120_000)]) == {"cpu": 40.0, "gpu": 60.0}
     assert idle_power([sample(0, 0)]) == {}
+
+
+def test_a_long_level_is_thinned_to_its_ends_and_evenly_between():
+    from loadgen.core.environment import thinned
+    samples = [sample(i, i * 1_000_000) for i in range(1000)]
+    kept = thinned(samples, 100)
+    assert len(kept) == 100 and kept[0] is samples[0] and kept[-1] is samples[-1]
+    assert level_energy(kept, 10)[0].energy_j == level_energy(samples, 10)[0].energy_j == 999.0
+    assert thinned(samples[:5], 100) == samples[:5]

@@ -351,7 +351,9 @@ class MachineReader:
         roots = self.roots
         governors, cur = _governors_and_freq(roots)
         self.gpu_source, gpus = self.gpu_reader()
-        links = read_pci_links(roots)
+        # Only the accelerators' links: the ones a figure depends on (bridges and idle NICs lower
+        # theirs at idle), and a host has dozens of the others to fill every sample with.
+        links = tuple(link for link in read_pci_links(roots) if link.is_accelerator)
         names = {_bus_key(g.bus_id): g.name for g in gpus if g.bus_id}
         links = tuple(msgspec.structs.replace(link, name=names.get(_bus_key(link.address))) for link in links)
         return EnvSample(at_s=at_s, links=links, governors=governors, cur_mhz_mean=cur, turbo=_turbo(roots),

@@ -170,3 +170,15 @@ def samples_from(data: Any) -> list[EnvSample]:
         except msgspec.ValidationError:
             continue
     return out
+
+
+STORED_SAMPLES = 100  # the most samples run.json keeps of one level (a long level is thinned evenly)
+
+
+def thinned(samples: list[EnvSample], limit: int = STORED_SAMPLES) -> list[EnvSample]:
+    """At most `limit` of `samples`, evenly spaced, always the first and the last (the energy counters'
+    ends). What changed during the level and its energy are computed from all of them before."""
+    if len(samples) <= limit:
+        return list(samples)
+    step = (len(samples) - 1) / (limit - 1)
+    return [samples[round(i * step)] for i in range(limit)]

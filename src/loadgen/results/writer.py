@@ -31,6 +31,7 @@ from ..analysis.saturation import target_verdict
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..core.baseurl import masked
 from ..core.clock import now_ns
+from ..core.environment import thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
 from ..run.model import SWEEP_KINDS, Run, TargetRun, slot_context
@@ -176,10 +177,11 @@ def _level_summaries(levels: list[LevelRun], idle_w: dict[str, float] | None = N
 
 def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, float] | None) -> dict[str, Any]:
     """A level the machine was sampled through also holds its samples, what changed during it
-    (analysis/env_drift.level_changes) and its energy (analysis/energy.level_energy); absent otherwise."""
+    (analysis/env_drift.level_changes) and its energy (analysis/energy.level_energy), both from every
+    sample, while at most STORED_SAMPLES of them are stored; absent otherwise."""
     if lv.environment:
         samples = list(lv.environment)
-        summary["environment"] = msgspec.to_builtins(samples)
+        summary["environment"] = msgspec.to_builtins(thinned(samples))
         summary["environment_changed"] = level_changes(samples)
         energy = level_energy(samples, summary["output_tokens"], idle_w)
         if energy:
