@@ -77,3 +77,7 @@ def set_cpu_times(procfs: Path, total: int, steal: int) -> None:
     user = total - steal  # user nice system idle iowait irq softirq steal guest guest_nice
     _write(procfs / "stat", f"cpu  {user} 0 0 0 0 0 0 {steal} 0 0\ncpu0 {user} 0 0 0 0 0 0 {steal} 0 0\n"
                             "intr 0\nctxt 0\nbtime 0\nprocesses 0\nprocs_running 1\nprocs_blocked 0")
+
+
+def set_rapl_limit(sysfs: Path, watts: float) -> None:
+    _write(sysfs / "class/powercap/intel-rapl:0/constraint_0_power_limit_uw", str(int(watts * 1e6)))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.core.errors import EXIT_ENV_CHANGED
-from machine_tree import build_tree, set_energy, set_link
+from machine_tree import build_tree, set_energy, set_link, set_rapl_limit
 from servers import AppThread, in_process_cli
 
 TOKENS = 16  # output tokens of every answer
@@ -153,3 +153,23 @@ def test_env_warns_about_too_few_http_threads(tmp_path, loadgen, connections, th
     assert (warnings[0] if warnings else None) == (f"warning: the server has {expected}: start it with "
                                                    f"--threads-http {int(connections) + 2} or more, or open fewer "
                                                    f"connections." if expected else None)
+
+
+def test_a_level_whose_power_limit_changed_is_left_out_of_the_comparison(tmp_path, loadgen):
+    """thermald sets the cap back during the candidate's level 2 (completion 9 of 12): the start
+    fingerprints agree, so nothing refuses, but level 2 is left out unless --allow-env-change."""
+    base = build_tree(tmp_path / "a", rapl_uj=0, rapl_limit_w=241, rapl_max_w=241)
+    cand = build_tree(tmp_path / "b", rapl_uj=0, rapl_limit_w=241, rapl_max_w=241)
+    with StandIn() as server:
+        sweep(loadgen, server.origin, base, tmp_path / "base", "--idle-power", "0")
+    with StandIn(lambda n: set_rapl_limit(cand[0], 100) if n == 9 else None) as server:
+        doc = sweep(loadgen, server.origin, cand, tmp_path / "cand", "--idle-power", "0")
+    assert [bool(lv["environment_changed"]) for lv in doc["targets"][0]["levels"]] == [False, True]
+    code, out, err = loadgen("compare", tmp_path / "base", tmp_path / "cand", "--format", "json")
+    assert code == 0, err
+    assert "left out: " in err and "at level 2 of the candidate" in err
+    assert [row["concurrency"] for row in json.loads(out)["levels"]] == [1]
+    code, out, err = loadgen("compare", tmp_path / "base", tmp_path / "cand", "--format", "json",
+                             "--allow-env-change")
+    assert code == 0 and "left out" not in err
+    assert [row["concurrency"] for row in json.loads(out)["levels"]] == [1, 2]

@@ -20,7 +20,8 @@ Three rules, each over recorded `core.environment` records:
 `compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ, unless
 --allow-env-change, and warn about every level that changed during it (not a refusal: steal on a
 shared host comes and goes, and a link that dropped under load is also a difference of the links
-under load); a side without a recorded environment (a run from before it was recorded) is said, not
+under load); a level with a change that `spoiling` keeps (any but steal) is left out of the
+comparison, unless --allow-env-change; a side without a recorded environment (a run from before it was recorded) is said, not
 refused.
 """
 
@@ -159,8 +160,17 @@ def level_changes(samples: Sequence[EnvSample], steal_limit: float = STEAL_LIMIT
             out.append(f"GPU {index} clock-event reasons appeared: {', '.join(sorted(reasons))}")
     steal = steal_share(first, last)
     if steal is not None and steal > steal_limit:
-        out.append(f"steal {steal:.1%} of CPU time (limit {steal_limit:.0%})")
+        out.append(f"{STEAL_CHANGE}{steal:.1%} of CPU time (limit {steal_limit:.0%})")
     return out
+
+
+STEAL_CHANGE = "steal "  # how level_changes' steal line starts
+
+
+def spoiling(changes: Iterable[str]) -> list[str]:
+    """The changes of a level that spoil its figures for a verdict: all but steal, which comes and goes
+    on a shared host and is only a warning."""
+    return [c for c in changes if not c.startswith(STEAL_CHANGE)]
 
 
 def _limits(limits: Mapping[str, float]) -> str:

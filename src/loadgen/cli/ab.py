@@ -120,7 +120,7 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
     with user_errors():
         base_dir = root / "baseline"
         baseline, candidate = load_side(base_dir), load_side(root / "candidate")
-        env_guard(baseline, candidate, allow_env_change)
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         result = run_gate(baseline, candidate, config,
                           floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
     report_gate(result, config.strict)

@@ -20,7 +20,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..analysis.env_drift import changed_levels, environment_differences
+from ..analysis.env_drift import changed_levels, environment_differences, spoiling
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
 from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
                              parse_confidence, parse_settings, run_gate)
@@ -40,10 +40,32 @@ def load(results_dir_text: str, which: str) -> list[RunData]:
     return load_side(results_dir(results_dir_text, which))
 
 
-def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) -> None:
+def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Console) -> list[RunData]:
+    """The runs without their levels whose machine changed during them (analysis/env_drift.spoiling;
+    steal alone spoils none), each said on stderr; all of them with `allow`."""
+    if allow:
+        return runs
+    out = []
+    for run in runs:
+        spoiled = {(t.get("label"), lv.get("level")) for t in run.doc.get("targets") or []
+                   for lv in t.get("levels") or [] if spoiling(lv.get("environment_changed") or [])}
+        for label, level in sorted(spoiled, key=str):
+            err.print(f"left out: {label} at level {level} of the {which}: the machine changed during it "
+                      f"(--allow-env-change keeps it)", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        if not spoiled:
+            out.append(run)
+            continue
+        doc = {**run.doc, "targets": [{**t, "levels": [lv for lv in t.get("levels") or []
+                                                       if (t.get("label"), lv.get("level")) not in spoiled]}
+                                      for t in run.doc.get("targets") or []]}
+        out.append(RunData(doc, [r for r in run.records if (r.target, r.level) not in spoiled]))
+    return out
+
+
+def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) -> tuple[list[RunData], list[RunData]]:
     """The drift guard (analysis/env_drift.py): say which levels' machine changed during them (a warning)
     and what differs between the machines under the two sides (a refusal, EXIT_ENV_CHANGED, unless
-    `allow`)."""
+    `allow`); returns the sides without the levels a change spoiled (all of them with `allow`)."""
     err = Console(stderr=True)
     differences, notes = environment_differences([r.doc for r in baseline], [r.doc for r in candidate])
     during = [f"{side} {line}" for side, runs in (("baseline", baseline), ("candidate", candidate))
@@ -61,6 +83,8 @@ def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) ->
         raise UserError("the machine under the two sides differs (above), so their figures may differ for "
                         "that reason; measure on the same machine state, or add --allow-env-change to compare "
                         "anyway", exit_code=EXIT_ENV_CHANGED)
+    return (without_spoiled_levels(baseline, "baseline", allow, err),
+            without_spoiled_levels(candidate, "candidate", allow, err))
 
 
 ALLOW_ENV_HELP = ("Compare even when the machine under the two sides differs (warn instead of refusing with "
@@ -119,7 +143,7 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
     with user_errors():
         level = parse_confidence(confidence, "--confidence")
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
-        env_guard(baseline, candidate, allow_env_change)
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         comparison = compare_sides(baseline, candidate, confidence=level, floors=noise_for(baseline_dir, noise_file))
     if output_format == "json":
         click.echo(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
@@ -191,7 +215,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
-        env_guard(baseline, candidate, allow_env_change)
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         result = run_gate(baseline, candidate, config, floors=noise_for(baseline_dir, noise_file))
     report_gate(result, config.strict)
 
