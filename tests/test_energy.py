@@ -67,3 +67,21 @@ def test_a_long_level_is_thinned_to_its_ends_and_evenly_between():
     assert len(kept) == 100 and kept[0] is samples[0] and kept[-1] is samples[-1]
     assert level_energy(kept, 10)[0].energy_j == level_energy(samples, 10)[0].energy_j == 999.0
     assert thinned(samples[:5], 100) == samples[:5]
+
+
+def _cell_run(*j_per_token):
+    levels = [{"level": lv, "throughput_tok_s": 10.0 * lv, "energy": [{"source": "cpu", "j_per_token": j}]}
+              for lv, j in zip((1, 2, 4), j_per_token)]
+    return {"status": "ok", "run": {"targets": [{"levels": levels}]}}
+
+
+def test_the_grid_names_the_cell_that_serves_a_token_for_the_least_energy():
+    from loadgen.analysis.grid import summarize_cell, who_wins
+    a = summarize_cell("A", {}, [_cell_run(0.5, 0.3, 0.4), _cell_run(0.5, 0.32, 0.4)])
+    b = summarize_cell("B", {}, [_cell_run(0.2, 0.25), _cell_run(0.22, 0.21)])
+    assert a.least_j_per_token.mean == pytest.approx(0.31) and b.least_j_per_token.mean == pytest.approx(0.205)
+    assert "least energy per output token, at each cell's most efficient level (J/token): B (0.205; 34% lower " \
+           "than the worst)" in who_wins([a, b])
+    none = summarize_cell("C", {}, [{"status": "ok", "run": {"targets": [{"levels": [
+        {"level": 1, "throughput_tok_s": 5.0}]}]}}])
+    assert none.least_j_per_token is None and not any("energy" in line for line in who_wins([a, none]))
