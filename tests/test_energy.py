@@ -76,7 +76,7 @@ def _cell_run(*j_per_token):
 
 
 def test_the_grid_names_the_cell_that_serves_a_token_for_the_least_energy():
-    from loadgen.analysis.grid import summarize_cell, who_wins
+    from loadgen.analysis.grid_cells import summarize_cell, who_wins
     a = summarize_cell("A", {}, [_cell_run(0.5, 0.3, 0.4), _cell_run(0.5, 0.32, 0.4)])
     b = summarize_cell("B", {}, [_cell_run(0.2, 0.25), _cell_run(0.22, 0.21)])
     assert a.least_j_per_token.mean == pytest.approx(0.31) and b.least_j_per_token.mean == pytest.approx(0.205)

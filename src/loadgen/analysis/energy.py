@@ -44,9 +44,9 @@ class Energy:
 
 def counters_j(sample: EnvSample) -> dict[str, dict[str, tuple[float, float | None]]]:
     """source -> {counter: (joules, wrap range in joules or None)} in one sample."""
-    cpu = {z.zone: (z.energy_uj / 1e6, z.max_energy_range_uj / 1e6 if z.max_energy_range_uj else None)
+    cpu: dict[str, tuple[float, float | None]] = {z.zone: (z.energy_uj / 1e6, z.max_energy_range_uj / 1e6 if z.max_energy_range_uj else None)
            for z in sample.rapl if z.energy_uj is not None and z.name.startswith("package")}
-    gpu = {f"gpu{g.index}": (g.energy_mj / 1e3, None) for g in sample.gpus if g.energy_mj is not None}
+    gpu: dict[str, tuple[float, float | None]] = {f"gpu{g.index}": (g.energy_mj / 1e3, None) for g in sample.gpus if g.energy_mj is not None}
     return {k: v for k, v in (("cpu", cpu), ("gpu", gpu)) if v}
 
 

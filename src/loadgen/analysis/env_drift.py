@@ -127,7 +127,7 @@ def level_changes(samples: Sequence[EnvSample], steal_limit: float = STEAL_LIMIT
     """What changed during one level (its samples in time order); [] when nothing did."""
     if len(samples) < 2:
         return []
-    first, out = samples[0], []
+    first, out = samples[0], list[str]()
     start_links = _accelerator_links(first)
     for s in samples[1:]:
         for addr, (gen, width, name) in _accelerator_links(s).items():
@@ -194,10 +194,10 @@ def _static_facts(fp: Fingerprint) -> dict[str, Any]:
     return facts
 
 
-def _server_builds(fp: Fingerprint) -> dict[str, Any]:
+def _server_builds(fp: Fingerprint | None) -> dict[str, Any]:
     """label -> the server's build (/props build_info): what a comparison often compares, so a
     difference is said, never refused."""
-    return {label: props.get("build_info") for label, props in sorted((fp.server or {}).items())
+    return {label: props.get("build_info") for label, props in sorted(((fp.server if fp else None) or {}).items())
             if isinstance(props, Mapping)}
 
 
@@ -213,7 +213,7 @@ def _level_links(doc: Mapping[str, Any]) -> dict[tuple[str, str], list[tuple[str
                     gens, widths, _ = seen.setdefault(addr, ([], [], name))
                     gens += [gen] if gen is not None else []
                     widths += [width] if width is not None else []
-            for addr, (gens, widths, name) in seen.items():
+            for gens, widths, name in seen.values():
                 out.setdefault((str(t.get("label")), name), []).append(
                     (str(lv.get("level")), _gen_width(min(gens, default=None), min(widths, default=None))))
     return out
@@ -246,8 +246,8 @@ def environment_differences(baseline: Iterable[Mapping[str, Any]],
         facts[name] = [_static_facts(fp) for fp in fps if fp is not None]
         links[name] = _level_links(docs[0])
     if len(facts) == 2:
-        base_builds = _server_builds(recorded["baseline"][0])  # type: ignore[arg-type]
-        cand_builds = _server_builds(recorded["candidate"][0])  # type: ignore[arg-type]
+        base_builds = _server_builds(recorded["baseline"][0])
+        cand_builds = _server_builds(recorded["candidate"][0])
         for label in sorted(base_builds.keys() & cand_builds.keys()):
             if base_builds[label] != cand_builds[label]:
                 notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "

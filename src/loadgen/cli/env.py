@@ -7,7 +7,6 @@ Exit 0 whatever it finds: the warnings are advice, a sweep records the same fact
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -16,26 +15,15 @@ import click
 
 from ..analysis.env_drift import preflight_warnings
 from ..client.machine_facts import MachineReader, Roots
-from ..client.probe import Probe, TargetUnreachable
 from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
 from ..output.environment import fingerprint_lines
 from ..run.config import MachineOptions
+from ..run.machine_sampling import server_props
 from .common import user_errors
+from .help import command
 
 PROBE_CONNECTIONS = 2  # loadgen's probe scrapes /metrics and /slots beside the requests
-
-
-async def _props(urls: tuple[str, ...]) -> dict[str, dict]:
-    out = {}
-    for url in urls:
-        try:
-            async with Probe(url, timeout_s=5) as probe:
-                info = await probe.server_info()
-        except (TargetUnreachable, OSError) as exc:
-            raise ConfigError(f"{url}: cannot read /props ({exc}); is the server up?") from None
-        out[url] = info.props or {}
-    return out
 
 
 def default_http_threads(total_slots: int | None, cores: int) -> int | None:
@@ -44,7 +32,7 @@ def default_http_threads(total_slots: int | None, cores: int) -> int | None:
     return None if total_slots is None else max(total_slots + 2, cores - 1)
 
 
-@click.command("env")
+@command("env")
 @click.option("--sysfs", "sysfs", default="/sys", show_default=True, type=click.Path(file_okay=False),
               help="Where sysfs is mounted (like node_exporter's --path.sysfs); another tree is read the same way.")
 @click.option("--procfs", "procfs", default="/proc", show_default=True, type=click.Path(file_okay=False),
@@ -71,7 +59,7 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
                 raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
         reader = MachineReader(Roots(Path(sysfs), Path(procfs)),
                                telemetry=TelemetryReader(telemetry_urls) if telemetry_urls else None)
-        server = asyncio.run(_props(urls)) if urls else None
+        server = server_props(urls) if urls else None
         try:
             fp = reader.fingerprint(server=server)
             time.sleep(interval)

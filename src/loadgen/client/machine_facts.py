@@ -37,8 +37,17 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..core.environment import (CpuFacts, CpuTimes, EnvSample, Fingerprint, GpuFacts, MemoryFacts, PciLink,
-                                RaplZone, pcie_generation)
+from ..core.environment import (
+    CpuFacts,
+    CpuTimes,
+    EnvSample,
+    Fingerprint,
+    GpuFacts,
+    MemoryFacts,
+    PciLink,
+    RaplZone,
+    pcie_generation,
+)
 
 # NVML's clock-event (throttle) reason bits, as nvidia-smi's clocks_event_reasons.active reports them too.
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -225,7 +234,8 @@ def read_nvml() -> tuple[GpuFacts, ...] | None:
     except pynvml.NVMLError:
         return None
     try:
-        def get(fn: Callable[..., object], *args: object) -> object | None:
+        # Any: NVML's getters return ints, strings and structs; each use below reads its own kind.
+        def get(fn: Callable[..., Any], *args: object) -> Any:
             try:
                 return fn(*args)
             except (pynvml.NVMLError, AttributeError):
@@ -245,18 +255,18 @@ def read_nvml() -> tuple[GpuFacts, ...] | None:
             bus = getattr(pci, "busId", None)
             out.append(GpuFacts(
                 index=i, name=_str(name) or f"GPU {i}", bus_id=_str(bus), driver=_str(driver),
-                pcie_gen=get(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h),  # type: ignore[arg-type]
-                pcie_width=get(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),  # type: ignore[arg-type]
-                pcie_max_gen=get(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h),  # type: ignore[arg-type]
-                pcie_max_width=get(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h),  # type: ignore[arg-type]
+                pcie_gen=get(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
+                pcie_width=get(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),
+                pcie_max_gen=get(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                pcie_max_width=get(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h),
                 power_limit_w=_mw(limit), power_default_limit_w=_mw(default), power_draw_w=_mw(draw),
-                energy_mj=get(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),  # type: ignore[arg-type]
-                sm_clock_mhz=get(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),  # type: ignore[arg-type]
-                mem_clock_mhz=get(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),  # type: ignore[arg-type]
-                throttle_reasons=_reasons(reasons),  # type: ignore[arg-type]
-                temperature_c=get(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),  # type: ignore[arg-type]
-                memory_used_mib=int(mem.used) // 2**20 if mem is not None else None,  # type: ignore[attr-defined]
-                processes=len(procs) if procs is not None else None,  # type: ignore[arg-type]
+                energy_mj=get(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
+                sm_clock_mhz=get(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+                mem_clock_mhz=get(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+                throttle_reasons=_reasons(reasons),
+                temperature_c=get(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+                memory_used_mib=int(mem.used) // 2**20 if mem is not None else None,
+                processes=len(procs) if procs is not None else None,
                 source="nvml"))
         return tuple(out)
     finally:
@@ -272,18 +282,22 @@ def _str(value: object) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _mw(value: object) -> float | None:
-    return None if value is None else float(value) / 1000  # type: ignore[arg-type]
+def _mw(value: float | None) -> float | None:
+    return None if value is None else float(value) / 1000
 
 
 def parse_smi_csv(text: str) -> tuple[GpuFacts, ...]:
     """`nvidia-smi --query-gpu=SMI_FIELDS --format=csv,noheader,nounits` -> one record per GPU.
     "[N/A]" and "[Not Supported]" are None."""
-    def num(v: str, kind: type = float) -> float | int | None:
+    def num(v: str) -> float | None:
         try:
-            return kind(float(v)) if kind is int else float(v)
+            return float(v)
         except ValueError:
             return None
+
+    def whole(v: str) -> int | None:
+        n = num(v)
+        return None if n is None else int(n)
     out = []
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
         if len(row) < len(SMI_FIELDS):
@@ -291,15 +305,15 @@ def parse_smi_csv(text: str) -> tuple[GpuFacts, ...]:
         f = dict(zip(SMI_FIELDS, (v.strip() for v in row)))
         mask = f["clocks_event_reasons.active"]
         out.append(GpuFacts(
-            index=int(num(f["index"], int) or 0), name=f["name"], bus_id=f["pci.bus_id"] or None,
+            index=whole(f["index"]) or 0, name=f["name"], bus_id=f["pci.bus_id"] or None,
             driver=f["driver_version"] or None,
-            pcie_gen=num(f["pcie.link.gen.current"], int), pcie_max_gen=num(f["pcie.link.gen.max"], int),  # type: ignore[arg-type]
-            pcie_width=num(f["pcie.link.width.current"], int), pcie_max_width=num(f["pcie.link.width.max"], int),  # type: ignore[arg-type]
+            pcie_gen=whole(f["pcie.link.gen.current"]), pcie_max_gen=whole(f["pcie.link.gen.max"]),
+            pcie_width=whole(f["pcie.link.width.current"]), pcie_max_width=whole(f["pcie.link.width.max"]),
             power_limit_w=num(f["power.limit"]), power_default_limit_w=num(f["power.default_limit"]),
             power_draw_w=num(f["power.draw"]),
-            sm_clock_mhz=num(f["clocks.sm"], int), mem_clock_mhz=num(f["clocks.mem"], int),  # type: ignore[arg-type]
+            sm_clock_mhz=whole(f["clocks.sm"]), mem_clock_mhz=whole(f["clocks.mem"]),
             throttle_reasons=_reasons(int(mask, 16) if mask.startswith("0x") else None),
-            temperature_c=num(f["temperature.gpu"], int), memory_used_mib=num(f["memory.used"], int),  # type: ignore[arg-type]
+            temperature_c=whole(f["temperature.gpu"]), memory_used_mib=whole(f["memory.used"]),
             source="nvidia-smi"))
     return tuple(out)
 

@@ -5,6 +5,7 @@ A level is sampled at its start, every `MachineOptions.interval_s` while it runs
 the probe's scrapes, so a change mid-level (the field report's PCIe downshift) is caught in the level
 it spoiled; analysis/env_drift.py judges the samples and analysis/energy.py adds up their counters.
 Reads happen in a thread (nvidia-smi may take a while; the event loop must not wait for it).
+`server_props` reads servers' /props for `loadgen env --url`, on a loop of its own (cli runs none).
 A sample's `at_s` is seconds since the run's start, on the run's clock.
 """
 
@@ -20,6 +21,7 @@ import msgspec
 
 from ..analysis.energy import counters_j, idle_power
 from ..client.machine_facts import MachineReader, Roots
+from ..client.probe import Probe, TargetUnreachable
 from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.clock import now_ns
 from ..core.environment import EnvSample, Fingerprint
@@ -89,8 +91,30 @@ class MachineWatch:
 
 
 @asynccontextmanager
-async def no_sampling(level: LevelRun) -> AsyncIterator[None]:
-    yield
+async def level_sampling(watch: MachineWatch | None, level: LevelRun) -> AsyncIterator[None]:
+    """`watch.sampling(level)`, or nothing when the run does not read the machine (--no-environment)."""
+    if watch is None:
+        yield
+    else:
+        async with watch.sampling(level):
+            yield
+
+
+def server_props(urls: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """url -> what each server's /props says of its build, model and slots, read one after another
+    on an event loop of its own (`loadgen env --url` sends no load); ConfigError when one does not answer."""
+    async def read() -> dict[str, dict[str, Any]]:
+        out = {}
+        for url in urls:
+            try:
+                async with Probe(url, timeout_s=5) as probe:
+                    info = await probe.server_info()
+            except (TargetUnreachable, OSError) as exc:
+                raise ConfigError(f"{url}: cannot read /props ({exc}); is the server up?") from None
+            out[url] = info.props or {}
+        return out
+
+    return asyncio.run(read())
 
 
 def server_facts(targets: Any) -> dict[str, Any]:
