@@ -154,6 +154,9 @@ class CellSummary:
     recurrent_logged_mib: float | None = None
     recurrent_estimate_mib: float | None = None
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
+    # Each run's lowest gross J per output token over its levels (analysis/energy.py: the "total"
+    # source, else the only one), averaged; None without energy counters.
+    least_j_per_token: MeanSd | None = None
 
 
 def _levels(doc: RunDocument) -> list[Level]:
@@ -161,14 +164,24 @@ def _levels(doc: RunDocument) -> list[Level]:
     return list(doc.targets[0].levels) if doc.targets else []
 
 
+def level_j_per_token(level: Level | dict[str, Any]) -> float | None:
+    """A level's gross J per output token: its "total" energy, else its only source's; None without."""
+    energy = (level.get("energy") if isinstance(level, dict) else level.energy) or []
+    pick = next((e for e in energy if e.get("source") == "total"), energy[0] if len(energy) == 1 else None)
+    return pick.get("j_per_token") if pick else None
+
+
 def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
     """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
     docs = [RunDocument.of(r["run"]) for r in runs if r.get("status") == "ok" and r.get("run")]
     by_level: dict[Any, list[float]] = {}
     lat_by_level: dict[Any, list[float]] = {}
-    peaks, peak_levels, saturated = [], [], []
+    peaks, peak_levels, saturated, least_j = [], [], [], []
     for doc in docs:
         levels = _levels(doc)
+        per_token = [j for lv in levels if (j := level_j_per_token(lv)) is not None]
+        if per_token:
+            least_j.append(min(per_token))
         for lv in levels:
             by_level.setdefault(lv.level, []).append(lv.throughput_tok_s)
             if lv.latency_ms is not None:
@@ -195,7 +208,7 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
         recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
-        kv_estimate_note=None if estimate else note)
+        kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j))
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
@@ -243,7 +256,7 @@ def _leader(cells: Sequence[CellSummary], level: int | float) -> CellSummary:
     return max(cells, key=lambda c: c.throughput_by_level[level].mean)
 
 
-def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
+def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True, digits: int = 0) -> str | None:
     """"parallel=2 (25.0; +19% against the worst)", with why the lead is untested (a single run)
     or that it is within the repeats' spread of the next."""
     ranked = sorted(((v, c) for c in cells if (v := value(c)) is not None), key=lambda vc: vc[0].mean,
@@ -260,7 +273,7 @@ def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> st
     noise = f"; {untested}" if untested else "" if _clear_lead(best, second, higher) else \
         ", within the repeats' spread of the next"
     return f"{cell.name} ({best.mean:,.1f}; {share:+.0%} against the worst{noise})" if higher else \
-        f"{cell.name} ({best.mean:,.0f}; {share:.0%} lower than the worst{noise})"
+        f"{cell.name} ({best.mean:,.{digits}f}; {share:.0%} lower than the worst{noise})"
 
 
 def who_wins(cells: Sequence[CellSummary]) -> list[str]:
@@ -294,4 +307,8 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
         w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)
         if w:
             lines.append(f"lowest mean latency at level {top} (ms): {w}")
+    measured = [c for c in ok if c.least_j_per_token]  # "least" needs two cells with energy counters
+    w = _winner(measured, lambda c: c.least_j_per_token, False, digits=3) if len(measured) > 1 else None
+    if w:
+        lines.append(f"least energy per output token, at each cell's most efficient level (J/token): {w}")
     return lines

@@ -37,6 +37,7 @@ COMMANDS = {
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
     "capacity": "loadgen.cli.capacity:capacity_command",
+    "env": "loadgen.cli.env:env_command",
 }
 
 
@@ -53,6 +54,8 @@ COMMAND_HELP = {
                'change, and whether it is more than the run-to-run noise.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
     "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
+    "env": "Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn "
+           "about what would spoil a measurement.",
     "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON "
               'lines or Parquet.',
     "gate": 'Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when the '

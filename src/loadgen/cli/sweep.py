@@ -29,6 +29,7 @@ from ..run.state import Run
 from ..run.stop_at_knee import stop_at_knee as knee_plan
 from ..run.sweep import run_sweep
 from ..run.workers.policy import open_level_runner, remove_worker_files
+from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
@@ -95,12 +96,14 @@ from .workers import resolve_workers, workers_option
 @format_option
 @prometheus_options
 @workers_option
+@machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, slo_text=None, attainment=DEFAULT_ATTAINMENT,
+          workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
+          telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
           stop_at_knee=False, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
@@ -123,6 +126,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
+        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
     )
     config = resolve_workers(workers, ray_address, config)
     if stop_at_knee and len(config.targets) != 1:

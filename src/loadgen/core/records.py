@@ -226,6 +226,9 @@ class LevelRun:
     client_cpu_fraction: float | None = None
     # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
+    # The machine under the level: `core.environment.EnvSample`s at its start, during and at its end
+    # (run/machine_sampling.py); empty when the run does not read the machine.
+    environment: list[Any] = field(default_factory=list)
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False

@@ -152,6 +152,8 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     """A level's summary as run.json holds it, with its --workers parts (a run by worker processes)."""
 
     workers: list[WorkerPart] | None = None
+    energy: list[dict[str, Any]] | None = None  # per source (analysis/energy.py); absent without counters
+    environment_changed: list[str] | None = None  # what changed in the machine during the level
 
 
 class LevelVerdict(msgspec.Struct, frozen=True):

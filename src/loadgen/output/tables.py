@@ -13,6 +13,7 @@ from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind
 from ..run.labels import about
+from .environment import energy_lines, environment_change_lines
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 
 Doc = RunDocument | dict[str, Any]  # run.json's content, typed (core/rundoc.py) or as read
@@ -402,7 +403,9 @@ def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):
         notes.append(SKIP_HINT)
-    return {"notes": notes, "verdicts": verdict_lines(doc), "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc),
+    notes += energy_lines(doc)  # output/environment.py
+    return {"notes": notes, "verdicts": verdict_lines(doc),
+            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
             "errors": error_lines(doc, told)}
 
 

@@ -59,6 +59,18 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineOptions:
+    """What a run reads of the machine under it (run/machine_sampling.py, docs/environment.md)."""
+
+    sysfs: str = "/sys"  # where sysfs and procfs are mounted (node_exporter's --path.sysfs/--path.procfs)
+    procfs: str = "/proc"
+    interval_s: float = 1.0  # between environment samples during a level (plus one at its start and end)
+    idle_s: float = 2.0  # idle power is measured this long before the first level, when a counter exists
+    enabled: bool = True
+    telemetry_urls: tuple[str, ...] = ()  # exporters of a remote server's machine, read instead of this one
+
+
+@dataclass(frozen=True, slots=True)
 class SweepConfig:
     targets: tuple[Target, ...]
     concurrency: tuple[int, ...]  # closed-loop levels; ignored when `rates` is given
@@ -104,6 +116,7 @@ class SweepConfig:
     ray_address: str | None = None
     # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
     slo: Slo | None = None
+    machine: MachineOptions = MachineOptions()
 
     @property
     def open_loop(self) -> bool:
