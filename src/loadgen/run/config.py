@@ -262,7 +262,7 @@ def check_api(api: str, model: str | None = None, api_key: str | None = None) ->
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
     if model is not None and api == "llamacpp":
-        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+        raise ConfigError("--model applies to --api completions, chat, responses or messages (/completion serves the loaded model)")
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
         raise ConfigError("the API key is empty or spans lines")
     return api

@@ -82,9 +82,19 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
         from .openai import OpenAIBackend
 
         return OpenAIBackend(params, chat=api == "chat", model=model)
+    if api == "responses":
+        from .responses import ResponsesBackend
+
+        return ResponsesBackend(params, model=model)
+    if api == "messages":
+        from .messages import MessagesBackend
+
+        return MessagesBackend(params, model=model)
     raise ValueError(f"unknown API {api!r}")
 
 
-API_NAMES = ("llamacpp", "completions", "chat")
-# The OpenAI-style APIs need a model name (from --model or the server's /v1/models).
-OPENAI_APIS = ("completions", "chat")
+API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
+# The APIs whose requests carry a model name (from --model or the server's /v1/models).
+OPENAI_APIS = ("completions", "chat", "responses", "messages")
+# The APIs whose prompt goes through the server's chat template.
+CHAT_TEMPLATE_APIS = ("chat", "responses", "messages")
