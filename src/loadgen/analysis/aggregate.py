@@ -32,6 +32,7 @@ from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 from . import metrics
+from .speculation import Acceptance
 
 SAMPLE_SIZE = 2000
 
@@ -188,7 +189,7 @@ class _Mean:
 # The fields a batch is read by, one C call per record (operator.attrgetter), then as columns.
 _FIELDS = ("error_kind", "send_ns", "complete_ns", "intended_ns", "prompt_ms", "predicted_ms",
            "predicted_per_second", "predicted_n", "tokens_predicted", "usage", "first_token_ns", "last_token_ns",
-           "chunk_gaps_us", "connect_us")
+           "chunk_gaps_us", "connect_us", "draft_n", "draft_n_accepted")
 _ROW = operator.attrgetter(*_FIELDS)
 
 
@@ -205,7 +206,8 @@ class _Columns:
 
     def __init__(self, batch: Sequence[RequestRecord]) -> None:
         (errors, send, complete, intended, self.prompt_ms, self.predicted_ms, self.decode, predicted_n,
-         tokens_predicted, usage, self.first_token, self.last_token, self.gaps, self.connect_us) = zip(*map(_ROW, batch))
+         tokens_predicted, usage, self.first_token, self.last_token, self.gaps, self.connect_us, self.draft_n,
+         self.draft_n_accepted) = zip(*map(_ROW, batch))
         self.errors = errors
         self.send = np.array(send, dtype=np.int64)
         self.complete = np.array(complete, dtype=np.int64)
@@ -268,7 +270,9 @@ class LevelAggregate:
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
         self.series = {name: _Series() for name in HISTOGRAMS}
         self.connect = _Series()  # connect times of the requests that opened their connection
-        self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
+        # draft_n and draft_n_accepted are kept for their sums (Σ over the requests that drafted).
+        self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s", "draft_n",
+                                                 "draft_n_accepted")}
         self.errors: Counter[str] = Counter()
         self.sent = self.ok = self.output_tokens = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
@@ -309,6 +313,8 @@ class LevelAggregate:
         self.means["predicted_ms"].add(_floats(c.predicted_ms)[ok])
         self.means["prompt_ms"].add(_floats(c.prompt_ms)[ok])
         self.means["decode_tok_s"].add(_floats(c.decode)[ok])
+        self.means["draft_n"].add(_floats(c.draft_n)[ok])
+        self.means["draft_n_accepted"].add(_floats(c.draft_n_accepted)[ok])
         if sample:
             self.reservoir.add(batch)
 
@@ -400,6 +406,8 @@ class LevelAggregate:
             self.series[name].merge(series)
         self.connect.merge(part.connect)
         for name, (count, total) in part.means.items():
+            if name not in self.means:
+                continue  # a worker of another version
             self.means[name].count += count
             self.means[name].total += total
         self._sends.append(np.frombuffer(part.sends, np.int64))
@@ -461,7 +469,18 @@ class LevelAggregate:
             latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
             schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
             connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
+            **self._drafting(),
         )
+
+    def _drafting(self) -> dict[str, object]:
+        """Speculative decoding's sums and rates (analysis/speculation.py); none when no request
+        carried draft fields, so a level without speculation keeps the summary's old shape."""
+        drafted, accepted = self.means["draft_n"], self.means["draft_n_accepted"]
+        if not drafted.count:
+            return {}
+        found = Acceptance(round(drafted.total), round(accepted.total), self.output_tokens)
+        return {"draft_n": found.drafted, "draft_n_accepted": found.accepted, "acceptance": found.rate,
+                "drafted_per_output_token": found.drafted_per_output_token}
 
     def _achieved_rate(self) -> float | None:
         if self.sent < 2 or self.last_send_ns <= self.first_send_ns:

@@ -54,6 +54,8 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
@@ -80,6 +82,10 @@ class RequestRecord(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    # Speculative decoding (llama-server's `timings`): tokens drafted for this request and of those
+    # accepted. None: the server sent none (it drafted nothing, or does not speculate; older files).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
     headers_ns: int | None = None
     # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
     intended_ns: int | None = None

@@ -68,6 +68,13 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
+    # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
+    # requests, acceptance = their ratio (None: nothing drafted, "no speculation"), and drafted tokens
+    # per output token. All None (and absent from run.json) when no request carried draft fields.
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    acceptance: float | None = None
+    drafted_per_output_token: float | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
@@ -77,6 +84,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
+        if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
+            for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
+                del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..analysis.depth import SKIP_HINT
+from ..analysis.speculation import acceptance_text
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 from ..run.labels import about
@@ -39,6 +40,10 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
                Column("predicted_ms\nmean")]
     caption = None
+    # Speculative decoding: shown when any level drafted (a level that did not says so in words).
+    drafting = any("draft_n" in lv for t in targets for lv in t.get("levels", []))
+    if drafting:
+        columns += [Column("draft\naccepted"), Column("drafted\nper out tok")]
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0]['label']} ÷ {pair[1]['label']}"
@@ -61,6 +66,8 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
             row += [Num(_dist(lv, "latency_ms", stat)) for stat in ("mean", "p50", "p99", "max")]
             row += [Num(_dist(lv, "queue_wait_ms", "mean")), Num(lv["decode_tok_s_mean"], 1),
                     Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"])]
+            if drafting:
+                row += [acceptance_text(lv.get("acceptance")), Num(lv.get("drafted_per_output_token"), 2)]
             grid.add_row(*row)
             first = False
         grid.end_section()

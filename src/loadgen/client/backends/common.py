@@ -23,6 +23,10 @@ class Timings(msgspec.Struct):
     predicted_ms: float | None = None
     predicted_per_second: float | None = None
     cache_n: int | None = None
+    # Speculative decoding: tokens drafted and of those accepted; llama-server sends them only when
+    # the request drafted (a server without speculation never does).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_type: str | None = None,
@@ -39,12 +43,14 @@ def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_
     if pps is not None and not math.isfinite(pps):
         pps = None  # llama-server writes inf/nan as null; guard against a server that writes them otherwise
     return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, t.prompt_n,
-                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage)
+                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage, t.draft_n,
+                         t.draft_n_accepted)
 
 
 assert ServerOutcome.__struct_fields__ == (
     "error_kind", "error_message", "tokens_predicted", "stop_type", "finish_reason", "id_slot", "prompt_n",
-    "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage")
+    "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage", "draft_n",
+    "draft_n_accepted")
 
 
 def error_message(err: Any, body: bytes) -> str:
