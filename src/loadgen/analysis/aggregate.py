@@ -127,6 +127,7 @@ class Partial(msgspec.Struct):
     sends: bytes  # int64 send times of the batch's requests
     completes: bytes  # and their completion times
     watermark_ns: int
+    answer: SeriesPart | None = None  # time to first answer token (None from a worker of an older version)
 
 
 class Reservoir:
@@ -189,7 +190,7 @@ class _Mean:
 # The fields a batch is read by, one C call per record (operator.attrgetter), then as columns.
 _FIELDS = ("error_kind", "send_ns", "complete_ns", "intended_ns", "prompt_ms", "predicted_ms",
            "predicted_per_second", "predicted_n", "tokens_predicted", "usage", "first_token_ns", "last_token_ns",
-           "chunk_gaps_us", "connect_us", "draft_n", "draft_n_accepted")
+           "chunk_gaps_us", "connect_us", "draft_n", "draft_n_accepted", "reasoning_tokens", "first_answer_ns")
 _ROW = operator.attrgetter(*_FIELDS)
 
 
@@ -207,7 +208,7 @@ class _Columns:
     def __init__(self, batch: Sequence[RequestRecord]) -> None:
         (errors, send, complete, intended, self.prompt_ms, self.predicted_ms, self.decode, predicted_n,
          tokens_predicted, usage, self.first_token, self.last_token, self.gaps, self.connect_us, self.draft_n,
-         self.draft_n_accepted) = zip(*map(_ROW, batch))
+         self.draft_n_accepted, self.reasoning, self.first_answer) = zip(*map(_ROW, batch))
         self.errors = errors
         self.send = np.array(send, dtype=np.int64)
         self.complete = np.array(complete, dtype=np.int64)
@@ -237,6 +238,12 @@ class _FirstTokens:
         last = np.array([t or 0 for t in c.last_token], dtype=np.int64)
         self.per_token = self.timed & last_known & (c.tokens >= 2)
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
+        # reasoning.ttfa_ms: the first answer event when reasoning came first, else the first event
+        thought = np.array([bool(n) for n in c.reasoning], dtype=bool)
+        answer_known = np.array([t is not None for t in c.first_answer], dtype=bool)
+        answer = np.where(thought, np.array([t or 0 for t in c.first_answer], dtype=np.int64), first)
+        self.answered = self.timed & (~thought | answer_known)
+        self.ttfa_ms = (answer - c.start) / 1e6
 
 
 # The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
@@ -270,9 +277,10 @@ class LevelAggregate:
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
         self.series = {name: _Series() for name in HISTOGRAMS}
         self.connect = _Series()  # connect times of the requests that opened their connection
-        # draft_n and draft_n_accepted are kept for their sums (Σ over the requests that drafted).
+        self.answer = _Series()  # time to first answer token (analysis/reasoning.py)
+        # draft_n, draft_n_accepted and reasoning_tokens are kept for their sums.
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s", "draft_n",
-                                                 "draft_n_accepted")}
+                                                 "draft_n_accepted", "reasoning_tokens")}
         self.errors: Counter[str] = Counter()
         self.sent = self.ok = self.output_tokens = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
@@ -315,6 +323,7 @@ class LevelAggregate:
         self.means["decode_tok_s"].add(_floats(c.decode)[ok])
         self.means["draft_n"].add(_floats(c.draft_n)[ok])
         self.means["draft_n_accepted"].add(_floats(c.draft_n_accepted)[ok])
+        self.means["reasoning_tokens"].add(_floats(c.reasoning)[ok])
         if sample:
             self.reservoir.add(batch)
 
@@ -356,6 +365,7 @@ class LevelAggregate:
         prompt = _floats(c.prompt_ms)
         s["ttft_queue"].add(np.maximum(0.0, first.ttft_ms - prompt)[first.timed & ~np.isnan(prompt)])
         s["tpot"].add(first.tpot_ms[first.per_token])
+        self.answer.add(first.ttfa_ms[first.answered])
         gaps = [g for g, keep in zip(c.gaps, first.streamed.tolist()) if keep and g]
         if gaps:
             flat = np.fromiter(chain.from_iterable(gaps), dtype=np.int64, count=sum(map(len, gaps)))
@@ -371,6 +381,7 @@ class LevelAggregate:
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
             series={name: x.part() for name, x in self.series.items() if x.count}, connect=self.connect.part(),
+            answer=self.answer.part() if self.answer.count else None,
             means={name: (m.count, m.total) for name, m in self.means.items()},
             sends=sends.astype(np.int64).tobytes(), completes=completes.astype(np.int64).tobytes(),
             watermark_ns=watermark_ns)
@@ -378,7 +389,7 @@ class LevelAggregate:
     def clear(self) -> None:
         """Back to an aggregate of no record, its histograms kept (a worker gathers each batch into
         the same one: `partial`, then `clear`). The sample is not the batch's: it is left as it is."""
-        for series in (*self.series.values(), self.connect):
+        for series in (*self.series.values(), self.connect, self.answer):
             series.clear()
         for mean in self.means.values():
             mean.count, mean.total = 0, 0.0
@@ -405,6 +416,8 @@ class LevelAggregate:
         for name, series in part.series.items():
             self.series[name].merge(series)
         self.connect.merge(part.connect)
+        if part.answer is not None:
+            self.answer.merge(part.answer)
         for name, (count, total) in part.means.items():
             if name not in self.means:
                 continue  # a worker of another version
@@ -469,8 +482,19 @@ class LevelAggregate:
             latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
             schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
             connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
-            **self._drafting(),
+            **self._drafting(), **self._reasoning(),
         )
+
+    def _reasoning(self) -> dict[str, object]:
+        """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a
+        model that does not think keeps the summary's old shape."""
+        reasoning = self.means["reasoning_tokens"]
+        if not reasoning.count:
+            return {}
+        total = round(reasoning.total)
+        return {"reasoning_tokens": total,
+                "reasoning_share": total / self.output_tokens if self.output_tokens else None,
+                "ttfa_ms": self.answer.distribution()}
 
     def _drafting(self) -> dict[str, object]:
         """Speculative decoding's sums and rates (analysis/speculation.py); none when no request

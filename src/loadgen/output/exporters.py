@@ -275,7 +275,8 @@ LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requ
                 *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
                   for k in ("mean", "p50", "p99")),
                 "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99")), "requests_lost",
-                "draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"]
+                "draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token",
+                "reasoning_tokens", "reasoning_share", *(f"ttfa_ms_{k}" for k in ("mean", "p50", "p99"))]
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:

@@ -44,6 +44,10 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
     drafting = any("draft_n" in lv for t in targets for lv in t.get("levels", []))
     if drafting:
         columns += [Column("draft\naccepted"), Column("drafted\nper out tok")]
+    # Reasoning: shown when any level's requests thought before answering.
+    reasoning = any("reasoning_tokens" in lv for t in targets for lv in t.get("levels", []))
+    if reasoning:
+        columns += [Column("reasoning\nshare"), Column("first answer\nms p50")]
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0]['label']} ÷ {pair[1]['label']}"
@@ -68,6 +72,9 @@ def sweep_table(doc: dict[str, Any]) -> Grid:
                     Num(lv["output_tokens"]), Num(lv["wall_s"], 2), Num(lv["predicted_ms_mean"])]
             if drafting:
                 row += [acceptance_text(lv.get("acceptance")), Num(lv.get("drafted_per_output_token"), 2)]
+            if reasoning:
+                share = lv.get("reasoning_share")
+                row += ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, "ttfa_ms", "p50"))]
             grid.add_row(*row)
             first = False
         grid.end_section()

@@ -66,9 +66,18 @@ def _usage(result: CompletionResult) -> dict[str, Any]:
 
 
 class Dialect:
-    """The shapes of one completion endpoint, for one task."""
+    """The shapes of one completion endpoint, for one task.
+
+    `reasoning`: the simulator's reasoning mode, the first N generated tokens are thinking. The chat,
+    Responses and Messages dialects stream them as their APIs' reasoning deltas (the others ignore
+    it); they count in the usage and timings like any generated token, as llama-server counts them.
+    """
 
     has_done_marker = True
+    reasoning = 0
+
+    def thinking(self, event: TokenEvent) -> bool:
+        return event.n_decoded <= self.reasoning
 
     def __init__(self, task: Task, model: str):
         self.task = task
@@ -167,7 +176,7 @@ class ChatDialect(Dialect):
         if event.n_decoded == 1:  # OpenAI clients expect the role before any content
             deltas.append({"role": "assistant", "content": None})
         if event.text:
-            deltas.append({"content": event.text})
+            deltas.append({"reasoning_content" if self.thinking(event) else "content": event.text})
         chunks = [self._chunk(delta, None) for delta in deltas]
         if chunks and event.timings is not None:
             chunks[-1]["timings"] = event.timings.to_json()
@@ -217,7 +226,8 @@ class ResponsesDialect(Dialect):
                     {"type": "response.content_part.added", "item_id": self._item(),
                      "part": {"type": "output_text", "text": ""}}]
         if event.text:
-            out.append({"type": "response.output_text.delta", "item_id": self._item(), "delta": event.text})
+            kind = "response.reasoning_text.delta" if self.thinking(event) else "response.output_text.delta"
+            out.append({"type": kind, "item_id": self._item(), "delta": event.text})
         return out
 
     def final_stream(self, result: CompletionResult) -> list[dict[str, Any]]:
@@ -261,14 +271,26 @@ class MessagesDialect(Dialect):
                         "id": self.task.completion_id, "type": "message", "role": "assistant", "content": [],
                         "model": self.model, "stop_reason": None, "stop_sequence": None,
                         "usage": {"input_tokens": event.n_prompt_tokens, "output_tokens": 0}}},
-                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}]
+                    self._block_start(0, thinking=self.reasoning > 0)]
+        if self.reasoning and event.n_decoded == self.reasoning + 1:  # the thinking block ends, the text begins
+            out += [{"type": "content_block_stop", "index": 0}, self._block_start(1, thinking=False)]
         if event.text:
-            out.append({"type": "content_block_delta", "index": 0,
-                        "delta": {"type": "text_delta", "text": event.text}})
+            if self.thinking(event):
+                delta = {"type": "thinking_delta", "thinking": event.text}
+            else:
+                delta = {"type": "text_delta", "text": event.text}
+            out.append({"type": "content_block_delta", "index": int(self.reasoning > 0 and not self.thinking(event)),
+                        "delta": delta})
         return out
 
+    @staticmethod
+    def _block_start(index: int, thinking: bool) -> dict[str, Any]:
+        block = {"type": "thinking", "thinking": ""} if thinking else {"type": "text", "text": ""}
+        return {"type": "content_block_start", "index": index, "content_block": block}
+
     def final_stream(self, result: CompletionResult) -> list[dict[str, Any]]:
-        return [{"type": "content_block_stop", "index": 0},
+        last_block = int(self.reasoning > 0 and result.n_decoded > self.reasoning)
+        return [{"type": "content_block_stop", "index": last_block},
                 {"type": "message_delta", "delta": {"stop_reason": self._stop_reason(result), "stop_sequence": None},
                  "usage": self._usage(result)},
                 {"type": "message_stop"}]

@@ -24,7 +24,7 @@ import msgspec
 from ...core import records
 from ...core.records import ServerOutcome
 from . import GenerationParams, SaltedBodies
-from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
+from .common import Timings, decode_event, error_outcome, reasoning_count, served_outcome, truncated, undecodable
 
 ANSWER_DELTA = "text_delta"
 REASONING_DELTA = "thinking_delta"
@@ -64,7 +64,7 @@ _decode = msgspec.json.Decoder(_Event).decode
 
 
 def outcome(start: _Usage | None, end: _Usage | None, stop_reason: str | None,
-            timings: Timings | None) -> ServerOutcome:
+            timings: Timings | None, reasoning_events: int = 0) -> ServerOutcome:
     """A served message's outcome. `start` is the usage known when the message began (input and
     cache reads), `end` the final one (output tokens); a whole body has both in one."""
     def pick(name: str) -> int | None:
@@ -78,7 +78,9 @@ def outcome(start: _Usage | None, end: _Usage | None, stop_reason: str | None,
     prompt = None if fresh is None else fresh + (cached or 0)
     total = None if prompt is None or output is None else prompt + output
     usage = records.Usage(prompt, output, total) if (prompt, output) != (None, None) else None
-    result = served_outcome(timings, finish_reason=stop_reason, usage=usage)
+    # Anthropic's usage has no reasoning count: thinking tokens are the thinking deltas counted.
+    result = served_outcome(timings, finish_reason=stop_reason, usage=usage,
+                            reasoning_tokens=reasoning_count(None, reasoning_events))
     if result.cache_n is None and cached is not None:
         result = msgspec.structs.replace(result, cache_n=cached)
     return result
@@ -175,4 +177,4 @@ class MessagesEvents:
             return self.error
         if not self.done:
             return truncated("its `message_stop` event")
-        return outcome(self.start_usage, self.end_usage, self.stop_reason, self.timings)
+        return outcome(self.start_usage, self.end_usage, self.stop_reason, self.timings, self.reasoning_events)

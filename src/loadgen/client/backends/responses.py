@@ -24,7 +24,7 @@ import msgspec
 from ...core import records
 from ...core.records import ServerOutcome
 from . import GenerationParams, SaltedBodies
-from .common import Timings, error_message, error_outcome, served_outcome, stream_error, truncated, undecodable
+from .common import Timings, error_message, error_outcome, reasoning_count, served_outcome, stream_error, truncated, undecodable
 
 ANSWER_DELTA = "response.output_text.delta"
 REASONING_DELTAS = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
@@ -77,10 +77,11 @@ class _Event(msgspec.Struct):
 _decode = msgspec.json.Decoder(_Event).decode
 
 
-def outcome(usage: _Usage | None, status: str | None, timings: Timings | None) -> ServerOutcome:
+def outcome(usage: _Usage | None, status: str | None, timings: Timings | None,
+            reasoning_events: int = 0) -> ServerOutcome:
     """A served response's outcome: its `usage` in the record's terms, its status as finish_reason."""
     common = None
-    cached = None
+    cached = reported = None
     if usage is not None:
         total = usage.total_tokens
         if total is None and usage.input_tokens is not None and usage.output_tokens is not None:
@@ -88,7 +89,10 @@ def outcome(usage: _Usage | None, status: str | None, timings: Timings | None) -
         common = records.Usage(usage.input_tokens, usage.output_tokens, total)
         if usage.input_tokens_details is not None:
             cached = usage.input_tokens_details.cached_tokens
-    result = served_outcome(timings, finish_reason=status, usage=common)
+        if usage.output_tokens_details is not None:
+            reported = usage.output_tokens_details.reasoning_tokens
+    result = served_outcome(timings, finish_reason=status, usage=common,
+                            reasoning_tokens=reasoning_count(reported, reasoning_events))
     if result.cache_n is None and cached is not None:
         result = msgspec.structs.replace(result, cache_n=cached)
     return result
@@ -182,5 +186,5 @@ class ResponsesEvents:
             return self.error
         if self.final is None:
             return truncated("its `response.completed` event")
-        return outcome(self.final.usage, self.final.status, self.timings)
+        return outcome(self.final.usage, self.final.status, self.timings, self.reasoning_events)
 
