@@ -13,6 +13,7 @@ import pytest
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.client.sse import StreamReader
 from loadgen.core import records
+from servers import refused_port
 
 PARAMS = GenerationParams(prompt="hello", n_predict=4, stream=True, seed=7)
 
@@ -131,3 +132,27 @@ def test_whole_answers_and_error_bodies():
     anthropic = msg.parse(529, b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
     assert (anthropic.error_kind, anthropic.error_message) == ("http_529", "Overloaded")
     assert msg.parse(200, b'{"type":"message"}').error_kind == records.INVALID_JSON
+
+
+def test_reasoning_effort_goes_where_each_api_expects_it():
+    params = GenerationParams(prompt="p", reasoning_effort="high")
+    chat = json.loads(make_backend("chat", params, model="m").build("s"))
+    resp = json.loads(make_backend("responses", params, model="m").build("s"))
+    assert chat["reasoning_effort"] == "high" and "reasoning" not in chat
+    assert resp["reasoning"] == {"effort": "high"} and "reasoning_effort" not in resp
+    assert "reasoning_effort" not in json.loads(make_backend("chat", GenerationParams(prompt="p"), model="m").build("s"))
+
+
+@pytest.mark.parametrize("api,refused", [("chat", False), ("responses", False), ("messages", True),
+                                         ("llamacpp", True), ("completions", True)])
+def test_reasoning_effort_is_refused_in_one_sentence_where_the_api_has_no_field(api, refused, loadgen, tmp_path):
+    out = tmp_path / "run"
+    with refused_port() as port:  # nothing listens: an accepted flag gets as far as the connection
+        code, _, err = loadgen("sweep", "--url", f"http://127.0.0.1:{port}", "--api", api, "--reasoning-effort",
+                               "low", "--wait-ready", "0", "--concurrency", "1", "--requests", "1", "--output",
+                               str(out))
+    assert "Traceback" not in err
+    if refused:
+        assert code == 2 and "--reasoning-effort applies to --api chat or responses" in err
+    else:
+        assert "--reasoning-effort" not in err

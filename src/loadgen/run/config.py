@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..client.backends import API_NAMES, GenerationParams
+from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from .schedule import ARRIVALS
@@ -166,6 +166,7 @@ class SweepConfig:
             "cache_prompt": False,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
+            **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
         }
@@ -255,6 +256,14 @@ def parse_server_urls(values: tuple[str, ...], n_targets: int) -> list[str | Non
         raise ConfigError(f"{len(items)} --server-url values for {n_targets} targets")
     found = [normalize_url(item, "--server-url") if item else None for item in items]
     return found + [None] * (n_targets - len(found))
+
+
+def check_reasoning_effort(effort: str | None, api: str) -> str | None:
+    """--reasoning-effort: only where the API has a field for it."""
+    if effort is not None and api not in REASONING_EFFORT_APIS:
+        raise ConfigError(f"--reasoning-effort applies to --api {' or '.join(REASONING_EFFORT_APIS)} "
+                          f"(the {api} API has no field for it)")
+    return effort
 
 
 def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:

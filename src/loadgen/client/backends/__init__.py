@@ -27,6 +27,8 @@ class GenerationParams:
     stream: bool = False
     # Several prompts (a dataset): request number i uses prompts[i % len(prompts)]. Empty: `prompt`.
     prompts: tuple[str, ...] = ()
+    # A reasoning model's effort (chat: `reasoning_effort`; responses: `reasoning.effort`); None: not sent.
+    reasoning_effort: str | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -94,6 +96,9 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
 
 
 API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
+# The APIs with a field for a reasoning effort, and the values they take.
+REASONING_EFFORT_APIS = ("chat", "responses")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 # The APIs whose requests carry a model name (from --model or the server's /v1/models).
 OPENAI_APIS = ("completions", "chat", "responses", "messages")
 # The APIs whose prompt goes through the server's chat template.

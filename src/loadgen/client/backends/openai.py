@@ -89,6 +89,8 @@ class OpenAIBackend:
         })
         if params.seed is not None:
             fields["seed"] = params.seed
+        if chat and params.reasoning_effort is not None:
+            fields["reasoning_effort"] = params.reasoning_effort
         if params.stream:
             fields["stream"] = True
             fields["stream_options"] = {"include_usage": True}

@@ -119,6 +119,8 @@ class ResponsesBackend:
         })
         if params.seed is not None:
             fields["seed"] = params.seed
+        if params.reasoning_effort is not None:
+            fields["reasoning"] = {"effort": params.reasoning_effort}
         if params.stream:
             fields["stream"] = True
         self._bodies = SaltedBodies(b'{"input":', params.prompt_list, b"", fields)
