@@ -156,3 +156,20 @@ def test_reasoning_effort_is_refused_in_one_sentence_where_the_api_has_no_field(
         assert code == 2 and "--reasoning-effort applies to --api chat or responses" in err
     else:
         assert "--reasoning-effort" not in err
+
+
+def test_paramcheck_canaries_speak_each_apis_own_words():
+    from loadgen.client.canary import ENDPOINTS, applicable, canary_body
+
+    asked = {"max_tokens": 7, "temperature": 0.55, "reasoning_effort": "high", "logprobs": 2}
+    resp = canary_body("responses", asked, "hi", "m")
+    assert (ENDPOINTS["responses"], resp["input"], resp["max_output_tokens"], resp["reasoning"]) == \
+        ("/v1/responses", "hi", 7, {"effort": "high"})
+    assert "max_tokens" not in resp and "logprobs" not in resp
+    msg = canary_body("messages", asked, "hi", "m")
+    assert (ENDPOINTS["messages"], msg["messages"], msg["max_tokens"]) == \
+        ("/v1/messages", [{"role": "user", "content": "hi"}], 7)
+    assert "reasoning_effort" not in msg and "logprobs" not in msg
+    assert [applicable(api, "reasoning_effort") for api in ("chat", "responses", "messages", "llamacpp")] == \
+        [True, True, False, False]
+    assert applicable("completions", "logprobs") and not applicable("responses", "logprobs")
