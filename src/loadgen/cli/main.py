@@ -36,6 +36,7 @@ COMMANDS = {
     "observe": "loadgen.cli.observe:observe_command",
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
+    "crossover": "loadgen.cli.crossover:crossover_command",
 }
 
 
@@ -49,6 +50,8 @@ COMMAND_HELP = {
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
+    "crossover": 'Say per concurrency whether speculative decoding pays or costs throughput, from a grid of '
+                 'speculation on and off run interleaved and repeated.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
     "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
     "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON "
