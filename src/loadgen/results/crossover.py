@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError
-from .grid import _with_run, load_grid
+from ..core.errors import ConfigError, ResultsError
+from .grid import load_grid
+from .reader import load_run
 
 
 def _cell(doc: dict[str, Any], param: str, value: str, others: dict[str, str] | None) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def spec_sides(root: Path, param: str, on: str, off: str) -> tuple[dict[Any, lis
     on_cell = _cell(doc, param, on, None)
     others = {k: v for k, v in on_cell["params"].items() if k != param}
     off_cell = _cell(doc, param, off, others)
-    by_repeat = [{e["repeat"]: _levels(_with_run(root, e)) for e in cell.get("runs", [])} for cell in (on_cell, off_cell)]
+    by_repeat = [{e["repeat"]: _levels(root, e) for e in cell.get("runs", [])} for cell in (on_cell, off_cell)]
     on_side: dict[Any, list[float]] = {}
     off_side: dict[Any, list[float]] = {}
     for repeat in sorted(set(by_repeat[0]) & set(by_repeat[1])):
@@ -49,9 +50,13 @@ def spec_sides(root: Path, param: str, on: str, off: str) -> tuple[dict[Any, lis
     return on_side, off_side
 
 
-def _levels(entry: dict[str, Any]) -> dict[Any, float]:
-    run = entry.get("run")
-    if not run:
+def _levels(root: Path, entry: dict[str, Any]) -> dict[Any, float]:
+    """A finished run's throughput per level that ran to its end; {} for a failed or unreadable run."""
+    if entry.get("status") != "ok" or not entry.get("run_dir"):
+        return {}
+    try:
+        run = load_run(root / entry["run_dir"])
+    except ResultsError:
         return {}
     levels = (run.get("targets") or [{}])[0].get("levels") or []
     return {lv["level"]: lv["throughput_tok_s"] for lv in levels
