@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis.reasoning import answer_tokens, reasoning_share, ttfa_ms
 from loadgen.analysis.metrics import ttft_ms
+from loadgen.analysis.reasoning import answer_tokens, reasoning_share, ttfa_ms
 from loadgen.results.reader import load_records, load_run
 from servers import SimThread
 

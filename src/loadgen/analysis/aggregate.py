@@ -23,6 +23,7 @@ import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -68,12 +69,12 @@ class _Series:
         self.count, self.total = 0, 0.0
         metrics.clear_histogram(self.histogram)
 
-    def part(self) -> "SeriesPart":
+    def part(self) -> SeriesPart:
         index, counts = metrics.occupied_counts(self.histogram)
         h = self.histogram
         return SeriesPart(self.count, self.total, index.tobytes(), counts.tobytes(), h.min_value, h.max_value)
 
-    def merge(self, part: "SeriesPart") -> None:
+    def merge(self, part: SeriesPart) -> None:
         self.count += part.count
         self.total += part.total
         add_series_part(self.histogram, part)
@@ -246,7 +247,7 @@ class _FirstTokens:
         self.ttfa_ms = (answer - c.start) / 1e6
 
 
-# The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
+# The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
 
@@ -259,7 +260,7 @@ def _latest(a: int | None, b: int | None) -> int | None:
     return a if b is None else b if a is None else max(a, b)
 
 
-def of_level(level: LevelRun) -> "LevelAggregate":
+def of_level(level: LevelRun) -> LevelAggregate:
     """A level's aggregate: the one it streamed into, else one gathered from its records."""
     return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
 
@@ -305,7 +306,7 @@ class LevelAggregate:
         self.reservoir.sample = records
 
     @classmethod
-    def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
+    def of(cls, rs: Iterable[RequestRecord]) -> LevelAggregate:
         agg = cls()
         agg.add_batch(list(rs))
         return agg
@@ -463,7 +464,8 @@ class LevelAggregate:
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
-        wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
+        first, last = self.first_start_ns, self.last_complete_ns  # set together
+        wall = 0.0 if first is None or last is None else (last - first) / 1e9
         s = self.series
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
@@ -485,7 +487,7 @@ class LevelAggregate:
             **self._drafting(), **self._reasoning(),
         )
 
-    def _reasoning(self) -> dict[str, object]:
+    def _reasoning(self) -> dict[str, Any]:
         """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a
         model that does not think keeps the summary's old shape."""
         reasoning = self.means["reasoning_tokens"]
@@ -496,7 +498,7 @@ class LevelAggregate:
                 "reasoning_share": total / self.output_tokens if self.output_tokens else None,
                 "ttfa_ms": self.answer.distribution()}
 
-    def _drafting(self) -> dict[str, object]:
+    def _drafting(self) -> dict[str, Any]:
         """Speculative decoding's sums and rates (analysis/speculation.py); none when no request
         carried draft fields, so a level without speculation keeps the summary's old shape."""
         drafted, accepted = self.means["draft_n"], self.means["draft_n_accepted"]
@@ -507,7 +509,8 @@ class LevelAggregate:
                 "drafted_per_output_token": found.drafted_per_output_token}
 
     def _achieved_rate(self) -> float | None:
-        if self.sent < 2 or self.last_send_ns <= self.first_send_ns:
+        first, last = self.first_send_ns, self.last_send_ns  # set together, with the first send
+        if self.sent < 2 or first is None or last is None or last <= first:
             return None
-        return (self.sent - 1) / ((self.last_send_ns - self.first_send_ns) / 1e9)
+        return (self.sent - 1) / ((last - first) / 1e9)
 

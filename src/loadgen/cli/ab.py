@@ -30,6 +30,7 @@ from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
 from .gate import gate_config, gate_options, report_gate
+from .help import command
 
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 
@@ -68,7 +69,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-@click.command("ab", context_settings={"ignore_unknown_options": True})
+@command("ab", context_settings={"ignore_unknown_options": True})
 @click.option("--baseline-url", required=True, help="The baseline server's base URL.")
 @click.option("--candidate-url", required=True, help="The candidate server's (the same one for an A/A run).")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")

@@ -19,10 +19,11 @@ import click
 from ..analysis.crossover import INCONCLUSIVE, crossover
 from ..core.errors import ConfigError
 from ..results.crossover import spec_sides
+from .help import command
 from .shared import console
 
 
-@click.command("crossover")
+@command("crossover")
 @click.argument("grid", type=click.Path(exists=True, file_okay=False))
 @click.option("--param", required=True, help="The grid parameter that turns speculation on and off.")
 @click.option("--on", "on_value", required=True, help="Its value with speculation on.")

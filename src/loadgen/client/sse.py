@@ -13,7 +13,7 @@ It knows no API: which events carry content and what ends a stream is the backen
 from __future__ import annotations
 
 from array import array
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..core.records import STREAM_ERROR, ServerOutcome
 
@@ -113,6 +113,14 @@ class EventReader(Protocol):
         ...
 
 
+class AnswerCountingReader(EventReader, Protocol):
+    """A reader that tells answer events from reasoning ones (chat, responses, messages): how many
+    of each it has read so far."""
+
+    answer_events: int
+    reasoning_events: int
+
+
 class StreamReader:
     """One streaming request: payloads to the backend, content events stamped with arrival times."""
 
@@ -133,7 +141,7 @@ class StreamReader:
         self.failed: ServerOutcome | None = None  # the first event the backend could not read
         # A reader that tells answer events from reasoning ones counts them in `answer_events`
         # (and `reasoning_events`): the first read that brought an answer event is stamped.
-        self._answers = hasattr(reader, "answer_events")
+        self._answers = cast(AnswerCountingReader, reader) if hasattr(reader, "answer_events") else None
         self._first_answer_ns: int | None = None
 
     def on_chunk(self, chunk: bytes, t_ns: int) -> None:
@@ -169,14 +177,14 @@ class StreamReader:
             if self.failed is None:
                 self.failed = ServerOutcome(error_kind=STREAM_ERROR, error_message=f"unreadable event: {exc}"[:300])
         self._timed(len(payloads), content, t_ns)
-        if content and self._answers and self._first_answer_ns is None and self._reader.answer_events:
+        if content and self._answers is not None and self._first_answer_ns is None and self._answers.answer_events:
             self._first_answer_ns = t_ns
 
     @property
     def first_answer_ns(self) -> int | None:
         """When the first answer event arrived, if reasoning events came first or beside it; None
         without reasoning (the first answer is then `first_ns`) or without any answer."""
-        if not self._answers or not self._reader.reasoning_events:
+        if self._answers is None or not self._answers.reasoning_events:
             return None
         return self._first_answer_ns
 

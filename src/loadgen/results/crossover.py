@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ResultsError
-from .grid import load_grid
+from .grid_file import load_grid
 from .reader import load_run
 
 

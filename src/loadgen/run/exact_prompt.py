@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..client.backends import CHAT_TEMPLATE_APIS
-from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
+from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from .prompts import PromptSource
 from .salts import new_decimal_salt
 

@@ -23,7 +23,7 @@ import msgspec
 
 from ...core import records
 from ...core.records import ServerOutcome
-from . import GenerationParams, SaltedBodies
+from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, reasoning_count, served_outcome, truncated, undecodable
 
 ANSWER_DELTA = "text_delta"
@@ -96,17 +96,7 @@ class MessagesBackend:
         self.stream = params.stream
         self.model = model
         # Anthropic requires `model`; llama-server ignores its value.
-        fields: dict[str, Any] = {"model": model or "default"}
-        fields.update({
-            "max_tokens": params.n_predict,
-            "temperature": params.temperature,
-            "ignore_eos": params.ignore_eos,
-            "cache_prompt": False,
-        })
-        if params.seed is not None:
-            fields["seed"] = params.seed
-        if params.stream:
-            fields["stream"] = True
+        fields = generation_fields(params, "max_tokens", model=model or "default")
         self._bodies = SaltedBodies(b'{"messages":[{"role":"user","content":', params.prompt_list, b"}]", fields)
         self.build = self._bodies.build
 
@@ -121,7 +111,7 @@ class MessagesBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `content`")
         return outcome(None, data.usage, data.stop_reason, data.timings)
 
-    def event_reader(self) -> "MessagesEvents":
+    def event_reader(self) -> MessagesEvents:
         return MessagesEvents()
 
 

@@ -23,8 +23,17 @@ import msgspec
 
 from ...core import records
 from ...core.records import ServerOutcome
-from . import GenerationParams, SaltedBodies
-from .common import Timings, error_message, error_outcome, reasoning_count, served_outcome, stream_error, truncated, undecodable
+from . import GenerationParams, SaltedBodies, generation_fields
+from .common import (
+    Timings,
+    error_message,
+    error_outcome,
+    reasoning_count,
+    served_outcome,
+    stream_error,
+    truncated,
+    undecodable,
+)
 
 ANSWER_DELTA = "response.output_text.delta"
 REASONING_DELTAS = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
@@ -107,22 +116,10 @@ class ResponsesBackend:
         self.params = params
         self.stream = params.stream
         self.model = model
-        fields: dict[str, Any] = {}
-        if model is not None:
-            fields["model"] = model
-        fields.update({
-            "max_output_tokens": params.n_predict,
-            "temperature": params.temperature,
-            # llama-server's extensions, read on this endpoint too; other servers ignore them.
-            "ignore_eos": params.ignore_eos,
-            "cache_prompt": False,
-        })
-        if params.seed is not None:
-            fields["seed"] = params.seed
+        # ignore_eos and cache_prompt: llama-server's extensions, read on this endpoint too.
+        fields = generation_fields(params, "max_output_tokens", **({"model": model} if model is not None else {}))
         if params.reasoning_effort is not None:
             fields["reasoning"] = {"effort": params.reasoning_effort}
-        if params.stream:
-            fields["stream"] = True
         self._bodies = SaltedBodies(b'{"input":', params.prompt_list, b"", fields)
         self.build = self._bodies.build
 
@@ -137,7 +134,7 @@ class ResponsesBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `output`")
         return outcome(data.usage, data.status, data.timings)
 
-    def event_reader(self) -> "ResponsesEvents":
+    def event_reader(self) -> ResponsesEvents:
         return ResponsesEvents()
 
 
