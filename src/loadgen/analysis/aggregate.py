@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -30,6 +31,7 @@ from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 from . import metric_defs, metrics
 from .metric_defs import Batch
+from .speculation import Acceptance
 
 SAMPLE_SIZE = 2000
 
@@ -119,6 +121,12 @@ class Partial(msgspec.Struct):
     completes: bytes  # and their completion times
     watermark_ns: int
     input_tokens: int = 0  # prompt tokens of the successful requests (metrics.input_tokens)
+    # speculation and reasoning sums (0 from a worker of an older version)
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    drafted_counted: int = 0
+    reasoning_tokens: int = 0
+    reasoning_counted: int = 0
 
 
 class Reservoir:
@@ -197,6 +205,9 @@ class LevelAggregate:
         self.series = {m.name: _Series() for m in self.metrics}
         self.errors: Counter[str] = Counter()
         self.sent = self.ok = self.output_tokens = self.input_tokens = 0
+        # speculation and reasoning sums over successful requests, and how many carried the field
+        self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
+        self.reasoning_tokens = self.reasoning_counted = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
         self.last_complete_ns: int | None = None
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
@@ -241,6 +252,14 @@ class LevelAggregate:
         self.ok += ok
         self.output_tokens += int(c.tokens[c.ok].sum())
         self.input_tokens += int(c.input_tokens[c.ok].sum())
+        drafted, accepted, reasoning = c.draft_n, c.draft_n_accepted, c.reasoning_tokens
+        carried = c.ok & ~np.isnan(drafted)
+        self.drafted_counted += int(carried.sum())
+        self.draft_n += int(drafted[carried].sum())
+        self.draft_n_accepted += int(np.nan_to_num(accepted[carried]).sum())
+        thought = c.ok & ~np.isnan(reasoning)
+        self.reasoning_counted += int(thought.sum())
+        self.reasoning_tokens += int(reasoning[thought].sum())
         if ok < len(batch):
             self.errors.update(e for e in c.errors if e is not None)
         first, last = int(c.send.min()), int(c.send.max())
@@ -260,6 +279,8 @@ class LevelAggregate:
         sends, completes = np.concatenate(self._sends), np.concatenate(self._completes)
         return Partial(
             sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, input_tokens=self.input_tokens,
+            draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted, drafted_counted=self.drafted_counted,
+            reasoning_tokens=self.reasoning_tokens, reasoning_counted=self.reasoning_counted,
             errors=dict(self.errors),
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
@@ -274,6 +295,9 @@ class LevelAggregate:
             series.clear()
         self.errors.clear()
         self.sent = self.ok = self.output_tokens = self.input_tokens = 0
+        # speculation and reasoning sums over successful requests, and how many carried the field
+        self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
+        self.reasoning_tokens = self.reasoning_counted = 0
         self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
         self.any_scheduled = False
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -287,6 +311,11 @@ class LevelAggregate:
         self.ok += part.ok
         self.output_tokens += part.output_tokens
         self.input_tokens += part.input_tokens
+        self.draft_n += part.draft_n
+        self.draft_n_accepted += part.draft_n_accepted
+        self.drafted_counted += part.drafted_counted
+        self.reasoning_tokens += part.reasoning_tokens
+        self.reasoning_counted += part.reasoning_counted
         self.errors.update(part.errors)
         self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
         self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
@@ -350,6 +379,8 @@ class LevelAggregate:
                 figures[m.key] = value
             elif value is not None:
                 others[m.name] = value
+        ttfa = figures.pop("ttfa_ms", None)  # kept only where a request reasoned (`_reasoning`)
+        assert ttfa is None or isinstance(ttfa, Distribution)
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
             concurrency_reached=self.concurrency_reached(), requests_ok=self.ok,
@@ -364,8 +395,27 @@ class LevelAggregate:
             achieved_rate=self._achieved_rate() if open_loop else None,
             connections_opened=self.series["connect"].count,
             metrics=others,
+            **self._drafting(), **self._reasoning(ttfa),
             **figures,  # type: ignore[arg-type]  # each metric's key is a LevelSummary field
         )
+
+    def _reasoning(self, ttfa: Distribution | None) -> dict[str, Any]:
+        """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a
+        model that does not think keeps the summary's old shape."""
+        if not self.reasoning_counted:
+            return {"ttfa_ms": None}
+        total = self.reasoning_tokens
+        return {"reasoning_tokens": total,
+                "reasoning_share": total / self.output_tokens if self.output_tokens else None, "ttfa_ms": ttfa}
+
+    def _drafting(self) -> dict[str, Any]:
+        """Speculative decoding's sums and rates (analysis/speculation.py); none when no request
+        carried draft fields, so a level without speculation keeps the summary's old shape."""
+        if not self.drafted_counted:
+            return {}
+        found = Acceptance(self.draft_n, self.draft_n_accepted, self.output_tokens)
+        return {"draft_n": found.drafted, "draft_n_accepted": found.accepted, "acceptance": found.rate,
+                "drafted_per_output_token": found.drafted_per_output_token}
 
     def _achieved_rate(self) -> float | None:
         first, last = self.first_send_ns, self.last_send_ns  # set together, with the first send

@@ -240,6 +240,30 @@ class Batch:
     def ttft_ms(self) -> np.ndarray:
         return (self.first_token - self.start) / 1e6
 
+    # speculation (timings.draft_n, draft_n_accepted) and reasoning tokens, NaN where not carried
+    @cached_property
+    def draft_n(self) -> np.ndarray:
+        return _floats(self._field("draft_n"))
+
+    @cached_property
+    def draft_n_accepted(self) -> np.ndarray:
+        return _floats(self._field("draft_n_accepted"))
+
+    @cached_property
+    def reasoning_tokens(self) -> np.ndarray:
+        return _floats(self._field("reasoning_tokens"))
+
+    @cached_property
+    def ttfa_ms(self) -> np.ndarray:
+        """Time to the first answer token: the first answer event where the request reasoned, else
+        its first event (analysis/reasoning.py); NaN where a reasoning request never answered."""
+        thought = np.array([bool(n) for n in self._field("reasoning_tokens")], dtype=bool)
+        answer_raw = self._field("first_answer_ns")
+        answered = np.array([t is not None for t in answer_raw], dtype=bool)
+        answer = np.array([t or 0 for t in answer_raw], dtype=np.int64)
+        ms = (np.where(thought, answer, self.first_token) - self.start) / 1e6
+        return np.where(thought & ~answered, np.nan, ms)
+
     @cached_property
     def uncorrected_ms(self) -> np.ndarray:
         return (self.complete - self.send) / 1e6
@@ -459,6 +483,27 @@ DECODE_TOK_S = register(Metric(
     "decode_tok_s", "tok/s", "decode tok/s", "decode", "the server's per-request `timings.predicted_per_second` "
     "(tokens after the first / `predicted_ms`).",
     decode_tok_s, _v_decode_tok_s, summary="mean", export=False))
+
+def _ttfa_ms(r: RequestRecord) -> float | None:
+    """Time to the first answer token (analysis/reasoning.py's rule), for successful streamed requests."""
+    if not r.ok or r.first_token_ns is None:
+        return None
+    first = r.first_answer_ns if r.reasoning_tokens else r.first_token_ns
+    return None if first is None else (first - r.start_ns) / 1e6
+
+
+def _v_ttfa(b: Batch) -> np.ndarray:
+    if not b.any_streamed:
+        return np.empty(0)
+    values = b.ttfa_ms[b.ok & b.first_known]
+    return values[~np.isnan(values)]
+
+
+TTFA = register(Metric(
+    "ttfa", "ms", "TTFA ms", "TTFA", "time to the first answer token: the first answer content event − start "
+    "(streaming); a request that reasoned first waits for its answer, one that did not equals its TTFT. Kept in "
+    "run.json only for levels where a request reasoned.",
+    _ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99")))
 
 # The fields of a level summary that are built in (core/rundoc.LevelSummary); any other metric's
 # distribution goes into its `metrics` map.

@@ -38,6 +38,7 @@ COMMANDS = {
     "grid": "loadgen.cli.grid:grid_command",
     "capacity": "loadgen.cli.capacity:capacity_command",
     "env": "loadgen.cli.env:env_command",
+    "crossover": "loadgen.cli.crossover:crossover_command",
 }
 
 
@@ -52,6 +53,8 @@ COMMAND_HELP = {
     "capacity": "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
+    "crossover": 'Say per concurrency whether speculative decoding pays or costs throughput, from a grid of '
+                 'speculation on and off run interleaved and repeated.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
     "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
     "env": "Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn "

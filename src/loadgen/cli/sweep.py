@@ -14,14 +14,22 @@ from rich.console import Console
 
 from ..analysis.aggregate import of_level
 from ..analysis.slo import DEFAULT_ATTAINMENT
-from ..client.backends import GenerationParams
+from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from ..run.config import (
+    DEFAULT_PROMPT,
+    SweepConfig,
+    Target,
+    build_targets,
+    check_api,
+    check_arrival,
+    check_reasoning_effort,
+)
 from ..run.live.metrics import LiveMetrics
 from ..run.schedule import ARRIVALS
 from ..run.session import FinalWriteError, execute
@@ -77,6 +85,9 @@ from .workers import resolve_workers, workers_option
 @click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
+@click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
+              help="A reasoning model's effort, sent as the API expects (chat: reasoning_effort; responses: "
+                   "reasoning.effort).")
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -99,7 +110,8 @@ from .workers import resolve_workers, workers_option
 @machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, reasoning_effort, temperature, seed,
+          timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
@@ -120,7 +132,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,

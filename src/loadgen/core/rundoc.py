@@ -88,6 +88,19 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     metrics: dict[str, Distribution | float] = {}
     # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
     slo: dict[str, Any] | None = None
+    # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
+    # requests, acceptance = their ratio (None: nothing drafted, "no speculation"), and drafted tokens
+    # per output token. All None (and absent from run.json) when no request carried draft fields.
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    acceptance: float | None = None
+    drafted_per_output_token: float | None = None
+    # Reasoning models (analysis/reasoning.py): Σ reasoning tokens of the successful requests, their
+    # share of the output tokens, and the time to the first answer token (streaming). All None (and
+    # absent from run.json) when no request reasoned.
+    reasoning_tokens: int | None = None
+    reasoning_share: float | None = None
+    ttfa_ms: Distribution | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
@@ -101,6 +114,12 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
             del out["metrics"]
         if out["slo"] is None:
             del out["slo"]
+        if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
+            for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
+                del out[key]
+        if out["reasoning_tokens"] is None:  # no reasoning: likewise
+            for key in ("reasoning_tokens", "reasoning_share", "ttfa_ms"):
+                del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]

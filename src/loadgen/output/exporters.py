@@ -256,7 +256,9 @@ def level_fields() -> list[str]:
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
                 *(c for m in (_D.TTFT, _D.TPOT, _D.ITL, _D.LATENCY_UNCORRECTED, _D.SCHEDULE_LAG) for c in m.columns()),
                 "connections_opened", *_D.CONNECT.columns(), "requests_lost",
-                "input_tokens", "request_rate", "total_tok_s", *(f"slo_{k}" for k in SLO_FIELDS)]
+                "input_tokens", "request_rate", "total_tok_s", *(f"slo_{k}" for k in SLO_FIELDS),
+                "draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token",
+                "reasoning_tokens", "reasoning_share", *_D.TTFA.columns()]
     return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 

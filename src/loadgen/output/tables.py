@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
+from ..analysis.speculation import acceptance_text
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind
 from ..run.labels import about
@@ -48,6 +49,14 @@ def sweep_table(doc: Doc) -> Grid:
     if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
         columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
     caption = None
+    # Speculative decoding: shown when any level drafted (a level that did not says so in words).
+    drafting = any(lv.draft_n is not None for t in targets for lv in t.levels)
+    if drafting:
+        columns += [Column("draft\naccepted"), Column("drafted\nper out tok")]
+    # Reasoning: shown when any level's requests thought before answering.
+    reasoning = any(lv.reasoning_tokens is not None for t in targets for lv in t.levels)
+    if reasoning:
+        columns += [Column("reasoning\nshare"), Column("first answer\nms p50")]
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0].label} ÷ {pair[1].label}"
@@ -74,6 +83,11 @@ def sweep_table(doc: Doc) -> Grid:
                     Num(lv.request_rate, 2), Num(lv.input_tokens), Num(lv.total_tok_s, 1)]
             if judged:
                 row += _slo_cells(lv.slo)
+            if drafting:
+                row += [acceptance_text(lv.acceptance), Num(lv.drafted_per_output_token, 2)]
+            if reasoning:
+                share = lv.reasoning_share
+                row += ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
             grid.add_row(*row)
             first = False
         grid.end_section()

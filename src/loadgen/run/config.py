@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
-from ..client.backends import API_NAMES, GenerationParams
+from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from .schedule import ARRIVALS
@@ -193,6 +193,7 @@ class SweepConfig:
             "cache_prompt": False,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
+            **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # only when set: a run without targets keeps the shape files had before
@@ -286,12 +287,20 @@ def parse_server_urls(values: tuple[str, ...], n_targets: int) -> list[str | Non
     return found + [None] * (n_targets - len(found))
 
 
+def check_reasoning_effort(effort: str | None, api: str) -> str | None:
+    """--reasoning-effort: only where the API has a field for it."""
+    if effort is not None and api not in REASONING_EFFORT_APIS:
+        raise ConfigError(f"--reasoning-effort applies to --api {' or '.join(REASONING_EFFORT_APIS)} "
+                          f"(the {api} API has no field for it)")
+    return effort
+
+
 def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
     """--api, and the --model and --api-key that go with it."""
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
     if model is not None and api == "llamacpp":
-        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+        raise ConfigError("--model applies to --api completions, chat, responses or messages (/completion serves the loaded model)")
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
         raise ConfigError("the API key is empty or spans lines")
     return api
