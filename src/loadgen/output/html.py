@@ -38,6 +38,15 @@ SECTIONS = [
 ]
 
 
+# Where an interactive chart shows something other than its PNG twin, the note says what it shows.
+INTERACTIVE_NOTES = {
+    "latency": "Latency p50 (solid), p99 (dashed) and mean queue wait (dotted) per level; the PNG beside "
+               "the report also splits mean latency into server work and queue wait.",
+    "probe": "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the sweep; "
+             "dotted lines mark level starts. Drag on the chart or the slider below it to zoom.",
+}
+
+
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
@@ -142,6 +151,8 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '
                      f"before every level finished; its figures cover only what was measured.</p>")
     for section_id, heading, note in SECTIONS:
+        if section_id in charts:
+            note = INTERACTIVE_NOTES.get(section_id, note)
         parts += [f'<section id="{section_id}">', f"<h2>{esc(heading)}</h2>", f'<p class="note">{esc(note)}</p>']
         if section_id in charts:
             parts.append(f'<div class="chart">{charts[section_id]}</div>')
