@@ -237,6 +237,9 @@ def test_interactive_report_in_headless_chromium(interactive_report, tmp_path):
         async with Browser(tmp_path / "profile") as page:
             await page.open(url)
             assert await page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 5
+            buttons = await page.evaluate("Array.from(document.querySelectorAll('.modebar-btn'))"
+                                          ".map(e => e.getAttribute('data-title'))")
+            assert "Zoom" in buttons and not any("Share" in b for b in buttons)  # nothing uploads the chart
             before = await page.evaluate(HOVER_TEXT_JS)
             point = await page.evaluate(POINT_JS % HOVERED_LEVEL)
             await page.hover(point["x"], point["y"])

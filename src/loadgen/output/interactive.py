@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 PERCENTILE_TICKS = [(0.0, "0%"), (0.9, "90%"), (0.99, "99%"), (0.999, "99.9%"), (0.9999, "99.99%")]
-# No logo, no "edit in Chart Studio" link (both would point off the file); PNG download stays.
-CONFIG = {"displaylogo": False, "responsive": True}
+# No logo and no "Share chart..." button (plotly.py turns it on: it uploads the chart to Plotly Cloud);
+# nothing on the page points off the file. The PNG download, zoom and pan stay.
+CONFIG = {"displaylogo": False, "showSendToCloud": False, "responsive": True}
 
 
 def available() -> bool:
