@@ -215,46 +215,74 @@ HOVERED_LEVEL, HOVERED_TEXT = 2, "2: 8.47 tok/s"
 POINT_JS = """(() => {
   const gd = document.getElementById('chart-throughput');
   gd.scrollIntoView();
-  const trace = gd._fullData[0], i = trace.x.indexOf(%s);
+  const trace = gd._fullData[%s], i = trace.x.indexOf(%s);
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
   return {x: box.left + xa._offset + xa.c2p(trace.x[i]), y: box.top + ya._offset + ya.c2p(trace.y[i])};
 })()"""
 HOVER_TEXT_JS = "Array.from(document.querySelectorAll('#chart-throughput .hoverlayer')).map(e => e.textContent).join(' ')"
 
 
-@pytest.mark.browser
-def test_interactive_report_in_headless_chromium(interactive_report, tmp_path):
-    """No console error, no request but the file itself, and a hover shows the point's value."""
+def visit_and_hover(report_file: Path, profile: Path, trace: int, level: int, expected: str):
+    """Open the report in headless Chromium, hover one point of the throughput chart; return the console
+    errors, the URLs requested, the modebar buttons and the hover layer's text before and after."""
     import asyncio
 
     from browser import Browser, chromium_path
 
     if chromium_path() is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    url = interactive_report.resolve().as_uri()
 
-    async def visit() -> tuple[list[str], list[str], str, str]:
-        async with Browser(tmp_path / "profile") as page:
-            await page.open(url)
+    async def visit() -> tuple[list[str], list[str], list[str], str, str]:
+        async with Browser(profile) as page:
+            await page.open(report_file.resolve().as_uri())
             assert await page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 5
             buttons = await page.evaluate("Array.from(document.querySelectorAll('.modebar-btn'))"
                                           ".map(e => e.getAttribute('data-title'))")
-            assert "Zoom" in buttons and not any("Share" in b for b in buttons)  # nothing uploads the chart
             before = await page.evaluate(HOVER_TEXT_JS)
-            point = await page.evaluate(POINT_JS % HOVERED_LEVEL)
+            point = await page.evaluate(POINT_JS % (trace, level))
             await page.hover(point["x"], point["y"])
             deadline = asyncio.get_running_loop().time() + 30
             text = ""
-            while HOVERED_TEXT not in text and asyncio.get_running_loop().time() < deadline:
+            while expected not in text and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.1)
                 text = await page.evaluate(HOVER_TEXT_JS)
-            return page.errors(), page.requested_urls(), before, text
+            return page.errors(), page.requested_urls(), buttons, before, text
 
-    errors, urls, before, text = asyncio.run(visit())
+    return asyncio.run(visit())
+
+
+@pytest.mark.browser
+def test_interactive_report_in_headless_chromium(interactive_report, tmp_path):
+    """No console error, no request but the file itself, and a hover shows the point's value."""
+    errors, urls, buttons, before, text = visit_and_hover(interactive_report, tmp_path / "profile", 0,
+                                                          HOVERED_LEVEL, HOVERED_TEXT)
     assert errors == []
-    assert [u for u in urls if not u.startswith("data:")] == [url]
+    assert [u for u in urls if not u.startswith("data:")] == [interactive_report.resolve().as_uri()]
+    assert "Zoom" in buttons and not any("Share" in b for b in buttons)  # nothing uploads the chart
     assert HOVERED_TEXT not in before
     assert HOVERED_TEXT in text and "smollm2" in text
+
+
+@pytest.mark.browser
+def test_interactive_report_of_a_grid_in_headless_chromium(tmp_path):
+    """A grid's cells overlaid: the second cell's point at level 2 shows its own run.json figure."""
+    pytest.importorskip("plotly", reason="the interactive report needs the report extra (plotly)")
+    from servers import GRID_SERVER, grid
+
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}}", "--param", "parallel=1,2",
+                "--concurrency", "1,2", "--requests", "4", "--n-predict", "8", "--warmup", "1", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page_file = tmp_path / "grid.html"
+    assert report(str(out), "--output", str(page_file)).exit_code == 0
+    (cell_run,) = [p.parent for p in out.rglob("run.json") if "c02" in str(p)]
+    level = next(lv for lv in json.loads((cell_run / "run.json").read_text())["targets"][0]["levels"]
+                 if lv["level"] == 2)
+    expected = f"2: {level['throughput_tok_s']:.2f} tok/s"
+    errors, urls, _, _, text = visit_and_hover(page_file, tmp_path / "profile", 1, 2, expected)
+    assert errors == []
+    assert [u for u in urls if not u.startswith("data:")] == [page_file.resolve().as_uri()]
+    assert expected in text and "c02" in text
 
 
 def test_without_out_the_report_goes_into_the_run_and_is_not_overwritten(tmp_path):
