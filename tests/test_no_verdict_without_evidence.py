@@ -79,7 +79,7 @@ def test_a_target_dead_since_the_first_level_gets_no_verdict_but_the_reason():
 
 def test_a_server_failing_every_request_gets_no_verdict_and_no_client_warning(loadgen, tmp_path, monkeypatch):
     # Make the client-bottleneck check fire on every level: only a level with a completed request may say it.
-    monkeypatch.setattr("loadgen.run.sweep.bottleneck_warning", lambda load, read_clock: "CLIENT-WARNING")
+    monkeypatch.setattr("loadgen.run.level_runner.bottleneck_warning", lambda load, read_clock: "CLIENT-WARNING")
     with SimThread(faults=["http_500:1.0"]) as sim:
         code, out, err = loadgen("sweep", "--url", sim.url, "--concurrency", "1,2", "--requests", "2",
                                  "--warmup", "0", "--n-predict", "4", "--output", tmp_path / "run")
