@@ -36,6 +36,7 @@ class TargetLoad:
     transport: Transport
     backend: Backend
     obs: RunObserver
+    warm_latency_s: float | None = None  # the warm-up's typical latency: sizes a first open-loop level
 
 
 class LevelRunner(Protocol):

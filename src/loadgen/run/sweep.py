@@ -88,7 +88,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
         if load is None:
             return
         async with target_probe(config, t) as probe:
-            latency_s = None
+            latency_s = load.warm_latency_s
             for key in config.levels if plan is None else plan(t):
                 level = await _sweep_level(run, load, key, probe, runner, latency_s, watch)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)

@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+from ..analysis.aggregate import typical_latency_s
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
 from ..client.backends import OPENAI_APIS, Backend, make_backend
@@ -122,11 +123,14 @@ async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, so
     backend = make_backend(config.api, generation, t.model)
     transport = await open_transport(config, t, obs, config.connections_per_target, transport_factory)
     try:
-        if config.warmup > 0 and await warm_up(t, transport, backend, config.warmup,
-                                               EngineOptions(salt=options.salt)) is None:
-            yield None
-            return
-        yield TargetLoad(config, t, generation, options, transport, backend, obs)
+        warm = None
+        if config.warmup > 0:
+            warm = await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=options.salt))
+            if warm is None:
+                yield None
+                return
+        yield TargetLoad(config, t, generation, options, transport, backend, obs,
+                         warm_latency_s=None if warm is None else typical_latency_s(warm))
     finally:
         t.read_clock = transport.read_clock
         await transport.close()
