@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import shlex
 import string
+from pathlib import PurePath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,22 @@ def render(template: str, values: dict[str, str]) -> list[str]:
 
 def cell_name(values: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) or "server"
+
+
+def short_value(value: str) -> str:
+    """A value as a cell's name shows it: a path (it has a "/" or a file suffix like .gguf) by its
+    file's stem, as sweeps name a model by its file; any other value as given."""
+    if "/" in value or value.lower().endswith((".gguf", ".bin", ".safetensors")):
+        return PurePath(value).stem or value
+    return value
+
+
+def cell_names(cells: Sequence[dict[str, str]]) -> list[str]:
+    """Each cell's name from short values (`short_value`); a parameter whose short values would
+    collide (two models called x.gguf in two folders) keeps its values whole, so names stay unique."""
+    whole = {name for name in (cells[0] if cells else {})
+             if len({short_value(c[name]) for c in cells}) < len({c[name] for c in cells})}
+    return [cell_name({k: v if k in whole else short_value(v) for k, v in c.items()}) for c in cells]
 
 
 def flag_value(argv: Sequence[str], *names: str) -> str | None:
@@ -153,6 +170,41 @@ class CellSummary:
     recurrent_logged_mib: float | None = None
     recurrent_estimate_mib: float | None = None
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
+    measure: str = "sweep"  # what ran against the cell: sweep, prefill or depth
+    prompt_tok_s_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: per prompt length
+    ttft_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: client TTFT ms per length
+    decode_by_depth: dict[int, MeanSd] = field(default_factory=dict)  # depth: decode tok/s per depth
+
+
+def step_means(doc: dict[str, Any], key: str) -> dict[int, float]:
+    """A prefill or depth run's mean of `key` (prompt_tok_s, ttft_ms, decode_tok_s) per prompt length
+    or depth, from its first target's rows; rows skipped or without the figure are left out."""
+    kind = doc.get("kind")
+    section = ((doc.get("targets") or [{}])[0].get(kind) or {}) if kind in ("prefill", "depth") else {}
+    size = "prompt_tokens" if kind == "prefill" else "depth"
+    return {row[size]: row[key]["mean"] for row in section.get("rows") or []
+            if not row.get("skipped") and (row.get(key) or {}).get("mean") is not None}
+
+
+def run_line(doc: dict[str, Any]) -> str:
+    """One finished cell run in a line: "prompt tok/s 5,120.3 at 64, 4,980.1 at 256" (prefill),
+    "decode tok/s 51.2 at 0, 48.0 at 128" (depth), "12.3 tok/s at 1, 20.1 at 2" (sweep levels)."""
+    kind = doc.get("kind")
+    if kind in ("prefill", "depth"):
+        key, what = ("prompt_tok_s", "prompt tok/s") if kind == "prefill" else ("decode_tok_s", "decode tok/s")
+        means = step_means(doc, key)
+        return f"{what} " + ", ".join(f"{v:,.1f} at {n}" for n, v in means.items()) if means else "no figures"
+    levels = _levels(doc)
+    return ", ".join(f"{lv['throughput_tok_s']:.1f} tok/s at {lv['level']}" for lv in levels) or "no levels"
+
+
+def _by_size(docs: Sequence[dict[str, Any]], key: str) -> dict[int, MeanSd]:
+    """Each run's mean per prompt length or depth, as mean ± sd over the runs."""
+    values: dict[int, list[float]] = {}
+    for doc in docs:
+        for size, mean in step_means(doc, key).items():
+            values.setdefault(size, []).append(mean)
+    return {size: ms for size, vs in sorted(values.items()) if (ms := mean_sd(vs)) is not None}
 
 
 def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +246,10 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
         recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
-        kv_estimate_note=None if estimate else note)
+        kv_estimate_note=None if estimate else note,
+        measure=next((d.get("kind") for d in docs if d.get("kind") in ("prefill", "depth")), "sweep"),
+        prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
+        decode_by_depth=_by_size(docs, "decode_tok_s"))
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
@@ -264,6 +319,8 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     ok = [c for c in cells if c.runs_ok]
     if len(ok) < 2:
         return []
+    if any(c.measure != "sweep" for c in ok):
+        return _who_wins_by_size(ok)
     lines = []
     for what, value, higher in (("single-stream throughput", lambda c: c.single_stream_tok_s, True),
                                 ("peak throughput", lambda c: c.peak_tok_s, True)):
@@ -286,4 +343,22 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
         w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)
         if w:
             lines.append(f"lowest mean latency at level {top} (ms): {w}")
+    return lines
+
+
+def _who_wins_by_size(ok: Sequence[CellSummary]) -> list[str]:
+    """A prefill grid: who reads the longest prompt fastest (prompt tok/s, client TTFT); a depth grid:
+    who decodes fastest at the deepest context. The longest length or depth every cell measured."""
+    lines = []
+    for what, by, higher, at in (("highest prompt tok/s", lambda c: c.prompt_tok_s_by_length, True, "at {} tokens"),
+                                 ("lowest TTFT (ms)", lambda c: c.ttft_by_length, False, "at {} tokens"),
+                                 ("highest decode tok/s", lambda c: c.decode_by_depth, True, "at depth {}")):
+        common = set.intersection(*(set(by(c)) for c in ok))
+        if not common:
+            continue
+        size = max(common)
+        w = _winner(ok, lambda c, by=by, size=size: by(c).get(size), higher)
+        if w:
+            head, _, unit = what.partition(" (")
+            lines.append(f"{head} {at.format(size)}{' (' + unit if unit else ''}: {w}")
     return lines

@@ -29,26 +29,29 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag,
-                             parse_param, render, run_order)
+from ..analysis.grid import (GridParam, cache_flags, cell_names, check_template, cross, flag_value, has_flag,
+                             parse_param, render, run_line, run_order)
 from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid import print_grid
 from ..results.grid import DONE, grid_summaries, is_grid, load_grid, write_grid
+from ..results.reader import load_run
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
 from ..run.servers import (ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop,
                            wait_ready)
-from .ab import run_summary
 from .common import die_with_parent, user_errors
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
 MEASURES = ("sweep", "prefill", "depth")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
+# Every cell's target label: compare and gate pair targets by label, so the cells of one grid (and
+# an `ab` run, whose default label this is) compare; the cell's name is in grid.json.
+CELL_LABEL = "server"
 PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
@@ -172,7 +175,7 @@ class CellRunner:
         found = {"boot": facts.to_dict(), "props": {k: props.get(k) for k in ("total_slots", "model_alias",
                                                                                 "model_path", "build_info")},
                  "run_dir": str((folder / "run").relative_to(self.root))}
-        code = measure(self.doc["measure"], server.url, cell["name"], tuple(self.doc["measure_args"]),
+        code = measure(self.doc["measure"], server.url, CELL_LABEL, tuple(self.doc["measure_args"]),
                        folder / "run", folder)
         found["measure_exit"] = code
         died = server.proc.poll()
@@ -202,7 +205,7 @@ def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
         cell["runs"] = [e for e in cell["runs"] if e["repeat"] != repeat] + [entry]
         write_grid(root, doc)
         if entry["status"] == "ok":
-            err.print(f"  ok: {run_summary(root / entry['run_dir'])}", highlight=False)
+            err.print(f"  ok: {cell_run_line(root / entry['run_dir'])}", highlight=False)
         else:
             failed = failed or entry["status"] == "failed"
             err.print(f"  {entry['status']}: {entry['reason']}", style="yellow", highlight=False)
@@ -210,6 +213,14 @@ def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
                 err.print(f"    {line}", highlight=False, markup=False)
     failed = failed or any(e["status"] == "failed" for c in cells for e in c["runs"])
     return LATCH.exit_code or (EXIT_FAILED if failed else EXIT_OK)
+
+
+def cell_run_line(run_dir: Path) -> str:
+    """A finished cell run's figures in one line (`analysis.grid.run_line`)."""
+    try:
+        return run_line(load_run(run_dir))
+    except ResultsError as exc:
+        return str(exc)
 
 
 def as_flags(option: click.Option, value: Any) -> list[str]:
@@ -261,8 +272,9 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: str
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
-    cells = [{"id": f"c{i:02d}", "name": cell_name(values), "params": values, "runs": []}
-             for i, values in enumerate(cross(params), 1)]
+    combos = cross(params)
+    cells = [{"id": f"c{i:02d}", "name": name, "params": values, "runs": []}
+             for i, (values, name) in enumerate(zip(combos, cell_names(combos)), 1)]
     return {"command": command_line(), "template": template,
             "params": [{"name": p.name, "values": list(p.values)} for p in params], "repeat": repeat,
             "measure": kind, "measure_args": list(args), "wait_ready_s": wait_ready_s, "cells": cells}

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results.grid import grid_run_dirs, is_grid
+from ..results.grid import grid_run_dirs, is_grid, one_run_in_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
@@ -42,7 +42,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
     from ..output.exporters import export, select
 
     choice(output_format, EXPORT_FORMATS, "--format")
-    source = results_dir(results_dir_text)
+    source = one_run_in_grid(results_dir(results_dir_text))
     data = select(load_run(source), load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
     try:
