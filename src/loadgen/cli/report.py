@@ -35,21 +35,32 @@ def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
                                  "schedule_lag or itl.  [default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
 @click.option("--out", "out_dir", help="Directory to write into.  [default: RESULTS_DIR]")
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in the --out directory.")
 @user_errors()
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
-                   out_dir: str | None) -> None:
+                   out_dir: str | None, force: bool) -> None:
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines or Parquet."""
-    from ..output.exporters import export, select
+    from ..output.exporters import EXPORTERS, check_exportable, records_note, select
+    from ..output.files import write_files
 
     choice(output_format, EXPORT_FORMATS, "--format")
     source = one_run_in_grid(results_dir(results_dir_text))
-    data = select(load_run(source), load_records(source), target=target, metric=metric)
+    run = load_run(source)
+    check_exportable(run, output_format)
+    data = select(run, load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
+    files = EXPORTERS[output_format].render(data)
+    there = next((out / name for name, _ in files if (out / name).exists()), None)
+    if there is not None and not force:
+        raise InputError(f"{there} exists; give --force to overwrite it, or another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        written = export(output_format, data, out)
+        written = write_files(files, out)
     except OSError as exc:
         raise InputError(f"cannot write to {out} ({exc.strerror or exc}); choose another --out") from None
+    note = records_note(data, output_format)
+    if note:
+        click.echo(note, err=True)
     for path in written:
         click.echo(str(path))
     if not written:
