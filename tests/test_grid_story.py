@@ -130,3 +130,54 @@ def test_calibrate_a_restarted_server(a, b, restarted, expected):
 
     found = first_difference([("r1", a), ("r2", b)], restarted=restarted)
     assert (found.field if found else None) == expected
+
+
+def test_resume_refuses_options_it_would_ignore(prefill_grid, loadgen):
+    """Before: `grid --resume DIR --concurrency 4` ignored --concurrency silently."""
+    out, _ = prefill_grid
+    code, _, err = loadgen("grid", "--resume", out, "--concurrency", "4")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "leave out --concurrency 4" in err
+    code, _, err = loadgen("grid", "--resume", out, "--repeat", "3")
+    assert code == 2 and "leave out --repeat" in err, err
+
+
+# a return code -> how the grid says the measurement ended (before: "sweep exited with -9")
+ENDED = [
+    (1, "sweep exited with code 1"),
+    (-9, "sweep was killed by SIGKILL (out of memory?)"),
+    (-15, "sweep was killed by SIGTERM"),
+]
+
+
+@pytest.mark.parametrize("code, expected", ENDED)
+def test_how_a_measurement_ended(code, expected):
+    from loadgen.cli.grid import ended
+
+    assert ended("sweep", code) == expected
+
+
+def test_the_log_tail_leaves_out_the_exit_memory_table():
+    from loadgen.analysis.bootlog import log_tail
+
+    log = ("srv  update_slots: all slots are idle\nGGML_ASSERT: something failed\n"
+           "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free    self   model   context |\n"
+           "llama_memory_breakdown_print: |   - Host               |                  135 =    72 +      45 |\n")
+    assert log_tail(log, 1) == ["GGML_ASSERT: something failed"]
+
+
+def _scenario(tmp_path, extra):
+    path = tmp_path / "grid.toml"
+    path.write_text(f'mode = "grid"\nserver = "{GRID_SERVER} --parallel {{parallel}}"\nparam = ["parallel=1,2"]\n'
+                    f'concurrency = [1, 2]\nrequests = 4\n{extra}\n')
+    return path
+
+
+def test_a_grid_scenarios_errors_name_the_grid_and_the_file(tmp_path, loadgen):
+    """Before: "unknown key for mode 'sweep'", and a cross-key error without the file's name."""
+    path = _scenario(tmp_path, "n_predikt = 3")
+    code, _, err = loadgen("run", path, "--check")
+    assert code == 2 and f"{path}:6: n_predikt: unknown key for mode 'grid'" in err and "n_predict" in err, err
+    path = _scenario(tmp_path, "duration = 5")
+    code, _, err = loadgen("run", path, "--check")
+    assert code == 2 and err.startswith(f"loadgen: error: {path}: give --requests"), err

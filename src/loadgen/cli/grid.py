@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
@@ -72,6 +73,18 @@ def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
     if not has_flag(argv, *VERBOSITY_FLAGS):
         argv += ["-lv", "4"]  # the boot log's KV cache lines need it
     return argv, f"http://{host}:{port}"
+
+
+def ended(what: str, code: int) -> str:
+    """"sweep exited with code 1", or "sweep was killed by SIGKILL" for a negative return code (a
+    signal: the kernel's OOM killer sends SIGKILL)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{what} was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+    return f"{what} exited with code {code}"
 
 
 def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
@@ -182,11 +195,11 @@ class CellRunner:
         if LATCH.received:
             return {**found, "status": "interrupted", "reason": "interrupted during the measurement"}
         if died is not None:
-            return {**found, "status": "failed", "reason": f"the server exited with code {died} during the measurement"}
+            return {**found, "status": "failed", "reason": f"{ended('the server', died)} during the measurement"}
         if code != 0:
             tail = log_tail((folder / f"{self.doc['measure']}.err").read_text(errors="replace"), 1)
             return {**found, "status": "failed",
-                    "reason": f"{self.doc['measure']} exited with {code}: {tail[0] if tail else '(no message)'}"}
+                    "reason": f"{ended(self.doc['measure'], code)}: {tail[0] if tail else '(no message)'}"}
         return {**found, "status": "ok"}
 
 
@@ -239,12 +252,17 @@ def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], 
                     ctx: click.Context) -> dict[str, Any]:
     """`mode = "grid"` in a scenario file: the grid's own keys (server, param, repeat, measure, ...) go
     to the grid, every other key to its measurement, each checked by the option that reads it."""
-    from .scenario import keys_of, resolve
+    from .scenario import ScenarioError, keys_of, resolve, suggestion
 
     own = keys_of(command)
     kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
     kind = kwargs.get("kind") or "sweep"
     rest = {k: s for k, s in settings.items() if k not in own}
+    theirs = keys_of(commands[kind])
+    unknown = next((s for k, s in rest.items() if k not in theirs), None)
+    if unknown is not None:  # named for the grid: its keys and its measurement's are both allowed
+        raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode 'grid' (its own keys and its "
+                            f"measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
     resolve(commands[kind], rest, ctx)
     options = keys_of(commands[kind])
     kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))
@@ -304,17 +322,25 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
         if resume:
             root = Path(resume)
             doc = load_grid(root)
-            if template or param_texts:
-                raise ConfigError("--resume continues a grid as it was given; leave out --server and --param")
+            given = [*(["--server"] if template else []), *(["--param"] if param_texts else []),
+                     *(flag for name, flag in (("repeat", "--repeat"), ("kind", "--measure"),
+                                               ("wait_ready_s", "--wait-ready"))
+                       if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT),
+                     *measure_args]
+            if given:
+                raise ConfigError("--resume continues a grid as it was given; leave out " + " ".join(given))
             for cell in doc["cells"]:  # every cell's command line, before any server starts
                 render(doc["template"], cell["params"])
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
             doc = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
-        check_measure_args(doc["measure"], tuple(doc["measure_args"]))
-        if checking_only():
-            return
+    # outside user_errors: a ConfigError here is a rule across the measurement's keys, which
+    # `loadgen run` prefixes with the scenario file, as it does a sweep's
+    check_measure_args(doc["measure"], tuple(doc["measure_args"]))
+    if checking_only():
+        return
+    with user_errors():
         if not resume:
             root = prepare_dir(Path(output) if output else default_dir(Path("results"), "grid"), force)
             if is_grid(root) and not force:
