@@ -71,9 +71,13 @@ def resolve_workers(workers: int | str, ray_address: str | None, config: SweepCo
         n = auto_workers([t.url for t in config.targets], cores) if workers == "auto" else int(workers)
         most = config.max_in_flight if config.open_loop else max(config.concurrency, default=None)
         asked, n = n, local_workers(n, most, cores)
+        # one line says how many processes run, and (more than cores) that they share the cores
+        shared = f" on {cores} core(s), which they share: expect event-loop lag" if n > cores else ""
         if n < asked:
-            click.echo(f"--workers {workers}: {n} process(es), no level has more than {most} request(s) in flight",
-                       err=True)
+            click.echo(f"--workers {workers}: {n} process(es){shared}, no level has more than {most} request(s) "
+                       "in flight", err=True)
+        elif shared:
+            click.echo(f"--workers {workers}: {n} process(es){shared}", err=True)
         elif workers == "auto":
             click.echo(f"--workers auto: {n} process(es) on {cores} core(s)"
                        f"{', one left to the local server' if n == cores - 1 else ''}", err=True)

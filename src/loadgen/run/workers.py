@@ -47,7 +47,7 @@ from ..core.records import LevelRun, RequestRecord
 from ..core.recordsink import LevelRecords
 from .config import SweepConfig
 from .engine import EngineOptions, requests_done
-from .looplag import ClientLoad, bottleneck_warning
+from .looplag import ClientLoad, workers_warning
 from .model import RunObserver, TargetRun
 from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
@@ -648,9 +648,8 @@ class WorkerPool:
             return None
         level.loop_lag_p99_ms, level.loop_lag_max_ms = top.loop_lag_p99_ms, top.loop_lag_max_ms
         level.client_cpu_fraction = top.client_cpu_fraction
-        for x in loads:
-            own = ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0)
-            warning = bottleneck_warning(own, t.read_clock or "loop")
-            if warning and of_level(level).ok:
-                obs.message(f"warning: {t.label} at {level.name}: worker {x.process}: {warning}")
+        own = [ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0) for x in loads]
+        warning = workers_warning(own, usable_cores(), t.read_clock or "loop")
+        if warning and of_level(level).ok:  # one line for all the workers, not one each
+            obs.message(f"warning: {t.label} at {level.name}: {warning}")
         return ClientLoad(top.loop_lag_p99_ms, top.loop_lag_max_ms, top.client_cpu_fraction or 0.0, 0)
