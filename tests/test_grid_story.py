@@ -181,3 +181,12 @@ def test_a_grid_scenarios_errors_name_the_grid_and_the_file(tmp_path, loadgen):
     path = _scenario(tmp_path, "duration = 5")
     code, _, err = loadgen("run", path, "--check")
     assert code == 2 and err.startswith(f"loadgen: error: {path}: give --requests"), err
+
+
+def test_analyze_and_report_take_a_cell(prefill_grid, sweep_grid, loadgen):
+    out, _ = prefill_grid
+    code, stdout, err = loadgen("analyze", out / "c01")
+    assert code == 0 and "prompt" in stdout, err
+    out, _ = sweep_grid
+    code, stdout, err = loadgen("report", out / "c02", "--format", "markdown")
+    assert code == 0 and "## c02 r1: server" in stdout and "## c02 r3: server" in stdout, err

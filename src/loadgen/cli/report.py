@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results.grid import grid_run_dirs, is_grid, one_run_in_grid
+from ..results.grid import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
@@ -78,10 +78,14 @@ MODE_KINDS = ("prefill", "depth", "soak")
 
 
 def load_sources(path_text: str) -> list[dict[str, Any]]:
-    """A run folder's source, or a grid folder's: each cell's finished runs, named by cell."""
+    """A run folder's source, or a grid folder's: each cell's finished runs, named by cell (a grid's
+    cell, GRID/c01: its runs, named by repeat)."""
     path = results_dir(path_text)
     if not is_grid(path):
-        return [load_source(path_text)]
+        in_grid = runs_in_grid(path)
+        if in_grid is None:
+            return [load_source(path_text)]
+        return [load_source(str(run_dir), f"{path.name} {run_dir.parent.name}") for run_dir in in_grid]
     return [load_source(str(run_dir), name) for name, run_dir in grid_run_dirs(path)]
 
 
