@@ -87,6 +87,31 @@ def done(out: Path) -> bool:
         return False
 
 
+def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, output: str | None,
+            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...]]:
+    """The sides, repeat, label and sweep options of the ab in `root`; InputError when the command
+    line gives any of them again (they would be ignored)."""
+    given = [name for name, value in (("--baseline-url", baseline_url), ("--candidate-url", candidate_url),
+                                      ("--output", output), ("sweep options", sweep_args)) if value]
+    if given:
+        raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
+    saved = load_ab(root)
+    return saved["baseline_url"], saved["candidate_url"], saved["repeat"], saved["label"], tuple(saved["sweep_args"])
+
+
+def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
+    """The folder of a new ab, with its ab.json; an earlier ab's runs there only with --force."""
+    root = prepare_dir(root, force)
+    earlier = [root / side for side in ("baseline", "candidate") if (root / side).exists()]
+    if earlier and not force:
+        raise InputError(f"{root} already holds A/B runs; continue them with --resume {root}, choose "
+                         "another --output or add --force")
+    for folder in earlier:  # --force: the runs of an earlier ab, and nothing else, are replaced
+        shutil.rmtree(folder)
+    (root / AB_FILE).write_text(json.dumps(saved, indent=1) + "\n")
+    return root
+
+
 def load_ab(root: Path) -> dict[str, Any]:
     try:
         saved = json.loads((root / AB_FILE).read_text())
@@ -154,15 +179,9 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
     """
     with user_errors():
         if resume:
-            given = [name for name, value in (("--baseline-url", baseline_url), ("--candidate-url", candidate_url),
-                                              ("--output", output), ("sweep options", sweep_args)) if value]
-            if given:
-                raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
             root = Path(resume)
-            saved = load_ab(root)
-            baseline_url, candidate_url, repeat, label = (saved["baseline_url"], saved["candidate_url"],
-                                                          saved["repeat"], saved["label"])
-            sweep_args = tuple(saved["sweep_args"])
+            baseline_url, candidate_url, repeat, label, sweep_args = resumed(root, baseline_url, candidate_url,
+                                                                             output, sweep_args)
         elif not (baseline_url and candidate_url):
             raise InputError("give --baseline-url and --candidate-url (or --resume DIR)")
         clash = next((a for a in sweep_args if a.split("=")[0] in RESERVED), None)
@@ -174,16 +193,9 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
         check_side("baseline", baseline_url, label, tuple(sweep_args))
         check_side("candidate", candidate_url, label, tuple(sweep_args))
         if not resume:
-            root = prepare_dir(Path(output) if output else default_dir(Path("results"), "ab"), force)
-            earlier = [root / side for side in ("baseline", "candidate") if (root / side).exists()]
-            if earlier and not force:
-                raise InputError(f"{root} already holds A/B runs; continue them with --resume {root}, choose "
-                                 "another --output or add --force")
-            for folder in earlier:  # --force: the runs of an earlier ab, and nothing else, are replaced
-                shutil.rmtree(folder)
-            (root / AB_FILE).write_text(json.dumps({"baseline_url": baseline_url, "candidate_url": candidate_url,
-                                                    "repeat": repeat, "label": label,
-                                                    "sweep_args": list(sweep_args)}, indent=1) + "\n")
+            root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
+                          {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
+                           "label": label, "sweep_args": list(sweep_args)})
     err = Console(stderr=True)
     LATCH.install()
     urls = {"baseline": baseline_url, "candidate": candidate_url}
