@@ -190,3 +190,18 @@ def test_analyze_and_report_take_a_cell(prefill_grid, sweep_grid, loadgen):
     out, _ = sweep_grid
     code, stdout, err = loadgen("report", out / "c02", "--format", "markdown")
     assert code == 0 and "## c02 r1: server" in stdout and "## c02 r3: server" in stdout, err
+
+
+def test_the_grid_table_shows_short_values():
+    """Before: the model column held the whole cache path (66 characters)."""
+    from rich.console import Console
+
+    from loadgen.analysis.grid import summarize_cell
+    from loadgen.output.grid import print_grid
+
+    cells = [summarize_cell(name, params, [])
+             for params, name in zip(*(lambda ps: (ps, cell_names(ps)))([{"model": "/opt/m/SmolLM2.Q4_1.gguf"}]))]
+    console = Console(width=120, record=True)
+    print_grid(console, {"params": [{"name": "model"}], "measure": "sweep"}, cells)
+    text = console.export_text()
+    assert "SmolLM2.Q4_1" in text and "/opt/m" not in text

@@ -92,12 +92,18 @@ def short_value(value: str) -> str:
     return value
 
 
-def cell_names(cells: Sequence[dict[str, str]]) -> list[str]:
-    """Each cell's name from short values (`short_value`); a parameter whose short values would
-    collide (two models called x.gguf in two folders) keeps its values whole, so names stay unique."""
+def short_params(cells: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Each cell's parameters as its name and the grid table show them (`short_value`); a parameter
+    whose short values would collide (two models called x.gguf in two folders) keeps its values
+    whole, so cells stay told apart."""
     whole = {name for name in (cells[0] if cells else {})
-             if len({short_value(c[name]) for c in cells}) < len({c[name] for c in cells})}
-    return [cell_name({k: v if k in whole else short_value(v) for k, v in c.items()}) for c in cells]
+             if len({short_value(c.get(name, "")) for c in cells}) < len({c.get(name, "") for c in cells})}
+    return [{k: v if k in whole else short_value(v) for k, v in c.items()} for c in cells]
+
+
+def cell_names(cells: Sequence[dict[str, str]]) -> list[str]:
+    """Each cell's name from its short parameters (`short_params`)."""
+    return [cell_name(values) for values in short_params(cells)]
 
 
 def flag_value(argv: Sequence[str], *names: str) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.grid import CellSummary, kv_warnings, who_wins
+from ..analysis.grid import CellSummary, kv_warnings, short_params, who_wins
 from ..analysis.metrics import MeanSd
 from .layout import Column, Grid
 from .layout import print_grid as print_layout
@@ -53,8 +53,8 @@ def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str], measure
         *(Column(name) for name in ("runs ok", "single-stream\ntok/s", "peak tok/s", "peak\nat", "saturated\nat",
                                     *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)",
                                     "KV MiB\nper slot"))])
-    for c in cells:
-        grid.add_row(*(Text(c.params.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",  # values, not markup
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",  # values, not markup
                      _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
                      str(c.saturated_at if c.saturated_at is not None else "-"),
                      *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
@@ -73,8 +73,8 @@ def _size_table(cells: Sequence[CellSummary], param_names: Sequence[str], measur
     grid = Grid(f"loadgen grid ({measure})", [
         *(Column(name, "left", key=True) for name in param_names), Column("runs ok"),
         *(Column(head) for head, _ in figures), Column("KV MiB (boot log\nvs loadgen kv)"), Column("KV MiB\nper slot")])
-    for c in cells:
-        grid.add_row(*(Text(c.params.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",
                      *(value(c) for _, value in figures), _kv(c), _per_slot(c))
     return grid
 
