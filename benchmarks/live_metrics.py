@@ -18,8 +18,8 @@ import time
 import urllib.request
 
 from loadgen.core.records import LevelRun, ServerOutcome, make_record
-from loadgen.run.live_endpoint import LiveEndpoint
-from loadgen.run.live_metrics import LiveMetrics
+from loadgen.run.live.endpoint import LiveEndpoint
+from loadgen.run.live.metrics import LiveMetrics
 
 MS = 1_000_000
 

@@ -119,7 +119,7 @@ def _worker_parts(rs: list[RequestRecord], batch: int, workers: int):
     """The records dealt out to `workers` a batch at a time, as worker processes gather them: per
     worker, its records and its parts (`Partial`, through the wire format and back); each part's
     watermark the first send of that worker's next batch (NO_MORE_SENDS after its last)."""
-    from loadgen.run.worker_protocol import NO_MORE_SENDS, WorkerPartial, frame
+    from loadgen.run.workers.protocol import NO_MORE_SENDS, WorkerPartial, frame
 
     decode = msgspec.msgpack.Decoder(WorkerPartial).decode
     batches = [rs[i:i + batch] for i in range(0, len(rs), batch)]

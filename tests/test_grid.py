@@ -11,8 +11,16 @@ import time
 import pytest
 
 from loadgen.analysis.bootlog import boot_facts
-from loadgen.analysis.grid import (cache_flags, check_template, cross, kv_warnings, parse_param, run_order,
-                                   summarize_cell, who_wins)
+from loadgen.analysis.grid_cells import (
+    cache_flags,
+    check_template,
+    cross,
+    kv_warnings,
+    parse_param,
+    run_order,
+    summarize_cell,
+    who_wins,
+)
 from loadgen.core.errors import ConfigError
 from loadgen.core.processes import pid_alive
 from servers import GRID_SERVER, LOADGEN, grid, grid_pids

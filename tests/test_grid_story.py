@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from loadgen.analysis.grid import cell_names
+from loadgen.analysis.grid_cells import cell_names
 from servers import GRID_SERVER, grid
 
 PREFILL = ("--measure", "prefill", "--prompt-tokens", "64,256", "--repeat", "1")
@@ -196,8 +196,8 @@ def test_the_grid_table_shows_short_values():
     """Before: the model column held the whole cache path (66 characters)."""
     from rich.console import Console
 
-    from loadgen.analysis.grid import summarize_cell
-    from loadgen.output.grid import print_grid
+    from loadgen.analysis.grid_cells import summarize_cell
+    from loadgen.output.grid_table import print_grid
 
     cells = [summarize_cell(name, params, [])
              for params, name in zip(*(lambda ps: (ps, cell_names(ps)))([{"model": "/opt/m/SmolLM2.Q4_1.gguf"}]))]

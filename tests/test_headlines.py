@@ -13,7 +13,7 @@ import pytest
 
 from loadgen.analysis import compare, gate
 from loadgen.analysis.between_runs import Floor
-from loadgen.analysis.grid import summarize_cell, who_wins
+from loadgen.analysis.grid_cells import summarize_cell, who_wins
 from loadgen.client.backends import GenerationParams
 from loadgen.client.probe import ServerInfo
 from loadgen.core.errors import EXIT_NOT_ENFORCED
@@ -21,7 +21,7 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.comparison import gate_markdown, summary_line
 from loadgen.results import writer
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.model import Run, TargetRun
+from loadgen.run.state import Run, TargetRun
 from test_gate import LABEL, PROMPT, as_run, closed_loop_level, write_run
 
 MS = 1_000_000

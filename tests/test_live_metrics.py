@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.core.errors import ConfigError
 from loadgen.core.records import LevelRun, ProbeSample, ServerOutcome, make_record
-from loadgen.run.live_endpoint import LiveEndpoint
-from loadgen.run.live_metrics import Buckets, LiveMetrics
+from loadgen.run.live.endpoint import LiveEndpoint
+from loadgen.run.live.metrics import Buckets, LiveMetrics
 from servers import SimThread, free_port, in_process_cli
 
 MS = 1_000_000

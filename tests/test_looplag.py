@@ -11,8 +11,9 @@ import uvloop
 from loadgen.client.backends import GenerationParams
 from loadgen.results.writer import run_document
 from loadgen.run.config import SweepConfig, Target
+from loadgen.run.level_runner import LocalRunner
 from loadgen.run.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
-from loadgen.run.model import Run
+from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
 
@@ -94,7 +95,7 @@ def _sweep(transport: str, observer: Recorder, concurrency=(1, 4), servers_in_pr
                                  requests_per_level=8, warmup=1, transport=transport, wait_ready_s=5,
                                  probe_interval_s=0.05, servers_in_process=servers_in_process)
             run = Run(config=config)
-            await run_sweep(run, observer)
+            await run_sweep(run, observer, LocalRunner())
             return run
     return uvloop.run(main())
 

@@ -1,4 +1,4 @@
-"""analysis/merge.py: how a level is shared over worker processes and merged back (no processes here).
+"""run/workers/merge.py: how a level is shared over worker processes and merged back (no processes here).
 
 The expected answers in the tables were written down before the functions were run.
 """
@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis import merge, metrics
+from loadgen.analysis import metrics
 from loadgen.core.records import RequestRecord
-from loadgen.analysis.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
-                                    open_shares, process_of, same_buckets, split_count, split_in_proportion,
-                                    sum_counters)
 from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.workers import merge
+from loadgen.run.workers.merge import (
+    ProcessLoad,
+    add_histograms,
+    busiest,
+    closed_shares,
+    level_seq,
+    open_shares,
+    split_count,
+    split_in_proportion,
+)
+from oracles import merged_schedule, process_of, same_buckets, sum_counters
 
 
 @pytest.mark.parametrize("total, parts, expected", [

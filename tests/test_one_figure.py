@@ -10,9 +10,10 @@ from rich.console import Console
 
 from loadgen.analysis.metrics import summarize_level
 from loadgen.core.records import LevelRun, RequestRecord
-from loadgen.output.html import TABLE_COLUMNS, build_series, level_row
-from loadgen.output.progress import ProgressObserver
+from loadgen.output.html import TABLE_COLUMNS, level_row
 from loadgen.output.layout import filled_rows, text_of
+from loadgen.output.progress import ProgressObserver
+from loadgen.output.report_model import build_series
 from loadgen.output.tables import queue_table
 from loadgen.results.reader import load_run
 

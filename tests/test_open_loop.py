@@ -10,17 +10,17 @@ import threading
 import numpy as np
 import pytest
 
+from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
 from loadgen.analysis import metrics
 from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core import records
 from loadgen.core.records import LevelRun
 from loadgen.run.engine import run_level, run_open_level
-from loadgen.run.loops import loop_factory
-from loadgen.run.schedule import arrival_offsets_ns, realised_rate
 from loadgen.run.looplag import LoopLagSampler
-from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
-
+from loadgen.run.loops import loop_factory
+from loadgen.run.schedule import arrival_offsets_ns
+from oracles import realised_rate
 
 # ---------------------------------------------------------------- schedules (pure)
 

@@ -26,10 +26,10 @@ def test_label_value(label, expected):
 
 
 def test_the_live_endpoint_and_prometheus_yml_use_it():
-    from loadgen.output.prometheus_config import ScrapeTarget, prometheus_config
-    from loadgen.run.live_endpoint import _Collector
-    from loadgen.run.live_metrics import LiveMetrics
     from loadgen.core.records import LevelRun
+    from loadgen.output.prometheus_config import ScrapeTarget, prometheus_config
+    from loadgen.run.live.endpoint import _Collector
+    from loadgen.run.live.metrics import LiveMetrics
 
     text = prometheus_config([ScrapeTarget("SmolLM2…Q4_1@8081", "http://127.0.0.1:8081")], "127.0.0.1:9")
     assert 'alias: "SmolLM2-Q4_1-8081"' in text and "…" not in text

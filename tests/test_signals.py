@@ -122,7 +122,7 @@ def test_a_second_sigint_exits_at_once_with_a_valid_file(sim_url, tmp_path, gap_
 _SIGNAL_AT = """
 import os, signal, sys, threading
 import importlib
-execute = importlib.import_module("loadgen.cli.execute")
+writer = importlib.import_module("loadgen.results.writer")
 sweep = importlib.import_module("loadgen.cli.sweep")
 main = importlib.import_module("loadgen.cli.main").main
 
@@ -143,7 +143,7 @@ def pepper(when, names):
 
 where, when, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 if where == "write":
-    execute.write_results = pepper(when, names)(execute.write_results)
+    writer.RunFiles.final = pepper(when, names)(writer.RunFiles.final)
 else:
     sweep.print_run = pepper(when, names)(sweep.print_run)
 sys.argv = ["loadgen", *sys.argv[4:]]

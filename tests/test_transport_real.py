@@ -7,7 +7,8 @@ import uvloop
 
 from loadgen.client.backends import GenerationParams
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.model import Run
+from loadgen.run.level_runner import LocalRunner
+from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 
 pytestmark = pytest.mark.real
@@ -34,7 +35,7 @@ def _records(url: str, transport: str, api: str, stream: bool, monkeypatch) -> l
                          generation=GenerationParams(prompt="Count to ten.", n_predict=12, seed=7, stream=stream),
                          requests_per_level=6, warmup=1, transport=transport)
     run = Run(config=config)
-    uvloop.run(run_sweep(run, Quiet()))
+    uvloop.run(run_sweep(run, Quiet(), LocalRunner()))
     assert run.complete, [t.error for t in run.targets]
     return sorted((r.level, r.seq, r.salt, r.status, r.error_kind, r.output_tokens, r.predicted_n, r.prompt_n,
                    r.chunks, r.headers_ns is not None and r.send_ns <= r.headers_ns <= r.complete_ns)

@@ -1,4 +1,4 @@
-"""The parent's side of `--workers` (run/workers.py `_Tail`), fed by hand: workers' records bytes and
+"""The parent's side of `--workers` (run/workers/parent.py `_Tail`), fed by hand: workers' records bytes and
 their figures (`WorkerPartial`), as worker processes send them, in either order.
 
 Direct (a JSON-lines records file, an observer that counts): the parent passes the bytes on and
@@ -25,8 +25,8 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.core.recordsink import RecordSink
 from loadgen.results.reader import load_records
 from loadgen.run.recording import stream_level
-from loadgen.run.worker_protocol import NO_MORE_SENDS, WorkerPartial
-from loadgen.run.workers import WorkerHandle, _Tail
+from loadgen.run.workers.parent import WorkerHandle, _Tail
+from loadgen.run.workers.protocol import NO_MORE_SENDS, WorkerPartial
 
 MS = 1_000_000
 BATCH = 40

@@ -67,12 +67,12 @@ class _Series:
         self.count, self.total = 0, 0.0
         metrics.clear_histogram(self.histogram)
 
-    def part(self) -> "SeriesPart":
+    def part(self) -> SeriesPart:
         index, counts = metrics.occupied_counts(self.histogram)
         h = self.histogram
         return SeriesPart(self.count, self.total, index.tobytes(), counts.tobytes(), h.min_value, h.max_value)
 
-    def merge(self, part: "SeriesPart") -> None:
+    def merge(self, part: SeriesPart) -> None:
         self.count += part.count
         self.total += part.total
         add_series_part(self.histogram, part)
@@ -237,7 +237,7 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
-# The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
+# The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
 
@@ -250,7 +250,7 @@ def _latest(a: int | None, b: int | None) -> int | None:
     return a if b is None else b if a is None else max(a, b)
 
 
-def of_level(level: LevelRun) -> "LevelAggregate":
+def of_level(level: LevelRun) -> LevelAggregate:
     """A level's aggregate: the one it streamed into, else one gathered from its records."""
     return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
 
@@ -293,7 +293,7 @@ class LevelAggregate:
         self.reservoir.sample = records
 
     @classmethod
-    def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
+    def of(cls, rs: Iterable[RequestRecord]) -> LevelAggregate:
         agg = cls()
         agg.add_batch(list(rs))
         return agg
@@ -442,7 +442,8 @@ class LevelAggregate:
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
-        wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
+        first, last = self.first_start_ns, self.last_complete_ns  # set together
+        wall = 0.0 if first is None or last is None else (last - first) / 1e9
         s = self.series
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
@@ -464,7 +465,8 @@ class LevelAggregate:
         )
 
     def _achieved_rate(self) -> float | None:
-        if self.sent < 2 or self.last_send_ns <= self.first_send_ns:
+        first, last = self.first_send_ns, self.last_send_ns  # set together, with the first send
+        if self.sent < 2 or first is None or last is None or last <= first:
             return None
-        return (self.sent - 1) / ((self.last_send_ns - self.first_send_ns) / 1e9)
+        return (self.sent - 1) / ((last - first) / 1e9)
 

@@ -37,6 +37,7 @@ from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
 from .gate import gate_config, gate_options, report_gate
+from .help import command
 from .shared import CHECK_ONLY
 
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
@@ -61,11 +62,11 @@ def check_side(which: str, url: str, label: str, sweep_args: tuple[str, ...]) ->
         raise InputError(f"--{which}-url {url!r}: {exc}") from None
     from .main import cli
 
-    command = cli.get_command(None, "sweep")
+    sweep = cli.get_command(None, "sweep")
     try:
-        with command.make_context("sweep", [*sweep_args, "--url", url, "--label", label]) as ctx:
+        with sweep.make_context("sweep", [*sweep_args, "--url", url, "--label", label]) as ctx:
             ctx.meta[CHECK_ONLY] = True
-            command.invoke(ctx)
+            sweep.invoke(ctx)
     except click.ClickException as exc:
         raise InputError(f"sweep options: {exc.format_message()}") from None
     host, _, port = base.netloc.rpartition("@")[2].rpartition(":")
@@ -156,7 +157,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-@click.command("ab", context_settings={"ignore_unknown_options": True})
+@command("ab", context_settings={"ignore_unknown_options": True})
 @click.option("--baseline-url", help="The baseline server's base URL.")
 @click.option("--candidate-url", help="The candidate server's (the same one for an A/A run).")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")

@@ -10,7 +10,7 @@ import click
 
 from ..core.errors import InputError, UserError
 from ..core.processes import die_with_parent
-from ..results.grid import is_grid
+from ..results.grid_file import is_grid
 
 __all__ = ["ReportedError", "die_with_parent", "results_dir", "user_errors"]
 

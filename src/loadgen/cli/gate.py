@@ -19,17 +19,34 @@ import click
 from rich.console import Console
 
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
-from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
-                             parse_confidence, parse_settings, run_gate)
+from ..analysis.gate import (
+    FAIL,
+    INCONCLUSIVE,
+    GateConfig,
+    GateConfigError,
+    GateResult,
+    build_config,
+    parse_confidence,
+    parse_settings,
+    run_gate,
+)
 from ..analysis.run_identity import first_difference
-from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
-                                 summary_line, untested_notes)
-from ..output.layout import print_grid
-from ..results.noise import write_noise
-from ..results.grid import runs_in_grid
-from ..results.sides import calibration_runs, load_side, run_dirs, side_noise
 from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
+from ..output.comparison import (
+    check_line,
+    comparison_markdown,
+    comparison_table,
+    detection_lines,
+    gate_markdown,
+    summary_line,
+    untested_notes,
+)
+from ..output.layout import print_table
+from ..results.grid_file import runs_in_grid
+from ..results.noise import write_noise
+from ..results.sides import calibration_runs, load_side, run_dirs, side_noise
 from .common import results_dir, user_errors
+from .help import output_option
 from .shared import console as _console
 
 
@@ -77,7 +94,7 @@ NOISE_HELP = ("A noise.json from `loadgen calibrate` to judge differences agains
 @click.command("compare")
 @click.argument("baseline_dir")
 @click.argument("candidate_dir")
-@click.option("--noise", "noise_file", help=NOISE_HELP)
+@click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP)
 @click.option("--format", "output_format", type=click.Choice(["table", "markdown", "json"]), default="table",
               show_default=True, help="Terminal table, Markdown, or JSON for other tools.")
 @click.option("--confidence", default="0.95", show_default=True,
@@ -95,7 +112,7 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
     elif output_format == "markdown":
         click.echo(comparison_markdown(comparison), nl=False)
     else:
-        print_grid(comparison_table(comparison), _console())
+        print_table(_console(), comparison_table(comparison))
         err = Console(stderr=True)
         for line in untested_notes(comparison):
             err.print(line, style="dim", highlight=False, markup=False, soft_wrap=True)
@@ -124,9 +141,9 @@ def gate_options(command):
                           "latency_p99, error_rate]"),
         click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (the runs cannot "
                                                                 "tell)."),
-        click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags "
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A TOML file whose [gate] table sets these options; flags "
                                                      "override it."),
-        click.option("--noise", "noise_file", help=NOISE_HELP),
+        click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP),
     ]
     for option in reversed(options):
         command = option(command)
@@ -199,7 +216,8 @@ def write_step_summary(markdown: str, err: Console) -> None:
 
 @click.command("calibrate")
 @click.argument("runs_dir")
-@click.option("--out", "out_file", help="Where to write the noise file [default: RUNS_DIR/noise.json].")
+@output_option("out_file", "Where to write the noise file [default: RUNS_DIR/noise.json].",
+               type=click.Path(dir_okay=False))
 def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     """Measure this machine's run-to-run noise from several runs of one unchanged configuration
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""

@@ -11,8 +11,8 @@ import click
 from rich.console import Console
 
 from ..core.signals import LATCH
-from ..run.live_endpoint import DEFAULT_LINGER_S, LiveEndpoint
-from ..run.live_metrics import LiveMetrics
+from ..run.live.endpoint import DEFAULT_LINGER_S, LiveEndpoint
+from ..run.live.metrics import LiveMetrics
 
 DEFAULT_HOST = "127.0.0.1"
 

@@ -7,30 +7,44 @@ soak.py, the tables in output/tables.py.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from ..core import columnar
 from ..client.backends import GenerationParams
+from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
-from ..results.writer import default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.model import Run
+from ..output.worker_hlog import write_worker_hlog
+from ..results.writer import RunFiles, default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SoakSettings, SweepConfig, build_targets, check_api
+from ..run.level_runner import LevelRunner
+from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
 from ..run.soak import run_soak
+from ..run.state import Run, RunObserver
 from ..run.steps import run_steps
-from .execute import Execution, FinalWriteError, execute
+from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
-from .shared import records_options, checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
-from .workers import check_one_target, level_runner, remove_worker_files, resolve_workers, workers_option
-
+from .shared import (
+    checking_only,
+    console,
+    describe,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
+from .workers import resolve_workers, workers_option
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
@@ -64,10 +78,10 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
 
 
 def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
-         records_format: str = "jsonl") -> None:
+         records_format: str = "jsonl", checkpoint_every_s: float = SUMMARY_EVERY_S) -> None:
     try:
-        execution = execute(run, out_dir, main, kind=run.kind, err=err, records=records_kept,
-                            records_format=records_format)
+        execution = execute(run, RunFiles(out_dir, records_kept, records_format), main, err=err,
+                            checkpoint_every_s=checkpoint_every_s)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -75,11 +89,16 @@ def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: st
     sys.exit(_finish(execution, out_dir, err))
 
 
+def _level_runner(run: Run, out_dir: Path, obs: RunObserver) -> AbstractAsyncContextManager[LevelRunner]:
+    """What sends the levels: this process, or the --workers (soak); their histograms into RESULTS."""
+    return open_level_runner(run.config, out_dir, obs, functools.partial(write_worker_hlog, out_dir))
+
+
 def _out_dir(output: str | None, force: bool, kind: str) -> Path:
     return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
 
-@click.command("prefill")
+@command("prefill")
 @target_options
 @click.option("--prompt-tokens", type=PROMPT_LENGTHS, default="512,2048,8192", show_default=True,
               help="Prompt lengths in tokens, each cut exactly for each server with its /tokenize.")
@@ -109,12 +128,14 @@ def prefill_command(ports, host, urls, labels, server_urls,
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "prefill", on_step_done=checkpoint) as obs:
-            await run_steps(run, obs, source, prompt_tokens, n_predict=1, repeat=repeat, salt_only_below=False)
+            async with _level_runner(run, out_dir, obs) as runner:
+                await run_steps(run, obs, source, prompt_tokens, n_predict=1, repeat=repeat, salt_only_below=False,
+                                runner=runner)
 
     _run(run, out_dir, main, err)
 
 
-@click.command("depth")
+@command("depth")
 @target_options
 @click.option("--depths", type=DEPTHS, default="0,4096,32768", show_default=True,
               help="Context depths in tokens: the prompt fills the context this far before decoding.")
@@ -146,12 +167,14 @@ def depth_command(ports, host, urls, labels, server_urls,
 
     async def main(checkpoint) -> None:
         with StepProgress(err, "depth", on_step_done=checkpoint) as obs:
-            await run_steps(run, obs, source, depths, n_predict=n_predict, repeat=repeat, salt_only_below=True)
+            async with _level_runner(run, out_dir, obs) as runner:
+                await run_steps(run, obs, source, depths, n_predict=n_predict, repeat=repeat, salt_only_below=True,
+                                runner=runner)
 
     _run(run, out_dir, main, err)
 
 
-@click.command("soak")
+@command("soak")
 @target_options
 @click.option("--concurrency", type=click.IntRange(min=1, max=4096), default=2, show_default=True,
               help="Workers per target, each sending requests back to back.")
@@ -193,9 +216,10 @@ def soak_command(ports, host, urls, labels, server_urls,
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
     base = resolve_workers(workers, ray_address, base)
     check_one_target(base, "soak")
-    run = Run(base, "soak", {"concurrency": [concurrency], "duration_s": duration_s,
-                                 "checkpoint_interval_s": checkpoint_interval_s, "prompt_tokens": prompt_tokens,
-                                 "probe_interval_s": probe_interval_s, "prompt_source": describe(source)})
+    settings = SoakSettings(concurrency=concurrency, duration_s=duration_s, checkpoint_interval_s=checkpoint_interval_s,
+                            prompt_tokens=prompt_tokens, probe_interval_s=probe_interval_s,
+                            prompt_source=describe(source))
+    run = Run(base, "soak", settings)
     if checking_only():
         return
     out_dir = _out_dir(output, force, "soak")
@@ -207,10 +231,9 @@ def soak_command(ports, host, urls, labels, server_urls,
         async def main(checkpoint) -> None:
             with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as status:
                 obs = live.observe(status) if live else status
-                async with level_runner(run.config, out_dir, obs) as pool:
-                    await run_soak(run, obs, source, checkpoint, level_runner=pool)
+                async with _level_runner(run, out_dir, obs) as runner:
+                    await run_soak(run, obs, source, settings, runner)
 
-        _run(run, out_dir, main, err, records_kept, records_format)
+        _run(run, out_dir, main, err, records_kept, records_format, checkpoint_every_s=checkpoint_interval_s)
 
 
-MODE_COMMANDS = (prefill_command, depth_command, soak_command)

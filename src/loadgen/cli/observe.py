@@ -8,19 +8,18 @@ so `alias` on the servers' series and `target` on loadgen's carry the same names
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
-from ..client.probe import Probe
 from ..core.errors import ConfigError
 from ..core.prometheus_label import label_value
 from ..output.dashboard import DashboardSpec, dashboard_json
 from ..output.files import write_files
 from ..output.prometheus_config import ScrapeTarget, prometheus_config
-from ..run.config import Target, build_targets
-from ..run.model import TargetRun, resolve_labels
+from ..run.config import build_targets
+from ..run.target_setup import label_targets
+from .help import command
 from .live import DEFAULT_HOST
 from .options import DURATION
 from .shared import console, target_options
@@ -30,7 +29,7 @@ DASHBOARD_FILE = "loadgen-dashboard.json"
 DEFAULT_PORT = 9464
 
 
-@click.command("observe")
+@command("observe")
 @target_options
 @click.option("--prometheus-port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="The port the run will serve its live metrics on (give the run the same --prometheus-port).")
@@ -54,7 +53,7 @@ def observe_command(prometheus_port, prometheus_host, scrape_interval_s, output,
     if scrape_interval_s < 0.1:
         raise ConfigError("--scrape-interval must be at least 100ms")
     err = console(stderr=True)
-    named = asyncio.run(_label(targets, {"Authorization": f"Bearer {api_key}"} if api_key else {}, insecure))
+    named = label_targets(targets, {"Authorization": f"Bearer {api_key}"} if api_key else {}, insecure)
     for t in named:
         if not t.target.label and (t.info is None or t.info.props is None):
             err.print(f"{t.target.url} did not answer /props: labelled {t.label} (give --label to name it)",
@@ -78,16 +77,3 @@ def observe_command(prometheus_port, prometheus_host, scrape_interval_s, output,
     err.print(f"next: prometheus --config.file={out_dir / PROMETHEUS_FILE}; a run with --prometheus-port "
               f"{prometheus_port}; import {out_dir / DASHBOARD_FILE} into Grafana", highlight=False)
 
-
-async def _label(targets: tuple[Target, ...], headers: dict[str, str], insecure: bool) -> list[TargetRun]:
-    """The targets labelled as a run labels them (a server that does not answer: host:port), each
-    with what it said about itself."""
-    runs = [TargetRun(target=t, label=t.label or t.hostport) for t in targets]
-
-    async def ask(t: TargetRun) -> None:
-        async with Probe(t.target.probe_url, headers, timeout_s=5, insecure=insecure) as probe:
-            t.info = await probe.server_info()
-
-    await asyncio.gather(*(ask(t) for t in runs))
-    resolve_labels(runs)
-    return runs

@@ -64,8 +64,8 @@ def prompt_source_options(f: Callable) -> Callable:
     """--prompt, --prompt-file, --dataset and how it is read and sampled."""
     return _apply(f, [
         click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request)."),
-        click.option("--prompt-file", help="Read the prompt text from this UTF-8 file."),
-        click.option("--dataset", help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
+        click.option("--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt text from this UTF-8 file."),
+        click.option("--dataset", type=click.Path(dir_okay=False), help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
                                        "request i uses prompt i mod their count."),
         click.option("--dataset-field", default=DEFAULT_FIELD, show_default=True,
                      help="The field of each dataset object that holds the prompt (dotted for nested: input.text); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -17,20 +18,32 @@ from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
-from ..results.writer import default_dir, prepare_dir
+from ..output.worker_hlog import write_worker_hlog
+from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
-from ..run.live_metrics import LiveMetrics
-from ..run.model import Run
+from ..run.live.metrics import LiveMetrics
 from ..run.schedule import ARRIVALS
-from .execute import FinalWriteError, execute
+from ..run.session import FinalWriteError, execute
+from ..run.state import Run
+from ..run.sweep import run_sweep
+from ..run.workers.policy import open_level_runner, remove_worker_files
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, RATES, IntList
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
-from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
-                     target_options)
-from .workers import remove_worker_files, resolve_workers, sweep_with_workers, workers_option
+from .workers import resolve_workers, workers_option
 
-@click.command()
+
+@command()
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
@@ -150,11 +163,7 @@ FD_RESERVE = 64
 
 def connections_needed(config: SweepConfig) -> int:
     """The most connections the sweep holds open at once (0 when an open loop sets no bound)."""
-    if config.open_loop:
-        per_target = config.max_in_flight or 0
-    else:
-        per_target = max(config.concurrency)
-    return per_target * (len(config.targets) if config.parallel_targets else 1)
+    return config.connections_per_target * (len(config.targets) if config.parallel_targets else 1)
 
 
 def ensure_open_files(connections: int) -> None:
@@ -194,17 +203,19 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     async def main(checkpoint: Callable[[], None]) -> None:
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
-                await sweep_with_workers(run, live.observe(observer) if live else observer, out_dir)
+                obs = live.observe(observer) if live else observer
+                async with open_level_runner(run.config, out_dir, obs,
+                                             functools.partial(write_worker_hlog, out_dir)) as runner:
+                    await run_sweep(run, obs, runner)
 
     try:
-        execution = execute(run, out_dir, main, kind=kind, err=err, records=records, records_format=records_format)
+        execution = execute(run, RunFiles(out_dir, records, records_format), main, err=err)
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import is_hgrm_name, level_histogram_files
-    from ..output.files import write_files
-    from ..output.files import remove_files
+    from ..output.files import remove_files, write_files
 
     try:
         # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
@@ -225,7 +236,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-@click.command()
+@command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Scale the simulated servers' durations by this factor: 0.06 runs them about 17× faster "
                    "than the hardware they model (figures are reported in simulated time).")

@@ -8,7 +8,6 @@ The request is built per API with OpenAI parameter names turned into each API's 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,7 +76,7 @@ class CanaryClient(SessionClient):
             async with self._session.request(method, url, json=body) as resp:
                 raw = await resp.read()
                 headers = {k.lower(): v for k, v in resp.headers.items()}
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise CanaryError(f"{base.text()}{path}: no answer within the timeout") from None
         except aiohttp.ClientError as exc:
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

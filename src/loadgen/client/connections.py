@@ -5,7 +5,7 @@
   read them.
 - `StreamConnection` (TLS, through an asyncio transport and asyncio's `ssl`) stamps a read on the
   loop's clock in `data_received`, before parsing it.
-Both feed their reads to a `ResponseParser` (http_parser.py) through what they share, `Exchange`.
+Both feed their reads to a `ResponseParser` (http_parser.py) through what they share, `Connection`.
 """
 
 from __future__ import annotations
@@ -17,27 +17,56 @@ import socket
 import struct
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..core import records
 from ..core.clock import now_ns
 from .http_parser import BadResponse, ResponseParser
 from .transport import ChunkCallback, HttpResponse, TransportError
 
-if TYPE_CHECKING:
-    from .pool import ConnectionPool
+
+class Owner(Protocol):
+    """What a connection needs of the pool that holds it (pool.py's `ConnectionPool`), and all it
+    tells it: each goes through these public names, so neither reaches into the other's state.
+
+    loop            the running loop the connection's I/O is on
+    kernel_stamps   time plain-TCP reads by the kernel's receive stamps when the socket allows
+    read_buffer     one buffer every socket reads into, each read copied out before the next
+    """
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def kernel_stamps(self) -> bool: ...
+    @property
+    def read_buffer(self) -> memoryview: ...
+
+    def busy(self, conn: Connection) -> None:
+        """`conn` carries a request now (its deadline is watched)."""
+
+    def not_busy(self, conn: Connection) -> None:
+        """`conn` carries no request any more."""
+
+    def reusable(self, conn: Connection) -> None:
+        """`conn` finished its request and may carry another."""
+
+    def connection_closed(self, conn: Connection) -> None:
+        """`conn` is closed (or was never opened): no longer counted."""
+
+    def timed_on_loop(self) -> None:
+        """A read was (or will be) timed on the loop's clock, not the kernel's."""
 
 
-class Exchange:
+class Connection:
     """One connection carrying one request at a time: what both kinds of connection share.
 
     A subclass moves the bytes: `_write` sends a request, `_close_io` closes; it calls `_received`
     with each read and its arrival time, and `_lost` when the connection ends.
     """
 
-    def __init__(self, pool: "ConnectionPool") -> None:
+    def __init__(self, pool: Owner) -> None:
         self._pool = pool
-        self._loop = pool._loop
+        self._loop = pool.loop
         self.parser = ResponseParser()
         self.open = False  # counted in the pool: connected and not yet retired
         self.close_after = False  # the request asked for Connection: close
@@ -56,14 +85,14 @@ class Exchange:
         self.close_after = close_after
         waiter = self._waiter = self._loop.create_future()
         self.deadline = deadline
-        self._pool._busy.add(self)
+        self._pool.busy(self)
         self._write(data, body)
         return waiter
 
     def _received(self, data: bytes, t_ns: int) -> None:
         waiter = self._waiter
         if waiter is None:  # nothing was asked: the connection is out of step, drop it
-            self._retire()
+            self.retire()
             return
         self._got_bytes = True
         parser = self.parser
@@ -79,7 +108,7 @@ class Exchange:
             self._finish()
 
     def _lost(self, exc: BaseException | None) -> None:
-        self._pool._connection_closed(self)
+        self._pool.connection_closed(self)
         if self._waiter is None:
             return
         if exc is None and self.parser.feed_eof(now_ns()):  # a reset never ends a body cleanly
@@ -93,7 +122,7 @@ class Exchange:
     def _finish(self) -> None:
         parser, waiter = self.parser, self._waiter
         self._waiter = None
-        self._pool._busy.discard(self)
+        self._pool.not_busy(self)
         # Not reusable after a server that answered before reading the whole body, among others.
         reusable = parser.keep_alive and not self.close_after and not parser.extra_data and self.open \
             and not self._unsent()
@@ -101,17 +130,17 @@ class Exchange:
                                 b"" if parser._on_chunk is not None else parser.body(), self.connect_us, self.tls_us)
         self.connect_us = self.tls_us = None
         if reusable:
-            self._pool._release(self)
+            self._pool.reusable(self)
         else:
-            self._retire()
+            self.retire()
         if waiter is not None and not waiter.done():
             waiter.set_result(response)
 
     def _fail(self, exc: BaseException) -> None:
         waiter = self._waiter
         self._waiter = None
-        self._pool._busy.discard(self)
-        self._retire()
+        self._pool.not_busy(self)
+        self.retire()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
@@ -121,12 +150,13 @@ class Exchange:
     def abandon(self) -> None:
         """The caller gave up (cancelled): the connection's state is unknown, so close it."""
         self._waiter = None
-        self._pool._busy.discard(self)
-        self._retire()
+        self._pool.not_busy(self)
+        self.retire()
 
-    def _retire(self) -> None:
+    def retire(self) -> None:
+        """Close the connection and tell the pool."""
         self._close_io()
-        self._pool._connection_closed(self)
+        self._pool.connection_closed(self)
 
     # the I/O, per kind of connection
 
@@ -141,13 +171,13 @@ class Exchange:
         raise NotImplementedError
 
 
-class StreamConnection(Exchange, asyncio.Protocol):
+class StreamConnection(Connection, asyncio.Protocol):
     """A connection through an asyncio transport (TLS): reads are timed when the loop hands them over."""
 
     transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio hands a stream protocol a Transport
         self.open = True
 
     def data_received(self, data: bytes) -> None:
@@ -175,7 +205,7 @@ class StreamConnection(Exchange, asyncio.Protocol):
             self.transport.close()
 
 
-class SocketConnection(Exchange):
+class SocketConnection(Connection):
     """A plain TCP connection read straight from its socket, each read timed by the kernel.
 
     With SO_TIMESTAMPNS the kernel stamps every received packet, and a read returns the stamp of
@@ -185,14 +215,14 @@ class SocketConnection(Exchange):
     the option (not Linux) a read is stamped on the loop's clock, as `StreamConnection` does.
     """
 
-    def __init__(self, pool: "ConnectionPool", sock: socket.socket) -> None:
+    def __init__(self, pool: Owner, sock: socket.socket) -> None:
         super().__init__(pool)
         self.sock = sock
         self._fd = sock.fileno()
         self._pending: list[memoryview] = []  # request bytes the socket did not take yet
         if not (pool.kernel_stamps and enable_rx_stamps(sock)):
-            pool._loop_timed = True
-        self._buffer = pool._read_buffer  # shared: each read is copied out before the next one
+            pool.timed_on_loop()
+        self._buffer = pool.read_buffer  # shared: each read is copied out before the next one
         self._loop.add_reader(self._fd, self._readable)
         self.open = True
 
@@ -323,7 +353,7 @@ def clock_pair() -> tuple[int, int]:
     two readings milliseconds apart, and a response was dated before its request was sent."""
     for _ in range(4):
         before = now_ns()
-        real = _realtime_ns()
+        real = _realtime_ns()  # type: ignore[misc]  # None off Linux, where this function is never called
         after = now_ns()
         if after - before <= 20_000:
             break

@@ -17,9 +17,8 @@ from urllib.parse import SplitResult
 
 from ..core import records
 from ..core.clock import now_ns
-from .connections import OWN_SOCKETS, READ_SIZE, Exchange, SocketConnection, StreamConnection
+from .connections import OWN_SOCKETS, READ_SIZE, Connection, SocketConnection, StreamConnection
 from .transport import TransportError, connect_reason, tls_context
-
 
 # connect_ahead opens this many connections at once.
 CONNECT_AHEAD_AT_ONCE = 32
@@ -35,8 +34,8 @@ class ConnectionPool:
         # times them on the loop's clock when it reads them, as TLS connections always are.
         self.kernel_stamps = kernel_stamps
         self._loop_timed = not kernel_stamps  # some read was (or will be) timed on the loop's clock
-        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self._idle: list[Exchange] = []
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by _start, before any use
+        self._idle: list[Connection] = []
         self._open = 0
         self._max = 1
         self._waiters: deque[asyncio.Future] = deque()
@@ -44,14 +43,14 @@ class ConnectionPool:
         self._closed = False
         # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
         # costs far less than arming and cancelling a timer per request (~4 µs with uvloop).
-        self._busy: set[Exchange] = set()
+        self._busy: set[Connection] = set()
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_every_s = 1.0
 
     def _start(self, parts: SplitResult, max_connections: int, timeout_s: float, insecure: bool) -> None:
         """Point the pool at the target `parts` (an http or https URL) on the running loop."""
         self._loop = asyncio.get_running_loop()
-        self._host = parts.hostname
+        self._host = parts.hostname or ""  # a base URL is parsed with its host at the edge (core.baseurl)
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._hostport = parts.netloc
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None
@@ -70,7 +69,7 @@ class ConnectionPool:
         """"kernel" while every connection so far times its reads by the kernel's stamps."""
         return "loop" if self._loop_timed else "kernel"
 
-    async def _acquire(self, deadline: float) -> Exchange:
+    async def _acquire(self, deadline: float) -> Connection:
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -103,10 +102,10 @@ class ConnectionPool:
             batch = min(connections, self._max) - self._open
             made = await asyncio.gather(*(self._connect(deadline) for _ in range(min(batch, CONNECT_AHEAD_AT_ONCE))),
                                         return_exceptions=True)
-            opened = [conn for conn in made if isinstance(conn, Exchange)]
+            opened = [conn for conn in made if isinstance(conn, Connection)]
             for conn in opened:
                 conn.connect_us = conn.tls_us = None  # opened before any request's clock started
-                self._release(conn)
+                self.reusable(conn)
             for exc in made:
                 if isinstance(exc, BaseException) and not isinstance(exc, TransportError):
                     raise exc
@@ -114,7 +113,7 @@ class ConnectionPool:
                 break
         return self._open
 
-    async def _connect(self, deadline: float) -> Exchange:
+    async def _connect(self, deadline: float) -> Connection:
         if self._closed:
             raise TransportError(records.CONNECT_ERROR, "the transport is closed")
         self._open += 1  # counted from now, so concurrent connects respect the limit
@@ -128,12 +127,12 @@ class ConnectionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 if self._ssl is None and OWN_SOCKETS:
-                    conn: Exchange = await self._connect_socket()
+                    conn: Connection = await self._connect_socket()
                 else:
                     conn = await self._connect_stream(protocol, made)
         except BaseException as exc:
             if made and made[0].open:  # connected, then failed (TLS) or cancelled: retire it
-                made[0]._retire()
+                made[0].retire()
             else:
                 self._open -= 1
                 self._wake()
@@ -196,14 +195,33 @@ class ConnectionPool:
             conn.timed_out()
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
-    def _release(self, conn: Exchange) -> None:
+    # What its connections tell it (connections.py's `Owner`).
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def read_buffer(self) -> memoryview:
+        return self._read_buffer
+
+    def busy(self, conn: Connection) -> None:
+        self._busy.add(conn)
+
+    def not_busy(self, conn: Connection) -> None:
+        self._busy.discard(conn)
+
+    def timed_on_loop(self) -> None:
+        self._loop_timed = True
+
+    def reusable(self, conn: Connection) -> None:
         if self._closed:
-            conn._retire()
+            conn.retire()
             return
         self._idle.append(conn)
         self._wake()
 
-    def _connection_closed(self, conn: Exchange) -> None:
+    def connection_closed(self, conn: Connection) -> None:
         if conn.open:
             conn.open = False
             self._open -= 1
@@ -222,5 +240,5 @@ class ConnectionPool:
             self._watchdog.cancel()
             self._watchdog = None
         for conn in self._idle:
-            conn._retire()
+            conn.retire()
         self._idle.clear()

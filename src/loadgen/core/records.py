@@ -22,7 +22,7 @@ NOT_JSON_MESSAGE = "not JSON"
 SERVER_ERROR = "server_error"  # a 2xx body that carries an {"error": ...} object
 CANCELLED = "cancelled"  # in flight when the run was stopped (Ctrl-C); not the server's fault
 # In flight in a `--workers` process that died (its answer died with it); not the server's fault.
-# The message says which worker and how it ended (run/workers.py, analysis/merge.py `lost_requests`).
+# The message says which worker and how it ended (run/workers/parent.py, run/workers/merge.py `lost_requests`).
 LOST = "lost"
 # Error kinds that are the client's doing: counted apart, neither ok nor failed.
 CLIENT_SIDE = frozenset({CANCELLED, LOST})
@@ -118,7 +118,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
         return msgspec.to_builtins(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         """Validate and convert; raises msgspec.ValidationError on a wrong field type."""
         return msgspec.convert(data, cls)
 
@@ -147,7 +147,7 @@ def make_record(
     # record is built positionally too (msgspec takes positional arguments several times faster
     # than 28 keywords). The outcome's fields sit in the record in the outcome's
     # order (checked below, at import).
-    return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
+    return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us)
 
@@ -185,7 +185,7 @@ class ProbeSample(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProbeSample":
+    def from_dict(cls, data: dict[str, Any]) -> ProbeSample:
         return msgspec.convert(data, cls)
 
 
@@ -223,7 +223,7 @@ class LevelRun:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
-    # --workers: each process's part of the level and its own load (run/workers.py); None: one process.
+    # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
@@ -272,12 +272,16 @@ class LevelRun:
             self.records[:] = [simulated_record(r, time_scale, origin_ns) for r in self.records]
         self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=_stretch(s.t_ns, time_scale, origin_ns))
                                  for s in self.probe_samples]
-        self.start_ns = _stretch(self.start_ns, time_scale, origin_ns)
-        self.end_ns = _stretch(self.end_ns, time_scale, origin_ns)
+        self.start_ns = _stretch_ns(self.start_ns, time_scale, origin_ns)
+        self.end_ns = _stretch_ns(self.end_ns, time_scale, origin_ns)
+
+
+def _stretch_ns(ns: int, time_scale: float, origin_ns: int) -> int:
+    return origin_ns + round((ns - origin_ns) / time_scale)
 
 
 def _stretch(ns: int | None, time_scale: float, origin_ns: int) -> int | None:
-    return None if ns is None else origin_ns + round((ns - origin_ns) / time_scale)
+    return None if ns is None else _stretch_ns(ns, time_scale, origin_ns)
 
 
 def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> RequestRecord:

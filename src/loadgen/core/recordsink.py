@@ -11,7 +11,7 @@ writer thread, which appends them to the file with unbuffered writes. So the loo
 the disk, and the file always ends at a batch's last newline except during one `write` call: a
 killed loadgen (SIGKILL, OOM) leaves a file readable up to its last complete record, having lost
 at most the batch in hand. `keep` ("all", "errors", "none") says which records are written.
-Records already encoded (a worker process's, run/workers.py) are written as they are
+Records already encoded (a worker process's, run/workers/parent.py) are written as they are
 (`write_lines`), or copied by the kernel from the worker's own records file (`copy_lines`), so the
 process that runs the workers never holds their bytes.
 """
@@ -91,7 +91,7 @@ class RecordSink:
 
     def write_lines(self, lines: bytes, records: int) -> None:
         """Append `records` records already encoded as JSON lines, as `write` encodes them (only when
-        `takes_lines`: a worker process's bytes, run/workers.py)."""
+        `takes_lines`: a worker process's bytes, run/workers/parent.py)."""
         if self.keep == "none" or not lines:
             return
         self.written += records
@@ -213,7 +213,7 @@ class LevelRecords:
             self.flush()
 
     def extend(self, records: Batch) -> None:
-        """Append `records` at once (a worker process's, run/workers.py)."""
+        """Append `records` at once (a worker process's, run/workers/parent.py)."""
         if not records:
             return
         self._batch.extend(records[:-1])

@@ -21,7 +21,7 @@ from ..analysis import metrics
 from ..core.records import level_short
 
 if TYPE_CHECKING:
-    from .html import TargetSeries
+    from .report_model import TargetSeries
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]

@@ -112,7 +112,7 @@ def requests_sent(run: dict[str, Any]) -> int:
                for row in (((t.get(kind) or {}).get("rows") or []) if kind in TABLE_KINDS else t.get("levels") or []))
 
 
-def records_note(data: "ExportData", fmt: str) -> str | None:
+def records_note(data: ExportData, fmt: str) -> str | None:
     """The line that says the records exported are filtered (`--records errors`), or None."""
     kept = (data.run.get("config") or {}).get("records", "all")
     if kept == "all" or fmt not in ("csv", *RECORD_FORMATS):

@@ -1,8 +1,7 @@
 """The report of one or more results directories: a self-contained HTML file, or Markdown tables.
 
 A report overlays every target of every run given as a `TargetSeries` (one line per series in each
-chart); with several runs a series is labelled `<dir name>: <target>`, and a run not marked
-complete says so in every label. The charts come from `charts.py` as PNG images, written next to
+chart; the view model, `report_model.py`). The charts come from `charts.py` as PNG images, written next to
 the HTML file and inlined into it as data URIs, so the file needs no network and no other file.
 """
 
@@ -13,15 +12,11 @@ import datetime as _dt
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import is_open_loop
 from .files import ExportFiles, write_files
-
-INCOMPLETE = "incomplete"
+from .report_model import INCOMPLETE, TargetSeries
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -39,50 +34,6 @@ SECTIONS = [
      "Distribution of each request's decode speed (timings.predicted_per_second) per level."),
     ("levels", "Levels and verdicts", "Every level of every target, and the saturation verdict."),
 ]
-
-
-@dataclass
-class TargetSeries:
-    """One target of one run, as drawn and tabulated."""
-
-    label: str
-    run_name: str
-    target: dict[str, Any]
-    records: list[RequestRecord] = field(default_factory=list)
-    probe: list[ProbeSample] = field(default_factory=list)
-    complete: bool = True
-    open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
-
-    @property
-    def levels(self) -> list[dict[str, Any]]:
-        return list(self.target.get("levels") or [])
-
-    @property
-    def total_slots(self) -> int | None:
-        return (self.target.get("server") or {}).get("total_slots")
-
-    @property
-    def verdict(self) -> dict[str, Any]:
-        return self.target.get("verdict") or {}
-
-
-def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
-    """sources: {"name", "run", "records", "probe"} per results directory, in the order given."""
-    several = len(sources) > 1
-    series = []
-    for source in sources:
-        run = source["run"]
-        complete = bool(run.get("complete"))
-        for target in run["targets"]:
-            name = str(target.get("label"))
-            label = f"{source['name']}: {name}" if several else name
-            if not complete:
-                label += f" ({INCOMPLETE})"
-            series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
-                records=[r for r in source["records"] if r.target == name],
-                probe=[s for s in source["probe"] if s.target == name]))
-    return series
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -179,7 +130,7 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
              "<title>loadgen report</title>", f"<style>{CSS}</style>", "</head>", "<body>",
              "<h1>loadgen report</h1>",
              f'<p class="note">Runs: {esc(", ".join(sources))}. Generated '
-             f'{esc(_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
+             f'{esc(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
     if incomplete:
         names = sorted({s.run_name for s in incomplete})
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '

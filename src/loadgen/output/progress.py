@@ -37,7 +37,7 @@ class ProgressObserver:
         # fight for the GIL), cost more than the engine's whole bookkeeping at thousands of req/s.
         self._done: dict[tuple[str, int | float], list[int]] = {}  # key -> [completed, failed, flushed]
 
-    def __enter__(self) -> "ProgressObserver":
+    def __enter__(self) -> ProgressObserver:
         self.progress.start()
         return self
 
@@ -67,7 +67,7 @@ class ProgressObserver:
                 counts[1] += 1
 
     def requests_counted(self, level: LevelRun, completed: int, failed: int) -> None:
-        """Requests that completed in a worker process, counted there (run/workers.py)."""
+        """Requests that completed in a worker process, counted there (run/workers/parent.py)."""
         self._add((level.target, level.level), completed, failed)
 
     def requests_done(self, batch: Sequence[RequestRecord]) -> None:
@@ -185,7 +185,7 @@ class SoakStatus:
         self._errors: dict[str, Counter] = {}
         self._recent: dict[str, deque] = {}  # target -> (complete_ns, tokens) of the last minute
 
-    def __enter__(self) -> "SoakStatus":
+    def __enter__(self) -> SoakStatus:
         if self.console.is_terminal:
             self._live = Live(Text(""), console=self.console, auto_refresh=False, transient=True)
             self._live.start()

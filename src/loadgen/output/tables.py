@@ -11,7 +11,7 @@ from ..analysis.depth import SKIP_HINT
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 from ..run.labels import about
-from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
+from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 
 
 def _dist(level: dict[str, Any], key: str, stat: str) -> float | None:
@@ -381,7 +381,7 @@ def print_run(doc: dict[str, Any], console: Console, err: Console, output_format
         console.file.write(grids_markdown(grids, said))
     else:
         for grid in grids:
-            print_grid(grid, console)
+            print_table(console, grid)
         for line in lines["notes"]:
             say(console, line, "dim")
         for line in lines["verdicts"]:

@@ -9,11 +9,13 @@ can check that the merged histogram is the sum of the workers' (it is: buckets a
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
 from .exporters import hlog_tag, interval_line
+from .files import write_files
 
 Merged = dict[tuple[str, int | float], dict[str, tuple[list[HdrHistogram], HdrHistogram]]]
 
@@ -31,3 +33,9 @@ def worker_hlog(merged: Merged) -> bytes:
                     f.write(interval_line(f"{tag}/worker{k}", h, 0.0, 0.0))
                 f.write(interval_line(tag, total, 0.0, 0.0))
         return f.getvalue().encode("utf-8")
+
+
+def write_worker_hlog(out_dir: Path, merged: Merged) -> None:
+    """RESULTS/histograms/workers.hlog: the workers' histograms and their sum."""
+    (out_dir / "histograms").mkdir(exist_ok=True)
+    write_files([("workers.hlog", worker_hlog(merged))], out_dir / "histograms")

@@ -81,13 +81,13 @@ def upgrade_v1(doc: dict[str, Any]) -> None:
                 lv.setdefault("level", lv["concurrency"])
 
 
-def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
+def _load_jsonl(path: Path, cls: type[RequestRecord] | type[ProbeSample], what: str, missing_ok: bool = False,
                 check: Callable[[Any], str | None] | None = None, cut_short_ok: bool = False) -> list:
     out = []
     n = 0
     try:
         with path.open("rb") as f:
-            for n, raw in enumerate(f, 1):
+            for n, raw in enumerate(f, 1):  # noqa: B007 (the handlers below name line n)
                 if not raw.endswith(b"\n") and cut_short_ok:
                     break  # the writer was killed mid-write: the file is read up to its last complete record
                 line = raw.decode("utf-8")

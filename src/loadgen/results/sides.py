@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..analysis.compare import NoiseFloors, RunData
 from ..core.errors import ResultsError
-from .grid import runs_in_grid
+from .grid_file import runs_in_grid
 from .noise import NOISE_FILE, load_noise
 from .reader import load_records, load_run
 from .schema import RUN_FILE

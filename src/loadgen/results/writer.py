@@ -22,22 +22,25 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..analysis.depth import summarize_depth, with_change
 from ..analysis.aggregate import of_level
+from ..analysis.depth import summarize_depth, with_change
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..core.baseurl import masked
 from ..core.clock import now_ns
+from ..core.columnar import PARQUET_FILE
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
-from ..run.model import SWEEP_KINDS, Run, TargetRun, slot_context
+from ..core.recordsink import RecordSink
+from ..run.config import SoakSettings
+from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:
@@ -153,6 +156,31 @@ def start_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> None:
     write_results(out_dir, run, meta=meta, final=False)
 
 
+class RunFiles:
+    """A results folder as a run's session writes it (run/session.py's `ResultsWriter`): the records
+    file the levels stream into (`records`: which ones, see core/recordsink.py; `records_format`:
+    jsonl or parquet), run.json at the start, at each checkpoint and at the end."""
+
+    def __init__(self, out_dir: Path, records: str = "all", records_format: str = "jsonl"):
+        self.out_dir, self.records, self.records_format = out_dir, records, records_format
+        self.where = str(out_dir)
+        self.meta: dict[str, Any] = {}
+
+    def start(self, run: Run, event_loop: str) -> None:
+        self.meta = {"kind": run.kind, "command": command_line(), "started_utc": utc_now().isoformat(),
+                     "host": host_facts(event_loop)}
+        name = PARQUET_FILE if self.records_format == "parquet" else REQUESTS_FILE
+        run.sink = RecordSink(self.out_dir / name, keep=self.records, secrets=run.config.secrets,
+                              format=self.records_format)
+        start_results(self.out_dir, run, meta=self.meta)
+
+    def checkpoint(self, run: Run) -> None:
+        write_results(self.out_dir, run, meta=self.meta, final=False)
+
+    def final(self, run: Run) -> dict[str, Any]:
+        return write_results(self.out_dir, run, meta=self.meta)
+
+
 def redact(value: Any, secret: str) -> Any:
     """`value` (JSON-like) with every occurrence of `secret` in its strings replaced by "***"."""
     if isinstance(value, str):
@@ -221,13 +249,14 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "server": t.info.to_dict() if t.info else None, "error": t.error,
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
+            assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
             target["levels"] = _level_summaries(t.levels)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()
                 target["soak"] = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
                                   summarize_soak(list(lv.records), lv.start_ns, end,
-                                                 window_seconds(run.settings["duration_s"]))).to_dict()
+                                                 window_seconds(run.settings.duration_s))).to_dict()
             else:
                 target["soak"] = None
         else:
@@ -241,7 +270,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         "kind": run.kind,
         "complete": run.complete,
         "interrupted": run.interrupted,
-        "config": {**run.config.to_dict(), **run.settings},
+        "config": {**run.config.to_dict(), **run.settings_dict()},
         "targets": targets,
     }
 

@@ -6,8 +6,8 @@ Errors here are the user's to fix; `ConfigError` (core.errors) carries a one-lin
 from __future__ import annotations
 
 import ipaddress
-import re
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -96,7 +96,7 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
-    # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
+    # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
     # the run, "auto": the running one); None: processes of this machine. workers 0: one per CPU.
@@ -105,6 +105,17 @@ class SweepConfig:
     @property
     def open_loop(self) -> bool:
         return bool(self.rates)
+
+    @property
+    def connections_per_target(self) -> int:
+        """The most connections a target's levels hold open at once, the one place this is computed:
+        the top concurrency (closed loop), or the in-flight cap of an open loop (0: no limit)."""
+        return (self.max_in_flight or 0) if self.open_loop else max(self.concurrency)
+
+    @property
+    def several_processes(self) -> bool:
+        """The levels are sent by worker processes or Ray actors, not by this process alone."""
+        return self.workers != 1 or self.ray_address is not None
 
     @property
     def levels(self) -> tuple[int, ...] | tuple[float, ...]:
@@ -297,3 +308,23 @@ def check_arrival(arrival: str, burstiness: float) -> str:
     if burstiness != 1.0 and arrival != "gamma":
         raise ConfigError("--burstiness only applies to --arrival gamma")
     return arrival
+
+
+@dataclass(frozen=True, slots=True)
+class SoakSettings:
+    """A soak's own settings beside its `SweepConfig` (one level at `concurrency`): how long, how
+    often run.json is rewritten, the exact prompt length (None: as the prompt source gives it), how
+    often the server is scraped, and the prompt source's description. `to_dict` is their part of
+    run.json's `config`, in this order."""
+
+    concurrency: int
+    duration_s: float
+    checkpoint_interval_s: float
+    prompt_tokens: int | None
+    probe_interval_s: float
+    prompt_source: str  # what cli/shared.py's `describe` says of it
+
+    def to_dict(self) -> dict:
+        return {"concurrency": [self.concurrency], "duration_s": self.duration_s,
+                "checkpoint_interval_s": self.checkpoint_interval_s, "prompt_tokens": self.prompt_tokens,
+                "probe_interval_s": self.probe_interval_s, "prompt_source": self.prompt_source}

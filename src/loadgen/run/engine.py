@@ -260,7 +260,7 @@ async def run_open_level(
     """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
 
     The level starts now, or at `start_ns` (on this machine's monotonic clock) when given: worker
-    processes sharing one schedule share its start too (see analysis/merge.py).
+    processes sharing one schedule share its start too (see run/workers/merge.py).
 
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
+from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from .prompts import PromptSource
 from .salts import new_decimal_salt
 

@@ -5,7 +5,7 @@ server applied each time, read from the server directly.
 2. Send the canary directly; read `/slots` (the slot of the newest task: the canary's).
 3. Send it through the gateway; read the direct server's `/slots` again. No newer task there means
    the gateway does not lead to this server: that is bad input, said in one line.
-4. Turn both answers into verdicts (analysis/paramcheck.py), and note what the gateway changed in
+4. Turn both answers into verdicts (analysis/paramcheck_verdict.py), and note what the gateway changed in
    the answer itself (`model`, `system_fingerprint`, `timings`, headers).
 
 The server should be otherwise idle: another client's task between a canary and its `/slots` read
@@ -14,12 +14,13 @@ would be taken for the canary's.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.paramcheck import CANARY, CANNOT_TELL, CanaryAnswer, ParamVerdict, verdicts
+from ..analysis.paramcheck_verdict import CANARY, CANNOT_TELL, CanaryAnswer, ParamVerdict, verdicts
 from ..client.canary import ENDPOINTS, Answer, CanaryClient, CanaryError, applicable, canary_body, last_task
 from ..core.baseurl import BaseUrl
 from ..core.errors import ConfigError
@@ -44,6 +45,13 @@ class ParamcheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"api": self.api, "model": self.model, "params": [r.to_dict() for r in self.results],
                 "metadata": self.metadata}
+
+
+def run_gateway_check(direct: str, via: str, api: str, params: Sequence[str], *, model: str | None,
+                      headers: Mapping[str, str], timeout_s: float, insecure: bool = False) -> ParamcheckResult:
+    """`check_gateway` on an event loop of its own, for a command (cli/ runs no event loop)."""
+    return asyncio.run(check_gateway(direct, via, api, params, model=model, headers=headers, timeout_s=timeout_s,
+                                     insecure=insecure))
 
 
 async def check_gateway(direct: str, via: str, api: str, params: Sequence[str], *, model: str | None,

@@ -19,8 +19,18 @@ from aiohttp import web
 
 from ..core.clock import NS_PER_S, now_ns
 from . import formats
-from .faults import (FAULT_ERRORS, GARBAGE_METRICS, MID_STREAM_ERROR, FaultConfig, FaultKind, FaultRule,
-                     close_connection, drip, malformed, reset_connection)
+from .faults import (
+    FAULT_ERRORS,
+    GARBAGE_METRICS,
+    MID_STREAM_ERROR,
+    FaultConfig,
+    FaultKind,
+    FaultRule,
+    close_connection,
+    drip,
+    malformed,
+    reset_connection,
+)
 from .http_threads import HttpThreads
 from .metrics import ServerMetrics
 from .params import Api, InvalidRequest, parse_request
@@ -342,7 +352,7 @@ class RunningSimulator:
             pass
         await self._runner.cleanup()
 
-    async def __aenter__(self) -> "RunningSimulator":
+    async def __aenter__(self) -> RunningSimulator:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -73,6 +73,21 @@ class SaltedBodies:
         return self._head + salt.encode() + self._tails[index % self._n]
 
 
+def generation_fields(params: GenerationParams, length_key: str, **first: Any) -> dict[str, Any]:
+    """The JSON fields every API's request carries, in body order: `first` (e.g. the model), the
+    length to generate under the API's own key (`n_predict`, `max_tokens`), temperature,
+    ignore_eos (llama-server's; vLLM and SGLang read it too, other servers ignore it), no prompt
+    cache (it would make every request after the first report prompt_ms ~ 0), then seed and stream
+    when set."""
+    fields: dict[str, Any] = {**first, length_key: params.n_predict, "temperature": params.temperature,
+                              "ignore_eos": params.ignore_eos, "cache_prompt": False}
+    if params.seed is not None:
+        fields["seed"] = params.seed
+    if params.stream:
+        fields["stream"] = True
+    return fields
+
+
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
     if api == "llamacpp":
         from .llamacpp import LlamaCppBackend

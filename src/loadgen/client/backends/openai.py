@@ -13,7 +13,7 @@ import msgspec
 
 from ...core import records
 from ...core.records import ServerOutcome, Usage
-from . import GenerationParams, SaltedBodies
+from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 
 
@@ -50,20 +50,9 @@ class OpenAIBackend:
         self.name = "chat" if chat else "completions"
         self.path = "/v1/chat/completions" if chat else "/v1/completions"
         self.model = model
-        fields: dict[str, Any] = {}
-        if model is not None:
-            fields["model"] = model
-        fields.update({
-            "max_tokens": params.n_predict,
-            "temperature": params.temperature,
-            # Not OpenAI's, but llama-server, vLLM and SGLang read them; other servers ignore them.
-            "ignore_eos": params.ignore_eos,
-            "cache_prompt": False,
-        })
-        if params.seed is not None:
-            fields["seed"] = params.seed
+        # ignore_eos and cache_prompt are not OpenAI's, but llama-server, vLLM and SGLang read them.
+        fields = generation_fields(params, "max_tokens", **({"model": model} if model is not None else {}))
         if params.stream:
-            fields["stream"] = True
             fields["stream_options"] = {"include_usage": True}
         if chat:
             head, close = b'{"messages":[{"role":"user","content":', b"}]"
@@ -83,7 +72,7 @@ class OpenAIBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `choices`")
         return served_outcome(data.timings, finish_reason=data.choices[0].finish_reason, usage=data.usage)
 
-    def event_reader(self) -> "_StreamEvents":
+    def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
 

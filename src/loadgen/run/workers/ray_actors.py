@@ -1,6 +1,6 @@
 """`--ray [ADDRESS]`: the workers of `--workers` as Ray async actors, placed across a Ray cluster.
 
-Each actor runs the same worker as a process of `--workers` (run/worker_process.py: `serve_inbox`)
+Each actor runs the same worker as a process of `--workers` (run/workers/child.py: `serve_inbox`)
 on the actor's own event loop; only the way messages and records travel differs. The parent puts
 messages into the actor and awaits its answers, and drains its records (bytes of JSON lines kept
 in the actor since the last drain) as a worker process's file is read. Actors are spread over the
@@ -34,10 +34,10 @@ from typing import Any
 
 import msgspec
 
-from ..core.errors import ConfigError
-from .worker_process import Outlet, serve_inbox
-from .worker_protocol import FromWorker, ToWorker
-from .workers import WorkerHandle, WorkerPool
+from ...core.errors import ConfigError
+from .child import Outlet, serve_inbox
+from .parent import WorkerHandle, WorkerPool
+from .protocol import FromWorker, ToWorker
 
 RAY_INSTALL = "pip install 'loadgen[ray]'"
 LOCAL = "local"  # --ray without an address: a cluster of this machine, for this run
@@ -236,7 +236,7 @@ class RayPool(WorkerPool):
         self._ray: Any = None
         self._actor_class: Any = None
 
-    async def __aenter__(self) -> "RayPool":
+    async def __aenter__(self) -> RayPool:
         ray = self._ray = import_ray()
         try:
             if self.address == LOCAL:

@@ -1,6 +1,11 @@
 """Per-target setup, the same for every kind of run: wait for the server and ask it about itself,
 label it, open its transport, warm it up, sample its /metrics and /slots during a level, and fit
 prompts of an exact token count.
+
+`target_load` is the one skeleton of a target's load, for every run kind that sends levels (sweep,
+soak): prompts -> backend -> transport -> warm-up, then the caller's levels (each: connect-ahead ->
+probe sampling -> run, through a `LevelRunner`), then close. Prefill and depth (run/steps.py) cut a
+prompt per step, so they use its stages (`open_transport`, `warm_up`) one by one.
 """
 
 from __future__ import annotations
@@ -8,21 +13,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
-from ..client.backends import OPENAI_APIS, Backend
+from ..client.backends import OPENAI_APIS, Backend, make_backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.transport import Transport
 from ..core.errors import ConfigError
 from ..core.records import LevelRun
-from .config import SweepConfig
+from .config import SweepConfig, Target
 from .engine import EngineOptions, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
 from .labels import about
-from .model import Run, RunObserver, TargetRun, resolve_labels, slot_context
+from .level_runner import TargetLoad
 from .prompts import PromptSource
+from .salts import new_decimal_salt
+from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
 
 TransportFactory = Callable[[], Transport]
 
@@ -69,6 +77,23 @@ async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool 
     return [t for t in run.targets if t.error is None]
 
 
+def label_targets(targets: tuple[Target, ...], headers: dict[str, str], insecure: bool) -> list[TargetRun]:
+    """The targets labelled as a run labels them (a server that does not answer: host:port), each
+    with what it said about itself; on an event loop of its own (`loadgen observe` sends no load)."""
+    runs = [TargetRun(target=t, label=t.label or t.hostport) for t in targets]
+
+    async def ask(t: TargetRun) -> None:
+        async with Probe(t.target.probe_url, headers, timeout_s=5, insecure=insecure) as probe:
+            t.info = await probe.server_info()
+
+    async def ask_all() -> None:
+        await asyncio.gather(*(ask(t) for t in runs))
+
+    asyncio.run(ask_all())
+    resolve_labels(runs)
+    return runs
+
+
 async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, connections: int,
                          factory: TransportFactory | None = None) -> Transport:
     """The target's transport (`config.transport`'s unless a factory is given), opened with a pool of
@@ -77,6 +102,37 @@ async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, co
     await transport.open(t.target.url, connections, config.timeout_s, config.auth_headers(), insecure=config.insecure,
                          close_streams=t.info.closes_streams if t.info else True)
     return transport
+
+
+@contextlib.asynccontextmanager
+async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, source: PromptSource,
+                      prompt_tokens: int | None, options: EngineOptions,
+                      transport_factory: TransportFactory | None = None) -> AsyncIterator[TargetLoad | None]:
+    """The target made ready for its levels, inside the block: its prompts (with `prompt_tokens`,
+    cut to exactly that many tokens, sent with salts of a fixed token count), its backend, its
+    transport (a pool of `config.connections_per_target`), `config.warmup` unrecorded requests one
+    after another. None instead when the target stopped on the way (its error is set: prompts that
+    cannot be cut, a failed warm-up). The transport is closed, and the target's read clock noted,
+    when the block ends."""
+    generation = config.generation
+    if prompt_tokens:
+        bodies = await fit_exact_prompts(config, t, obs, source, prompt_tokens)
+        if bodies is None:
+            yield None
+            return
+        generation = replace(generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
+        options = replace(options, salt=new_decimal_salt)
+    backend = make_backend(config.api, generation, t.model)
+    transport = await open_transport(config, t, obs, config.connections_per_target, transport_factory)
+    try:
+        if config.warmup > 0 and await warm_up(t, transport, backend, config.warmup,
+                                               EngineOptions(salt=options.salt)) is None:
+            yield None
+            return
+        yield TargetLoad(config, t, generation, options, transport, backend, obs)
+    finally:
+        t.read_clock = transport.read_clock
+        await transport.close()
 
 
 async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests: int,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import shlex
 import string
-from pathlib import PurePath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from ..core.errors import ConfigError
@@ -298,6 +298,11 @@ def _clear_lead(best: MeanSd, second: MeanSd, higher: bool) -> bool:
     return best.mean + best_sd < second.mean - second_sd
 
 
+def _leader(cells: Sequence[CellSummary], level: int | float) -> CellSummary:
+    """The cell with the highest mean throughput at `level` (every one of `cells` measured it)."""
+    return max(cells, key=lambda c: c.throughput_by_level[level].mean)
+
+
 def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
     """"parallel=2 (25.0; +19% against the worst)", with why the lead is untested (a single run)
     or that it is within the repeats' spread of the next."""
@@ -328,13 +333,15 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     if any(c.measure != "sweep" for c in ok):
         return _who_wins_by_size(ok)
     lines = []
-    for what, value, higher in (("single-stream throughput", lambda c: c.single_stream_tok_s, True),
-                                ("peak throughput", lambda c: c.peak_tok_s, True)):
+    questions: list[tuple[str, Callable[[CellSummary], Any], bool]] = [
+        ("single-stream throughput", lambda c: c.single_stream_tok_s, True),
+        ("peak throughput", lambda c: c.peak_tok_s, True)]
+    for what, value, higher in questions:
         w = _winner(ok, value, higher)
         if w:
             lines.append(f"highest {what} (tok/s): {w}")
     common = sorted(set.intersection(*(set(c.throughput_by_level) for c in ok)))
-    leaders = [max(ok, key=lambda c, lv=lv: c.throughput_by_level[lv].mean) for lv in common]
+    leaders = [_leader(ok, lv) for lv in common]
     by_level = [[(c.throughput_by_level[lv], c) for c in ok] for lv in common]
     single = next((u for pairs in by_level if (u := _untested(pairs, pairs))), None)
     if common and all(lead is leaders[0] for lead in leaders):

@@ -1,8 +1,8 @@
 """A worker process of `--workers N`: runs the engine for its share of each level.
 
-Started by the parent (run/workers.py) as `python -m loadgen.run.worker_process`; it reads the
-parent's messages on stdin and answers on stdout (run/worker_protocol.py). Every record it makes is
-appended, renumbered as the level's (analysis/merge.py: `level_seq`), to its records file within
+Started by the parent (run/workers/parent.py) as `python -m loadgen.run.workers.child`; it reads the
+parent's messages on stdin and answers on stdout (run/workers/protocol.py). Every record it makes is
+appended, renumbered as the level's (run/workers/merge.py: `level_seq`), to its records file within
 `RecordsFile.WRITE_S` (a write per batch, never one per request), and the figures of what it wrote
 go to the parent as parts, each sent after its records are written; if the process is killed the
 parent still reads every record up to its last complete line. SIGINT is ignored: the
@@ -23,18 +23,18 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.aggregate import LevelAggregate, Reservoir
-from ..analysis.merge import SendsSoFar, Share, level_seq
-from ..client.backends import Backend, make_backend
-from ..client.registry import make_transport
-from ..client.transport import Transport
-from ..core.clock import now_ns
-from ..core.records import LevelRun, RequestRecord
-from .engine import EngineOptions, run_level, run_open_level
-from .looplag import LoopLagSampler
-from .loops import freeze_startup_heap, loop_factory
-from .salts import new_decimal_salt
-from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, WorkerPartial, frame, read_to_worker
+from ...analysis.aggregate import LevelAggregate, Reservoir
+from ...client.backends import Backend, make_backend
+from ...client.registry import make_transport
+from ...client.transport import Transport
+from ...core.clock import now_ns
+from ...core.records import LevelRun, RequestRecord
+from ..engine import EngineOptions, run_level, run_open_level
+from ..looplag import LoopLagSampler
+from ..loops import freeze_startup_heap, loop_factory
+from ..salts import new_decimal_salt
+from .merge import SendsSoFar, Share, level_seq
+from .protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, WorkerPartial, frame, read_to_worker
 
 
 class FileOut:
@@ -54,7 +54,7 @@ class FileOut:
 @dataclass(frozen=True)
 class Outlet:
     """How a worker talks back: `send` a message to the parent, `records(path)` opens where a
-    level's records go (a file here; a buffer the parent drains in a Ray actor, run/ray_workers.py)."""
+    level's records go (a file here; a buffer the parent drains in a Ray actor, run/workers/ray_actors.py)."""
 
     send: Callable[[Any], None]
     records: Callable[[str], Any]

@@ -1,12 +1,16 @@
-"""Running a measurement to the end whatever happens: signals, checkpoints, the final atomic write.
+"""A run's session: its event loop, its signals and its checkpoints, from the first request to the
+final atomic write, whatever happens.
 
-Shared by every command that sends load (sweep, prefill, depth, soak). The first SIGINT/SIGTERM
+Shared by every command that sends load (sweep, prefill, depth, soak); the command passes in the
+`ResultsWriter` (results/ sits above run/, so run/ knows it only by this interface) and prints
+what comes back. The first SIGINT/SIGTERM
 cancels the run (in-flight requests are recorded as cancelled); a second one saves what there is
 and leaves at once. Checkpoints are written by one thread, in order, off the event loop. From before
 the event loop starts until the process exits, SIGINT/SIGTERM are loadgen's: a signal that comes
 after the run ended (during the final write, the tables) is recorded and only sets the exit code
 (`signals.LATCH`, released by the entry point), so the final write is never cut in half and the
-exit code is 130/143 whenever it lands.
+exit code is 130/143 whenever it lands. Checkpoints come from one timer (`checkpoint_every_s`) and
+from the run's own moments (a level done), never from a second timer.
 """
 
 from __future__ import annotations
@@ -18,20 +22,14 @@ import signal
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
 from ..core.clock import now_ns
-from ..core.columnar import PARQUET_FILE
-from ..core.recordsink import RecordSink
 from ..core.signals import LATCH, SIGNAL_EXIT
-from ..results.schema import REQUESTS_FILE
-from ..results.writer import command_line, host_facts, start_results, utc_now, write_results
-from ..run.loops import freeze_startup_heap, loop_factory
-from ..run.model import Run
-
+from .loops import freeze_startup_heap, loop_factory
+from .state import Run
 
 Checkpoint = Callable[[], None]
 # run.json is rewritten this often during a run (the records stream on their own), so a run killed
@@ -59,6 +57,21 @@ class FinalWriteError(Exception):
     """The results could not be written at the end; the message says where and why."""
 
 
+class ResultsWriter(Protocol):
+    """Where a run's results go (results/writer.py's `RunFiles`). `start` opens the records file the
+    run streams into (`run.sink`) and writes run.json before the first request; `checkpoint` rewrites
+    run.json with what there is (never `complete`); `final` writes it for the last time and returns
+    the document. Each raises OSError or ValueError when it cannot write."""
+
+    where: str  # for messages: the results folder
+
+    def start(self, run: Run, event_loop: str) -> None: ...
+
+    def checkpoint(self, run: Run) -> None: ...
+
+    def final(self, run: Run) -> dict[str, Any]: ...
+
+
 @dataclass
 class Execution:
     doc: dict[str, Any]
@@ -69,36 +82,28 @@ class Execution:
         return SIGNAL_EXIT.get(self.signals[0], 130) if self.signals else None
 
 
-def _start_records(run: Run, out_dir: Path, meta: dict[str, Any], records: str, records_format: str) -> None:
-    """Open the records file the run streams into and write run.json before the first request."""
-    try:
-        name = PARQUET_FILE if records_format == "parquet" else REQUESTS_FILE
-        run.sink = RecordSink(out_dir / name, keep=records, secrets=run.config.secrets, format=records_format)
-        start_results(out_dir, run, meta=meta)
-    except OSError as exc:
-        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
-
-
-def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
-            kind: str, err: Console, records: str = "all", records_format: str = "jsonl") -> Execution:
-    """Run `main(checkpoint)` on a fresh event loop, then write the results; return the document.
-    Records stream to their file as they complete (`records`: which ones; see core/recordsink.py)."""
+def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Coroutine[Any, Any, None]], *,
+            err: Console, checkpoint_every_s: float = SUMMARY_EVERY_S) -> Execution:
+    """Run `main(checkpoint)` on a fresh event loop, checkpointing every `checkpoint_every_s` (and
+    whenever `main` calls `checkpoint`), then write the results; return the document. Records stream
+    to their file as they complete (`results.start` opens it)."""
     factory, loop_name = loop_factory()
     freeze_startup_heap()
     if loop_name != "uvloop":
         err.print("warning: uvloop is not installed; using the slower asyncio event loop", style="yellow")
-    meta = {"kind": kind, "command": command_line(), "started_utc": utc_now().isoformat(),
-            "host": host_facts(loop_name)}
     save_failures: list[str] = []
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loadgen-checkpoint")
-    _start_records(run, out_dir, meta, records, records_format)
+    try:
+        results.start(run, loop_name)
+    except OSError as exc:
+        raise FinalWriteError(f"could not write the results to {results.where} ({exc})") from None
 
     def save() -> None:
         try:
-            write_results(out_dir, run, meta=meta, final=False)
+            results.checkpoint(run)
         except (OSError, ValueError) as exc:
             if not save_failures:
-                err.print(f"warning: could not save a checkpoint to {out_dir} ({exc})", style="yellow")
+                err.print(f"warning: could not save a checkpoint to {results.where} ({exc})", style="yellow")
             save_failures.append(str(exc))
 
     def checkpoint() -> None:
@@ -141,7 +146,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
             run.interrupted = True
             return
         try:
-            await _ticking(main(checkpoint), SUMMARY_EVERY_S, checkpoint)
+            await _ticking(main(checkpoint), checkpoint_every_s, checkpoint)
         except asyncio.CancelledError:
             run.interrupted = True
 
@@ -158,7 +163,7 @@ def execute(run: Run, out_dir: Path, main: Callable[[Checkpoint], Coroutine[Any,
         writer.shutdown(wait=True)
     try:
         run.sink.close()
-        doc = write_results(out_dir, run, meta=meta)
+        doc = results.final(run)
     except (OSError, ValueError) as exc:
-        raise FinalWriteError(f"could not write the results to {out_dir} ({exc})") from None
+        raise FinalWriteError(f"could not write the results to {results.where} ({exc})") from None
     return Execution(doc, received)

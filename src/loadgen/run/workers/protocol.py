@@ -17,10 +17,10 @@ import struct
 
 import msgspec
 
-from ..analysis.aggregate import Partial
-from ..analysis.merge import Share
-from ..client.backends import GenerationParams
-from ..core.records import RequestRecord
+from ...analysis.aggregate import Partial
+from ...client.backends import GenerationParams
+from ...core.records import RequestRecord
+from .merge import Share
 
 _LENGTH = struct.Struct(">I")
 
@@ -112,8 +112,8 @@ async def read_frame(reader, decoder: msgspec.msgpack.Decoder) -> object | None:
 
 
 async def read_to_worker(reader) -> ToWorker | None:
-    return await read_frame(reader, _to_worker)  # type: ignore[return-value]
+    return await read_frame(reader, _to_worker)  # type: ignore[return-value]  # the decoder's type is ToWorker
 
 
 async def read_from_worker(reader) -> FromWorker | None:
-    return await read_frame(reader, _from_worker)  # type: ignore[return-value]
+    return await read_frame(reader, _from_worker)  # type: ignore[return-value]  # the decoder's type is FromWorker

@@ -2,8 +2,8 @@
 
 The parent keeps everything a one-process sweep does around a level (probing, warm-up, /metrics and
 /slots sampling, the progress display, checkpoints); only the level's requests go to the workers
-(run/worker_process.py), each with its own event loop and connections and its `Share` of the level
-(analysis/merge.py). A barrier starts them together: each prepares and says so, then all get one
+(run/workers/child.py), each with its own event loop and connections and its `Share` of the level
+(run/workers/merge.py). A barrier starts them together: each prepares and says so, then all get one
 start time. Each worker writes its records to a file of its own (a new one each level) and sends
 the figures of each batch of them (`WorkerPartial`) through its pipe; the parent adds the figures to
 the level's and has the kernel copy the batch's bytes into the run's records file (see `_Tail`):
@@ -14,7 +14,7 @@ Ctrl-C: the parent tells every worker to stop, waits for each to record its in-f
 cancelled, and reads their files to the end. A worker that cannot start its part ends the level
 with a reason naming it. One that dies mid-level: the others run their shares to the end, every
 record it wrote is kept, the requests it had in flight become records of error kind "lost" (from
-what its last part said it had sent: analysis/merge.py `lost_requests`), and the level says when it
+what its last part said it had sent: run/workers/merge.py `lost_requests`), and the level says when it
 died and at what concurrency (or rate) it ran from then on.
 """
 
@@ -36,22 +36,21 @@ from typing import Any
 import msgspec
 from hdrh.histogram import HdrHistogram
 
-from ..analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
-from ..analysis.metrics import new_histogram
-from ..analysis.merge import (ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests,
-                              open_shares)
-from ..client.backends import GenerationParams
-from ..core.clock import now_ns
-from ..core.errors import ConfigError
-from ..core.records import LevelRun, RequestRecord
-from ..core.recordsink import LevelRecords
-from .config import SweepConfig
-from .engine import EngineOptions, requests_done
-from .looplag import ClientLoad, workers_warning
-from .model import RunObserver, TargetRun
-from .salts import new_decimal_salt
-from .schedule import arrival_offsets_ns, connections_ahead
-from .worker_protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
+from ...analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
+from ...analysis.metrics import new_histogram
+from ...core.clock import now_ns
+from ...core.processes import usable_cores
+from ...core.records import LevelRun, RequestRecord
+from ...core.recordsink import LevelRecords
+from ..config import SweepConfig
+from ..engine import requests_done
+from ..level_runner import TargetLoad
+from ..looplag import ClientLoad, workers_warning
+from ..salts import new_decimal_salt
+from ..schedule import arrival_offsets_ns, connections_ahead
+from ..state import RunObserver, TargetRun
+from .merge import ProcessLoad, SendsSoFar, Share, add_histograms, busiest, closed_shares, lost_requests, open_shares
+from .protocol import NO_MORE_SENDS, Go, LevelDone, Prepare, Ready, Stop, WorkerPartial, frame, read_from_worker
 
 # Between the last worker saying it is ready and the level's start: time for every worker to get
 # the start time and be waiting for it.
@@ -59,34 +58,6 @@ BARRIER_LEAD_NS = 50_000_000
 TAIL_INTERVAL_S = 0.05
 STOP_GRACE_S = 30.0  # after Stop, how long a worker may take to record its in-flight requests
 _LEVEL_FILES = itertools.count(1)  # numbers the workers' records files of a level
-MAX_PER_CORE = 4  # more worker processes than this a core only share the same cores
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def local_workers(asked: int, most_in_flight: int | None, cores: int) -> int:
-    """How many processes `--workers asked` starts on this machine: no more than the most requests a
-    level has in flight (a process without one would idle), and a ConfigError past MAX_PER_CORE a core."""
-    n = asked if most_in_flight is None else min(asked, max(1, most_in_flight))
-    if n > MAX_PER_CORE * cores:
-        raise ConfigError(f"--workers {asked}: more than {MAX_PER_CORE} processes a core ({cores} here) only "
-                          "share the same cores; use --ray to load from more machines")
-    return n
-
-
-def auto_workers(urls: list[str], cores: int | None = None) -> int:
-    """`--workers auto`: one process per core this process may use, less one when a target is on
-    this machine (its server needs a core too); at least one."""
-    from urllib.parse import urlsplit
-
-    if cores is None:
-        cores = usable_cores()
-    local = any((urlsplit(u).hostname or "") in ("localhost", "127.0.0.1", "::1") or
-                (urlsplit(u).hostname or "").startswith("127.") for u in urls)
-    return max(1, cores - (1 if local else 0))
 
 
 class WorkerHandle:
@@ -95,7 +66,7 @@ class WorkerHandle:
 
     `shift_ns` is what to subtract from a worker's clock readings to put them on this process's
     monotonic clock: 0 on this machine (one clock), the difference of the two clocks' offsets to
-    wall time on another (run/ray_workers.py).
+    wall time on another (run/workers/ray_actors.py).
     """
 
     index: int
@@ -172,7 +143,7 @@ class _Process(WorkerHandle):
 
     async def read_records(self) -> bytes:
         if self._file is None:
-            self._file = open(self._path, "rb")  # created before the worker said it was ready
+            self._file = open(self._path, "rb")  # noqa: SIM115 (read level by level; end_level closes it) created before the worker said it was ready
         return self._file.read()
 
     def end_level(self) -> None:
@@ -191,7 +162,7 @@ class _Process(WorkerHandle):
             self.proc.stdin.close()
         try:
             await asyncio.wait_for(self.proc.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
         if self.reader is not None:
@@ -206,7 +177,7 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, "WorkerDeath"], k: int) -> dict[str, Any]:
+def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, WorkerDeath], k: int) -> dict[str, Any]:
     """What run.json says of worker k that died mid-level: when, its requests lost, and the load the
     level offered from then on (the shares of the workers gone by then left out)."""
     death = deaths[k]
@@ -309,7 +280,7 @@ class _Tail:
         paths = [h.records_file() for h in handles]
         if self.direct and all(paths):
             try:
-                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]
+                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]  # all(paths) above: none is None
                 self.copies = True
             except OSError:  # then read as they grow, as a Ray actor's are
                 self._close_files()
@@ -365,7 +336,7 @@ class _Tail:
         """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
         if not self._settles or None in self._watermarks:
             return
-        watermark = min(self._watermarks)  # type: ignore[type-var]
+        watermark = min(self._watermarks)  # type: ignore[type-var]  # None in them returned above
         if watermark == self._settled:
             return
         self._settled = watermark
@@ -500,7 +471,7 @@ class WorkerPool:
         # (target, level) -> metric -> [each worker's histogram]; see `merged_histograms`.
         self.histograms: dict[tuple[str, int | float], dict[str, list[HdrHistogram]]] = {}
 
-    async def __aenter__(self) -> "WorkerPool":
+    async def __aenter__(self) -> WorkerPool:
         self.folder.mkdir(parents=True, exist_ok=True)
         for k in range(self.size):
             await self._start(k)
@@ -511,7 +482,7 @@ class WorkerPool:
 
     async def _start(self, k: int) -> WorkerHandle:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loadgen.run.worker_process", stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "loadgen.run.workers.child", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self.preexec_fn)
         p = _Process(k, proc)
         p.reader = asyncio.ensure_future(self._read(p))
@@ -542,11 +513,17 @@ class WorkerPool:
                                      burstiness=config.burstiness, seed=config.arrival_seed)
         return open_shares(offsets, self.size, config.max_in_flight), len(offsets), None
 
-    async def run(self, config: SweepConfig, t: TargetRun, level: LevelRun, generation: GenerationParams,
-                  options: EngineOptions, obs: RunObserver) -> ClientLoad | None:
-        """Run `level` on the workers, filling it as a one-process level; the busiest worker's load."""
+    async def connect_ahead(self, load: TargetLoad, level: LevelRun, latency_s: float | None) -> None:
+        """Nothing here: each worker opens its share's connections before the level's start (`Prepare`)."""
+
+    async def run(self, load: TargetLoad, level: LevelRun) -> str | None:
+        """Run `level` on the workers, filling it as a one-process level, its client load the busiest
+        worker's; each worker whose load limited the level is named in a warning given here (so
+        None is returned)."""
+        config, t, generation, options, obs = load.config, load.target, load.generation, load.options, load.obs
+        level.remote = True
         shares, requests, duration_s = self.shares(config, level)
-        pool = (config.max_in_flight or 0) if config.open_loop else max(config.concurrency)
+        pool = config.connections_per_target
         procs = [self.processes[k] if (p := self.processes[k]) is not None and p.alive else await self._start(k)
                  for k in range(len(shares))]
         paths = [p.records_path(self.folder) for p in procs]
@@ -573,8 +550,9 @@ class WorkerPool:
             for p in procs:
                 p.end_level()
             return None
-        return await self._go(t, level, procs, shares, answers, requests, duration_s, obs,
-                              int(options.pause_after_connect_error_s * 1e9))
+        await self._go(t, level, procs, shares, answers, requests, duration_s, obs,
+                       int(options.pause_after_connect_error_s * 1e9))
+        return None
 
     async def _go(self, t: TargetRun, level: LevelRun, procs: list[WorkerHandle], shares: list[Share],
                   readies: list[Any], requests: int | None, duration_s: float | None,

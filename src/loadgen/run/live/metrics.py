@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from ..core import records
-from ..core.records import LevelRun, RequestRecord
-from .engine import requests_done
+from ...core import records
+from ...core.records import LevelRun, RequestRecord
+from ..engine import requests_done
 
 PREFIX = "loadgen_"
 # Bucket upper bounds in seconds. LLM requests take from tens of ms to minutes; a token gap from
@@ -173,7 +173,7 @@ class LiveMetrics:
         self.request_done = self._finished.append  # the observer call, as cheap as it can be
         self.requests_done = self._finished.extend  # a worker's batch of them
 
-    def observe(self, inner: Any) -> "LiveObserver":
+    def observe(self, inner: Any) -> LiveObserver:
         """An observer that feeds this and passes every call on to `inner`."""
         return LiveObserver(inner, self)
 

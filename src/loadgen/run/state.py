@@ -15,12 +15,11 @@ from ..client.probe import ServerInfo
 from ..core.clock import now_ns
 from ..core.records import LevelRun
 from ..core.recordsink import RecordSink
-from .config import SweepConfig, Target
+from .config import SoakSettings, SweepConfig, Target
 from .engine import Observer
 from .labels import LabelSource, target_labels
 
 SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
-STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
 SOAK = "soak"
 
 
@@ -48,12 +47,13 @@ class TargetRun:
 class Run:
     config: SweepConfig  # targets, API, generation settings, timeouts; a sweep's levels
     kind: str = "sweep"  # one of SWEEP_KINDS, STEP_KINDS or SOAK
-    settings: dict[str, Any] = field(default_factory=dict)  # prefill/depth/soak: their own settings for run.json
+    # A soak's own settings, typed; prefill's and depth's, a dict: each their part of run.json's config.
+    settings: SoakSettings | dict[str, Any] = field(default_factory=dict)
     targets: list[TargetRun] = field(default_factory=list)
     interrupted: bool = False
     start_ns: int = field(default_factory=now_ns)
     end_ns: int | None = None
-    # Where the levels' records stream (cli/execute.py opens it); None: each level keeps a list.
+    # Where the levels' records stream (the session's results writer opens it, run/session.py); None: each level keeps a list.
     sink: RecordSink | None = None
 
     @property
@@ -64,6 +64,11 @@ class Run:
             (self.kind not in SWEEP_KINDS or len(t.levels) == len(self.config.levels))
             and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
+
+
+    def settings_dict(self) -> dict[str, Any]:
+        """The kind's own settings as run.json's `config` carries them, after the SweepConfig's."""
+        return self.settings.to_dict() if isinstance(self.settings, SoakSettings) else dict(self.settings)
 
 
 class RunObserver(Observer):
