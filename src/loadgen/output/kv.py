@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from ..analysis.kv import LLAMA_CPP_BUILD, MIB, KvEstimate, ModelShape, SlotFit, mib
-from .layout import Column, Grid, print_grid
+from .layout import Column, Grid, print_table
 
 
 def _ranges(flags: Sequence[bool]) -> str:
@@ -94,7 +94,7 @@ def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Seq
     for line in shape_lines(shape, per_token, type_k, type_v):  # the architecture is the file's text: no markup
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
-    print_grid(kv_table(estimates, asked), console)
+    print_table(console, kv_table(estimates, asked))
     note = beyond_trained(shape, estimates, asked)
     if note:
         console.print(note, style="yellow", highlight=False, soft_wrap=True, markup=False)
