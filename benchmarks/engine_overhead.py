@@ -226,7 +226,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, wit
                   transport_name: str = "aiohttp") -> dict:
     from rich.console import Console
 
-    from loadgen.analysis.metrics import summarize_level
+    from loadgen.analysis.aggregate import summarize_level
     from loadgen.client.aiohttp_transport import AiohttpTransport
     from loadgen.client.backends import GenerationParams, make_backend
     from loadgen.core.records import LevelRun

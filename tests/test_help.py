@@ -28,10 +28,11 @@ def test_sweep_help_lists_its_options_under_each_concern_in_order():
     result = CliRunner().invoke(cli, ["sweep", "--help"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     heads = [title for title in CONCERNS if f"─ {title} " in result.output]
-    assert heads == ["Target", "Load shape", "Workload", "Output", "Scale-out"]
+    assert heads == ["Target", "Load shape", "Workload", "Latency targets", "Output", "Scale-out", "Machine"]
     at = {title: result.output.index(f"─ {title} ") for title in heads}
     assert at["Target"] < result.output.index("--url") < at["Load shape"] < result.output.index("--concurrency")
     assert at["Output"] < result.output.index("--records-format") < at["Scale-out"] < result.output.index("--workers")
+    assert at["Scale-out"] < at["Machine"] < result.output.index("--env-interval")
 
 
 def test_every_concern_names_options_that_exist():

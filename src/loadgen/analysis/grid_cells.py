@@ -18,6 +18,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
 from .metrics import MeanSd, mean_sd
 
 
@@ -180,31 +181,39 @@ class CellSummary:
     prompt_tok_s_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: per prompt length
     ttft_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: client TTFT ms per length
     decode_by_depth: dict[int, MeanSd] = field(default_factory=dict)  # depth: decode tok/s per depth
+    # Each run's lowest gross J per output token over its levels (analysis/energy.py: the "total"
+    # source, else the only one), averaged; None without energy counters.
+    least_j_per_token: MeanSd | None = None
 
 
-def step_means(doc: dict[str, Any], key: str) -> dict[int, float]:
+def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
     """A prefill or depth run's mean of `key` (prompt_tok_s, ttft_ms, decode_tok_s) per prompt length
     or depth, from its first target's rows; rows skipped or without the figure are left out."""
-    kind = doc.get("kind")
-    section = ((doc.get("targets") or [{}])[0].get(kind) or {}) if kind in ("prefill", "depth") else {}
-    size = "prompt_tokens" if kind == "prefill" else "depth"
-    return {row[size]: row[key]["mean"] for row in section.get("rows") or []
-            if not row.get("skipped") and (row.get(key) or {}).get("mean") is not None}
+    doc = RunDocument.of(doc)
+    if doc.kind not in (RunKind.PREFILL, RunKind.DEPTH) or not doc.targets:
+        return {}
+    section = doc.targets[0].section(doc.kind)
+    means: dict[int, float] = {}
+    for row in getattr(section, "rows", None) or []:
+        size = row.prompt_tokens if isinstance(row, PrefillRow) else row.depth
+        figure = getattr(row, key, None)
+        if not row.skipped and figure is not None:
+            means[size] = figure.mean
+    return means
 
 
-def run_line(doc: dict[str, Any]) -> str:
+def run_line(doc: RunDocument | dict[str, Any]) -> str:
     """One finished cell run in a line: "prompt tok/s 5,120.3 at 64, 4,980.1 at 256" (prefill),
     "decode tok/s 51.2 at 0, 48.0 at 128" (depth), "12.3 tok/s at 1, 20.1 at 2" (sweep levels)."""
-    kind = doc.get("kind")
-    if kind in ("prefill", "depth"):
-        key, what = ("prompt_tok_s", "prompt tok/s") if kind == "prefill" else ("decode_tok_s", "decode tok/s")
+    doc = RunDocument.of(doc)
+    if doc.kind in (RunKind.PREFILL, RunKind.DEPTH):
+        key, what = ("prompt_tok_s", "prompt tok/s") if doc.kind == RunKind.PREFILL else ("decode_tok_s", "decode tok/s")
         means = step_means(doc, key)
         return f"{what} " + ", ".join(f"{v:,.1f} at {n}" for n, v in means.items()) if means else "no figures"
-    levels = _levels(doc)
-    return ", ".join(f"{lv['throughput_tok_s']:.1f} tok/s at {lv['level']}" for lv in levels) or "no levels"
+    return ", ".join(f"{lv.throughput_tok_s:.1f} tok/s at {lv.level}" for lv in _levels(doc)) or "no levels"
 
 
-def _by_size(docs: Sequence[dict[str, Any]], key: str) -> dict[int, MeanSd]:
+def _by_size(docs: Sequence[RunDocument], key: str) -> dict[int, MeanSd]:
     """Each run's mean per prompt length or depth, as mean ± sd over the runs."""
     values: dict[int, list[float]] = {}
     for doc in docs:
@@ -213,29 +222,39 @@ def _by_size(docs: Sequence[dict[str, Any]], key: str) -> dict[int, MeanSd]:
     return {size: ms for size, vs in sorted(values.items()) if (ms := mean_sd(vs)) is not None}
 
 
-def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    targets = doc.get("targets") or [{}]
-    return [lv for lv in targets[0].get("levels") or [] if lv.get("throughput_tok_s") is not None]
+def _levels(doc: RunDocument) -> list[Level]:
+    """The first target's levels (a cell has one target)."""
+    return list(doc.targets[0].levels) if doc.targets else []
+
+
+def level_j_per_token(level: Level | dict[str, Any]) -> float | None:
+    """A level's gross J per output token: its "total" energy, else its only source's; None without."""
+    energy = (level.get("energy") if isinstance(level, dict) else level.energy) or []
+    pick = next((e for e in energy if e.get("source") == "total"), energy[0] if len(energy) == 1 else None)
+    return pick.get("j_per_token") if pick else None
 
 
 def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
     """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
-    docs = [r["run"] for r in runs if r.get("status") == "ok" and r.get("run")]
+    docs = [RunDocument.of(r["run"]) for r in runs if r.get("status") == "ok" and r.get("run")]
     by_level: dict[Any, list[float]] = {}
     lat_by_level: dict[Any, list[float]] = {}
-    peaks, peak_levels, saturated = [], [], []
+    peaks, peak_levels, saturated, least_j = [], [], [], []
     for doc in docs:
         levels = _levels(doc)
+        per_token = [j for lv in levels if (j := level_j_per_token(lv)) is not None]
+        if per_token:
+            least_j.append(min(per_token))
         for lv in levels:
-            by_level.setdefault(lv["level"], []).append(lv["throughput_tok_s"])
-            lat = (lv.get("latency_ms") or {}).get("mean")
-            if lat is not None:
-                lat_by_level.setdefault(lv["level"], []).append(lat)
+            by_level.setdefault(lv.level, []).append(lv.throughput_tok_s)
+            if lv.latency_ms is not None:
+                lat_by_level.setdefault(lv.level, []).append(lv.latency_ms.mean)
         if levels:
-            best = max(levels, key=lambda lv: lv["throughput_tok_s"])
-            peaks.append(best["throughput_tok_s"])
-            peak_levels.append(best["level"])
-        saturated.append(((doc.get("targets") or [{}])[0].get("verdict") or {}).get("saturated_at"))
+            best = max(levels, key=lambda lv: lv.throughput_tok_s)
+            peaks.append(best.throughput_tok_s)
+            peak_levels.append(best.level)
+        verdict = doc.targets[0].verdict if doc.targets else None
+        saturated.append(None if verdict is None else verdict.saturated_at)
     throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
     boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
     estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
@@ -252,8 +271,8 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
         recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
-        kv_estimate_note=None if estimate else note,
-        measure=next((d.get("kind") for d in docs if d.get("kind") in ("prefill", "depth")), "sweep"),
+        kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j),
+        measure=next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
         prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
         decode_by_depth=_by_size(docs, "decode_tok_s"))
 
@@ -303,7 +322,7 @@ def _leader(cells: Sequence[CellSummary], level: int | float) -> CellSummary:
     return max(cells, key=lambda c: c.throughput_by_level[level].mean)
 
 
-def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
+def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True, digits: int = 0) -> str | None:
     """"parallel=2 (25.0; +19% against the worst)", with why the lead is untested (a single run)
     or that it is within the repeats' spread of the next."""
     ranked = sorted(((v, c) for c in cells if (v := value(c)) is not None), key=lambda vc: vc[0].mean,
@@ -320,7 +339,7 @@ def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> st
     noise = f"; {untested}" if untested else "" if _clear_lead(best, second, higher) else \
         ", within the repeats' spread of the next"
     return f"{cell.name} ({best.mean:,.1f}; {share:+.0%} against the worst{noise})" if higher else \
-        f"{cell.name} ({best.mean:,.0f}; {share:.0%} lower than the worst{noise})"
+        f"{cell.name} ({best.mean:,.{digits}f}; {share:.0%} lower than the worst{noise})"
 
 
 def who_wins(cells: Sequence[CellSummary]) -> list[str]:
@@ -356,6 +375,10 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
         w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)
         if w:
             lines.append(f"lowest mean latency at level {top} (ms): {w}")
+    measured = [c for c in ok if c.least_j_per_token]  # "least" needs two cells with energy counters
+    w = _winner(measured, lambda c: c.least_j_per_token, False, digits=3) if len(measured) > 1 else None
+    if w:
+        lines.append(f"least energy per output token, at each cell's most efficient level (J/token): {w}")
     return lines
 
 

@@ -36,7 +36,7 @@ from ..core.signals import LATCH
 from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
-from .gate import gate_config, gate_options, report_gate
+from .gate import env_guard, gate_config, gate_options, report_gate
 from .help import command
 from .shared import CHECK_ONLY
 
@@ -173,7 +173,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
 def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, max_throughput_drop,
                max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
-               sweep_args) -> None:
+               allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
@@ -219,6 +219,8 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
         return
     with user_errors():
         base_dir = root / "baseline"
-        result = run_gate(load_side(base_dir), load_side(root / "candidate"), config,
+        baseline, candidate = load_side(base_dir), load_side(root / "candidate")
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
+        result = run_gate(baseline, candidate, config,
                           floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
     report_gate(result, config.strict)

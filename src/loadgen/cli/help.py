@@ -1,6 +1,6 @@
 """How a command's `--help` reads: its options in panels by concern, and the one spelling of a flag.
 
-The panels (target, load shape, workload, output, scale-out) are drawn by rich-click from one table,
+The panels (target, load shape, workload, latency targets, output, scale-out, machine) are drawn by rich-click from one table,
 `CONCERNS`, so every command that takes an option shows it under the same heading; an option in no
 concern stays under "Options". `command` is `click.command` with those panels; it is the only place
 that knows rich-click, which is imported with the command (not by `loadgen --help`).
@@ -24,14 +24,21 @@ CONCERNS: dict[str, tuple[str, ...]] = {
                "--direct", "--via", "--server", "--param"),
     "Load shape": ("--concurrency", "--rate", "--arrival", "--burstiness", "--max-in-flight", "--arrival-seed",
                    "--requests", "--duration", "--stagger", "--warmup", "--repeat", "--parallel-targets",
-                   "--checkpoint-interval", "--depths", "--time-scale"),
+                   "--checkpoint-interval", "--depths", "--time-scale", "--stop-at-knee", "--by",
+                   "--max-concurrency", "--budget"),
     "Workload": ("--prompt", "--prompt-file", "--dataset", "--dataset-field", "--dataset-samples",
-                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--ignore-eos", "--temperature", "--seed", "--stream",
+                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--ignore-eos", "--reasoning-effort", "--temperature",
+                 "--seed", "--stream",
                  "--params"),
+    "Latency targets": ("--slo", "--attainment", "--noise"),
     "Output": ("--output", "--force", "--resume", "--format", "--records", "--records-format", "--histograms",
                "--probe-interval", "--knee-gain", "--knee-latency", "--prometheus-port", "--prometheus-host",
                "--prometheus-linger", "--scrape-interval"),
     "Scale-out": ("--workers", "--ray"),
+    # What a run reads of the machine under it, and how a run whose machine changed is judged
+    # (docs/environment.md).
+    "Machine": ("--sysfs", "--procfs", "--telemetry-url", "--env-interval", "--idle-power", "--environment",
+                "--interval", "--connections", "--threads-http", "--allow-env-change"),
 }
 
 

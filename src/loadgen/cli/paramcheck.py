@@ -29,7 +29,7 @@ from .shared import console
 @command("paramcheck")
 @click.option("--direct", required=True, help="The server's own base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--via", required=True, help="The gateway's base URL for that server, e.g. https://gw.example/llama/v1.")
-@click.option("--api", default="chat", show_default=True, help="llamacpp, completions or chat.")
+@click.option("--api", default="chat", show_default=True, help="llamacpp, completions, chat, responses or messages.")
 @click.option("--params", help=f"Parameters to check, comma-separated [default: {','.join(DEFAULT_PARAMS)}; "
                                f"also: {','.join(p for p in KNOWN_PARAMS if p not in DEFAULT_PARAMS)}].")
 @click.option("--model", help="Model name for the OpenAI APIs [default: the direct server's first /v1/models id].")

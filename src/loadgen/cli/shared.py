@@ -39,8 +39,9 @@ def target_options(f: Callable) -> Callable:
                           "file's name, plus @port when two targets share it]."),
         click.option("--api", default="llamacpp", show_default=True,
                      help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
-                          "chat (POST /v1/chat/completions)."),
-        click.option("--model", help="Model name for the OpenAI APIs [default: the first id of the server's "
+                          "chat (POST /v1/chat/completions), responses (POST /v1/responses), messages "
+                          "(POST /v1/messages)."),
+        click.option("--model", help="Model name for the OpenAI and Anthropic APIs [default: the first id of the server's "
                                      "/v1/models]."),
         click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
                      help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows "

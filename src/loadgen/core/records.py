@@ -54,6 +54,9 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
@@ -80,6 +83,13 @@ class RequestRecord(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    # Speculative decoding (llama-server's `timings`): tokens drafted for this request and of those
+    # accepted. None: the server sent none (it drafted nothing, or does not speculate; older files).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    # Reasoning models: of the output tokens, how many were thinking (the API's usage details when
+    # it gives them, else the streamed reasoning events counted). None: no reasoning was seen.
+    reasoning_tokens: int | None = None
     headers_ns: int | None = None
     # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
     intended_ns: int | None = None
@@ -95,6 +105,10 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # out on an open keep-alive connection (reused, or opened before the level's clock started).
     connect_us: int | None = None
     tls_us: int | None = None
+    # Streaming, when reasoning came first: arrival of the first answer (non-reasoning) content
+    # event. None without reasoning (the first answer token is then first_token_ns) or when the
+    # stream held no answer at all (the output cap was reached while thinking).
+    first_answer_ns: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +156,7 @@ def make_record(
     prompt_tokens_target: int | None = None,
     connect_us: int | None = None,
     tls_us: int | None = None,
+    first_answer_ns: int | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -149,7 +164,8 @@ def make_record(
     # order (checked below, at import).
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
-                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us)
+                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
+                         first_answer_ns)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -159,7 +175,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us")
+    "prompt_tokens_target", "connect_us", "tls_us", "first_answer_ns")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):
@@ -212,6 +228,7 @@ class LevelRun:
     records: Any = field(default_factory=list)
     aggregate: Any = None
     tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
+    slo_tally: Any = None  # --slo: the level's requests judged as they stream (`analysis.slo.SloTally`)
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early
@@ -225,6 +242,9 @@ class LevelRun:
     client_cpu_fraction: float | None = None
     # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
+    # The machine under the level: `core.environment.EnvSample`s at its start, during and at its end
+    # (run/machine_sampling.py); empty when the run does not read the machine.
+    environment: list[Any] = field(default_factory=list)
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False
@@ -295,6 +315,7 @@ def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> Req
     return msgspec.structs.replace(
         r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
         intended_ns=t(r.intended_ns), first_token_ns=t(r.first_token_ns), last_token_ns=t(r.last_token_ns),
+        first_answer_ns=t(r.first_answer_ns),
         chunk_gaps_us=None if r.chunk_gaps_us is None else [round(g / time_scale) for g in r.chunk_gaps_us],
         prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
         predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)

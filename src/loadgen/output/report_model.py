@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import is_open_loop
+from ..core.rundoc import Level, RunDocument, Target, Verdict
 
 INCOMPLETE = "incomplete"
 
@@ -23,23 +23,23 @@ class TargetSeries:
 
     label: str
     run_name: str
-    target: dict[str, Any]
+    target: Target
     records: list[RequestRecord] = field(default_factory=list)
     probe: list[ProbeSample] = field(default_factory=list)
     complete: bool = True
     open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
 
     @property
-    def levels(self) -> list[dict[str, Any]]:
-        return list(self.target.get("levels") or [])
+    def levels(self) -> list[Level]:
+        return list(self.target.levels)
 
     @property
     def total_slots(self) -> int | None:
-        return (self.target.get("server") or {}).get("total_slots")
+        return None if self.target.server is None else self.target.server.total_slots
 
     @property
-    def verdict(self) -> dict[str, Any]:
-        return self.target.get("verdict") or {}
+    def verdict(self) -> Verdict:
+        return self.target.verdict or Verdict()
 
 
 def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
@@ -47,15 +47,15 @@ def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
     several = len(sources) > 1
     series = []
     for source in sources:
-        run = source["run"]
-        complete = bool(run.get("complete"))
-        for target in run["targets"]:
-            name = str(target.get("label"))
+        run = RunDocument.of(source["run"])
+        complete = run.complete
+        for target in run.targets:
+            name = target.label
             label = f"{source['name']}: {name}" if several else name
             if not complete:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
+                label=label, run_name=source["name"], target=target, complete=complete, open_loop=run.open_loop,
                 records=[r for r in source["records"] if r.target == name],
                 probe=[s for s in source["probe"] if s.target == name]))
     return series

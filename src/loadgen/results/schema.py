@@ -20,7 +20,11 @@ Version history (SCHEMA_VERSION):
        "slot_wait_ms", "held_outside", "held_outside_max_ms", "held_outside_longest_s", "scrapes",
        "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
        (analysis/occupancy.py); per probe sample
-       (probe.jsonl) "scrape_us".
+       (probe.jsonl) "scrape_us"; per level "metrics" (absent: none), the distributions of
+       metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
+       Added since, without a bump (docs/environment.md): run "environment" (the machine's
+       fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

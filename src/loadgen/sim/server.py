@@ -56,6 +56,9 @@ class SimOptions:
     faults: FaultConfig = field(default_factory=FaultConfig)
     threads_http: int | None = None  # a fixed pool of HTTP threads (http_threads.py); None: no limit
     keep_alive_s: float = 5.0  # how long an idle keep-alive connection keeps its HTTP thread
+    # Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking,
+    # streamed as those APIs' reasoning deltas (formats.Dialect); 0: no reasoning.
+    reasoning_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -179,6 +182,7 @@ class SimServer:
             return error_response(400, str(exc), "invalid_request_error")
         task = self.scheduler.submit(params)
         dialect = formats.DIALECTS[api](task, self.profile.model_alias)
+        dialect.reasoning = self.options.reasoning_tokens
         finished = False
         try:
             if params.stream:
@@ -362,7 +366,8 @@ class RunningSimulator:
 async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: int = 0, slots: int = 4,
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
                           faults: FaultConfig | None = None, reuse_port: bool = False,
-                          threads_http: int | None = None, keep_alive_s: float = 5.0) -> RunningSimulator:
+                          threads_http: int | None = None, keep_alive_s: float = 5.0,
+                          reasoning_tokens: int = 0) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
     `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
@@ -370,7 +375,7 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
     """
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
                          faults=profile.faults if faults is None else faults, threads_http=threads_http,
-                         keep_alive_s=keep_alive_s)
+                         keep_alive_s=keep_alive_s, reasoning_tokens=reasoning_tokens)
     server = SimServer(profile, options)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels its task.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

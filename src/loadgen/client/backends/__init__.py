@@ -27,6 +27,8 @@ class GenerationParams:
     stream: bool = False
     # Several prompts (a dataset): request number i uses prompts[i % len(prompts)]. Empty: `prompt`.
     prompts: tuple[str, ...] = ()
+    # A reasoning model's effort (chat: `reasoning_effort`; responses: `reasoning.effort`); None: not sent.
+    reasoning_effort: str | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -97,9 +99,22 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
         from .openai import OpenAIBackend
 
         return OpenAIBackend(params, chat=api == "chat", model=model)
+    if api == "responses":
+        from .responses import ResponsesBackend
+
+        return ResponsesBackend(params, model=model)
+    if api == "messages":
+        from .messages import MessagesBackend
+
+        return MessagesBackend(params, model=model)
     raise ValueError(f"unknown API {api!r}")
 
 
-API_NAMES = ("llamacpp", "completions", "chat")
-# The OpenAI-style APIs need a model name (from --model or the server's /v1/models).
-OPENAI_APIS = ("completions", "chat")
+API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
+# The APIs with a field for a reasoning effort, and the values they take.
+REASONING_EFFORT_APIS = ("chat", "responses")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+# The APIs whose requests carry a model name (from --model or the server's /v1/models).
+OPENAI_APIS = ("completions", "chat", "responses", "messages")
+# The APIs whose prompt goes through the server's chat template.
+CHAT_TEMPLATE_APIS = ("chat", "responses", "messages")
