@@ -85,11 +85,11 @@ def test_bad_input_is_one_line_and_exit_2(sims, tmp_path, args, message):
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_a_bad_sweep_option_stops_at_the_first_run_with_its_message(sims, tmp_path):
+def test_a_bad_sweep_option_is_refused_before_the_first_run(sims, tmp_path):
     proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--output", tmp_path / "ab",
               "--", "--concurrency", "zero")
-    assert proc.returncode == 2
-    assert "ab: baseline run 1/3 ... stopped (exit 2)" in proc.stderr and "--concurrency" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sweep options" in proc.stderr and "--concurrency" in proc.stderr and "run 1/" not in proc.stderr
 
 
 def tokens_predicted(url: str) -> float:

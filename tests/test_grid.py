@@ -187,7 +187,7 @@ def test_resume_runs_only_what_is_left(tmp_path, loadgen):
     code, stdout, _ = loadgen("analyze", out)  # reprints the summary
     assert code == 0 and "parallel" in stdout and "loadgen grid" in stdout
     code, stdout, _ = loadgen("report", out, "--format", "markdown")  # the cells overlaid
-    assert code == 0 and all(f"## c0{i}: parallel={i}" in stdout for i in (1, 2, 3))
+    assert code == 0 and all(f"## c0{i} parallel={i}: server" in stdout for i in (1, 2, 3))
 
 
 def test_ctrl_c_during_a_cell(tmp_path):

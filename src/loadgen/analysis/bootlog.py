@@ -86,6 +86,13 @@ def boot_facts(text: str) -> BootFacts:
     return BootFacts(**values)
 
 
+# Lines llama-server prints as it exits (any exit, a clean stop included): a table of memory use
+# that says nothing of why a cell failed, and would fill its log tail.
+_EXIT_NOISE = ("llama_memory_breakdown_print",)
+
+
 def log_tail(text: str, lines: int = 12) -> list[str]:
-    """The last `lines` non-blank lines: what a failed start shows."""
-    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    """The last `lines` non-blank lines, without the memory table llama-server prints as it exits:
+    what a failed start or measurement shows."""
+    return [line.rstrip() for line in text.splitlines() if line.strip() and not any(n in line for n in _EXIT_NOISE)
+            ][-lines:]

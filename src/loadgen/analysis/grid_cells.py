@@ -14,10 +14,11 @@ import shlex
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.rundoc import Level, RunDocument
+from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
 from .metrics import MeanSd, mean_sd
 
 
@@ -82,6 +83,28 @@ def render(template: str, values: dict[str, str]) -> list[str]:
 
 def cell_name(values: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) or "server"
+
+
+def short_value(value: str) -> str:
+    """A value as a cell's name shows it: a path (it has a "/" or a file suffix like .gguf) by its
+    file's stem, as sweeps name a model by its file; any other value as given."""
+    if "/" in value or value.lower().endswith((".gguf", ".bin", ".safetensors")):
+        return PurePath(value).stem or value
+    return value
+
+
+def short_params(cells: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Each cell's parameters as its name and the grid table show them (`short_value`); a parameter
+    whose short values would collide (two models called x.gguf in two folders) keeps its values
+    whole, so cells stay told apart."""
+    whole = {name for name in (cells[0] if cells else {})
+             if len({short_value(c.get(name, "")) for c in cells}) < len({c.get(name, "") for c in cells})}
+    return [{k: v if k in whole else short_value(v) for k, v in c.items()} for c in cells]
+
+
+def cell_names(cells: Sequence[dict[str, str]]) -> list[str]:
+    """Each cell's name from its short parameters (`short_params`)."""
+    return [cell_name(values) for values in short_params(cells)]
 
 
 def flag_value(argv: Sequence[str], *names: str) -> str | None:
@@ -154,9 +177,49 @@ class CellSummary:
     recurrent_logged_mib: float | None = None
     recurrent_estimate_mib: float | None = None
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
+    measure: str = "sweep"  # what ran against the cell: sweep, prefill or depth
+    prompt_tok_s_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: per prompt length
+    ttft_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: client TTFT ms per length
+    decode_by_depth: dict[int, MeanSd] = field(default_factory=dict)  # depth: decode tok/s per depth
     # Each run's lowest gross J per output token over its levels (analysis/energy.py: the "total"
     # source, else the only one), averaged; None without energy counters.
     least_j_per_token: MeanSd | None = None
+
+
+def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
+    """A prefill or depth run's mean of `key` (prompt_tok_s, ttft_ms, decode_tok_s) per prompt length
+    or depth, from its first target's rows; rows skipped or without the figure are left out."""
+    doc = RunDocument.of(doc)
+    if doc.kind not in (RunKind.PREFILL, RunKind.DEPTH) or not doc.targets:
+        return {}
+    section = doc.targets[0].section(doc.kind)
+    means: dict[int, float] = {}
+    for row in getattr(section, "rows", None) or []:
+        size = row.prompt_tokens if isinstance(row, PrefillRow) else row.depth
+        figure = getattr(row, key, None)
+        if not row.skipped and figure is not None:
+            means[size] = figure.mean
+    return means
+
+
+def run_line(doc: RunDocument | dict[str, Any]) -> str:
+    """One finished cell run in a line: "prompt tok/s 5,120.3 at 64, 4,980.1 at 256" (prefill),
+    "decode tok/s 51.2 at 0, 48.0 at 128" (depth), "12.3 tok/s at 1, 20.1 at 2" (sweep levels)."""
+    doc = RunDocument.of(doc)
+    if doc.kind in (RunKind.PREFILL, RunKind.DEPTH):
+        key, what = ("prompt_tok_s", "prompt tok/s") if doc.kind == RunKind.PREFILL else ("decode_tok_s", "decode tok/s")
+        means = step_means(doc, key)
+        return f"{what} " + ", ".join(f"{v:,.1f} at {n}" for n, v in means.items()) if means else "no figures"
+    return ", ".join(f"{lv.throughput_tok_s:.1f} tok/s at {lv.level}" for lv in _levels(doc)) or "no levels"
+
+
+def _by_size(docs: Sequence[RunDocument], key: str) -> dict[int, MeanSd]:
+    """Each run's mean per prompt length or depth, as mean ± sd over the runs."""
+    values: dict[int, list[float]] = {}
+    for doc in docs:
+        for size, mean in step_means(doc, key).items():
+            values.setdefault(size, []).append(mean)
+    return {size: ms for size, vs in sorted(values.items()) if (ms := mean_sd(vs)) is not None}
 
 
 def _levels(doc: RunDocument) -> list[Level]:
@@ -208,7 +271,10 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
         recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
-        kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j))
+        kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j),
+        measure=next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
+        prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
+        decode_by_depth=_by_size(docs, "decode_tok_s"))
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
@@ -283,6 +349,8 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     ok = [c for c in cells if c.runs_ok]
     if len(ok) < 2:
         return []
+    if any(c.measure != "sweep" for c in ok):
+        return _who_wins_by_size(ok)
     lines = []
     questions: list[tuple[str, Callable[[CellSummary], Any], bool]] = [
         ("single-stream throughput", lambda c: c.single_stream_tok_s, True),
@@ -311,4 +379,22 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     w = _winner(measured, lambda c: c.least_j_per_token, False, digits=3) if len(measured) > 1 else None
     if w:
         lines.append(f"least energy per output token, at each cell's most efficient level (J/token): {w}")
+    return lines
+
+
+def _who_wins_by_size(ok: Sequence[CellSummary]) -> list[str]:
+    """A prefill grid: who reads the longest prompt fastest (prompt tok/s, client TTFT); a depth grid:
+    who decodes fastest at the deepest context. The longest length or depth every cell measured."""
+    lines = []
+    for what, by, higher, at in (("highest prompt tok/s", lambda c: c.prompt_tok_s_by_length, True, "at {} tokens"),
+                                 ("lowest TTFT (ms)", lambda c: c.ttft_by_length, False, "at {} tokens"),
+                                 ("highest decode tok/s", lambda c: c.decode_by_depth, True, "at depth {}")):
+        common = set.intersection(*(set(by(c)) for c in ok))
+        if not common:
+            continue
+        size = max(common)
+        w = _winner(ok, lambda c, by=by, size=size: by(c).get(size), higher)
+        if w:
+            head, _, unit = what.partition(" (")
+            lines.append(f"{head} {at.format(size)}{' (' + unit if unit else ''}: {w}")
     return lines

@@ -87,28 +87,35 @@ def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, 
     return None
 
 
-def difference(first: Mapping[str, Any], other: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
-    """(field, first's value, other's value) of the first field in which two run documents differ."""
+def difference(first: Mapping[str, Any], other: Mapping[str, Any],
+               restarted: bool = False) -> tuple[str, Any, Any] | None:
+    """(field, first's value, other's value) of the first field in which two run documents differ.
+    `restarted`: the runs are repeats of one grid cell, whose server grid starts again for each on a
+    port it picks, so the URL is not compared (the server's own account of itself still is)."""
     if first.get("kind") != other.get("kind"):
         return "kind", first.get("kind"), other.get("kind")
     targets_a, targets_b = _targets(first), _targets(other)
     if sorted(targets_a) != sorted(targets_b):
         return "targets", ", ".join(sorted(targets_a)) or "none", ", ".join(sorted(targets_b)) or "none"
     for label in targets_a:
-        found = _first_difference(server_identity(targets_a[label]), server_identity(targets_b[label]))
+        a, b = server_identity(targets_a[label]), server_identity(targets_b[label])
+        if restarted:
+            a.pop("url"), b.pop("url")
+        found = _first_difference(a, b)
         if found:
             return (f"{label}'s {found[0]}", *found[1:])
     return _first_difference(configuration(first), configuration(other))
 
 
-def first_difference(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> Difference | None:
+def first_difference(runs: Sequence[tuple[str, Mapping[str, Any]]], restarted: bool = False) -> Difference | None:
     """Each (name, run document) against the first, in the order given: the first field that
-    differs, or None when all are runs of one configuration against one server."""
+    differs, or None when all are runs of one configuration against one server (`restarted`: see
+    `difference`)."""
     if not runs:
         return None
     first_name, first_doc = runs[0]
     for name, doc in runs[1:]:
-        found = difference(first_doc, doc)
+        found = difference(first_doc, doc, restarted)
         if found:
             return Difference(found[0], first_name, found[1], name, found[2])
     return None

@@ -7,8 +7,12 @@ pooled with a calibrated noise floor when one is given. Each run is a fresh `loa
 process with the same arguments, so nothing of one run's client (its heap, its connections)
 carries into the next.
 
-Ctrl-C (or SIGTERM to loadgen) reaches the sweep under way, which saves what it has; the runs so
-far stay on disk and no further one starts.
+Both sides are checked before the first run: each URL parses and accepts a TCP connection, and the
+sweep options are valid (as `loadgen run --check` checks them). A run that stops shows the sweep's
+reason. Ctrl-C (or SIGTERM to loadgen) reaches the sweep under way, which saves what it has; the
+runs so far stay on disk and no further one starts. `--resume DIR` continues: the sides, repeat,
+label and sweep options come from DIR/ab.json, runs whose run.json is complete are kept, the rest
+run again.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 
 from ..analysis.gate import run_gate
+from ..core.baseurl import BaseUrl, BaseUrlError
 from ..core.errors import EXIT_FAILED, InputError
 from ..core.signals import LATCH
 from ..results.sides import load_side, side_noise
@@ -31,8 +38,89 @@ from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
 from .gate import env_guard, gate_config, gate_options, report_gate
 from .help import command
+from .shared import CHECK_ONLY
 
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
+AB_FILE = "ab.json"  # what --resume needs: the sides, repeat, label and sweep options
+CONNECT_TIMEOUT_S = 5.0
+
+
+def stop_reason(stderr: str) -> str:
+    """The line of a stopped sweep's stderr that says why: its last line that is not where the
+    results went ("results: ...", "report: ...")."""
+    lines = [line.strip() for line in stderr.splitlines()
+             if line.strip() and not line.startswith(("results:", "report:"))]
+    return lines[-1] if lines else "(no message)"
+
+
+def check_side(which: str, url: str, label: str, sweep_args: tuple[str, ...]) -> None:
+    """One side before any run: its URL parses, a TCP connection to it opens, and the sweep options
+    with it are valid. InputError naming the side otherwise."""
+    try:
+        base = BaseUrl.parse(url)
+    except BaseUrlError as exc:
+        raise InputError(f"--{which}-url {url!r}: {exc}") from None
+    from .main import cli
+
+    sweep = cli.get_command(None, "sweep")
+    try:
+        with sweep.make_context("sweep", [*sweep_args, "--url", url, "--label", label]) as ctx:
+            ctx.meta[CHECK_ONLY] = True
+            sweep.invoke(ctx)
+    except click.ClickException as exc:
+        raise InputError(f"sweep options: {exc.format_message()}") from None
+    host, _, port = base.netloc.rpartition("@")[2].rpartition(":")
+    if not host or not port.isdigit():
+        host, port = base.netloc.rpartition("@")[2], "443" if base.scheme == "https" else "80"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except ConnectionRefusedError:
+        raise InputError(f"the {which} {url}: connection refused by {host}:{port} (is the server running?)") from None
+    except OSError as exc:
+        raise InputError(f"the {which} {url}: cannot connect ({exc.strerror or exc})") from None
+
+
+def done(out: Path) -> bool:
+    """A run of an earlier ab that finished: its run.json says complete."""
+    try:
+        return json.loads((out / "run.json").read_text()).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, output: str | None,
+            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...]]:
+    """The sides, repeat, label and sweep options of the ab in `root`; InputError when the command
+    line gives any of them again (they would be ignored)."""
+    given = [name for name, value in (("--baseline-url", baseline_url), ("--candidate-url", candidate_url),
+                                      ("--output", output), ("sweep options", sweep_args)) if value]
+    if given:
+        raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
+    saved = load_ab(root)
+    return saved["baseline_url"], saved["candidate_url"], saved["repeat"], saved["label"], tuple(saved["sweep_args"])
+
+
+def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
+    """The folder of a new ab, with its ab.json; an earlier ab's runs there only with --force."""
+    root = prepare_dir(root, force)
+    earlier = [root / side for side in ("baseline", "candidate") if (root / side).exists()]
+    if earlier and not force:
+        raise InputError(f"{root} already holds A/B runs; continue them with --resume {root}, choose "
+                         "another --output or add --force")
+    for folder in earlier:  # --force: the runs of an earlier ab, and nothing else, are replaced
+        shutil.rmtree(folder)
+    (root / AB_FILE).write_text(json.dumps(saved, indent=1) + "\n")
+    return root
+
+
+def load_ab(root: Path) -> dict[str, Any]:
+    try:
+        saved = json.loads((root / AB_FILE).read_text())
+        return {key: saved[key] for key in ("baseline_url", "candidate_url", "repeat", "label", "sweep_args")}
+    except FileNotFoundError:
+        raise InputError(f"{root}: no {AB_FILE}; give a folder written by `loadgen ab`") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{root / AB_FILE} is damaged ({exc}); start the A/B again") from None
 
 
 def order(repeat: int) -> list[tuple[int, str]]:
@@ -70,8 +158,8 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 
 
 @command("ab", context_settings={"ignore_unknown_options": True})
-@click.option("--baseline-url", required=True, help="The baseline server's base URL.")
-@click.option("--candidate-url", required=True, help="The candidate server's (the same one for an A/A run).")
+@click.option("--baseline-url", help="The baseline server's base URL.")
+@click.option("--candidate-url", help="The candidate server's (the same one for an A/A run).")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")
 @click.option("--label", default="server", show_default=True,
               help="The label both sides' results carry (compare matches targets by label).")
@@ -79,9 +167,11 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
                                                                  "OUTPUT/baseline/NN and OUTPUT/candidate/NN.")
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds runs.")
 @click.option("--no-gate", is_flag=True, help="Only record the runs (e.g. an A/A for `loadgen calibrate`).")
+@click.option("--resume", type=click.Path(file_okay=False),
+              help="Continue an interrupted ab in this folder (its sides and sweep options as first given).")
 @gate_options
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
-def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, max_throughput_drop,
+def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, max_throughput_drop,
                max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
                allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
@@ -89,30 +179,39 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
     """
     with user_errors():
+        if resume:
+            root = Path(resume)
+            baseline_url, candidate_url, repeat, label, sweep_args = resumed(root, baseline_url, candidate_url,
+                                                                             output, sweep_args)
+        elif not (baseline_url and candidate_url):
+            raise InputError("give --baseline-url and --candidate-url (or --resume DIR)")
         clash = next((a for a in sweep_args if a.split("=")[0] in RESERVED), None)
         if clash:
             raise InputError(f"{clash.split('=')[0]} is set by ab itself; give --baseline-url, --candidate-url, "
                              "--label and --output to ab")
         config = None if no_gate else gate_config(max_throughput_drop, max_latency_rise, max_error_rate,
                                                   confidence, metrics, strict, config_file)
-        root = prepare_dir(Path(output) if output else default_dir(Path("results"), "ab"), force)
-        earlier = [root / side for side in ("baseline", "candidate") if (root / side).exists()]
-        if earlier and not force:
-            raise InputError(f"{root} already holds A/B runs; choose another --output or add --force")
-        for folder in earlier:  # --force: the runs of an earlier ab, and nothing else, are replaced
-            shutil.rmtree(folder)
+        check_side("baseline", baseline_url, label, tuple(sweep_args))
+        check_side("candidate", candidate_url, label, tuple(sweep_args))
+        if not resume:
+            root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
+                          {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
+                           "label": label, "sweep_args": list(sweep_args)})
     err = Console(stderr=True)
     LATCH.install()
     urls = {"baseline": baseline_url, "candidate": candidate_url}
     for i, side in order(repeat):
         out = root / side / f"{i:02d}"
         err.print(f"ab: {side} run {i}/{repeat} ...", highlight=False, end="")
+        if resume and done(out):
+            err.print(f" kept from before: {run_summary(out)}", highlight=False)
+            continue
+        shutil.rmtree(out, ignore_errors=True)  # an interrupted run, run again
         proc = one_sweep(urls[side], label, tuple(sweep_args), out)
         if proc.returncode != 0:
             err.print(f" stopped (exit {proc.returncode})", highlight=False)
-            tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["(no message)"]
-            err.print(tail[0], highlight=False, markup=False, soft_wrap=True)
-            err.print(f"ab: the runs so far are in {root}", highlight=False)
+            err.print(stop_reason(proc.stderr), highlight=False, markup=False, soft_wrap=True)
+            err.print(f"ab: the runs so far are in {root}; continue with loadgen ab --resume {root}", highlight=False)
             sys.exit(LATCH.exit_code or proc.returncode or EXIT_FAILED)
         err.print(f" {run_summary(out)}", highlight=False)
     err.print(f"ab: {repeat}+{repeat} interleaved runs in {root}", highlight=False)

@@ -13,7 +13,7 @@ from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
 from ..output.grid_table import print_grid
 from ..output.tables import print_run
-from ..results.grid_file import grid_summaries, is_grid, load_grid
+from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from ..results.unfinished import summarise_killed_levels
 from .shared import console as _console
@@ -34,6 +34,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
         grid = load_grid(path)
         print_grid(_console(), grid, grid_summaries(path, grid))
         return
+    path = one_run_in_grid(path)  # a grid's cell named by id or name: its one run (or the runs to choose from)
     doc = load_run(path)
     if doc.get("kind") in ("prefill", "depth", "soak"):
         print_run(doc, _console(), _console(stderr=True), output_format)

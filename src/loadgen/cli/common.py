@@ -10,6 +10,7 @@ import click
 
 from ..core.errors import InputError, UserError
 from ..core.processes import die_with_parent
+from ..results.grid_file import is_grid
 
 __all__ = ["ReportedError", "die_with_parent", "results_dir", "user_errors"]
 
@@ -33,9 +34,10 @@ def user_errors() -> Iterator[None]:
 
 
 def results_dir(path_text: str, which: str = "") -> Path:
-    """A results directory that exists, or an InputError naming it."""
+    """A results directory that exists (or a grid's cell named under the grid's folder: GRID/c01), or
+    an InputError naming it."""
     path = Path(path_text)
-    if not path.is_dir():
+    if not path.is_dir() and not is_grid(path.parent):
         prefix = f"{which} " if which else ""
         raise InputError(f"{prefix}{path}: no such directory; give a results directory written by `loadgen sweep`")
     return path

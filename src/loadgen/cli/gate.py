@@ -45,8 +45,9 @@ from ..output.comparison import (
     untested_notes,
 )
 from ..output.layout import print_table
+from ..results.grid_file import runs_in_grid
 from ..results.noise import write_noise
-from ..results.sides import calibration_runs, load_side, side_noise
+from ..results.sides import calibration_runs, load_side, run_dirs, side_noise
 from .common import results_dir, user_errors
 from .help import output_option
 from .shared import console as _console
@@ -284,7 +285,7 @@ def calibrate_command(runs_dir: str, out_file: str | None) -> None:
         runs = [run for _, run in named]
         if len(runs) < 3:
             raise InputError(f"{path}: {len(runs)} run(s); a noise floor needs at least 3 runs of one configuration")
-        differs = first_difference([(name, run.doc) for name, run in named])
+        differs = first_difference([(name, run.doc) for name, run in named], restarted=runs_in_grid(path) is not None)
         if differs:
             raise InputError(f"{path}: not runs of one configuration: {differs}; calibrate measures the noise of "
                              "one unchanged configuration against one server (an A/A: `loadgen ab` with the same "
@@ -293,7 +294,9 @@ def calibrate_command(runs_dir: str, out_file: str | None) -> None:
         for run in runs[1:]:
             compare_sides(baseline, [run])  # refuses runs that cannot be compared, in one line
         floors = noise_floors(runs)
-        target = Path(out_file) if out_file else path / "noise.json"
+        # a grid's cell named under the grid (GRID/c01) has its folder at GRID/cells/c01
+        home = path if path.is_dir() else run_dirs(path)[0].parents[1]
+        target = Path(out_file) if out_file else home / "noise.json"
         try:
             write_noise(target, floors, len(runs))
         except OSError as exc:

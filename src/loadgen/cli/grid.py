@@ -26,32 +26,34 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
 from ..analysis.grid_cells import (
     GridParam,
     cache_flags,
-    cell_name,
+    cell_names,
     check_template,
     cross,
     flag_value,
     has_flag,
     parse_param,
     render,
+    run_line,
     run_order,
 )
 from ..analysis.kv import MIB, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
 from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, write_grid
+from ..results.reader import load_run
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
 from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
-from .ab import run_summary
 from .common import die_with_parent, user_errors
 from .help import command
 from .shared import CHECK_ONLY, checking_only
@@ -59,6 +61,9 @@ from .shared import console as _console
 
 MEASURES = ("sweep", "prefill", "depth")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
+# Every cell's target label: compare and gate pair targets by label, so the cells of one grid (and
+# an `ab` run, whose default label this is) compare; the cell's name is in grid.json.
+CELL_LABEL = "server"
 PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
@@ -79,6 +84,18 @@ def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
     if not has_flag(argv, *VERBOSITY_FLAGS):
         argv += ["-lv", "4"]  # the boot log's KV cache lines need it
     return argv, f"http://{host}:{port}"
+
+
+def ended(what: str, code: int) -> str:
+    """"sweep exited with code 1", or "sweep was killed by SIGKILL" for a negative return code (a
+    signal: the kernel's OOM killer sends SIGKILL)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{what} was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+    return f"{what} exited with code {code}"
 
 
 def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
@@ -182,18 +199,18 @@ class CellRunner:
         found = {"boot": facts.to_dict(), "props": {k: props.get(k) for k in ("total_slots", "model_alias",
                                                                                 "model_path", "build_info")},
                  "run_dir": str((folder / "run").relative_to(self.root))}
-        code = measure(self.doc["measure"], server.url, cell["name"], tuple(self.doc["measure_args"]),
+        code = measure(self.doc["measure"], server.url, CELL_LABEL, tuple(self.doc["measure_args"]),
                        folder / "run", folder)
         found["measure_exit"] = code
         died = server.proc.poll()
         if LATCH.received:
             return {**found, "status": "interrupted", "reason": "interrupted during the measurement"}
         if died is not None:
-            return {**found, "status": "failed", "reason": f"the server exited with code {died} during the measurement"}
+            return {**found, "status": "failed", "reason": f"{ended('the server', died)} during the measurement"}
         if code != 0:
             tail = log_tail((folder / f"{self.doc['measure']}.err").read_text(errors="replace"), 1)
             return {**found, "status": "failed",
-                    "reason": f"{self.doc['measure']} exited with {code}: {tail[0] if tail else '(no message)'}"}
+                    "reason": f"{ended(self.doc['measure'], code)}: {tail[0] if tail else '(no message)'}"}
         return {**found, "status": "ok"}
 
 
@@ -212,7 +229,7 @@ def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
         cell["runs"] = [e for e in cell["runs"] if e["repeat"] != repeat] + [entry]
         write_grid(root, doc)
         if entry["status"] == "ok":
-            err.print(f"  ok: {run_summary(root / entry['run_dir'])}", highlight=False)
+            err.print(f"  ok: {cell_run_line(root / entry['run_dir'])}", highlight=False)
         else:
             failed = failed or entry["status"] == "failed"
             err.print(f"  {entry['status']}: {entry['reason']}", style="yellow", highlight=False)
@@ -220,6 +237,14 @@ def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
                 err.print(f"    {line}", highlight=False, markup=False)
     failed = failed or any(e["status"] == "failed" for c in cells for e in c["runs"])
     return LATCH.exit_code or (EXIT_FAILED if failed else EXIT_OK)
+
+
+def cell_run_line(run_dir: Path) -> str:
+    """A finished cell run's figures in one line (`analysis.grid_cells.run_line`)."""
+    try:
+        return run_line(load_run(run_dir))
+    except ResultsError as exc:
+        return str(exc)
 
 
 def as_flags(option: click.Option, value: Any) -> list[str]:
@@ -238,12 +263,17 @@ def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], 
                     ctx: click.Context) -> dict[str, Any]:
     """`mode = "grid"` in a scenario file: the grid's own keys (server, param, repeat, measure, ...) go
     to the grid, every other key to its measurement, each checked by the option that reads it."""
-    from .scenario import keys_of, resolve
+    from .scenario import ScenarioError, keys_of, resolve, suggestion
 
     own = keys_of(command)
     kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
     kind = kwargs.get("kind") or "sweep"
     rest = {k: s for k, s in settings.items() if k not in own}
+    theirs = keys_of(commands[kind])
+    unknown = next((s for k, s in rest.items() if k not in theirs), None)
+    if unknown is not None:  # named for the grid: its keys and its measurement's are both allowed
+        raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode 'grid' (its own keys and its "
+                            f"measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
     resolve(commands[kind], rest, ctx)
     options = keys_of(commands[kind])
     kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))
@@ -271,8 +301,9 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: str
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
-    cells = [{"id": f"c{i:02d}", "name": cell_name(values), "params": values, "runs": []}
-             for i, values in enumerate(cross(params), 1)]
+    combos = cross(params)
+    cells = [{"id": f"c{i:02d}", "name": name, "params": values, "runs": []}
+             for i, (values, name) in enumerate(zip(combos, cell_names(combos)), 1)]
     return {"command": command_line(), "template": template,
             "params": [{"name": p.name, "values": list(p.values)} for p in params], "repeat": repeat,
             "measure": kind, "measure_args": list(args), "wait_ready_s": wait_ready_s, "cells": cells}
@@ -302,17 +333,25 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
         if resume:
             root = Path(resume)
             doc = load_grid(root)
-            if template or param_texts:
-                raise ConfigError("--resume continues a grid as it was given; leave out --server and --param")
+            given = [*(["--server"] if template else []), *(["--param"] if param_texts else []),
+                     *(flag for name, flag in (("repeat", "--repeat"), ("kind", "--measure"),
+                                               ("wait_ready_s", "--wait-ready"))
+                       if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT),
+                     *measure_args]
+            if given:
+                raise ConfigError("--resume continues a grid as it was given; leave out " + " ".join(given))
             for cell in doc["cells"]:  # every cell's command line, before any server starts
                 render(doc["template"], cell["params"])
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
             doc = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
-        check_measure_args(doc["measure"], tuple(doc["measure_args"]))
-        if checking_only():
-            return
+    # outside user_errors: a ConfigError here is a rule across the measurement's keys, which
+    # `loadgen run` prefixes with the scenario file, as it does a sweep's
+    check_measure_args(doc["measure"], tuple(doc["measure_args"]))
+    if checking_only():
+        return
+    with user_errors():
         if not resume:
             root = prepare_dir(Path(output) if output else default_dir(Path("results"), "grid"), force)
             if is_grid(root) and not force:

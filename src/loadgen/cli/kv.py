@@ -80,8 +80,8 @@ def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_b
     per_token = bytes_per_token(shape, cache["type_k"], cache["type_v"], flash_attn)
     if output_format == "json":
         click.echo(json.dumps(kv_dict(shape, per_token, rows, cache=cache, fits=fits,
-                                      budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes),
-                              indent=2))
+                                      budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes,
+                                      asked=contexts), indent=2))
         return
     print_kv(console(), shape, per_token, rows, type_k=cache["type_k"], type_v=cache["type_v"], fits=fits,
-             budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes)
+             budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes, asked=contexts)

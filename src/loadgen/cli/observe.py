@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ..core.errors import ConfigError
+from ..core.prometheus_label import label_value
 from ..output.dashboard import DashboardSpec, dashboard_json
 from ..output.files import write_files
 from ..output.prometheus_config import ScrapeTarget, prometheus_config
@@ -64,7 +65,7 @@ def observe_command(prometheus_port, prometheus_host, scrape_interval_s, output,
     files = [
         (PROMETHEUS_FILE, prometheus_config([ScrapeTarget(t.label, t.target.probe_url) for t in named], loadgen_address,
                                             scrape_interval_s).encode()),
-        (DASHBOARD_FILE, dashboard_json(DashboardSpec(targets=[t.label for t in named]))),
+        (DASHBOARD_FILE, dashboard_json(DashboardSpec(targets=[label_value(t.label) for t in named]))),
     ]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

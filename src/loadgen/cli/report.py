@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results.grid_file import grid_run_dirs, is_grid
+from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
@@ -31,20 +31,31 @@ REPORT_FORMATS = ("html", "markdown")
                                  "schedule_lag or itl.  [default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
 @output_option("out_dir", "Directory to write into.  [default: RESULTS_DIR]", type=click.Path(file_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in the --output directory.")
 @user_errors()
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
-                   out_dir: str | None) -> None:
+                   out_dir: str | None, force: bool) -> None:
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines or Parquet."""
-    from ..output.exporters import export, select
+    from ..output.exporters import EXPORTERS, check_exportable, records_note, select
+    from ..output.files import write_files
 
-    source = results_dir(results_dir_text)
-    data = select(load_run(source), load_records(source), target=target, metric=metric)
+    source = one_run_in_grid(results_dir(results_dir_text))
+    run = load_run(source)
+    check_exportable(run, output_format)
+    data = select(run, load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
+    files = EXPORTERS[output_format].render(data)
+    there = next((out / name for name, _ in files if (out / name).exists()), None)
+    if there is not None and not force:
+        raise InputError(f"{there} exists; give --force to overwrite it, or another --output")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        written = export(output_format, data, out)
+        written = write_files(files, out)
     except OSError as exc:
         raise InputError(f"cannot write to {out} ({exc.strerror or exc}); choose another --output") from None
+    note = records_note(data, output_format)
+    if note:
+        click.echo(note, err=True)
     for path in written:
         click.echo(str(path))
     if not written:
@@ -62,10 +73,14 @@ MODE_KINDS = ("prefill", "depth", "soak")
 
 
 def load_sources(path_text: str) -> list[dict[str, Any]]:
-    """A run folder's source, or a grid folder's: each cell's finished runs, named by cell."""
+    """A run folder's source, or a grid folder's: each cell's finished runs, named by cell (a grid's
+    cell, GRID/c01: its runs, named by repeat)."""
     path = results_dir(path_text)
     if not is_grid(path):
-        return [load_source(path_text)]
+        in_grid = runs_in_grid(path)
+        if in_grid is None:
+            return [load_source(path_text)]
+        return [load_source(str(run_dir), f"{path.name} {run_dir.parent.name}") for run_dir in in_grid]
     return [load_source(str(run_dir), name) for name, run_dir in grid_run_dirs(path)]
 
 

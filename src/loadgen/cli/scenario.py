@@ -219,7 +219,7 @@ def resolve(command: click.Command, settings: Mapping[str, Setting], ctx: click.
         option = options.get(key)
         if option is None:
             raise ScenarioError(f"{s.where}: {key}: unknown key for mode {command.name!r}"
-                                f"{_suggestion(key, options)}")
+                                f"{suggestion(key, options)}")
         problem = _type_error(option, s.value)
         if problem:
             raise ScenarioError(f"{s.where}: {key}: {problem}")
@@ -233,7 +233,8 @@ def resolve(command: click.Command, settings: Mapping[str, Setting], ctx: click.
     return kwargs
 
 
-def _suggestion(key: str, options: Mapping[str, click.Option]) -> str:
+def suggestion(key: str, options: Mapping[str, click.Option]) -> str:
+    """" (did you mean 'n_predict'?)", or the keys there are."""
     import difflib
 
     close = difflib.get_close_matches(key, list(options), n=1)

@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from ..core.errors import ConfigError
+from ..core.processes import usable_cores
 from ..run.config import SweepConfig
-from ..run.workers.policy import auto_workers, local_workers, usable_cores
+from ..run.workers.policy import auto_workers, local_workers
 from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
 from .shared import checking_only
 
@@ -59,9 +60,13 @@ def resolve_workers(workers: int | str, ray_address: str | None, config: SweepCo
         n = auto_workers([t.url for t in config.targets], cores) if workers == "auto" else int(workers)
         most = config.connections_per_target or None  # None: an open loop without a cap
         asked, n = n, local_workers(n, most, cores)
+        # one line says how many processes run, and (more than cores) that they share the cores
+        shared = f" on {cores} core(s), which they share: expect event-loop lag" if n > cores else ""
         if n < asked:
-            click.echo(f"--workers {workers}: {n} process(es), no level has more than {most} request(s) in flight",
-                       err=True)
+            click.echo(f"--workers {workers}: {n} process(es){shared}, no level has more than {most} request(s) "
+                       "in flight", err=True)
+        elif shared:
+            click.echo(f"--workers {workers}: {n} process(es){shared}", err=True)
         elif workers == "auto":
             click.echo(f"--workers auto: {n} process(es) on {cores} core(s)"
                        f"{', one left to the local server' if n == cores - 1 else ''}", err=True)

@@ -1,4 +1,4 @@
-"""Child processes that cannot outlive loadgen, and whether a process still exists."""
+"""Child processes that cannot outlive loadgen, whether a process still exists, and the cores this one may use."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
         except (OSError, AttributeError):
             pass
     return arm
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def pid_alive(pid: int) -> bool:

@@ -291,6 +291,7 @@ class Target(msgspec.Struct, frozen=True):
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
+    records: str = "all"  # --records: which request records requests.jsonl kept (all, errors, none)
 
 
 class RunDocument(msgspec.Struct, frozen=True):

@@ -3,7 +3,7 @@ metrics on one time axis, every target side by side.
 
 The panels are plain data (`PANELS`: title, description, queries), so the panel list in
 docs/observe.md and the tests read the same definitions the dashboard is built from. The JSON is built with Grafana's
-own types (`grafana-foundation-sdk`, the optional extra `loadgen[grafana]`), which fill in the
+own types (`grafana-foundation-sdk`, a dependency of loadgen), which fill in the
 dashboard model's defaults (schemaVersion, gridPos layout, field config).
 
 Every server query uses a series llama-server emits today (see the shared llama-server notes:
@@ -149,8 +149,8 @@ def dashboard(spec: DashboardSpec) -> dict[str, Any]:
         from grafana_foundation_sdk.models import common as gcm
         from grafana_foundation_sdk.models import dashboard as gm
     except ImportError:
-        raise UserError("the Grafana dashboard is built with grafana-foundation-sdk: "
-                        "pip install 'loadgen[grafana]'") from None
+        raise UserError("the Grafana dashboard is built with grafana-foundation-sdk, a dependency of loadgen "
+                        "missing here: pip install grafana-foundation-sdk") from None
     source = gm.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VARIABLE}}}")
     board = (gd.Dashboard(spec.title).uid(DASHBOARD_UID).tags(["loadgen", "llama.cpp"]).refresh(spec.refresh)
              .time("now-30m", "now").tooltip(gm.DashboardCursorSync.CROSSHAIR)

@@ -8,8 +8,14 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
     hgrm   HdrHistogram percentile distribution text, values in ms: <label>-c<level>-<metric>.hgrm
     hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
            <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
-    csv    requests.csv (every field of every record) and levels.csv (one row per level summary)
-    json   levels.json: every level summary with its target and the saturation verdict
+    csv    requests.csv (every field of every record) and levels.csv (one row per level summary);
+           a prefill or depth run: prefill.csv / depth.csv (its table, one row per length or depth)
+    json   levels.json: every level summary with its target and the saturation verdict; a prefill
+           or depth run: prefill.json / depth.json (its table per target)
+
+What a run cannot give is refused in one line (`check_exportable`): histograms of a prefill or depth
+run (one request per row, no levels), or of a run that kept no successful request's record
+(`--records errors|none`). Records kept that way are exported as kept and said so (`records_note`).
     jsonl, parquet  the records in the other records format (requests.jsonl, requests.parquet)
 """
 
@@ -32,7 +38,7 @@ from ..analysis import metric_defs, metrics
 from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord
-from ..core.rundoc import is_open_loop
+from ..core.rundoc import RunDocument, RunKind, is_open_loop
 from .files import ExportFiles, write_files
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
@@ -56,6 +62,52 @@ def _open_loop_names() -> list[str]:
 
 class ExportError(UserError):
     """A request the data cannot satisfy (unknown target or metric); the message is for the user."""
+
+
+TABLE_KINDS = ("prefill", "depth")  # runs whose run.json holds a table per target instead of levels
+HISTOGRAM_FORMATS = ("hgrm", "hlog")
+RECORD_FORMATS = ("jsonl", "parquet")
+
+
+def records_kept(run: dict[str, Any]) -> str:
+    """Which request records the run kept (--records: all, errors or none)."""
+    config = RunDocument.of(run).config
+    return config.records if config else "all"
+
+
+def check_exportable(run: dict[str, Any], fmt: str) -> None:
+    """Raise ExportError (one line, what to export instead) when the run has nothing `fmt` exports."""
+    kind, kept = RunDocument.of(run).kind, records_kept(run)
+    if kind in (RunKind.PREFILL, RunKind.DEPTH) and fmt in HISTOGRAM_FORMATS:
+        raise ExportError(f"a {kind} run has a table per {'prompt length' if kind == 'prefill' else 'depth'}, "
+                          f"not levels to make {fmt} histograms of; export --format csv or json (its table) "
+                          "or jsonl/parquet (its records)")
+    if kept == "none" and fmt in (*HISTOGRAM_FORMATS, *RECORD_FORMATS):
+        raise ExportError(f"this run kept no request records (--records none), so there is no {fmt} to export; "
+                          "--format csv or json exports its summaries")
+    if kept == "errors" and fmt in HISTOGRAM_FORMATS:
+        raise ExportError("this run kept only failed requests' records (--records errors) and the histograms are "
+                          "of successful requests; --format csv or json exports its summaries")
+
+
+def requests_sent(run: dict[str, Any]) -> int:
+    """Every request run.json counts (ok and failed), over its levels or table rows."""
+    doc = RunDocument.of(run)
+    rows: list[Any] = []
+    for target in doc.targets:
+        section = target.section(doc.kind)
+        rows += getattr(section, "rows", []) if doc.kind in (RunKind.PREFILL, RunKind.DEPTH) else target.levels
+    return sum(row.requests_ok + row.requests_failed for row in rows)
+
+
+def records_note(data: ExportData, fmt: str) -> str | None:
+    """The line that says the records exported are filtered (`--records errors`), or None."""
+    kept = records_kept(data.run)
+    if kept == "all" or fmt not in ("csv", *RECORD_FORMATS):
+        return None
+    what = "only failed requests" if kept == "errors" else "no request records"
+    return (f"records: this run kept {what} (--records {kept}): the export has {len(data.records)} of "
+            f"{requests_sent(data.run)} requests; its summaries count every request")
 
 
 @dataclass(frozen=True)
@@ -300,6 +352,25 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
     return rows
 
 
+def table_rows(data: ExportData) -> list[dict[str, Any]]:
+    """A prefill or depth run's rows per target, flattened: a mean ± sd figure becomes KEY_mean,
+    KEY_sd and KEY_n columns, the error counts one "kind=n;..." cell."""
+    kind = data.run.get("kind")
+    rows = []
+    for target in data.targets:
+        for row in (target.get(kind) or {}).get("rows") or []:
+            flat: dict[str, Any] = {"target": target["label"]}
+            for key, value in row.items():
+                if isinstance(value, dict) and key != "errors_by_kind":
+                    flat.update({f"{key}_{k}": value.get(k) for k in ("mean", "sd", "n")})
+                elif key == "errors_by_kind":
+                    flat[key] = ";".join(f"{k}={v}" for k, v in (value or {}).items())
+                else:
+                    flat[key] = value
+            rows.append(flat)
+    return rows
+
+
 class CsvExporter:
     """requests.csv: one row per request, every record field; levels.csv: one row per level."""
 
@@ -310,6 +381,14 @@ class CsvExporter:
         writer = csv.DictWriter(requests, fieldnames=REQUEST_FIELDS)
         writer.writeheader()
         writer.writerows(request_row(r) for r in data.records)
+        kind = data.run.get("kind")
+        if kind in TABLE_KINDS:
+            rows = table_rows(data)
+            writer = csv.DictWriter(levels, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+            writer.writeheader()
+            writer.writerows(rows)
+            return [("requests.csv", requests.getvalue().encode("utf-8")),
+                    (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
         writer = csv.DictWriter(levels, fieldnames=level_fields(), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
@@ -322,6 +401,15 @@ class JsonExporter:
     name = "json"
 
     def render(self, data: ExportData) -> ExportFiles:
+        kind = data.run.get("kind")
+        if kind in TABLE_KINDS:
+            table = {"schema": f"loadgen.{kind}", "schema_version": 1, "kind": kind,
+                     "complete": data.run.get("complete"), "started_utc": data.run.get("started_utc"),
+                     "targets": [{"label": t["label"], "url": t.get("url"), "error": t.get("error"),
+                                  "total_slots": (t.get("server") or {}).get("total_slots"),
+                                  "n_ctx": (t.get(kind) or {}).get("n_ctx"),
+                                  "rows": (t.get(kind) or {}).get("rows") or []} for t in data.targets]}
+            return [(f"{kind}.json", (json.dumps(table, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.grid_cells import CellSummary, kv_warnings, who_wins
+from ..analysis.grid_cells import CellSummary, kv_warnings, short_params, who_wins
 from ..analysis.metrics import MeanSd
 from .layout import Column, Grid, print_table
 
@@ -40,26 +40,48 @@ def _per_slot(cell: CellSummary) -> str:
     return f"{cell.kv_logged_mib / cell.n_slots:.2f}"
 
 
-def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid:
-    """A row per cell: its parameters (the key columns, repeated if the table must split), then its figures."""
+def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str], measure: str = "sweep") -> Grid:
+    """A row per cell: its parameters (the key columns, repeated if the table must split), then its
+    figures: a sweep's throughput and latency per level, a prefill's prompt tok/s and client TTFT per
+    prompt length, a depth run's decode tok/s per depth; then the KV cache sizes."""
+    if measure in ("prefill", "depth"):
+        return _size_table(cells, param_names, measure)
     levels = sorted({lv for c in cells for lv in c.latency_by_level}, key=float)
     grid = Grid("loadgen grid", [
         *(Column(name, "left", key=True) for name in param_names),
         *(Column(name) for name in ("runs ok", "single-stream\ntok/s", "peak tok/s", "peak\nat", "saturated\nat",
                                     *(f"latency ms\nat {lv}" for lv in levels), "KV MiB (boot log\nvs loadgen kv)",
                                     "KV MiB\nper slot"))])
-    for c in cells:
-        grid.add_row(*(Text(c.params.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",  # values, not markup
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",  # values, not markup
                      _ms(c.single_stream_tok_s), _ms(c.peak_tok_s), str(c.peak_at if c.peak_at is not None else "-"),
                      str(c.saturated_at if c.saturated_at is not None else "-"),
                      *(_ms(c.latency_by_level.get(lv), 0) for lv in levels), _kv(c), _per_slot(c))
     return grid
 
 
+def _size_table(cells: Sequence[CellSummary], param_names: Sequence[str], measure: str) -> Grid:
+    if measure == "prefill":
+        lengths = sorted({n for c in cells for n in c.prompt_tok_s_by_length | c.ttft_by_length})
+        figures = [*((f"prompt tok/s\nat {n}", lambda c, n=n: _ms(c.prompt_tok_s_by_length.get(n), 0))
+                     for n in lengths),
+                   *((f"TTFT ms\nat {n}", lambda c, n=n: _ms(c.ttft_by_length.get(n), 1)) for n in lengths)]
+    else:
+        depths = sorted({d for c in cells for d in c.decode_by_depth})
+        figures = [(f"decode tok/s\nat depth {d}", lambda c, d=d: _ms(c.decode_by_depth.get(d), 1)) for d in depths]
+    grid = Grid(f"loadgen grid ({measure})", [
+        *(Column(name, "left", key=True) for name in param_names), Column("runs ok"),
+        *(Column(head) for head, _ in figures), Column("KV MiB (boot log\nvs loadgen kv)"), Column("KV MiB\nper slot")])
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",
+                     *(value(c) for _, value in figures), _kv(c), _per_slot(c))
+    return grid
+
+
 def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummary]) -> None:
     """The table, the failures with their reasons, and one line per question of who wins."""
     names = [p["name"] for p in doc.get("params", [])]
-    print_table(console, grid_table(cells, names))
+    print_table(console, grid_table(cells, names, doc.get("measure", "sweep")))
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)

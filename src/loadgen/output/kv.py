@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..analysis.kv import LLAMA_CPP_BUILD, MIB, KvEstimate, ModelShape, SlotFit, mib
+from .layout import Column, Grid, print_table
 
 
 def _ranges(flags: Sequence[bool]) -> str:
@@ -48,17 +48,32 @@ def shape_lines(shape: ModelShape, per_token: int, type_k: str, type_v: str) -> 
     return lines
 
 
-def kv_table(estimates: Sequence[KvEstimate]) -> Table:
-    table = Table(title="KV cache as llama.cpp allocates it", header_style="bold")
-    for name in ("-c", "--parallel", "unified", "n_ctx_seq\n(per slot)", "cells × streams", "KV MiB", "K MiB",
-                 "V MiB", "SWA MiB", "recurrent MiB", "total MiB"):
-        table.add_column(name, justify="left" if name == "unified" else "right")
-    for e in estimates:
-        table.add_row(f"{e.n_ctx:,}", str(e.n_seq_max), "yes" if e.unified else "no", f"{e.n_ctx_seq:,}",
-                      f"{e.cells:,} × {e.n_stream}", mib(e.kv_bytes), mib(e.k_bytes), mib(e.v_bytes),
-                      mib(e.swa_bytes) if e.swa_layers else "-",
-                      mib(e.recurrent_bytes) if e.recurrent_bytes else "-", mib(e.total_bytes))
-    return table
+def kv_table(estimates: Sequence[KvEstimate], asked: Sequence[int] | None = None) -> Grid:
+    """One row per configuration: the -c given (`asked`, in the estimates' order) beside the n_ctx
+    llama.cpp pads it to, then the cache. A layout Grid, so no figure is cut at any width."""
+    asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
+    grid = Grid("KV cache as llama.cpp allocates it", [
+        Column("-c", key=True), Column("n_ctx\n(padded)"), Column("--parallel"), Column("unified", "left"),
+        Column("n_ctx_seq\n(per slot)"), Column("cells ×\nstreams"), Column("KV MiB"), Column("K MiB"),
+        Column("V MiB"), Column("SWA MiB"), Column("recurrent\nMiB"), Column("total MiB")])
+    for c, e in zip(asked, estimates):
+        grid.add_row(f"{c:,}", f"{e.n_ctx:,}", str(e.n_seq_max), "yes" if e.unified else "no", f"{e.n_ctx_seq:,}",
+                     f"{e.cells:,} × {e.n_stream}", mib(e.kv_bytes), mib(e.k_bytes), mib(e.v_bytes),
+                     mib(e.swa_bytes) if e.swa_layers else "-",
+                     mib(e.recurrent_bytes) if e.recurrent_bytes else "-", mib(e.total_bytes))
+    return grid
+
+
+def beyond_trained(shape: ModelShape, estimates: Sequence[KvEstimate], asked: Sequence[int]) -> str | None:
+    """The note on every -c whose per-slot context (n_ctx_seq) exceeds the model's trained one, or None."""
+    beyond = list(dict.fromkeys(c for c, e in zip(asked, estimates)
+                                if shape.n_ctx_train and e.n_ctx_seq > shape.n_ctx_train))
+    if not beyond:
+        return None
+    named = ", ".join(f"{c:,}" for c in beyond[:-1]) + (" and " if len(beyond) > 1 else "") + f"{beyond[-1]:,}"
+    return (f"note: -c {named} {'are' if len(beyond) > 1 else 'is'} beyond the model's trained context "
+            f"({shape.n_ctx_train:,}) per slot: llama-server allows it with a warning, and the output past the "
+            "trained length is only as good as the model's RoPE scaling")
 
 
 def fit_lines(fits: Sequence[SlotFit], budget: int, weights: int) -> list[str]:
@@ -74,10 +89,15 @@ def fit_lines(fits: Sequence[SlotFit], budget: int, weights: int) -> list[str]:
 
 
 def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *,
-             type_k: str, type_v: str, fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0) -> None:
+             type_k: str, type_v: str, fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0,
+             asked: Sequence[int] | None = None) -> None:
     for line in shape_lines(shape, per_token, type_k, type_v):  # the architecture is the file's text: no markup
         console.print(line, highlight=False, soft_wrap=True, markup=False)
-    console.print(kv_table(estimates))
+    asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
+    print_table(console, kv_table(estimates, asked))
+    note = beyond_trained(shape, estimates, asked)
+    if note:
+        console.print(note, style="yellow", highlight=False, soft_wrap=True, markup=False)
     if fits:
         for line in fit_lines(fits, budget, weights):
             console.print(line, highlight=False)
@@ -92,20 +112,24 @@ def _mib(n_bytes: int) -> float:
 
 
 def kv_dict(shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *, cache: dict[str, Any],
-            fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0) -> dict[str, Any]:
-    """`loadgen kv --format json`: the layout and one entry per configuration, MiB as llama.cpp rounds them."""
+            fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0,
+            asked: Sequence[int] | None = None) -> dict[str, Any]:
+    """`loadgen kv --format json`: the layout and one entry per configuration, MiB as llama.cpp rounds
+    them; `ctx` is the -c given (`asked`), `n_ctx` what llama.cpp pads it to."""
+    asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
     out: dict[str, Any] = {
         "llama_cpp_build": LLAMA_CPP_BUILD, "arch": shape.arch, "layers": shape.n_layer,
         "mtp_layers": shape.n_layer_nextn, "kv_layers": _indices(shape.kv_layers),
         "swa_layers": _indices(shape.swa_layers), "n_swa": shape.n_swa, "chunked": shape.chunked, "mla": shape.mla,
         "recurrent_layers": _indices(shape.recurrent_layers), "n_ctx_train": shape.n_ctx_train,
         "bytes_per_token": per_token, "cache": cache,
-        "estimates": [{"n_ctx": e.n_ctx, "n_ctx_seq": e.n_ctx_seq, "n_seq_max": e.n_seq_max, "unified": e.unified,
+        "estimates": [{"ctx": c, "n_ctx": e.n_ctx, "beyond_trained": bool(shape.n_ctx_train)
+                       and e.n_ctx_seq > shape.n_ctx_train, "n_ctx_seq": e.n_ctx_seq, "n_seq_max": e.n_seq_max, "unified": e.unified,
                        "n_stream": e.n_stream, "n_ubatch": e.n_ubatch, "cells": e.cells, "layers": e.layers,
                        "kv_mib": _mib(e.kv_bytes), "k_mib": _mib(e.k_bytes), "v_mib": _mib(e.v_bytes),
                        "swa_cells": e.swa_cells, "swa_layers": e.swa_layers, "swa_mib": _mib(e.swa_bytes),
                        "recurrent_mib": _mib(e.recurrent_bytes), "total_mib": _mib(e.total_bytes)}
-                      for e in estimates]}
+                      for c, e in zip(asked, estimates)]}
     if fits:
         out["memory"] = {"budget_mib": _mib(budget), "weights_mib": _mib(weights),
                          "fits": [{"ctx_per_slot": f.ctx_per_slot, "slots": f.slots,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..core.baseurl import BaseUrl
+from ..core.prometheus_label import label_value
 
 LOADGEN_JOB = "loadgen"
 
@@ -56,7 +57,7 @@ def prometheus_config(servers: list[ScrapeTarget], loadgen_address: str, scrape_
             f"    metrics_path: {_q(path)}",
             "    static_configs:",
             f"      - targets: [{_q(parts.netloc)}]",
-            f"        labels: {{alias: {_q(server.alias)}}}",
+            f"        labels: {{alias: {_q(label_value(server.alias))}}}",
         ]
     lines += [
         f"  - job_name: {_q(LOADGEN_JOB)}",

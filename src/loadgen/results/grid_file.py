@@ -26,6 +26,7 @@ import msgspec
 from ..analysis.grid_cells import CellSummary, GridParam, check_template, summarize_cell
 from ..core.errors import ConfigError, ResultsError
 from .reader import load_run
+from .schema import RUN_FILE
 
 SCHEMA = "loadgen.grid"
 SCHEMA_VERSION = 1
@@ -164,12 +165,58 @@ def grid_summaries(root: Path, doc: dict[str, Any]) -> list[CellSummary]:
 
 
 def grid_run_dirs(root: Path) -> list[tuple[str, Path]]:
-    """(name, run folder) of every run that finished ok, cell by cell: "c01" (or "c01 r2" with repeats)."""
+    """(name, run folder) of every run that finished ok, cell by cell: "c01 parallel=1" (or "c01 r2
+    parallel=1" with repeats)."""
     doc = load_grid(root)
     several = doc.get("repeat", 1) > 1
-    runs = [(cell["id"] + (f" r{e['repeat']}" if several else ""), root / e["run_dir"])
+    runs = [(cell["id"] + (f" r{e['repeat']}" if several else "") + f" {cell['name']}", root / e["run_dir"])
             for cell in doc["cells"] for e in sorted(cell.get("runs", []), key=lambda e: e["repeat"])
             if e.get("status") == "ok" and e.get("run_dir")]
     if not runs:
         raise ResultsError(f"{root}: no cell of this grid has a finished run to show")
     return runs
+
+
+def _cell_list(root: Path, doc: dict[str, Any]) -> str:
+    return ", ".join(f"{root / c['id']} ({c['name']})" for c in doc["cells"])
+
+
+def runs_in_grid(path: Path) -> list[Path] | None:
+    """The finished run folders `path` names inside a grid, or None when it is not a grid's path:
+    GRID/cells/c01, GRID/c01 or GRID/<cell name> (every finished repeat of the cell), and
+    GRID/cells/c01/r2 (that repeat's run). GRID itself, or a cell it does not have, is a ResultsError
+    naming its cells: a grid is many runs, and the command wants one (or one cell's)."""
+    if (path / RUN_FILE).is_file():
+        return None
+    if is_grid(path):
+        doc = load_grid(path)
+        raise ResultsError(f"{path} is a grid; give one of its cells: {_cell_list(path, doc)}")
+    if len(path.parents) > 2 and path.parent.parent.name == "cells" and is_grid(path.parents[2]) \
+            and (path / "run" / RUN_FILE).is_file():
+        return [path / "run"]
+    if path.parent.name == "cells" and is_grid(path.parent.parent):
+        root = path.parent.parent
+    elif not path.exists() and is_grid(path.parent):
+        root = path.parent
+    else:
+        return None
+    doc = load_grid(root)
+    cell = next((c for c in doc["cells"] if path.name in (c["id"], c["name"])), None)
+    if cell is None:
+        raise ResultsError(f"{root} has no cell {path.name!r}; its cells: {_cell_list(root, doc)}")
+    runs = [root / e["run_dir"] for e in sorted(cell.get("runs", []), key=lambda e: e["repeat"])
+            if e.get("status") == "ok" and e.get("run_dir")]
+    if not runs:
+        raise ResultsError(f"cell {cell['id']} ({cell['name']}) of {root} has no finished run")
+    return runs
+
+
+def one_run_in_grid(path: Path) -> Path:
+    """`path` itself, or the one finished run it names inside a grid (`runs_in_grid`); a cell with
+    several runs is a ResultsError naming them."""
+    runs = runs_in_grid(path)
+    if runs is None:
+        return path
+    if len(runs) > 1:
+        raise ResultsError(f"{path} has {len(runs)} runs; give one: " + ", ".join(str(r.parent) for r in runs))
+    return runs[0]

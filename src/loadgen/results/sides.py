@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..analysis.compare import NoiseFloors, RunData
 from ..core.errors import ResultsError
+from .grid_file import runs_in_grid
 from .noise import NOISE_FILE, load_noise
 from .reader import load_records, load_run
 from .schema import RUN_FILE
@@ -14,9 +15,12 @@ from .schema import RUN_FILE
 
 def run_dirs(path: Path) -> list[Path]:
     """The results directories of a side: `path` itself when it holds a run.json, else its
-    subfolders that do (sorted by name)."""
+    subfolders that do (sorted by name); inside a grid, the runs of the cell it names (`runs_in_grid`)."""
     if (path / RUN_FILE).is_file():
         return [path]
+    in_grid = runs_in_grid(path)
+    if in_grid is not None:
+        return in_grid
     if not path.is_dir():
         raise ResultsError(f"{path}: no such results directory")
     found = sorted(p for p in path.iterdir() if p.is_dir() and (p / RUN_FILE).is_file())
@@ -36,8 +40,8 @@ def calibration_runs(path: Path) -> list[tuple[str, RunData]]:
         folders = [*run_dirs(path / "baseline"), *run_dirs(path / "candidate")]
     else:
         folders = run_dirs(path)
-    return [(p.relative_to(path).as_posix() if p != path else p.name, RunData(load_run(p), load_records(p)))
-            for p in folders]
+    return [(p.relative_to(path).as_posix() if p.is_relative_to(path) and p != path else p.parent.name
+             if p.name == "run" else p.name, RunData(load_run(p), load_records(p))) for p in folders]
 
 
 def side_noise(path: Path, explicit: Path | None = None) -> NoiseFloors | None:

@@ -8,6 +8,7 @@ they hold is results/schema.py's; reading them back is results/reader.py's.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -101,9 +102,20 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+@functools.cache
+def new_file_mode() -> int:
+    """The mode open() gives a new file under this process's umask (0644 under umask 022): the atomic
+    writes' temp files are made 0600, and run.json should read as requests.jsonl beside it does.
+    (os.umask can only be read by setting it, set straight back: once, before any writer thread.)"""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for chunk in chunks:
                 f.write(chunk)
@@ -118,6 +130,9 @@ def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
         raise
 
 
+new_file_mode()  # read at import, while one thread runs
+
+
 def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool = True) -> dict[str, Any]:
     """Write requests.jsonl, probe.jsonl, then run.json, each atomically. Returns the run document.
 
@@ -129,6 +144,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
     meta = {**meta, "finished_utc": utc_now().isoformat()}
     doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
     doc["complete"] = doc["complete"] and final
+    doc["config"]["records"] = run.sink.keep if run.sink is not None else "all"  # which records the file has
     secrets = run.config.secrets
     for secret in secrets:
         doc = redact(doc, secret)

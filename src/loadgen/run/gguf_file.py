@@ -1,4 +1,4 @@
-"""A model file's metadata, read with llama.cpp's own `gguf` package (the optional extra `loadgen[gguf]`).
+"""A model file's metadata, read with llama.cpp's own `gguf` package (a dependency of loadgen).
 
 Only the metadata and the tensors' sizes are read (the file is memory-mapped, its weights never
 loaded), so a 20 GB model reads in a moment. The tokenizer's arrays are left out: nothing loadgen
@@ -27,7 +27,8 @@ def read_gguf(path: str | Path) -> GgufFacts:
     try:
         import gguf
     except ImportError:
-        raise ConfigError("reading a GGUF needs the gguf package: pip install 'loadgen[gguf]'") from None
+        raise ConfigError("reading a GGUF needs the gguf package, a dependency of loadgen missing here: "
+                          "pip install gguf") from None
     try:
         reader = gguf.GGUFReader(str(path))
         metadata = {name: field.contents() for name, field in reader.fields.items()

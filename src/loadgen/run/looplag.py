@@ -64,9 +64,10 @@ class LoopLagSampler:
                           client_cpu_fraction=cpu / wall if wall > 0 else 0.0, samples=len(self._lags_ms))
 
 
-def bottleneck_warning(load: ClientLoad, read_clock: str = "loop") -> str | None:
+def bottleneck_warning(load: ClientLoad, read_clock: str = "loop", advice: str | None = None) -> str | None:
     """One line when the client may have limited the level, else None. `read_clock` is the
-    transport's: with kernel receive stamps a busy client still sends late, but times reads right."""
+    transport's: with kernel receive stamps a busy client still sends late, but times reads right.
+    `advice`: what to do instead of the default (more worker processes or a quieter machine)."""
     reasons = []
     if load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms > LAG_P99_WARN_MS:
         reasons.append(f"event-loop lag p99 {load.loop_lag_p99_ms:.2f} ms > {LAG_P99_WARN_MS:g} ms")
@@ -77,4 +78,17 @@ def bottleneck_warning(load: ClientLoad, read_clock: str = "loop") -> str | None
     effect = ("requests leave late, so the server gets less load than asked" if read_clock == "kernel"
               else "latencies include its own delay and requests leave late")
     return (f"the client may be the bottleneck ({', '.join(reasons)}): {effect}; "
-            "use more worker processes (--workers N) or a quieter machine")
+            + (advice or "use more worker processes (--workers N) or a quieter machine"))
+
+
+def workers_warning(loads: list[ClientLoad], cores: int, read_clock: str = "loop") -> str | None:
+    """One line for a level's worker processes, however many lag: how many of them, the worst one's
+    figures, and (when there are more processes than cores, so each lags because they share the
+    cores) to use fewer; else None."""
+    lagging = [x for x in loads if bottleneck_warning(x, read_clock)]
+    if not lagging:
+        return None
+    worst = max(lagging, key=lambda x: (x.loop_lag_p99_ms or 0.0, x.client_cpu_fraction))
+    advice = (f"the {len(loads)} processes share {cores} cores: use fewer (--workers {cores}) or a quieter machine"
+              if len(loads) > cores else None)
+    return f"{len(lagging)} of {len(loads)} workers: {bottleneck_warning(worst, read_clock, advice)}"

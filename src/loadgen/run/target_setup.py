@@ -62,14 +62,17 @@ async def prepare(config: SweepConfig, t: TargetRun, obs: RunObserver) -> None:
 
 async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool = False) -> list[TargetRun]:
     """Fill `run.targets`: wait for each target, ask it about itself, label it; return the reachable
-    ones. With `note_metrics_off`, say which of them hide the deferred queue."""
+    ones. With `note_metrics_off`, say which of them hide the deferred queue (of those that answered
+    /props or /v1/models: a server that answered neither is told only if it is not an LLM server)."""
     run.targets = [TargetRun(target=t, label=t.label or t.hostport) for t in run.config.targets]
     await asyncio.gather(*(prepare(run.config, t, obs) for t in run.targets))
     resolve_labels(run.targets)
     for t in run.targets:
         if t.error:
             obs.message(f"{about(t.label, t.error)}; skipping this target")
-        elif note_metrics_off and t.info and not t.info.metrics_enabled:
+        elif note_metrics_off and t.info and not t.info.metrics_enabled and (t.info.props is not None or t.info.models):
+            # only for a server that said what it is (/props or /v1/models): one that answered neither
+            # may be no LLM server at all, which the warm-up tells first and alone
             obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
                         "queuing is judged from /slots and per-request timings")
     return [t for t in run.targets if t.error is None]

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import Metric
 
 from ...core.errors import ConfigError
+from ...core.prometheus_label import label_value
 from .metrics import LiveMetrics
 
 DEFAULT_LINGER_S = 15.0
@@ -31,7 +32,11 @@ class _Collector:
         self.live = live
 
     def collect(self) -> Iterator[Metric]:
-        return self.live.collect()
+        """The live metrics, each `target` label value made typeable (`core.prometheus_label`)."""
+        for metric in self.live.collect():
+            metric.samples = [s._replace(labels={**s.labels, "target": label_value(s.labels["target"])})
+                              if "target" in s.labels else s for s in metric.samples]
+            yield metric
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -39,12 +39,13 @@ from hdrh.histogram import HdrHistogram
 from ...analysis.aggregate import PROCESS_HISTOGRAMS, add_series_part, merge_samples, of_level
 from ...analysis.metrics import new_histogram
 from ...core.clock import now_ns
+from ...core.processes import usable_cores
 from ...core.records import LevelRun, RequestRecord
 from ...core.recordsink import LevelRecords
 from ..config import SweepConfig
 from ..engine import requests_done
 from ..level_runner import TargetLoad
-from ..looplag import ClientLoad, bottleneck_warning
+from ..looplag import ClientLoad, workers_warning
 from ..salts import new_decimal_salt
 from ..schedule import arrival_offsets_ns, connections_ahead
 from ..state import RunObserver, TargetRun
@@ -625,9 +626,8 @@ class WorkerPool:
             return None
         level.loop_lag_p99_ms, level.loop_lag_max_ms = top.loop_lag_p99_ms, top.loop_lag_max_ms
         level.client_cpu_fraction = top.client_cpu_fraction
-        for x in loads:
-            own = ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0)
-            warning = bottleneck_warning(own, t.read_clock or "loop")
-            if warning and of_level(level).ok:
-                obs.message(f"warning: {t.label} at {level.name}: worker {x.process}: {warning}")
+        own = [ClientLoad(x.loop_lag_p99_ms, x.loop_lag_max_ms, x.client_cpu_fraction or 0.0, 0) for x in loads]
+        warning = workers_warning(own, usable_cores(), t.read_clock or "loop")
+        if warning and of_level(level).ok:  # one line for all the workers, not one each
+            obs.message(f"warning: {t.label} at {level.name}: {warning}")
         return ClientLoad(top.loop_lag_p99_ms, top.loop_lag_max_ms, top.client_cpu_fraction or 0.0, 0)

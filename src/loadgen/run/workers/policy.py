@@ -8,7 +8,6 @@ files live in RESULTS/workers/ while the run goes on.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from hdrh.histogram import HdrHistogram
 
 from ...core.errors import ConfigError
-from ...core.processes import die_with_parent
+from ...core.processes import die_with_parent, usable_cores
 from ..config import SweepConfig
 from ..level_runner import LevelRunner, LocalRunner
 from ..state import RunObserver
@@ -29,11 +28,6 @@ MAX_PER_CORE = 4  # more worker processes than this a core only share the same c
 
 # Per target and level, per metric: every worker's histogram and their sum (WorkerPool.merged_histograms).
 MergedHistograms = dict[tuple[str, int | float], dict[str, tuple[list[HdrHistogram], HdrHistogram]]]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def local_workers(asked: int, most_in_flight: int | None, cores: int) -> int:
