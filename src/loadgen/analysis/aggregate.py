@@ -237,6 +237,20 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
+# Per successful request, token counts (not times; kept as _Series as if ms, so each has the
+# same count, sum and percentiles): the prompt as the server counted it and the answer. Not hgrm
+# files (output/exporters.py names its metrics).
+TOKEN_SERIES = ("prompt_n", "predicted_n")
+
+
+def _prompt_tokens(r: RequestRecord) -> float:
+    """A record's prompt tokens as the server counted them: prompt_n, else usage.prompt_tokens."""
+    if r.prompt_n is not None:
+        return r.prompt_n
+    usage = r.usage
+    return math.nan if usage is None or usage.prompt_tokens is None else usage.prompt_tokens
+
+
 # The histograms kept per worker process of `--workers N` (run/workers.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
@@ -266,7 +280,7 @@ class LevelAggregate:
     """Streaming figures of one level; see the module docstring."""
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
-        self.series = {name: _Series() for name in HISTOGRAMS}
+        self.series = {name: _Series() for name in (*HISTOGRAMS, *TOKEN_SERIES)}
         self.connect = _Series()  # connect times of the requests that opened their connection
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
         self.errors: Counter[str] = Counter()
@@ -341,6 +355,8 @@ class LevelAggregate:
         s["predicted_ms"].add(_floats(c.predicted_ms)[ok])
         s["schedule_lag"].add(((c.send - c.start) / 1e6)[c.counted])
         self.connect.add(_floats(c.connect_us) / 1e3)
+        s["prompt_n"].add(np.array([_prompt_tokens(r) for r in batch], dtype=np.float64)[ok])
+        s["predicted_n"].add(c.tokens[ok & (c.tokens > 0)].astype(np.float64))
         if c.streamed:
             self._streamed(c)
 
@@ -461,6 +477,7 @@ class LevelAggregate:
             latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
             schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
             connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
+            prompt_n=s["prompt_n"].distribution(), predicted_n=s["predicted_n"].distribution(),
         )
 
     def _achieved_rate(self) -> float | None:

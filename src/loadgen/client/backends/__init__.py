@@ -27,6 +27,9 @@ class GenerationParams:
     stream: bool = False
     # Several prompts (a dataset): request number i uses prompts[i % len(prompts)]. Empty: `prompt`.
     prompts: tuple[str, ...] = ()
+    # A workload (core/workload.py): body i asks for n_predicts[i] tokens (aligned with
+    # `prompt_list`). Empty: every body asks for `n_predict`.
+    n_predicts: tuple[int, ...] = ()
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -58,15 +61,20 @@ class SaltedBodies:
     The salt (hex digits and dashes, which JSON needs no escaping for) goes at the very start of
     the prompt text as "[<salt>] ", so no two requests share a prompt prefix the server could reuse.
     `head` is the JSON up to the opening quote of the prompt string; `fields` the rest of the object.
+    With `n_predicts` (aligned with `prompts`), body i's `fields[n_predict_key]` is n_predicts[i].
     """
 
     __slots__ = ("_head", "_tails", "_n")
 
-    def __init__(self, head: bytes, prompts: tuple[str, ...], close: bytes, fields: dict[str, Any]):
+    def __init__(self, head: bytes, prompts: tuple[str, ...], close: bytes, fields: dict[str, Any],
+                 n_predicts: tuple[int, ...] = (), n_predict_key: str = "n_predict"):
         encode = msgspec.json.encode
-        rest = encode(fields)[1:]  # '"k":v,...}' without the opening brace
+        if n_predicts and len(n_predicts) != len(prompts):
+            raise ValueError("one n_predict per prompt")
+        rests = ([encode({**fields, n_predict_key: n})[1:] for n in n_predicts] if n_predicts
+                 else [encode(fields)[1:]] * len(prompts))  # '"k":v,...}' without the opening brace
         self._head = head + b'"['
-        self._tails = [b"] " + encode(p)[1:] + close + b"," + rest for p in prompts]
+        self._tails = [b"] " + encode(p)[1:] + close + b"," + rest for p, rest in zip(prompts, rests)]
         self._n = len(self._tails)
 
     def build(self, salt: str, index: int = 0) -> bytes:
