@@ -86,6 +86,26 @@ class _Series:
                             p99=at[99] / 1000, max=h.get_max_value() / 1000)
 
 
+class _TokenSeries(_Series):
+    """A `_Series` of token counts: each count is kept as that many µs (so exact up to 2048, then to
+    3 significant digits, HdrHistogram's), its distribution in tokens."""
+
+    __slots__ = ()
+
+    def add(self, values_ms: np.ndarray | list[float]) -> None:
+        super().add(np.asarray(values_ms, dtype=np.float64) / 1000)
+
+    def distribution(self) -> Distribution | None:
+        d = super().distribution()
+        if d is None:
+            return None
+        def tokens(value: float) -> float:
+            return float(round(value * 1000))
+
+        return Distribution(count=d.count, mean=round(d.mean * 1000, 3), p50=tokens(d.p50), p90=tokens(d.p90),
+                            p99=tokens(d.p99), max=tokens(d.max))
+
+
 class SeriesPart(msgspec.Struct, array_like=True):
     """A `_Series` as a worker process sends it: count, sum, and its histogram's occupied buckets
     (counts indexes and counts, int64 bytes) with its lowest and highest values."""
@@ -237,9 +257,8 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
-# Per successful request, token counts (not times; kept as _Series as if ms, so each has the
-# same count, sum and percentiles): the prompt as the server counted it and the answer. Not hgrm
-# files (output/exporters.py names its metrics).
+# Per successful request, token counts (not times: `_TokenSeries`): the prompt as the server
+# counted it and the answer. Not hgrm files (output/exporters.py names its metrics).
 TOKEN_SERIES = ("prompt_n", "predicted_n")
 
 
@@ -280,7 +299,8 @@ class LevelAggregate:
     """Streaming figures of one level; see the module docstring."""
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
-        self.series = {name: _Series() for name in (*HISTOGRAMS, *TOKEN_SERIES)}
+        self.series = {name: _Series() for name in HISTOGRAMS}
+        self.series.update((name, _TokenSeries()) for name in TOKEN_SERIES)
         self.connect = _Series()  # connect times of the requests that opened their connection
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
         self.errors: Counter[str] = Counter()

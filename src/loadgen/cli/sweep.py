@@ -15,6 +15,7 @@ from ..analysis.aggregate import of_level
 from ..client.backends import GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.workload import Workload
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.writer import default_dir, prepare_dir
@@ -24,7 +25,7 @@ from ..run.model import Run
 from ..run.schedule import ARRIVALS
 from .execute import FinalWriteError, execute
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LEVELS, RATES, IntList
+from .options import DURATION, LENGTH, LEVELS, RATES, IntList
 from .shared import console as _console
 from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
                      target_options)
@@ -54,10 +55,15 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
 @prompt_source_options
-@click.option("--prompt-tokens", type=click.IntRange(min=1),
+@click.option("--prompt-tokens", type=LENGTH,
               help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
-                   "from the prompt source or synthetic text.")
-@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+                   "from the prompt source or synthetic text; or a distribution drawn per request: "
+                   "uniform:64:256, normal:200,50,min=32,max=512, lognormal:MEAN,SD[,max=N], file:lengths.txt "
+                   "(docs/workloads.md).")
+@click.option("--n-predict", type=LENGTH, default="96", show_default=True,
+              help="Tokens to generate; or a distribution drawn per request, as --prompt-tokens.")
+@click.option("--workload-seed", type=int, default=0, show_default=True,
+              help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every target.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
 @request_options
@@ -77,7 +83,7 @@ from .workers import remove_worker_files, resolve_workers, sweep_with_workers, w
 @workers_option
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, temperature, seed, timeout_s,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, workload_seed, ignore_eos, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, server_urls=()) -> None:
@@ -88,6 +94,11 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     check_stagger(stagger_s, rates, duration_s)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
+    workload = Workload(prompt_tokens, n_predict, seed=workload_seed)
+    if workload.varies:
+        prompt_tokens, n_predict = None, max(s.n_predict for s in workload.draw())
+    else:
+        prompt_tokens, n_predict, workload = prompt_tokens and prompt_tokens.fixed, n_predict.fixed, None
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls),
         concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
@@ -101,8 +112,12 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
+        workload=workload,
     )
     config = resolve_workers(workers, ray_address, config)
+    if workload is not None and (config.workers != 1 or config.ray_address is not None):
+        raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "
+                          "drop --workers/--ray")
     ensure_open_files(connections_needed(config))
     if checking_only():
         return

@@ -18,6 +18,7 @@ from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
+    from ..core.workload import Workload
     from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
@@ -96,6 +97,10 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
+    # Lengths drawn per request (--prompt-tokens/--n-predict distributions, core/workload.py); None:
+    # one shape for every request (prompt_tokens and generation.n_predict). With a workload,
+    # prompt_tokens is None and generation.n_predict the largest drawn answer.
+    workload: Workload | None = None
     # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -168,6 +173,8 @@ class SweepConfig:
             "prompts": len(g.prompt_list),
             "workers": self.workers,
             "ray": self.ray_address,
+            # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
+            **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
         }
 
 

@@ -20,6 +20,7 @@ from ..client.backends import Backend, GenerationParams, make_backend
 from ..client.probe import Probe
 from ..client.transport import Transport
 from ..core.records import LevelRun
+from ..core.workload import RequestShape
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
@@ -30,6 +31,7 @@ from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_non_llm, refuse_prompts_beyond_context, target_probe, warm_up)
+from .workload_prompts import refuse_shapes_beyond_context, workload_generation
 
 
 async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
@@ -57,11 +59,12 @@ async def _exact_generation(config: SweepConfig, t: TargetRun,
     return generation, EngineOptions(salt=new_decimal_salt)
 
 
-def _new_level(config: SweepConfig, t: TargetRun, key: int | float) -> LevelRun:
+def _new_level(config: SweepConfig, t: TargetRun, key: int | float,
+               shapes: tuple[RequestShape, ...] = ()) -> LevelRun:
     if config.open_loop:
         return LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
-                        prompt_tokens=config.prompt_tokens)
-    return LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
+                        prompt_tokens=config.prompt_tokens, shapes=shapes)
+    return LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=shapes)
 
 
 class LevelRunner(Protocol):
@@ -75,14 +78,15 @@ class LevelRunner(Protocol):
 async def _sweep_level(run: Run, t: TargetRun, key: int | float, probe: Probe, transport: Transport,
                        backend: Backend, obs: RunObserver, options: EngineOptions,
                        latency_s: float | None,
-                       runner: Callable[[LevelRun], Awaitable[ClientLoad | None]] | None = None) -> LevelRun:
+                       runner: Callable[[LevelRun], Awaitable[ClientLoad | None]] | None = None,
+                       shapes: tuple[RequestShape, ...] = ()) -> LevelRun:
     """One level on one target: its connections opened before its clock starts (`latency_s`, the
     latency seen so far, sizes an open-loop level's), the server's counters before and after, its
     /metrics and /slots sampled during, the client's own load measured, figures moved to simulated
     time (demo). With a `runner` the requests are its (worker processes, which open their own
     connections ahead), and so is the client's load."""
     config = run.config
-    level = stream_level(_new_level(config, t, key), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
+    level = stream_level(_new_level(config, t, key, shapes), run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
     if runner is None:
         await transport.connect_ahead(connections_ahead(level.concurrency, level.rate,
                                                         requests=config.budget(key)[0], latency_s=latency_s))
@@ -123,7 +127,13 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
                         level_runner: LevelRunner | None = None) -> None:
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
-    if config.prompt_tokens:
+    shapes = config.workload.draw() if config.workload is not None else ()
+    if shapes:
+        shaped = await workload_generation(config, t, obs, shapes)
+        if shaped is None:
+            return
+        generation, options = shaped
+    elif config.prompt_tokens:
         exact = await _exact_generation(config, t, obs)
         if exact is None:
             return
@@ -143,7 +153,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
             runner = None if level_runner is None else functools.partial(
                 level_runner.run, config, t, generation=generation, options=options, obs=obs)
             for key in config.levels:
-                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner)
+                level = await _sweep_level(run, t, key, probe, transport, backend, obs, options, latency_s, runner,
+                                           shapes)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
@@ -164,6 +175,8 @@ async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFact
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
+    if run.config.workload is not None:
+        refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner) for t in live))
     else:
