@@ -96,14 +96,15 @@ class _TokenSeries(_Series):
         super().add(np.asarray(values_ms, dtype=np.float64) / 1000)
 
     def distribution(self) -> Distribution | None:
-        d = super().distribution()
-        if d is None:
+        """Percentiles as the lowest count of their bucket (a count a request had, up to 2048), the
+        max exact."""
+        if not self.count:
             return None
-        def tokens(value: float) -> float:
-            return float(round(value * 1000))
-
-        return Distribution(count=d.count, mean=round(d.mean * 1000, 3), p50=tokens(d.p50), p90=tokens(d.p90),
-                            p99=tokens(d.p99), max=tokens(d.max))
+        h = self.histogram
+        at = h.get_percentile_to_value_dict([50, 90, 99])
+        low = h.get_lowest_equivalent_value
+        return Distribution(count=self.count, mean=round(self.total * 1000 / self.count, 3), p50=float(low(at[50])),
+                            p90=float(low(at[90])), p99=float(low(at[99])), max=float(h.max_value))
 
 
 class SeriesPart(msgspec.Struct, array_like=True):
