@@ -189,7 +189,7 @@ def test_a_drawn_sweep_asks_each_request_for_its_shape_and_gets_it(loadgen, tmp_
     level = doc["targets"][0]["levels"][0]
     assert level["prompt_n"]["max"] == max(r.prompt_n for r in records)
     assert level["predicted_n"]["mean"] == pytest.approx(np.mean([r.predicted_n for r in records]), abs=5e-4)
-    assert "workload: tokens per request" in stdout
+    assert "workload: tokens per request (asked: prompt uniform:40:300" in stdout
 
 
 @pytest.mark.parametrize("args, phrase", [

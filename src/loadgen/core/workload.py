@@ -12,6 +12,7 @@ A length is a fixed number or a distribution (`LengthSpec`, parsed from what `--
                                 clamped like normal
     file:lengths.txt            one of the file's integers (whitespace or comma separated), each
                                 entry equally likely: an empirical distribution
+    dataset                     (--n-predict only) each --dataset entry's recorded answer length
 
 A `Workload` draws `shapes` request shapes (`RequestShape`) from its specs with numpy's PCG64 seeded
 by `seed`: the prompt lengths from the stream `[seed, 0]`, the answer lengths from `[seed, 1]`, so
@@ -36,7 +37,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-DISTRIBUTIONS = ("uniform", "normal", "lognormal", "file")
+DISTRIBUTIONS = ("uniform", "normal", "lognormal", "file")  # and "dataset", --n-predict's alone
 DEFAULT_SHAPES = 256  # distinct shapes a run draws; request i takes shape i mod this
 
 
@@ -61,6 +62,8 @@ class LengthSpec:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n lengths (int64) drawn from this spec with `rng`."""
+        if self.kind == "dataset":
+            raise ValueError("a dataset's answer lengths are read, not drawn")
         if self.kind == "fixed":
             return np.full(n, self.low, dtype=np.int64)
         if self.kind == "uniform":
@@ -116,6 +119,8 @@ def parse_length_spec(text: str | int, what: str = "--prompt-tokens", base: Path
     if isinstance(text, int):
         text = str(text)
     spec = text.strip()
+    if spec.lower() == "dataset":  # each --dataset entry's recorded answer (run/dataset_answers.py)
+        return LengthSpec("dataset", text="dataset")
     if re.fullmatch(r"\d+", spec):
         value = int(spec)
         if value < 1:
@@ -209,8 +214,17 @@ class Workload:
         return (self.prompt_tokens is not None and self.prompt_tokens.kind != "fixed") \
             or self.n_predict.kind != "fixed"
 
+    @property
+    def answers_from_dataset(self) -> bool:
+        """`--n-predict dataset`: each request asks for its dataset entry's recorded answer length;
+        the shapes are then the dataset's, measured per target (run/dataset_answers.py)."""
+        return self.n_predict.kind == "dataset"
+
     def draw(self) -> tuple[RequestShape, ...]:
-        """`shapes` request shapes, the same for the same workload (see the module docstring)."""
+        """`shapes` request shapes, the same for the same workload (see the module docstring); none
+        when the answers come from a dataset."""
+        if self.answers_from_dataset:
+            return ()
         n = self.shapes
         prompts = (self.prompt_tokens.draw(np.random.default_rng([self.seed, 0]), n).tolist()
                    if self.prompt_tokens is not None else [None] * n)

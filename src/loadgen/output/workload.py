@@ -22,7 +22,7 @@ def workload_table(doc: dict[str, Any]) -> Grid | None:
     if not isinstance(workload, dict):
         return None
     asked = f"prompt {workload.get('prompt_tokens') or 'as given'}, answer {workload.get('n_predict')}"
-    grid = Grid(f"workload: tokens per request (drawn: {asked})",
+    grid = Grid(f"workload: tokens per request (asked: {asked})",
                 [Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
                  *[Column(f"prompt_n\n{s}") for s in _STATS], *[Column(f"predicted_n\n{s}") for s in _STATS]])
     last = None

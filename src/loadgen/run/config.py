@@ -19,6 +19,7 @@ from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
     from ..core.workload import Workload
+    from .dataset_answers import DatasetEntry
     from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
@@ -101,6 +102,9 @@ class SweepConfig:
     # one shape for every request (prompt_tokens and generation.n_predict). With a workload,
     # prompt_tokens is None and generation.n_predict the largest drawn answer.
     workload: Workload | None = None
+    # --n-predict dataset: the sampled --dataset entries with their recorded answers (then
+    # prompt_source holds their prompts, in the same order).
+    dataset_entries: tuple[DatasetEntry, ...] = ()
     # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for

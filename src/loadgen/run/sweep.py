@@ -22,6 +22,7 @@ from ..client.transport import Transport
 from ..core.records import LevelRun
 from ..core.workload import RequestShape
 from .config import SweepConfig
+from .dataset_answers import dataset_generation
 from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from .model import Run, RunObserver, TargetRun
@@ -128,7 +129,12 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     shapes = config.workload.draw() if config.workload is not None else ()
-    if shapes:
+    if config.dataset_entries:
+        answered = await dataset_generation(config, t, obs, config.dataset_entries)
+        if answered is None:
+            return
+        generation, options, shapes = answered
+    elif shapes:
         shaped = await workload_generation(config, t, obs, shapes)
         if shaped is None:
             return
