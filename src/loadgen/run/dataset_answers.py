@@ -13,7 +13,6 @@ cut. A server without /tokenize gets estimates (0.75 words per token) and a note
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,7 +23,7 @@ from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions
 from .exact_prompt import WORDS_PER_TOKEN
 from .model import RunObserver, TargetRun, slot_context
-from .prompts import PromptSourceError, _field, _jsonl_items, _prompt_of, read_text_file
+from .prompts import PromptSourceError, dataset_items, field_value, prompt_of
 
 ASSISTANT = ("gpt", "assistant", "model")
 
@@ -60,7 +59,7 @@ def _answer_of(item: Any, answer_field: str | None) -> int | str | None:
     if not isinstance(item, dict):
         return None
     if answer_field is not None:
-        value = _field(item, answer_field)
+        value = field_value(item, answer_field)
         if isinstance(value, bool):
             return None
         if isinstance(value, int):
@@ -72,19 +71,10 @@ def _answer_of(item: Any, answer_field: str | None) -> int | str | None:
 def read_dataset_entries(path: str, field: str, answer_field: str | None) -> tuple[list[DatasetEntry], int]:
     """Every entry of a JSONL or JSON dataset with a prompt and an answer, in file order, and how
     many entries had no answer (left out)."""
-    text = read_text_file(path, "--dataset")
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise PromptSourceError(f"--dataset {path}: not valid JSON ({exc})") from None
-        items = ((f"{path}: item {i}", item) for i, item in enumerate(data))
-    else:
-        items = _jsonl_items(path, text)
     entries: list[DatasetEntry] = []
     missing = 0
-    for where, item in items:
-        prompt, problem = _prompt_of(item, field)
+    for where, item in dataset_items(path):
+        prompt, problem = prompt_of(item, field)
         if problem:
             raise PromptSourceError(f"{where}: {problem}")
         answer = _answer_of(item, answer_field)
