@@ -21,7 +21,11 @@ def workload_table(doc: dict[str, Any]) -> Grid | None:
     workload = (doc.get("config") or {}).get("workload")
     if not isinstance(workload, dict):
         return None
-    asked = f"prompt {workload.get('prompt_tokens') or 'as given'}, answer {workload.get('n_predict')}"
+    replay = workload.get("replay")
+    if isinstance(replay, dict):
+        asked = f"replay of {replay.get('trace')}, lengths ×{replay.get('scale_lengths')}"
+    else:
+        asked = f"prompt {workload.get('prompt_tokens') or 'as given'}, answer {workload.get('n_predict')}"
     grid = Grid(f"workload: tokens per request (asked: {asked})",
                 [Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
                  *[Column(f"prompt_n\n{s}") for s in _STATS], *[Column(f"predicted_n\n{s}") for s in _STATS]])

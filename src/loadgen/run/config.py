@@ -20,6 +20,7 @@ from .schedule import ARRIVALS
 if TYPE_CHECKING:
     from ..core.workload import Workload
     from .dataset_answers import DatasetEntry
+    from .trace_replay import Replay
     from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
@@ -105,6 +106,9 @@ class SweepConfig:
     # --n-predict dataset: the sampled --dataset entries with their recorded answers (then
     # prompt_source holds their prompts, in the same order).
     dataset_entries: tuple[DatasetEntry, ...] = ()
+    # `loadgen replay`: one open-loop level, each request at its trace time with its trace lengths
+    # (run/trace_replay.py); `rates` then holds the trace's mean rate, the level's key.
+    replay: Replay | None = None
     # --workers: processes on this machine that share each level (run/workers.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -179,6 +183,7 @@ class SweepConfig:
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
             **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
+            **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
         }
 
 

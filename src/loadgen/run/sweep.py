@@ -42,8 +42,9 @@ async def _run_one_level(config: SweepConfig, level: LevelRun, transport: Transp
         await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
                         options=options, stagger_s=config.stagger_s)
     else:
-        offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
-                                     burstiness=config.burstiness, seed=config.arrival_seed)
+        offsets = config.replay.offsets_ns if config.replay is not None else arrival_offsets_ns(
+            level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
+            burstiness=config.burstiness, seed=config.arrival_seed)
         await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs,
                              options=options)
 
@@ -129,6 +130,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
     config = run.config
     generation, options = config.generation, DEFAULT_OPTIONS
     shapes = config.workload.draw() if config.workload is not None else ()
+    if config.replay is not None:
+        shapes = config.replay.shapes
     if config.dataset_entries:
         answered = await dataset_generation(config, t, obs, config.dataset_entries)
         if answered is None:
@@ -183,6 +186,8 @@ async def run_sweep(run: Run, obs: RunObserver, transport_factory: TransportFact
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
+    if run.config.replay is not None:
+        refuse_shapes_beyond_context(live, run.config.replay.shapes)
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, transport_factory, level_runner) for t in live))
     else:

@@ -88,4 +88,5 @@ def refuse_shapes_beyond_context(targets: list[TargetRun], shapes: tuple[Request
         problem = context_overflow(largest.prompt_tokens, largest.n_predict, slot_context(t))
         if problem:
             raise ConfigError(f"{t.label} ({t.target.display}) cannot take the workload's largest request: {problem}; "
-                              "lower the distributions' max= or restart the server with a larger -c")
+                              "lower the largest lengths (a distribution's max=, replay's --max-prompt-tokens) or restart "
+                              "the server with a larger -c")
