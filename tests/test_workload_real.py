@@ -5,12 +5,14 @@ distribution."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from loadgen.core.workload import Workload, parse_length_spec
 from loadgen.results.reader import load_records, load_run
+from loadgen.run.trace_replay import plan_replay, read_trace
 from servers import LOADGEN, start_llama_server
 
 stats = pytest.importorskip("scipy.stats")
@@ -51,3 +53,24 @@ def test_each_prompt_n_is_its_drawn_length_and_each_answer_its_drawn_n_predict(s
         assert stats.kstest(sent, stats.uniform(79.5, 161).cdf).pvalue > 0.01
     level = load_run(out)["targets"][0]["levels"][0]
     assert level["prompt_n"]["max"] == max(sent) and level["prompt_n"]["count"] == requests
+
+
+@pytest.mark.timeout(900)
+def test_a_mooncake_trace_replays_with_each_prompt_exact_and_reads_back(server, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"timestamp": 400 * i, "input_length": 3000 + 700 * i, "output_length": 100 + 50 * i,
+             "hash_ids": list(range(i + 1))} for i in range(6)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "replay"
+    proc = subprocess.run([*LOADGEN, "replay", str(trace), "--url", server.url, "--scale-lengths", "0.03",
+                           "--max-n-predict", "8", "--warmup", "1", "--output", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "send lag (actual send − trace time): p50" in proc.stderr
+    plan = plan_replay(read_trace(str(trace)), scale_lengths=0.03, max_output=8, min_prompt=48)
+    records = sorted(load_records(out), key=lambda r: r.seq)
+    assert len(records) == 6 and all(r.ok for r in records)
+    for r, shape in zip(records, plan.shapes):
+        assert (r.prompt_n, r.predicted_n) == (shape.prompt_tokens, shape.n_predict)
+    analyzed = subprocess.run([*LOADGEN, "analyze", str(out)], capture_output=True, text=True, timeout=120)
+    assert analyzed.returncode == 0 and "replay of trace.jsonl" in analyzed.stdout
