@@ -95,3 +95,49 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
 def test_replay_takes_one_target(loadgen, tmp_path):
     code, _, err = loadgen("replay", _mooncake(tmp_path / "t.jsonl"), "--ports", "9,10", "--output", tmp_path / "r")
     assert code == 2 and "one target at a time" in err
+
+
+class _Messages:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_requests_that_share_blocks_share_that_prefix_on_the_wire_salt_after():
+    import asyncio
+
+    from loadgen.client.backends import GenerationParams, make_backend
+    from loadgen.client.tokenize import server_tokenizer
+    from loadgen.run.config import SweepConfig, Target
+    from loadgen.run.model import TargetRun
+    from loadgen.run.trace_prompts import trace_generation
+
+    requests = [TraceRequest(0, 4000, 100, (1, 2, 3)), TraceRequest(10, 3000, 100, (1, 2)),
+                TraceRequest(20, 3000, 100, (5, 2)), TraceRequest(30, 900, 100, ())]
+    plan = plan_replay(requests, scale_lengths=0.05, min_prompt=48)  # blocks of 26 tokens
+    with SimThread() as sim:
+        config = SweepConfig(targets=(Target(sim.url),), concurrency=(1,), generation=GenerationParams(prompt="p"),
+                             replay=plan)
+        t = TargetRun(config.targets[0], "sim")
+        generation, options = asyncio.run(trace_generation(config, t, _Messages(), plan))
+        backend = make_backend("llamacpp", generation)
+        prompts = [json.loads(backend.build(options.salt(), i))["prompt"] for i in range(4)]
+
+        async def tokens(text: str) -> tuple[list[bytes], int]:
+            async with server_tokenizer(sim.url) as tok:
+                return await tok.pieces(text), await tok.count(text)  # count: as the server counts a prompt
+
+        measured = [asyncio.run(tokens(p)) for p in prompts]
+        pieces, counts = [m[0] for m in measured], [m[1] for m in measured]
+
+    a, b, c, d = prompts
+    shared = generation.prefixes[1]  # blocks 1 and 2
+    assert shared and a.startswith(shared) and b.startswith(shared + "[")
+    assert not c.startswith(generation.prefixes[0][:10])  # block 5 first: another text
+    assert d.startswith("[")  # no blocks: salted at the start, as in a sweep
+    # The shared blocks are the same tokens in both requests, and each prompt is exactly its length.
+    n = len(shared.encode())
+    assert b"".join(pieces[0])[:n] == b"".join(pieces[1])[:n] == shared.encode()
+    assert counts == [s.prompt_tokens for s in plan.shapes]

@@ -32,6 +32,7 @@ from .salts import new_decimal_salt
 from .schedule import arrival_offsets_ns, connections_ahead
 from .setup import (TransportFactory, fit_exact_prompts, open_transport, prepare_targets, probe_sampling,
                     refuse_non_llm, refuse_prompts_beyond_context, target_probe, warm_up)
+from .trace_prompts import trace_generation
 from .workload_prompts import refuse_shapes_beyond_context, workload_generation
 
 
@@ -138,7 +139,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, transport_fact
             return
         generation, options, shapes = answered
     elif shapes:
-        shaped = await workload_generation(config, t, obs, shapes)
+        shaped = await (trace_generation(config, t, obs, config.replay) if config.replay is not None
+                        else workload_generation(config, t, obs, shapes))
         if shaped is None:
             return
         generation, options = shaped

@@ -13,9 +13,10 @@ times are relative to the first request and divided by `speed`; lengths are mult
 on the rate mode's open loop (run/engine.run_open_level): latency counts from each request's
 trace time, so a server that falls behind cannot hide it (coordinated omission).
 
-Not yet: prompts that share the trace's blocks on the wire. Every prompt is salted at its start
-and cut exactly per server (run/workload_prompts.py); `hash_ids` are read and kept in the shape's
-`prefix_id` (the first block) for the cache-aware modes.
+Prompts are built block by block (run/trace_prompts.py): each hash id stands for a fixed text of
+`block_tokens` tokens (512 × scale_lengths), a request's prompt starts with the texts of its
+blocks, then the salt, then text up to its exact length. So requests that share blocks in the
+trace share that prefix on the wire. The shape's `prefix_id` is its first block.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.workload import RequestShape
 from .prompts import read_text_file
+
+
+BLOCK_TOKENS = 512  # Mooncake's hash_ids name blocks of this many prompt tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ class Replay:
     offsets_ns: tuple[int, ...]
     shapes: tuple[RequestShape, ...]
     source: dict[str, Any]  # the trace's name and the transformation, for run.json
+    hash_ids: tuple[tuple[int, ...], ...] = ()  # per request, its blocks (Mooncake); () for none
+    block_tokens: int = BLOCK_TOKENS  # a block's tokens after --scale-lengths
 
     @property
     def rate(self) -> float:
@@ -125,4 +131,5 @@ def plan_replay(requests: list[TraceRequest], *, name: str = "trace", speed: flo
                                 prefix_id=r.hash_ids[0] if r.hash_ids else None) for r in ordered)
     source = {"trace": name, "requests": len(ordered), "speed": speed, "scale_lengths": scale_lengths,
               "max_prompt_tokens": max_prompt, "max_n_predict": max_output}
-    return Replay(offsets, shapes, source)
+    return Replay(offsets, shapes, source, tuple(r.hash_ids for r in ordered),
+                  max(1, round(BLOCK_TOKENS * scale_lengths)))
