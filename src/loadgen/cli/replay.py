@@ -3,6 +3,7 @@
 The replay is a sweep of one open-loop level whose schedule is the trace's: it runs, is written
 and is read back (analyze, report, export, compare) as any `--rate` sweep is, its level keyed by
 the trace's mean rate. The send lag (actual send − trace time) is printed after the run.
+Prompts share the trace's blocks on the wire (run/trace_prompts.py).
 """
 
 from __future__ import annotations
