@@ -74,3 +74,42 @@ def test_a_mooncake_trace_replays_with_each_prompt_exact_and_reads_back(server, 
         assert (r.prompt_n, r.predicted_n) == (shape.prompt_tokens, shape.n_predict)
     analyzed = subprocess.run([*LOADGEN, "analyze", str(out)], capture_output=True, text=True, timeout=120)
     assert analyzed.returncode == 0 and "replay of trace.jsonl" in analyzed.stdout
+
+
+def test_replayed_prompts_share_exactly_the_trace_blocks_on_the_servers_tokenizer(server):
+    import asyncio
+
+    from loadgen.client.backends import GenerationParams, make_backend
+    from loadgen.client.tokenize import server_tokenizer
+    from loadgen.run.config import SweepConfig, Target
+    from loadgen.run.model import TargetRun
+    from loadgen.run.trace_prompts import trace_generation
+    from loadgen.run.trace_replay import TraceRequest
+
+    requests = [TraceRequest(0, 5000, 10, (1, 2, 3)), TraceRequest(1, 4000, 10, (1, 2, 9)),
+                TraceRequest(2, 4000, 10, (7, 2, 3))]
+    plan = plan_replay(requests, scale_lengths=0.04, min_prompt=48)  # blocks of 20 tokens
+
+    class Messages:
+        def message(self, text: str) -> None:
+            pass
+
+    config = SweepConfig(targets=(Target(server.url),), concurrency=(1,), generation=GenerationParams(prompt="p"),
+                         replay=plan)
+    generation, options = asyncio.run(trace_generation(config, TargetRun(config.targets[0], "s"), Messages(), plan))
+    backend = make_backend("llamacpp", generation)
+    prompts = [json.loads(backend.build(options.salt(), i))["prompt"] for i in range(3)]
+
+    async def tokenized() -> list[tuple[list[bytes], int]]:
+        async with server_tokenizer(server.url) as tok:
+            return [(await tok.pieces(p), await tok.count(p)) for p in prompts]
+
+    (a, na), (b, nb), (c, nc) = asyncio.run(tokenized())
+    # Each block's text ends in its one newline: blocks 1 and 2 are the first two lines of both.
+    two_blocks = "".join(line + "\n" for line in generation.prefixes[0].split("\n")[:2])
+    assert generation.prefixes[1].startswith(two_blocks) and not generation.prefixes[1].startswith(
+        generation.prefixes[0])  # block 9, not 3, third
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert b"".join(a[:common]).decode().startswith(two_blocks)  # the two shared blocks, token for token
+    assert not prompts[2].startswith(generation.prefixes[0][:20])  # block 7 first: nothing shared
+    assert [na, nb, nc] == [s.prompt_tokens for s in plan.shapes]
