@@ -86,6 +86,27 @@ class _Series:
                             p99=at[99] / 1000, max=h.get_max_value() / 1000)
 
 
+class _TokenSeries(_Series):
+    """A `_Series` of token counts: each count is kept as that many µs (so exact up to 2048, then to
+    3 significant digits, HdrHistogram's), its distribution in tokens."""
+
+    __slots__ = ()
+
+    def add(self, values_ms: np.ndarray | list[float]) -> None:
+        super().add(np.asarray(values_ms, dtype=np.float64) / 1000)
+
+    def distribution(self) -> Distribution | None:
+        """Percentiles as the lowest count of their bucket (a count a request had, up to 2048), the
+        max exact."""
+        if not self.count:
+            return None
+        h = self.histogram
+        at = h.get_percentile_to_value_dict([50, 90, 99])
+        low = h.get_lowest_equivalent_value
+        return Distribution(count=self.count, mean=round(self.total * 1000 / self.count, 3), p50=float(low(at[50])),
+                            p90=float(low(at[90])), p99=float(low(at[99])), max=float(h.max_value))
+
+
 class SeriesPart(msgspec.Struct, array_like=True):
     """A `_Series` as a worker process sends it: count, sum, and its histogram's occupied buckets
     (counts indexes and counts, int64 bytes) with its lowest and highest values."""
@@ -237,6 +258,19 @@ class _FirstTokens:
         self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
 
 
+# Per successful request, token counts (not times: `_TokenSeries`): the prompt as the server
+# counted it and the answer. Not hgrm files (output/exporters.py names its metrics).
+TOKEN_SERIES = ("prompt_n", "predicted_n")
+
+
+def _prompt_tokens(r: RequestRecord) -> float:
+    """A record's prompt tokens as the server counted them: prompt_n, else usage.prompt_tokens."""
+    if r.prompt_n is not None:
+        return r.prompt_n
+    usage = r.usage
+    return math.nan if usage is None or usage.prompt_tokens is None else usage.prompt_tokens
+
+
 # The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
@@ -267,6 +301,7 @@ class LevelAggregate:
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
         self.series = {name: _Series() for name in HISTOGRAMS}
+        self.series.update((name, _TokenSeries()) for name in TOKEN_SERIES)
         self.connect = _Series()  # connect times of the requests that opened their connection
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
         self.errors: Counter[str] = Counter()
@@ -341,6 +376,8 @@ class LevelAggregate:
         s["predicted_ms"].add(_floats(c.predicted_ms)[ok])
         s["schedule_lag"].add(((c.send - c.start) / 1e6)[c.counted])
         self.connect.add(_floats(c.connect_us) / 1e3)
+        s["prompt_n"].add(np.array([_prompt_tokens(r) for r in batch], dtype=np.float64)[ok])
+        s["predicted_n"].add(c.tokens[ok & (c.tokens > 0)].astype(np.float64))
         if c.streamed:
             self._streamed(c)
 
@@ -461,6 +498,7 @@ class LevelAggregate:
             latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
             schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
             connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
+            prompt_n=s["prompt_n"].distribution(), predicted_n=s["predicted_n"].distribution(),
         )
 
     def _achieved_rate(self) -> float | None:

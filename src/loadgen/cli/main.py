@@ -36,6 +36,7 @@ COMMANDS = {
     "observe": "loadgen.cli.observe:observe_command",
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
+    "replay": "loadgen.cli.replay:replay_command",
 }
 
 
@@ -61,6 +62,7 @@ COMMAND_HELP = {
     "paramcheck": 'Send canary requests direct and through a gateway; say per parameter honoured, dropped, '
                   'altered or cannot tell.',
     "prefill": 'Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.',
+    "replay": "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop.",
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid.",
     "run": 'Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',

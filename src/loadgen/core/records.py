@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from .workload import RequestShape
+
 # Error kinds a request can end with. HTTP errors are "http_<status>".
 CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TLS)
 DISCONNECTED = "disconnected"  # the server closed or reset the connection before a full response
@@ -95,6 +97,9 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # out on an open keep-alive connection (reused, or opened before the level's clock started).
     connect_us: int | None = None
     tls_us: int | None = None
+    # A workload (core/workload.py): the answer length this request asked for (None: the run's one
+    # n_predict, in run.json's config). predicted_n: what it got.
+    n_predict_target: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +147,7 @@ def make_record(
     prompt_tokens_target: int | None = None,
     connect_us: int | None = None,
     tls_us: int | None = None,
+    n_predict_target: int | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -149,7 +155,8 @@ def make_record(
     # order (checked below, at import).
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
-                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us)
+                         last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
+                         n_predict_target)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -159,7 +166,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us")
+    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):
@@ -207,6 +214,8 @@ class LevelRun:
     concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s; None: closed loop
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
+    # A workload's shapes (core/workload.py): request seq asks for shapes[seq % len] (empty: none)
+    shapes: tuple[RequestShape, ...] = ()
     # Completed records: a plain list, or a `recordsink.LevelRecords` streaming them to disk (then
     # `aggregate` holds the level's figures, an `analysis.aggregate.LevelAggregate`).
     records: Any = field(default_factory=list)

@@ -63,6 +63,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # them (metrics.connections_opened); None in files written before the fields.
     connections_opened: int | None = None
     connect_ms: Distribution | None = None
+    # Per successful request, the tokens of its prompt (`prompt_n`, else usage.prompt_tokens) and of
+    # its answer (`predicted_n`, else tokens_predicted or usage.completion_tokens): the workload as
+    # realised (analysis/aggregate.py; HdrHistogram, 3 significant digits). None: no such count.
+    prompt_n: Distribution | None = None
+    predicted_n: Distribution | None = None
     # The client's own load during the level (run/looplag.py); absent from a summary computed
     # from records alone.
     loop_lag_p99_ms: float | None = None

@@ -18,6 +18,8 @@ from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
+    from ..core.workload import DatasetEntry, Workload
+    from .trace_replay import Replay
     from .prompts import PromptSource
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
@@ -96,6 +98,16 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
+    # Lengths drawn per request (--prompt-tokens/--n-predict distributions, core/workload.py); None:
+    # one shape for every request (prompt_tokens and generation.n_predict). With a workload,
+    # prompt_tokens is None and generation.n_predict the largest drawn answer.
+    workload: Workload | None = None
+    # --n-predict dataset: the sampled --dataset entries with their recorded answers (then
+    # prompt_source holds their prompts, in the same order).
+    dataset_entries: tuple[DatasetEntry, ...] = ()
+    # `loadgen replay`: one open-loop level, each request at its trace time with its trace lengths
+    # (run/trace_replay.py); `rates` then holds the trace's mean rate, the level's key.
+    replay: Replay | None = None
     # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -179,6 +191,9 @@ class SweepConfig:
             "prompts": len(g.prompt_list),
             "workers": self.workers,
             "ray": self.ray_address,
+            # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
+            **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
+            **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
         }
 
 

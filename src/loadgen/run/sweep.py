@@ -21,15 +21,16 @@ from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
 from .target_setup import (TransportFactory, prepare_targets, probe_sampling, refuse_non_llm,
                            refuse_prompts_beyond_context, target_load, target_probe)
+from .workload_prompts import refuse_shapes_beyond_context
 
 
-def _new_level(run: Run, t: TargetRun, key: int | float) -> LevelRun:
-    config = run.config
+def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
+    config, t = run.config, load.target
     if config.open_loop:
         level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
-                         prompt_tokens=config.prompt_tokens)
+                         prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     else:
-        level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
+        level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
 
 
@@ -40,7 +41,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
     /metrics and /slots sampled during, the requests sent by the `runner` (which measures the
     client's own load), figures moved to simulated time (demo)."""
     config, t, obs = run.config, load.target, load.obs
-    level = _new_level(run, t, key)
+    level = _new_level(run, load, key)
     await runner.connect_ahead(load, level, latency_s)
     if t.info and t.info.metrics_enabled:
         level.server_metrics_before = await probe.metrics()
@@ -90,6 +91,10 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
+    if run.config.workload is not None:
+        refuse_shapes_beyond_context(live, run.config.workload.draw())
+    if run.config.replay is not None:
+        refuse_shapes_beyond_context(live, run.config.replay.shapes)
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory) for t in live))
     else:

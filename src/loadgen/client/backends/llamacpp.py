@@ -54,7 +54,8 @@ class LlamaCppBackend:
             fields["seed"] = params.seed
         if params.stream:
             fields["stream"] = True
-        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields)
+        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields, params.n_predicts, "n_predict",
+                                    params.prefixes)
         self.build = self._bodies.build
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:

@@ -1,0 +1,40 @@
+"""The workload table: per level, the prompt and answer lengths the requests realised (run.json's
+per-level `prompt_n` and `predicted_n` distributions), under the lengths they were drawn from.
+
+Shown for a run whose config has a drawn workload (core/workload.py) only: a fixed-shape run's
+lengths are one number each, already in its config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.rundoc import is_open_loop
+from .layout import Column, Grid, Num
+
+_STATS = ("mean", "p50", "p90", "max")
+
+
+def workload_table(doc: dict[str, Any]) -> Grid | None:
+    """Realised input and output tokens per request (mean, p50, p90, max), per target and level;
+    None for a run without a drawn workload."""
+    workload = (doc.get("config") or {}).get("workload")
+    if not isinstance(workload, dict):
+        return None
+    replay = workload.get("replay")
+    if isinstance(replay, dict):
+        asked = f"replay of {replay.get('trace')}, lengths ×{replay.get('scale_lengths')}"
+    else:
+        asked = f"prompt {workload.get('prompt_tokens') or 'as given'}, answer {workload.get('n_predict')}"
+    grid = Grid(f"workload: tokens per request (asked: {asked})",
+                [Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
+                 *[Column(f"prompt_n\n{s}") for s in _STATS], *[Column(f"predicted_n\n{s}") for s in _STATS]])
+    last = None
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            prompt, answer = lv.get("prompt_n") or {}, lv.get("predicted_n") or {}
+            grid.add_row(t["label"] if t["label"] != last else "", Num(lv["level"], None),
+                         *[Num(prompt.get(s), 1 if s == "mean" else 0) for s in _STATS],
+                         *[Num(answer.get(s), 1 if s == "mean" else 0) for s in _STATS])
+            last = t["label"]
+    return grid
