@@ -23,6 +23,7 @@ import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -31,7 +32,7 @@ from hdrh.histogram import HdrHistogram
 from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
-from . import metrics
+from . import cache, metrics
 
 SAMPLE_SIZE = 2000
 
@@ -261,6 +262,10 @@ class _FirstTokens:
 # Per successful request, token counts (not times: `_TokenSeries`): the prompt as the server
 # counted it and the answer. Not hgrm files (output/exporters.py names its metrics).
 TOKEN_SERIES = ("prompt_n", "predicted_n")
+# Per successful request with timings, the prompt tokens reused from the cache (`timings.cache_n`),
+# and the TTFT of cache hits and misses apart (analysis/cache.py says what a hit is).
+CACHE_TOKEN_SERIES = ("cache_n",)
+CACHE_TTFT_SERIES = ("ttft_cache_hit", "ttft_cache_miss")
 
 
 def _prompt_tokens(r: RequestRecord) -> float:
@@ -301,7 +306,8 @@ class LevelAggregate:
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
         self.series = {name: _Series() for name in HISTOGRAMS}
-        self.series.update((name, _TokenSeries()) for name in TOKEN_SERIES)
+        self.series.update((name, _TokenSeries()) for name in TOKEN_SERIES + CACHE_TOKEN_SERIES)
+        self.series.update((name, _Series()) for name in CACHE_TTFT_SERIES)
         self.connect = _Series()  # connect times of the requests that opened their connection
         self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
         self.errors: Counter[str] = Counter()
@@ -378,12 +384,17 @@ class LevelAggregate:
         self.connect.add(_floats(c.connect_us) / 1e3)
         s["prompt_n"].add(np.array([_prompt_tokens(r) for r in batch], dtype=np.float64)[ok])
         s["predicted_n"].add(c.tokens[ok & (c.tokens > 0)].astype(np.float64))
+        cache_n = np.array([math.nan if r.cache_n is None else r.cache_n for r in batch], dtype=np.float64)
+        s["cache_n"].add(cache_n[ok])
         if c.streamed:
-            self._streamed(c)
+            self._streamed(c, batch)
 
-    def _streamed(self, c: _Columns) -> None:
+    def _streamed(self, c: _Columns, batch: Sequence[RequestRecord]) -> None:
         s, first = self.series, _FirstTokens(c)
         s["ttft"].add(first.ttft_ms[first.timed])
+        hit = np.array([cache.is_hit(r.cache_n, r.prompt_n) for r in batch], dtype=object)
+        s["ttft_cache_hit"].add(first.ttft_ms[first.timed & (hit == True)])  # noqa: E712 (None: neither)
+        s["ttft_cache_miss"].add(first.ttft_ms[first.timed & (hit == False)])  # noqa: E712
         prompt = _floats(c.prompt_ms)
         s["ttft_queue"].add(np.maximum(0.0, first.ttft_ms - prompt)[first.timed & ~np.isnan(prompt)])
         s["tpot"].add(first.tpot_ms[first.per_token])
@@ -499,7 +510,22 @@ class LevelAggregate:
             schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
             connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
             prompt_n=s["prompt_n"].distribution(), predicted_n=s["predicted_n"].distribution(),
+            **self._cache_fields(),
         )
+
+    def _cache_fields(self) -> dict[str, Any]:
+        """The cache figures (analysis/cache.py) when any request reused a token; else none, so a
+        run with the cache off keeps its summary's shape (its requests' cache_n are all 0)."""
+        s = self.series
+        cached = s["cache_n"].total * 1000  # a _TokenSeries keeps counts as µs
+        if not s["cache_n"].count or cached <= 0:
+            return {}
+        computed = s["prompt_n"].total * 1000
+        prompt_ms = self.means["prompt_ms"].total
+        return {"cache_n": s["cache_n"].distribution(), "cache_hit_ratio": cache.hit_ratio(cached, computed),
+                "ttft_cache_hit_ms": s["ttft_cache_hit"].distribution(),
+                "ttft_cache_miss_ms": s["ttft_cache_miss"].distribution(),
+                "prefill_saved_ms": cache.prefill_saved_ms(cached, computed, prompt_ms)}
 
     def _achieved_rate(self) -> float | None:
         if self.sent < 2 or self.last_send_ns <= self.first_send_ns:

@@ -28,6 +28,9 @@ class Distribution(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
 
+CACHE_FIELDS = ("cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms", "prefill_saved_ms")
+
+
 class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The figures of one level on one target, as run.json stores them (see analysis/metrics.py)."""
 
@@ -68,6 +71,14 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # realised (analysis/aggregate.py; HdrHistogram, 3 significant digits). None: no such count.
     prompt_n: Distribution | None = None
     predicted_n: Distribution | None = None
+    # Prompt-cache figures (analysis/cache.py), present when any request reused a cached token:
+    # cache_n per request, the token-weighted hit ratio Σcache_n / Σ(cache_n + prompt_n), TTFT of
+    # cache hits and misses, the prefill time the reused tokens saved (estimate).
+    cache_n: Distribution | None = None
+    cache_hit_ratio: float | None = None
+    ttft_cache_hit_ms: Distribution | None = None
+    ttft_cache_miss_ms: Distribution | None = None
+    prefill_saved_ms: float | None = None
     # The client's own load during the level (run/looplag.py); absent from a summary computed
     # from records alone.
     loop_lag_p99_ms: float | None = None
@@ -82,6 +93,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
+        for key in CACHE_FIELDS:  # only a run that reused cached tokens has them
+            if out[key] is None:
+                del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
                 del out[key]
