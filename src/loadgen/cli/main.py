@@ -37,6 +37,7 @@ COMMANDS = {
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
     "replay": "loadgen.cli.replay:replay_command",
+    "prefix": "loadgen.cli.cache:prefix_command",
 }
 
 
@@ -61,6 +62,7 @@ COMMAND_HELP = {
     "observe": "Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics.",
     "paramcheck": 'Send canary requests direct and through a gateway; say per parameter honoured, dropped, '
                   'altered or cannot tell.',
+    "prefix": "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses.",
     "prefill": 'Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.',
     "replay": "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop.",
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid.",

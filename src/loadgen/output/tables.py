@@ -12,6 +12,7 @@ from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 from ..run.labels import about
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_grid
+from .cache import cache_table
 from .workload import workload_table
 
 
@@ -352,7 +353,8 @@ def run_grids(doc: dict[str, Any]) -> list[Grid]:
     if kind in _MODE_TABLES:
         return [_MODE_TABLES[kind](doc)]
     tables = [sweep_table(doc)] if any(t.get("levels") for t in doc["targets"]) else []
-    return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc)) if g is not None]
+    return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc))
+                     if g is not None]
 
 
 _MODE_TABLES = {"prefill": prefill_table, "depth": depth_table, "soak": soak_table}

@@ -18,6 +18,7 @@ from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
+    from ..core.cache_mode import SharedPrefix
     from ..core.workload import DatasetEntry, Workload
     from .trace_replay import Replay
     from .prompts import PromptSource
@@ -108,6 +109,8 @@ class SweepConfig:
     # `loadgen replay`: one open-loop level, each request at its trace time with its trace lengths
     # (run/trace_replay.py); `rates` then holds the trace's mean rate, the level's key.
     replay: Replay | None = None
+    # A shared-prefix cache mode (core/cache_mode.py, run/shared_prefix.py); None: salt first, cache off.
+    shared_prefix: SharedPrefix | None = None
     # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -186,7 +189,7 @@ class SweepConfig:
             "temperature": g.temperature,
             "ignore_eos": g.ignore_eos,
             "seed": g.seed,
-            "cache_prompt": False,
+            "cache_prompt": g.cache_prompt,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             "workers": self.workers,
@@ -194,6 +197,7 @@ class SweepConfig:
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
             **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
             **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
+            **({"cache": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}),
         }
 
 

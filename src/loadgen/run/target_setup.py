@@ -32,6 +32,7 @@ from .labels import about
 from .level_runner import TargetLoad
 from .prompts import PromptSource
 from .salts import new_decimal_salt
+from .shared_prefix import shared_prefix_generation
 from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
 from .trace_prompts import trace_generation
 from .workload_prompts import workload_generation
@@ -136,11 +137,18 @@ async def target_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
                             prompt_tokens: int | None, options: EngineOptions
                             ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
     """The request bodies for this target, the engine options their salts need, and the request
-    shapes a level cycles through (empty: one shape). In order: --n-predict dataset (each entry's
+    shapes a level cycles through (empty: one shape). In order: a shared-prefix cache mode (groups
+    sharing an exact prefix, run/shared_prefix.py), --n-predict dataset (each entry's
     prompt and answer length), a trace replay or a drawn workload (one body per shape, cut per
     length), a fixed `prompt_tokens` (cut to exactly that many tokens, salts of a fixed token count),
     else the config's prompts as given. None, and the target's error set, when they cannot be built."""
     generation, shapes = config.generation, ()
+    if config.shared_prefix is not None:
+        shared = await shared_prefix_generation(config, t, obs, config.shared_prefix)
+        if shared is None:
+            return None
+        generation, shared_options = shared
+        return generation, replace(options, salt=shared_options.salt), shapes
     if config.dataset_entries:
         answered = await dataset_generation(config, t, obs, config.dataset_entries)
         if answered is None:

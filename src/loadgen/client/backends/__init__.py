@@ -33,6 +33,9 @@ class GenerationParams:
     # Text before the salt, aligned with `prompt_list` (a replayed trace's shared blocks, so
     # requests that share them share that prefix on the wire). Empty: the salt comes first.
     prefixes: tuple[str, ...] = ()
+    # Let the server reuse cached prompt tokens: only a cache mode (core/cache_mode.py) sets it;
+    # otherwise every request's prompt is computed in full.
+    cache_prompt: bool = False
 
     @property
     def prompt_list(self) -> tuple[str, ...]:

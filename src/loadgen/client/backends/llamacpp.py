@@ -48,7 +48,7 @@ class LlamaCppBackend:
             "temperature": params.temperature,
             "ignore_eos": params.ignore_eos,
             # The prompt cache would make every request after the first report prompt_ms ~ 0.
-            "cache_prompt": False,
+            "cache_prompt": params.cache_prompt,
         }
         if params.seed is not None:
             fields["seed"] = params.seed

@@ -58,7 +58,7 @@ class OpenAIBackend:
             "temperature": params.temperature,
             # Not OpenAI's, but llama-server, vLLM and SGLang read them; other servers ignore them.
             "ignore_eos": params.ignore_eos,
-            "cache_prompt": False,
+            "cache_prompt": params.cache_prompt,
         })
         if params.seed is not None:
             fields["seed"] = params.seed

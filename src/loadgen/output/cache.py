@@ -1,0 +1,52 @@
+"""The cache table: per level, how much of the prompts the server reused and what it changed
+(run.json's per-level cache figures, analysis/cache.py), under the cache mode the run asked for.
+
+Shown for a run whose config names a cache mode (core/cache_mode.py) only: a normal run sends
+`cache_prompt: false` and reuses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.cache_mode import cache_of
+from ..core.rundoc import is_open_loop
+from .layout import Column, Grid, Num
+
+
+def cache_title(cache: dict[str, Any]) -> str:
+    """The mode in one line, cache_prompt said first."""
+    state = "cache_prompt ON" if cache.get("cache_prompt") else "cache_prompt OFF (comparison run)"
+    if cache.get("kind") == "shared_prefix":
+        return (f"{state}: {cache.get('groups')} group(s) sharing a {cache.get('prefix_tokens')}-token prefix, "
+                f"prompts of {cache.get('prompt_tokens')} tokens")
+    if cache.get("kind") == "multi_turn":
+        return f"{state}: {cache.get('users')} users × {cache.get('turns')} turns"
+    return state
+
+
+def cache_table(doc: dict[str, Any]) -> Grid | None:
+    """Per target and level: the token-weighted hit ratio, cache_n p50, TTFT p50 of hits and misses,
+    prefill saved; None for a run without a cache mode."""
+    cache = cache_of(doc.get("config"))
+    if cache is None:
+        return None
+    grid = Grid(f"prompt cache ({cache_title(cache)})",
+                [Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
+                 Column("hit ratio\n%"), Column("cache_n\np50"), Column("prompt_n\np50"),
+                 Column("TTFT hit\np50 ms"), Column("TTFT miss\np50 ms"), Column("prefill\nsaved s")])
+    last = None
+    for t in doc["targets"]:
+        for lv in t.get("levels", []):
+            ratio, saved = lv.get("cache_hit_ratio"), lv.get("prefill_saved_ms")
+            grid.add_row(t["label"] if t["label"] != last else "", Num(lv["level"], None),
+                         # No cache figures at all: nothing was reused (cache off, or every request missed).
+                         Num(0.0 if ratio is None else ratio * 100, 1),
+                         Num((lv.get("cache_n") or {}).get("p50", 0 if ratio is None else None), 0),
+                         Num((lv.get("prompt_n") or {}).get("p50"), 0),
+                         Num((lv.get("ttft_cache_hit_ms") or {}).get("p50"), 1),
+                         Num((lv.get("ttft_cache_miss_ms") or {}).get("p50") if ratio is not None
+                             else (lv.get("ttft_ms") or {}).get("p50"), 1),
+                         Num(None if saved is None else saved / 1000, 2))
+            last = t["label"]
+    return grid
