@@ -189,7 +189,8 @@ class SweepConfig:
             "temperature": g.temperature,
             "ignore_eos": g.ignore_eos,
             "seed": g.seed,
-            "cache_prompt": g.cache_prompt,
+            # A cache mode's bodies are built per target (run/shared_prefix.py): its switch is the mode's.
+            "cache_prompt": self.shared_prefix.cache_prompt if self.shared_prefix is not None else g.cache_prompt,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             "workers": self.workers,
