@@ -10,12 +10,21 @@ from pathlib import Path
 
 import click
 
+from ..analysis.cache import turn_figures
 from ..client.backends import GenerationParams
-from ..core.cache_mode import SharedPrefix
-from ..core.errors import ConfigError
-from ..results.writer import default_dir, prepare_dir
+from ..core.cache_mode import MultiTurn, SharedPrefix
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..output.cache import turn_table
+from ..output.layout import print_grid
+from ..output.progress import ProgressObserver
+from ..output.tables import print_run
+from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..run.multiturn import run_multiturn, turn_of
+from ..run.session import FinalWriteError, execute
+from ..run.state import Run
 from .options import LEVELS
+from .shared import console as _console
 from .shared import checking_only, format_option, records_options, request_options, target_options
 from .sweep import ensure_open_files, execute_sweep
 
@@ -63,3 +72,75 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "prefix"), force)
     sys.exit(execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
                            records_format=records_format))
+
+
+@click.command()
+@target_options
+@click.option("--users", type=click.IntRange(min=1, max=1024), default=4, show_default=True,
+              help="Conversations held at once.")
+@click.option("--turns", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
+              help="Turns per conversation; each re-sends the whole history plus a new message.")
+@click.option("--message-tokens", type=click.IntRange(min=4), default=64, show_default=True,
+              help="About this many tokens per new user message.")
+@click.option("--think", "think_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds a user waits after an answer before the next message.")
+@click.option("--think-jitter", "think_jitter_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Plus a uniform draw in [0, this) seconds per pause (seeded by --conversation-seed).")
+@click.option("--conversation-seed", type=int, default=0, show_default=True, help="Seed of the think-time draws.")
+@click.option("--pin-slots", is_flag=True, help="User u always asks for slot u mod the server's slots (id_slot).")
+@click.option("--n-predict", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Tokens each answer has (the answer then joins the history).")
+@click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
+              help="Send cache_prompt true (reuse the history) or false (the comparison run).")
+@request_options
+@records_options
+@format_option
+def chat_command(ports, host, urls, labels, api, model, api_key, transport, insecure, users, turns, message_tokens,
+                 think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, temperature, seed,
+                 timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
+                 server_urls=()) -> None:
+    """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
+    if api != "llamacpp":
+        raise ConfigError("loadgen chat talks to llama-server's /completion; drop --api")
+    mode = MultiTurn(users, turns, message_tokens, think_s, think_jitter_s, pin_slots, cache_prompt, conversation_seed)
+    config = SweepConfig(
+        targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(users,), model=model,
+        api_key=api_key, api=api,
+        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
+                                    ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
+        requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+        transport=transport, insecure=insecure)
+    ensure_open_files(users)
+    if checking_only():
+        return
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "chat"), force)
+    sys.exit(execute_chat(config, mode, out_dir, output_format, records_kept, records_format))
+
+
+def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_format: str = "table",
+                 records: str = "all", records_format: str = "jsonl") -> int:
+    """Run the conversations, print the run's tables and the per-turn table, write the results."""
+    console, err = _console(), _console(stderr=True)
+    run = Run(config, "sweep", {"cache": mode.to_dict()})
+
+    async def main(checkpoint) -> None:
+        with ProgressObserver(err, on_level_done=checkpoint) as observer:
+            await run_multiturn(run, observer, mode)
+
+    try:
+        execution = execute(run, RunFiles(out_dir, records, records_format), main, err=err)
+    except FinalWriteError as exc:
+        raise UserError(str(exc), EXIT_FAILED) from None
+    doc = execution.doc
+    print_run(doc, console, err, output_format, live=True)
+    for t in run.targets:
+        for lv in t.levels:
+            figures = turn_figures((turn_of(r, mode.users), r) for r in lv.records)
+            if figures:
+                print_grid(turn_table(t.label, figures), console)
+    err.print(f"results: {out_dir}", highlight=False)
+    if execution.exit_code_for_signal is not None:
+        return execution.exit_code_for_signal
+    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+        return EXIT_FAILED
+    return EXIT_OK

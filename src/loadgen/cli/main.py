@@ -38,6 +38,7 @@ COMMANDS = {
     "grid": "loadgen.cli.grid:grid_command",
     "replay": "loadgen.cli.replay:replay_command",
     "prefix": "loadgen.cli.cache:prefix_command",
+    "chat": "loadgen.cli.cache:chat_command",
 }
 
 
@@ -49,6 +50,7 @@ COMMAND_HELP = {
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
+    "chat": "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',

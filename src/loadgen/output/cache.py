@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.cache import TurnFigures
 from ..core.cache_mode import cache_of
 from ..core.rundoc import is_open_loop
 from .layout import Column, Grid, Num
@@ -49,4 +50,17 @@ def cache_table(doc: dict[str, Any]) -> Grid | None:
                              else (lv.get("ttft_ms") or {}).get("p50"), 1),
                          Num(None if saved is None else saved / 1000, 2))
             last = t["label"]
+    return grid
+
+
+def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
+    """A multi-turn run's figures per turn index (analysis/cache.turn_figures): prompt tokens (whole),
+    reused tokens, hit ratio, TTFT and latency p50, the slots that served the turn."""
+    grid = Grid(f"{label}: per turn (medians over the users; prompt = cache_n + prompt_n)",
+                [Column("turn", key=True), Column("requests"), Column("prompt\ntokens"), Column("cache_n"),
+                 Column("hit ratio\n%"), Column("TTFT\nms"), Column("latency\nms"), Column("slots", "left")])
+    for f in figures:
+        grid.add_row(Num(f.turn, None), Num(f.requests, None), Num(f.prompt_tokens_p50, 0), Num(f.cache_n_p50, 0),
+                     Num(None if f.hit_ratio is None else f.hit_ratio * 100, 1), Num(f.ttft_ms_p50, 1),
+                     Num(f.latency_ms_p50, 1), ",".join(map(str, f.slots)) or "n/a")
     return grid
