@@ -109,7 +109,7 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
         requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        transport=transport, insecure=insecure)
+        transport=transport, insecure=insecure, multi_turn=mode)
     ensure_open_files(users)
     if checking_only():
         return
@@ -121,7 +121,7 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run the conversations, print the run's tables and the per-turn table, write the results."""
     console, err = _console(), _console(stderr=True)
-    run = Run(config, "sweep", {"cache": mode.to_dict()})
+    run = Run(config, "sweep")
 
     async def main(checkpoint) -> None:
         with ProgressObserver(err, on_level_done=checkpoint) as observer:

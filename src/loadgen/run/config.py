@@ -18,7 +18,7 @@ from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
-    from ..core.cache_mode import SharedPrefix
+    from ..core.cache_mode import MultiTurn, SharedPrefix
     from ..core.workload import DatasetEntry, Workload
     from .trace_replay import Replay
     from .prompts import PromptSource
@@ -111,6 +111,8 @@ class SweepConfig:
     replay: Replay | None = None
     # A shared-prefix cache mode (core/cache_mode.py, run/shared_prefix.py); None: salt first, cache off.
     shared_prefix: SharedPrefix | None = None
+    # `loadgen chat`'s conversations (run/multiturn.py); None: not a multi-turn run.
+    multi_turn: MultiTurn | None = None
     # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -199,6 +201,7 @@ class SweepConfig:
             **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
             **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
             **({"cache": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}),
+            **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
         }
 
 
