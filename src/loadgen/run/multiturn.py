@@ -125,7 +125,10 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
         slots = t.info.total_slots if t.info else None
         timeout = aiohttp.ClientTimeout(total=config.timeout_s)
         started = time.monotonic()
-        async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers()) as session:
+        # llama-server closes a connection after a streamed answer (client/probe.py: closes_streams); a
+        # kept-alive one would fail the next turn's write, so each turn opens its own.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers(), connector=connector) as session:
             level.start_ns = now_ns()
             try:
                 await asyncio.gather(*(_user(run, t, level, mode, u, session, slots) for u in range(mode.users)))
