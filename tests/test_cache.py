@@ -27,9 +27,9 @@ class Quiet:
         return lambda *args, **kwargs: None
 
 
-def _shared_prefix_run(mode: SharedPrefix, slots: int, requests: int) -> list[RequestRecord]:
+def _shared_prefix_run(mode: SharedPrefix, slots: int, requests: int, cache_ram_tokens: int = 0) -> list[RequestRecord]:
     async def main() -> Run:
-        async with await start_simulator(SMOKE, slots=slots, seed=3) as sim:
+        async with await start_simulator(SMOKE, slots=slots, seed=3, cache_ram_tokens=cache_ram_tokens) as sim:
             config = SweepConfig(targets=(Target(sim.url, "smoke"),),
                                  generation=GenerationParams(prompt="hi", n_predict=4, seed=1, stream=True),
                                  concurrency=(1,), requests_per_level=requests, warmup=0, wait_ready_s=5,
@@ -46,19 +46,24 @@ def _shared_prefix_run(mode: SharedPrefix, slots: int, requests: int) -> list[Re
 # one request at a time; a group's first request misses; a later one finds its group's prefix in a
 # slot unless another group took that slot since (LRU over fewer slots than groups: each request
 # evicts the group needed next, so 3 groups round-robin over 2 slots never hit). Cache off: none.
+# With a host cache (--cache-ram) of room for every group, the slot a group lost is saved and
+# restored when the group comes back: 3 groups over 2 slots hit from their second round on. A host
+# cache smaller than one saved prompt (about 174 tokens: 170 + the answer) keeps nothing.
 SHARED_PREFIX_CASES = [
-    (1, 2, True, 6, 5),
-    (2, 2, True, 8, 6),
-    (3, 2, True, 9, 0),
-    (3, 4, True, 9, 6),
-    (2, 2, False, 8, 0),
+    (1, 2, True, 6, 0, 5),
+    (2, 2, True, 8, 0, 6),
+    (3, 2, True, 9, 0, 0),
+    (3, 4, True, 9, 0, 6),
+    (2, 2, False, 8, 0, 0),
+    (3, 2, True, 9, 10_000, 6),
+    (3, 2, True, 9, 100, 0),
 ]
 
 
-@pytest.mark.parametrize("groups,slots,cache_prompt,requests,hits", SHARED_PREFIX_CASES)
-def test_shared_prefix_hits_on_the_simulator(groups, slots, cache_prompt, requests, hits):
+@pytest.mark.parametrize("groups,slots,cache_prompt,requests,cache_ram,hits", SHARED_PREFIX_CASES)
+def test_shared_prefix_hits_on_the_simulator(groups, slots, cache_prompt, requests, cache_ram, hits):
     prefix, total = 120, 170
-    records = _shared_prefix_run(SharedPrefix(prefix, groups, total, cache_prompt), slots, requests)
+    records = _shared_prefix_run(SharedPrefix(prefix, groups, total, cache_prompt), slots, requests, cache_ram)
     assert len(records) == requests and all(r.ok for r in records)
     # Each prompt is exactly `total` tokens on the server, reused or computed.
     assert [r.cache_n + r.prompt_n for r in records] == [total] * requests
