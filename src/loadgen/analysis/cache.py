@@ -112,3 +112,54 @@ def turn_figures(turns: Iterable[tuple[int, RequestRecord]]) -> list[TurnFigures
             ttft_ms_p50=_median(ttfts), latency_ms_p50=_median([(r.complete_ns - r.start_ns) / 1e6 for r in ok]),
             slots=tuple(sorted({r.id_slot for r in ok if r.id_slot is not None and r.id_slot >= 0}))))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityLevel:
+    """One K of a capacity run: K conversations taking turns, the warm rounds' figures (records
+    from the second round on: seq ≥ K), the server's resident memory after the level (MiB; None
+    when not known)."""
+
+    k: int
+    warm_requests: int
+    warm_hit_ratio: float | None
+    warm_ttft_ms_p50: float | None
+    rss_mib: float | None = None
+
+
+def capacity_level(k: int, records: Iterable[RequestRecord], rss_mib: float | None = None) -> CapacityLevel:
+    """The warm rounds of a level of K round-robin conversations: request i is conversation i mod K,
+    so the first K requests are each conversation's cold first turn and are left out."""
+    warm = [r for r in records if r.seq >= k and r.ok]
+    figures = cache_figures(warm)
+    ttfts = [(r.first_token_ns - r.start_ns) / 1e6 for r in warm if r.first_token_ns is not None]
+    return CapacityLevel(k, len(warm), figures.hit_ratio, _median(ttfts), rss_mib)
+
+
+# Reuse has collapsed at a K whose warm hit ratio fell below this share of the best K's.
+COLLAPSE_SHARE = 0.5
+
+
+def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
+    """The smallest K whose warm hit ratio is below COLLAPSE_SHARE × the highest ratio of the
+    smaller Ks (None: no K collapsed, or no K reused anything)."""
+    best = 0.0
+    for level in sorted(levels, key=lambda lv: lv.k):
+        ratio = level.warm_hit_ratio or 0.0
+        if best > 0 and ratio < COLLAPSE_SHARE * best:
+            return level.k
+        best = max(best, ratio)
+    return None
+
+
+def predicted_capacity(slots: int, slot_ctx: int | None, conversation_tokens: int, cache_ram_mib: float | None,
+                       bytes_per_token: float | None) -> int | None:
+    """How many conversations of `conversation_tokens` stay warm: one per slot (when one fits a
+    slot's context), plus as many as the host cache holds, floor(cache_ram / (tokens × bytes per
+    token)). None when the host cache is on but its share cannot be computed (no bytes per token)."""
+    in_slots = slots if slot_ctx is None or conversation_tokens <= slot_ctx else 0
+    if not cache_ram_mib:
+        return in_slots
+    if not bytes_per_token:
+        return None
+    return in_slots + int(cache_ram_mib * 2**20 // (conversation_tokens * bytes_per_token))

@@ -39,6 +39,7 @@ COMMANDS = {
     "replay": "loadgen.cli.replay:replay_command",
     "prefix": "loadgen.cli.cache:prefix_command",
     "chat": "loadgen.cli.cache:chat_command",
+    "capacity": "loadgen.cli.cache:capacity_command",
 }
 
 
@@ -50,6 +51,7 @@ COMMAND_HELP = {
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
+    "capacity": "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
     "chat": "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',

@@ -64,3 +64,24 @@ def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
                      Num(None if f.hit_ratio is None else f.hit_ratio * 100, 1), Num(f.ttft_ms_p50, 1),
                      Num(f.latency_ms_p50, 1), ",".join(map(str, f.slots)) or "n/a")
     return grid
+
+
+def capacity_table(summary: dict[str, Any]) -> Grid:
+    """A capacity run (capacity.json): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
+    the K where reuse collapsed beside the predicted capacity, in the footnotes."""
+    grid = Grid(f"prompt-cache capacity: conversations of {summary['conversation_tokens']} tokens, "
+                f"{summary['slots']} slots, cache_prompt ON",
+                [Column("K", key=True), Column("warm\nrequests"), Column("hit ratio\n%"), Column("TTFT p50\nms"),
+                 Column("server RSS\nMiB")])
+    for lv in summary["levels"]:
+        ratio = lv["warm_hit_ratio"]
+        grid.add_row(Num(lv["k"], None), Num(lv["warm_requests"], None),
+                     Num(None if ratio is None else ratio * 100, 1), Num(lv["warm_ttft_ms_p50"], 1),
+                     Num(lv["rss_mib"], 0))
+    collapsed, predicted = summary.get("collapse_k"), summary.get("predicted_capacity")
+    grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
+                          else "reuse did not collapse at any K measured")
+    grid.footnotes.append(f"predicted: {predicted} conversations stay warm (slots + --cache-ram / (tokens × bytes "
+                          "per token)), so collapse at K = " + str(predicted + 1) if predicted is not None
+                          else "no prediction: give --cache-ram-mib and --bytes-per-token")
+    return grid
