@@ -131,3 +131,57 @@ def test_compare_refuses_a_cached_run_against_an_uncached_one_in_one_line():
     assert "cache" in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(CompareError):
         check_comparable(cached, _doc({"cache_prompt": False}))
+
+
+def _level(k, ratio):
+    from loadgen.analysis.cache import CapacityLevel
+    return CapacityLevel(k, 2 * k, ratio, None)
+
+
+# (warm hit ratio per K) -> the K where reuse collapsed (below half the best of the smaller Ks).
+COLLAPSE_CASES = [
+    ({1: 0.9, 2: 0.9, 4: 0.9, 8: 0.0}, 8),
+    ({1: 0.9, 2: 0.9, 3: 0.44, 4: 0.0}, 3),
+    ({1: 0.9, 2: 0.5, 3: 0.46}, None),
+    ({1: 0.0, 2: 0.0}, None),
+    ({1: None, 2: 0.8, 3: 0.1}, 3),
+    ({}, None),
+]
+
+
+@pytest.mark.parametrize("ratios,expected", COLLAPSE_CASES)
+def test_where_reuse_collapses(ratios, expected):
+    from loadgen.analysis.cache import collapse_k
+    assert collapse_k([_level(k, r) for k, r in ratios.items()]) == expected
+
+
+# (slots, slot ctx, tokens, cache_ram MiB, bytes per token) -> conversations predicted warm.
+PREDICTION_CASES = [
+    ((4, 1024, 500, None, None), 4),
+    ((4, 1024, 500, 0, 1000.0), 4),
+    ((4, 400, 500, None, None), 0),  # a conversation fits no slot
+    ((2, 1024, 512, 1, 1024.0), 4),  # 1 MiB / (512 × 1 KiB) = 2 more
+    ((2, None, 512, 1, None), None),  # host cache on, its share unknown
+]
+
+
+@pytest.mark.parametrize("args,expected", PREDICTION_CASES)
+def test_the_predicted_capacity(args, expected):
+    from loadgen.analysis.cache import predicted_capacity
+    assert predicted_capacity(*args) == expected
+
+
+def test_capacity_on_the_simulator_collapses_past_its_slots_and_host_cache():
+    """Written before the run: 2 slots and a host cache of 400 tokens (two saved conversations of
+    about 174 tokens each). K ≤ 2 conversations live in the slots, so every warm request hits
+    (BOS + the 120-token prefix of 170); K = 6 round-robin evicts, in slots and host cache alike,
+    the conversation needed next, so none hits."""
+    from loadgen.analysis.cache import capacity_level
+    figures = {}
+    for k in (1, 2, 6):
+        records = _shared_prefix_run(SharedPrefix(120, k, 170, True), 2, 3 * k, cache_ram_tokens=400)
+        figures[k] = capacity_level(k, records)
+    assert figures[1].warm_requests == 2 and figures[6].warm_requests == 12
+    assert figures[1].warm_hit_ratio == pytest.approx(121 / 170)
+    assert figures[2].warm_hit_ratio == pytest.approx(121 / 170)
+    assert figures[6].warm_hit_ratio < 0.05
