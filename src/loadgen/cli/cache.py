@@ -146,6 +146,10 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     return EXIT_OK
 
 
+# A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
+OWN_TOKENS = 64
+
+
 def _rss_mib(pid: int | None) -> float | None:
     """The process's resident memory (VmRSS of /proc/PID/status), MiB; None when unreadable."""
     if pid is None:
@@ -195,7 +199,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     levels, doc = [], None
     for k in ks:
         # K conversations, each its own exact prefix, one request at a time in turn (i mod K).
-        mode = SharedPrefix(conversation_tokens, k, conversation_tokens + 32, True)
+        mode = SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True)
         config = SweepConfig(
             targets=targets, concurrency=(1,), model=model, api_key=api_key, api=check_api(api, model, api_key),
             generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
@@ -212,10 +216,10 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     server = (doc or {}).get("targets", [{}])[0].get("server") or {}
     slots = server.get("total_slots") or server.get("slot_count") or 1
     n_ctx = (server.get("props") or {}).get("n_ctx")
-    predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + 32,
+    predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
                                    cache_ram_mib, bytes_per_token)
     collapsed = collapse_k(levels)
-    summary = {"conversation_tokens": conversation_tokens + 32, "rounds": rounds, "slots": slots,
+    summary = {"conversation_tokens": conversation_tokens + OWN_TOKENS, "rounds": rounds, "slots": slots,
                "cache_ram_mib": cache_ram_mib, "bytes_per_token": bytes_per_token, "predicted_capacity": predicted,
                "collapse_k": collapsed,
                "levels": [{"k": lv.k, "warm_requests": lv.warm_requests, "warm_hit_ratio": lv.warm_hit_ratio,
