@@ -90,6 +90,14 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
     assert code == 0 and "workload: tokens per request (asked: replay of t.jsonl" in text, err
     code, _, err = loadgen("export", out, "--format", "csv", "--out", tmp_path / "csv")
     assert code == 0, err
+    # Exported as a trace, the run replays as it ran: the same times, the lengths it asked for.
+    code, _, err = loadgen("export", out, "--format", "trace", "--out", tmp_path / "trace")
+    assert code == 0, err
+    (exported,) = (tmp_path / "trace").glob("trace-*.jsonl")
+    again = plan_replay(read_trace(str(exported)))
+    assert again.offsets_ns == plan.offsets_ns
+    assert [(s.prompt_tokens, s.n_predict) for s in again.shapes] == [(s.prompt_tokens, s.n_predict)
+                                                                       for s in plan.shapes]
 
 
 def test_replay_takes_one_target(loadgen, tmp_path):

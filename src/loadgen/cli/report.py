@@ -18,7 +18,7 @@ from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
 
-EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet")
+EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet", "trace")
 REPORT_FORMATS = ("html", "markdown")
 
 

@@ -11,6 +11,7 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
     csv    requests.csv (every field of every record) and levels.csv (one row per level summary)
     json   levels.json: every level summary with its target and the saturation verdict
     jsonl, parquet  the records in the other records format (requests.jsonl, requests.parquet)
+    trace  the requests as a replayable Mooncake-format trace per target (output/trace_export.py)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..core.errors import UserError
 from ..core.records import RequestRecord
 from ..core.rundoc import is_open_loop
 from .files import ExportFiles, write_files
+from .trace_export import TraceExporter
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
 
@@ -365,4 +367,4 @@ class ParquetExporter:
 
 
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter(),
-                                                       JsonlExporter(), ParquetExporter())}
+                                                       JsonlExporter(), ParquetExporter(), TraceExporter())}

@@ -20,7 +20,8 @@ Version history (SCHEMA_VERSION):
        "slot_wait_ms", "held_outside", "held_outside_max_ms", "held_outside_longest_s", "scrapes",
        "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
        (analysis/occupancy.py); per probe sample
-       (probe.jsonl) "scrape_us".
+       (probe.jsonl) "scrape_us"; per level "prompt_n" and "predicted_n" (token distributions),
+       per record "n_predict_target", config "workload" (core/workload.py, run/trace_replay.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
