@@ -21,7 +21,10 @@ Version history (SCHEMA_VERSION):
        "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
        (analysis/occupancy.py); per probe sample
        (probe.jsonl) "scrape_us"; per level "prompt_n" and "predicted_n" (token distributions),
-       per record "n_predict_target", config "workload" (core/workload.py, run/trace_replay.py).
+       per record "n_predict_target", config "workload" (core/workload.py, run/trace_replay.py);
+       per level "cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms",
+       "prefill_saved_ms" (only when a token was reused, analysis/cache.py), config "cache" and
+       "cache_prompt" true (a cache mode, core/cache_mode.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
