@@ -8,7 +8,13 @@ from __future__ import annotations
 import pytest
 import uvloop
 
-from loadgen.analysis.cache import cache_figures, hit_ratio, is_hit, prefill_saved_ms, turn_figures
+from loadgen.analysis.cache import (
+    cache_figures,
+    hit_ratio,
+    is_hit,
+    prefill_saved_ms,
+    turn_figures,
+)
 from loadgen.analysis.compare import CompareError, check_comparable
 from loadgen.client.backends import GenerationParams
 from loadgen.core.cache_mode import SharedPrefix

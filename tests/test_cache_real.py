@@ -10,10 +10,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from servers import LOADGEN, start_llama_server
 
 from loadgen.analysis.cache import is_hit, turn_figures
 from loadgen.results.reader import load_records, load_run
-from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 

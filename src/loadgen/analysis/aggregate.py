@@ -392,9 +392,9 @@ class LevelAggregate:
     def _streamed(self, c: _Columns, batch: Sequence[RequestRecord]) -> None:
         s, first = self.series, _FirstTokens(c)
         s["ttft"].add(first.ttft_ms[first.timed])
-        hit = np.array([cache.is_hit(r.cache_n, r.prompt_n) for r in batch], dtype=object)
-        s["ttft_cache_hit"].add(first.ttft_ms[first.timed & (hit == True)])  # noqa: E712 (None: neither)
-        s["ttft_cache_miss"].add(first.ttft_ms[first.timed & (hit == False)])  # noqa: E712
+        hits = [cache.is_hit(r.cache_n, r.prompt_n) for r in batch]  # None (no timings): neither
+        s["ttft_cache_hit"].add(first.ttft_ms[first.timed & np.array([h is True for h in hits], dtype=bool)])
+        s["ttft_cache_miss"].add(first.ttft_ms[first.timed & np.array([h is False for h in hits], dtype=bool)])
         prompt = _floats(c.prompt_ms)
         s["ttft_queue"].add(np.maximum(0.0, first.ttft_ms - prompt)[first.timed & ~np.isnan(prompt)])
         s["tpot"].add(first.tpot_ms[first.per_token])

@@ -24,8 +24,8 @@ from ..run.multiturn import run_multiturn, turn_of
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
 from .options import LEVELS
-from .shared import console as _console
 from .shared import checking_only, format_option, records_options, request_options, target_options
+from .shared import console as _console
 from .sweep import ensure_open_files, execute_sweep
 
 

@@ -78,7 +78,7 @@ async def _turn(session: aiohttp.ClientSession, url: str, body: dict, record: di
                                   id_slot=event.get("id_slot"), cache_n=timings.get("cache_n"),
                                   prompt_n=timings.get("prompt_n"), prompt_ms=timings.get("prompt_ms"),
                                   predicted_n=timings.get("predicted_n"), predicted_ms=timings.get("predicted_ms"))
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
         record["error_kind"] = CONNECT_ERROR if "status" not in record else "disconnected"
         record["error_message"] = str(exc)[:200] or type(exc).__name__
         return None
