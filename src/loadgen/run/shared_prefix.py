@@ -54,10 +54,12 @@ async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunOb
     try:
         async with server_tokenizer(t.target.probe_url, headers=config.auth_headers(), timeout_s=config.timeout_s,
                                     insecure=config.insecure) as tokenizer:
+            # --api chat: the template's tokens are inside the whole prompt's count, as a sweep's.
+            template = await tokenizer.template_overhead() if config.api == "chat" else 0
             for g in range(mode.groups):
                 prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g))
                 fit = await fit_prompt(tokenizer, lambda m, g=g: synthetic_text(m, g),
-                                       mode.total_tokens - mode.prefix_tokens)
+                                       mode.total_tokens - mode.prefix_tokens, template_tokens=template)
                 bodies.append(fit.body)
     except TokenizeUnavailable:
         t.error = f"{t.target.display}: a shared prefix is cut with the server's /tokenize, which it does not answer"
