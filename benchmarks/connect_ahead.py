@@ -27,10 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
 
-from servers import LOADGEN, Nginx, start_nginx  # noqa: E402
-
 from loadgen.analysis.metrics import latency_ms  # noqa: E402
 from loadgen.core.records import RequestRecord  # noqa: E402
+from servers import LOADGEN, Nginx, start_nginx  # noqa: E402
 
 COMPLETION = ('{"content":"x","tokens_predicted":1,"stop":true,"stop_type":"limit","id_slot":0,'
               '"timings":{"prompt_n":1,"prompt_ms":0.1,"predicted_n":1,"predicted_ms":0.1,'

@@ -226,12 +226,12 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, wit
                   transport_name: str = "aiohttp") -> dict:
     from rich.console import Console
 
-    from loadgen.client.backends import GenerationParams, make_backend
-    from loadgen.run.engine import run_level
-    from loadgen.analysis.metrics import summarize_level
-    from loadgen.output.progress import ProgressObserver
-    from loadgen.core.records import LevelRun
+    from loadgen.analysis.aggregate import summarize_level
     from loadgen.client.aiohttp_transport import AiohttpTransport
+    from loadgen.client.backends import GenerationParams, make_backend
+    from loadgen.core.records import LevelRun
+    from loadgen.output.progress import ProgressObserver
+    from loadgen.run.engine import run_level
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT))
     if transport_name == "fast":
@@ -240,7 +240,7 @@ async def _engine(url: str, requests: int, concurrency: int, with_obs: bool, wit
     else:
         transport = AiohttpTransport()
     await transport.open(url, concurrency, 60.0)
-    devnull = open(os.devnull, "w")
+    devnull = open(os.devnull, "w")  # noqa: SIM115 (closed in the finally below, after the levels)
     try:
         warm = await run_level(LevelRun("bench", concurrency), transport, backend,
                                requests=concurrency * 4, duration_s=None)

@@ -38,11 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from servers import LOADGEN, start_llama_server  # noqa: E402
-
 from loadgen.analysis.compare import RunData, noise_floors  # noqa: E402
 from loadgen.analysis.gate import FAIL, INCONCLUSIVE, GateConfig, run_gate  # noqa: E402
 from loadgen.results.reader import load_records, load_run  # noqa: E402
+from servers import LOADGEN, start_llama_server  # noqa: E402
 
 SWEEP = ["--concurrency", "4", "--requests", "16", "--n-predict", "16", "--warmup", "1", "--no-histograms"]
 

@@ -44,7 +44,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_overhead  # noqa: E402
-from engine_overhead import CANNED_BODY, PROMPT, Nginx, _bare, _cpu_s, _engine_like_body, ensure_nginx, free_port, pick_cpus  # noqa: E402
+from engine_overhead import (  # noqa: E402
+    CANNED_BODY,
+    PROMPT,
+    Nginx,
+    _bare,
+    _cpu_s,
+    _engine_like_body,
+    ensure_nginx,
+    free_port,
+    pick_cpus,
+)
 
 SSE_EVENTS = 64
 SSE_BODY = "".join(
@@ -85,11 +95,11 @@ class StreamingNginx(Nginx):
 async def _engine(url: str, requests: int, concurrency: int, transport_name: str, stream: bool = False,
                   keep_latencies: bool = False, kernel_stamps: bool = True) -> dict:
     from loadgen.client.backends import GenerationParams, make_backend
-    from loadgen.run.engine import run_level
-    from loadgen.run.looplag import LoopLagSampler
-    from loadgen.core.records import LevelRun
     from loadgen.client.fast import FastTransport
     from loadgen.client.registry import make_transport
+    from loadgen.core.records import LevelRun
+    from loadgen.run.engine import run_level
+    from loadgen.run.looplag import LoopLagSampler
 
     backend = make_backend("llamacpp", GenerationParams(prompt=PROMPT, stream=stream))
     if stream:

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import ast
+import functools
+from pathlib import Path
+
 import pytest
 
 from loadgen.results.reader import load_records, load_run
@@ -44,3 +48,63 @@ def simulator():
     """A simulated llama-server in its own process, on a free loopback port."""
     with SimProcess("--profile", "smoke", "--slots", "2", "--time-scale", "0.05") as sim:
         yield sim.url
+
+
+# ---------------------------------------------------------------- tiers
+# `scripts/test --quick` (`pytest -m quick`) runs the test files marked quick: those that start no
+# process (no server subprocess, no `loadgen` subprocess), run no server of their own on a socket (a
+# simulator or fixture server in a thread) and search no property space (hypothesis). What such a
+# test needs of a server, tests/fake_transport.py gives in-process. The mark is given here by a rule
+# that reads each file's code, so a new file lands in its tier without a list to keep: a file is
+# quick unless its code names one of NOT_QUICK_NAMES. Under -m quick the other files are not even
+# imported (their imports alone take a while on a busy machine).
+NOT_QUICK_NAMES = frozenset({
+    # processes: tests/servers.py's helpers that start one, and the ways to start one directly
+    "subprocess", "Popen", "LOADGEN", "SimProcess", "start_llama_server", "start_nginx", "start_lossy_nginx",
+    "start_prometheus", "sweep", "grid", "real_servers", "two_server_sweep", "simulator",
+    # servers in a thread of the test's own process, on a loopback socket
+    "SimThread", "AppThread", "RewritingProxy", "RawListener", "LoopThread", "FixtureServer", "RawHttpServer",
+    "InstantServer", "start_simulator", "refused_port", "free_port",
+    # property searches: hundreds of examples a test
+    "hypothesis", "given",
+})
+# Files whose every test is slow for another reason, with it.
+SLOW_FILES = {
+    "test_report.py": "each test draws the report's matplotlib charts (20 s a test on a busy machine)",
+}
+
+
+def _names_in(path: Path) -> set[str]:
+    """Every identifier a Python file uses: names, attributes, imported modules and names."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update(part for alias in node.names for part in alias.name.split("."))
+            names.update((getattr(node, "module", None) or "").split("."))
+    return names
+
+
+@functools.cache
+def is_quick_file(path: Path) -> bool:
+    """Whether a test file belongs to the quick tier (see above)."""
+    return path.name not in SLOW_FILES and not (_names_in(path) & NOT_QUICK_NAMES)
+
+
+def _quick_only(config: pytest.Config) -> bool:
+    return (config.getoption("markexpr", "") or "").strip() == "quick"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if _quick_only(config) and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return not is_quick_file(collection_path) or None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_quick_file(Path(str(item.path))) and not any(item.get_closest_marker(m) for m in ("real", "slow")):
+            item.add_marker(pytest.mark.quick)

@@ -100,7 +100,7 @@ class FixtureServer:
             return web.Response(text="llamacpp:requests_deferred 0\nllamacpp:requests_processing 0\n")
         return web.json_response({"error": {"code": 404, "message": "not here"}}, status=404)
 
-    async def start(self) -> "FixtureServer":
+    async def start(self) -> FixtureServer:
         app = web.Application()
         for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
             app.router.add_post(path, self._handle)

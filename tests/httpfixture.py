@@ -41,7 +41,7 @@ class RawHttpServer:
     open_connections: int = 0
     max_open_connections: int = 0
 
-    async def __aenter__(self) -> "RawHttpServer":
+    async def __aenter__(self) -> RawHttpServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
@@ -132,16 +132,16 @@ def chunked(body: bytes, sizes: list[int], status: str = "200 OK", headers: tupl
 def self_signed_tls(tmp_path) -> tuple[ssl.SSLContext, str]:
     """A server TLS context with a fresh self-signed certificate for 127.0.0.1 (and its PEM path)."""
     import datetime
+    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "loadgen test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
             .not_valid_after(now + datetime.timedelta(days=1))

@@ -163,7 +163,7 @@ class SimProcess:
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
-    def start(self) -> "SimProcess":
+    def start(self) -> SimProcess:
         self.proc = proc = subprocess.Popen([*self.command, *self.args], stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE, text=True,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -194,7 +194,7 @@ class SimProcess:
                 proc.wait()
         return proc.returncode
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -257,7 +257,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="simbed", daemon=True)
 
-    def __enter__(self) -> "LoopThread":
+    def __enter__(self) -> LoopThread:
         self._thread.start()
         return self
 
@@ -309,7 +309,7 @@ class SimThread:
         """Completion requests the simulator has received (the index its faults are chosen by)."""
         return self.sim.server._n_requests
 
-    def __enter__(self) -> "SimThread":
+    def __enter__(self) -> SimThread:
         self._loop.__enter__()
         try:
             self.start()
@@ -345,7 +345,7 @@ class RawListener:
             if answer:
                 writer.write(answer)
                 await writer.drain()
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             pass
         finally:
             writer.close()
@@ -359,7 +359,7 @@ class RawListener:
             self._server.close()
             await self._server.wait_closed()
 
-    def __enter__(self) -> "RawListener":
+    def __enter__(self) -> RawListener:
         self._loop.__enter__()
         self._loop.call(self._start())
         return self
@@ -457,7 +457,7 @@ class Nginx:
         terminate(self.proc, 10)  # SIGTERM: nginx's fast shutdown, master and worker
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "Nginx":
+    def __enter__(self) -> Nginx:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -729,7 +729,7 @@ class InstantServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "InstantServer":
+    def __enter__(self) -> InstantServer:
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "instant_server.py"), str(self.port)])
         wait_healthy(self.url, 30, self.proc, "the instant server")
         return self

@@ -9,8 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.analysis.between_runs import (FLOOR_ONLY, PAIRED, UNPAIRED, UNTESTED, Floor, calibrate,
-                                           interleaved, run_effect)
+from loadgen.analysis.between_runs import (
+    FLOOR_ONLY,
+    PAIRED,
+    UNPAIRED,
+    UNTESTED,
+    Floor,
+    calibrate,
+    interleaved,
+    run_effect,
+)
 
 A = 0.05
 

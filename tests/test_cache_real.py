@@ -10,10 +10,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from servers import LOADGEN, start_llama_server
 
 from loadgen.analysis.cache import is_hit, turn_figures
 from loadgen.results.reader import load_records, load_run
+from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
 
@@ -82,7 +82,7 @@ def test_four_users_five_turns_reuse_their_history(server, tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_capacity_finds_where_reuse_collapses_with_a_small_cache_ram(tmp_path_factory, tmp_path):
+def test_cache_capacity_finds_where_reuse_collapses_with_a_small_cache_ram(tmp_path_factory, tmp_path):
     """2 slots and --cache-ram 8 (MiB): SmolLM2's KV takes 23,040 bytes a token (30 layers × 3 KV
     heads × 64 × K and V × f16; `loadgen kv`), so a conversation of 184 tokens (120 shared + 64 of
     its own) is about 4.0 MiB and 8 MiB keep 1 of them: 3 warm in all, predicted collapse at K = 4.
@@ -94,7 +94,7 @@ def test_capacity_finds_where_reuse_collapses_with_a_small_cache_ram(tmp_path_fa
     server = start_llama_server("smollm2-capacity", 2, tmp_path_factory.mktemp("llama-logs"),
                                 extra=("--cache-ram", "8"))
     try:
-        proc = subprocess.run([*LOADGEN, "capacity", "--url", server.url, "--conversation-tokens", "120",
+        proc = subprocess.run([*LOADGEN, "cache-capacity", "--url", server.url, "--conversation-tokens", "120",
                                "--k", "1,2,3,4,5", "--rounds", "2", "--server-pid", str(server.proc.pid),
                                "--cache-ram-mib", "8", "--bytes-per-token", "23040",
                                "--output", str(tmp_path / "cap")],
@@ -103,7 +103,7 @@ def test_capacity_finds_where_reuse_collapses_with_a_small_cache_ram(tmp_path_fa
         server.stop()
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
-    summary = json.loads((tmp_path / "cap" / "capacity.json").read_text())
+    summary = json.loads((tmp_path / "cap" / "cache-capacity.json").read_text())
     assert summary["predicted_capacity"] == 3
     assert all(lv["rss_mib"] and lv["rss_mib"] > 0 for lv in summary["levels"])
     assert summary["levels"][0]["warm_hit_ratio"] > 0.5

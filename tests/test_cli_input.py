@@ -80,7 +80,7 @@ BAD = [
     (["sweep", "--ports", " , "], "comma-separated"),
     (["sweep", "--url", ""], "expected http"),
     (["sweep", "--host", "", "--ports", "8080"], "host name or address only"),
-    (["sweep", "--ports", "8080", "--prompt-file", "{dir}"], "Is a directory"),
+    (["sweep", "--ports", "8080", "--prompt-file", "{dir}"], "is a directory"),
     (["sweep", "--ports", "8080", "--prompt-file", "{empty}"], "empty"),
     (["sweep", "--ports", "8080", "--output", "{file}/run"], "cannot write to"),
     (["sweep", "--ports", "8080", "--output", "{file}"], "is a file"),
@@ -98,8 +98,8 @@ BAD = [
     (["sim", "--port", "70000"], "--port"),
     (["sim", "--slots", "0"], "--slots"),
     (["sim", "--profile", "{missing}"], "--profile"),
-    (["report", "{good}", "--out", "{file}/report.html"], "cannot write"),
-    (["export", "{good}", "--format", "csv", "--out", "{file}/x"], "cannot write"),
+    (["report", "{good}", "--output", "{file}/report.html"], "cannot write"),
+    (["export", "{good}", "--format", "csv", "--output", "{file}/x"], "cannot write"),
     (["export", "{taken}", "--format", "csv"], "not a loadgen run file"),
 ]
 
@@ -167,7 +167,7 @@ DAMAGED = {
 READERS = {
     "analyze": lambda bad, good: ["analyze", bad],
     "report": lambda bad, good: ["report", bad, "--format", "markdown"],
-    "export": lambda bad, good: ["export", bad, "--format", "csv", "--out", bad / "exported"],
+    "export": lambda bad, good: ["export", bad, "--format", "csv", "--output", bad / "exported"],
     "compare": lambda bad, good: ["compare", good, bad],
     "gate": lambda bad, good: ["gate", bad, good],
 }

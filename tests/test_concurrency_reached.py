@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from loadgen.analysis.metrics import concurrency_reached, summarize_level
+from loadgen.analysis.aggregate import summarize_level
+from loadgen.analysis.metrics import concurrency_reached
 from loadgen.core.records import RequestRecord
 from loadgen.core.rundoc import LevelSummary
 from loadgen.output.tables import reach_lines

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from servers import SimProcess
 
+from servers import SimProcess
 
 COMPLETION_KEYS = {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
                    "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",

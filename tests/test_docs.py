@@ -1,7 +1,7 @@
 """The README is a door and docs/ the house (issue 33): the README stays short and opens with the
 two set-up commands, every page builds with `mkdocs build --strict` (no broken link or anchor, no
 page left out of the nav), the README's links land on pages and headings that exist, and every
-metric that `analysis/metrics.py` defines is on the metrics page."""
+metric loadgen defines is on the metrics page with its formula."""
 
 from __future__ import annotations
 
@@ -76,18 +76,33 @@ def test_the_readmes_links_to_docs_land_on_pages_and_headings_that_exist(site):
 
 
 def defined_metrics() -> list[str]:
-    """The metric names `analysis/metrics.py`'s docstring defines: `- name = ...` and `name = ...`."""
-    from loadgen.analysis import metrics
+    """Every metric loadgen defines: the run.json key of each per-request `Metric` of
+    analysis/metric_defs.py, and the level figures `analysis/metrics.py`'s docstring defines
+    (`- name = ...` and `name = ...`)."""
+    from loadgen.analysis import metric_defs, metrics
 
-    return re.findall(r"(?:^- |; )(\w+)\s+=", metrics.__doc__, flags=re.MULTILINE)
+    return [m.key for m in metric_defs.all_metrics()] + \
+        re.findall(r"(?:^- |; )(\w+)\s+=", metrics.__doc__, flags=re.MULTILINE)
 
 
-def test_every_metric_defined_in_metrics_py_is_on_the_metrics_page():
+def test_every_metric_defined_is_on_the_metrics_page():
     names = defined_metrics()
-    # The docstring as written when this test was: the parse must find at least these.
+    # The metrics as defined when this test was: the parse must find at least these.
     assert {"latency_ms", "latency_uncorrected_ms", "schedule_lag_ms", "ttft_ms", "ttft_queue_ms",
-            "tpot_ms", "itl_ms", "service_ms", "queue_wait_ms", "decode_tok_s", "wall_s", "output_tokens",
+            "tpot_ms", "itl_ms", "service_ms", "queue_wait_ms", "decode_tok_s_mean", "wall_s", "output_tokens",
             "throughput_tok_s", "achieved_rate", "concurrency_reached", "connections_opened",
             "connect_ms"} <= set(names)
     page = (DOCS / "metrics.md").read_text()
     assert [n for n in names if f"`{n}`" not in page] == []
+
+
+def test_the_metrics_page_shows_each_definitions_formula_as_written_from_them():
+    """docs/metrics.md's per-request table is metric_defs.docs_table() (scripts/metrics-doc writes it)."""
+    from loadgen.analysis import metric_defs
+
+    page = (DOCS / "metrics.md").read_text()
+    block = re.search(r"<!-- metric_defs: begin .*?-->\n(.*?)<!-- metric_defs: end -->", page, flags=re.S)
+    assert block is not None, "docs/metrics.md lost its metric_defs block"
+    assert block.group(1) == metric_defs.docs_table(), "run scripts/metrics-doc"
+    for m in metric_defs.all_metrics():
+        assert m.formula in block.group(1), m.name

@@ -91,7 +91,7 @@ def test_analyze_and_report_read_every_kind(runs, tmp_path, loadgen, kind):
     for args in (("analyze", runs[kind]), ("report", runs[kind], "--format", "markdown")):
         code, _, err = read(loadgen, *args)
         assert code == 0, err
-    code, out, err = read(loadgen, "report", runs[kind], "--out", tmp_path / "r.html")
+    code, out, err = read(loadgen, "report", runs[kind], "--output", tmp_path / "r.html")
     if kind in MODES:  # the report draws sweeps: refused in one line that says what shows the run
         assert code == 2 and len(err.strip().splitlines()) == 1 and "loadgen analyze" in err, err
         assert not (tmp_path / "r.html").exists()
@@ -102,7 +102,7 @@ def test_analyze_and_report_read_every_kind(runs, tmp_path, loadgen, kind):
 @pytest.mark.parametrize("fmt", ["hgrm", "hlog", "csv", "json"])
 @pytest.mark.parametrize("kind", SWEEPS + MODES)
 def test_export_reads_every_kind(runs, tmp_path, loadgen, kind, fmt):
-    code, _, err = read(loadgen, "export", runs[kind], "--format", fmt, "--out", tmp_path)
+    code, _, err = read(loadgen, "export", runs[kind], "--format", fmt, "--output", tmp_path)
     assert code == 0 or (code == 2 and len(err.strip().splitlines()) == 1), err
 
 

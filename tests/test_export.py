@@ -31,7 +31,7 @@ def run_levels(run):
 
 
 def test_hlog_round_trip_matches_run_json(tmp_path, run):
-    result = export(str(FIXTURE), "--format", "hlog", "--metric", "latency", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "hlog", "--metric", "latency", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     reader = HistogramLogReader(str(tmp_path / "latency.hlog"), metrics.new_histogram())
     intervals = {}
@@ -81,7 +81,7 @@ def value_at(rows, percentile: float) -> float:
 
 
 def test_hgrm_rows_match_run_json(tmp_path, run):
-    result = export(str(FIXTURE), "--format", "hgrm", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "hgrm", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     for label, lv in run_levels(run):
         for metric in ("latency", "queue_wait", "predicted_ms"):
@@ -99,7 +99,7 @@ def test_hgrm_rows_match_run_json(tmp_path, run):
 
 
 def test_csv_one_row_per_request_and_per_level(tmp_path, run):
-    result = export(str(FIXTURE), "--format", "csv", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "csv", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     records = load_records(FIXTURE)
     with (tmp_path / "requests.csv").open(newline="") as f:
@@ -117,7 +117,7 @@ def test_csv_one_row_per_request_and_per_level(tmp_path, run):
 
 
 def test_json_level_summaries(tmp_path, run):
-    result = export(str(FIXTURE), "--format", "json", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "json", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "levels.json").read_text())
     assert doc["schema"] == "loadgen.levels"
@@ -138,10 +138,9 @@ def test_default_out_is_the_results_dir(tmp_path):
     (["/nonexistent/run", "--format", "csv"], "no such directory"),
     ([str(FIXTURE), "--format", "hgrm", "--target", "nope"], "no target 'nope'"),
     ([str(FIXTURE), "--format", "hgrm", "--metric", "e2e"], "unknown metric 'e2e'"),
-    ([str(FIXTURE), "--format", "xml"], "--format 'xml'"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(export_command, [*args, "--out", str(tmp_path)])
+    result = CliRunner().invoke(export_command, [*args, "--output", str(tmp_path)])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
@@ -156,7 +155,7 @@ def test_not_a_results_dir_exits_2(tmp_path):
 def test_hlog_interval_max_keeps_microseconds(tmp_path, run):
     # Interval_Max is the histogram's max / maxValueUnitRatio as a real number (the Java and .NET
     # writers print it with 3 decimals); hdrh's writer floor-divided it to whole ms.
-    result = export(str(FIXTURE), "--format", "hlog", "--metric", "latency", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "hlog", "--metric", "latency", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     lines = [line for line in (tmp_path / "latency.hlog").read_text().splitlines() if line.startswith("Tag=")]
     maxima = {line.split(",")[0].removeprefix("Tag="): float(line.split(",")[3]) for line in lines}
@@ -166,13 +165,13 @@ def test_hlog_interval_max_keeps_microseconds(tmp_path, run):
 
 
 def test_closed_loop_has_no_uncorrected_latency_or_schedule_lag_to_export(tmp_path, run):
-    result = export(str(FIXTURE), "--format", "hgrm", "--out", str(tmp_path))
+    result = export(str(FIXTURE), "--format", "hgrm", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in tmp_path.iterdir())
     assert any(n.endswith("-latency.hgrm") for n in names)
     assert not any("latency_uncorrected" in n or "schedule_lag" in n for n in names), names
     result = CliRunner().invoke(export_command, [str(FIXTURE), "--format", "hgrm", "--metric", "latency_uncorrected",
-                                                 "--out", str(tmp_path / "u")])
+                                                 "--output", str(tmp_path / "u")])
     assert result.exit_code == 2 and "open-loop metric" in result.output
 
 

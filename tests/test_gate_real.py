@@ -15,9 +15,9 @@ import json
 import subprocess
 
 import pytest
+
 from loadgen.core.errors import EXIT_NOT_ENFORCED
 from servers import LOADGEN, SimProcess, sim_profile, start_llama_server
-
 
 # The module's fixture runs 12 sweeps (6 of them against the real server): on a loaded 2-core
 # machine that took more than the suite's 300 s per test, all of it charged to the first test.

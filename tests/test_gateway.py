@@ -55,7 +55,8 @@ def outcomes(records, label):
 
 
 CASES = [("llamacpp", "--no-stream", "fast"), ("completions", "--stream", "fast"), ("chat", "--stream", "aiohttp"),
-         ("chat", "--no-stream", "fast"), ("llamacpp", "--stream", "aiohttp")]
+         ("chat", "--no-stream", "fast"), ("llamacpp", "--stream", "aiohttp"), ("responses", "--stream", "fast"),
+         ("messages", "--stream", "aiohttp")]
 
 
 @pytest.mark.parametrize("api,stream,transport", CASES, ids=["-".join(c) for c in CASES])
@@ -77,12 +78,14 @@ def test_a_sweep_through_the_gateway_gives_the_records_of_a_direct_one(upstream,
         assert outcomes(records, label) == direct, label
     # every request and probe went under the prefix; /v1 was never doubled; the query went on each
     sent = gateway.access_log()[before:]
-    endpoint = {"llamacpp": "/completion", "completions": "/v1/completions", "chat": "/v1/chat/completions"}[api]
+    endpoint = {"llamacpp": "/completion", "completions": "/v1/completions", "chat": "/v1/chat/completions",
+                "responses": "/v1/responses", "messages": "/v1/messages"}[api]
     posts = [line.split()[1] for line in sent if line.startswith("POST ") and "tokenize" not in line
              and "apply-template" not in line]
     assert len(posts) == 3 * (8 + 1)  # three gateway targets: 8 requests + 1 warm-up each
     assert Counter(posts) == Counter({f"{PREFIX}{endpoint}": 18, f"{PREFIX}{endpoint}?{QUERY}": 9})
-    tokenizer = "/apply-template" if api == "chat" else "/tokenize"  # how --prompt-tokens measures
+    # how --prompt-tokens measures: the chat template's APIs through /apply-template
+    tokenizer = "/apply-template" if api in ("chat", "responses", "messages") else "/tokenize"
     for path in ("/health", "/props", "/slots", "/metrics", tokenizer):
         assert any(line.split()[1].startswith(PREFIX + path) for line in sent), path
     assert not any("/v1/v1" in line for line in sent)

@@ -11,8 +11,16 @@ import time
 import pytest
 
 from loadgen.analysis.bootlog import boot_facts
-from loadgen.analysis.grid import (cache_flags, check_template, cross, kv_warnings, parse_param, run_order,
-                                   summarize_cell, who_wins)
+from loadgen.analysis.grid_cells import (
+    cache_flags,
+    check_template,
+    cross,
+    kv_warnings,
+    parse_param,
+    run_order,
+    summarize_cell,
+    who_wins,
+)
 from loadgen.core.errors import ConfigError
 from loadgen.core.processes import pid_alive
 from servers import GRID_SERVER, LOADGEN, grid, grid_pids
@@ -87,9 +95,14 @@ def test_cache_flags(argv, expected):
 
 
 def _run(*throughputs, latency=100.0):
-    levels = [{"level": lv, "throughput_tok_s": t, "latency_ms": {"mean": latency * lv}}
-              for lv, t in zip((1, 2, 4), throughputs)]
-    return {"status": "ok", "run": {"targets": [{"levels": levels, "verdict": {"saturated_at": 2}}]}}
+    """A grid entry whose run.json has a level per throughput (c=1, 2, 4), mean latency `latency` × c."""
+    def dist(mean):
+        return {"count": 1, "mean": mean, "p50": mean, "p90": mean, "p99": mean, "max": mean}
+
+    levels = [{"level": lv, "concurrency": lv, "requests_ok": 1, "requests_failed": 0, "output_tokens": 1,
+               "wall_s": 1.0, "throughput_tok_s": t, "predicted_ms_mean": None, "decode_tok_s_mean": None,
+               "latency_ms": dist(latency * lv)} for lv, t in zip((1, 2, 4), throughputs)]
+    return {"status": "ok", "run": {"targets": [{"label": "cell", "levels": levels, "verdict": {"saturated_at": 2}}]}}
 
 
 def test_summary_mean_sd_and_who_wins():

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.core.errors import ResultsError
-from loadgen.results.grid import load_grid
+from loadgen.results.grid_file import load_grid
 from test_results_fuzz import FIXTURE, FUZZ, assert_clean, json_values, run_command
 
 TEMPLATE = "loadgen-fuzz-no-such-server -np {parallel} -c 2048"

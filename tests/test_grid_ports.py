@@ -259,7 +259,7 @@ def test_a_port_grid_picked_that_was_taken_is_replaced(tmp_path, monkeypatch):
         doc = grid_cli.new_grid(f"{GRID_SERVER} --parallel {{parallel}}", ("parallel=1",), 1, "sweep", SWEEP, 60)
         root = tmp_path / "grid"
         root.mkdir()
-        err = Console(file=open(tmp_path / "err.txt", "w"), width=200)
+        err = Console(file=open(tmp_path / "err.txt", "w"), width=200)  # noqa: SIM115 (closed below, before it is read)
         entry = grid_cli.CellRunner(root, doc, err).run(doc["cells"][0], 1)
         err.file.close()
     assert entry["status"] == "ok", entry.get("reason")

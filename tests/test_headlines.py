@@ -13,7 +13,7 @@ import pytest
 
 from loadgen.analysis import compare, gate
 from loadgen.analysis.between_runs import Floor
-from loadgen.analysis.grid import summarize_cell, who_wins
+from loadgen.analysis.grid_cells import summarize_cell, who_wins
 from loadgen.client.backends import GenerationParams
 from loadgen.client.probe import ServerInfo
 from loadgen.core.errors import EXIT_NOT_ENFORCED
@@ -35,9 +35,13 @@ CALIBRATE = ("calibrate measures the noise of one unchanged configuration agains
 
 def cell_run(*throughputs: float, latency: float) -> dict:
     """A cell's grid entry: one run with throughput per level 1, 2, 4 and mean latency latency × level."""
-    levels = [{"level": lv, "throughput_tok_s": t, "latency_ms": {"mean": latency * lv}}
-              for lv, t in zip((1, 2, 4), throughputs)]
-    return {"status": "ok", "run": {"targets": [{"levels": levels, "verdict": {"saturated_at": 2}}]}}
+    def dist(mean):
+        return {"count": 1, "mean": mean, "p50": mean, "p90": mean, "p99": mean, "max": mean}
+
+    levels = [{"level": lv, "concurrency": lv, "requests_ok": 1, "requests_failed": 0, "output_tokens": 1,
+               "wall_s": 1.0, "throughput_tok_s": t, "predicted_ms_mean": None, "decode_tok_s_mean": None,
+               "latency_ms": dist(latency * lv)} for lv, t in zip((1, 2, 4), throughputs)]
+    return {"status": "ok", "run": {"targets": [{"label": "cell", "levels": levels, "verdict": {"saturated_at": 2}}]}}
 
 
 GRID_CASES = {

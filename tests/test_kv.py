@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import gguf
 import pytest
 
 from loadgen.analysis import kv
 from loadgen.core.errors import ConfigError
 from loadgen.run.gguf_file import read_gguf
+
+gguf = pytest.importorskip("gguf", reason="pip install 'loadgen[gguf]' (the dev extra has it)")
 
 MIB = 1024 * 1024
 
@@ -421,6 +422,6 @@ def test_cli_json(tmp_path, loadgen):
 ])
 def test_grid_reads_batch_and_flash_attention(argv, expected):
     """The grid's estimate for a cell sees -b and -fa as llama-server spells them."""
-    from loadgen.analysis.grid import cache_flags
+    from loadgen.analysis.grid_cells import cache_flags
     flags = cache_flags(argv)
     assert (flags.n_batch, kv.flash_mode(flags.flash_attn)) == expected

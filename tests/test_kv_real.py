@@ -19,10 +19,12 @@ import pytest
 
 from loadgen.analysis import kv
 from loadgen.analysis.bootlog import boot_facts
-from loadgen.analysis.grid import cache_flags
+from loadgen.analysis.grid_cells import cache_flags
 from loadgen.run.gguf_file import read_gguf
 from servers import free_port, terminate, testbed_paths
 from tiny_gguf import write_tiny_gguf
+
+pytest.importorskip("gguf", reason="pip install 'loadgen[gguf]' (the dev extra has it)")
 
 pytestmark = pytest.mark.real
 

@@ -183,7 +183,7 @@ def test_importing_the_results_reader_loads_no_engine_and_no_http_client():
 
 @pytest.mark.parametrize("args", [
     ("analyze", str(GOLDEN)),
-    ("export", str(GOLDEN), "--format", "json", "--out", "{out}"),
+    ("export", str(GOLDEN), "--format", "json", "--output", "{out}"),
     ("gate", str(GOLDEN), str(GOLDEN)),
 ])
 def test_reading_a_saved_run_loads_no_engine_and_no_http_client(args, tmp_path):

@@ -55,7 +55,7 @@ class PeakRss:
         while not self._stop.wait(0.01):
             self.peak = max(self.peak, rss_kib())
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._thread.start()
         return self
 

@@ -11,9 +11,9 @@ import uvloop
 from loadgen.client.backends import GenerationParams
 from loadgen.results.writer import run_document
 from loadgen.run.config import SweepConfig, Target
+from loadgen.run.level_runner import LocalRunner
 from loadgen.run.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
 from loadgen.run.state import Run
-from loadgen.run.level_runner import LocalRunner
 from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
 

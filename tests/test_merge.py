@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis import metrics
-from loadgen.run.workers import merge
+from loadgen.analysis import aggregate, metrics
 from loadgen.core.records import RequestRecord
-from loadgen.run.workers.merge import (ProcessLoad, add_histograms, busiest, closed_shares, level_seq, merged_schedule,
-                                    open_shares, process_of, same_buckets, split_count, split_in_proportion,
-                                    sum_counters)
 from loadgen.run.schedule import arrival_offsets_ns
+from loadgen.run.workers import merge
+from loadgen.run.workers.merge import (
+    ProcessLoad,
+    add_histograms,
+    busiest,
+    closed_shares,
+    level_seq,
+    open_shares,
+    split_count,
+    split_in_proportion,
+)
+from oracles import merged_schedule, process_of, same_buckets, sum_counters
 
 
 @pytest.mark.parametrize("total, parts, expected", [
@@ -176,7 +184,7 @@ def test_lost_requests(share, sends, since, death_ms, duration_s, pause_ms, expe
 
 def test_lost_requests_count_apart_from_failed_and_cancelled() -> None:
     records = [_done(0, 0, 10), _done(1, 0, 20, "http_503"), _done(2, 0, 30, "cancelled"), _done(3, 0, 40, "lost")]
-    summary = metrics.summarize_level(4, records)
+    summary = aggregate.summarize_level(4, records)
     assert (summary.requests_ok, summary.requests_failed, summary.requests_cancelled, summary.requests_lost) == \
         (1, 1, 1, 1)
     assert summary.errors_by_kind == {"http_503": 1}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadgen.analysis import metrics
+from loadgen.analysis import aggregate, metrics
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
 
@@ -70,7 +70,7 @@ def test_distribution_percentiles_come_from_hdr_with_microsecond_resolution():
 def test_summarize_level_counts_errors_by_kind_and_keeps_cancelled_apart():
     rs = [rec(0, 100, seq=0), rec(0, 200, seq=1, error_kind="http_503"), rec(0, 300, seq=2, error_kind="http_503"),
           rec(0, 50, seq=3, error_kind=records.CANCELLED), rec(0, 120, seq=4, error_kind=records.CONNECT_ERROR)]
-    s = metrics.summarize_level(4, rs)
+    s = aggregate.summarize_level(4, rs)
     assert (s.requests_ok, s.requests_failed, s.requests_cancelled) == (1, 3, 1)
     assert s.errors_by_kind == {"connect_error": 1, "http_503": 2}
     assert s.latency_ms.count == 1
@@ -79,7 +79,7 @@ def test_summarize_level_counts_errors_by_kind_and_keeps_cancelled_apart():
 
 def test_summarize_level_means_skip_missing_values():
     rs = [rec(0, 100, pps=100.0, seq=0), rec(0, 100, pps=None, seq=1), rec(0, 100, pps=200.0, seq=2)]
-    s = metrics.summarize_level(2, rs)
+    s = aggregate.summarize_level(2, rs)
     assert s.decode_tok_s_mean == pytest.approx(150.0)
     assert s.predicted_ms_mean == pytest.approx(90.0)
     d = s.to_dict()
@@ -97,7 +97,7 @@ def test_counter_delta_subtracts_matching_counters():
 
 def test_cancelled_requests_do_not_stretch_the_level_wall():
     rs = [rec(0, 1000, predicted_n=20, seq=0), rec(0, 5000, seq=1, error_kind=records.CANCELLED)]
-    s = metrics.summarize_level(2, rs, stopped_reason="interrupted")
+    s = aggregate.summarize_level(2, rs, stopped_reason="interrupted")
     assert s.wall_s == pytest.approx(1.0)
     assert s.throughput_tok_s == pytest.approx(20.0)
     assert (s.requests_ok, s.requests_failed, s.requests_cancelled) == (1, 0, 1)

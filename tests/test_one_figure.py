@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.aggregate import summarize_level
 from loadgen.core.records import LevelRun, RequestRecord
-from loadgen.output.html import TABLE_COLUMNS, build_series, level_row
-from loadgen.output.progress import ProgressObserver
+from loadgen.output.html import TABLE_COLUMNS, level_row
 from loadgen.output.layout import filled_rows, text_of
+from loadgen.output.progress import ProgressObserver
+from loadgen.output.report_model import build_series
 from loadgen.output.tables import queue_table
 from loadgen.results.reader import load_run
 
@@ -54,8 +55,8 @@ def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
     checked = 0
     for s in series:
         for level in s.levels:
-            expected = level["queue_wait_ms"]["p99"]
-            row = next(r for r in rows if r[1] == f"{level['level']:g}" and r[0] == s.label)
+            expected = level.queue_wait_ms.p99
+            row = next(r for r in rows if r[1] == f"{level.level:g}" and r[0] == s.label)
             assert row[p99_column] == f"{expected:,.0f}"  # the terminal
             assert level_row(s, level)[report_p99] == f"{expected:,.1f}"  # HTML and Markdown
             checked += 1

@@ -10,17 +10,17 @@ import threading
 import numpy as np
 import pytest
 
-from loadgen.analysis import metrics
+from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
+from loadgen.analysis import aggregate, metrics
 from loadgen.client.aiohttp_transport import AiohttpTransport
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core import records
 from loadgen.core.records import LevelRun
 from loadgen.run.engine import run_level, run_open_level
-from loadgen.run.loops import loop_factory
-from loadgen.run.schedule import arrival_offsets_ns, realised_rate
 from loadgen.run.looplag import LoopLagSampler
-from fixture_server import Behaviour, FixtureServer, chat_stream, completion_stream, sse
-
+from loadgen.run.loops import loop_factory
+from loadgen.run.schedule import arrival_offsets_ns
+from oracles import realised_rate
 
 # ---------------------------------------------------------------- schedules (pure)
 
@@ -87,7 +87,7 @@ def test_a_stall_shows_in_the_corrected_p99_and_not_in_the_uncorrected_one():
     behaviour = Behaviour(stall_s=lambda n: 2.0 if n == 20 else 0.0)
     level, _ = run(lambda: level_against(behaviour, rate=10.0, offsets=offsets, max_in_flight=1))
     assert len(level.records) == 120 and all(r.ok for r in level.records)
-    summary = metrics.summarize_level(1, level.records, rate=10.0)
+    summary = aggregate.summarize_level(1, level.records, rate=10.0)
     assert summary.latency_ms.p99 >= 1500
     assert summary.latency_uncorrected_ms.p99 < 500
     assert summary.schedule_lag_ms.max >= 1500  # the blocked sends were late, and say so
@@ -145,7 +145,7 @@ def test_streams_through_the_transport_record_ttft_and_gaps(api, events):
 def test_broken_streams_are_recorded_with_their_kind(events, kind):
     level, _ = run(lambda: level_against(Behaviour(events=events), stream=True, requests=2))
     assert [r.error_kind for r in level.records] == [kind, kind]
-    assert metrics.summarize_level(1, level.records).requests_failed == 2
+    assert aggregate.summarize_level(1, level.records).requests_failed == 2
 
 
 def test_an_error_status_before_the_stream_is_read_as_json():

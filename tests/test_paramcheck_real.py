@@ -10,8 +10,15 @@ import subprocess
 
 import pytest
 
-from servers import (LOADGEN, RewritingProxy, drop_temperature_and_seed, reverse_proxy, start_llama_server,
-                     start_lossy_nginx, start_nginx)
+from servers import (
+    LOADGEN,
+    RewritingProxy,
+    drop_temperature_and_seed,
+    reverse_proxy,
+    start_llama_server,
+    start_lossy_nginx,
+    start_nginx,
+)
 
 pytestmark = pytest.mark.real
 

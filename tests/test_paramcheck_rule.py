@@ -1,11 +1,22 @@
-"""The paramcheck verdict rule (analysis/paramcheck.py), as a table. Expected answers written before running."""
+"""The paramcheck verdict rule (analysis/paramcheck_verdict.py), as a table. Expected answers written before running."""
 
 from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis.paramcheck import (ALTERED, CANNOT_TELL, DROPPED, HONOURED, UNSEEN, CanaryAnswer, Observation,
-                                         exit_code, judge, judge_observation, verdicts)
+from loadgen.analysis.paramcheck_verdict import (
+    ALTERED,
+    CANNOT_TELL,
+    DROPPED,
+    HONOURED,
+    UNSEEN,
+    CanaryAnswer,
+    Observation,
+    exit_code,
+    judge,
+    judge_observation,
+    verdicts,
+)
 
 U = UNSEEN
 # (direct, via, default) -> verdict of one observation (None: no evidence)

@@ -23,7 +23,7 @@ def _twin_in_parquet(run, twin):
     twin.mkdir()
     for name in ("run.json", "probe.jsonl"):
         shutil.copy(run / name, twin / name)
-    done = _loadgen("export", str(run), "--format", "parquet", "--out", str(twin))
+    done = _loadgen("export", str(run), "--format", "parquet", "--output", str(twin))
     assert done.returncode == 0, done.stderr
     assert (twin / "requests.parquet").is_file() and not (twin / "requests.jsonl").exists()
 
@@ -51,7 +51,7 @@ def test_the_records_read_back_the_same(runs):
     ("analyze", "{a}"),
     ("compare", "{a}", "{b}", "--format", "json"),
     ("gate", "{a}", "{b}"),
-    ("export", "{a}", "--format", "csv", "--out", "{out}"),
+    ("export", "{a}", "--format", "csv", "--output", "{out}"),
 ])
 def test_analyze_compare_gate_and_export_say_the_same_of_both_formats(runs, tmp_path, command):
     said = []
@@ -77,7 +77,7 @@ def test_a_sweep_writes_parquet_directly_and_exports_it_back_to_json_lines(tmp_p
     assert done.returncode == 0, done.stderr
     records = load_records(tmp_path / "p")
     assert len(records) == seen == 200 and not (tmp_path / "p" / "requests.jsonl").exists()
-    back = _loadgen("export", str(tmp_path / "p"), "--format", "jsonl", "--out", str(tmp_path / "back"))
+    back = _loadgen("export", str(tmp_path / "p"), "--format", "jsonl", "--output", str(tmp_path / "back"))
     assert back.returncode == 0, back.stderr
     shutil.copy(tmp_path / "p" / "run.json", tmp_path / "back" / "run.json")
     assert load_records(tmp_path / "back") == records

@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loadgen.core.recordsink import RecordSink
 from loadgen.core.records import ServerOutcome, make_record
+from loadgen.core.recordsink import RecordSink
 from loadgen.results.reader import load_records, load_run
 from servers import LOADGEN, InstantServer
 

@@ -95,7 +95,7 @@ def _mutate(doc: object, path: list[int], value: object) -> object:
 COMMANDS = {
     "analyze": lambda good, bad: ["analyze", bad],
     "report": lambda good, bad: ["report", bad, "--format", "markdown"],
-    "export": lambda good, bad: ["export", bad, "--format", "csv", "--out", bad.parent / "export"],
+    "export": lambda good, bad: ["export", bad, "--format", "csv", "--output", bad.parent / "export"],
     "compare": lambda good, bad: ["compare", good, bad],
     "gate": lambda good, bad: ["gate", bad, good],
 }

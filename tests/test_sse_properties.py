@@ -12,10 +12,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixture_server import chat_stream, completion_stream
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.client.sse import SSESplitter, StreamReader
 from loadgen.core import records
-from fixture_server import chat_stream, completion_stream
 
 API_NAMES = ("llamacpp", "completions", "chat")
 PARAMS = GenerationParams(prompt="hello", n_predict=8, stream=True)

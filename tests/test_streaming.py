@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from fixture_server import chat_stream, completion_stream, sse
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.client.sse import SSESplitter, StreamReader
 from loadgen.core import records
-from fixture_server import chat_stream, completion_stream, sse
 
 PARAMS = GenerationParams(prompt="hello", n_predict=8, stream=True)
 

@@ -18,14 +18,14 @@ from rich.console import Console
 
 from loadgen.analysis.compare import compare_sides
 from loadgen.analysis.depth import DepthRow, summarize_depth, with_change
-from loadgen.analysis.grid import CellSummary
+from loadgen.analysis.grid_cells import CellSummary
 from loadgen.analysis.metrics import MeanSd
 from loadgen.analysis.prefill import summarize_prefill
 from loadgen.analysis.soak import summarize_soak
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
 from loadgen.output.comparison import comparison_table
-from loadgen.output.grid import grid_table
+from loadgen.output.grid_table import grid_table
 from loadgen.output.layout import Grid, Num, rich_tables, text_of
 from loadgen.output.tables import run_grids
 from loadgen.results.reader import load_run
@@ -44,10 +44,11 @@ def rec(send_s: float, done_s: float, *, error: str | None = None, **fields) -> 
 
 
 def prefill_doc() -> dict:
-    rows = lambda scale: [summarize_prefill(n, [rec(0, n / 800 * scale, prompt_n=n, prompt_ms=n / 0.8 * scale,
-                                                    predicted_n=1), rec(1, 1 + n / 700 * scale, prompt_n=n + 1,
-                                                    prompt_ms=n / 0.7 * scale, predicted_n=1)]).to_dict()
-                          for n in (1000, 8000, 32000)]
+    def rows(scale: float) -> list[dict]:
+        return [summarize_prefill(n, [rec(0, n / 800 * scale, prompt_n=n, prompt_ms=n / 0.8 * scale, predicted_n=1),
+                                      rec(1, 1 + n / 700 * scale, prompt_n=n + 1, prompt_ms=n / 0.7 * scale,
+                                          predicted_n=1)]).to_dict()
+                for n in (1000, 8000, 32000)]
     return {"kind": "prefill", "complete": True,
             "targets": [{"label": "moe", "prefill": {"rows": rows(1)}}, {"label": "dense", "prefill": {"rows": rows(6.5)}}]}
 

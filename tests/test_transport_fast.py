@@ -78,7 +78,7 @@ def test_chunked_response_split_at_every_byte_boundary():
                     r = await transport.request("POST", "/completion", b"{}")
                     assert (r.status, r.body, r.headers["x-trace"]) == (200, body, "1")
                     pieces: list[bytes] = []
-                    r = await transport.request("POST", "/completion", b"{}", on_chunk=lambda c, t: pieces.append(c))
+                    r = await transport.request("POST", "/completion", b"{}", on_chunk=lambda c, t, pieces=pieces: pieces.append(c))
                     assert (r.status, r.body, b"".join(pieces)) == (200, b"", body)
             finally:
                 await transport.close()

@@ -7,8 +7,8 @@ import uvloop
 
 from loadgen.client.backends import GenerationParams
 from loadgen.run.config import SweepConfig, Target
-from loadgen.run.state import Run
 from loadgen.run.level_runner import LocalRunner
+from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 
 pytestmark = pytest.mark.real

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
-from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.aggregate import summarize_level
 from loadgen.cli.analyze import analyze
 from loadgen.cli.report import load_source
 from loadgen.core.records import ServerOutcome, make_record

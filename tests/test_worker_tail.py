@@ -25,8 +25,8 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.core.recordsink import RecordSink
 from loadgen.results.reader import load_records
 from loadgen.run.recording import stream_level
-from loadgen.run.workers.protocol import NO_MORE_SENDS, WorkerPartial
 from loadgen.run.workers.parent import WorkerHandle, _Tail
+from loadgen.run.workers.protocol import NO_MORE_SENDS, WorkerPartial
 
 MS = 1_000_000
 BATCH = 40

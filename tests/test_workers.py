@@ -4,6 +4,7 @@ the workers' histograms added exactly; no worker outliving the parent."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -17,13 +18,17 @@ from pathlib import Path
 import pytest
 from hdrh.log import HistogramLogReader
 
-from loadgen.run.workers.merge import add_histograms, same_buckets
+from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
 from loadgen.core.records import RequestRecord
 from loadgen.output.exporters import metric_histogram
 from loadgen.run.schedule import arrival_offsets_ns
-from loadgen.core.errors import EXIT_NOT_ENFORCED, ConfigError
+from loadgen.run.workers.merge import add_histograms
 from loadgen.run.workers.policy import auto_workers, local_workers
+from oracles import same_buckets
 from servers import LOADGEN, SimProcess, in_process_cli, sweep
+
+needs_pyarrow = pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
+                                   reason="pip install 'loadgen[parquet]' (the dev extra has it)")
 
 
 @pytest.mark.parametrize("urls, cores, expected", [
@@ -99,7 +104,7 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
         assert (a["level"], a["requests_ok"], a["requests_failed"]) == (b["level"], b["requests_ok"], b["requests_failed"])
         assert b["stopped_reason"] is None and "workers" not in a
     records = _records(two)
-    for level, processes, concurrencies in ((1, 1, [1]), (3, 2, [2, 1])):
+    for level, _processes, concurrencies in ((1, 1, [1]), (3, 2, [2, 1])):
         rs = [r for r in records if r.level == level]
         assert sorted(r.seq for r in rs) == list(range(12))  # numbered as the level's, none twice
         assert sorted({r.worker for r in rs}) == list(range(level))  # the level's workers, numbered level-wide
@@ -111,7 +116,7 @@ def test_a_two_worker_sweep_has_every_request_of_a_one_process_sweep(two_runs) -
     assert not (two / "workers").exists()  # the workers' own files go once every record is written
 
 
-@pytest.mark.parametrize("records_format", ["jsonl", "parquet"])
+@pytest.mark.parametrize("records_format", ["jsonl", pytest.param("parquet", marks=needs_pyarrow)])
 def test_a_merged_levels_figures_are_those_of_its_records(sim, tmp_path, records_format) -> None:
     """JSON lines: the parent passes the workers' bytes on and adds their figures (never reading a
     record); Parquet: it reads every record, as one process would. Either way run.json says what
@@ -311,7 +316,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_their_records(tmp_path) -> None:
     out = tmp_path / "r"
     with _slow_two_worker_sweep(4, out, "--concurrency", "4", "--duration", "600") as proc:
         for k in (0, 1):
-            _wait_for(lambda: _lines(_level_file(out, k)) >= 2, f"worker {k}'s first records")
+            _wait_for(lambda k=k: _lines(_level_file(out, k)) >= 2, f"worker {k}'s first records")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err

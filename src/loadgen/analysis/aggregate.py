@@ -1,9 +1,9 @@
 """A level's figures gathered as its records go by: what stays in memory when the records do not.
 
 `LevelAggregate.add_batch` takes records in any number of batches (a run feeds it each batch as it
-is written to disk; `metrics.summarize_level` feeds it a whole list at once), and keeps only what
-the summary needs: counts, exact sums for the means, one HdrHistogram per metric (µs, the bucketing
-of `metrics.histogram_ms`), the first and last times, and a bounded sample of records for the
+is written to disk; `summarize_level` feeds it a whole list at once), and keeps only what
+the summary needs: counts, and per metric of analysis/metric_defs.py (its vectorised definition)
+an exact sum for the mean and an HdrHistogram (µs, the bucketing of `metrics.histogram_ms`), the first and last times, and a bounded sample of records for the
 saturation verdict and the warm-up checks. So its memory does not grow with the level's length,
 and a level summarised from a list and the same level streamed give the same `LevelSummary`.
 
@@ -18,11 +18,8 @@ a level of up to SAMPLE_SIZE requests keeps all of them and the verdict is the o
 
 from __future__ import annotations
 
-import math
-import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import chain
 from typing import Any
 
 import msgspec
@@ -32,13 +29,11 @@ from hdrh.histogram import HdrHistogram
 from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
-from . import cache, metrics
+from . import cache, metric_defs, metrics
+from .metric_defs import Batch
+from .speculation import Acceptance
 
 SAMPLE_SIZE = 2000
-
-# Every histogram a level keeps, by the name the exporters use (see output/exporters.py).
-HISTOGRAMS = ("latency", "latency_uncorrected", "queue_wait", "predicted_ms", "ttft", "ttft_queue", "tpot", "itl",
-              "schedule_lag")
 
 
 def _sum_in_order(values: np.ndarray) -> float:
@@ -68,12 +63,12 @@ class _Series:
         self.count, self.total = 0, 0.0
         metrics.clear_histogram(self.histogram)
 
-    def part(self) -> "SeriesPart":
+    def part(self) -> SeriesPart:
         index, counts = metrics.occupied_counts(self.histogram)
         h = self.histogram
         return SeriesPart(self.count, self.total, index.tobytes(), counts.tobytes(), h.min_value, h.max_value)
 
-    def merge(self, part: "SeriesPart") -> None:
+    def merge(self, part: SeriesPart) -> None:
         self.count += part.count
         self.total += part.total
         add_series_part(self.histogram, part)
@@ -143,11 +138,16 @@ class Partial(msgspec.Struct):
     last_send_ns: int | None
     any_scheduled: bool
     series: dict[str, SeriesPart]
-    connect: SeriesPart
-    means: dict[str, tuple[int, float]]
     sends: bytes  # int64 send times of the batch's requests
     completes: bytes  # and their completion times
     watermark_ns: int
+    input_tokens: int = 0  # prompt tokens of the successful requests (metrics.input_tokens)
+    # speculation and reasoning sums (0 from a worker of an older version)
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    drafted_counted: int = 0
+    reasoning_tokens: int = 0
+    reasoning_counted: int = 0
 
 
 class Reservoir:
@@ -192,90 +192,6 @@ def merge_samples(parts: Sequence[tuple[int, list[RequestRecord]]], size: int = 
     return out
 
 
-class _Mean:
-    __slots__ = ("count", "total")
-
-    def __init__(self) -> None:
-        self.count, self.total = 0, 0.0
-
-    def add(self, values: np.ndarray) -> None:
-        vs = values[np.isfinite(values)]
-        self.count += int(vs.size)
-        self.total += _sum_in_order(vs)
-
-    def value(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-
-# The fields a batch is read by, one C call per record (operator.attrgetter), then as columns.
-_FIELDS = ("error_kind", "send_ns", "complete_ns", "intended_ns", "prompt_ms", "predicted_ms",
-           "predicted_per_second", "predicted_n", "tokens_predicted", "usage", "first_token_ns", "last_token_ns",
-           "chunk_gaps_us", "connect_us")
-_ROW = operator.attrgetter(*_FIELDS)
-
-
-def _floats(column: tuple) -> np.ndarray:
-    """A column of numbers or None as float64, None as NaN."""
-    try:
-        return np.array(column, dtype=np.float64)
-    except TypeError:
-        return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
-
-
-class _Columns:
-    """One batch as numpy columns: what `LevelAggregate` reads."""
-
-    def __init__(self, batch: Sequence[RequestRecord]) -> None:
-        (errors, send, complete, intended, self.prompt_ms, self.predicted_ms, self.decode, predicted_n,
-         tokens_predicted, usage, self.first_token, self.last_token, self.gaps, self.connect_us) = zip(*map(_ROW, batch))
-        self.errors = errors
-        self.send = np.array(send, dtype=np.int64)
-        self.complete = np.array(complete, dtype=np.int64)
-        if None in intended:  # records written before every record carried its intended send
-            self.start = np.array([s if i is None else i for s, i in zip(send, intended)], dtype=np.int64)
-        else:
-            self.start = np.array(intended, dtype=np.int64)
-        self.ok = np.array([e is None for e in errors], dtype=bool)
-        self.counted = np.array([e not in records.CLIENT_SIDE for e in errors], dtype=bool)
-        self.streamed = any(t is not None for t in self.first_token) or any(self.gaps)
-        self.tokens = np.array([r.output_tokens or 0 for r in batch] if None in predicted_n else predicted_n,
-                               dtype=np.int64)
-
-
-class _FirstTokens:
-    """A batch's successful streamed requests as columns: metrics.ttft_ms and tpot_ms without a
-    Python call per request. `streamed`: a content event or gap came; `timed`: its first content
-    event's time is known (ttft_ms valid there); `per_token`: first and last known, 2+ tokens."""
-
-    def __init__(self, c: _Columns) -> None:
-        first_known = np.array([t is not None for t in c.first_token], dtype=bool)
-        self.streamed = c.ok & (first_known | np.array([bool(g) for g in c.gaps], dtype=bool))
-        self.timed = self.streamed & first_known
-        first = np.array([t or 0 for t in c.first_token], dtype=np.int64)
-        self.ttft_ms = (first - c.start) / 1e6
-        last_known = np.array([t is not None for t in c.last_token], dtype=bool)
-        last = np.array([t or 0 for t in c.last_token], dtype=np.int64)
-        self.per_token = self.timed & last_known & (c.tokens >= 2)
-        self.tpot_ms = (last - first) / 1e6 / np.maximum(c.tokens - 1, 1)
-
-
-# Per successful request, token counts (not times: `_TokenSeries`): the prompt as the server
-# counted it and the answer. Not hgrm files (output/exporters.py names its metrics).
-TOKEN_SERIES = ("prompt_n", "predicted_n")
-# Per successful request with timings, the prompt tokens reused from the cache (`timings.cache_n`),
-# and the TTFT of cache hits and misses apart (analysis/cache.py says what a hit is).
-CACHE_TOKEN_SERIES = ("cache_n",)
-CACHE_TTFT_SERIES = ("ttft_cache_hit", "ttft_cache_miss")
-
-
-def _prompt_tokens(r: RequestRecord) -> float:
-    """A record's prompt tokens as the server counted them: prompt_n, else usage.prompt_tokens."""
-    if r.prompt_n is not None:
-        return r.prompt_n
-    usage = r.usage
-    return math.nan if usage is None or usage.prompt_tokens is None else usage.prompt_tokens
-
-
 # The histograms kept per worker process of `--workers N` (run/workers/parent.py: one .hlog per worker):
 # one value per successful request each.
 PROCESS_HISTOGRAMS = ("latency", "ttft", "tpot")
@@ -289,7 +205,7 @@ def _latest(a: int | None, b: int | None) -> int | None:
     return a if b is None else b if a is None else max(a, b)
 
 
-def of_level(level: LevelRun) -> "LevelAggregate":
+def of_level(level: LevelRun) -> LevelAggregate:
     """A level's aggregate: the one it streamed into, else one gathered from its records."""
     return level.aggregate if level.aggregate is not None else LevelAggregate.of(level.records)
 
@@ -305,13 +221,15 @@ class LevelAggregate:
     """Streaming figures of one level; see the module docstring."""
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
-        self.series = {name: _Series() for name in HISTOGRAMS}
-        self.series.update((name, _TokenSeries()) for name in TOKEN_SERIES + CACHE_TOKEN_SERIES)
-        self.series.update((name, _Series()) for name in CACHE_TTFT_SERIES)
-        self.connect = _Series()  # connect times of the requests that opened their connection
-        self.means = {name: _Mean() for name in ("predicted_ms", "prompt_ms", "decode_tok_s")}
+        # One series per metric (metric_defs.all_metrics(), as registered when the level began);
+        # token counts in a `_TokenSeries`, so their histogram keeps them exact.
+        self.metrics = metric_defs.all_metrics()
+        self.series = {m.name: _TokenSeries() if m.tokens else _Series() for m in self.metrics}
         self.errors: Counter[str] = Counter()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
+        # speculation and reasoning sums over successful requests, and how many carried the field
+        self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
+        self.reasoning_tokens = self.reasoning_counted = 0
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
         self.last_complete_ns: int | None = None
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
@@ -334,7 +252,7 @@ class LevelAggregate:
         self.reservoir.sample = records
 
     @classmethod
-    def of(cls, rs: Iterable[RequestRecord]) -> "LevelAggregate":
+    def of(cls, rs: Iterable[RequestRecord]) -> LevelAggregate:
         agg = cls()
         agg.add_batch(list(rs))
         return agg
@@ -343,21 +261,27 @@ class LevelAggregate:
         """Add a batch of records; `sample` False: not to the sample (a worker keeps its own)."""
         if not batch:
             return
-        c = _Columns(batch)
+        c = Batch(batch)
         self._count(batch, c)
-        self._distributions(batch, c)
-        ok = c.ok
-        self.means["predicted_ms"].add(_floats(c.predicted_ms)[ok])
-        self.means["prompt_ms"].add(_floats(c.prompt_ms)[ok])
-        self.means["decode_tok_s"].add(_floats(c.decode)[ok])
+        for m in self.metrics:
+            self.series[m.name].add(m.vectorised(c))
         if sample:
             self.reservoir.add(batch)
 
-    def _count(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
+    def _count(self, batch: Sequence[RequestRecord], c: Batch) -> None:
         self.sent += len(batch)
         ok = int(c.ok.sum())
         self.ok += ok
         self.output_tokens += int(c.tokens[c.ok].sum())
+        self.input_tokens += int(c.input_tokens[c.ok].sum())
+        drafted, accepted, reasoning = c.draft_n, c.draft_n_accepted, c.reasoning_tokens
+        carried = c.ok & ~np.isnan(drafted)
+        self.drafted_counted += int(carried.sum())
+        self.draft_n += int(drafted[carried].sum())
+        self.draft_n_accepted += int(np.nan_to_num(accepted[carried]).sum())
+        thought = c.ok & ~np.isnan(reasoning)
+        self.reasoning_counted += int(thought.sum())
+        self.reasoning_tokens += int(reasoning[thought].sum())
         if ok < len(batch):
             self.errors.update(e for e in c.errors if e is not None)
         first, last = int(c.send.min()), int(c.send.max())
@@ -371,61 +295,31 @@ class LevelAggregate:
         self._sends.append(c.send)
         self._completes.append(c.complete)
 
-    def _distributions(self, batch: Sequence[RequestRecord], c: _Columns) -> None:
-        s, ok = self.series, c.ok
-        latency = (c.complete - c.start) / 1e6
-        uncorrected = (c.complete - c.send) / 1e6
-        s["latency"].add(latency[ok])
-        s["latency_uncorrected"].add(uncorrected[ok])
-        service = _floats(c.prompt_ms) + _floats(c.predicted_ms)  # NaN without timings: no queue wait
-        s["queue_wait"].add(np.maximum(0.0, uncorrected - service)[ok & ~np.isnan(service)])
-        s["predicted_ms"].add(_floats(c.predicted_ms)[ok])
-        s["schedule_lag"].add(((c.send - c.start) / 1e6)[c.counted])
-        self.connect.add(_floats(c.connect_us) / 1e3)
-        s["prompt_n"].add(np.array([_prompt_tokens(r) for r in batch], dtype=np.float64)[ok])
-        s["predicted_n"].add(c.tokens[ok & (c.tokens > 0)].astype(np.float64))
-        cache_n = np.array([math.nan if r.cache_n is None else r.cache_n for r in batch], dtype=np.float64)
-        s["cache_n"].add(cache_n[ok])
-        if c.streamed:
-            self._streamed(c, batch)
-
-    def _streamed(self, c: _Columns, batch: Sequence[RequestRecord]) -> None:
-        s, first = self.series, _FirstTokens(c)
-        s["ttft"].add(first.ttft_ms[first.timed])
-        hits = [cache.is_hit(r.cache_n, r.prompt_n) for r in batch]  # None (no timings): neither
-        s["ttft_cache_hit"].add(first.ttft_ms[first.timed & np.array([h is True for h in hits], dtype=bool)])
-        s["ttft_cache_miss"].add(first.ttft_ms[first.timed & np.array([h is False for h in hits], dtype=bool)])
-        prompt = _floats(c.prompt_ms)
-        s["ttft_queue"].add(np.maximum(0.0, first.ttft_ms - prompt)[first.timed & ~np.isnan(prompt)])
-        s["tpot"].add(first.tpot_ms[first.per_token])
-        gaps = [g for g, keep in zip(c.gaps, first.streamed.tolist()) if keep and g]
-        if gaps:
-            flat = np.fromiter(chain.from_iterable(gaps), dtype=np.int64, count=sum(map(len, gaps)))
-            # ms as metrics.itl_ms gives them (a gap is never negative), summed in the same order
-            s["itl"].add(np.maximum(flat, 0) / 1000)
-
     def partial(self, watermark_ns: int) -> Partial:
         """This aggregate's figures, its sample left out, as a worker sends them (see `Partial`);
         made of a fresh aggregate of one batch, whose send and completion times all go with it."""
         sends, completes = np.concatenate(self._sends), np.concatenate(self._completes)
         return Partial(
-            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, errors=dict(self.errors),
+            sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, input_tokens=self.input_tokens,
+            draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted, drafted_counted=self.drafted_counted,
+            reasoning_tokens=self.reasoning_tokens, reasoning_counted=self.reasoning_counted,
+            errors=dict(self.errors),
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
-            series={name: x.part() for name, x in self.series.items() if x.count}, connect=self.connect.part(),
-            means={name: (m.count, m.total) for name, m in self.means.items()},
+            series={name: x.part() for name, x in self.series.items() if x.count},
             sends=sends.astype(np.int64).tobytes(), completes=completes.astype(np.int64).tobytes(),
             watermark_ns=watermark_ns)
 
     def clear(self) -> None:
         """Back to an aggregate of no record, its histograms kept (a worker gathers each batch into
         the same one: `partial`, then `clear`). The sample is not the batch's: it is left as it is."""
-        for series in (*self.series.values(), self.connect):
+        for series in self.series.values():
             series.clear()
-        for mean in self.means.values():
-            mean.count, mean.total = 0, 0.0
         self.errors.clear()
-        self.sent = self.ok = self.output_tokens = 0
+        self.sent = self.ok = self.output_tokens = self.input_tokens = 0
+        # speculation and reasoning sums over successful requests, and how many carried the field
+        self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
+        self.reasoning_tokens = self.reasoning_counted = 0
         self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
         self.any_scheduled = False
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -438,6 +332,12 @@ class LevelAggregate:
         self.sent += part.sent
         self.ok += part.ok
         self.output_tokens += part.output_tokens
+        self.input_tokens += part.input_tokens
+        self.draft_n += part.draft_n
+        self.draft_n_accepted += part.draft_n_accepted
+        self.drafted_counted += part.drafted_counted
+        self.reasoning_tokens += part.reasoning_tokens
+        self.reasoning_counted += part.reasoning_counted
         self.errors.update(part.errors)
         self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
         self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
@@ -446,10 +346,6 @@ class LevelAggregate:
         self.any_scheduled = self.any_scheduled or part.any_scheduled
         for name, series in part.series.items():
             self.series[name].merge(series)
-        self.connect.merge(part.connect)
-        for name, (count, total) in part.means.items():
-            self.means[name].count += count
-            self.means[name].total += total
         self._sends.append(np.frombuffer(part.sends, np.int64))
         self._completes.append(np.frombuffer(part.completes, np.int64))
 
@@ -486,12 +382,28 @@ class LevelAggregate:
 
     def summary(self, concurrency: int, stopped_reason: str | None = None,
                 server_metrics_delta: dict[str, float] | None = None, rate: float | None = None) -> LevelSummary:
-        """The level's `LevelSummary` (see `metrics.summarize_level` for what counts where)."""
+        """The level's `LevelSummary` (see `summarize_level` for what counts where)."""
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
-        wall = 0.0 if self.first_start_ns is None else (self.last_complete_ns - self.first_start_ns) / 1e9
-        s = self.series
+        first, last = self.first_start_ns, self.last_complete_ns  # set together
+        wall = 0.0 if first is None or last is None else (last - first) / 1e9
+        open_loop = rate is not None
+        figures: dict[str, object] = {}
+        others: dict[str, Distribution | float] = {}
+        for m in self.metrics:
+            series = self.series[m.name]
+            if m.open_loop and not open_loop:
+                continue  # closed loop: the intended send is the actual one
+            value = series.distribution() if m.summary == "distribution" else \
+                (series.total / series.count if series.count else None)
+            if m.name in metric_defs.BUILT_IN:
+                figures[m.key] = value
+            elif value is not None:
+                others[m.name] = value
+        self._cache_fields(figures)
+        ttfa = figures.pop("ttfa_ms", None)  # kept only where a request reasoned (`_reasoning`)
+        assert ttfa is None or isinstance(ttfa, Distribution)
         return LevelSummary(
             level=concurrency if rate is None else rate, concurrency=concurrency,
             concurrency_reached=self.concurrency_reached(), requests_ok=self.ok,
@@ -499,36 +411,62 @@ class LevelAggregate:
             requests_lost=lost,
             errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
             throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
-            latency_ms=s["latency"].distribution(), queue_wait_ms=s["queue_wait"].distribution(),
-            predicted_ms_mean=self.means["predicted_ms"].value(), prompt_ms_mean=self.means["prompt_ms"].value(),
-            decode_tok_s_mean=self.means["decode_tok_s"].value(), stopped_reason=stopped_reason,
+            input_tokens=self.input_tokens, request_rate=self.ok / wall if wall > 0 else 0.0,
+            total_tok_s=(self.input_tokens + self.output_tokens) / wall if wall > 0 else 0.0,
+            stopped_reason=stopped_reason,
             server_metrics_delta=dict(server_metrics_delta or {}), rate=rate,
-            achieved_rate=self._achieved_rate() if rate is not None else None,
-            ttft_ms=s["ttft"].distribution(), ttft_queue_ms=s["ttft_queue"].distribution(),
-            tpot_ms=s["tpot"].distribution(), itl_ms=s["itl"].distribution(),
-            latency_uncorrected_ms=s["latency_uncorrected"].distribution() if rate is not None else None,
-            schedule_lag_ms=s["schedule_lag"].distribution() if rate is not None else None,
-            connections_opened=self.connect.count, connect_ms=self.connect.distribution(),
-            prompt_n=s["prompt_n"].distribution(), predicted_n=s["predicted_n"].distribution(),
-            **self._cache_fields(),
+            achieved_rate=self._achieved_rate() if open_loop else None,
+            connections_opened=self.series["connect"].count,
+            metrics=others,
+            **self._drafting(), **self._reasoning(ttfa),
+            **figures,  # type: ignore[arg-type]  # each metric's key is a LevelSummary field
         )
 
-    def _cache_fields(self) -> dict[str, Any]:
-        """The cache figures (analysis/cache.py) when any request reused a token; else none, so a
-        run with the cache off keeps its summary's shape (its requests' cache_n are all 0)."""
+    def _cache_fields(self, figures: dict[str, object]) -> None:
+        """The cache figures (analysis/cache.py) into `figures` when any request reused a token; else
+        none, so a run with the cache off keeps its summary's shape (its requests' cache_n are all 0)."""
         s = self.series
         cached = s["cache_n"].total * 1000  # a _TokenSeries keeps counts as µs
         if not s["cache_n"].count or cached <= 0:
-            return {}
+            for key in ("cache_n", "ttft_cache_hit_ms", "ttft_cache_miss_ms"):
+                figures[key] = None
+            return
         computed = s["prompt_n"].total * 1000
-        prompt_ms = self.means["prompt_ms"].total
-        return {"cache_n": s["cache_n"].distribution(), "cache_hit_ratio": cache.hit_ratio(cached, computed),
-                "ttft_cache_hit_ms": s["ttft_cache_hit"].distribution(),
-                "ttft_cache_miss_ms": s["ttft_cache_miss"].distribution(),
-                "prefill_saved_ms": cache.prefill_saved_ms(cached, computed, prompt_ms)}
+        figures["cache_hit_ratio"] = cache.hit_ratio(cached, computed)
+        figures["prefill_saved_ms"] = cache.prefill_saved_ms(cached, computed, s["prompt_ms"].total)
+
+    def _reasoning(self, ttfa: Distribution | None) -> dict[str, Any]:
+        """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a
+        model that does not think keeps the summary's old shape."""
+        if not self.reasoning_counted:
+            return {"ttfa_ms": None}
+        total = self.reasoning_tokens
+        return {"reasoning_tokens": total,
+                "reasoning_share": total / self.output_tokens if self.output_tokens else None, "ttfa_ms": ttfa}
+
+    def _drafting(self) -> dict[str, Any]:
+        """Speculative decoding's sums and rates (analysis/speculation.py); none when no request
+        carried draft fields, so a level without speculation keeps the summary's old shape."""
+        if not self.drafted_counted:
+            return {}
+        found = Acceptance(self.draft_n, self.draft_n_accepted, self.output_tokens)
+        return {"draft_n": found.drafted, "draft_n_accepted": found.accepted, "acceptance": found.rate,
+                "drafted_per_output_token": found.drafted_per_output_token}
 
     def _achieved_rate(self) -> float | None:
-        if self.sent < 2 or self.last_send_ns <= self.first_send_ns:
+        first, last = self.first_send_ns, self.last_send_ns  # set together, with the first send
+        if self.sent < 2 or first is None or last is None or last <= first:
             return None
-        return (self.sent - 1) / ((self.last_send_ns - self.first_send_ns) / 1e9)
+        return (self.sent - 1) / ((last - first) / 1e9)
 
+
+
+def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
+                    stopped_reason: str | None = None,
+                    server_metrics_delta: dict[str, float] | None = None,
+                    rate: float | None = None) -> LevelSummary:
+    """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
+    cancelled ones (in flight at Ctrl-C) and lost ones (in flight in a worker process that died)
+    count in neither. The figures are gathered as a streamed level gathers them (`LevelAggregate`),
+    so both give the same summary."""
+    return LevelAggregate.of(rs).summary(concurrency, stopped_reason, server_metrics_delta, rate)

@@ -63,8 +63,8 @@ class CacheFigures:
 def cache_figures(records: Iterable[RequestRecord]) -> CacheFigures:
     """The token-weighted hit ratio, hits, and prefill saved of the successful requests with timings."""
     timed = [r for r in records if r.ok and r.cache_n is not None and r.prompt_n is not None]
-    cache = sum(r.cache_n for r in timed)
-    computed = sum(r.prompt_n for r in timed)
+    cache = sum(r.cache_n or 0 for r in timed)
+    computed = sum(r.prompt_n or 0 for r in timed)
     prompt_ms = sum(r.prompt_ms or 0.0 for r in timed)
     return CacheFigures(len(timed), sum(1 for r in timed if is_hit(r.cache_n, r.prompt_n)), cache, computed,
                         hit_ratio(cache, computed), prefill_saved_ms(cache, computed, prompt_ms))
@@ -107,8 +107,8 @@ def turn_figures(turns: Iterable[tuple[int, RequestRecord]]) -> list[TurnFigures
         figures = cache_figures(timed)
         out.append(TurnFigures(
             turn=turn, requests=len(ok),
-            prompt_tokens_p50=_median([r.cache_n + r.prompt_n for r in timed]),
-            cache_n_p50=_median([r.cache_n for r in timed]), hit_ratio=figures.hit_ratio,
+            prompt_tokens_p50=_median([(r.cache_n or 0) + (r.prompt_n or 0) for r in timed]),
+            cache_n_p50=_median([r.cache_n or 0 for r in timed]), hit_ratio=figures.hit_ratio,
             ttft_ms_p50=_median(ttfts), latency_ms_p50=_median([(r.complete_ns - r.start_ns) / 1e6 for r in ok]),
             slots=tuple(sorted({r.id_slot for r in ok if r.id_slot is not None and r.id_slot >= 0}))))
     return out

@@ -138,7 +138,7 @@ class MetricComparison:
 @dataclass(frozen=True, slots=True)
 class LevelComparison:
     target: str
-    concurrency: int
+    concurrency: int | float  # the level: a concurrency, or an open loop's rate
     metrics: tuple[MetricComparison, ...]
 
     def get(self, metric: str) -> MetricComparison:
@@ -259,19 +259,20 @@ def compare_metric(metric: str, base: Sequence[Sequence[RequestRecord]], cand: S
     """One metric of one level over the runs of each side (each run's records of that level)."""
     base_values = [level_value(metric, rs) for rs in base]
     cand_values = [level_value(metric, rs) for rs in cand]
-    common = dict(metric=metric, target=target, concurrency=level, n_baseline=len(base), n_candidate=len(cand))
-    if None in base_values or None in cand_values:
-        have_b = [v for v in base_values if v is not None]
-        have_c = [v for v in cand_values if v is not None]
+    common: dict[str, Any] = dict(metric=metric, target=target, concurrency=level, n_baseline=len(base),
+                                  n_candidate=len(cand))
+    have_b = [v for v in base_values if v is not None]
+    have_c = [v for v in cand_values if v is not None]
+    if len(have_b) < len(base_values) or len(have_c) < len(cand_values):
         return MetricComparison(**common, baseline=geometric_mean(have_b), candidate=geometric_mean(have_c),
                                 note="a run has no value for it (no successful request with this figure)")
-    effect: RunEffect = run_effect(base_values, cand_values, alpha, paired=paired, floor=floor)  # type: ignore[arg-type]
+    effect: RunEffect = run_effect(have_b, have_c, alpha, paired=paired, floor=floor)  # every run has one
     note = None
     if effect.ratio is None:
         note = "a value of 0 has no ratio"
     elif effect.significant is None:
         note = "one run a side and no noise floor: run-to-run noise is unknown (more runs a side, or `loadgen calibrate`)"
-    return MetricComparison(**common, baseline=geometric_mean(base_values), candidate=geometric_mean(cand_values),  # type: ignore[arg-type]
+    return MetricComparison(**common, baseline=geometric_mean(have_b), candidate=geometric_mean(have_c),
                             p_value=effect.p_value, ci_low=effect.ci_low, ci_high=effect.ci_high,
                             significant=effect.significant, note=note,
                             method=None if effect.significant is None else effect.method,
@@ -282,7 +283,7 @@ def compare_error_rate(base: Sequence[RequestRecord], cand: Sequence[RequestReco
                        concurrency: int | float, alpha: float) -> MetricComparison:
     """Failed / (ok + failed) over all the side's runs; Fisher's exact test on the pooled counts."""
     (base_failed, base_ok), (cand_failed, cand_ok) = _error_counts(base), _error_counts(cand)
-    common = dict(metric="error_rate", target=target, concurrency=concurrency,
+    common: dict[str, Any] = dict(metric="error_rate", target=target, concurrency=concurrency,
                   baseline=_rate(base_failed, base_ok), candidate=_rate(cand_failed, cand_ok),
                   n_baseline=base_failed + base_ok, n_candidate=cand_failed + cand_ok)
     if not common["n_baseline"] or not common["n_candidate"]:
@@ -476,15 +477,6 @@ def compare_sides(baseline: Sequence[RunData], candidate: Sequence[RunData], *, 
                          (len(baseline), len(candidate)), paired, floors.source if floors else None)
 
 
-def compare_runs(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
-                 candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord], *,
-                 confidence: float = 0.95, floors: NoiseFloors | None = None,
-                 only: Iterable[str] | None = None) -> RunComparison:
-    """One run a side: `compare_sides` of one run each."""
-    return compare_sides([RunData(baseline, baseline_records)], [RunData(candidate, candidate_records)],
-                         confidence=confidence, floors=floors, only=only)
-
-
 def _start_s(run: RunData) -> float:
     """The run's start, in seconds (ISO-8601 UTC text in run.json); 0 when it is missing."""
     try:
@@ -493,8 +485,8 @@ def _start_s(run: RunData) -> float:
         return 0.0
 
 
-def _by_level(records: Iterable[RequestRecord]) -> dict[tuple[str, int], list[RequestRecord]]:
-    out: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
+def _by_level(records: Iterable[RequestRecord]) -> dict[tuple[str, int | float], list[RequestRecord]]:
+    out: dict[tuple[str, int | float], list[RequestRecord]] = defaultdict(list)
     for r in records:
         out[(r.target, r.level)].append(r)
     return out

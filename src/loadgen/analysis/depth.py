@@ -61,7 +61,7 @@ def summarize_depth(depth: int, rs: Sequence[RequestRecord], note: str | None = 
     ok = [r for r in rs if r.ok]
     return DepthRow(
         depth=depth, requests_ok=len(ok), requests_failed=len(rs) - len(ok),
-        errors_by_kind=dict(sorted(Counter(r.error_kind for r in rs if not r.ok).items())),
+        errors_by_kind=dict(sorted(Counter(r.error_kind for r in rs if r.error_kind is not None).items())),
         prompt_n=mean_sd(r.prompt_n for r in ok), predicted_n=mean_sd(r.predicted_n for r in ok),
         decode_tok_s=mean_sd(decode_tok_s(r) for r in ok), note=note)
 

@@ -61,7 +61,7 @@ def not_an_llm_server(rs: Sequence[RequestRecord], endpoint: str) -> str | None:
     sent = [r for r in rs if r.error_kind not in records.CLIENT_SIDE]
     if not sent or not all(_not_a_completion(r) for r in sent):
         return None
-    kind, count = Counter(r.error_kind for r in sent).most_common(1)[0]
+    kind, count = Counter(r.error_kind or "" for r in sent).most_common(1)[0]  # every one failed: never ""
     example = next(r for r in sent if r.error_kind == kind)
     answer = f"HTTP {kind.removeprefix('http_')}" if kind.startswith("http_") else "a body that is not JSON"
     told = (example.error_message or "").removeprefix(records.NOT_JSON_MESSAGE).lstrip(": ").strip()

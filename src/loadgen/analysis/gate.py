@@ -65,9 +65,6 @@ class GateConfig:
     metrics: tuple[str, ...] = DEFAULT_METRICS
     strict: bool = False
 
-    @property
-    def statistical_metrics(self) -> tuple[str, ...]:
-        return tuple(m for m in self.metrics if m != "error_rate")
 
 
 # ---------------------------------------------------------------- parsing limits
@@ -107,8 +104,8 @@ def parse_limits(value: Any, where: str, keys: Mapping[str, str]) -> dict[str, f
                 raise GateConfigError(f"{where}: expected key:share pairs like p99:10%,p50:5%, got {value!r}")
             items.append((key.strip(), share))
     else:
-        share = parse_share(value, where)
-        return {metric: share for metric in dict.fromkeys(keys.values())}
+        one = parse_share(value, where)
+        return {metric: one for metric in dict.fromkeys(keys.values())}
     out = {}
     for key, share in items:
         if key not in keys:

@@ -1,32 +1,22 @@
-"""Every derived metric, defined once. Pure functions over recorded data: no I/O, no clock.
+"""A level's metrics and the histograms behind every percentile. Pure functions over recorded data:
+no I/O, no clock.
 
-Per request (r is a `RequestRecord`; times on the monotonic clock). `start` is the request's
-intended send time (open loop: the schedule's; closed loop: the actual send), so every latency is
-the coordinated-omission-corrected figure; the `_uncorrected` ones count from the actual send.
-- latency_ms     = (r.complete_ns - start) / 1e6: the end-to-end latency (E2E), to the last
-                   response byte. It includes any time the request waited for a slot.
-- latency_uncorrected_ms = (r.complete_ns - r.send_ns) / 1e6.
-- schedule_lag_ms = (r.send_ns - start) / 1e6: how late the client sent it (open loop; 0 closed).
-- ttft_ms        = (r.first_token_ns - start) / 1e6: time to the first content chunk (streaming).
-                   llama-server sends a queued stream's headers only when a slot takes it, so
-                   TTFT includes the slot wait; ttft_queue_ms = ttft_ms - prompt_ms is that share.
-- tpot_ms        = (r.last_token_ns - r.first_token_ns) / 1e6 / (tokens - 1): time per output
-                   token after the first, tokens as the server counted them (not chunks).
-- itl_ms         = each gap between successive content chunks / 1e3 (r.chunk_gaps_us). A chunk
-                   may carry more than one token, so ITL is per chunk, TPOT per token.
+Per request: every metric (latency_ms, ttft_ms, tpot_ms, itl_ms, queue_wait_ms, ...) is one
+`Metric` of analysis/metric_defs.py, its per-record and vectorised definitions side by side; the
+per-record functions are named here too, for the readers of one record. A helper of theirs:
 - service_ms     = prompt_ms + predicted_ms: the time the server says it worked on the request
                    (prompt_ms: slot start -> first token; predicted_ms: first -> last token).
-- queue_wait_ms  = max(0, latency_ms - service_ms): time the request spent neither in prefill nor
-                   in decode by the server's own account: waiting for a free slot (llama-server
-                   defers it), plus tokenization and HTTP overhead, which is the floor this figure
-                   never drops below (a few ms on loopback).
-- decode_tok_s   = the server's timings.predicted_per_second (tokens after the first / predicted_ms).
 
 Per level (the requests of one concurrency level on one target):
 - wall_s         = last completion - first (intended) send over all of the level's requests.
 - output_tokens  = sum of the server's token counts over successful requests: timings.predicted_n,
                    else tokens_predicted, else usage.completion_tokens (never the chunk count).
 - throughput_tok_s = output_tokens / wall_s: total generated tokens per wall-clock second.
+- input_tokens   = sum of input_tokens(r) over successful requests: the prompt's tokens as the
+                   server counted them, timings.prompt_n + timings.cache_n (processed + reused
+                   from the cache), else usage.prompt_tokens.
+- request_rate   = successful requests / wall_s (req/s).
+- total_tok_s    = (input_tokens + output_tokens) / wall_s: prompt and generated tokens per second.
 - achieved_rate  = (n - 1) / (last actual send - first actual send) over the level's n sent
                    requests (cancelled ones too: they left), req/s: the rate the open-loop level
                    actually offered, beside its nominal `rate` (a late client or --max-in-flight
@@ -39,8 +29,6 @@ Per level (the requests of one concurrency level on one target):
                    not None): a server that closes after every response (llama-server after a
                    stream) makes each request pay for one; a keep-alive server none, since
                    loadgen opens the level's connections before its clock starts.
-- connect_ms     = those requests' connect times (r.connect_us / 1e3: TCP connect, plus the TLS
-                   handshake on https), part of their latency.
 Percentiles come from an HdrHistogram in microseconds with 3 significant digits; means are exact.
 The q-th percentile of n values is the value of rank max(1, round(q·n)) in sorted order (no
 interpolation: the p50 of two values is the lower), given as its bucket's highest equivalent value.
@@ -60,72 +48,28 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from ..core.records import RequestRecord
-from ..core.rundoc import Distribution, LevelSummary
+from ..core.rundoc import Distribution
+
+# The per-request formulas live beside their vectorised twins in metric_defs.py; named here too,
+# where every one-record reader has always found them.
+from .metric_defs import (  # noqa: F401  # re-exported: the one-record readers import them here
+    decode_tok_s,
+    input_tokens,
+    itl_ms,
+    latency_ms,
+    latency_uncorrected_ms,
+    prompt_tok_s,
+    queue_wait_ms,
+    schedule_lag_ms,
+    service_ms,
+    tpot_ms,
+    ttft_ms,
+    ttft_queue_ms,
+)
 
 HISTOGRAM_LOWEST_US = 1
 HISTOGRAM_HIGHEST_US = 3_600 * 1_000_000  # one hour
 HISTOGRAM_DIGITS = 3
-
-
-def latency_ms(r: RequestRecord) -> float:
-    """End-to-end latency from the intended send: complete - start."""
-    return (r.complete_ns - r.start_ns) / 1e6
-
-
-def latency_uncorrected_ms(r: RequestRecord) -> float:
-    """Latency from the actual send: complete - send (what a coordinated-omission-prone tool reports)."""
-    return (r.complete_ns - r.send_ns) / 1e6
-
-
-def schedule_lag_ms(r: RequestRecord) -> float:
-    """Actual send - intended send (0 in closed loop)."""
-    return (r.send_ns - r.start_ns) / 1e6
-
-
-def ttft_ms(r: RequestRecord) -> float | None:
-    """First content chunk - intended send; None without a streamed content chunk."""
-    return None if r.first_token_ns is None else (r.first_token_ns - r.start_ns) / 1e6
-
-
-def ttft_queue_ms(r: RequestRecord) -> float | None:
-    """TTFT - prompt_ms: the part of TTFT that was not the server's prefill (slot wait + HTTP)."""
-    ttft = ttft_ms(r)
-    return None if ttft is None or r.prompt_ms is None else max(0.0, ttft - r.prompt_ms)
-
-
-def tpot_ms(r: RequestRecord) -> float | None:
-    """(last token - first token) / (tokens - 1), tokens from the server's count."""
-    n = r.output_tokens
-    if r.first_token_ns is None or r.last_token_ns is None or n is None or n < 2:
-        return None
-    return (r.last_token_ns - r.first_token_ns) / 1e6 / (n - 1)
-
-
-def itl_ms(r: RequestRecord) -> list[float]:
-    """Gaps between successive content chunks, in ms; never negative (client/sse.py clamps a read
-    stamped before the previous one at 0, and so does this for runs recorded before it did)."""
-    return [max(g, 0) / 1000 for g in r.chunk_gaps_us] if r.chunk_gaps_us else []
-
-
-def service_ms(r: RequestRecord) -> float | None:
-    """Server-side work: prompt_ms + predicted_ms, or None without timings."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return r.prompt_ms + r.predicted_ms
-
-
-def queue_wait_ms(r: RequestRecord) -> float | None:
-    """max(0, latency - prompt_ms - predicted_ms) from the actual send (a late client is not the
-    server's queue); None for a failed request or one without timings."""
-    service = service_ms(r)
-    if not r.ok or service is None:
-        return None
-    return max(0.0, latency_uncorrected_ms(r) - service)
-
-
-def decode_tok_s(r: RequestRecord) -> float | None:
-    """Per-request decode speed as the server measured it (timings.predicted_per_second)."""
-    return r.predicted_per_second if r.ok else None
 
 
 def level_wall_s(rs: Sequence[RequestRecord]) -> float:
@@ -288,31 +232,11 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
-def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
-                    stopped_reason: str | None = None,
-                    server_metrics_delta: dict[str, float] | None = None,
-                    rate: float | None = None) -> LevelSummary:
-    """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
-    cancelled ones (in flight at Ctrl-C) and lost ones (in flight in a worker process that died)
-    count in neither. The figures are gathered as a streamed
-    level gathers them (`aggregate.LevelAggregate`), so both give the same summary."""
-    from .aggregate import LevelAggregate  # it builds on this module's formulas
-
-    return LevelAggregate.of(rs).summary(concurrency, stopped_reason, server_metrics_delta, rate)
-
-
 def counter_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
     """after - before for every counter (a `_total` name) both snapshots have; gauges are skipped."""
     if not before or not after:
         return {}
     return {k: after[k] - before[k] for k in sorted(after) if k in before and k.endswith("_total")}
-
-
-def prompt_tok_s(r: RequestRecord) -> float | None:
-    """Prefill speed of one request as the server measured it: prompt_n / prompt_ms × 1000."""
-    if not r.ok or not r.prompt_n or not r.prompt_ms:
-        return None
-    return r.prompt_n / r.prompt_ms * 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ class _Timeline:
 
     @classmethod
     def of(cls, records: Sequence[RequestRecord], intervals: Sequence[tuple[int, int] | None],
-           total_slots: int) -> "_Timeline":
+           total_slots: int) -> _Timeline:
         spans = np.array([iv for iv in intervals if iv is not None], dtype=np.int64)
         prompts = np.array([(iv[0], iv[0] + int((r.prompt_ms or 0.0) * 1e6)) for r, iv in zip(records, intervals)
                             if iv is not None], dtype=np.int64)
@@ -197,16 +197,17 @@ def held_outside(split: WaitSplit, interval_ns: tuple[int, int]) -> bool:
 
 def _longest_union(windows: Sequence[tuple[int, int]]) -> int:
     """The longest span of the union of [a, b) windows, ns."""
-    longest, cur_a, cur_b = 0, None, None
+    longest = 0
+    span: tuple[int, int] | None = None  # the union's current run, [start, end)
     for a, b in sorted(windows):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                longest = max(longest, cur_b - cur_a)  # type: ignore[operator]  # set together with cur_b
-            cur_a, cur_b = a, b
+        if span is None or a > span[1]:
+            if span is not None:
+                longest = max(longest, span[1] - span[0])
+            span = (a, b)
         else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        longest = max(longest, cur_b - cur_a)  # type: ignore[operator]
+            span = (span[0], max(span[1], b))
+    if span is not None:
+        longest = max(longest, span[1] - span[0])
     return longest
 
 

@@ -60,7 +60,7 @@ def summarize_prefill(prompt_tokens: int, rs: Sequence[RequestRecord], note: str
     counts = [r.prompt_n for r in ok if r.prompt_n is not None]
     return PrefillRow(
         prompt_tokens=prompt_tokens, requests_ok=len(ok), requests_failed=len(rs) - len(ok),
-        errors_by_kind=dict(sorted(Counter(r.error_kind for r in rs if not r.ok).items())),
+        errors_by_kind=dict(sorted(Counter(r.error_kind for r in rs if r.error_kind is not None).items())),
         prompt_n=mean_sd(counts), prompt_n_min=min(counts, default=None), prompt_n_max=max(counts, default=None),
         prompt_ms=mean_sd(r.prompt_ms for r in ok), prompt_tok_s=mean_sd(prompt_tok_s(r) for r in ok),
         ttft_ms=mean_sd(client_ttft_ms(r) for r in ok), note=note)

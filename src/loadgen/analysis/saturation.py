@@ -46,8 +46,15 @@ from ..core.records import CLIENT_SIDE, ProbeSample, RequestRecord, level_short
 from ..core.rundoc import Distribution
 from .evidence import completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
-from .occupancy import (MIN_SCRAPES, QUEUED_MIN_MS, QUEUED_SERVICE_SHARE, LevelOccupancy, ScrapeEvidence,
-                        level_occupancy, scrape_evidence)
+from .occupancy import (
+    MIN_SCRAPES,
+    QUEUED_MIN_MS,
+    QUEUED_SERVICE_SHARE,
+    LevelOccupancy,
+    ScrapeEvidence,
+    level_occupancy,
+    scrape_evidence,
+)
 
 UNTRUSTED_FAILURE_SHARE = 0.05
 # A request the server had not taken in for longer than this (the probe's default interval) while a
@@ -189,11 +196,12 @@ def find_knee(points: Sequence[LevelPoint], knee_gain: float = 0.10, knee_latenc
     ordered = [p for p in sorted(points, key=lambda p: p.level)
                if p.throughput_tok_s > 0 and p.latency_mean_ms]
     best: LevelPoint | None = None
+    low: int | float | None  # the bracket's low end: None when the ladder's first level already saturated
     for i, (here, nxt) in enumerate(zip(ordered, ordered[1:])):
         best = here if best is None or here.throughput_tok_s > best.throughput_tok_s else best
         step = nxt.level / here.level - 1
         gain = nxt.throughput_tok_s / best.throughput_tok_s - 1
-        ratio = nxt.latency_mean_ms / here.latency_mean_ms  # type: ignore[operator]
+        ratio = nxt.latency_mean_ms / here.latency_mean_ms  # type: ignore[operator]  # `ordered` keeps points with a latency
         flat = gain < knee_gain * step
         if ratio <= 1 + knee_latency * min(step, 1.0) or not (flat or nxt.level in slots_full):
             continue
@@ -229,7 +237,7 @@ def _place(low: int | float | None, high: int | float, at_low: bool,
     return high, (low, high)
 
 
-def slots_exhausted(q: "LevelQueueing", total_slots: int | None) -> bool:
+def slots_exhausted(q: LevelQueueing, total_slots: int | None) -> bool:
     """The evidence of a full house: most of the level's requests waited for a slot while every slot
     was busy (the records' own timings), or, judged from scrapes, every slot busy, requests deferred
     and most of the level's requests queued."""
@@ -262,7 +270,7 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
     slot_waits: list[float] = []
     batch_waits: list[float] = []
     if occupancy is not None:
-        for r, flag, split in zip(ok, queued_flags, occupancy.splits):
+        for _record, flag, split in zip(ok, queued_flags, occupancy.splits):
             if not flag or split is None:
                 continue
             if split.slot_wait_ms >= max(split.outside_wait_ms, split.batch_wait_ms):
@@ -282,7 +290,8 @@ def level_queueing(level: int | float, rs: Sequence[RequestRecord], samples: Seq
         queued_share=queued / len(ok) if ok else 0.0,
         queue_wait_raw_ms=distribution_ms([q for r in ok if (q := queue_wait_ms(r)) is not None]),
         queue_wait_ms=distribution_ms([q for r in ok if (q := corrected_queue_wait_ms(r, overhead)) is not None]),
-        queued_wait_ms=distribution_ms([corrected_queue_wait_ms(r, overhead) for r in ok if is_queued(r, overhead)]),
+        queued_wait_ms=distribution_ms([q for r in ok if is_queued(r, overhead)
+                                        and (q := corrected_queue_wait_ms(r, overhead)) is not None]),
         peak_deferred=_peak([s.requests_deferred for s in samples]),
         peak_busy_slots=peak_busy,
         batching_gain=throughput / throughput_at_1 if throughput_at_1 else None,
@@ -404,7 +413,7 @@ def _net_latency(lv: dict[str, Any], q: LevelQueueing) -> float | None:
 
 
 def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, knee: Knee | None,
-                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int,
+                   queueing: Sequence[LevelQueueing], metrics_available: bool, top: int | float,
                    full_levels: Sequence[int | float] = (), slots_full: Collection[int | float] = ()) -> list[str]:
     lines: list[str] = []
     by_c = {q.level: q for q in queueing}

@@ -90,7 +90,7 @@ class SoakTally:
             if r.error_kind in records.CLIENT_SIDE:
                 continue
             i = max(0, (r.complete_ns - start_ns) // self.length_ns)
-            if r.ok:
+            if r.error_kind is None:  # r.ok, said so that the type of error_kind below is known
                 self.ok[i] += 1
                 self.tokens[i] += _tokens(r)
             else:
@@ -106,7 +106,8 @@ class SoakTally:
     def windows(self, start_ns: int, end_ns: int) -> list[SoakWindow]:
         """Consecutive windows from start to end (the last one may be shorter); later ones fold into it."""
         count = max(1, math.ceil((end_ns - start_ns) / self.length_ns))
-        ok, tokens, errors = [0] * count, [0] * count, [Counter() for _ in range(count)]
+        ok, tokens = [0] * count, [0] * count
+        errors: list[Counter[str]] = [Counter() for _ in range(count)]
         # Copies first (each one step for the interpreter): a checkpoint reads this from another
         # thread while the run adds to it.
         for i, n in list(self.ok.items()):
@@ -129,13 +130,6 @@ class SoakTally:
             return (end_ns - start_ns) / 1e9
         first, last = min(self.first_mark, end_ns), min(self.last_mark, end_ns)
         return max(first - start_ns, min(self.longest_inner_ns, end_ns - start_ns), end_ns - last) / 1e9
-
-
-def soak_windows(rs: Sequence[RequestRecord], start_ns: int, end_ns: int, window_s: float) -> list[SoakWindow]:
-    """Consecutive windows from start to end (the last one may be shorter), by completion time."""
-    tally = SoakTally(window_s)
-    tally.add(rs, start_ns)
-    return tally.windows(start_ns, end_ns)
 
 
 @dataclass(frozen=True, slots=True)

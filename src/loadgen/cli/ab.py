@@ -29,7 +29,8 @@ from ..core.signals import LATCH
 from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
-from .gate import gate_config, gate_options, report_gate
+from .gate import env_guard, gate_config, gate_options, report_gate
+from .help import command
 
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 
@@ -68,7 +69,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-@click.command("ab", context_settings={"ignore_unknown_options": True})
+@command("ab", context_settings={"ignore_unknown_options": True})
 @click.option("--baseline-url", required=True, help="The baseline server's base URL.")
 @click.option("--candidate-url", required=True, help="The candidate server's (the same one for an A/A run).")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")
@@ -82,7 +83,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
 def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, max_throughput_drop,
                max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
-               sweep_args) -> None:
+               allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
@@ -119,6 +120,8 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
         return
     with user_errors():
         base_dir = root / "baseline"
-        result = run_gate(load_side(base_dir), load_side(root / "candidate"), config,
+        baseline, candidate = load_side(base_dir), load_side(root / "candidate")
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
+        result = run_gate(baseline, candidate, config,
                           floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
     report_gate(result, config.strict)

@@ -11,9 +11,9 @@ import click
 
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
-from ..output.grid import print_grid
+from ..output.grid_table import print_grid
 from ..output.tables import print_run
-from ..results.grid import grid_summaries, is_grid, load_grid
+from ..results.grid_file import grid_summaries, is_grid, load_grid
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from ..results.unfinished import summarise_killed_levels
 from .shared import console as _console

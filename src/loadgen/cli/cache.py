@@ -14,8 +14,8 @@ from ..analysis.cache import turn_figures
 from ..client.backends import GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..output.cache import capacity_table, turn_table
-from ..output.layout import print_grid
+from ..output.cache import turn_table
+from ..output.layout import print_table
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.writer import RunFiles, default_dir, prepare_dir
@@ -23,13 +23,14 @@ from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.multiturn import run_multiturn, turn_of
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
+from .help import command
 from .options import LEVELS
 from .shared import checking_only, format_option, records_options, request_options, target_options
 from .shared import console as _console
 from .sweep import ensure_open_files, execute_sweep
 
 
-@click.command()
+@command()
 @target_options
 @click.option("--prefix-tokens", type=click.IntRange(min=8), required=True,
               help="Tokens of the system prompt a group's requests share, exact per server (BOS not counted).")
@@ -74,7 +75,7 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
                            records_format=records_format))
 
 
-@click.command()
+@command()
 @target_options
 @click.option("--users", type=click.IntRange(min=1, max=1024), default=4, show_default=True,
               help="Conversations held at once.")
@@ -137,93 +138,10 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
         for lv in t.levels:
             figures = turn_figures((turn_of(r, mode.users), r) for r in lv.records)
             if figures:
-                print_grid(turn_table(t.label, figures), console)
+                print_table(console, turn_table(t.label, figures))
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
     if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
         return EXIT_FAILED
     return EXIT_OK
-
-
-# A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
-OWN_TOKENS = 64
-
-
-def _rss_mib(pid: int | None) -> float | None:
-    """The process's resident memory (VmRSS of /proc/PID/status), MiB; None when unreadable."""
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-@click.command()
-@target_options
-@click.option("--conversation-tokens", type=click.IntRange(min=16), default=512, show_default=True,
-              help="Tokens of each conversation's shared part (its history), exact per server.")
-@click.option("--k", "ks", type=LEVELS, default="1,2,4,8", show_default=True,
-              help="Comma-separated numbers of conversations that take turns, one level each.")
-@click.option("--rounds", type=click.IntRange(min=2), default=3, show_default=True,
-              help="Turns per conversation per level; the first (cold) round is left out of the figures.")
-@click.option("--n-predict", type=click.IntRange(min=1), default=4, show_default=True, help="Tokens per answer.")
-@click.option("--server-pid", type=click.IntRange(min=1),
-              help="The local server's process id: its resident memory (/proc/PID/status) is read after each K.")
-@click.option("--cache-ram-mib", type=click.FloatRange(min=0),
-              help="The server's --cache-ram (MiB; 0: off), for the predicted capacity.")
-@click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True),
-              help="KV bytes per token (`loadgen kv MODEL`), for the predicted capacity's host-cache share.")
-@request_options
-@format_option
-def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, conversation_tokens, ks,
-                     rounds, n_predict, server_pid, cache_ram_mib, bytes_per_token, temperature, seed, timeout_s,
-                     wait_ready_s, output, force, output_format, server_urls=()) -> None:
-    """How many conversations the prompt cache keeps warm: K round-robin, K raised level by level."""
-    import json
-
-    from ..analysis.cache import capacity_level, collapse_k, predicted_capacity
-    from ..results.reader import load_records, load_run
-
-    targets = build_targets(host, ports, urls, labels, server_urls)
-    if len(targets) != 1:
-        raise ConfigError("capacity measures one server at a time: give one --url or --ports")
-    if checking_only():
-        return
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "capacity"), force)
-    err = _console(stderr=True)
-    levels, doc = [], None
-    for k in ks:
-        # K conversations, each its own exact prefix, one request at a time in turn (i mod K).
-        mode = SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True)
-        config = SweepConfig(
-            targets=targets, concurrency=(1,), model=model, api_key=api_key, api=check_api(api, model, api_key),
-            generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                        ignore_eos=True, seed=seed, stream=True),
-            requests_per_level=k * rounds, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-            transport=transport, insecure=insecure, shared_prefix=mode)
-        sub = prepare_dir(out_dir / f"k-{k}", True)
-        err.print(f"K = {k}: {k} conversations of {conversation_tokens} tokens, {rounds} rounds", highlight=False)
-        code = execute_sweep(config, sub, _console(stderr=True), histograms=False, output_format=output_format)
-        if code != EXIT_OK:
-            sys.exit(code)
-        doc = load_run(sub)
-        levels.append(capacity_level(k, load_records(sub), _rss_mib(server_pid)))
-    server = (doc or {}).get("targets", [{}])[0].get("server") or {}
-    slots = server.get("total_slots") or server.get("slot_count") or 1
-    n_ctx = (server.get("props") or {}).get("n_ctx")
-    predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
-                                   cache_ram_mib, bytes_per_token)
-    collapsed = collapse_k(levels)
-    summary = {"conversation_tokens": conversation_tokens + OWN_TOKENS, "rounds": rounds, "slots": slots,
-               "cache_ram_mib": cache_ram_mib, "bytes_per_token": bytes_per_token, "predicted_capacity": predicted,
-               "collapse_k": collapsed,
-               "levels": [{"k": lv.k, "warm_requests": lv.warm_requests, "warm_hit_ratio": lv.warm_hit_ratio,
-                           "warm_ttft_ms_p50": lv.warm_ttft_ms_p50, "rss_mib": lv.rss_mib} for lv in levels]}
-    (out_dir / "capacity.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print_grid(capacity_table(summary), _console())
-    err.print(f"results: {out_dir}", highlight=False)

@@ -3,7 +3,9 @@ or a folder of several runs each), let analysis/compare.py and gate.py decide.
 
 Errors a user can cause (a missing directory, a bad run.json, runs that cannot be compared, a bad
 limit or gate file) become one line on stderr and exit code 2. The gate exits 1 on a regression,
-and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits.
+and EXIT_NOT_ENFORCED (3) when its runs could enforce none of its limits. Both refuse with
+EXIT_ENV_CHANGED (4) when the machine under the sides differs (analysis/env_drift.py) unless
+--allow-env-change.
 """
 
 from __future__ import annotations
@@ -19,22 +21,91 @@ import click
 from rich.console import Console
 
 from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
-from ..analysis.gate import (FAIL, INCONCLUSIVE, GateConfig, GateConfigError, GateResult, build_config,
-                             parse_confidence, parse_settings, run_gate)
+from ..analysis.env_drift import changed_levels, environment_differences, spoiling
+from ..analysis.gate import (
+    FAIL,
+    INCONCLUSIVE,
+    GateConfig,
+    GateConfigError,
+    GateResult,
+    build_config,
+    parse_confidence,
+    parse_settings,
+    run_gate,
+)
 from ..analysis.run_identity import first_difference
-from ..output.comparison import (check_line, comparison_markdown, comparison_table, detection_lines, gate_markdown,
-                                 summary_line, untested_notes)
-from ..output.layout import print_grid
+from ..core.errors import EXIT_ENV_CHANGED, EXIT_FAILED, EXIT_NOT_ENFORCED, InputError, UserError
+from ..output.comparison import (
+    check_line,
+    comparison_markdown,
+    comparison_table,
+    detection_lines,
+    gate_markdown,
+    summary_line,
+    untested_notes,
+)
+from ..output.layout import print_table
 from ..results.noise import write_noise
 from ..results.sides import calibration_runs, load_side, side_noise
-from ..core.errors import EXIT_FAILED, EXIT_NOT_ENFORCED, InputError
 from .common import results_dir, user_errors
+from .help import output_option
 from .shared import console as _console
 
 
 def load(results_dir_text: str, which: str) -> list[RunData]:
     """A side: one results directory, or a folder of them."""
     return load_side(results_dir(results_dir_text, which))
+
+
+def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Console) -> list[RunData]:
+    """The runs without their levels whose machine changed during them (analysis/env_drift.spoiling;
+    steal alone spoils none), each said on stderr; all of them with `allow`."""
+    if allow:
+        return runs
+    out = []
+    for run in runs:
+        spoiled = {(t.get("label"), lv.get("level")) for t in run.doc.get("targets") or []
+                   for lv in t.get("levels") or [] if spoiling(lv.get("environment_changed") or [])}
+        for label, level in sorted(spoiled, key=str):
+            err.print(f"left out: {label} at level {level} of the {which}: the machine changed during it "
+                      f"(--allow-env-change keeps it)", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        if not spoiled:
+            out.append(run)
+            continue
+        doc = {**run.doc, "targets": [{**t, "levels": [lv for lv in t.get("levels") or []
+                                                       if (t.get("label"), lv.get("level")) not in spoiled]}
+                                      for t in run.doc.get("targets") or []]}
+        out.append(RunData(doc, [r for r in run.records if (r.target, r.level) not in spoiled]))
+    return out
+
+
+def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) -> tuple[list[RunData], list[RunData]]:
+    """The drift guard (analysis/env_drift.py): say which levels' machine changed during them (a warning)
+    and what differs between the machines under the two sides (a refusal, EXIT_ENV_CHANGED, unless
+    `allow`); returns the sides without the levels a change spoiled (all of them with `allow`)."""
+    err = Console(stderr=True)
+    differences, notes = environment_differences([r.doc for r in baseline], [r.doc for r in candidate])
+    during = [f"{side} {line}" for side, runs in (("baseline", baseline), ("candidate", candidate))
+              for line in changed_levels(r.doc for r in runs)]
+    for line in notes:
+        err.print(f"note: {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
+    for line in during:  # a warning, not a refusal: a change under load also shows as a difference below
+        err.print(f"warning: the machine changed during {line}", style="yellow", highlight=False, markup=False,
+                  soft_wrap=True)
+    lines = [f"environment: {d}" for d in differences]
+    for line in lines:
+        err.print(f"{'warning: ' if allow else ''}{line}", style="yellow", highlight=False, markup=False,
+                  soft_wrap=True)
+    if lines and not allow:
+        raise UserError("the machine under the two sides differs (above), so their figures may differ for "
+                        "that reason; measure on the same machine state, or add --allow-env-change to compare "
+                        "anyway", exit_code=EXIT_ENV_CHANGED)
+    return (without_spoiled_levels(baseline, "baseline", allow, err),
+            without_spoiled_levels(candidate, "candidate", allow, err))
+
+
+ALLOW_ENV_HELP = ("Compare even when the machine under the two sides differs (warn instead of refusing with "
+                  "exit 4).")
 
 
 def noise_for(baseline_dir: str, noise_file: str | None) -> NoiseFloors | None:
@@ -76,25 +147,27 @@ NOISE_HELP = ("A noise.json from `loadgen calibrate` to judge differences agains
 @click.command("compare")
 @click.argument("baseline_dir")
 @click.argument("candidate_dir")
-@click.option("--noise", "noise_file", help=NOISE_HELP)
+@click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP)
 @click.option("--format", "output_format", type=click.Choice(["table", "markdown", "json"]), default="table",
               show_default=True, help="Terminal table, Markdown, or JSON for other tools.")
 @click.option("--confidence", default="0.95", show_default=True,
               help="Confidence at which each change is called significant (0.95 or 95%).")
+@click.option("--allow-env-change", is_flag=True, help=ALLOW_ENV_HELP)
 def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | None, output_format: str,
-                    confidence: str) -> None:
+                    confidence: str, allow_env_change: bool = False) -> None:
     """Compare two sides (a sweep each, or a folder of runs each) per target and level: values,
     change, and whether it is more than the run-to-run noise."""
     with user_errors():
         level = parse_confidence(confidence, "--confidence")
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         comparison = compare_sides(baseline, candidate, confidence=level, floors=noise_for(baseline_dir, noise_file))
     if output_format == "json":
         click.echo(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
     elif output_format == "markdown":
         click.echo(comparison_markdown(comparison), nl=False)
     else:
-        print_grid(comparison_table(comparison), _console())
+        print_table(_console(), comparison_table(comparison))
         err = Console(stderr=True)
         for line in untested_notes(comparison):
             err.print(line, style="dim", highlight=False, markup=False, soft_wrap=True)
@@ -123,9 +196,10 @@ def gate_options(command):
                           "latency_p99, error_rate]"),
         click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (the runs cannot "
                                                                 "tell)."),
-        click.option("--config", "config_file", help="A TOML file whose [gate] table sets these options; flags "
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A TOML file whose [gate] table sets these options; flags "
                                                      "override it."),
-        click.option("--noise", "noise_file", help=NOISE_HELP),
+        click.option("--noise", "noise_file", type=click.Path(dir_okay=False), help=NOISE_HELP),
+        click.option("--allow-env-change", is_flag=True, help=ALLOW_ENV_HELP),
     ]
     for option in reversed(options):
         command = option(command)
@@ -148,7 +222,7 @@ def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, m
 @gate_options
 def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str | None, max_latency_rise: str | None,
                  max_error_rate: str | None, confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
-                 config_file: str | None, noise_file: str | None) -> None:
+                 config_file: str | None, noise_file: str | None, allow_env_change: bool = False) -> None:
     """Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when
     the runs could enforce none of the limits on throughput and latency; else 0.
 
@@ -158,6 +232,7 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         result = run_gate(baseline, candidate, config, floors=noise_for(baseline_dir, noise_file))
     report_gate(result, config.strict)
 
@@ -198,7 +273,8 @@ def write_step_summary(markdown: str, err: Console) -> None:
 
 @click.command("calibrate")
 @click.argument("runs_dir")
-@click.option("--out", "out_file", help="Where to write the noise file [default: RUNS_DIR/noise.json].")
+@output_option("out_file", "Where to write the noise file [default: RUNS_DIR/noise.json].",
+               type=click.Path(dir_okay=False))
 def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     """Measure this machine's run-to-run noise from several runs of one unchanged configuration
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""

@@ -29,21 +29,31 @@ import click
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
-from ..analysis.grid import (GridParam, cache_flags, cell_name, check_template, cross, flag_value, has_flag,
-                             parse_param, render, run_order)
-from ..analysis.kv import MIB, ModelShapeError, estimate, model_shape
+from ..analysis.grid_cells import (
+    GridParam,
+    cache_flags,
+    cell_name,
+    check_template,
+    cross,
+    flag_value,
+    has_flag,
+    parse_param,
+    render,
+    run_order,
+)
+from ..analysis.kv import MIB, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
-from ..output.grid import print_grid
-from ..results.grid import DONE, grid_summaries, is_grid, load_grid, write_grid
+from ..output.grid_table import print_grid
+from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, write_grid
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
-from ..run.servers import (ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop,
-                           wait_ready)
+from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
 from .ab import run_summary
 from .common import die_with_parent, user_errors
+from .help import command
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
@@ -268,7 +278,7 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: str
             "measure": kind, "measure_args": list(args), "wait_ready_s": wait_ready_s, "cells": cells}
 
 
-@click.command("grid", context_settings={"ignore_unknown_options": True})
+@command("grid", context_settings={"ignore_unknown_options": True})
 @click.option("--server", "template", help="The server's command line with {name} placeholders, e.g. "
                                           "'llama-server -m {model} --parallel {parallel} -c 8192 --metrics'.")
 @click.option("--param", "param_texts", multiple=True, metavar="NAME=V1,V2",

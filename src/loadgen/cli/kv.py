@@ -7,8 +7,16 @@ import re
 
 import click
 
-from ..analysis.kv import (CACHE_TYPE_BYTES, DEFAULT_BATCH, FLASH_ATTN, ModelShapeError, bytes_per_token, estimate,
-                           model_shape, slots_that_fit)
+from ..analysis.kv import (
+    CACHE_TYPE_BYTES,
+    DEFAULT_BATCH,
+    FLASH_ATTN,
+    ModelShapeError,
+    bytes_per_token,
+    estimate,
+    model_shape,
+    slots_that_fit,
+)
 from ..core.errors import ConfigError
 from ..output.kv import kv_dict, print_kv
 from ..run.gguf_file import read_gguf

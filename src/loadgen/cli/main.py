@@ -39,7 +39,10 @@ COMMANDS = {
     "replay": "loadgen.cli.replay:replay_command",
     "prefix": "loadgen.cli.cache:prefix_command",
     "chat": "loadgen.cli.cache:chat_command",
-    "capacity": "loadgen.cli.cache:capacity_command",
+    "cache-capacity": "loadgen.cli.cache_capacity:cache_capacity_command",
+    "capacity": "loadgen.cli.capacity:capacity_command",
+    "env": "loadgen.cli.env:env_command",
+    "crossover": "loadgen.cli.crossover:crossover_command",
 }
 
 
@@ -51,12 +54,17 @@ COMMAND_HELP = {
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
-    "capacity": "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
+    "cache-capacity": "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
+    "capacity": "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
     "chat": "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
+    "crossover": 'Say per concurrency whether speculative decoding pays or costs throughput, from a grid of '
+                 'speculation on and off run interleaved and repeated.',
     "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
     "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
+    "env": "Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn "
+           "about what would spoil a measurement.",
     "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON "
               'lines or Parquet.',
     "gate": 'Exit 1 when the candidate regressed beyond a limit by more than the run-to-run noise; 3 when the '

@@ -17,25 +17,34 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..core import columnar
 from ..client.backends import GenerationParams
+from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SoakSettings, SweepConfig, build_targets, check_api
+from ..run.level_runner import LevelRunner
 from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
 from ..run.soak import run_soak
-from ..run.level_runner import LevelRunner
 from ..run.state import Run, RunObserver
 from ..run.steps import run_steps
 from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
-from .shared import records_options, checking_only, console, describe, prompt_source, prompt_source_options, request_options, target_options
+from .shared import (
+    checking_only,
+    console,
+    describe,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .workers import resolve_workers, workers_option
-
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
@@ -89,7 +98,7 @@ def _out_dir(output: str | None, force: bool, kind: str) -> Path:
     return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
 
-@click.command("prefill")
+@command("prefill")
 @target_options
 @click.option("--prompt-tokens", type=PROMPT_LENGTHS, default="512,2048,8192", show_default=True,
               help="Prompt lengths in tokens, each cut exactly for each server with its /tokenize.")
@@ -126,7 +135,7 @@ def prefill_command(ports, host, urls, labels, server_urls,
     _run(run, out_dir, main, err)
 
 
-@click.command("depth")
+@command("depth")
 @target_options
 @click.option("--depths", type=DEPTHS, default="0,4096,32768", show_default=True,
               help="Context depths in tokens: the prompt fills the context this far before decoding.")
@@ -165,7 +174,7 @@ def depth_command(ports, host, urls, labels, server_urls,
     _run(run, out_dir, main, err)
 
 
-@click.command("soak")
+@command("soak")
 @target_options
 @click.option("--concurrency", type=click.IntRange(min=1, max=4096), default=2, show_default=True,
               help="Workers per target, each sending requests back to back.")
@@ -228,4 +237,3 @@ def soak_command(ports, host, urls, labels, server_urls,
         _run(run, out_dir, main, err, records_kept, records_format, checkpoint_every_s=checkpoint_interval_s)
 
 
-MODE_COMMANDS = (prefill_command, depth_command, soak_command)

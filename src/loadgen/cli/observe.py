@@ -18,6 +18,7 @@ from ..output.files import write_files
 from ..output.prometheus_config import ScrapeTarget, prometheus_config
 from ..run.config import build_targets
 from ..run.target_setup import label_targets
+from .help import command
 from .live import DEFAULT_HOST
 from .options import DURATION
 from .shared import console, target_options
@@ -27,7 +28,7 @@ DASHBOARD_FILE = "loadgen-dashboard.json"
 DEFAULT_PORT = 9464
 
 
-@click.command("observe")
+@command("observe")
 @target_options
 @click.option("--prometheus-port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="The port the run will serve its live metrics on (give the run the same --prometheus-port).")

@@ -1,7 +1,7 @@
 """`loadgen paramcheck --direct URL --via URL`: does a gateway pass the request's parameters to the server?
 
-Thin: the canaries are run/paramcheck.py, the verdict rule analysis/paramcheck.py, the table
-output/paramcheck.py. Exit 0 when every checked parameter was honoured or cannot be told, 1 when
+Thin: the canaries are run/paramcheck.py, the verdict rule analysis/paramcheck_verdict.py, the table
+output/paramcheck_table.py. Exit 0 when every checked parameter was honoured or cannot be told, 1 when
 one was dropped or altered (or a canary got no usable answer), 2 on bad input (a via URL that does
 not lead to the direct server included).
 """
@@ -13,22 +13,23 @@ from pathlib import Path
 
 import click
 
-from ..analysis.paramcheck import DEFAULT_PARAMS, KNOWN_PARAMS, exit_code
+from ..analysis.paramcheck_verdict import DEFAULT_PARAMS, KNOWN_PARAMS, exit_code
 from ..client.canary import CanaryError
 from ..core.baseurl import BaseUrl
 from ..core.errors import EXIT_FAILED, ConfigError, ResultsError
 from ..output.files import write_files
-from ..output.paramcheck import FILE, paramcheck_file, print_paramcheck
+from ..output.paramcheck_table import FILE, paramcheck_file, print_paramcheck
 from ..results.writer import command_line, default_dir, utc_now
 from ..run.config import check_api, normalize_url
 from ..run.paramcheck import run_gateway_check
+from .help import command
 from .shared import console
 
 
-@click.command("paramcheck")
+@command("paramcheck")
 @click.option("--direct", required=True, help="The server's own base URL, e.g. http://127.0.0.1:8080.")
 @click.option("--via", required=True, help="The gateway's base URL for that server, e.g. https://gw.example/llama/v1.")
-@click.option("--api", default="chat", show_default=True, help="llamacpp, completions or chat.")
+@click.option("--api", default="chat", show_default=True, help="llamacpp, completions, chat, responses or messages.")
 @click.option("--params", help=f"Parameters to check, comma-separated [default: {','.join(DEFAULT_PARAMS)}; "
                                f"also: {','.join(p for p in KNOWN_PARAMS if p not in DEFAULT_PARAMS)}].")
 @click.option("--model", help="Model name for the OpenAI APIs [default: the direct server's first /v1/models id].")

@@ -13,35 +13,30 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
-from ..results.grid import grid_run_dirs, is_grid
+from ..results.grid_file import grid_run_dirs, is_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
+from .help import output_option
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet", "trace")
 REPORT_FORMATS = ("html", "markdown")
 
 
-def choice(value: str, allowed: tuple[str, ...], flag: str) -> str:
-    if value not in allowed:
-        raise InputError(f"{flag} {value!r}: choose one of {', '.join(allowed)}")
-    return value
-
-
 @click.command("export")
 @click.argument("results_dir_text", metavar="RESULTS_DIR")
-@click.option("--format", "output_format", required=True, help=f"One of {', '.join(EXPORT_FORMATS)}.")
+@click.option("--format", "output_format", required=True, type=click.Choice(EXPORT_FORMATS),
+              help="What to write: HdrHistogram files, tables, or the records themselves.")
 @click.option("--metric", help="hgrm/hlog only: latency, latency_uncorrected, queue_wait, predicted_ms, ttft, tpot, "
                                  "schedule_lag or itl.  [default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
-@click.option("--out", "out_dir", help="Directory to write into.  [default: RESULTS_DIR]")
+@output_option("out_dir", "Directory to write into.  [default: RESULTS_DIR]", type=click.Path(file_okay=False))
 @user_errors()
 def export_command(results_dir_text: str, output_format: str, metric: str | None, target: str | None,
                    out_dir: str | None) -> None:
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines or Parquet."""
     from ..output.exporters import export, select
 
-    choice(output_format, EXPORT_FORMATS, "--format")
     source = results_dir(results_dir_text)
     data = select(load_run(source), load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
@@ -49,7 +44,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
         out.mkdir(parents=True, exist_ok=True)
         written = export(output_format, data, out)
     except OSError as exc:
-        raise InputError(f"cannot write to {out} ({exc.strerror or exc}); choose another --out") from None
+        raise InputError(f"cannot write to {out} ({exc.strerror or exc}); choose another --output") from None
     for path in written:
         click.echo(str(path))
     if not written:
@@ -76,17 +71,17 @@ def load_sources(path_text: str) -> list[dict[str, Any]]:
 
 @click.command("report")
 @click.argument("results_dirs", nargs=-1, required=True, metavar="RESULTS_DIR...")
-@click.option("--out", "out_file", help="HTML file to write; the charts are also written as PNG files next to it.  "
-                                        "[default: report.html in RESULTS_DIR]")
+@output_option("out_file", "HTML file to write; the charts are also written as PNG files next to it.  "
+                           "[default: report.html in RESULTS_DIR]", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing report file.")
-@click.option("--format", "output_format", default="html", show_default=True,
+@click.option("--format", "output_format", default="html", show_default=True, type=click.Choice(REPORT_FORMATS),
               help="html (a self-contained file) or markdown (level tables and verdicts on stdout).")
 @user_errors()
 def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid."""
     from ..output import html as html_report
+    from ..output.report_model import build_series
 
-    choice(output_format, REPORT_FORMATS, "--format")
     found = [(d, source) for d in results_dirs for source in load_sources(d)]
     sources = [source for _, source in found]
     modes = [(d, s["run"]["kind"]) for d, s in found if s["run"].get("kind") in MODE_KINDS]
@@ -98,34 +93,35 @@ def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: b
         raise InputError(f"{where} is a {kind} run and the report draws sweeps; "
                          f"`loadgen analyze {where}` prints its table")
     out = report_path(results_dirs, out_file, force)
-    series = html_report.build_series(sources)
+    series = build_series(sources)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         written = html_report.write_report(series, out)
     except OSError as exc:
-        raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another --out") from None
+        raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another --output") from None
     for path in written:
         click.echo(str(path))
 
 
 def report_path(results_dirs: tuple[str, ...], out_file: str | None, force: bool) -> Path:
-    """Where the HTML goes: --out, else report.html in the one results directory; never over a file
+    """Where the HTML goes: --output, else report.html in the one results directory; never over a file
     that exists unless --force."""
     if out_file is None and len(results_dirs) > 1:
-        raise InputError("a report of several runs needs --out FILE (it would not belong to one of them)")
+        raise InputError("a report of several runs needs --output FILE (it would not belong to one of them)")
     out = Path(out_file) if out_file else Path(results_dirs[0]) / "report.html"
     if out.exists() and not force:
-        raise InputError(f"{out} exists; give --force to overwrite it, or another --out")
+        raise InputError(f"{out} exists; give --force to overwrite it, or another --output")
     return out
 
 
 def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
     """The sweeps' level tables and verdicts, and the table of each prefill, depth or soak run."""
     from ..output.layout import grids_markdown
+    from ..output.report_model import build_series
     from ..output.tables import run_grids, run_lines
 
     sweeps = [s for s in sources if s["run"].get("kind") not in MODE_KINDS]
-    parts = [html_report.markdown(html_report.build_series(sweeps))] if sweeps else []
+    parts = [html_report.markdown(build_series(sweeps))] if sweeps else []
     for s in sources:
         if s["run"].get("kind") in MODE_KINDS:
             lines = run_lines(s["run"])

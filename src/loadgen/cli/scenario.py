@@ -55,7 +55,7 @@ class Scenario:
     settings: dict[str, Setting] = field(default_factory=dict)
     mode_where: str = ""
 
-    def with_overrides(self, overrides: Iterable[Setting]) -> "Scenario":
+    def with_overrides(self, overrides: Iterable[Setting]) -> Scenario:
         settings = dict(self.settings)
         mode, mode_where = self.mode, self.mode_where
         for s in overrides:
@@ -227,7 +227,7 @@ def resolve(command: click.Command, settings: Mapping[str, Setting], ctx: click.
         if option.multiple and not isinstance(value, list):
             value = [value]
         try:
-            kwargs[option.name] = option.type_cast_value(ctx, value)  # type: ignore[index]
+            kwargs[option.name] = option.type_cast_value(ctx, value)  # type: ignore[index]  # an option's name is set once declared
         except click.BadParameter as exc:
             raise ScenarioError(f"{s.where}: {key}: {exc.message}") from None
     return kwargs

@@ -39,8 +39,9 @@ def target_options(f: Callable) -> Callable:
                           "file's name, plus @port when two targets share it]."),
         click.option("--api", default="llamacpp", show_default=True,
                      help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
-                          "chat (POST /v1/chat/completions)."),
-        click.option("--model", help="Model name for the OpenAI APIs [default: the first id of the server's "
+                          "chat (POST /v1/chat/completions), responses (POST /v1/responses), messages "
+                          "(POST /v1/messages)."),
+        click.option("--model", help="Model name for the OpenAI and Anthropic APIs [default: the first id of the server's "
                                      "/v1/models]."),
         click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,
                      help="Sent as 'Authorization: Bearer KEY' (prefer the environment variable: a flag shows "
@@ -64,8 +65,8 @@ def prompt_source_options(f: Callable) -> Callable:
     """--prompt, --prompt-file, --dataset and how it is read and sampled."""
     return _apply(f, [
         click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request)."),
-        click.option("--prompt-file", help="Read the prompt text from this UTF-8 file."),
-        click.option("--dataset", help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
+        click.option("--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt text from this UTF-8 file."),
+        click.option("--dataset", type=click.Path(dir_okay=False), help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
                                        "request i uses prompt i mod their count."),
         click.option("--dataset-field", default=DEFAULT_FIELD, show_default=True,
                      help="The field of each dataset object that holds the prompt (dotted for nested: input.text); "

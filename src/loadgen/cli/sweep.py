@@ -13,7 +13,8 @@ import click
 from rich.console import Console
 
 from ..analysis.aggregate import of_level
-from ..client.backends import GenerationParams
+from ..analysis.slo import DEFAULT_ATTAINMENT
+from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.workload import Workload
@@ -21,23 +22,43 @@ from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, Target, build_targets, check_api, check_arrival
+from ..run.config import (
+    DEFAULT_PROMPT,
+    SweepConfig,
+    Target,
+    build_targets,
+    check_api,
+    check_arrival,
+    check_reasoning_effort,
+)
 from ..run.dataset_answers import DatasetEntry, read_dataset_entries
 from ..run.live.metrics import LiveMetrics
 from ..run.prompts import PromptSource, sample_prompts
 from ..run.schedule import ARRIVALS
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
+from ..run.stop_at_knee import stop_at_knee as knee_plan
 from ..run.sweep import run_sweep
 from ..run.workers.policy import open_level_runner, remove_worker_files
+from .env import machine_config, machine_options
+from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LENGTH, LEVELS, RATES, IntList
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
-from .shared import (records_options, checking_only, format_option, prompt_source, prompt_source_options, request_options,
-                     target_options)
+from .slo import build_slo, slo_options
 from .workers import resolve_workers, workers_option
 
-@click.command()
+
+@command()
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
@@ -75,6 +96,9 @@ from .workers import resolve_workers, workers_option
               help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every target.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
+@click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
+              help="A reasoning model's effort, sent as the API expects (chat: reasoning_effort; responses: "
+                   "reasoning.effort).")
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -87,20 +111,29 @@ from .workers import resolve_workers, workers_option
 @records_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@slo_options
+@click.option("--stop-at-knee", is_flag=True,
+              help="End the ladder once a level is past the saturation knee, or (with --slo) clearly misses the "
+                   "targets; one target only.")
 @format_option
 @prometheus_options
 @workers_option
+@machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, workload_seed, ignore_eos,
+          reasoning_effort, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, server_urls=()) -> None:
+          workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
+          telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
+          stop_at_knee=False, server_urls=()) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
+    slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     workload = Workload(prompt_tokens, n_predict, seed=workload_seed)
@@ -122,18 +155,22 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
-        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure,
+        prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
+        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
         workload=workload, dataset_entries=tuple(entries),
     )
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
         raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "
                           "drop --workers/--ray")
+    if stop_at_knee and len(config.targets) != 1:
+        raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
@@ -143,7 +180,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
                               _console(stderr=True)) as live:
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
-                             records=records_kept, records_format=records_format)
+                             records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
 
 
@@ -225,11 +262,12 @@ def ensure_open_files(connections: int) -> None:
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
                   output_format: str = "table", live: LiveMetrics | None = None, records: str = "all",
-                  records_format: str = "jsonl") -> int:
+                  records_format: str = "jsonl", stop_at_knee: bool = False) -> int:
     """Run a sweep, print its table, write its results. Returns the exit code.
 
     `around` is entered on the sweep's event loop for the sweep's duration (the demo's simulators);
-    `live` (--prometheus-port) is fed every level and request.
+    `live` (--prometheus-port) is fed every level and request; `stop_at_knee` ends the ladder once
+    it is past saturation or the SLO (run/stop_at_knee.py).
     """
     console = console or _console()
     err = _console(stderr=True)
@@ -241,7 +279,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
                 obs = live.observe(observer) if live else observer
                 async with open_level_runner(run.config, out_dir, obs,
                                              functools.partial(write_worker_hlog, out_dir)) as runner:
-                    await run_sweep(run, obs, runner)
+                    await run_sweep(run, obs, runner, plan=knee_plan(run, obs) if stop_at_knee else None)
 
     try:
         execution = execute(run, RunFiles(out_dir, records, records_format), main, err=err)
@@ -250,8 +288,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     remove_worker_files(out_dir)
     doc = execution.doc
     from ..output.exporters import is_hgrm_name, level_histogram_files
-    from ..output.files import write_files
-    from ..output.files import remove_files
+    from ..output.files import remove_files, write_files
 
     try:
         # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
@@ -272,7 +309,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return EXIT_OK
 
 
-@click.command()
+@command()
 @click.option("--time-scale", type=click.FloatRange(min=0.001, max=1), default=0.06, show_default=True,
               help="Scale the simulated servers' durations by this factor: 0.06 runs them about 17× faster "
                    "than the hardware they model (figures are reported in simulated time).")

@@ -88,14 +88,15 @@ class AiohttpTransport:
         """aiohttp opens connections only for requests: `connections` concurrent GETs of /health
         (cheap on llama-server; any answer will do) leave that many idle keep-alive connections."""
         assert self._session is not None, "open() first"
+        session = self._session
         n = connections if not self._limit else min(connections, self._limit)
 
         async def one() -> bool:
             try:
-                async with self._session.get(self._url("/health"), proxy=self._proxy) as resp:
+                async with session.get(self._url("/health"), proxy=self._proxy) as resp:
                     await resp.read()
                     return True
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 return False
 
         return sum(await asyncio.gather(*(one() for _ in range(n))))
@@ -121,7 +122,7 @@ class AiohttpTransport:
                     async for chunk in resp.content.iter_any():
                         on_chunk(chunk, now_ns())
                 return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data, timing.connect_us)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
         except aiohttp.ClientError as exc:
             raise self._transport_error(exc) from exc

@@ -3,12 +3,12 @@ and a look at the server's `/slots` and `/props` right after.
 
 The request is built per API with OpenAI parameter names turned into each API's own
 (`max_tokens` -> `n_predict`, `logprobs` -> `n_probs` for `/completion`; `logprobs: true` and
-`top_logprobs` for chat). Parameters an API has no field for are left out (the caller says so).
+`top_logprobs` for chat; `max_tokens` -> `max_output_tokens` and `reasoning_effort` ->
+`reasoning.effort` for `/v1/responses`; `/v1/messages` has `max_tokens` like chat). Parameters an API has no field for are left out (the caller says so).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,8 +20,12 @@ import yarl
 from ..core.baseurl import BaseUrl
 from .session import SessionClient
 
-ENDPOINTS = {"llamacpp": "/completion", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
-CHAT_ONLY = ("reasoning_effort", "chat_template_kwargs")
+ENDPOINTS = {"llamacpp": "/completion", "completions": "/v1/completions", "chat": "/v1/chat/completions",
+             "responses": "/v1/responses", "messages": "/v1/messages"}
+# Parameters only some APIs have a field for: the chat template's reasoning knobs, and logprobs
+# (neither the Responses nor the Messages API takes it).
+ONLY_IN = {"reasoning_effort": ("chat", "responses"), "chat_template_kwargs": ("chat",),
+           "logprobs": ("llamacpp", "completions", "chat")}
 
 
 class CanaryError(Exception):
@@ -37,14 +41,16 @@ class Answer:
 
 def applicable(api: str, param: str) -> bool:
     """Whether the API has a field for the parameter (the reasoning ones are the chat template's)."""
-    return api == "chat" or param not in CHAT_ONLY
+    return api in ONLY_IN.get(param, (api,))
 
 
 def canary_body(api: str, params: Mapping[str, Any], prompt: str, model: str | None) -> dict[str, Any]:
     """The request body: the prompt, `cache_prompt: false`, and each parameter in the API's own words."""
     body: dict[str, Any] = {"cache_prompt": False}
-    if api == "chat":
+    if api in ("chat", "messages"):
         body["messages"] = [{"role": "user", "content": prompt}]
+    elif api == "responses":
+        body["input"] = prompt
     else:
         body["prompt"] = prompt
     if api != "llamacpp" and model:
@@ -54,6 +60,10 @@ def canary_body(api: str, params: Mapping[str, Any], prompt: str, model: str | N
             continue
         if name == "max_tokens" and api == "llamacpp":
             body["n_predict"] = value
+        elif name == "max_tokens" and api == "responses":
+            body["max_output_tokens"] = value
+        elif name == "reasoning_effort" and api == "responses":
+            body["reasoning"] = {"effort": value}
         elif name == "logprobs":
             if api == "llamacpp":
                 body["n_probs"] = value
@@ -77,7 +87,7 @@ class CanaryClient(SessionClient):
             async with self._session.request(method, url, json=body) as resp:
                 raw = await resp.read()
                 headers = {k.lower(): v for k, v in resp.headers.items()}
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise CanaryError(f"{base.text()}{path}: no answer within the timeout") from None
         except aiohttp.ClientError as exc:
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -24,6 +24,7 @@ from ..core.clock import now_ns
 from .http_parser import BadResponse, ResponseParser
 from .transport import ChunkCallback, HttpResponse, TransportError
 
+
 class Owner(Protocol):
     """What a connection needs of the pool that holds it (pool.py's `ConnectionPool`), and all it
     tells it: each goes through these public names, so neither reaches into the other's state.
@@ -33,9 +34,12 @@ class Owner(Protocol):
     read_buffer     one buffer every socket reads into, each read copied out before the next
     """
 
-    loop: asyncio.AbstractEventLoop
-    kernel_stamps: bool
-    read_buffer: memoryview
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def kernel_stamps(self) -> bool: ...
+    @property
+    def read_buffer(self) -> memoryview: ...
 
     def busy(self, conn: Connection) -> None:
         """`conn` carries a request now (its deadline is watched)."""
@@ -173,7 +177,7 @@ class StreamConnection(Connection, asyncio.Protocol):
     transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # asyncio hands a stream protocol a Transport
         self.open = True
 
     def data_received(self, data: bytes) -> None:
@@ -349,7 +353,7 @@ def clock_pair() -> tuple[int, int]:
     two readings milliseconds apart, and a response was dated before its request was sent."""
     for _ in range(4):
         before = now_ns()
-        real = _realtime_ns()
+        real = _realtime_ns()  # type: ignore[misc]  # None off Linux, where this function is never called
         after = now_ns()
         if after - before <= 20_000:
             break

@@ -86,7 +86,7 @@ class ResponseParser:
         p = self._pieces
         return b"" if not p else p[0] if len(p) == 1 else b"".join(p)
 
-    def headers(self) -> "ResponseHeaders":
+    def headers(self) -> ResponseHeaders:
         return ResponseHeaders(self._head_reads if self.status else [])
 
     # httptools callbacks (no on_header: see the class docstring) ---------------------------------

@@ -20,7 +20,6 @@ from ..core.clock import now_ns
 from .connections import OWN_SOCKETS, READ_SIZE, Connection, SocketConnection, StreamConnection
 from .transport import TransportError, connect_reason, tls_context
 
-
 # connect_ahead opens this many connections at once.
 CONNECT_AHEAD_AT_ONCE = 32
 
@@ -35,7 +34,7 @@ class ConnectionPool:
         # times them on the loop's clock when it reads them, as TLS connections always are.
         self.kernel_stamps = kernel_stamps
         self._loop_timed = not kernel_stamps  # some read was (or will be) timed on the loop's clock
-        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by _start, before any use
         self._idle: list[Connection] = []
         self._open = 0
         self._max = 1
@@ -51,7 +50,7 @@ class ConnectionPool:
     def _start(self, parts: SplitResult, max_connections: int, timeout_s: float, insecure: bool) -> None:
         """Point the pool at the target `parts` (an http or https URL) on the running loop."""
         self._loop = asyncio.get_running_loop()
-        self._host = parts.hostname
+        self._host = parts.hostname or ""  # a base URL is parsed with its host at the edge (core.baseurl)
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._hostport = parts.netloc
         self._ssl = tls_context(insecure) if parts.scheme == "https" else None

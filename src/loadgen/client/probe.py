@@ -147,7 +147,7 @@ class Probe(SessionClient):
         while True:
             try:
                 status, body = await self._get("/health", of_target=True)
-            except asyncio.TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
+            except TimeoutError as exc:  # before OSError: TimeoutError is one since 3.11
                 raise TargetUnreachable("/health did not answer within 10 s") from exc
             except aiohttp.ClientConnectorCertificateError as exc:
                 raise TargetUnreachable(connect_reason(exc.certificate_error, urlsplit(self.base_url).netloc)) from exc
@@ -174,7 +174,7 @@ class Probe(SessionClient):
     async def _get_json(self, path: str, info: ServerInfo, of_target: bool = False) -> Any:
         try:
             status, body = await self._get(path, of_target)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             info.endpoints[path] = None
             info.notes.append(f"{path} failed: {_first_line(exc)}")
             return None
@@ -220,7 +220,7 @@ class Probe(SessionClient):
             if status != 200:
                 return None
             slots = json.loads(body, parse_constant=_reject_constant)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, ValueError):
             return None
         if not isinstance(slots, list):
             return None
@@ -271,7 +271,7 @@ class Probe(SessionClient):
             if status != 200:
                 return None
             values = parse_metrics(body.decode("utf-8", "replace"))
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
+        except (TimeoutError, aiohttp.ClientError, ValueError, UnicodeDecodeError):
             return None
         return {name: values[name] for name in METRIC_NAMES if name in values}
 

@@ -45,7 +45,7 @@ def environment_proxy(url: str) -> str | None:
         pass
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):
+    if not proxy or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]  # in urllib.request, not in typeshed
         return None
     return proxy
 

@@ -13,7 +13,7 @@ It knows no API: which events carry content and what ends a stream is the backen
 from __future__ import annotations
 
 from array import array
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..core.records import STREAM_ERROR, ServerOutcome
 
@@ -113,11 +113,19 @@ class EventReader(Protocol):
         ...
 
 
+class AnswerCountingReader(EventReader, Protocol):
+    """A reader that tells answer events from reasoning ones (chat, responses, messages): how many
+    of each it has read so far."""
+
+    answer_events: int
+    reasoning_events: int
+
+
 class StreamReader:
     """One streaming request: payloads to the backend, content events stamped with arrival times."""
 
     __slots__ = ("_splitter", "_reader", "_count", "_raw", "events", "chunks", "first_ns", "last_ns", "gaps_us",
-                 "failed")
+                 "failed", "_answers", "_first_answer_ns")
 
     def __init__(self, reader: EventReader):
         self._splitter = SSESplitter()
@@ -131,6 +139,10 @@ class StreamReader:
         self.last_ns: int | None = None
         self.gaps_us = array("q")  # between successive content events, in microseconds (8-byte ints)
         self.failed: ServerOutcome | None = None  # the first event the backend could not read
+        # A reader that tells answer events from reasoning ones counts them in `answer_events`
+        # (and `reasoning_events`): the first read that brought an answer event is stamped.
+        self._answers = cast(AnswerCountingReader, reader) if hasattr(reader, "answer_events") else None
+        self._first_answer_ns: int | None = None
 
     def on_chunk(self, chunk: bytes, t_ns: int) -> None:
         if self.events == 0 and len(self._raw) < RAW_PREFIX_LIMIT:
@@ -165,6 +177,16 @@ class StreamReader:
             if self.failed is None:
                 self.failed = ServerOutcome(error_kind=STREAM_ERROR, error_message=f"unreadable event: {exc}"[:300])
         self._timed(len(payloads), content, t_ns)
+        if content and self._answers is not None and self._first_answer_ns is None and self._answers.answer_events:
+            self._first_answer_ns = t_ns
+
+    @property
+    def first_answer_ns(self) -> int | None:
+        """When the first answer event arrived, if reasoning events came first or beside it; None
+        without reasoning (the first answer is then `first_ns`) or without any answer."""
+        if self._answers is None or not self._answers.reasoning_events:
+            return None
+        return self._first_answer_ns
 
     def _timed(self, events: int, content: int, t_ns: int) -> None:
         # Every event of one read arrived at the same time: the first content event of the read is

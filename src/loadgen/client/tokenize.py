@@ -6,7 +6,6 @@ What run/exact_prompt.py cuts prompts of an exact token count with. A server wit
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -50,7 +49,7 @@ class ServerTokenizer:
                 if resp.status != 200:
                     raise TokenizeUnavailable(f"/tokenize answered HTTP {resp.status}")
                 data = json.loads(await resp.read())
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             raise TokenizeUnavailable(f"/tokenize failed ({type(exc).__name__}: {exc})") from None
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list):
@@ -82,7 +81,7 @@ class ServerTokenizer:
                 if resp.status != 200:
                     raise TokenizeUnavailable(f"/apply-template answered HTTP {resp.status}")
                 prompt = json.loads(await resp.read()).get("prompt")
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError) as exc:
             raise TokenizeUnavailable(f"/apply-template failed ({type(exc).__name__})") from None
         if not isinstance(prompt, str):
             raise TokenizeUnavailable("/apply-template gave no prompt")

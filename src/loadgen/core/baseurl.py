@@ -44,7 +44,7 @@ class BaseUrl:
     openai_suffix: bool = False  # the given path ended in /v1
 
     @classmethod
-    def parse(cls, text: str) -> "BaseUrl":
+    def parse(cls, text: str) -> BaseUrl:
         """The base URL in `text`; BaseUrlError when it cannot be one."""
         try:
             parts = urlsplit(text.strip())

@@ -11,6 +11,7 @@ EXIT_OK = 0  # the run ran (request failures are counted and shown, not fatal); 
 EXIT_FAILED = 1  # a target was unreachable or went down, the results could not be written; the gate found a regression
 EXIT_USAGE = 2  # bad input: flags, scenario files, results directories
 EXIT_NOT_ENFORCED = 3  # the gate could enforce none of its limits (checks untested, or blind to a change that size)
+EXIT_ENV_CHANGED = 4  # compare/gate/ab: the machine under the two sides differs, or changed during a level (docs/environment.md)
 EXIT_SIGINT = 130  # stopped by SIGINT (Ctrl-C); the results so far are written and marked incomplete
 EXIT_SIGTERM = 143  # stopped by SIGTERM; likewise
 

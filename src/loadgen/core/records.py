@@ -56,6 +56,9 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
@@ -82,6 +85,13 @@ class RequestRecord(msgspec.Struct, frozen=True):
     predicted_per_second: float | None = None
     cache_n: int | None = None
     usage: Usage | None = None
+    # Speculative decoding (llama-server's `timings`): tokens drafted for this request and of those
+    # accepted. None: the server sent none (it drafted nothing, or does not speculate; older files).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    # Reasoning models: of the output tokens, how many were thinking (the API's usage details when
+    # it gives them, else the streamed reasoning events counted). None: no reasoning was seen.
+    reasoning_tokens: int | None = None
     headers_ns: int | None = None
     # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
     intended_ns: int | None = None
@@ -100,6 +110,10 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # A workload (core/workload.py): the answer length this request asked for (None: the run's one
     # n_predict, in run.json's config). predicted_n: what it got.
     n_predict_target: int | None = None
+    # Streaming, when reasoning came first: arrival of the first answer (non-reasoning) content
+    # event. None without reasoning (the first answer token is then first_token_ns) or when the
+    # stream held no answer at all (the output cap was reached while thinking).
+    first_answer_ns: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,7 +137,7 @@ class RequestRecord(msgspec.Struct, frozen=True):
         return msgspec.to_builtins(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         """Validate and convert; raises msgspec.ValidationError on a wrong field type."""
         return msgspec.convert(data, cls)
 
@@ -148,15 +162,16 @@ def make_record(
     connect_us: int | None = None,
     tls_us: int | None = None,
     n_predict_target: int | None = None,
+    first_answer_ns: int | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
     # than 28 keywords). The outcome's fields sit in the record in the outcome's
     # order (checked below, at import).
-    return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,
+    return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
-                         n_predict_target)
+                         n_predict_target, first_answer_ns)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -166,7 +181,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target")
+    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):
@@ -192,7 +207,7 @@ class ProbeSample(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ProbeSample":
+    def from_dict(cls, data: dict[str, Any]) -> ProbeSample:
         return msgspec.convert(data, cls)
 
 
@@ -221,6 +236,7 @@ class LevelRun:
     records: Any = field(default_factory=list)
     aggregate: Any = None
     tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
+    slo_tally: Any = None  # --slo: the level's requests judged as they stream (`analysis.slo.SloTally`)
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early
@@ -234,6 +250,9 @@ class LevelRun:
     client_cpu_fraction: float | None = None
     # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
+    # The machine under the level: `core.environment.EnvSample`s at its start, during and at its end
+    # (run/machine_sampling.py); empty when the run does not read the machine.
+    environment: list[Any] = field(default_factory=list)
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False
@@ -281,12 +300,16 @@ class LevelRun:
             self.records[:] = [simulated_record(r, time_scale, origin_ns) for r in self.records]
         self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=_stretch(s.t_ns, time_scale, origin_ns))
                                  for s in self.probe_samples]
-        self.start_ns = _stretch(self.start_ns, time_scale, origin_ns)
-        self.end_ns = _stretch(self.end_ns, time_scale, origin_ns)
+        self.start_ns = _stretch_ns(self.start_ns, time_scale, origin_ns)
+        self.end_ns = _stretch_ns(self.end_ns, time_scale, origin_ns)
+
+
+def _stretch_ns(ns: int, time_scale: float, origin_ns: int) -> int:
+    return origin_ns + round((ns - origin_ns) / time_scale)
 
 
 def _stretch(ns: int | None, time_scale: float, origin_ns: int) -> int | None:
-    return None if ns is None else origin_ns + round((ns - origin_ns) / time_scale)
+    return None if ns is None else _stretch_ns(ns, time_scale, origin_ns)
 
 
 def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> RequestRecord:
@@ -300,6 +323,7 @@ def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> Req
     return msgspec.structs.replace(
         r, send_ns=t(r.send_ns), complete_ns=t(r.complete_ns), headers_ns=t(r.headers_ns),
         intended_ns=t(r.intended_ns), first_token_ns=t(r.first_token_ns), last_token_ns=t(r.last_token_ns),
+        first_answer_ns=t(r.first_answer_ns),
         chunk_gaps_us=None if r.chunk_gaps_us is None else [round(g / time_scale) for g in r.chunk_gaps_us],
         prompt_ms=d(r.prompt_ms), predicted_ms=d(r.predicted_ms),
         predicted_per_second=None if r.predicted_per_second is None else r.predicted_per_second * time_scale)

@@ -1,13 +1,23 @@
-"""What every layer reads of a run document (run.json): a level's summary, and whether the run is open loop.
+"""What every layer reads of a run document (run.json): a level's summary, the typed document, and
+whether the run is open loop.
 
-`LevelSummary` is the one schema of a level in run.json: analysis/metrics.py computes it, the
+`LevelSummary` is the one schema of a level in run.json: analysis/aggregate.py computes it, the
 results writer stores it (`to_dict`, field order = file order) and results/schema.py checks a file
 against it on load. Fields a version-1 file or a damaged one may lack have defaults; the others
 must be there for `report`, `export`, `compare` and `gate` to read the file.
+
+`RunDocument.of(doc)` converts run.json's content (the checked, upgraded dict `results.reader.
+load_run` gives) into msgspec Structs that every reader reads by attribute: the run's kind as a
+`RunKind`, `open_loop` a property (`is_open_loop`, the one rule), per target its levels
+(`LevelSummary` plus the --workers parts), its verdict, and its prefill, depth or soak section,
+each typed. Every field a reader may find absent (an older file, a kind without it) has a default;
+fields no reader reads are not here and are dropped, so a reader that passes run.json on verbatim
+(the JSON and CSV exporters) reads the dict, not this. It lives in core so that analysis/ reads it too.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +59,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int
     wall_s: float
     throughput_tok_s: float
+    # Prompt tokens of the successful requests, successful requests per second, and (input + output)
+    # tokens per second (analysis/metrics.py); None in files written before them.
+    input_tokens: int | None = None
+    request_rate: float | None = None
+    total_tok_s: float | None = None
     latency_ms: Distribution | None = None
     queue_wait_ms: Distribution | None = None
     predicted_ms_mean: float | None
@@ -84,17 +99,45 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_cpu_fraction: float | None = None
+    # Metrics registered beyond the built-in ones above (analysis/metric_defs.py), by name; absent
+    # from a file without any.
+    metrics: dict[str, Distribution | float] = {}
+    # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
+    slo: dict[str, Any] | None = None
+    # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
+    # requests, acceptance = their ratio (None: nothing drafted, "no speculation"), and drafted tokens
+    # per output token. All None (and absent from run.json) when no request carried draft fields.
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    acceptance: float | None = None
+    drafted_per_output_token: float | None = None
+    # Reasoning models (analysis/reasoning.py): Σ reasoning tokens of the successful requests, their
+    # share of the output tokens, and the time to the first answer token (streaming). All None (and
+    # absent from run.json) when no request reasoned.
+    reasoning_tokens: int | None = None
+    reasoning_share: float | None = None
+    ttfa_ms: Distribution | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
         out = msgspec.to_builtins(self)
-        for key in ("concurrency_reached", "connections_opened"):  # a file written before keeps its shape
+        for key in ("concurrency_reached", "connections_opened", "input_tokens", "request_rate", "total_tok_s"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
         for key in CACHE_FIELDS:  # only a run that reused cached tokens has them
             if out[key] is None:
+                del out[key]
+        if not out["metrics"]:
+            del out["metrics"]
+        if out["slo"] is None:
+            del out["slo"]
+        if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
+            for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
+                del out[key]
+        if out["reasoning_tokens"] is None:  # no reasoning: likewise
+            for key in ("reasoning_tokens", "reasoning_share", "ttfa_ms"):
                 del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):
@@ -115,3 +158,180 @@ def is_open_loop(doc: Mapping[str, Any]) -> bool:
     """
     config = doc.get("config")
     return isinstance(config, Mapping) and config.get("mode") == "rate"
+
+
+class RunKind(enum.StrEnum):
+    """Which command wrote the run (run.json's "kind")."""
+
+    SWEEP = "sweep"
+    DEMO = "demo"
+    PREFILL = "prefill"
+    DEPTH = "depth"
+    SOAK = "soak"
+
+    @property
+    def has_levels(self) -> bool:
+        """Levels and verdicts (a sweep's tables), rather than one section per target."""
+        return self in (RunKind.SWEEP, RunKind.DEMO)
+
+
+class WorkerPart(msgspec.Struct, frozen=True):
+    """One --workers process's part of a level (run.json's per-level "workers")."""
+
+    worker: int | None = None
+    died_at_s: float | None = None
+    stopped_reason: str | None = None
+    lost: int = 0
+    rate_after: float | None = None
+    concurrency_after: int | None = None
+
+
+class Level(LevelSummary, frozen=True, kw_only=True):
+    """A level's summary as run.json holds it, with its --workers parts (a run by worker processes)."""
+
+    workers: list[WorkerPart] | None = None
+    energy: list[dict[str, Any]] | None = None  # per source (analysis/energy.py); absent without counters
+    environment_changed: list[str] | None = None  # what changed in the machine during the level
+
+
+class LevelVerdict(msgspec.Struct, frozen=True):
+    """A level of the saturation verdict (analysis/saturation.py, analysis/occupancy.py)."""
+
+    level: int | float
+    requests: int = 0
+    queued: int = 0
+    queued_share: float = 0.0
+    queue_wait_ms: Distribution | None = None
+    peak_deferred: float | None = None
+    peak_busy_slots: int | None = None
+    batching_gain: float | None = None
+    evidence: str | None = None
+    slot_queued: int | None = None
+    held_outside: int | None = None
+    held_outside_max_ms: float | None = None
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    verdict: list[str] = []
+    levels: list[LevelVerdict] = []
+    total_slots: int | None = None
+    overhead_ms: float | None = None
+    saturated_at: int | float | None = None
+
+
+class MeanSd(msgspec.Struct, frozen=True):
+    """analysis.metrics.MeanSd as run.json holds it."""
+
+    n: int
+    mean: float
+    sd: float | None = None
+
+    def text(self, digits: int = 1) -> str:
+        """mean ± sd (sd left out below two values)."""
+        return f"{self.mean:,.{digits}f}" + (f" ± {self.sd:,.{digits}f}" if self.sd is not None else "")
+
+
+class PrefillRow(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    requests_ok: int = 0
+    requests_failed: int = 0
+    prompt_n: MeanSd | None = None
+    prompt_n_min: int | None = None
+    prompt_n_max: int | None = None
+    prompt_ms: MeanSd | None = None
+    prompt_tok_s: MeanSd | None = None
+    ttft_ms: MeanSd | None = None
+    note: str | None = None
+    skipped: str | None = None
+
+
+class DepthRow(msgspec.Struct, frozen=True):
+    depth: int
+    requests_ok: int = 0
+    requests_failed: int = 0
+    prompt_n: MeanSd | None = None
+    decode_tok_s: MeanSd | None = None
+    change: float | None = None
+    reference_depth: int | None = None
+    note: str | None = None
+    skipped: str | None = None
+
+
+class PrefillSection(msgspec.Struct, frozen=True):
+    rows: list[PrefillRow] = []
+    n_ctx: int | None = None
+
+
+class DepthSection(msgspec.Struct, frozen=True):
+    rows: list[DepthRow] = []
+    n_ctx: int | None = None
+
+
+class SoakSection(msgspec.Struct, frozen=True):
+    duration_s: float
+    requests_ok: int
+    requests_failed: int
+    throughput_tok_s: float
+    error_free_s: float
+    longest_error_free_s: float
+    errors_by_kind: dict[str, int] = {}
+    offered_req_s: float | None = None  # absent from files written before it
+    first_throughput_tok_s: float | None = None
+    last_throughput_tok_s: float | None = None
+    drift: float | None = None
+    drift_significant: bool | None = None
+
+
+class Server(msgspec.Struct, frozen=True):
+    total_slots: int | None = None
+    metrics_enabled: bool = False
+    props: dict[str, Any] | None = None
+
+
+class Target(msgspec.Struct, frozen=True):
+    label: str
+    levels: list[Level] = []
+    url: str | None = None
+    server: Server | None = None
+    error: str | None = None
+    verdict: Verdict | None = None
+    prefill: PrefillSection | None = None
+    depth: DepthSection | None = None
+    soak: SoakSection | None = None
+
+    def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
+        """This target's section of a prefill, depth or soak run (None for a sweep)."""
+        return {RunKind.PREFILL: self.prefill, RunKind.DEPTH: self.depth, RunKind.SOAK: self.soak}.get(kind)
+
+    def level(self, level: int | float) -> Level | None:
+        return next((lv for lv in self.levels if lv.level == level), None)
+
+
+class Config(msgspec.Struct, frozen=True):
+    mode: str = "concurrency"
+    slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
+    workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
+    cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
+    cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+
+
+class RunDocument(msgspec.Struct, frozen=True):
+    """A run as its readers see it; `of` makes one of run.json's content."""
+
+    targets: list[Target]
+    kind: RunKind = RunKind.SWEEP
+    complete: bool = True
+    config: Config | None = None
+    started_utc: str | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        """Levels are request rates, not concurrencies (config mode "rate": core.rundoc.is_open_loop)."""
+        return self.config is not None and self.config.mode == "rate"
+
+    @classmethod
+    def of(cls, doc: RunDocument | dict[str, Any]) -> RunDocument:
+        """The typed document of run.json's content (a document already typed is returned as it is)."""
+        if isinstance(doc, RunDocument):
+            return doc
+        return msgspec.convert(doc, cls, strict=False)

@@ -41,7 +41,7 @@ class SignalLatch:
 
     @property
     def exit_code(self) -> int | None:
-        return SIGNAL_EXIT.get(self.received[0], EXIT_SIGINT) if self.received else None  # type: ignore[call-overload]
+        return SIGNAL_EXIT.get(self.received[0], EXIT_SIGINT) if self.received else None  # type: ignore[call-overload]  # signal numbers key SIGNAL_EXIT
 
     def release(self) -> None:
         """At the end of a command: once a signal came, ignore the rest until exit; else give the

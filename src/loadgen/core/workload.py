@@ -141,13 +141,14 @@ def parse_length_spec(text: str | int, what: str = "--prompt-tokens", base: Path
         if high < low:
             raise ConfigError(f"{what} {spec!r}: the highest length is below the lowest")
         return LengthSpec("uniform", low=low, high=high, text=f"uniform:{low}:{high}")
-    positional, named = [], {}
+    positional: list[float] = []
+    named: dict[str, int] = {}
     for part in (p.strip() for p in rest.split(",")):
         if "=" in part:
-            key, _, value = part.partition("=")
+            key, _, given = part.partition("=")
             if key.strip() not in ("min", "max"):
                 raise ConfigError(f"{what} {spec!r}: unknown key {key.strip()!r} (min= and max= only)")
-            named[key.strip()] = _whole(value.strip(), spec, what)
+            named[key.strip()] = _whole(given.strip(), spec, what)
         elif part:
             positional.append(_number(part, spec, what))
     if len(positional) != 2:
@@ -155,11 +156,11 @@ def parse_length_spec(text: str | int, what: str = "--prompt-tokens", base: Path
     mean, sd = positional
     if mean <= 0 or sd < 0:
         raise ConfigError(f"{what} {spec!r}: the mean must be positive and the spread not negative")
-    low, high = named.get("min", 1), named.get("max")
-    if high is not None and high < low:
+    low, top = named.get("min", 1), named.get("max")
+    if top is not None and top < low:
         raise ConfigError(f"{what} {spec!r}: max is below min")
-    canon = f"{kind}:{mean:g},{sd:g},min={low}" + (f",max={high}" if high is not None else "")
-    return LengthSpec(kind, mean=mean, spread=sd, minimum=low, maximum=high, text=canon)
+    canon = f"{kind}:{mean:g},{sd:g},min={low}" + (f",max={top}" if top is not None else "")
+    return LengthSpec(kind, mean=mean, spread=sd, minimum=low, maximum=top, text=canon)
 
 
 def _file_spec(path: str, spec: str, what: str, base: Path | None) -> LengthSpec:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.cache import TurnFigures
-from ..core.cache_mode import cache_of
-from ..core.rundoc import is_open_loop
+from ..core.rundoc import Distribution, RunDocument
 from .layout import Column, Grid, Num
 
 
@@ -26,31 +25,34 @@ def cache_title(cache: dict[str, Any]) -> str:
     return state
 
 
-def cache_table(doc: dict[str, Any]) -> Grid | None:
+def cache_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
     """Per target and level: the token-weighted hit ratio, cache_n p50, TTFT p50 of hits and misses,
     prefill saved; None for a run without a cache mode."""
-    cache = cache_of(doc.get("config"))
+    doc = RunDocument.of(doc)
+    cache = doc.config.cache if doc.config is not None else None
     if cache is None:
         return None
     grid = Grid(f"prompt cache ({cache_title(cache)})",
-                [Column("target", "left", key=True), Column("req/s" if is_open_loop(doc) else "C", key=True),
+                [Column("target", "left", key=True), Column("req/s" if doc.open_loop else "C", key=True),
                  Column("hit ratio\n%"), Column("cache_n\np50"), Column("prompt_n\np50"),
                  Column("TTFT hit\np50 ms"), Column("TTFT miss\np50 ms"), Column("prefill\nsaved s")])
     last = None
-    for t in doc["targets"]:
-        for lv in t.get("levels", []):
-            ratio, saved = lv.get("cache_hit_ratio"), lv.get("prefill_saved_ms")
-            grid.add_row(t["label"] if t["label"] != last else "", Num(lv["level"], None),
-                         # No cache figures at all: nothing was reused (cache off, or every request missed).
+    for t in doc.targets:
+        for lv in t.levels:
+            ratio, saved = lv.cache_hit_ratio, lv.prefill_saved_ms
+            # No cache figures at all: nothing was reused (cache off, or every request missed).
+            miss = lv.ttft_cache_miss_ms if ratio is not None else lv.ttft_ms
+            grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
                          Num(0.0 if ratio is None else ratio * 100, 1),
-                         Num((lv.get("cache_n") or {}).get("p50", 0 if ratio is None else None), 0),
-                         Num((lv.get("prompt_n") or {}).get("p50"), 0),
-                         Num((lv.get("ttft_cache_hit_ms") or {}).get("p50"), 1),
-                         Num((lv.get("ttft_cache_miss_ms") or {}).get("p50") if ratio is not None
-                             else (lv.get("ttft_ms") or {}).get("p50"), 1),
+                         Num(lv.cache_n.p50 if lv.cache_n is not None else (0 if ratio is None else None), 0),
+                         Num(_p50(lv.prompt_n), 0), Num(_p50(lv.ttft_cache_hit_ms), 1), Num(_p50(miss), 1),
                          Num(None if saved is None else saved / 1000, 2))
-            last = t["label"]
+            last = t.label
     return grid
+
+
+def _p50(d: Distribution | None) -> float | None:
+    return None if d is None else d.p50
 
 
 def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
@@ -66,8 +68,8 @@ def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
     return grid
 
 
-def capacity_table(summary: dict[str, Any]) -> Grid:
-    """A capacity run (capacity.json): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
+def cache_capacity_table(summary: dict[str, Any]) -> Grid:
+    """A cache-capacity run (cache-capacity.json): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
     the K where reuse collapsed beside the predicted capacity, in the footnotes."""
     grid = Grid(f"prompt-cache capacity: conversations of {summary['conversation_tokens']} tokens, "
                 f"{summary['slots']} slots, cache_prompt ON",

@@ -19,9 +19,10 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from ..analysis import metrics
 from ..core.records import level_short
+from ..core.rundoc import Level
 
 if TYPE_CHECKING:
-    from .html import TargetSeries
+    from .report_model import TargetSeries
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
@@ -53,12 +54,12 @@ def _x_label(series: Sequence[TargetSeries]) -> str:
     return "offered rate (requests/s)" if _open_loop(series) else "concurrency (requests in flight)"
 
 
-def _short(lv: dict) -> str:
-    return level_short(lv["level"], lv.get("rate") is not None)
+def _short(lv: Level) -> str:
+    return level_short(lv.level, lv.rate is not None)
 
 
 def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:
-    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.levels})
     if levels and levels[-1] / max(levels[0], 1) >= 8:
         ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(levels or [1]))
@@ -72,8 +73,8 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     """Throughput (tok/s) vs concurrency, one line per series, the slot count as a dotted line."""
     fig, (ax,) = _figure(4.5)
     for i, s in enumerate(series):
-        xs = [lv["level"] for lv in s.levels]
-        ys = [lv.get("throughput_tok_s") or 0.0 for lv in s.levels]
+        xs = [lv.level for lv in s.levels]
+        ys = [lv.throughput_tok_s or 0.0 for lv in s.levels]
         ax.plot(xs, ys, marker="o", color=colour(i), label=s.label)
         if s.total_slots and not _open_loop(series):  # slots are a concurrency, not a rate
             ax.axvline(s.total_slots, color=colour(i), linestyle=":", linewidth=1.5,
@@ -92,23 +93,23 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
 def latency_figure(series: Sequence[TargetSeries]) -> Figure:
     """p50/p99 lines on top; below, stacked bars of mean server work and mean queue wait per level."""
     fig, (top, bottom) = _figure(7.5, rows=2)
-    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.levels})
     slot = {c: k for k, c in enumerate(levels)}
     width = 0.8 / max(len(series), 1)
     for i, s in enumerate(series):
-        xs = [lv["level"] for lv in s.levels if lv.get("latency_ms")]
-        top.plot(xs, [lv["latency_ms"]["p50"] for lv in s.levels if lv.get("latency_ms")], marker="o",
+        xs = [lv.level for lv in s.levels if lv.latency_ms]
+        top.plot(xs, [lv.latency_ms.p50 for lv in s.levels if lv.latency_ms], marker="o",
                  color=colour(i), label=f"{s.label} p50")
-        top.plot(xs, [lv["latency_ms"]["p99"] for lv in s.levels if lv.get("latency_ms")], marker="^",
+        top.plot(xs, [lv.latency_ms.p99 for lv in s.levels if lv.latency_ms], marker="^",
                  linestyle="--", color=colour(i), label=f"{s.label} p99")
         positions, service, waiting = [], [], []
         for lv in s.levels:
-            if not lv.get("latency_ms"):
+            if not lv.latency_ms:
                 continue
-            wait = (lv.get("queue_wait_ms") or {}).get("mean") or 0.0
-            positions.append(slot[lv["level"]] - 0.4 + width * (i + 0.5))
+            wait = lv.queue_wait_ms.mean if lv.queue_wait_ms else 0.0
+            positions.append(slot[lv.level] - 0.4 + width * (i + 0.5))
             waiting.append(wait)
-            service.append(max(lv["latency_ms"]["mean"] - wait, 0.0))
+            service.append(max(lv.latency_ms.mean - wait, 0.0))
         bottom.bar(positions, service, width=width * 0.9, color=colour(i), label=f"{s.label}: server work")
         bottom.bar(positions, waiting, width=width * 0.9, bottom=service, color=colour(i), alpha=0.35,
                    hatch="//", edgecolor=colour(i), label=f"{s.label}: queue wait")
@@ -147,7 +148,7 @@ def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
     drawn = 0
     for i, s in enumerate(series):
         for k, lv in enumerate(s.levels):
-            values = [metrics.latency_ms(r) for r in s.records if r.level == lv["level"] and r.ok]
+            values = [metrics.latency_ms(r) for r in s.records if r.level == lv.level and r.ok]
             if not values:
                 continue
             xs, ys = percentile_curve(values)
@@ -209,18 +210,18 @@ def probe_figure(series: Sequence[TargetSeries]) -> Figure:
 def decode_figure(series: Sequence[TargetSeries]) -> Figure:
     """Box plots (with the points) of per-request decode tok/s, grouped by level, one colour per series."""
     fig, (ax,) = _figure(4.5)
-    levels = sorted({lv["level"] for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.levels})
     slot = {c: k for k, c in enumerate(levels)}
     width = 0.8 / max(len(series), 1)
     rng = np.random.default_rng(0)  # fixed jitter: the same data draws the same picture
     drawn = 0
     for i, s in enumerate(series):
         for lv in s.levels:
-            values = [v for r in s.records if r.level == lv["level"]
+            values = [v for r in s.records if r.level == lv.level
                       and (v := metrics.decode_tok_s(r)) is not None]
             if not values:
                 continue
-            x = slot[lv["level"]] - 0.4 + width * (i + 0.5)
+            x = slot[lv.level] - 0.4 + width * (i + 0.5)
             ax.boxplot([values], positions=[x], widths=width * 0.7, showfliers=False, patch_artist=True,
                        boxprops={"facecolor": colour(i), "alpha": 0.3, "edgecolor": colour(i)},
                        medianprops={"color": colour(i)}, whiskerprops={"color": colour(i)},

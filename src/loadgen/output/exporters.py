@@ -20,7 +20,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,51 +29,31 @@ import msgspec
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from ..analysis import metrics
+from ..analysis import metric_defs, metrics
 from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord
 from ..core.rundoc import is_open_loop
-from .files import ExportFiles, write_files
+from .files import ExportFiles, file_safe, write_files
 from .trace_export import TraceExporter
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
 
 
-def _predicted_ms(r: RequestRecord) -> float | None:
-    """The server's decode time (first -> last token) of a successful request."""
-    return r.predicted_ms if r.ok else None
+def _exported() -> list[metric_defs.Metric]:
+    """Every metric --metric can name (analysis/metric_defs.py), in its registration order."""
+    return [m for m in metric_defs.all_metrics() if m.export]
 
 
-def _latency_ms(r: RequestRecord) -> float | None:
-    return metrics.latency_ms(r) if r.ok else None
+def metric_names() -> list[str]:
+    """The names --metric takes."""
+    return [m.name for m in _exported()]
 
 
-def _only_ok(fn: Callable[[RequestRecord], float | None]) -> Callable[[RequestRecord], float | None]:
-    return lambda r: fn(r) if r.ok else None
-
-
-def _itl_ms(r: RequestRecord) -> list[float]:
-    return metrics.itl_ms(r) if r.ok else []
-
-
-# Which per-request figure each --metric name exports; successful requests only, as in run.json.
-# Corrected (from the intended send) and uncorrected latency are separate histograms; streaming and
-# open-loop metrics are exported only by runs that have them.
-METRICS: dict[str, Callable[[RequestRecord], float | None]] = {
-    "latency": _latency_ms,
-    "latency_uncorrected": _only_ok(metrics.latency_uncorrected_ms),
-    "queue_wait": metrics.queue_wait_ms,
-    "predicted_ms": _predicted_ms,
-    "ttft": _only_ok(metrics.ttft_ms),
-    "tpot": _only_ok(metrics.tpot_ms),
-    "schedule_lag": metrics.schedule_lag_ms,
-}
-# Metrics with many values per request.
-MULTI_METRICS: dict[str, Callable[[RequestRecord], list[float]]] = {"itl": _itl_ms}
-# Metrics that only an open-loop run has: in closed loop the intended send is the actual one, so
-# uncorrected latency is latency (an identical file) and there is no schedule to lag behind.
-OPEN_LOOP_METRICS = ("latency_uncorrected", "schedule_lag")
+def _open_loop_names() -> list[str]:
+    """Metrics that only an open-loop run has: in closed loop the intended send is the actual one,
+    so uncorrected latency is latency (an identical file) and there is no schedule to lag behind."""
+    return [m.name for m in _exported() if m.open_loop]
 
 
 class ExportError(UserError):
@@ -102,14 +82,14 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
         if target not in labels:
             raise ExportError(f"no target {target!r} in this run; it has {', '.join(map(str, labels)) or 'none'}")
         targets = [t for t in targets if t.get("label") == target]
-    names = [*METRICS, *MULTI_METRICS]
+    names = metric_names()
     if metric is not None and metric not in names:
         raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(names)}")
     if not is_open_loop(run):
-        if metric in OPEN_LOOP_METRICS:
+        if metric in _open_loop_names():
             raise ExportError(f"{metric} is an open-loop metric (sweep --rate); in this closed-loop run "
                               "every request left when it was meant to: export latency")
-        names = [m for m in names if m not in OPEN_LOOP_METRICS]
+        names = [m for m in names if m not in _open_loop_names()]
     labels = {t.get("label") for t in targets}
     kept = [r for r in records if r.target in labels]
     if metric is None:  # every metric the run has values for (no TTFT without streaming, ...)
@@ -118,19 +98,11 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
 
 
 def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistogram:
-    """An HdrHistogram (µs) of one metric over the records that have it."""
-    if metric in MULTI_METRICS:
-        values_of = MULTI_METRICS[metric]
-        return metrics.histogram_ms(v for r in records for v in values_of(r))
-    value_of = METRICS[metric]
+    """An HdrHistogram (µs) of one metric over the records that have it (its per-record definition)."""
+    m = metric_defs.get(metric)
     if metric == "schedule_lag" and not any(r.intended_ns not in (None, r.send_ns) for r in records):
         return metrics.new_histogram()  # closed loop: no schedule, nothing to export
-    return metrics.histogram_ms(v for r in records if (v := value_of(r)) is not None)
-
-
-def file_safe(label: str) -> str:
-    """A target label as a file-name part: path separators and odd characters become '_'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._") or "target"
+    return metrics.histogram_ms(v for r in records for v in m.values(r))
 
 
 def _levels(target: dict[str, Any]) -> list[int]:
@@ -172,7 +144,7 @@ class HgrmExporter:
 def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int | float, Any]]) -> ExportFiles:
     """The hgrm files of a run's levels from their streaming aggregates (label, level,
     `analysis.aggregate.LevelAggregate`): the files `HgrmExporter` writes from the same records."""
-    names = [m for m in [*METRICS, *MULTI_METRICS] if is_open_loop(run) or m not in OPEN_LOOP_METRICS]
+    names = [m for m in metric_names() if is_open_loop(run) or m not in _open_loop_names()]
     files = []
     for label, level, aggregate in levels:
         for metric in names:
@@ -184,12 +156,10 @@ def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int |
     return files
 
 
-_HGRM_NAME = re.compile(r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, [*METRICS, *MULTI_METRICS])) + r")\.hgrm$")
-
-
 def is_hgrm_name(name: str) -> bool:
     """Whether a file name is one HgrmExporter writes (<label>-c<level>-<metric>.hgrm)."""
-    return _HGRM_NAME.match(name) is not None
+    pattern = r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, metric_names())) + r")\.hgrm$"
+    return re.match(pattern, name) is not None
 
 
 def percentile_distribution(histogram: HdrHistogram) -> bytes:
@@ -268,15 +238,25 @@ def hlog_tag(label: str, level: int | float, metric: str) -> str:
 
 USAGE_FIELDS = ["usage_prompt_tokens", "usage_completion_tokens", "usage_total_tokens"]
 REQUEST_FIELDS = [f for f in RequestRecord.__struct_fields__ if f != "usage"] + USAGE_FIELDS
-LEVEL_FIELDS = ["target", "level", "concurrency", "rate", "achieved_rate", "requests_ok", "requests_failed", "requests_cancelled", "errors_by_kind",
-                "output_tokens", "wall_s", "throughput_tok_s",
-                *(f"latency_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
-                *(f"queue_wait_ms_{k}" for k in ("count", "mean", "p50", "p90", "p99", "max")),
-                "predicted_ms_mean", "prompt_ms_mean", "decode_tok_s_mean", "stopped_reason",
+_D = metric_defs
+# A level's judgement against --slo (run.json's "slo"), flattened as slo_<field>.
+SLO_FIELDS = ("attainment", "passed", "goodput_req_s", "goodput_tok_s", "most_missed", "score")
+
+
+def level_fields() -> list[str]:
+    """levels.csv's columns: the level's counts and each metric's (metric_defs: <key>_<stat>) in the
+    order the file has always had, then those of every metric registered beyond the built-in ones."""
+    built_in = ["target", "level", "concurrency", "rate", "achieved_rate", "requests_ok", "requests_failed",
+                "requests_cancelled", "errors_by_kind", "output_tokens", "wall_s", "throughput_tok_s",
+                *_D.LATENCY.columns(), *_D.QUEUE_WAIT.columns(),
+                _D.PREDICTED_MS.key, _D.PROMPT_MS.key, _D.DECODE_TOK_S.key, "stopped_reason",
                 "queued_share", "peak_deferred", "peak_busy_slots", "batching_gain",
-                *(f"{m}_{k}" for m in ("ttft_ms", "tpot_ms", "itl_ms", "latency_uncorrected_ms", "schedule_lag_ms")
-                  for k in ("mean", "p50", "p99")),
-                "connections_opened", *(f"connect_ms_{k}" for k in ("mean", "p50", "p99")), "requests_lost"]
+                *(c for m in (_D.TTFT, _D.TPOT, _D.ITL, _D.LATENCY_UNCORRECTED, _D.SCHEDULE_LAG) for c in m.columns()),
+                "connections_opened", *_D.CONNECT.columns(), "requests_lost",
+                "input_tokens", "request_rate", "total_tok_s", *(f"slo_{k}" for k in SLO_FIELDS),
+                "draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token",
+                "reasoning_tokens", "reasoning_share", *_D.TTFA.columns()]
+    return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -300,6 +280,12 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
             for key, value in level.items():
                 if isinstance(value, dict) and key.endswith("_ms"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})
+                elif key == "metrics":  # registered metrics beyond the built-in ones: <name>_<unit>_<stat>
+                    keys = {m.name: m.key for m in metric_defs.all_metrics()}
+                    for name, dist in value.items():
+                        row.update({f"{keys.get(name, name)}_{k}": v for k, v in dist.items()})
+                elif key == "slo":
+                    row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
                 elif key != "server_metrics_delta":
@@ -321,7 +307,7 @@ class CsvExporter:
         writer = csv.DictWriter(requests, fieldnames=REQUEST_FIELDS)
         writer.writeheader()
         writer.writerows(request_row(r) for r in data.records)
-        writer = csv.DictWriter(levels, fieldnames=LEVEL_FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=level_fields(), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]

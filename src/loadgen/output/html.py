@@ -1,8 +1,7 @@
 """The report of one or more results directories: a self-contained HTML file, or Markdown tables.
 
 A report overlays every target of every run given as a `TargetSeries` (one line per series in each
-chart); with several runs a series is labelled `<dir name>: <target>`, and a run not marked
-complete says so in every label. The charts come from `charts.py` as PNG images, written next to
+chart; the view model, `report_model.py`). The charts come from `charts.py` as PNG images, written next to
 the HTML file and inlined into it as data URIs, so the file needs no network and no other file.
 """
 
@@ -13,15 +12,13 @@ import datetime as _dt
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import is_open_loop
+from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, Metric
+from ..core.rundoc import Level
 from .files import ExportFiles, write_files
-
-INCOMPLETE = "incomplete"
+from .report_model import INCOMPLETE, TargetSeries
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -41,50 +38,6 @@ SECTIONS = [
 ]
 
 
-@dataclass
-class TargetSeries:
-    """One target of one run, as drawn and tabulated."""
-
-    label: str
-    run_name: str
-    target: dict[str, Any]
-    records: list[RequestRecord] = field(default_factory=list)
-    probe: list[ProbeSample] = field(default_factory=list)
-    complete: bool = True
-    open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
-
-    @property
-    def levels(self) -> list[dict[str, Any]]:
-        return list(self.target.get("levels") or [])
-
-    @property
-    def total_slots(self) -> int | None:
-        return (self.target.get("server") or {}).get("total_slots")
-
-    @property
-    def verdict(self) -> dict[str, Any]:
-        return self.target.get("verdict") or {}
-
-
-def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
-    """sources: {"name", "run", "records", "probe"} per results directory, in the order given."""
-    several = len(sources) > 1
-    series = []
-    for source in sources:
-        run = source["run"]
-        complete = bool(run.get("complete"))
-        for target in run["targets"]:
-            name = str(target.get("label"))
-            label = f"{source['name']}: {name}" if several else name
-            if not complete:
-                label += f" ({INCOMPLETE})"
-            series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete, open_loop=is_open_loop(run),
-                records=[r for r in source["records"] if r.target == name],
-                probe=[s for s in source["probe"] if s.target == name]))
-    return series
-
-
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
@@ -93,43 +46,47 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def _dist(level: dict[str, Any], key: str, stat: str) -> Any:
-    return (level.get(key) or {}).get(stat)
+def _dist(level: Level, m: Metric, stat: str) -> Any:
+    d = getattr(level, m.key)
+    return None if d is None else getattr(d, stat)
 
 
-TABLE_COLUMNS = ["C", "ok / failed", "tok/s", "latency mean ms", "p50", "p90", "p99", "max",
-                 "queue wait mean ms", "queue wait p99", "queued", "decode tok/s", "peak deferred",
-                 "peak busy / slots", "batching gain", "stopped"]
+TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' ms')} mean ms", "p50", "p90", "p99", "max",
+                 f"{QUEUE_WAIT.header.removesuffix(' ms')} mean ms", f"{QUEUE_WAIT.short} p99", "queued", DECODE_TOK_S.header, "peak deferred",
+                 "peak busy / slots", "batching gain", "ok req/s", "attain (--slo)", "goodput req/s", "stopped"]
 
 
-def level_row(series: TargetSeries, level: dict[str, Any]) -> list[str]:
+def level_row(series: TargetSeries, level: Level) -> list[str]:
     """One table row of a level: run.json's summary and its verdict figures, formatted."""
-    verdict = next((v for v in series.verdict.get("levels") or [] if v.get("level", v.get("concurrency")) == level["level"]), {})
-    failed = level.get("requests_failed", 0) + level.get("requests_cancelled", 0)
-    queued_share = verdict.get("queued_share")
-    gain = verdict.get("batching_gain")
+    verdict = next((v for v in series.verdict.levels if v.level == level.level), None)
+    failed = level.requests_failed + level.requests_cancelled
+    queued_share = None if verdict is None else verdict.queued_share
+    gain = None if verdict is None else verdict.batching_gain
+    slo = level.slo or {}
     return [
-        str(level["level"]),
-        f"{level.get('requests_ok', 0)} / {failed}",
-        _fmt(level.get("throughput_tok_s"), 2),
-        _fmt(_dist(level, "latency_ms", "mean")),
-        *(_fmt(_dist(level, "latency_ms", s)) for s in ("p50", "p90", "p99", "max")),
-        _fmt(_dist(level, "queue_wait_ms", "mean")),
-        _fmt(_dist(level, "queue_wait_ms", "p99")),
-        "–" if queued_share is None else f"{verdict.get('queued', '?')}/{verdict.get('requests', '?')} "
-                                          f"({queued_share:.0%})",
-        _fmt(level.get("decode_tok_s_mean")),
-        _fmt(verdict.get("peak_deferred"), 0),
-        f"{_fmt(verdict.get('peak_busy_slots'))} / {_fmt(series.total_slots)}",
+        str(level.level),
+        f"{level.requests_ok} / {failed}",
+        _fmt(level.throughput_tok_s, 2),
+        _fmt(_dist(level, LATENCY, "mean")),
+        *(_fmt(_dist(level, LATENCY, s)) for s in ("p50", "p90", "p99", "max")),
+        _fmt(_dist(level, QUEUE_WAIT, "mean")),
+        _fmt(_dist(level, QUEUE_WAIT, "p99")),
+        "–" if verdict is None else f"{verdict.queued}/{verdict.requests} ({queued_share:.0%})",
+        _fmt(level.decode_tok_s_mean),
+        _fmt(None if verdict is None else verdict.peak_deferred, 0),
+        f"{_fmt(None if verdict is None else verdict.peak_busy_slots)} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
-        level.get("stopped_reason") or "",
+        _fmt(level.request_rate, 2),
+        "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
+        _fmt(slo.get("goodput_req_s"), 2),
+        level.stopped_reason or "",
     ]
 
 
 def verdict_sentences(series: TargetSeries) -> list[str]:
-    lines = list(series.verdict.get("verdict") or [])
-    if series.target.get("error"):
-        lines.insert(0, f"error: {series.target['error']}")
+    lines = list(series.verdict.verdict)
+    if series.target.error:
+        lines.insert(0, f"error: {series.target.error}")
     if not series.complete:
         lines.append(f"This run is {INCOMPLETE}: it was stopped before every level finished.")
     return lines
@@ -179,7 +136,7 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
              "<title>loadgen report</title>", f"<style>{CSS}</style>", "</head>", "<body>",
              "<h1>loadgen report</h1>",
              f'<p class="note">Runs: {esc(", ".join(sources))}. Generated '
-             f'{esc(_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
+             f'{esc(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
     if incomplete:
         names = sorted({s.run_name for s in incomplete})
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '

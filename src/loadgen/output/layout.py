@@ -156,7 +156,8 @@ def rich_tables(grid: Grid, width: int) -> list[Table]:
     return tables
 
 
-def print_grid(grid: Grid, console: Console) -> None:
+def print_table(console: Console, grid: Grid) -> None:
+    """The grid as terminal tables (split to fit the width), then its footnotes, one line each."""
     for table in rich_tables(grid, console.width):
         console.print(table)
     for n, text in enumerate(grid.footnotes, 1):  # one line each in a file or pipe, for grep

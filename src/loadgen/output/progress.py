@@ -37,7 +37,7 @@ class ProgressObserver:
         # fight for the GIL), cost more than the engine's whole bookkeeping at thousands of req/s.
         self._done: dict[tuple[str, int | float], list[int]] = {}  # key -> [completed, failed, flushed]
 
-    def __enter__(self) -> "ProgressObserver":
+    def __enter__(self) -> ProgressObserver:
         self.progress.start()
         return self
 
@@ -185,7 +185,7 @@ class SoakStatus:
         self._errors: dict[str, Counter] = {}
         self._recent: dict[str, deque] = {}  # target -> (complete_ns, tokens) of the last minute
 
-    def __enter__(self) -> "SoakStatus":
+    def __enter__(self) -> SoakStatus:
         if self.console.is_terminal:
             self._live = Live(Text(""), console=self.console, auto_refresh=False, transient=True)
             self._live.start()

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core import records as rec
 from ..core.records import RequestRecord
+from .files import file_safe
 
 
 def _line(r: RequestRecord, origin_ns: int) -> dict[str, Any] | None:
@@ -36,8 +37,6 @@ class TraceExporter:
     name = "trace"
 
     def render(self, data: Any) -> list[tuple[str, bytes]]:
-        from .exporters import file_safe
-
         files = []
         for t in data.targets:
             mine = sorted((r for r in data.records if r.target == t["label"]), key=lambda r: (r.start_ns, r.seq))

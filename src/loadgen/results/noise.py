@@ -53,7 +53,7 @@ class _NoiseFile(msgspec.Struct):
 
 def noise_document(floors: NoiseFloors, runs: int) -> dict:
     return {
-        "loadgen_noise": NOISE_VERSION, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "loadgen_noise": NOISE_VERSION, "created_utc": _dt.datetime.now(_dt.UTC).isoformat(),
         "runs": runs, "method": METHOD,
         "floors": [{"metric": m, "target": t, "level": lv, "sigma": f.sigma, "df": f.df}
                    for (m, t, lv), f in sorted(floors.exact.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))],
@@ -93,7 +93,8 @@ def load_noise(path: Path) -> NoiseFloors:
         raise ResultsError(f"{target}: not a loadgen noise file ({str(exc).splitlines()[0]})") from None
     if doc.loadgen_noise != NOISE_VERSION:
         raise ResultsError(f"{target}: noise file version {doc.loadgen_noise}; this loadgen reads {NOISE_VERSION}")
-    bad = [f for f in [*doc.floors, *doc.by_metric.values()] if not (f.sigma >= 0 and f.df >= 1)]
+    every: list[_Floor | _LevelFloor] = [*doc.floors, *doc.by_metric.values()]
+    bad = [f for f in every if not (f.sigma >= 0 and f.df >= 1)]
     if bad:
         raise ResultsError(f"{target}: a floor with sigma < 0 or df < 1")
     return NoiseFloors({(f.metric, f.target, f.level): Floor(f.sigma, f.df) for f in doc.floors},

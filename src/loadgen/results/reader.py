@@ -28,7 +28,7 @@ from ..core.columnar import PARQUET_FILE
 from ..core.columnar import read_records as read_parquet
 from ..core.errors import ConfigError, ResultsError
 from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import is_open_loop
+from ..core.rundoc import RunDocument, is_open_loop
 from .schema import PROBE_FILE, READABLE_VERSIONS, REQUESTS_FILE, RUN_FILE, SCHEMA, RunFile
 
 open_loop = is_open_loop  # the one rule (core.rundoc), here for the readers of a results directory
@@ -63,6 +63,16 @@ def load_run(results_dir: Path) -> dict[str, Any]:
     return doc
 
 
+def load_document(results_dir: Path) -> RunDocument:
+    """run.json as the typed document every reader reads by attribute (`core.rundoc.RunDocument`):
+    `load_run`, then typed. Raises ResultsError with a one-line reason."""
+    path = Path(results_dir) / RUN_FILE
+    try:
+        return RunDocument.of(load_run(results_dir))
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
+
+
 def upgrade_v1(doc: dict[str, Any]) -> None:
     if isinstance(doc.get("config"), dict):
         doc["config"].setdefault("mode", "concurrency")
@@ -81,13 +91,13 @@ def upgrade_v1(doc: dict[str, Any]) -> None:
                 lv.setdefault("level", lv["concurrency"])
 
 
-def _load_jsonl(path: Path, cls: type, what: str, missing_ok: bool = False,
+def _load_jsonl(path: Path, cls: type[RequestRecord] | type[ProbeSample], what: str, missing_ok: bool = False,
                 check: Callable[[Any], str | None] | None = None, cut_short_ok: bool = False) -> list:
     out = []
     n = 0
     try:
         with path.open("rb") as f:
-            for n, raw in enumerate(f, 1):
+            for n, raw in enumerate(f, 1):  # noqa: B007 (the handlers below name line n)
                 if not raw.endswith(b"\n") and cut_short_ok:
                     break  # the writer was killed mid-write: the file is read up to its last complete record
                 line = raw.decode("utf-8")

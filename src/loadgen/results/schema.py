@@ -24,7 +24,11 @@ Version history (SCHEMA_VERSION):
        per record "n_predict_target", config "workload" (core/workload.py, run/trace_replay.py);
        per level "cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms",
        "prefill_saved_ms" (only when a token was reused, analysis/cache.py), config "cache" and
-       "cache_prompt" true (a cache mode, core/cache_mode.py).
+       "cache_prompt" true (a cache mode, core/cache_mode.py); per level "metrics" (absent: none), the distributions of
+       metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
+       Added since, without a bump (docs/environment.md): run "environment" (the machine's
+       fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..analysis.metrics import summarize_level
+from ..analysis.aggregate import summarize_level
 from ..core.records import RequestRecord
 from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
 

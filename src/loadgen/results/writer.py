@@ -21,15 +21,19 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..analysis.depth import summarize_depth, with_change
 from ..analysis.aggregate import of_level
+from ..analysis.depth import summarize_depth, with_change
+from ..analysis.energy import level_energy
+from ..analysis.env_drift import level_changes
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
+from ..analysis.slo import Slo, SloTally
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
+from ..core.environment import thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
 from ..core.recordsink import RecordSink
@@ -39,7 +43,7 @@ from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
 def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 def default_dir(base: Path, kind: str, when: _dt.datetime | None = None) -> Path:
@@ -67,8 +71,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json's content: metadata plus per-target level summaries (a pure function)."""
     targets = []
     config = run.config
+    idle_w = run.environment.idle_power_w if run.environment is not None else None
     for t in run.targets:
-        levels = _level_summaries(t.levels)
+        levels = _level_summaries(t.levels, config.slo, idle_w)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -81,7 +86,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             target, [r for lv in t.levels for r in _verdict_records(lv)], [s for lv in t.levels for s in lv.probe_samples],
             config.knee_gain, config.knee_latency, config.open_loop) if levels else None
         targets.append(target)
-    return {
+    doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "loadgen_version": __version__,
@@ -91,6 +96,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         "config": run.config.to_dict(),
         "targets": targets,
     }
+    if run.environment is not None:
+        doc["environment"] = run.environment.to_dict()
+    return doc
 
 
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
@@ -187,13 +195,39 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
     return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
 
 
-def _level_summaries(levels: list[LevelRun]) -> list[dict[str, Any]]:
-    return [_with_workers(msgspec.structs.replace(
-        of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
-                             counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate),
-        loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
-        client_cpu_fraction=lv.client_cpu_fraction).to_dict(client_load=True), lv)
-            for lv in levels]
+def _level_summaries(levels: list[LevelRun], slo: Slo | None = None,
+                     idle_w: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    out = []
+    for lv in levels:
+        summary = of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
+                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate)
+        out.append(_with_environment(_with_workers(msgspec.structs.replace(
+            summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
+            client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s),
+        ).to_dict(client_load=True), lv), lv, idle_w))
+    return out
+
+
+def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float) -> dict[str, Any] | None:
+    """The level judged against the run's latency targets: its streamed tally, else its records."""
+    if slo is None:
+        return None
+    tally = lv.slo_tally if lv.slo_tally is not None else SloTally.of(slo, list(lv.records))
+    return tally.result(wall_s).to_dict()
+
+
+def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, float] | None) -> dict[str, Any]:
+    """A level the machine was sampled through also holds its samples, what changed during it
+    (analysis/env_drift.level_changes) and its energy (analysis/energy.level_energy), both from every
+    sample, while at most STORED_SAMPLES of them are stored; absent otherwise."""
+    if lv.environment:
+        samples = list(lv.environment)
+        summary["environment"] = msgspec.to_builtins(thinned(samples))
+        summary["environment_changed"] = level_changes(samples)
+        energy = level_energy(samples, summary["output_tokens"], idle_w)
+        if energy:
+            summary["energy"] = [e.to_dict() for e in energy]
+    return summary
 
 
 def _with_workers(summary: dict[str, Any], lv: LevelRun) -> dict[str, Any]:
@@ -234,7 +268,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
-            target["levels"] = _level_summaries(t.levels)
+            target["levels"] = _level_summaries(t.levels, run.config.slo)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()

@@ -6,13 +6,14 @@ Errors here are the user's to fix; `ConfigError` (core.errors) carries a one-lin
 from __future__ import annotations
 
 import ipaddress
-import re
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ..client.backends import API_NAMES, GenerationParams
+from ..analysis.slo import Slo
+from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from .schedule import ARRIVALS
@@ -20,8 +21,8 @@ from .schedule import ARRIVALS
 if TYPE_CHECKING:
     from ..core.cache_mode import MultiTurn, SharedPrefix
     from ..core.workload import DatasetEntry, Workload
-    from .trace_replay import Replay
     from .prompts import PromptSource
+    from .trace_replay import Replay
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
 
@@ -58,6 +59,18 @@ class Target:
     def secrets(self) -> tuple[str, ...]:
         """Key-like query values of its URLs, never to be written or shown."""
         return tuple(s for u in (self.url, self.server_url) if u for s in BaseUrl.parse(u).secrets())
+
+
+@dataclass(frozen=True, slots=True)
+class MachineOptions:
+    """What a run reads of the machine under it (run/machine_sampling.py, docs/environment.md)."""
+
+    sysfs: str = "/sys"  # where sysfs and procfs are mounted (node_exporter's --path.sysfs/--path.procfs)
+    procfs: str = "/proc"
+    interval_s: float = 1.0  # between environment samples during a level (plus one at its start and end)
+    idle_s: float = 2.0  # idle power is measured this long before the first level, when a counter exists
+    enabled: bool = True
+    telemetry_urls: tuple[str, ...] = ()  # exporters of a remote server's machine, read instead of this one
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,9 @@ class SweepConfig:
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
     # the run, "auto": the running one); None: processes of this machine. workers 0: one per CPU.
     ray_address: str | None = None
+    # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
+    slo: Slo | None = None
+    machine: MachineOptions = MachineOptions()
 
     @property
     def open_loop(self) -> bool:
@@ -195,6 +211,7 @@ class SweepConfig:
             "cache_prompt": self.shared_prefix.cache_prompt if self.shared_prefix is not None else g.cache_prompt,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
+            **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
@@ -202,6 +219,8 @@ class SweepConfig:
             **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
             **({"cache": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}),
             **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
+            # only when set: a run without targets keeps the shape files had before
+            **({"slo": self.slo.to_dict()} if self.slo else {}),
         }
 
 
@@ -291,12 +310,20 @@ def parse_server_urls(values: tuple[str, ...], n_targets: int) -> list[str | Non
     return found + [None] * (n_targets - len(found))
 
 
+def check_reasoning_effort(effort: str | None, api: str) -> str | None:
+    """--reasoning-effort: only where the API has a field for it."""
+    if effort is not None and api not in REASONING_EFFORT_APIS:
+        raise ConfigError(f"--reasoning-effort applies to --api {' or '.join(REASONING_EFFORT_APIS)} "
+                          f"(the {api} API has no field for it)")
+    return effort
+
+
 def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
     """--api, and the --model and --api-key that go with it."""
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
     if model is not None and api == "llamacpp":
-        raise ConfigError("--model applies to --api completions or chat (/completion serves the loaded model)")
+        raise ConfigError("--model applies to --api completions, chat, responses or messages (/completion serves the loaded model)")
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
         raise ConfigError("the API key is empty or spans lines")
     return api

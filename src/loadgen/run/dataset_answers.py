@@ -13,7 +13,7 @@ cut. A server without /tokenize gets estimates (0.75 words per token) and a note
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ..client.backends import GenerationParams
@@ -22,8 +22,8 @@ from ..core.workload import DatasetEntry, RequestShape
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions
 from .exact_prompt import WORDS_PER_TOKEN
-from .state import RunObserver, TargetRun, slot_context
 from .prompts import PromptSourceError, dataset_items, field_value, prompt_of
+from .state import RunObserver, TargetRun, slot_context
 
 ASSISTANT = ("gpt", "assistant", "model")
 

@@ -190,7 +190,7 @@ class _Sender:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
-                                 prompt_tokens, connect_us, tls_us, n_predict)
+                                 prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 

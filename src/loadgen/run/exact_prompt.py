@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..client.tokenize import TokenizeUnavailable, Tokenizer, server_tokenizer
+from ..client.backends import CHAT_TEMPLATE_APIS
+from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from .prompts import PromptSource
 from .salts import new_decimal_salt
 
@@ -144,7 +145,7 @@ async def fit_prompts(base_url: str, source: Callable[[int], str], lengths: list
     out: dict[int, FittedPrompt | PromptTooShort] = {}
     async with server_tokenizer(base_url, headers=headers, timeout_s=timeout_s, insecure=insecure) as tokenizer:
         template: int | None = 0
-        if api == "chat":
+        if api in CHAT_TEMPLATE_APIS:
             try:
                 template = await tokenizer.template_overhead()
             except TokenizeUnavailable:

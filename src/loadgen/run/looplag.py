@@ -37,7 +37,7 @@ class LoopLagSampler:
         self._lags_ms: list[float] = []
         self._handle: asyncio.TimerHandle | None = None
 
-    def start(self) -> "LoopLagSampler":
+    def start(self) -> LoopLagSampler:
         self._loop = asyncio.get_running_loop()
         self._lags_ms.clear()
         self._cpu0, self._wall0 = time.process_time(), time.monotonic()

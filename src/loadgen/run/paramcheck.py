@@ -5,7 +5,7 @@ server applied each time, read from the server directly.
 2. Send the canary directly; read `/slots` (the slot of the newest task: the canary's).
 3. Send it through the gateway; read the direct server's `/slots` again. No newer task there means
    the gateway does not lead to this server: that is bad input, said in one line.
-4. Turn both answers into verdicts (analysis/paramcheck.py), and note what the gateway changed in
+4. Turn both answers into verdicts (analysis/paramcheck_verdict.py), and note what the gateway changed in
    the answer itself (`model`, `system_fingerprint`, `timings`, headers).
 
 The server should be otherwise idle: another client's task between a canary and its `/slots` read
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.paramcheck import CANARY, CANNOT_TELL, CanaryAnswer, ParamVerdict, verdicts
+from ..analysis.paramcheck_verdict import CANARY, CANNOT_TELL, CanaryAnswer, ParamVerdict, verdicts
 from ..client.canary import ENDPOINTS, Answer, CanaryClient, CanaryError, applicable, canary_body, last_task
 from ..core.baseurl import BaseUrl
 from ..core.errors import ConfigError

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from ..analysis.aggregate import LevelAggregate
 from ..core.clock import now_ns
-from ..core.recordsink import Batch, LevelRecords, RecordSink
 from ..core.records import LevelRun, simulated_record
+from ..core.recordsink import Batch, LevelRecords, RecordSink
 
 
 def stream_level(level: LevelRun, sink: RecordSink | None, *, keep: bool = False, time_scale: float = 1.0,

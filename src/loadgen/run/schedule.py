@@ -72,13 +72,6 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
     return ns
 
 
-def realised_rate(offsets_ns: np.ndarray) -> float | None:
-    """A schedule's (or a level's actual sends') rate: (n - 1) / (last - first), req/s; None below 2."""
-    if len(offsets_ns) < 2 or offsets_ns[-1] <= offsets_ns[0]:
-        return None
-    return (len(offsets_ns) - 1) / ((int(offsets_ns[-1]) - int(offsets_ns[0])) / 1e9)
-
-
 def connections_ahead(concurrency: int, rate: float | None, *, requests: int | None,
                       latency_s: float | None) -> int:
     """How many connections to open before a level's clock starts (see `Transport.connect_ahead`).

@@ -13,8 +13,14 @@ from .level_runner import LevelRunner
 from .prompts import PromptSource
 from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
-from .target_setup import (TransportFactory, prepare_targets, probe_sampling, refuse_prompts_beyond_context,
-                           target_load, target_probe)
+from .target_setup import (
+    TransportFactory,
+    prepare_targets,
+    probe_sampling,
+    refuse_prompts_beyond_context,
+    target_load,
+    target_probe,
+)
 
 # A worker whose request could not connect waits this long, so a down server is not hammered. Only
 # then: an HTTP error from a live server is answered at once, and the next request follows it.

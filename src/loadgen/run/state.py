@@ -20,7 +20,6 @@ from .engine import Observer
 from .labels import LabelSource, target_labels
 
 SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
-STEP_KINDS = ("prefill", "depth")  # a step per prompt length or depth
 SOAK = "soak"
 
 
@@ -56,6 +55,9 @@ class Run:
     end_ns: int | None = None
     # Where the levels' records stream (the session's results writer opens it, run/session.py); None: each level keeps a list.
     sink: RecordSink | None = None
+    # The machine's fingerprint read before the first level (`core.environment.Fingerprint`), with
+    # its idle power; None when the run does not read the machine (run/machine_sampling.py).
+    environment: Any = None
 
     @property
     def complete(self) -> bool:

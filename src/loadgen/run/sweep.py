@@ -10,18 +10,32 @@ dead server) the caller can still write every record gathered so far.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 
 from ..analysis.aggregate import typical_latency_s
+from ..analysis.slo import SloTally
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
 from .level_runner import LevelRunner, TargetLoad
+from .machine_sampling import MachineWatch, level_sampling, server_facts
 from .prompts import PromptSource
 from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
-from .target_setup import (TransportFactory, prepare_targets, probe_sampling, refuse_non_llm,
-                           refuse_prompts_beyond_context, target_load, target_probe)
+from .target_setup import (
+    TransportFactory,
+    prepare_targets,
+    probe_sampling,
+    refuse_non_llm,
+    refuse_prompts_beyond_context,
+    target_load,
+    target_probe,
+)
 from .workload_prompts import refuse_shapes_beyond_context
+
+# The levels of a target, asked for one at a time, each after the previous one finished (so a
+# search can read t.levels; run/capacity.py); None: the config's levels, in order.
+LevelPlan = Callable[[TargetRun], Iterable[int | float]]
 
 
 def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
@@ -31,15 +45,19 @@ def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
                          prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     else:
         level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=load.shapes)
-    return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns)
+    if config.slo is not None:  # judged as the records stream by (in simulated time for the demo)
+        level.slo_tally = SloTally(config.slo)
+    return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns,
+                        extra=[level.slo_tally.add] if level.slo_tally is not None else None)
 
 
 async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Probe, runner: LevelRunner,
-                       latency_s: float | None) -> LevelRun:
+                       latency_s: float | None, watch: MachineWatch | None) -> LevelRun:
     """One level on one target: its connections opened before its clock starts (`latency_s`, the
     latency seen so far, sizes an open-loop level's), the server's counters before and after, its
     /metrics and /slots sampled during, the requests sent by the `runner` (which measures the
-    client's own load), figures moved to simulated time (demo)."""
+    client's own load), figures moved to simulated time (demo). With a `watch` the machine is
+    sampled through the level too (run/machine_sampling.py)."""
     config, t, obs = run.config, load.target, load.obs
     level = _new_level(run, load, key)
     await runner.connect_ahead(load, level, latency_s)
@@ -48,7 +66,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
     t.levels.append(level)
     warning = None
     try:
-        async with probe_sampling(probe, t, key, config.probe_interval_s, level):
+        async with probe_sampling(probe, t, key, config.probe_interval_s, level), level_sampling(watch, level):
             warning = await runner.run(load, level)
     finally:
         if config.time_scale != 1.0:
@@ -62,7 +80,8 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
 
 
 async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelRunner,
-                        transport_factory: TransportFactory | None) -> None:
+                        transport_factory: TransportFactory | None, plan: LevelPlan | None,
+                        watch: MachineWatch | None) -> None:
     config = run.config
     async with target_load(config, t, obs, source=config.prompt_source or PromptSource(),
                            prompt_tokens=config.prompt_tokens, options=DEFAULT_OPTIONS,
@@ -71,8 +90,8 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
             return
         async with target_probe(config, t) as probe:
             latency_s = None
-            for key in config.levels:
-                level = await _sweep_level(run, load, key, probe, runner, latency_s)
+            for key in config.levels if plan is None else plan(t):
+                level = await _sweep_level(run, load, key, probe, runner, latency_s, watch)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
@@ -82,12 +101,14 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
 
 
 async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
-                    transport_factory: TransportFactory | None = None) -> None:
+                    transport_factory: TransportFactory | None = None, plan: LevelPlan | None = None) -> None:
     """Fill `run` target by target (or all at once with parallel_targets), each level's requests
     sent by `runner` (run/level_runner.py: this process, or worker processes).
 
     The transport is `config.transport`'s (see `client.registry.make_transport`) unless a factory is
-    given.
+    given; the levels are `plan`'s when one is given (a search, --stop-at-knee), else the config's. The machine's fingerprint is read
+    before the first level and sampled through every level unless `config.machine.enabled` is off
+    (run/machine_sampling.py).
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
@@ -95,8 +116,12 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:
         refuse_shapes_beyond_context(live, run.config.replay.shapes)
+    watch = None
+    if run.config.machine.enabled and live:
+        watch = MachineWatch(run.config.machine, run.start_ns)
+        run.environment = await watch.fingerprint(server_facts(live))
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan, watch) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, runner, transport_factory)
+            await _sweep_target(run, t, obs, runner, transport_factory, plan, watch)

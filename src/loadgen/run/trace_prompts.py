@@ -22,9 +22,9 @@ from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from .config import SweepConfig
 from .engine import EngineOptions
 from .exact_prompt import PromptTooShort, fit_prompt, salted
-from .state import RunObserver, TargetRun
 from .prompts import synthetic_text
 from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun
 from .trace_replay import Replay
 from .workload_prompts import workload_generation
 

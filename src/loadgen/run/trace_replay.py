@@ -32,7 +32,6 @@ from ..core.errors import ConfigError
 from ..core.workload import RequestShape
 from .prompts import read_text_file
 
-
 BLOCK_TOKENS = 512  # Mooncake's hash_ids name blocks of this many prompt tokens
 
 

@@ -20,9 +20,9 @@ from ..core.workload import RequestShape
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions
 from .exact_prompt import FittedPrompt, fit_prompts
-from .state import RunObserver, TargetRun, slot_context
 from .prompts import PromptSource
 from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun, slot_context
 
 
 def shape_generation(generation: GenerationParams, shapes: tuple[RequestShape, ...],

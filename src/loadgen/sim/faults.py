@@ -40,7 +40,7 @@ from enum import Enum
 from aiohttp import web
 
 
-class FaultKind(str, Enum):
+class FaultKind(str, Enum):  # noqa: UP042 (StrEnum would change what str() and format() print)
     HTTP_500 = "http_500"
     HTTP_503 = "http_503"
     HTTP_400 = "http_400"
@@ -104,7 +104,7 @@ class FaultConfig:
         return _pick(self._metrics_rules(), f"{seed}:metrics:{index}")
 
     @classmethod
-    def parse(cls, specs: Iterable[str]) -> "FaultConfig":
+    def parse(cls, specs: Iterable[str]) -> FaultConfig:
         return cls(tuple(parse_fault(spec) for spec in specs))
 
 

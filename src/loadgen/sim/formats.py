@@ -35,6 +35,11 @@ def dumps(obj: Any) -> bytes:
 
 
 def sse(obj: Any) -> bytes:
+    """One event. An object with a string `type` (the Responses and Messages APIs' events) is sent
+    as a named event, `event: <type>` before its data line, as llama-server does."""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    if isinstance(kind, str):
+        return b"event: " + kind.encode() + b"\ndata: " + dumps(obj) + b"\n\n"
     return b"data: " + dumps(obj) + b"\n\n"
 
 
@@ -61,9 +66,18 @@ def _usage(result: CompletionResult) -> dict[str, Any]:
 
 
 class Dialect:
-    """The shapes of one completion endpoint, for one task."""
+    """The shapes of one completion endpoint, for one task.
+
+    `reasoning`: the simulator's reasoning mode, the first N generated tokens are thinking. The chat,
+    Responses and Messages dialects stream them as their APIs' reasoning deltas (the others ignore
+    it); they count in the usage and timings like any generated token, as llama-server counts them.
+    """
 
     has_done_marker = True
+    reasoning = 0
+
+    def thinking(self, event: TokenEvent) -> bool:
+        return event.n_decoded <= self.reasoning
 
     def __init__(self, task: Task, model: str):
         self.task = task
@@ -162,7 +176,7 @@ class ChatDialect(Dialect):
         if event.n_decoded == 1:  # OpenAI clients expect the role before any content
             deltas.append({"role": "assistant", "content": None})
         if event.text:
-            deltas.append({"content": event.text})
+            deltas.append({"reasoning_content" if self.thinking(event) else "content": event.text})
         chunks = [self._chunk(delta, None) for delta in deltas]
         if chunks and event.timings is not None:
             chunks[-1]["timings"] = event.timings.to_json()
@@ -193,10 +207,116 @@ class ChatDialect(Dialect):
                 "object": "chat.completion.chunk"}
 
 
+class ResponsesDialect(Dialect):
+    """`POST /v1/responses`: named events, `response.output_text.delta` per token, and
+    `response.completed` (usage, with llama-server's timings beside it) last; no `[DONE]`."""
+
+    has_done_marker = False
+
+    def partial(self, event: TokenEvent) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if event.n_decoded == 1:
+            rid = f"resp_{self.task.completion_id}"
+            out += [{"type": "response.created", "response": {"id": rid, "object": "response", "status": "in_progress"}},
+                    {"type": "response.in_progress",
+                     "response": {"id": rid, "object": "response", "status": "in_progress"}},
+                    {"type": "response.output_item.added",
+                     "item": {"content": [], "id": self._item(), "role": "assistant", "status": "in_progress",
+                              "type": "message"}},
+                    {"type": "response.content_part.added", "item_id": self._item(),
+                     "part": {"type": "output_text", "text": ""}}]
+        if event.text:
+            kind = "response.reasoning_text.delta" if self.thinking(event) else "response.output_text.delta"
+            out.append({"type": kind, "item_id": self._item(), "delta": event.text})
+        return out
+
+    def final_stream(self, result: CompletionResult) -> list[dict[str, Any]]:
+        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": result.content}
+        return [{"type": "response.output_text.done", "item_id": self._item(), "text": result.content},
+                {"type": "response.content_part.done", "item_id": self._item(), "part": part},
+                {"type": "response.output_item.done", "item": self._message(result)},
+                {"type": "response.completed", "response": self._response(result),
+                 "timings": result.timings.to_json()}]
+
+    def final(self, result: CompletionResult) -> dict[str, Any]:
+        return self._response(result)  # llama-server sends no timings in a whole response
+
+    def _item(self) -> str:
+        return f"msg_{self.task.completion_id}"
+
+    def _message(self, result: CompletionResult) -> dict[str, Any]:
+        return {"type": "message", "status": "completed", "id": self._item(), "role": "assistant",
+                "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": result.content}]}
+
+    def _response(self, result: CompletionResult) -> dict[str, Any]:
+        return {"id": f"resp_{self.task.completion_id}", "object": "response", "created_at": self.created,
+                "status": "completed", "model": self.model, "output": [self._message(result)],
+                "usage": {"input_tokens": result.n_prompt_tokens, "output_tokens": result.n_decoded,
+                          "total_tokens": result.n_prompt_tokens + result.n_decoded,
+                          "input_tokens_details": {"cached_tokens": result.timings.cache_n}}}
+
+
+class MessagesDialect(Dialect):
+    """`POST /v1/messages`: named events from `message_start` to `message_stop`; no timings, no
+    `[DONE]`. Anthropic's `input_tokens` leaves out the tokens read from the cache."""
+
+    has_done_marker = False
+
+    def partial(self, event: TokenEvent) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if event.n_decoded == 1:
+            # The token event does not say how much of the prompt came from the cache: the start
+            # names the whole prompt, and the final message_delta the split (cache reads apart).
+            out += [{"type": "message_start", "message": {
+                        "id": self.task.completion_id, "type": "message", "role": "assistant", "content": [],
+                        "model": self.model, "stop_reason": None, "stop_sequence": None,
+                        "usage": {"input_tokens": event.n_prompt_tokens, "output_tokens": 0}}},
+                    self._block_start(0, thinking=self.reasoning > 0)]
+        if self.reasoning and event.n_decoded == self.reasoning + 1:  # the thinking block ends, the text begins
+            out += [{"type": "content_block_stop", "index": 0}, self._block_start(1, thinking=False)]
+        if event.text:
+            if self.thinking(event):
+                delta = {"type": "thinking_delta", "thinking": event.text}
+            else:
+                delta = {"type": "text_delta", "text": event.text}
+            out.append({"type": "content_block_delta", "index": int(self.reasoning > 0 and not self.thinking(event)),
+                        "delta": delta})
+        return out
+
+    @staticmethod
+    def _block_start(index: int, thinking: bool) -> dict[str, Any]:
+        block = {"type": "thinking", "thinking": ""} if thinking else {"type": "text", "text": ""}
+        return {"type": "content_block_start", "index": index, "content_block": block}
+
+    def final_stream(self, result: CompletionResult) -> list[dict[str, Any]]:
+        last_block = int(self.reasoning > 0 and result.n_decoded > self.reasoning)
+        return [{"type": "content_block_stop", "index": last_block},
+                {"type": "message_delta", "delta": {"stop_reason": self._stop_reason(result), "stop_sequence": None},
+                 "usage": self._usage(result)},
+                {"type": "message_stop"}]
+
+    def final(self, result: CompletionResult) -> dict[str, Any]:
+        return {"id": self.task.completion_id, "type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": result.content}], "model": self.model,
+                "stop_reason": self._stop_reason(result), "stop_sequence": None, "usage": self._usage(result)}
+
+    @staticmethod
+    def _usage(result: CompletionResult) -> dict[str, Any]:
+        cached = result.timings.cache_n
+        return {"cache_read_input_tokens": cached, "input_tokens": result.n_prompt_tokens - cached,
+                "output_tokens": result.n_decoded}
+
+    @staticmethod
+    def _stop_reason(result: CompletionResult) -> str:
+        return "end_turn" if result.stop_type in ("eos", "word") else "max_tokens"
+
+
 DIALECTS: dict[Api, type[Dialect]] = {
     Api.NATIVE: NativeDialect,
     Api.OAI_COMPLETION: CompletionDialect,
     Api.OAI_CHAT: ChatDialect,
+    Api.OAI_RESPONSES: ResponsesDialect,
+    Api.ANTHROPIC_MESSAGES: MessagesDialect,
 }
 
 

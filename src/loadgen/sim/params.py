@@ -26,11 +26,13 @@ CHAT_TEMPLATE = (
 
 
 class Api(Enum):
-    """The three completion endpoints; one parser, three response shapes."""
+    """The completion endpoints; one parser, one response shape each."""
 
     NATIVE = "/completion"
     OAI_COMPLETION = "/v1/completions"
     OAI_CHAT = "/v1/chat/completions"
+    OAI_RESPONSES = "/v1/responses"
+    ANTHROPIC_MESSAGES = "/v1/messages"
 
 
 class InvalidRequest(Exception):
@@ -129,8 +131,11 @@ def parse_request(body: Any, api: Api, n_slots: int) -> CompletionParams:
     """A request body -> CompletionParams. Raises InvalidRequest with llama-server's message."""
     if not isinstance(body, dict):
         raise InvalidRequest(f"[json.exception.type_error.304] cannot use at() with {_json_type(body)}")
-    if api is Api.OAI_CHAT:
+    if api in (Api.OAI_CHAT, Api.ANTHROPIC_MESSAGES):
         text = chat_prompt(body)
+        tokens = tokenize(text)
+    elif api is Api.OAI_RESPONSES:
+        text = responses_prompt(body)
         tokens = tokenize(text)
     else:
         if "prompt" not in body:
@@ -147,7 +152,8 @@ def parse_request(body: Any, api: Api, n_slots: int) -> CompletionParams:
         prompt_tokens=tuple(tokens),
         prompt_text=text,
         # n_predict beats max_completion_tokens beats max_tokens (aliases, first found wins).
-        n_predict=_number(body, ("n_predict", "max_completion_tokens", "max_tokens"), -1, hard=(-1, INT32_MAX)),
+        n_predict=_number(body, ("n_predict", "max_completion_tokens", "max_tokens", "max_output_tokens"), -1,
+                          hard=(-1, INT32_MAX)),
         stream=_flag(body, "stream", False),
         include_usage=_flag(stream_options, "include_usage", False) if isinstance(stream_options, dict) else False,
         cache_prompt=_flag(body, "cache_prompt", True),
@@ -182,6 +188,15 @@ def chat_prompt(body: dict[str, Any]) -> str:
         out.append(f"<|im_start|>{role}\n{_content_text(message.get('content'))}<|im_end|>\n")
     out.append("<|im_start|>assistant\n")
     return "".join(out)
+
+
+def responses_prompt(body: dict[str, Any]) -> str:
+    """The Responses API's `input` (a string, or a list of messages) rendered like chat."""
+    if "input" not in body:
+        raise InvalidRequest("'input' is required")
+    given = body["input"]
+    messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    return chat_prompt({"messages": messages})
 
 
 def _content_text(content: Any) -> str:

@@ -19,8 +19,18 @@ from aiohttp import web
 
 from ..core.clock import NS_PER_S, now_ns
 from . import formats
-from .faults import (FAULT_ERRORS, GARBAGE_METRICS, MID_STREAM_ERROR, FaultConfig, FaultKind, FaultRule,
-                     close_connection, drip, malformed, reset_connection)
+from .faults import (
+    FAULT_ERRORS,
+    GARBAGE_METRICS,
+    MID_STREAM_ERROR,
+    FaultConfig,
+    FaultKind,
+    FaultRule,
+    close_connection,
+    drip,
+    malformed,
+    reset_connection,
+)
 from .http_threads import HttpThreads
 from .metrics import ServerMetrics
 from .params import Api, InvalidRequest, parse_request
@@ -47,6 +57,9 @@ class SimOptions:
     threads_http: int | None = None  # a fixed pool of HTTP threads (http_threads.py); None: no limit
     keep_alive_s: float = 5.0  # how long an idle keep-alive connection keeps its HTTP thread
     cache_ram_tokens: int = 0  # the host prompt cache's capacity (host_cache.py); 0: none
+    # Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking,
+    # streamed as those APIs' reasoning deltas (formats.Dialect); 0: no reasoning.
+    reasoning_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -170,6 +183,7 @@ class SimServer:
             return error_response(400, str(exc), "invalid_request_error")
         task = self.scheduler.submit(params)
         dialect = formats.DIALECTS[api](task, self.profile.model_alias)
+        dialect.reasoning = self.options.reasoning_tokens
         finished = False
         try:
             if params.stream:
@@ -343,7 +357,7 @@ class RunningSimulator:
             pass
         await self._runner.cleanup()
 
-    async def __aenter__(self) -> "RunningSimulator":
+    async def __aenter__(self) -> RunningSimulator:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -354,7 +368,7 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
                           faults: FaultConfig | None = None, reuse_port: bool = False,
                           threads_http: int | None = None, keep_alive_s: float = 5.0,
-                          cache_ram_tokens: int = 0) -> RunningSimulator:
+                          cache_ram_tokens: int = 0, reasoning_tokens: int = 0) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
     `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
@@ -362,7 +376,8 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
     """
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
                          faults=profile.faults if faults is None else faults, threads_http=threads_http,
-                         keep_alive_s=keep_alive_s, cache_ram_tokens=cache_ram_tokens)
+                         keep_alive_s=keep_alive_s, cache_ram_tokens=cache_ram_tokens,
+                         reasoning_tokens=reasoning_tokens)
     server = SimServer(profile, options)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels its task.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

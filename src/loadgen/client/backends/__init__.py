@@ -36,6 +36,8 @@ class GenerationParams:
     # Let the server reuse cached prompt tokens: only a cache mode (core/cache_mode.py) sets it;
     # otherwise every request's prompt is computed in full.
     cache_prompt: bool = False
+    # A reasoning model's effort (chat: `reasoning_effort`; responses: `reasoning.effort`); None: not sent.
+    reasoning_effort: str | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -90,6 +92,21 @@ class SaltedBodies:
         return self._heads[i] + salt.encode() + self._tails[i]
 
 
+def generation_fields(params: GenerationParams, length_key: str, **first: Any) -> dict[str, Any]:
+    """The JSON fields every API's request carries, in body order: `first` (e.g. the model), the
+    length to generate under the API's own key (`n_predict`, `max_tokens`), temperature,
+    ignore_eos (llama-server's; vLLM and SGLang read it too, other servers ignore it), no prompt
+    cache (it would make every request after the first report prompt_ms ~ 0) unless a cache mode
+    sets `params.cache_prompt`, then seed and stream when set."""
+    fields: dict[str, Any] = {**first, length_key: params.n_predict, "temperature": params.temperature,
+                              "ignore_eos": params.ignore_eos, "cache_prompt": params.cache_prompt}
+    if params.seed is not None:
+        fields["seed"] = params.seed
+    if params.stream:
+        fields["stream"] = True
+    return fields
+
+
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
     if api == "llamacpp":
         from .llamacpp import LlamaCppBackend
@@ -99,9 +116,22 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
         from .openai import OpenAIBackend
 
         return OpenAIBackend(params, chat=api == "chat", model=model)
+    if api == "responses":
+        from .responses import ResponsesBackend
+
+        return ResponsesBackend(params, model=model)
+    if api == "messages":
+        from .messages import MessagesBackend
+
+        return MessagesBackend(params, model=model)
     raise ValueError(f"unknown API {api!r}")
 
 
-API_NAMES = ("llamacpp", "completions", "chat")
-# The OpenAI-style APIs need a model name (from --model or the server's /v1/models).
-OPENAI_APIS = ("completions", "chat")
+API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
+# The APIs with a field for a reasoning effort, and the values they take.
+REASONING_EFFORT_APIS = ("chat", "responses")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+# The APIs whose requests carry a model name (from --model or the server's /v1/models).
+OPENAI_APIS = ("completions", "chat", "responses", "messages")
+# The APIs whose prompt goes through the server's chat template.
+CHAT_TEMPLATE_APIS = ("chat", "responses", "messages")

@@ -23,28 +23,43 @@ class Timings(msgspec.Struct):
     predicted_ms: float | None = None
     predicted_per_second: float | None = None
     cache_n: int | None = None
+    # Speculative decoding: tokens drafted and of those accepted; llama-server sends them only when
+    # the request drafted (a server without speculation never does).
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_type: str | None = None,
                    finish_reason: str | None = None, id_slot: int | None = None,
-                   usage: records.Usage | None = None) -> ServerOutcome:
+                   usage: records.Usage | None = None, reasoning_tokens: int | None = None) -> ServerOutcome:
     """The outcome of a response the server served, with its `timings` (None: it sent none).
 
     Built positionally (in `ServerOutcome`'s field order, checked below at import): this runs once
     per request, and keywords cost several times more.
     """
     if t is None:
-        return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, usage=usage)
+        return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, usage=usage,
+                             reasoning_tokens=reasoning_tokens)
     pps = t.predicted_per_second
     if pps is not None and not math.isfinite(pps):
         pps = None  # llama-server writes inf/nan as null; guard against a server that writes them otherwise
     return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, t.prompt_n,
-                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage)
+                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage, t.draft_n,
+                         t.draft_n_accepted, reasoning_tokens)
 
 
 assert ServerOutcome.__struct_fields__ == (
     "error_kind", "error_message", "tokens_predicted", "stop_type", "finish_reason", "id_slot", "prompt_n",
-    "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage")
+    "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage", "draft_n",
+    "draft_n_accepted", "reasoning_tokens")
+
+
+def reasoning_count(reported: int | None, streamed_events: int) -> int | None:
+    """Reasoning tokens: the API's own count when it gives one, else the reasoning events streamed
+    (llama-server sends one token per event); None when neither shows any reasoning."""
+    if reported is not None:
+        return reported
+    return streamed_events or None
 
 
 def error_message(err: Any, body: bytes) -> str:

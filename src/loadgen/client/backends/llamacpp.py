@@ -12,7 +12,7 @@ import msgspec
 
 from ...core import records
 from ...core.records import ServerOutcome
-from . import GenerationParams, SaltedBodies
+from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 
 
@@ -43,17 +43,7 @@ class LlamaCppBackend:
     def __init__(self, params: GenerationParams):
         self.params = params
         self.stream = params.stream
-        fields: dict[str, Any] = {
-            "n_predict": params.n_predict,
-            "temperature": params.temperature,
-            "ignore_eos": params.ignore_eos,
-            # The prompt cache would make every request after the first report prompt_ms ~ 0.
-            "cache_prompt": params.cache_prompt,
-        }
-        if params.seed is not None:
-            fields["seed"] = params.seed
-        if params.stream:
-            fields["stream"] = True
+        fields = generation_fields(params, "n_predict")
         self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields, params.n_predicts, "n_predict",
                                     params.prefixes)
         self.build = self._bodies.build
@@ -69,7 +59,7 @@ class LlamaCppBackend:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `timings` object")
         return _outcome(data)
 
-    def event_reader(self) -> "_StreamEvents":
+    def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
 

@@ -13,8 +13,8 @@ import msgspec
 
 from ...core import records
 from ...core.records import ServerOutcome, Usage
-from . import GenerationParams, SaltedBodies
-from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
+from . import GenerationParams, SaltedBodies, generation_fields
+from .common import Timings, decode_event, error_outcome, reasoning_count, served_outcome, truncated, undecodable
 
 
 class _Delta(msgspec.Struct):
@@ -22,9 +22,36 @@ class _Delta(msgspec.Struct):
     reasoning_content: str | None = None  # reasoning models stream their thinking here
 
 
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    """`usage` with the details loadgen reads; recorded as `records.Usage`."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+
+def _usage(u: _Usage | None) -> Usage | None:
+    return None if u is None else Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+
+
+def _reported_reasoning(u: _Usage | None) -> int | None:
+    details = u.completion_tokens_details if u is not None else None
+    return details.reasoning_tokens if details is not None else None
+
+
+class _Message(msgspec.Struct):
+    reasoning_content: str | None = None
+
+
 class _Choice(msgspec.Struct):
     text: str | None = None  # /v1/completions
     delta: _Delta | None = None  # /v1/chat/completions, streamed
+    message: _Message | None = None  # /v1/chat/completions, whole
     finish_reason: str | None = None
 
 
@@ -32,7 +59,7 @@ class _Response(msgspec.Struct):
     """A whole response, one stream chunk or an error body: the fields loadgen reads."""
 
     choices: list[_Choice] | None = None
-    usage: Usage | None = None
+    usage: _Usage | None = None
     timings: Timings | None = None
     error: Any = None
 
@@ -50,20 +77,11 @@ class OpenAIBackend:
         self.name = "chat" if chat else "completions"
         self.path = "/v1/chat/completions" if chat else "/v1/completions"
         self.model = model
-        fields: dict[str, Any] = {}
-        if model is not None:
-            fields["model"] = model
-        fields.update({
-            "max_tokens": params.n_predict,
-            "temperature": params.temperature,
-            # Not OpenAI's, but llama-server, vLLM and SGLang read them; other servers ignore them.
-            "ignore_eos": params.ignore_eos,
-            "cache_prompt": params.cache_prompt,
-        })
-        if params.seed is not None:
-            fields["seed"] = params.seed
+        # ignore_eos and cache_prompt are not OpenAI's, but llama-server, vLLM and SGLang read them.
+        fields = generation_fields(params, "max_tokens", **({"model": model} if model is not None else {}))
+        if chat and params.reasoning_effort is not None:
+            fields["reasoning_effort"] = params.reasoning_effort
         if params.stream:
-            fields["stream"] = True
             fields["stream_options"] = {"include_usage": True}
         if chat:
             head, close = b'{"messages":[{"role":"user","content":', b"}]"
@@ -82,21 +100,29 @@ class OpenAIBackend:
             return error_outcome(status, body, data.error)
         if not data.choices:
             return ServerOutcome(error_kind=records.INVALID_JSON, error_message="response has no `choices`")
-        return served_outcome(data.timings, finish_reason=data.choices[0].finish_reason, usage=data.usage)
+        choice = data.choices[0]
+        thought = choice.message is not None and bool(choice.message.reasoning_content)
+        reported = _reported_reasoning(data.usage)
+        return served_outcome(data.timings, finish_reason=choice.finish_reason, usage=_usage(data.usage),
+                              # a whole answer's thinking is one text: its tokens are known only if reported
+                              reasoning_tokens=reported if reported is not None or not thought else None)
 
-    def event_reader(self) -> "_StreamEvents":
+    def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
 
 class _StreamEvents:
-    """One streamed response: chunks until `[DONE]`; `usage` and `timings` ride on the last ones."""
+    """One streamed response: chunks until `[DONE]`; `usage` and `timings` ride on the last ones.
+    Chat deltas with `reasoning_content` are thinking, with `content` the answer."""
 
-    __slots__ = ("done", "error", "usage", "timings", "finish_reason")
+    __slots__ = ("done", "error", "usage", "timings", "finish_reason", "answer_events", "reasoning_events")
 
     def __init__(self) -> None:
         self.done = False
         self.error: ServerOutcome | None = None
-        self.usage: Usage | None = None
+        self.answer_events = 0
+        self.reasoning_events = 0
+        self.usage: _Usage | None = None
         self.timings: Timings | None = None
         self.finish_reason: str | None = None
 
@@ -122,13 +148,23 @@ class _StreamEvents:
         if choice.finish_reason is not None:
             self.finish_reason = choice.finish_reason
         if choice.text:
+            self.answer_events += 1
             return True
         delta = choice.delta
-        return delta is not None and bool(delta.content or delta.reasoning_content)
+        if delta is None:
+            return False
+        if delta.content:  # a chunk with both is an answer chunk: the answer has begun
+            self.answer_events += 1
+            return True
+        if delta.reasoning_content:
+            self.reasoning_events += 1
+            return True
+        return False
 
     def finish(self) -> ServerOutcome:
         if self.error is not None:
             return self.error
         if not self.done:
             return truncated("its `data: [DONE]` line")
-        return served_outcome(self.timings, finish_reason=self.finish_reason, usage=self.usage)
+        return served_outcome(self.timings, finish_reason=self.finish_reason, usage=_usage(self.usage),
+                              reasoning_tokens=reasoning_count(_reported_reasoning(self.usage), self.reasoning_events))

@@ -62,7 +62,7 @@ class LiveEndpoint:
     def __init__(self, live: LiveMetrics, port: int, host: str = "127.0.0.1", linger_s: float = DEFAULT_LINGER_S):
         self.live, self.port, self.host, self.linger_s = live, port, host, linger_s
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(live))  # type: ignore[arg-type]
+        registry.register(_Collector(live))  # type: ignore[arg-type]  # a Collector by its collect(), not by class
         self._metrics_app = make_wsgi_app(registry)
         self._changed = threading.Condition()
         self.scrapes_begun = 0
@@ -90,7 +90,7 @@ class LiveEndpoint:
             self._answered_up_to = max(self._answered_up_to, number)
             self._changed.notify_all()
 
-    def __enter__(self) -> "LiveEndpoint":
+    def __enter__(self) -> LiveEndpoint:
         server_class = _ThreadingServer
         if ":" in self.host:
             server_class = type("_ThreadingServer6", (_ThreadingServer,), {"address_family": socket.AF_INET6})

@@ -2,7 +2,9 @@
 
 `LiveMetrics` is fed from the engine's observer calls (`level_started`, `request_done`: the one
 place a finished request's record passes) and from the probe's samples of `/slots`, and turns them
-into Prometheus metric families when scraped (`collect`). Every series is defined here, once:
+into Prometheus metric families when scraped (`collect`). Every series but the histograms is defined here, once; the histograms are the metrics of
+analysis/metric_defs.py that name a `Live` series (name, help, buckets), fed by their vectorised
+definitions in seconds:
 
 | name (type) | labels | what |
 | --- | --- | --- |
@@ -14,6 +16,7 @@ into Prometheus metric families when scraped (`collect`). Every series is define
 | `loadgen_time_to_first_token_seconds` (histogram) | target, level | TTFT, streaming only (`ttft_ms`) |
 | `loadgen_inter_token_latency_seconds` (histogram) | target, level | each gap between content chunks, streaming only (`itl_ms`) |
 | `loadgen_queue_wait_seconds` (histogram) | target, level | latency − prompt_ms − predicted_ms (`queue_wait_ms`) |
+| `loadgen_<name>` (histogram) | target, level | any other metric of analysis/metric_defs.py with a `Live` part |
 | `loadgen_requests_in_flight` (gauge) | target | sent and not yet answered, now |
 | `loadgen_level` (gauge) | target | the level running now: its concurrency, or its rate in req/s (open loop) |
 | `loadgen_slots_busy` (gauge) | target | slots processing at the probe's last look at `/slots` |
@@ -39,12 +42,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain
 from typing import Any
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from ...analysis import metric_defs
+from ...analysis.metric_defs import Batch
 from ...core import records
 from ...core.records import LevelRun, RequestRecord
 from ..engine import requests_done
@@ -52,12 +56,7 @@ from ..engine import requests_done
 PREFIX = "loadgen_"
 # Bucket upper bounds in seconds. LLM requests take from tens of ms to minutes; a token gap from
 # about a millisecond (a fast GPU) to a second (a CPU model under load).
-LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600)
-TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)
-ITL_BUCKETS_S = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1,
-                 0.15, 0.2, 0.3, 0.5, 1, 2.5)
-QUEUE_WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60,
-                        120, 300)
+# (The metrics' buckets are in analysis/metric_defs.py, beside each one's definition.)
 LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1)
 LOOP_LAG_INTERVAL_S = 0.1
 # Error kinds that exist in every run, so their series start at 0 (HTTP ones appear when they happen).
@@ -92,8 +91,7 @@ class Buckets:
 class LevelSeries:
     """The counters and histograms of one target at one level."""
 
-    __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen",
-                 "latency", "ttft", "itl", "queue_wait")
+    __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen", "metrics", "histograms")
 
     def __init__(self, target: str, level: str):
         self.target, self.level = target, level
@@ -102,15 +100,13 @@ class LevelSeries:
         self.failed: dict[str, int] = dict.fromkeys(FIXED_ERROR_KINDS, 0)
         self.output_tokens = 0
         self.sent_seen = 0
-        self.latency = Buckets(LATENCY_BUCKETS_S)
-        self.ttft = Buckets(TTFT_BUCKETS_S)
-        self.itl = Buckets(ITL_BUCKETS_S)
-        self.queue_wait = Buckets(QUEUE_WAIT_BUCKETS_S)
+        # One histogram per metric served live, by metric name (those registered when the level began).
+        self.metrics = [m for m in metric_defs.all_metrics() if m.live is not None]
+        self.histograms = {m.name: Buckets(m.live.buckets_s) for m in self.metrics if m.live is not None}
 
     def add(self, batch: list[RequestRecord]) -> None:
-        """Count finished requests of this target and level. The formulas are `analysis.metrics`'s
-        (latency_ms, ttft_ms, queue_wait_ms, output tokens), written over arrays in seconds
-        (test_live_metrics checks that they agree)."""
+        """Count finished requests of this target and level: each live metric's values are its
+        vectorised definition (analysis/metric_defs.py) in seconds; failed requests count only by kind."""
         ok = [r for r in batch if r.error_kind is None]
         if len(ok) < len(batch):
             for r in batch:
@@ -120,25 +116,9 @@ class LevelSeries:
             return
         self.completed += len(ok)
         self.output_tokens += sum([r.output_tokens or 0 for r in ok])
-        send = np.array([r.send_ns for r in ok], dtype=np.int64)
-        start = np.array([r.send_ns if r.intended_ns is None else r.intended_ns for r in ok], dtype=np.int64)
-        complete = np.array([r.complete_ns for r in ok], dtype=np.int64)
-        self.latency.add((complete - start) / 1e9)
-        # Lists of numbers only: tuples per record would be garbage-collector work that grows with
-        # every record a run holds (a full collection walks them all).
-        first = np.array([-1 if r.first_token_ns is None else r.first_token_ns for r in ok], dtype=np.int64)
-        streamed = first >= 0
-        if streamed.any():
-            self.ttft.add((first[streamed] - start[streamed]) / 1e9)
-            lists = [r.chunk_gaps_us for r in ok if r.chunk_gaps_us]
-            if lists:
-                gaps = np.fromiter(chain.from_iterable(lists), dtype=np.float64, count=sum(map(len, lists)))
-                self.itl.add(gaps / 1e6)
-        service_ms = np.array([np.nan if r.prompt_ms is None or r.predicted_ms is None else r.prompt_ms + r.predicted_ms
-                               for r in ok], dtype=np.float64)
-        timed = ~np.isnan(service_ms)
-        if timed.any():
-            self.queue_wait.add((complete - send)[timed] / 1e9 - service_ms[timed] / 1e3)
+        columns = Batch(ok)
+        for m in self.metrics:
+            self.histograms[m.name].add(m.vectorised(columns) / 1e3)
 
     def sent(self) -> int:
         """Answered + in flight. A request that moved from in flight to answered since the last
@@ -173,7 +153,7 @@ class LiveMetrics:
         self.request_done = self._finished.append  # the observer call, as cheap as it can be
         self.requests_done = self._finished.extend  # a worker's batch of them
 
-    def observe(self, inner: Any) -> "LiveObserver":
+    def observe(self, inner: Any) -> LiveObserver:
         """An observer that feeds this and passes every call on to `inner`."""
         return LiveObserver(inner, self)
 
@@ -314,14 +294,14 @@ def _counters(series: list[LevelSeries]) -> Iterator[Metric]:
 
 
 def _histograms(series: list[LevelSeries]) -> Iterator[Metric]:
-    yield _histogram("latency_seconds", "End-to-end latency from the intended send", ["target", "level"],
-                     [([s.target, s.level], s.latency) for s in series])
-    yield _histogram("time_to_first_token_seconds", "Time to the first content chunk (streaming)",
-                     ["target", "level"], [([s.target, s.level], s.ttft) for s in series])
-    yield _histogram("inter_token_latency_seconds", "Gaps between successive content chunks (streaming)",
-                     ["target", "level"], [([s.target, s.level], s.itl) for s in series])
-    yield _histogram("queue_wait_seconds", "Latency - prompt_ms - predicted_ms: waiting for a slot, plus HTTP",
-                     ["target", "level"], [([s.target, s.level], s.queue_wait) for s in series])
+    """One family per live metric (metric_defs' `Live`), in registration order."""
+    shown: dict[str, metric_defs.Metric] = {}
+    for s in series:
+        shown.update((m.name, m) for m in s.metrics)
+    for m in shown.values():
+        assert m.live is not None  # only live metrics are in a series' list
+        yield _histogram(m.live.name, m.live.help, ["target", "level"],
+                         [([s.target, s.level], s.histograms[m.name]) for s in series if m.name in s.histograms])
 
 
 def _histogram(name: str, documentation: str, labels: list[str],

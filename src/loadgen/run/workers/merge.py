@@ -21,7 +21,7 @@ after that, so every request it sent is a record (error kind "lost") and none va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -166,8 +166,9 @@ def _lost_in_open_loop(share: Share, sends: SendsSoFar | None, recorded: set[int
     in_flight = {} if sends is None else sends.in_flight
     candidates = {seq: (salt, send, send if intended is None else intended)
                   for seq, (_, salt, send, intended) in in_flight.items()}
-    for seq in range(0 if sends is None else sends.sent, len(share.offsets_ns or ())):
-        due = start_ns + share.offsets_ns[seq]
+    offsets = share.offsets_ns or ()
+    for seq in range(0 if sends is None else sends.sent, len(offsets)):
+        due = start_ns + offsets[seq]
         if due > death_ns:
             break
         candidates[seq] = ("", due, due)
@@ -217,40 +218,11 @@ def _lost_in_closed_loop(share: Share, sends: SendsSoFar | None, since: Sequence
     return lost
 
 
-def process_of(seq: int, processes: int) -> int:
-    """Which of a level's `processes` sent its request `seq` when they are interleaved (an open
-    loop, or a closed loop run for a duration): the inverse of `level_seq` there."""
-    return seq % processes
-
-
-def merged_schedule(shares: Sequence[Share]) -> list[int]:
-    """The open-loop offsets of every share, back in level order (request seq at place seq)."""
-    merged: dict[int, int] = {}
-    for share in shares:
-        for local, offset in enumerate(share.offsets_ns or ()):
-            merged[level_seq(local, share)] = offset
-    return [merged[seq] for seq in sorted(merged)]
-
-
 def add_histograms(histograms: Iterable[HdrHistogram]) -> HdrHistogram:
     """The sum of histograms of the same layout: every bucket's counts added."""
     total = metrics.new_histogram()
     for h in histograms:
         total.add(h)
-    return total
-
-
-def same_buckets(a: HdrHistogram, b: HdrHistogram) -> bool:
-    """Whether two histograms hold the same count in every bucket."""
-    return a.get_total_count() == b.get_total_count() and list(a.counts) == list(b.counts)
-
-
-def sum_counters(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    """Counters of several processes summed key by key (keys in first-seen order)."""
-    total: dict[str, int] = {}
-    for part in parts:
-        for key, value in part.items():
-            total[key] = total.get(key, 0) + value
     return total
 
 

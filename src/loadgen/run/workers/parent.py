@@ -142,7 +142,7 @@ class _Process(WorkerHandle):
 
     async def read_records(self) -> bytes:
         if self._file is None:
-            self._file = open(self._path, "rb")  # created before the worker said it was ready
+            self._file = open(self._path, "rb")  # noqa: SIM115 (read level by level; end_level closes it) created before the worker said it was ready
         return self._file.read()
 
     def end_level(self) -> None:
@@ -161,7 +161,7 @@ class _Process(WorkerHandle):
             self.proc.stdin.close()
         try:
             await asyncio.wait_for(self.proc.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
         if self.reader is not None:
@@ -176,7 +176,7 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, "WorkerDeath"], k: int) -> dict[str, Any]:
+def _after_death(level: LevelRun, shares: list[Share], deaths: dict[int, WorkerDeath], k: int) -> dict[str, Any]:
     """What run.json says of worker k that died mid-level: when, its requests lost, and the load the
     level offered from then on (the shares of the workers gone by then left out)."""
     death = deaths[k]
@@ -279,7 +279,7 @@ class _Tail:
         paths = [h.records_file() for h in handles]
         if self.direct and all(paths):
             try:
-                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]
+                self._files.extend(os.open(path, os.O_RDONLY) for path in paths)  # type: ignore[arg-type]  # all(paths) above: none is None
                 self.copies = True
             except OSError:  # then read as they grow, as a Ray actor's are
                 self._close_files()
@@ -335,7 +335,7 @@ class _Tail:
         """Sweep the level's send and completion events up to the earliest of the workers' watermarks."""
         if not self._settles or None in self._watermarks:
             return
-        watermark = min(self._watermarks)  # type: ignore[type-var]
+        watermark = min(self._watermarks)  # type: ignore[type-var]  # None in them returned above
         if watermark == self._settled:
             return
         self._settled = watermark
@@ -470,7 +470,7 @@ class WorkerPool:
         # (target, level) -> metric -> [each worker's histogram]; see `merged_histograms`.
         self.histograms: dict[tuple[str, int | float], dict[str, list[HdrHistogram]]] = {}
 
-    async def __aenter__(self) -> "WorkerPool":
+    async def __aenter__(self) -> WorkerPool:
         self.folder.mkdir(parents=True, exist_ok=True)
         for k in range(self.size):
             await self._start(k)

@@ -112,8 +112,8 @@ async def read_frame(reader, decoder: msgspec.msgpack.Decoder) -> object | None:
 
 
 async def read_to_worker(reader) -> ToWorker | None:
-    return await read_frame(reader, _to_worker)  # type: ignore[return-value]
+    return await read_frame(reader, _to_worker)  # type: ignore[return-value]  # the decoder's type is ToWorker
 
 
 async def read_from_worker(reader) -> FromWorker | None:
-    return await read_frame(reader, _from_worker)  # type: ignore[return-value]
+    return await read_frame(reader, _from_worker)  # type: ignore[return-value]  # the decoder's type is FromWorker

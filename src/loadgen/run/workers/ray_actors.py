@@ -236,7 +236,7 @@ class RayPool(WorkerPool):
         self._ray: Any = None
         self._actor_class: Any = None
 
-    async def __aenter__(self) -> "RayPool":
+    async def __aenter__(self) -> RayPool:
         ray = self._ray = import_ray()
         try:
             if self.address == LOCAL:

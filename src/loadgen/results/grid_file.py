@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..analysis.grid import CellSummary, GridParam, check_template, summarize_cell
+from ..analysis.grid_cells import CellSummary, GridParam, check_template, summarize_cell
 from ..core.errors import ConfigError, ResultsError
 from .reader import load_run
 

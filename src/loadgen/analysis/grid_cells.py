@@ -12,11 +12,12 @@ from __future__ import annotations
 import itertools
 import shlex
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.rundoc import Level, RunDocument
 from .metrics import MeanSd, mean_sd
 
 
@@ -153,31 +154,44 @@ class CellSummary:
     recurrent_logged_mib: float | None = None
     recurrent_estimate_mib: float | None = None
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
+    # Each run's lowest gross J per output token over its levels (analysis/energy.py: the "total"
+    # source, else the only one), averaged; None without energy counters.
+    least_j_per_token: MeanSd | None = None
 
 
-def _levels(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    targets = doc.get("targets") or [{}]
-    return [lv for lv in targets[0].get("levels") or [] if lv.get("throughput_tok_s") is not None]
+def _levels(doc: RunDocument) -> list[Level]:
+    """The first target's levels (a cell has one target)."""
+    return list(doc.targets[0].levels) if doc.targets else []
+
+
+def level_j_per_token(level: Level | dict[str, Any]) -> float | None:
+    """A level's gross J per output token: its "total" energy, else its only source's; None without."""
+    energy = (level.get("energy") if isinstance(level, dict) else level.energy) or []
+    pick = next((e for e in energy if e.get("source") == "total"), energy[0] if len(energy) == 1 else None)
+    return pick.get("j_per_token") if pick else None
 
 
 def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
     """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
-    docs = [r["run"] for r in runs if r.get("status") == "ok" and r.get("run")]
+    docs = [RunDocument.of(r["run"]) for r in runs if r.get("status") == "ok" and r.get("run")]
     by_level: dict[Any, list[float]] = {}
     lat_by_level: dict[Any, list[float]] = {}
-    peaks, peak_levels, saturated = [], [], []
+    peaks, peak_levels, saturated, least_j = [], [], [], []
     for doc in docs:
         levels = _levels(doc)
+        per_token = [j for lv in levels if (j := level_j_per_token(lv)) is not None]
+        if per_token:
+            least_j.append(min(per_token))
         for lv in levels:
-            by_level.setdefault(lv["level"], []).append(lv["throughput_tok_s"])
-            lat = (lv.get("latency_ms") or {}).get("mean")
-            if lat is not None:
-                lat_by_level.setdefault(lv["level"], []).append(lat)
+            by_level.setdefault(lv.level, []).append(lv.throughput_tok_s)
+            if lv.latency_ms is not None:
+                lat_by_level.setdefault(lv.level, []).append(lv.latency_ms.mean)
         if levels:
-            best = max(levels, key=lambda lv: lv["throughput_tok_s"])
-            peaks.append(best["throughput_tok_s"])
-            peak_levels.append(best["level"])
-        saturated.append(((doc.get("targets") or [{}])[0].get("verdict") or {}).get("saturated_at"))
+            best = max(levels, key=lambda lv: lv.throughput_tok_s)
+            peaks.append(best.throughput_tok_s)
+            peak_levels.append(best.level)
+        verdict = doc.targets[0].verdict if doc.targets else None
+        saturated.append(None if verdict is None else verdict.saturated_at)
     throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
     boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
     estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
@@ -194,7 +208,7 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
         n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
         recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
-        kv_estimate_note=None if estimate else note)
+        kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j))
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
@@ -237,7 +251,12 @@ def _clear_lead(best: MeanSd, second: MeanSd, higher: bool) -> bool:
     return best.mean + best_sd < second.mean - second_sd
 
 
-def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> str | None:
+def _leader(cells: Sequence[CellSummary], level: int | float) -> CellSummary:
+    """The cell with the highest mean throughput at `level` (every one of `cells` measured it)."""
+    return max(cells, key=lambda c: c.throughput_by_level[level].mean)
+
+
+def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True, digits: int = 0) -> str | None:
     """"parallel=2 (25.0; +19% against the worst)", with why the lead is untested (a single run)
     or that it is within the repeats' spread of the next."""
     ranked = sorted(((v, c) for c in cells if (v := value(c)) is not None), key=lambda vc: vc[0].mean,
@@ -254,7 +273,7 @@ def _winner(cells: Sequence[CellSummary], value: Any, higher: bool = True) -> st
     noise = f"; {untested}" if untested else "" if _clear_lead(best, second, higher) else \
         ", within the repeats' spread of the next"
     return f"{cell.name} ({best.mean:,.1f}; {share:+.0%} against the worst{noise})" if higher else \
-        f"{cell.name} ({best.mean:,.0f}; {share:.0%} lower than the worst{noise})"
+        f"{cell.name} ({best.mean:,.{digits}f}; {share:.0%} lower than the worst{noise})"
 
 
 def who_wins(cells: Sequence[CellSummary]) -> list[str]:
@@ -265,13 +284,15 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     if len(ok) < 2:
         return []
     lines = []
-    for what, value, higher in (("single-stream throughput", lambda c: c.single_stream_tok_s, True),
-                                ("peak throughput", lambda c: c.peak_tok_s, True)):
+    questions: list[tuple[str, Callable[[CellSummary], Any], bool]] = [
+        ("single-stream throughput", lambda c: c.single_stream_tok_s, True),
+        ("peak throughput", lambda c: c.peak_tok_s, True)]
+    for what, value, higher in questions:
         w = _winner(ok, value, higher)
         if w:
             lines.append(f"highest {what} (tok/s): {w}")
     common = sorted(set.intersection(*(set(c.throughput_by_level) for c in ok)))
-    leaders = [max(ok, key=lambda c, lv=lv: c.throughput_by_level[lv].mean) for lv in common]
+    leaders = [_leader(ok, lv) for lv in common]
     by_level = [[(c.throughput_by_level[lv], c) for c in ok] for lv in common]
     single = next((u for pairs in by_level if (u := _untested(pairs, pairs))), None)
     if common and all(lead is leaders[0] for lead in leaders):
@@ -286,4 +307,8 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
         w = _winner([c for c in ok if top in c.latency_by_level], lambda c: c.latency_by_level.get(top), False)
         if w:
             lines.append(f"lowest mean latency at level {top} (ms): {w}")
+    measured = [c for c in ok if c.least_j_per_token]  # "least" needs two cells with energy counters
+    w = _winner(measured, lambda c: c.least_j_per_token, False, digits=3) if len(measured) > 1 else None
+    if w:
+        lines.append(f"least energy per output token, at each cell's most efficient level (J/token): {w}")
     return lines

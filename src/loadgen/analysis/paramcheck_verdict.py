@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 HONOURED, DROPPED, ALTERED, CANNOT_TELL = "honoured", "dropped", "altered", "cannot tell"
-VERDICTS = (HONOURED, DROPPED, ALTERED, CANNOT_TELL)
 FAILING = (DROPPED, ALTERED)
 
 

@@ -8,10 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.grid import CellSummary, kv_warnings, who_wins
+from ..analysis.grid_cells import CellSummary, kv_warnings, who_wins
 from ..analysis.metrics import MeanSd
-from .layout import Column, Grid
-from .layout import print_grid as print_layout
+from .layout import Column, Grid, print_table
 
 
 def _ms(value: MeanSd | None, digits: int = 1) -> str:
@@ -60,7 +59,7 @@ def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid
 def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummary]) -> None:
     """The table, the failures with their reasons, and one line per question of who wins."""
     names = [p["name"] for p in doc.get("params", [])]
-    print_layout(grid_table(cells, names), console)
+    print_table(console, grid_table(cells, names))
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)

@@ -1,0 +1,236 @@
+"""The capacity search's decisions: which level to probe next, when to stop, and what the answer is.
+
+Pure functions over the probes made so far (each a level run once, judged against an SLO by
+analysis/slo.py); the driver (run/capacity.py) runs what `next_probe` asks for and nothing else.
+
+A probe's *score* is slo.SloLevel.score: the worst target ratio (value / target) at the attainment
+quantile; it passes exactly when score <= 1. Its margin is |score - 1|.
+
+Deciding a level from its probes (`decide_level`), with `repeat` R and relative `noise` N:
+- REPEAT (probe it again) while it has fewer than R probes and either they disagree (some pass,
+  some fail) or one lies within the noise of the target (|score - 1| <= N): a margin that small
+  is what run-to-run noise alone can move across the line;
+- else PASS when every probe passed, FAIL when none did, INCONCLUSIVE when they disagree (after R
+  probes: the level sits on the line at this noise, and is said to, never decided by a coin flip).
+With R = 1 a single probe decides.
+
+Choosing the next level (`next_probe`), levels as integers from 1 (concurrency), or rates:
+1. a level the rule above wants repeated, lowest first;
+2. no level failed or was inconclusive yet: double the highest passing level (from `start`),
+   up to `max_level`; stop when `max_level` passed (the answer is at least that);
+3. else the bracket: hi = the lowest level that did not pass, lo = the highest passing level
+   below it; while they are more than one step apart, probe the middle ((lo + hi) // 2; for
+   rates the midpoint, until hi / lo <= 1 + `rate_resolution`); when nothing passed below hi and
+   hi is above `start`, probe `start`... else stop.
+
+The answer (`conclude`): feasible_max = lo (None when nothing passed), infeasible_min = the lowest
+FAIL level (None if none failed), inconclusive = the levels decided INCONCLUSIVE. When hi itself is
+inconclusive the capacity lies between lo and hi at this noise.
+- binding target: at hi, the target with the highest ratio at the quantile (the one that broke
+  first); without hi, at lo (the one closest to its target). Failed requests are "error".
+- shape: *cliff* when the score more than doubles from lo to hi (e.g. TTFT jumps from prefill to
+  prefill + a whole answer once a request waits for a slot), or hi had an infinite score (errors
+  beyond the attainment); *smooth* when it creeps over the line; None without both lo and hi.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+PASS, FAIL, INCONCLUSIVE, REPEAT = "pass", "fail", "inconclusive", "repeat"
+CLIFF, SMOOTH = "cliff", "smooth"
+CLIFF_FACTOR = 2.0
+DEFAULT_NOISE = 0.10
+DEFAULT_REPEAT = 3
+RATE_RESOLUTION = 0.10
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One run of a level, judged: did it pass, its score (None: infinite) and per-target ratios."""
+
+    level: int | float
+    passed: bool
+    score: float | None
+    ratio: Mapping[str, float | None] = field(default_factory=dict)
+    attainment: float | None = None
+
+
+def _score(p: Probe) -> float:
+    return math.inf if p.score is None else p.score
+
+
+def decide_level(probes: Sequence[Probe], repeat: int = DEFAULT_REPEAT, noise: float = DEFAULT_NOISE) -> str:
+    """PASS, FAIL, INCONCLUSIVE or REPEAT for one level's probes (module docstring)."""
+    if not probes:
+        return REPEAT
+    passes = {p.passed for p in probes}
+    near = any(abs(_score(p) - 1.0) <= noise for p in probes)
+    if len(probes) < repeat and (len(passes) > 1 or near):
+        return REPEAT
+    if passes == {True}:
+        return PASS
+    if passes == {False}:
+        return FAIL
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """The next level to probe (None: the search is over) and why, in words."""
+
+    level: int | float | None
+    reason: str
+
+
+def _bracket(decisions: Mapping[int | float, str]) -> tuple[int | float | None, int | float | None]:
+    """(lo, hi): the lowest level that did not pass, and the highest passing one below it."""
+    not_passed = sorted(lv for lv, d in decisions.items() if d in (FAIL, INCONCLUSIVE))
+    hi = not_passed[0] if not_passed else None
+    passed = [lv for lv, d in decisions.items() if d == PASS and (hi is None or lv < hi)]
+    return (max(passed) if passed else None), hi
+
+
+def decisions_of(history: Mapping[int | float, Sequence[Probe]], repeat: int, noise: float) -> dict[int | float, str]:
+    return {lv: decide_level(ps, repeat, noise) for lv, ps in history.items()}
+
+
+def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int | float, repeat: int = DEFAULT_REPEAT,
+               noise: float = DEFAULT_NOISE, start: int | float = 1, by_rate: bool = False,
+               rate_resolution: float = RATE_RESOLUTION) -> Next:
+    """The next level to run (module docstring, "Choosing the next level")."""
+    decisions = decisions_of(history, repeat, noise)
+    again = sorted(lv for lv, d in decisions.items() if d == REPEAT)
+    if again:
+        return Next(again[0], f"{_name(again[0], by_rate)} is within the noise of the target: repeating it")
+    lo, hi = _bracket(decisions)
+    if hi is None:
+        if lo is None:
+            return Next(start, "first level")
+        if lo >= max_level:
+            return Next(None, f"{_name(max_level, by_rate)} (the most allowed) passes")
+        nxt = min(lo * 2, max_level)
+        return Next(nxt, f"{_name(lo, by_rate)} passes: doubling")
+    if lo is None:
+        if hi > start and start not in decisions:
+            return Next(start, f"{_name(hi, by_rate)} does not pass: trying {_name(start, by_rate)}")
+        return Next(None, f"{_name(hi, by_rate)} does not pass and nothing below it does")
+    if by_rate:
+        if hi / lo <= 1 + rate_resolution:
+            return Next(None, f"bracketed within {rate_resolution:.0%}")
+        return Next(round((lo + hi) / 2, 3), f"bisecting between {_name(lo, True)} and {_name(hi, True)}")
+    if hi - lo <= 1:
+        return Next(None, f"bracketed: {_name(lo, False)} passes, {_name(hi, False)} does not")
+    return Next((lo + hi) // 2, f"bisecting between {_name(lo, False)} and {_name(hi, False)}")
+
+
+def _name(level: int | float, by_rate: bool) -> str:
+    return f"{level:g} req/s" if by_rate else f"c={level:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The search's answer (module docstring, "The answer")."""
+
+    feasible_max: int | float | None
+    infeasible_min: int | float | None
+    inconclusive: tuple[int | float, ...]
+    bracket_hi: int | float | None  # the lowest level that did not pass (fail or inconclusive)
+    binding: str | None
+    shape: str | None
+    decisions: dict[int | float, str]
+
+
+def _mean_ratios(probes: Sequence[Probe]) -> dict[str, float]:
+    """Each target's mean ratio over the probes (inf when any probe's is infinite)."""
+    out: dict[str, float] = {}
+    for name in (probes[0].ratio if probes else {}):
+        values = [v for p in probes if (v := p.ratio.get(name)) is not None]
+        out[name] = math.inf if len(values) < len(probes) else sum(values) / len(values)
+    return out
+
+
+def _median_score(probes: Sequence[Probe]) -> float:
+    scores = sorted(_score(p) for p in probes)
+    return scores[(len(scores) - 1) // 2]
+
+
+def binding_target(probes: Sequence[Probe]) -> str | None:
+    """The target with the highest mean ratio at the quantile ("error" when every ratio is infinite
+    because requests failed); ties go to the first target."""
+    ratios = _mean_ratios(probes)
+    if not ratios:
+        return None
+    if all(math.isinf(v) for v in ratios.values()):
+        return "error"
+    return max(ratios, key=lambda n: ratios[n])
+
+
+def shape_of(lo: Sequence[Probe], hi: Sequence[Probe]) -> str | None:
+    """CLIFF or SMOOTH between the last passing level's probes and the first failing one's."""
+    if not lo or not hi:
+        return None
+    a, b = _median_score(lo), _median_score(hi)
+    if math.isinf(b) or b > CLIFF_FACTOR * max(a, 1e-9):
+        return CLIFF
+    return SMOOTH
+
+
+def conclude(history: Mapping[int | float, Sequence[Probe]], repeat: int = DEFAULT_REPEAT,
+             noise: float = DEFAULT_NOISE) -> Answer:
+    """The answer from every probe made (module docstring)."""
+    decisions = decisions_of(history, repeat, noise)
+    lo, hi = _bracket(decisions)
+    fails = sorted(lv for lv, d in decisions.items() if d == FAIL)
+    at = history[hi] if hi is not None else history[lo] if lo is not None else ()
+    return Answer(
+        feasible_max=lo, infeasible_min=fails[0] if fails else None,
+        inconclusive=tuple(sorted(lv for lv, d in decisions.items() if d == INCONCLUSIVE)),
+        bracket_hi=hi, binding=binding_target(at),
+        shape=shape_of(history[lo], history[hi]) if lo is not None and hi is not None else None,
+        decisions=dict(sorted(decisions.items())))
+
+
+# Decode is said to slow with the batch when the first failing level's per-request decode speed is
+# this much below the last passing level's.
+DECODE_SLOWER = 0.85
+
+
+def why(binding: str | None, lo: Mapping[str, object] | None, hi: Mapping[str, object] | None,
+        hi_verdict: Mapping[str, object] | None, total_slots: int | None) -> str:
+    """Why the first failing level fails, from its run.json summary (`hi`), its saturation verdict
+    level (`hi_verdict`: queue_cause, queue waits) and the last passing level's summary (`lo`):
+    - requests failed (binding "error"): how many and of which kind;
+    - its queued requests waited for a slot (queue_cause "slots"): the slots are full, with the
+      median wait of the requests that queued;
+    - they waited with a slot free, outside the server (queue_cause "outside"): the HTTP threads;
+    - behind another request's prompt (queue_cause "prefill");
+    - else per-request decode speed fell by more than 15% from lo: decode slows with the batch;
+    - else "" (nothing in the evidence explains it)."""
+    if hi is None:
+        return ""
+    if binding == "error":
+        errors = hi.get("errors_by_kind")
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(errors.items())) if isinstance(errors, Mapping) else ""
+        return f"requests fail ({kinds})" if kinds else "requests fail"
+    v = hi_verdict or {}
+    cause = v.get("queue_cause")
+    waits = v.get("slot_wait_ms") or v.get("queued_wait_ms") or v.get("queue_wait_ms")
+    median = waits.get("p50") if isinstance(waits, Mapping) else None
+    wait = f" (median {median:,.0f} ms)" if isinstance(median, (int, float)) else ""
+    if cause == "slots":
+        slots = ("its slot is" if total_slots == 1 else f"its {total_slots} slots are") if total_slots else \
+            "its slots are"
+        return f"{slots} full and requests queue{wait}"
+    if cause == "outside":
+        return f"requests wait outside the server with a slot free{wait}: its HTTP threads (--threads-http)"
+    if cause == "prefill":
+        return f"requests wait behind other requests' prompts{wait}"
+    before = lo.get("decode_tok_s_mean") if lo else None
+    after = hi.get("decode_tok_s_mean")
+    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0 \
+            and after < DECODE_SLOWER * before:
+        return f"decode slows with the batch ({before:,.1f} → {after:,.1f} tok/s per request)"
+    return ""

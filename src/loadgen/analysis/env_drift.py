@@ -1,0 +1,294 @@
+"""Whether the machine under two runs, or under one level, was the same (pure; docs/environment.md).
+
+Three rules, each over recorded `core.environment` records:
+
+* `preflight_warnings(fingerprint, later)`: what spoils a measurement before it starts, one line
+  each with what to do (`loadgen env`).
+* `level_changes(samples)`: what changed *during* one level, between its first sample and any later
+  one: an accelerator's PCIe link (generation or width), the CPU governors, turbo, a RAPL power
+  limit, a GPU's power limit, a GPU clock-event reason that was absent at the start (power cap,
+  thermal, hardware slowdown), or a steal share above STEAL_LIMIT over the level
+  (Δsteal / Δtotal jiffies of /proc/stat's `cpu` line). Such a level is flagged.
+* `environment_differences(baseline, candidate)`: what differs between two sides' run documents:
+  the facts in `_static_facts` (kernel, OS, CPU model and cores, governors, turbo, RAPL limits,
+  memory, GPU names, drivers and power limits) and, per level, each accelerator's
+  link *under load* (the lowest generation and width its samples saw: GPUs lower the link at idle,
+  so only a level's samples tell). Differences are lines such as
+  "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16". A server build that
+  differs is a note, not a difference: comparing builds is what a gate is for.
+
+`compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ, unless
+--allow-env-change, and warn about every level that changed during it (not a refusal: steal on a
+shared host comes and goes, and a link that dropped under load is also a difference of the links
+under load); a level with a change that `spoiling` keeps (any but steal) is left out of the
+comparison, unless --allow-env-change; a side without a recorded environment (a run from before it was recorded) is said, not
+refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..core.environment import EnvSample, Fingerprint, GpuFacts, PciLink, fingerprint_from, samples_from
+
+STEAL_LIMIT = 0.02  # more than 2% of the CPU time stolen by the hypervisor: another tenant competes
+THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+
+def steal_share(first: EnvSample | None, last: EnvSample | None) -> float | None:
+    """Δsteal / Δtotal jiffies between two samples; None when either lacks them or no time passed."""
+    if first is None or last is None or first.cpu_times is None or last.cpu_times is None:
+        return None
+    total = last.cpu_times.total_jiffies - first.cpu_times.total_jiffies
+    if total <= 0:
+        return None
+    return max(0, last.cpu_times.steal_jiffies - first.cpu_times.steal_jiffies) / total
+
+
+def _link_name(link: PciLink) -> str:
+    return f"{link.name} ({link.address})" if link.name else f"PCI {link.address}"
+
+
+def _gpu_link(g: GpuFacts) -> str:
+    return f"PCIe Gen{g.pcie_gen} x{g.pcie_width} (max Gen{g.pcie_max_gen} x{g.pcie_max_width})"
+
+
+def _gpu_below_max(g: GpuFacts) -> bool:
+    return any(cur is not None and top is not None and cur < top
+               for cur, top in ((g.pcie_gen, g.pcie_max_gen), (g.pcie_width, g.pcie_max_width)))
+
+
+def preflight_warnings(fp: Fingerprint, later: EnvSample | None = None, *, connections: int | None = None,
+                       http_threads: int | None = None) -> list[str]:
+    """One line per thing that spoils a measurement, with what to do. `later`: a second sample
+    (for the steal share between the two); `connections`: the planned connections (requests plus
+    loadgen's probe's two), checked against the server's `http_threads`."""
+    sample = later or fp.sample
+    out = []
+    for link in sample.links:
+        if link.is_accelerator and link.below_max:
+            out.append(f"{_link_name(link)} runs at {link.describe()}: GPUs lower the link at idle, so read it "
+                       f"under load (a sweep records it per level); if it stays below, reseat the card or find "
+                       f"what sets the link speed (BIOS, a timer).")
+    linked = {link.name for link in sample.links if link.name}
+    for g in sample.gpus:
+        if _gpu_below_max(g) and g.name not in linked:
+            out.append(f"GPU {g.index} ({g.name}) runs at {_gpu_link(g)}: read it under load; if it stays "
+                       f"below, reseat the card or find what sets the link speed.")
+        if g.power_limit_w and g.power_default_limit_w and g.power_limit_w < g.power_default_limit_w - 0.5:
+            out.append(f"GPU {g.index} ({g.name}) is power-capped at {g.power_limit_w:g} W of its default "
+                       f"{g.power_default_limit_w:g} W: `nvidia-smi -pl {g.power_default_limit_w:g}` or record it.")
+        reasons = [r for r in g.throttle_reasons if r in THROTTLES]
+        if reasons:
+            out.append(f"GPU {g.index} ({g.name}) clocks are held back ({', '.join(reasons)}): cool it or "
+                       f"lift the cap before measuring.")
+        if g.processes is not None and g.processes > 1:
+            out.append(f"GPU {g.index} ({g.name}) runs {g.processes} compute processes: stop the ones that "
+                       f"are not the server under test.")
+    not_performance = [g for g in sample.governors if g != "performance"]
+    if not_performance:
+        out.append(f"CPU frequency governor is {', '.join(not_performance)}, not performance: "
+                   f"`cpupower frequency-set -g performance` for steadier figures.")
+    for zone in sample.rapl:
+        capped = [f"{k} {v:g} W of {zone.max_w[k]:g} W" for k, v in zone.limits_w.items()
+                  if k in zone.max_w and v < zone.max_w[k] - 0.5]
+        if capped:
+            out.append(f"RAPL {zone.name} is power-capped ({'; '.join(capped)}): lift the cap (and check "
+                       f"thermald does not set it back) or record it.")
+    if sample.swap_used_mib:
+        out.append(f"{sample.swap_used_mib} MiB of swap in use: free memory (or `swapoff -a`) so the "
+                   f"server's pages are not swapped under load.")
+    steal = steal_share(fp.sample, later)
+    if steal is not None and steal > STEAL_LIMIT:
+        out.append(f"{steal:.1%} of CPU time stolen by the hypervisor: another tenant shares this host; "
+                   f"measure on a dedicated one or repeat runs to see the spread.")
+    if connections is not None and http_threads is not None and connections > http_threads:
+        out.append(f"the server has {http_threads} HTTP threads for {connections} connections: start it with "
+                   f"--threads-http {connections} or more, or open fewer connections.")
+    return out
+
+
+def _accelerator_links(sample: EnvSample) -> dict[str, tuple[int | None, int | None, str]]:
+    """address -> (gen, width, display name) of each accelerator link in a sample (sysfs and GPUs)."""
+    out = {link.address: (link.gen, link.width, _link_name(link)) for link in sample.links if link.is_accelerator}
+    for g in sample.gpus:
+        key = (g.bus_id or f"gpu{g.index}").lower()
+        if not any(key.endswith(addr.lower().split(":", 1)[-1]) for addr in out):
+            out[key] = (g.pcie_gen, g.pcie_width, f"GPU {g.index} ({g.name})")
+    return out
+
+
+def _gen_width(gen: int | None, width: int | None) -> str:
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+def level_changes(samples: Sequence[EnvSample], steal_limit: float = STEAL_LIMIT) -> list[str]:
+    """What changed during one level (its samples in time order); [] when nothing did."""
+    if len(samples) < 2:
+        return []
+    first, out = samples[0], list[str]()
+    start_links = _accelerator_links(first)
+    for s in samples[1:]:
+        for addr, (gen, width, name) in _accelerator_links(s).items():
+            if addr in start_links and start_links[addr][:2] != (gen, width):
+                line = f"{name}: PCIe {_gen_width(*start_links[addr][:2])} → {_gen_width(gen, width)} at {s.at_s:.1f} s"
+                if line.split(" at ")[0] not in {o.split(" at ")[0] for o in out}:
+                    out.append(line)
+    last = samples[-1]
+    if last.governors != first.governors and first.governors:
+        out.append(f"CPU governor {'/'.join(first.governors)} → {'/'.join(last.governors) or '?'}")
+    if first.turbo is not None and last.turbo is not None and first.turbo != last.turbo:
+        out.append(f"turbo {'on' if first.turbo else 'off'} → {'on' if last.turbo else 'off'}")
+    before = {z.zone: z.limits_w for z in first.rapl}
+    for z in last.rapl:
+        if z.zone in before and before[z.zone] != z.limits_w:
+            out.append(f"RAPL {z.name} limits {_limits(before[z.zone])} → {_limits(z.limits_w)}")
+    gpus_before = {g.index: g for g in first.gpus}
+    appeared: dict[int, set[str]] = {}
+    for s in samples[1:]:
+        for g in s.gpus:
+            start = gpus_before.get(g.index)
+            if start is None:
+                continue
+            if start.power_limit_w != g.power_limit_w and f"GPU {g.index} power limit" not in " ".join(out):
+                out.append(f"GPU {g.index} power limit {start.power_limit_w} W → {g.power_limit_w} W")
+            new = {r for r in g.throttle_reasons if r in THROTTLES} - set(start.throttle_reasons)
+            appeared.setdefault(g.index, set()).update(new)
+    for index, reasons in sorted(appeared.items()):
+        if reasons:
+            out.append(f"GPU {index} clock-event reasons appeared: {', '.join(sorted(reasons))}")
+    steal = steal_share(first, last)
+    if steal is not None and steal > steal_limit:
+        out.append(f"{STEAL_CHANGE}{steal:.1%} of CPU time (limit {steal_limit:.0%})")
+    return out
+
+
+STEAL_CHANGE = "steal "  # how level_changes' steal line starts
+
+
+def spoiling(changes: Iterable[str]) -> list[str]:
+    """The changes of a level that spoil its figures for a verdict: all but steal, which comes and goes
+    on a shared host and is only a warning."""
+    return [c for c in changes if not c.startswith(STEAL_CHANGE)]
+
+
+def _limits(limits: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:g} W" for k, v in limits.items()) or "none"
+
+
+def _static_facts(fp: Fingerprint) -> dict[str, Any]:
+    """The facts of a fingerprint that decide a measurement and should not differ between sides."""
+    s = fp.sample
+    facts: dict[str, Any] = {
+        "kernel": fp.kernel, "OS": fp.os, "CPU": fp.cpu.model, "logical cores": fp.cpu.logical_cores,
+        "CPU governor": "/".join(s.governors) or None, "turbo": s.turbo,
+        "memory (MiB)": fp.memory.total_mib,
+    }
+    for z in s.rapl:
+        facts[f"RAPL {z.name} limits"] = _limits(z.limits_w)
+    for g in s.gpus:
+        facts[f"GPU {g.index}"] = g.name
+        facts[f"GPU {g.index} driver"] = g.driver
+        facts[f"GPU {g.index} power limit (W)"] = g.power_limit_w
+    return facts
+
+
+def _server_builds(fp: Fingerprint | None) -> dict[str, Any]:
+    """label -> the server's build (/props build_info): what a comparison often compares, so a
+    difference is said, never refused."""
+    return {label: props.get("build_info") for label, props in sorted(((fp.server if fp else None) or {}).items())
+            if isinstance(props, Mapping)}
+
+
+def _level_links(doc: Mapping[str, Any]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(target, accelerator) -> [(level name, "GenG xW" under load)] over a run's levels: per level
+    the lowest generation and width its samples saw."""
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for t in doc.get("targets") or []:
+        for lv in t.get("levels") or []:
+            seen: dict[str, tuple[list[int], list[int], str]] = {}
+            for s in samples_from(lv.get("environment")):
+                for addr, (gen, width, name) in _accelerator_links(s).items():
+                    gens, widths, _ = seen.setdefault(addr, ([], [], name))
+                    gens += [gen] if gen is not None else []
+                    widths += [width] if width is not None else []
+            for gens, widths, name in seen.values():
+                out.setdefault((str(t.get("label")), name), []).append(
+                    (str(lv.get("level")), _gen_width(min(gens, default=None), min(widths, default=None))))
+    return out
+
+
+def _levels_text(levels: Sequence[str]) -> str:
+    if len(levels) == 1:
+        return f"level {levels[0]}"
+    return f"levels {levels[0]}–{levels[-1]}" if len(levels) > 2 else f"levels {levels[0]}, {levels[1]}"
+
+
+def environment_differences(baseline: Iterable[Mapping[str, Any]],
+                            candidate: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(differences, notes) between two sides' run documents (each side one or more runs).
+
+    A difference is a line naming the fact and both values; notes say what could not be compared
+    (a side without a recorded environment, when the other has one; neither: nothing is said). Runs within one side are compared against the side's
+    first run too, so a folder of runs taken across a change is caught."""
+    sides = {"baseline": list(baseline), "candidate": list(candidate)}
+    notes, facts, links = [], {}, {}
+    recorded = {name: [fingerprint_from(d.get("environment")) for d in docs] for name, docs in sides.items()}
+    if not any(fp is not None for fps in recorded.values() for fp in fps):
+        return [], []  # runs from before the record on both sides: nothing to say
+    for name, docs in sides.items():
+        fps = recorded[name]
+        if not docs or any(fp is None for fp in fps):
+            notes.append(f"the {name} has no recorded environment (a run from before loadgen recorded it, or "
+                         f"--no-environment): the drift guard cannot compare it")
+            continue
+        facts[name] = [_static_facts(fp) for fp in fps if fp is not None]
+        links[name] = _level_links(docs[0])
+    if len(facts) == 2:
+        base_builds = _server_builds(recorded["baseline"][0])
+        cand_builds = _server_builds(recorded["candidate"][0])
+        for label in sorted(base_builds.keys() & cand_builds.keys()):
+            if base_builds[label] != cand_builds[label]:
+                notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "
+                             f"{_show(cand_builds[label])} in the candidate")
+    out = []
+    if len(facts) == 2:
+        base = facts["baseline"][0]
+        for key in base:
+            values = {name: [f.get(key) for f in fs] for name, fs in facts.items()}
+            cand = [v for v in values["candidate"] if v != base[key]]
+            inner = [v for v in values["baseline"] if v != base[key]]
+            if cand or inner:
+                other = (cand or inner)[0]
+                out.append(f"{key}: baseline {_show(base[key])}; "
+                           f"{'candidate' if cand else 'another baseline run'} {_show(other)}")
+        for key in sorted(set(facts["candidate"][0]) - set(base)):
+            out.append(f"{key}: baseline none; candidate {_show(facts['candidate'][0][key])}")
+        for (target, device), base_levels in sorted(links["baseline"].items()):
+            usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
+            differ = [lv for lv, v in links["candidate"].get((target, device), []) if v != usual]
+            if differ:
+                seen = {v for lv, v in links["candidate"][(target, device)] if lv in differ}
+                out.append(f"{target} {device}: baseline PCIe {usual}; candidate {_levels_text(differ)}: "
+                           f"PCIe {', '.join(sorted(seen))}")
+    return out, notes
+
+
+def changed_levels(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """'target at level L: what changed' for every level of these runs whose environment changed during it."""
+    out = []
+    for doc in docs:
+        for t in doc.get("targets") or []:
+            for lv in t.get("levels") or []:
+                for change in lv.get("environment_changed") or level_changes(samples_from(lv.get("environment"))):
+                    out.append(f"{t.get('label')} at level {lv.get('level')}: {change}")
+    return out
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)

@@ -1,0 +1,261 @@
+"""`loadgen capacity`: the most concurrent users (or req/s) a server serves within latency targets.
+
+Builds the config and the search settings (validated once, here), runs the search (run/capacity.py),
+writes the run as a sweep of the levels it probed (so analyze, report and export read it) plus
+capacity.json (the answer), and prints the tables and the answer, or `{"capacity": ...}` with
+--format json.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, why
+from ..analysis.slo import Slo
+from ..client.backends import GenerationParams
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..output.progress import ProgressObserver
+from ..output.tables import print_run, say
+from ..output.worker_hlog import write_worker_hlog
+from ..results.writer import RunFiles, default_dir, prepare_dir
+from ..run.capacity import CapacitySearch, CapacitySettings, run_capacity
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ..run.session import FinalWriteError, execute
+from ..run.state import Run
+from ..run.workers.policy import open_level_runner, remove_worker_files
+from .help import command
+from .options import DURATION
+from .shared import (
+    checking_only,
+    format_option,
+    prompt_source,
+    prompt_source_options,
+    records_options,
+    request_options,
+    target_options,
+)
+from .shared import console as _console
+from .slo import build_slo, slo_options
+from .sweep import connections_needed, ensure_open_files
+
+CAPACITY_FILE = "capacity.json"
+
+
+def parse_budget(text: str | None) -> tuple[int | None, float | None]:
+    """--budget: a request count ("400") or a time ("90s", "10m", "1h") -> (requests, seconds)."""
+    if text is None:
+        return None, None
+    t = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if t and t[-1] in units:
+            seconds = float(t[:-1]) * units[t[-1]]
+            if seconds > 0 and math.isfinite(seconds):
+                return None, seconds
+        elif int(t) > 0:
+            return int(t), None
+    except ValueError:
+        pass
+    raise ConfigError(f"--budget {text!r}: give a request count (400) or a time (90s, 10m, 1h) above 0")
+
+
+@command()
+@target_options
+@slo_options
+@click.option("--by", type=click.Choice(("concurrency", "rate")), default="concurrency", show_default=True,
+              help="Search concurrent users (closed loop) or request rates (open loop, Poisson arrivals).")
+@click.option("--max-concurrency", "max_level", type=float, default=64, show_default=True,
+              help="The highest level the search may try (users, or req/s with --by rate).")
+@click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
+                                              "much time has passed (90s, 10m); the answer so far is given.")
+@click.option("--repeat", type=click.IntRange(min=1), default=DEFAULT_REPEAT, show_default=True,
+              help="Run a level near the line up to this many times; if the runs disagree it is inconclusive.")
+@click.option("--noise", type=click.FloatRange(min=0), default=DEFAULT_NOISE, show_default=True,
+              help="A level within this share of its target (at the attainment quantile) is near the line: "
+                   "the run-to-run noise (see `loadgen calibrate`).")
+@click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
+              help="Requests per level [default: max(8, 4×concurrency); by rate max(16, 20 s worth)].")
+@click.option("--duration", "duration_s", type=DURATION, help="Time per level instead of a request count.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Unrecorded requests before the first level.")
+@click.option("--stream/--no-stream", default=False, show_default=True,
+              help="Stream the responses (SSE): needed for ttft, tpot and itl targets.")
+@prompt_source_options
+@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Generate exactly --n-predict tokens.")
+@request_options
+@click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
+              help="Seconds between scrapes of the server's /metrics and /slots during a level.")
+@records_options
+@format_option
+def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
+                     attainment, by, max_level, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
+                     stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, n_predict,
+                     ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
+                     records_kept, records_format, output_format) -> None:
+    """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
+    slo = build_slo(slo_text, attainment, stream=stream, required=True)
+    assert slo is not None
+    by_rate = by == "rate"
+    if requests_per_level is not None and duration_s is not None:
+        raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    if not by_rate:
+        if max_level != int(max_level) or max_level < 1:
+            raise ConfigError(f"--max-concurrency {max_level:g}: give a whole number of users, 1 or more")
+        max_level = int(max_level)
+        if requests_per_level is not None and requests_per_level < max_level:
+            raise ConfigError(f"--requests {requests_per_level} is fewer than --max-concurrency {max_level}: that "
+                              f"level could never have {max_level} requests in flight; give more, or --duration")
+    elif not max_level > 0:
+        raise ConfigError("--max-concurrency (the highest rate with --by rate) must be above 0")
+    budget_requests, budget_s = parse_budget(budget_text)
+    targets = build_targets(host, ports, urls, labels, server_urls)
+    if len(targets) != 1:
+        raise ConfigError("capacity searches one server at a time; give one --ports or --url")
+    source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    texts = source.texts or (DEFAULT_PROMPT,)
+    config = SweepConfig(
+        targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(1.0,) if by_rate else (),
+        model=model, api_key=api_key,
+        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
+                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+        api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
+        warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
+        prompt_source=source, transport=transport, insecure=insecure, slo=slo)
+    settings = CapacitySettings(by_rate=by_rate, max_level=max_level, repeat=repeat, noise=noise,
+                                budget_requests=budget_requests, budget_s=budget_s)
+    ensure_open_files(connections_needed(config))
+    if checking_only():
+        return
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "capacity"), force)
+    sys.exit(execute_capacity(config, settings, out_dir, output_format, records_kept, records_format))
+
+
+def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: Path, output_format: str = "table",
+                     records: str = "all", records_format: str = "jsonl") -> int:
+    """Run the search, write its results (run.json as a sweep, capacity.json), print. The exit code."""
+    console, err = _console(), _console(stderr=True)
+    run = Run(config, "sweep")
+    search = CapacitySearch(run, settings)
+
+    async def main(checkpoint: Callable[[], None]) -> None:
+        with ProgressObserver(err, on_level_done=checkpoint) as observer:
+            # the runner the config asks for (this process: --slo judges every record here)
+            async with open_level_runner(run.config, out_dir, observer,
+                                         functools.partial(write_worker_hlog, out_dir)) as runner:
+                await run_capacity(run, observer, search, runner)
+
+    try:
+        execution = execute(run, RunFiles(out_dir, records, records_format), main, err=err)
+    except FinalWriteError as exc:
+        raise UserError(str(exc), EXIT_FAILED) from None
+    remove_worker_files(out_dir)
+    doc = execution.doc
+    answer = search.answer()
+    result = capacity_document(answer, doc, config.slo, settings, search)
+    try:
+        (out_dir / CAPACITY_FILE).write_text(json.dumps({"capacity": result}, indent=2, allow_nan=False) + "\n")
+    except OSError as exc:
+        err.print(f"warning: could not write {CAPACITY_FILE} ({exc})", style="yellow")
+    if output_format == "json":
+        console.file.write(json.dumps({"capacity": result}, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        print_run(doc, console, err, output_format, live=True)
+        say(err if output_format == "csv" else console, result["verdict"])  # CSV on stdout stays CSV
+        if search.ended:
+            say(err, f"search ended: {search.ended}", "dim")
+    err.print(f"results: {out_dir}", highlight=False)
+    if execution.exit_code_for_signal is not None:
+        return execution.exit_code_for_signal
+    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _unit(by_rate: bool, level: int | float, users: bool = False) -> str:
+    if by_rate:
+        return f"{level:g} req/s"
+    return f"{level:g} concurrent user{'s' if level != 1 else ''}" if users else f"{level:g}"
+
+
+def capacity_document(answer: Answer, doc: dict[str, Any], slo: Slo | None, settings: CapacitySettings,
+                      search: CapacitySearch) -> dict[str, Any]:
+    """capacity.json's content (and --format json's): the answer, every probe, and the verdict sentence."""
+    assert slo is not None
+    target = doc["targets"][0] if doc["targets"] else {}
+    summaries = target.get("levels") or []
+    verdict_levels = (target.get("verdict") or {}).get("levels") or []
+    total_slots = (target.get("server") or {}).get("total_slots")
+    by_rate = settings.by_rate
+
+    def summary_at(level: int | float | None) -> dict[str, Any] | None:
+        return next((lv for lv in summaries if lv["level"] == level), None)
+
+    # the level whose failure is explained: the first that did not pass, or past an inconclusive one the first failure
+    hi = answer.bracket_hi
+    if hi in answer.inconclusive and answer.infeasible_min is not None:
+        hi = answer.infeasible_min
+    hi_verdict = next((v for v in verdict_levels if v.get("level") == hi), None)
+    reason = why(answer.binding, summary_at(answer.feasible_max), summary_at(hi), hi_verdict, total_slots)
+    levels = [{"level": lv["level"], "passed": (lv.get("slo") or {}).get("passed"),
+               "attainment": (lv.get("slo") or {}).get("attainment"), "score": (lv.get("slo") or {}).get("score"),
+               "goodput_req_s": (lv.get("slo") or {}).get("goodput_req_s"),
+               "goodput_tok_s": (lv.get("slo") or {}).get("goodput_tok_s"),
+               "most_missed": (lv.get("slo") or {}).get("most_missed"),
+               "decision": answer.decisions.get(lv["level"])} for lv in summaries]
+    return {
+        "feasible_max": answer.feasible_max, "infeasible_min": answer.infeasible_min,
+        "binding": answer.binding, "inconclusive": list(answer.inconclusive), "shape": answer.shape,
+        "why": reason or None, "by": "rate" if by_rate else "concurrency", "slo": slo.to_dict(),
+        "settings": settings.to_dict(), "requests": sum(lv["requests_ok"] + lv["requests_failed"] for lv in summaries),
+        "wall_s": sum(lv["wall_s"] for lv in summaries), "ended": search.ended, "levels": levels,
+        "verdict": verdict_sentence(answer, slo, by_rate, summary_at(hi), reason, settings, search.ended),
+    }
+
+
+def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_summary: dict[str, Any] | None, reason: str,
+                     settings: CapacitySettings, ended: str | None) -> str:
+    """"serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is
+    612 ms because its 3 slots are full and requests queue (median 410 ms)"."""
+    within = f"within {slo.text()} for {slo.attainment:.0%} of requests"
+    lo, hi = answer.feasible_max, answer.bracket_hi
+    if lo is None and hi is None:
+        return f"no level finished ({ended or 'stopped'}): no answer"
+    head = (f"serves {_unit(by_rate, lo, users=True)} {within}" if lo is not None
+            else f"cannot serve even {_unit(by_rate, hi, users=True)} {within}")
+    if hi is None:
+        limit = "the most allowed (--max-concurrency)" if lo is not None and lo >= settings.max_level else \
+            f"the search stopped ({ended})"
+        return f"{head}; no level failed up to {_unit(by_rate, lo)} ({limit})"
+    if hi in answer.inconclusive:
+        fail = answer.infeasible_min
+        if lo is None:
+            head = (f"whether it serves even {_unit(by_rate, hi, users=True)} {within} cannot be told: its repeats "
+                    f"disagree (inconclusive at this noise)")
+        else:
+            head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity "
+                     f"is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
+        if fail is None:
+            return head
+        hi = fail
+    value = ""
+    binding = answer.binding
+    q = f"p{slo.attainment * 100:g}"
+    ratio = ((hi_summary or {}).get("slo") or {}).get("ratio", {}).get(binding) if binding else None
+    targets = dict(slo.targets_ms)
+    if binding in targets and isinstance(ratio, (int, float)):
+        value = f" {binding.upper() if binding != 'queue' else 'queue wait'} {q} is {ratio * targets[binding]:,.0f} ms"
+    elif binding == "error":
+        value = " requests fail"
+    shape = f" ({answer.shape})" if answer.shape else ""
+    because = f" because {reason}" if reason and binding != "error" else (f": {reason}" if reason else "")
+    return f"{head}; at {_unit(by_rate, hi)}{value}{because}{shape}"

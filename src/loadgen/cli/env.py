@@ -1,0 +1,114 @@
+"""`loadgen env`: the machine's fingerprint and what would spoil a measurement on it (a pre-flight check).
+
+Reads sysfs/procfs under --sysfs/--procfs (client/machine_facts.py), the GPUs through NVML or
+nvidia-smi, and with --url each server's /props; warns by analysis/env_drift.preflight_warnings.
+Exit 0 whatever it finds: the warnings are advice, a sweep records the same facts either way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from ..analysis.env_drift import preflight_warnings
+from ..client.machine_facts import MachineReader, Roots
+from ..client.telemetry import TelemetryError, TelemetryReader
+from ..core.errors import ConfigError
+from ..output.environment import fingerprint_lines
+from ..run.config import MachineOptions
+from ..run.machine_sampling import server_props
+from .common import user_errors
+from .help import command
+
+PROBE_CONNECTIONS = 2  # loadgen's probe scrapes /metrics and /slots beside the requests
+
+
+def default_http_threads(total_slots: int | None, cores: int) -> int | None:
+    """llama-server's default --threads-http: max(n_parallel + 2, hardware threads − 1)
+    (shared/llama-server-api.md); valid when the server runs on the machine read."""
+    return None if total_slots is None else max(total_slots + 2, cores - 1)
+
+
+@command("env")
+@click.option("--sysfs", "sysfs", default="/sys", show_default=True, type=click.Path(file_okay=False),
+              help="Where sysfs is mounted (like node_exporter's --path.sysfs); another tree is read the same way.")
+@click.option("--procfs", "procfs", default="/proc", show_default=True, type=click.Path(file_okay=False),
+              help="Where procfs is mounted (--path.procfs).")
+@click.option("--url", "urls", multiple=True, help="A server to read /props of (build, model, slots); repeatable.")
+@click.option("--connections", type=click.IntRange(min=1), help="Connections the planned run opens (its highest "
+              "concurrency): warn when the server has fewer HTTP threads (plus the probe's two).")
+@click.option("--threads-http", type=click.IntRange(min=1), help="The server's --threads-http [default: "
+              "llama-server's own, max(slots + 2, cores − 1) of this machine].")
+@click.option("--telemetry-url", "telemetry_urls", multiple=True,
+              help="A Prometheus exporter (node_exporter, DCGM exporter) of a remote server's machine to read "
+                   "instead of this machine; repeatable.")
+@click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between the two readings that measure steal time.")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Lines for a person, or the fingerprint as JSON.")
+def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int | None, threads_http: int | None,
+                telemetry_urls: tuple[str, ...], interval: float, output_format: str) -> None:
+    """Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn about
+    what would spoil a measurement."""
+    with user_errors():
+        for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
+            if not Path(path).is_dir():
+                raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
+        reader = MachineReader(Roots(Path(sysfs), Path(procfs)),
+                               telemetry=TelemetryReader(telemetry_urls) if telemetry_urls else None)
+        server = server_props(urls) if urls else None
+        try:
+            fp = reader.fingerprint(server=server)
+            time.sleep(interval)
+            later = reader.sample(interval)
+        except TelemetryError as exc:
+            raise ConfigError(f"{exc}; is the exporter running there?") from None
+        threads = threads_http
+        if threads is None and server:
+            threads = min(filter(None, (default_http_threads(p.get("total_slots"), fp.cpu.logical_cores)
+                                        for p in server.values())), default=None)
+        planned = connections + PROBE_CONNECTIONS if connections else None
+        warnings = preflight_warnings(fp, later, connections=planned, http_threads=threads)
+    if output_format == "json":
+        click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings}, indent=2))
+        return
+    for line in fingerprint_lines(fp):
+        click.echo(line)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+
+
+def machine_options(command):
+    """The flags of a run that reads the machine under it (sweep): roots, sampling interval, idle power."""
+    options = [
+        click.option("--sysfs", "sysfs", default="/sys", show_default=True, type=click.Path(file_okay=False),
+                     help="Where sysfs is mounted, read for the environment record (node_exporter's --path.sysfs)."),
+        click.option("--procfs", "procfs", default="/proc", show_default=True, type=click.Path(file_okay=False),
+                     help="Where procfs is mounted (--path.procfs)."),
+        click.option("--env-interval", "env_interval_s", type=click.FloatRange(min=0.01), default=1.0,
+                     show_default=True, help="Seconds between samples of the machine during a level (PCIe links, "
+                     "governors, power limits, clocks, energy counters)."),
+        click.option("--idle-power", "idle_s", type=click.FloatRange(min=0), default=2.0, show_default=True,
+                     help="Seconds of idle power measured before the first level, when the machine has an energy "
+                          "counter (RAPL, NVML); 0: none, and no net J/token."),
+        click.option("--telemetry-url", "telemetry_urls", multiple=True,
+                     help="A Prometheus exporter of the server's machine (node_exporter, DCGM exporter) to read "
+                          "instead of this machine's sysfs and NVML; repeatable (their figures are merged)."),
+        click.option("--environment/--no-environment", "record_environment", default=True, show_default=True,
+                     help="Record the machine's fingerprint and per-level samples in run.json."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float, telemetry_urls: tuple[str, ...],
+                   record_environment: bool) -> MachineOptions:
+    for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
+        if record_environment and not Path(path).is_dir():
+            raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
+    return MachineOptions(sysfs=sysfs, procfs=procfs, interval_s=env_interval_s, idle_s=idle_s,
+                          enabled=record_environment, telemetry_urls=tuple(telemetry_urls))

@@ -1,0 +1,184 @@
+"""The machine under the numbers: what a run records of the host it measured on (docs/environment.md).
+
+A `Fingerprint` is read once before a run (client/machine_facts.py) and an `EnvSample` at the start
+and end of every level and at each probe interval during it, so a change mid-level (a PCIe link
+that downshifts, a power cap that appears) is seen where it happened. Both are plain records:
+the readers fill them, analysis/env_drift.py and analysis/energy.py compare and add them up, and
+run.json stores them as `environment` (run-wide) and per level `environment` (samples).
+
+Units are in the field names: `_mhz`, `_w`, `_uj` (microjoules), `_mib`, `_jiffies`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# PCIe transfer rate per lane (GT/s, as sysfs writes it) -> generation.
+PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def pcie_generation(speed: str | float | None) -> int | None:
+    """"16.0 GT/s PCIe" (sysfs's current_link_speed) or 16.0 -> 4; None when unknown."""
+    if speed is None:
+        return None
+    try:
+        rate = float(str(speed).split()[0])
+    except (ValueError, IndexError):
+        return None
+    return PCIE_GENERATIONS.get(rate)
+
+
+class PciLink(msgspec.Struct, frozen=True, kw_only=True):
+    """One PCI device's link as the kernel reports it (sysfs current/max_link_speed and width)."""
+
+    address: str  # "0000:01:00.0"
+    pci_class: str  # "0x030000": display controller; see `is_accelerator`
+    gen: int | None
+    width: int | None
+    max_gen: int | None
+    max_width: int | None
+    name: str | None = None  # a GPU's name when NVML/nvidia-smi matched its bus id
+
+    @property
+    def is_accelerator(self) -> bool:
+        """Display/3D controllers (0x03xxxx) and processing accelerators (0x12xxxx): the links a
+        figure depends on. Bridges and idle NICs lower theirs at idle, which means nothing here."""
+        return self.pci_class.startswith(("0x03", "0x12"))
+
+    @property
+    def below_max(self) -> bool:
+        return (self.gen is not None and self.max_gen is not None and self.gen < self.max_gen) or \
+            (self.width is not None and self.max_width is not None and self.width < self.max_width)
+
+    def describe(self) -> str:
+        def one(gen: int | None, width: int | None) -> str:
+            return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+        return f"PCIe {one(self.gen, self.width)} (max {one(self.max_gen, self.max_width)})"
+
+
+class RaplZone(msgspec.Struct, frozen=True, kw_only=True):
+    """A RAPL power zone (sysfs class/powercap/intel-rapl:N): its energy counter and power limits."""
+
+    zone: str  # "intel-rapl:0"
+    name: str  # "package-0", "psys", "dram"
+    energy_uj: int | None
+    max_energy_range_uj: int | None
+    limits_w: dict[str, float] = {}  # constraint name ("long_term", "short_term") -> limit in W
+    max_w: dict[str, float] = {}  # constraint name -> the most it may be set to (constraint_K_max_power_uw)
+
+
+class GpuFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU as NVML (or nvidia-smi) reports it; a field it could not read is None."""
+
+    index: int
+    name: str
+    bus_id: str | None = None
+    driver: str | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_max_gen: int | None = None
+    pcie_max_width: int | None = None
+    power_limit_w: float | None = None
+    power_default_limit_w: float | None = None
+    power_draw_w: float | None = None
+    energy_mj: int | None = None  # total energy since the driver loaded (NVML), millijoules
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] = ()  # "sw_power_cap", "hw_slowdown", "sw_thermal", ...
+    temperature_c: int | None = None
+    memory_used_mib: int | None = None
+    processes: int | None = None  # compute processes on it (other tenants show here)
+    source: str = "nvml"  # "nvml" or "nvidia-smi"
+
+
+class CpuFacts(msgspec.Struct, frozen=True, kw_only=True):
+    model: str | None
+    logical_cores: int
+    governors: tuple[str, ...] = ()  # the distinct scaling governors of the CPUs (one, usually)
+    min_mhz: float | None = None
+    max_mhz: float | None = None
+    cur_mhz_mean: float | None = None
+    turbo: bool | None = None  # intel_pstate/no_turbo inverted, or cpufreq/boost; None: unknown
+
+
+class MemoryFacts(msgspec.Struct, frozen=True, kw_only=True):
+    total_mib: int | None
+    available_mib: int | None
+    swap_total_mib: int | None
+    swap_used_mib: int | None
+
+
+class CpuTimes(msgspec.Struct, frozen=True, kw_only=True):
+    """The aggregate `cpu` line of /proc/stat: cumulative jiffies, all and stolen (by the hypervisor)."""
+
+    total_jiffies: int
+    steal_jiffies: int
+
+
+class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
+    """What can change under a run, read at one moment. `at_s`: seconds since the run's start."""
+
+    at_s: float
+    links: tuple[PciLink, ...] = ()
+    governors: tuple[str, ...] = ()
+    cur_mhz_mean: float | None = None
+    turbo: bool | None = None
+    rapl: tuple[RaplZone, ...] = ()
+    cpu_times: CpuTimes | None = None
+    swap_used_mib: int | None = None
+    gpus: tuple[GpuFacts, ...] = ()
+
+
+class Fingerprint(msgspec.Struct, frozen=True, kw_only=True):
+    """The host a run measured on, read before its first level (docs/environment.md)."""
+
+    loadgen: str
+    python: str
+    os: str | None
+    kernel: str | None
+    cpu: CpuFacts
+    memory: MemoryFacts
+    sample: EnvSample  # the changeable part, read at the same moment
+    gpu_source: str | None = None  # "nvml", "nvidia-smi" or None (no GPU found)
+    server: dict[str, Any] | None = None  # /props's build_info, model_path, total_slots, n_ctx per target
+    idle_power_w: dict[str, float] | None = None  # measured before the first level (analysis/energy.py)
+    telemetry: tuple[str, ...] = ()  # the exporters read instead of this machine (--telemetry-url)
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def fingerprint_from(data: Any) -> Fingerprint | None:
+    """A stored fingerprint (run.json's `environment`) back as a record; None when absent or unreadable
+    (an older run, or one written by another version: the drift guard then says it cannot tell)."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return msgspec.convert(data, Fingerprint)
+    except msgspec.ValidationError:
+        return None
+
+
+def samples_from(data: Any) -> list[EnvSample]:
+    """A level's stored `environment` samples back as records (unreadable ones are skipped)."""
+    out = []
+    for item in data if isinstance(data, list) else []:
+        try:
+            out.append(msgspec.convert(item, EnvSample))
+        except msgspec.ValidationError:
+            continue
+    return out
+
+
+STORED_SAMPLES = 100  # the most samples run.json keeps of one level (a long level is thinned evenly)
+
+
+def thinned(samples: list[EnvSample], limit: int = STORED_SAMPLES) -> list[EnvSample]:
+    """At most `limit` of `samples`, evenly spaced, always the first and the last (the energy counters'
+    ends). What changed during the level and its energy are computed from all of them before."""
+    if len(samples) <= limit:
+        return list(samples)
+    step = (len(samples) - 1) / (limit - 1)
+    return [samples[round(i * step)] for i in range(limit)]

@@ -1,0 +1,84 @@
+"""The fingerprint as lines a person reads (`loadgen env`, the sweep's header): one fact a line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.environment import Fingerprint, GpuFacts
+from ..core.rundoc import RunDocument
+
+
+def _mhz(value: float | None) -> str:
+    return f"{value:.0f} MHz" if value is not None else "?"
+
+
+def _gpu_line(g: GpuFacts) -> str:
+    parts = [f"GPU {g.index}: {g.name}"]
+    if g.driver:
+        parts.append(f"driver {g.driver}")
+    if g.pcie_gen is not None:
+        parts.append(f"PCIe Gen{g.pcie_gen} x{g.pcie_width} (max Gen{g.pcie_max_gen} x{g.pcie_max_width})")
+    if g.power_draw_w is not None or g.power_limit_w is not None:
+        parts.append(f"{g.power_draw_w if g.power_draw_w is not None else '?'} W of {g.power_limit_w} W")
+    if g.sm_clock_mhz is not None:
+        parts.append(f"SM {g.sm_clock_mhz} MHz, memory {g.mem_clock_mhz} MHz")
+    if g.temperature_c is not None:
+        parts.append(f"{g.temperature_c} °C")
+    if g.memory_used_mib is not None:
+        parts.append(f"{g.memory_used_mib} MiB used")
+    if g.throttle_reasons:
+        parts.append("held back: " + ", ".join(g.throttle_reasons))
+    return ", ".join(parts) + f" [{g.source}]"
+
+
+def fingerprint_lines(fp: Fingerprint) -> list[str]:
+    """The fingerprint, one fact a line: software, CPU, memory, power, PCIe links, GPUs, servers."""
+    s, cpu, mem = fp.sample, fp.cpu, fp.memory
+    out = [f"loadgen {fp.loadgen}, Python {fp.python}",
+           f"OS: {fp.os or 'unknown'}, kernel {fp.kernel or 'unknown'}",
+           f"CPU: {cpu.model or 'unknown'}, {cpu.logical_cores} logical cores"]
+    if cpu.max_mhz is not None or s.governors:
+        turbo = "unknown" if s.turbo is None else ("on" if s.turbo else "off")
+        out.append(f"CPU frequency: governor {'/'.join(s.governors) or 'unknown'}, {_mhz(cpu.min_mhz)}–"
+                   f"{_mhz(cpu.max_mhz)}, now {_mhz(s.cur_mhz_mean)} on average, turbo {turbo}")
+    else:
+        out.append("CPU frequency: no cpufreq (a VM, or a container that hides it)")
+    out.append(f"memory: {mem.total_mib} MiB, {mem.available_mib} MiB available; swap {mem.swap_total_mib} MiB, "
+               f"{s.swap_used_mib} MiB used")
+    for z in s.rapl:
+        limits = ", ".join(f"{k} {v:g} W" for k, v in z.limits_w.items()) or "no limits"
+        out.append(f"RAPL {z.name} ({z.zone}): {limits}")
+    for link in s.links:
+        if link.is_accelerator:
+            out.append(f"PCI {link.address} ({link.name or 'class ' + link.pci_class}): {link.describe()}")
+    out += [_gpu_line(g) for g in s.gpus] or ["no GPU (neither NVML nor nvidia-smi answered)"
+                                               if fp.gpu_source is None else "no GPU"]
+    for label, props in sorted((fp.server or {}).items()):
+        if isinstance(props, dict):
+            out.append(f"server {label}: build {props.get('build_info')}, model {props.get('model_path')}, "
+                       f"{props.get('total_slots')} slots of {props.get('n_ctx')} tokens")
+    return out
+
+
+def _per_token(value: float | None, unit: str) -> str:
+    return f"{value:.4g} {unit}" if value is not None else f"? {unit}"
+
+
+def energy_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
+    """One line per level and energy source of a run (analysis/energy.py's figures in run.json)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        for lv in t.levels:
+            for e in lv.energy or []:
+                net = f", net {_per_token(e.get('net_j_per_token'), 'J/token')}" \
+                    if e.get("net_j_per_token") is not None else ""
+                out.append(f"energy {t.label} at level {lv.level} ({e.get('source')}): "
+                           f"{_per_token(e.get('j_per_token'), 'J/token')}{net}, "
+                           f"{_per_token(e.get('tokens_per_j'), 'tokens/J')}, {e.get('mean_w', 0):.1f} W mean")
+    return out
+
+
+def environment_change_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
+    """'warning: the machine changed during ...' for each level flagged in run.json."""
+    return [f"warning: {t.label} at level {lv.level}: the machine changed during the level: {c}"
+            for t in RunDocument.of(doc).targets for lv in t.levels for c in lv.environment_changed or []]

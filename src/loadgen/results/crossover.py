@@ -1,0 +1,63 @@
+"""A grid's two speculation cells as the crossover verdict reads them (analysis/crossover.py).
+
+The grid's template carries the server's own speculation flags through one parameter (its flag
+names changed in 2026, so loadgen never spells them): e.g. `--param spec=none,ngram-simple` with
+`--spec-type {spec}` in the template. The "on" and "off" cells are the ones whose value of that
+parameter is the given one; every other parameter must be equal between them. Per level, each
+side's throughput per repeat; only repeats both cells finished are kept, in repeat order, so
+repeat i of one side pairs with repeat i of the other (the grid ran them back to back).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError, ResultsError
+from .grid_file import load_grid
+from .reader import load_run
+
+
+def _cell(doc: dict[str, Any], param: str, value: str, others: dict[str, str] | None) -> dict[str, Any]:
+    cells = [c for c in doc["cells"] if c["params"].get(param) == value
+             and (others is None or {k: v for k, v in c["params"].items() if k != param} == others)]
+    if not cells:
+        raise ConfigError(f"no cell of this grid has {param}={value}; its values are "
+                          f"{', '.join(sorted({c['params'].get(param, '?') for c in doc['cells']}))}")
+    if len(cells) > 1:
+        raise ConfigError(f"{len(cells)} cells have {param}={value}: the grid varies another parameter too; "
+                          "give a grid of the speculation parameter alone")
+    return cells[0]
+
+
+def spec_sides(root: Path, param: str, on: str, off: str) -> tuple[dict[Any, list[float]], dict[Any, list[float]]]:
+    """(on, off): per level, throughput tok/s of each repeat both cells finished. Raises ConfigError
+    (a parameter or value the grid lacks) and ResultsError (an unreadable grid)."""
+    doc = load_grid(root)
+    if param not in {p["name"] for p in doc["params"]}:
+        raise ConfigError(f"--param {param!r}: the grid's parameters are {', '.join(p['name'] for p in doc['params'])}")
+    on_cell = _cell(doc, param, on, None)
+    others = {k: v for k, v in on_cell["params"].items() if k != param}
+    off_cell = _cell(doc, param, off, others)
+    by_repeat = [{e["repeat"]: _levels(root, e) for e in cell.get("runs", [])} for cell in (on_cell, off_cell)]
+    on_side: dict[Any, list[float]] = {}
+    off_side: dict[Any, list[float]] = {}
+    for repeat in sorted(set(by_repeat[0]) & set(by_repeat[1])):
+        a, b = by_repeat[0][repeat], by_repeat[1][repeat]
+        for level in sorted(set(a) & set(b)):
+            on_side.setdefault(level, []).append(a[level])
+            off_side.setdefault(level, []).append(b[level])
+    return on_side, off_side
+
+
+def _levels(root: Path, entry: dict[str, Any]) -> dict[Any, float]:
+    """A finished run's throughput per level that ran to its end; {} for a failed or unreadable run."""
+    if entry.get("status") != "ok" or not entry.get("run_dir"):
+        return {}
+    try:
+        run = load_run(root / entry["run_dir"])
+    except ResultsError:
+        return {}
+    levels = (run.get("targets") or [{}])[0].get("levels") or []
+    return {lv["level"]: lv["throughput_tok_s"] for lv in levels
+            if lv.get("throughput_tok_s") and not lv.get("stopped_reason")}

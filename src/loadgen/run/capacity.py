@@ -1,0 +1,104 @@
+"""`loadgen capacity`'s driver: a sweep whose levels a search chooses one at a time.
+
+Each level is a normal sweep level (run/sweep.py, the same setup, warm-up, probes and records),
+judged against the run's SLO as its records stream (analysis/slo.py); after it finishes, the
+search (analysis/capacity_search.py) says which level comes next, or that it is done. The run's
+config is kept equal to the levels run so far, in order (a repeated level appears once per run),
+so run.json reads as the sweep it was and a finished search is a complete run.
+
+It stops by itself: when the search is done, at `max_level`, or before a level that would take
+the requests past `budget_requests`, or once `budget_s` seconds have passed since the first level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from ..analysis.aggregate import of_level
+from ..analysis.capacity_search import Answer, Probe, conclude, next_probe
+from ..core.clock import now_ns
+from ..core.records import LevelRun
+from .level_runner import LevelRunner
+from .state import Run, RunObserver, TargetRun
+from .sweep import run_sweep
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySettings:
+    """How the search runs (cli/capacity.py builds it once)."""
+
+    by_rate: bool = False
+    max_level: int | float = 64
+    start: int | float = 1
+    repeat: int = 3
+    noise: float = 0.10
+    budget_requests: int | None = None
+    budget_s: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
+                "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
+                "budget_s": self.budget_s}
+
+
+def probe_of(level: LevelRun) -> Probe:
+    """A finished level as the search reads it: judged by its streamed SLO tally."""
+    assert level.slo_tally is not None, "a capacity run judges every level"
+    summary = of_level(level).summary(level.concurrency, rate=level.rate)
+    judged = level.slo_tally.result(summary.wall_s)
+    return Probe(level=level.level, passed=judged.passed, score=judged.score, ratio=dict(judged.ratio),
+                 attainment=judged.attainment)
+
+
+@dataclass(slots=True)
+class CapacitySearch:
+    """The level plan of a capacity run (one target); `history` holds every probe, `ended` why it stopped."""
+
+    run: Run
+    settings: CapacitySettings
+    history: dict[int | float, list[Probe]] = field(default_factory=dict)
+    order: list[int | float] = field(default_factory=list)  # the levels run, in order
+    ended: str | None = None
+    requests_sent: int = 0
+
+    def plan(self, t: TargetRun) -> Iterator[int | float]:
+        s, started = self.settings, now_ns()
+        while True:
+            nxt = next_probe(self.history, max_level=s.max_level, repeat=s.repeat, noise=s.noise, start=s.start,
+                             by_rate=s.by_rate)
+            if nxt.level is None:
+                self.ended = nxt.reason
+                return
+            cost = self.run.config.budget(nxt.level)[0]
+            if s.budget_requests is not None and cost is not None and self.requests_sent + cost > s.budget_requests:
+                self.ended = (f"budget: {self.requests_sent} requests sent, the next level would take {cost} more "
+                              f"(--budget {s.budget_requests})")
+                return
+            if s.budget_s is not None and (now_ns() - started) / 1e9 >= s.budget_s:
+                self.ended = f"budget: {s.budget_s:g} s used"
+                return
+            self.order.append(nxt.level)
+            self._config_levels()
+            yield nxt.level
+            level = t.levels[-1]
+            self.requests_sent += of_level(level).sent
+            if level.level != nxt.level or not level.finished or level.stopped_reason:
+                self.ended = f"the level stopped: {level.stopped_reason or 'not finished'}"
+                return
+            self.history.setdefault(nxt.level, []).append(probe_of(level))
+
+    def _config_levels(self) -> None:
+        """The run's config lists the levels run so far (run.json's config, `Run.complete`)."""
+        if self.settings.by_rate:
+            self.run.config = replace(self.run.config, rates=tuple(float(x) for x in self.order))
+        else:
+            self.run.config = replace(self.run.config, concurrency=tuple(int(x) for x in self.order))
+
+    def answer(self) -> Answer:
+        return conclude(self.history, self.settings.repeat, self.settings.noise)
+
+
+async def run_capacity(run: Run, obs: RunObserver, search: CapacitySearch, runner: LevelRunner) -> None:
+    """Fill `run` with the levels `search` chooses (one target), their requests sent by `runner`."""
+    await run_sweep(run, obs, runner, plan=search.plan)

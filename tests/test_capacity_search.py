@@ -1,0 +1,152 @@
+"""The capacity search's decisions (analysis/capacity_search.py) on tables of cases.
+Every expected answer below was written down before the code ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.analysis.capacity_search import (
+    CLIFF,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    REPEAT,
+    SMOOTH,
+    Probe,
+    conclude,
+    decide_level,
+    next_probe,
+)
+
+
+def p(score, level=0, ttft=None, tpot=None):
+    """A probe with this score (None: infinite); it passes when score <= 1. Ratios default to the score
+    on ttft and half of it on tpot."""
+    ratio = {"ttft": score if ttft is None else ttft, "tpot": (None if score is None else score / 2) if tpot is None
+             else tpot}
+    return Probe(level=level, passed=score is not None and score <= 1, score=score, ratio=ratio)
+
+
+@pytest.mark.parametrize("scores, repeat, expected", [
+    ([0.5], 3, PASS),  # far below the line: one probe is enough
+    ([1.5], 3, FAIL),
+    ([0.95], 3, REPEAT),  # within 10% of the line: repeat
+    ([1.08], 3, REPEAT),
+    ([0.95, 0.97, 0.99], 3, PASS),  # repeated, all pass
+    ([0.95, 1.05, 0.9], 3, INCONCLUSIVE),  # repeated, they disagree
+    ([0.5, 1.5], 3, REPEAT),  # disagree with repeats left
+    ([None], 3, FAIL),  # errors beyond the attainment: not near, a plain fail
+    ([0.99], 1, PASS),  # no repeats: one probe decides
+    ([1.01], 1, FAIL),
+    ([], 3, REPEAT),
+])
+def test_decide_level(scores, repeat, expected):
+    assert decide_level([p(s) for s in scores], repeat=repeat, noise=0.10) == expected
+
+
+def H(**levels):
+    """history from c1=[...], c2=[...]: level -> scores."""
+    return {int(k[1:]): [p(s, int(k[1:])) for s in v] for k, v in levels.items()}
+
+
+@pytest.mark.parametrize("history, max_level, repeat, expected", [
+    ({}, 64, 1, 1),
+    (H(c1=[.2]), 64, 1, 2),
+    (H(c1=[.2], c2=[.3]), 64, 1, 4),
+    (H(c1=[.2], c2=[.3], c4=[.4], c8=[.5]), 64, 1, 16),
+    (H(c1=[.2], c2=[.3], c4=[.4], c8=[3.0]), 64, 1, 6),
+    (H(c1=[.2], c2=[.3], c4=[.4], c6=[2.0], c8=[3.0]), 64, 1, 5),
+    (H(c1=[.2], c2=[.3], c4=[.4], c5=[.5], c6=[2.0], c8=[3.0]), 64, 1, None),  # 5 passes, 6 does not
+    (H(c1=[3.0]), 64, 1, None),  # not even one user
+    (H(c1=[.2], c2=[.3], c4=[.4]), 6, 1, 6),  # doubling stops at the maximum
+    (H(c1=[.2], c2=[.3], c4=[.4], c6=[.5]), 6, 1, None),  # the maximum passes
+    (H(c1=[.5], c2=[.95]), 64, 3, 2),  # near the line: repeat 2 before anything else
+    (H(c1=[.5], c2=[.5], c4=[.95, 1.05, .97]), 64, 3, 3),  # 4 inconclusive: bisect below it
+    (H(c1=[.2], c2=[3.0], c4=[.3]), 64, 1, None),  # not monotone: the lowest failure bounds it
+    (H(c2=[3.0]), 64, 1, 1),  # started above 1 (start=1 not probed yet)
+])
+def test_next_probe_by_concurrency(history, max_level, repeat, expected):
+    assert next_probe(history, max_level=max_level, repeat=repeat, noise=0.10).level == expected
+
+
+def R(**levels):
+    return {float(k[1:].replace("_", ".")): [p(s) for s in v] for k, v in levels.items()}
+
+
+@pytest.mark.parametrize("history, expected", [
+    (R(r1=[.2], r2=[.3], r4=[3.0]), 3.0),
+    (R(r1=[.2], r2=[.3], r3=[.4], r4=[3.0]), 3.5),
+    (R(r1=[.2], r2=[.3], r3=[.4], r3_5=[.5], r4=[3.0]), 3.75),  # 4 / 3.5 = 1.14 > 1.10
+    (R(r1=[.2], r2=[.3], r3=[.4], r3_5=[.5], r3_75=[.6], r4=[3.0]), None),  # 4 / 3.75 = 1.07
+])
+def test_next_probe_by_rate(history, expected):
+    assert next_probe(history, max_level=64, repeat=1, noise=0.10, by_rate=True).level == expected
+
+
+def test_conclude_a_cliff_bound_by_ttft():
+    history = {1: [p(.2)], 2: [p(.3)], 3: [p(.4)], 4: [p(3.0, ttft=3.0, tpot=0.4)]}
+    a = conclude(history, repeat=1)
+    assert (a.feasible_max, a.infeasible_min, a.inconclusive, a.binding, a.shape) == (3, 4, (), "ttft", CLIFF)
+
+
+def test_conclude_a_smooth_edge_bound_by_tpot():
+    history = {1: [p(.6)], 2: [p(.9)], 3: [p(1.2, ttft=0.5, tpot=1.2)]}
+    a = conclude(history, repeat=1)
+    assert (a.feasible_max, a.infeasible_min, a.binding, a.shape) == (2, 3, "tpot", SMOOTH)
+
+
+def test_conclude_errors_make_a_cliff_bound_by_error():
+    history = {1: [p(.3)], 2: [Probe(level=2, passed=False, score=None, ratio={"ttft": None, "tpot": None})]}
+    a = conclude(history, repeat=1)
+    assert (a.feasible_max, a.infeasible_min, a.binding, a.shape) == (1, 2, "error", CLIFF)
+
+
+def test_conclude_inside_the_noise_is_between_two_levels():
+    history = {1: [p(.5)], 2: [p(.5)], 3: [p(.95), p(1.05), p(.97)], 4: [p(2.0)]}
+    a = conclude(history, repeat=3)
+    assert (a.feasible_max, a.infeasible_min, a.inconclusive, a.bracket_hi) == (2, 4, (3,), 3)
+    assert a.decisions == {1: PASS, 2: PASS, 3: INCONCLUSIVE, 4: FAIL}
+
+
+def test_conclude_nothing_passes_and_everything_passes():
+    none = conclude({1: [p(3.0, ttft=1.0, tpot=3.0)]}, repeat=1)
+    assert (none.feasible_max, none.infeasible_min, none.shape, none.binding) == (None, 1, None, "tpot")
+    every = conclude({1: [p(.2)], 2: [p(.3)], 4: [p(.5, ttft=.2, tpot=.5)]}, repeat=1)
+    assert (every.feasible_max, every.infeasible_min, every.shape, every.binding) == (4, None, None, "tpot")
+
+
+@pytest.mark.parametrize("binding, hi, verdict, slots, expected", [
+    ("ttft", {}, {"queue_cause": "slots", "slot_wait_ms": {"p50": 410.2}}, 3,
+     "its 3 slots are full and requests queue (median 410 ms)"),
+    ("ttft", {}, {"queue_cause": "outside", "queued_wait_ms": {"p50": 1200}}, 4,
+     "requests wait outside the server with a slot free (median 1,200 ms): its HTTP threads (--threads-http)"),
+    ("error", {"errors_by_kind": {"http_503": 4, "timeout": 1}}, {}, 2, "requests fail (4 http_503, 1 timeout)"),
+    ("tpot", {"decode_tok_s_mean": 30.0}, {"queue_cause": None}, 8,
+     "decode slows with the batch (50.0 → 30.0 tok/s per request)"),
+    ("tpot", {"decode_tok_s_mean": 45.0}, {"queue_cause": None}, 8, ""),  # 10% slower: not it
+])
+def test_why_names_the_evidence(binding, hi, verdict, slots, expected):
+    from loadgen.analysis.capacity_search import why
+    assert why(binding, {"decode_tok_s_mean": 50.0}, hi, verdict, slots) == expected
+
+
+def test_the_verdict_sentence_says_answer_value_cause_and_inconclusive():
+    from loadgen.analysis.slo import parse_slo
+    from loadgen.cli.capacity import verdict_sentence
+    from loadgen.run.capacity import CapacitySettings
+
+    slo = parse_slo("ttft=500ms,tpot=50ms")
+    settings = CapacitySettings(max_level=64)
+    hi = {"slo": {"ratio": {"ttft": 1.224, "tpot": 0.5}}}
+    cliff = conclude({1: [p(.2)], 2: [p(.3)], 3: [p(.4)], 4: [p(1.224, ttft=1.224, tpot=.5)]}, repeat=1)
+    assert verdict_sentence(cliff, slo, False, hi, "its 3 slots are full and requests queue (median 410 ms)",
+                            settings, None) == (
+        "serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is 612 ms "
+        "because its 3 slots are full and requests queue (median 410 ms) (cliff)")
+    between = conclude({1: [p(.5)], 2: [p(.5)], 3: [p(.95), p(1.05), p(.97)], 4: [p(2.0)]}, repeat=3)
+    assert verdict_sentence(between, slo, False, None, "", settings, None).startswith(
+        "serves 2 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; 3 is inconclusive at this "
+        "noise (its repeats disagree), so the capacity is between 2 and 3; at 4")
+    everything = conclude({1: [p(.2)], 2: [p(.3)], 4: [p(.5)]}, repeat=1)
+    assert verdict_sentence(everything, slo, False, None, "", CapacitySettings(max_level=4), None).endswith(
+        "no level failed up to 4 (the most allowed (--max-concurrency))")

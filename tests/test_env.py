@@ -1,0 +1,117 @@
+"""`loadgen env` and the machine reader: a built sysfs/procfs tree read back, and the pre-flight warnings
+decided on a table of trees whose expected warnings are written down first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from loadgen.analysis.env_drift import level_changes, preflight_warnings
+from loadgen.cli.main import cli
+from loadgen.client.machine_facts import MachineReader, Roots, parse_smi_csv
+from machine_tree import build_tree, set_cpu_times, set_link
+
+
+def run_env(*args: str):
+    return CliRunner().invoke(cli, ["env", "--interval", "0", *args], catch_exceptions=False)
+
+
+def test_this_machine_prints_cpu_memory_kernel_and_no_gpu():
+    result = run_env()
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "CPU: " in out and "logical cores" in out
+    assert "memory: " in out and "MiB" in out
+    assert "kernel " in out and "kernel unknown" not in out
+    assert "no GPU" in out  # the test machine has none; a GPU machine prints its GPUs instead
+
+
+def test_a_built_tree_reads_back(tmp_path):
+    sysfs, procfs = build_tree(tmp_path, cores=6, gpu_link=(4, 16), rapl_uj=5_000_000, rapl_limit_w=100,
+                               rapl_max_w=125)
+    fp = MachineReader(Roots(sysfs, procfs)).fingerprint()
+    assert (fp.cpu.model, fp.cpu.logical_cores, fp.cpu.min_mhz, fp.cpu.max_mhz) == ("Test CPU 9000", 6, 1000, 4000)
+    assert fp.sample.governors == ("performance",) and fp.sample.turbo is True
+    assert fp.kernel == "6.1.0-test" and fp.memory.total_mib == 16384 and fp.memory.swap_total_mib == 4096
+    gpu = [link for link in fp.sample.links if link.is_accelerator]
+    assert [(g.address, g.gen, g.width, g.max_gen, g.max_width) for g in gpu] == [("0000:01:00.0", 4, 16, 4, 16)]
+    assert [(z.name, z.energy_uj, z.limits_w, z.max_w) for z in fp.sample.rapl] == \
+        [("package-0", 5_000_000, {"long_term": 100.0}, {"long_term": 125.0})]
+    assert fp.sample.gpus == () and fp.gpu_source is None  # a tree's GPUs are never the live machine's
+
+
+# Each row: tree settings, then the warnings expected (by a word each), written before running.
+PREFLIGHT = [
+    ("clean", {"gpu_link": (4, 16)}, {}, []),
+    ("gen3 of gen4", {"gpu_link": (3, 16)}, {}, ["Gen3 x16 (max Gen4 x16)"]),
+    ("x8 of x16", {"gpu_link": (4, 8)}, {}, ["Gen4 x8 (max Gen4 x16)"]),
+    ("powersave", {"governor": "powersave"}, {}, ["governor is powersave"]),
+    ("swap", {"swap_used_kb": 2048 * 1024}, {}, ["2048 MiB of swap"]),
+    ("rapl cap", {"rapl_uj": 0, "rapl_limit_w": 100, "rapl_max_w": 241}, {}, ["long_term 100 W of 241 W"]),
+    ("rapl at max", {"rapl_uj": 0, "rapl_limit_w": 241, "rapl_max_w": 241}, {}, []),
+    ("steal 5%", {}, {"steal": 5_000}, ["5.0% of CPU time stolen"]),
+    ("steal 1%", {}, {"steal": 1_000}, []),
+    ("threads", {}, {"connections": 10, "http_threads": 8}, ["8 HTTP threads for 10 connections"]),
+    ("threads enough", {}, {"connections": 8, "http_threads": 8}, []),
+]
+
+
+@pytest.mark.parametrize("settings,later,expected", [p[1:] for p in PREFLIGHT], ids=[p[0] for p in PREFLIGHT])
+def test_preflight_warnings(tmp_path, settings, later, expected):
+    sysfs, procfs = build_tree(tmp_path, **settings)
+    reader = MachineReader(Roots(sysfs, procfs))
+    fp = reader.fingerprint()
+    if "steal" in later:  # 100,000 more jiffies, `steal` of them stolen
+        set_cpu_times(procfs, total=200_000, steal=later["steal"])
+    warnings = preflight_warnings(fp, reader.sample(1.0), connections=later.get("connections"),
+                                  http_threads=later.get("http_threads"))
+    assert len(warnings) == len(expected), warnings
+    for line, word in zip(warnings, expected):
+        assert word in line and "\n" not in line
+
+
+def test_env_warns_one_line_for_a_gen3_link_of_a_gen4_maximum(tmp_path):
+    sysfs, procfs = build_tree(tmp_path, gpu_link=(3, 16))
+    result = run_env("--sysfs", str(sysfs), "--procfs", str(procfs))
+    assert result.exit_code == 0
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "Gen3 x16 (max Gen4 x16)" in warnings[0]
+    assert "PCI 0000:01:00.0 (class 0x030200): PCIe Gen3 x16 (max Gen4 x16)" in result.stdout
+
+
+def test_env_json_and_a_missing_root(tmp_path):
+    sysfs, procfs = build_tree(tmp_path)
+    result = run_env("--sysfs", str(sysfs), "--procfs", str(procfs), "--format", "json")
+    assert json.loads(result.stdout)["fingerprint"]["cpu"]["logical_cores"] == 4
+    bad = run_env("--sysfs", str(tmp_path / "nowhere"))
+    assert bad.exit_code == 2 and "no such directory" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_level_whose_link_downshifts_is_flagged(tmp_path):
+    sysfs, procfs = build_tree(tmp_path, gpu_link=(4, 16))
+    reader = MachineReader(Roots(sysfs, procfs))
+    first = reader.sample(0.0)
+    assert level_changes([first, reader.sample(1.0)]) == []
+    set_link(sysfs, 3, 16)
+    changes = level_changes([first, reader.sample(2.0)])
+    assert changes == ["PCI 0000:01:00.0: PCIe Gen4 x16 → Gen3 x16 at 2.0 s"]
+
+
+def test_nvidia_smi_csv():
+    row = ("0, NVIDIA GeForce RTX 3090, 00000000:01:00.0, 550.54, 3, 4, 16, 16, 280.00, 350.00, 271.5, 1695, 9751, "
+           "0x0000000000000004, 71, 23000\n")
+    (gpu,) = parse_smi_csv(row)
+    assert (gpu.pcie_gen, gpu.pcie_max_gen, gpu.pcie_width, gpu.power_limit_w, gpu.power_default_limit_w) == \
+        (3, 4, 16, 280.0, 350.0)
+    assert gpu.throttle_reasons == ("sw_power_cap",) and gpu.source == "nvidia-smi"
+    (na,) = parse_smi_csv(row.replace("271.5", "[N/A]"))
+    assert na.power_draw_w is None
+
+
+def test_nvml_reads_without_a_gpu():
+    pytest.importorskip("pynvml")
+    from loadgen.client.machine_facts import read_nvml
+    gpus = read_nvml()
+    assert gpus is None or all(g.source == "nvml" for g in gpus)
