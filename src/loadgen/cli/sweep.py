@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -135,19 +136,10 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     check_stagger(stagger_s, rates, duration_s)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
+        source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
+        dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
-    workload = Workload(prompt_tokens, n_predict, seed=workload_seed)
-    entries = ()
-    if workload.answers_from_dataset or dataset_answer_field is not None:
-        source, entries = dataset_answers(workload, dataset, dataset_field, dataset_answer_field, dataset_samples,
-                                          dataset_seed)
-        texts, n_predict = source.texts, 96  # every body asks for its own answer's length
-    elif prompt_tokens is not None and prompt_tokens.kind == "dataset":
-        raise ConfigError("--prompt-tokens dataset: a dataset gives answer lengths; write --n-predict dataset")
-    elif workload.varies:
-        prompt_tokens, n_predict = None, max(s.n_predict for s in workload.draw())
-    else:
-        prompt_tokens, n_predict, workload = prompt_tokens and prompt_tokens.fixed, n_predict.fixed, None
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls),
         concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
@@ -163,7 +155,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
-        workload=workload, dataset_entries=tuple(entries),
+        workload=workload, dataset_entries=entries,
     )
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
@@ -182,6 +174,24 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
+
+
+def sweep_lengths(source: PromptSource, workload: Workload, dataset: str | None, field: str,
+                  answer_field: str | None, samples: int | None, seed: int
+                  ) -> tuple[PromptSource, Any, int, Workload | None, tuple[DatasetEntry, ...]]:
+    """The run's prompts and lengths from --prompt-tokens/--n-predict (docs/workloads.md): the prompt
+    source, the one prompt length and n_predict of a fixed shape (a drawn workload: none, and the
+    largest answer), the workload when lengths vary or come from the dataset, and its entries."""
+    prompt_tokens, n_predict = workload.prompt_tokens, workload.n_predict
+    if workload.answers_from_dataset or answer_field is not None:
+        source, entries = dataset_answers(workload, dataset, field, answer_field, samples, seed)
+        # every body asks for its own answer's length; the prompt length spec is left as given
+        return source, prompt_tokens, 96, workload, tuple(entries)
+    if prompt_tokens is not None and prompt_tokens.kind == "dataset":
+        raise ConfigError("--prompt-tokens dataset: a dataset gives answer lengths; write --n-predict dataset")
+    if workload.varies:
+        return source, None, max(s.n_predict for s in workload.draw()), workload, ()
+    return source, prompt_tokens and prompt_tokens.fixed, n_predict.fixed, None, ()
 
 
 def dataset_answers(workload: Workload, dataset: str | None, field: str, answer_field: str | None,
