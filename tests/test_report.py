@@ -69,7 +69,18 @@ def report(*args: str):
 
 @pytest.fixture(scope="module")
 def html_report(tmp_path_factory):
+    """The static page: PNG charts inlined, no JavaScript."""
     out = tmp_path_factory.mktemp("report") / "report.html"
+    result = report(str(FIXTURE), "--output", str(out), "--static")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def interactive_report(tmp_path_factory):
+    """The default page: Plotly charts with plotly.js inlined."""
+    pytest.importorskip("plotly", reason="the interactive report needs the report extra (plotly)")
+    out = tmp_path_factory.mktemp("interactive") / "report.html"
     result = report(str(FIXTURE), "--output", str(out))
     assert result.exit_code == 0, result.output
     return out
@@ -100,6 +111,32 @@ def test_images_are_inlined_pngs_and_written_next_to_the_html(html_report):
     # Self-contained: nothing fetched from elsewhere.
     html_text = html_report.read_text(encoding="utf-8")
     assert "http://" not in html_text and "https://" not in html_text and "<script" not in html_text
+
+
+def test_interactive_page_has_a_plotly_chart_per_section_and_loads_nothing(interactive_report):
+    html_text = interactive_report.read_text(encoding="utf-8")
+    page = parse(html_text)
+    assert page.sections == [section_id for section_id, _, _ in SECTIONS]
+    assert page.images == []  # the charts are drawn, not pictures
+    for section_id in ("throughput", "latency", "percentiles", "probe", "decode"):
+        assert f'id="chart-{section_id}"' in html_text
+        assert interactive_report.with_name(f"report-{section_id}.png").is_file()  # the PNGs stay
+    # Nothing is loaded from elsewhere: every script is inline, no stylesheet or image link.
+    assert "<script src" not in html_text and "<link" not in html_text
+    assert html_text.count("<script") == 1 + 5  # plotly.js once, one drawing script per chart
+
+
+def test_without_plotly_the_report_falls_back_to_png_with_one_line(tmp_path, monkeypatch):
+    from loadgen.output import interactive
+
+    monkeypatch.setattr(interactive, "available", lambda: False)
+    out = tmp_path / "report.html"
+    result = report(str(FIXTURE), "--output", str(out))
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if not line.startswith(str(tmp_path))]
+    assert len(notes) == 1 and "plotly is not installed" in notes[0] and "loadgen[report]" in notes[0]
+    html_text = out.read_text(encoding="utf-8")
+    assert "<script" not in html_text and len(parse(html_text).images) == 5
 
 
 def test_incomplete_run_is_labelled(tmp_path):
@@ -169,6 +206,83 @@ def test_report_renders_in_headless_chromium(html_report, tmp_path):
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
     colours = {tuple(p) for p in (pixels[::4, ::4, :3] * 255).astype(int).reshape(-1, 3)}
     assert len(colours) > 50, f"the screenshot looks blank ({len(colours)} colours)"
+
+
+# The throughput chart's hover shows the level and its tok/s to 2 decimals (run.json: level 2 of
+# tests/data/sweep-smollm2 made 8.470048955… tok/s).
+HOVERED_LEVEL, HOVERED_TEXT = 2, "2: 8.47 tok/s"
+
+POINT_JS = """(() => {
+  const gd = document.getElementById('chart-throughput');
+  gd.scrollIntoView();
+  const trace = gd._fullData[%s], i = trace.x.indexOf(%s);
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+  return {x: box.left + xa._offset + xa.c2p(trace.x[i]), y: box.top + ya._offset + ya.c2p(trace.y[i])};
+})()"""
+HOVER_TEXT_JS = "Array.from(document.querySelectorAll('#chart-throughput .hoverlayer')).map(e => e.textContent).join(' ')"
+
+
+def visit_and_hover(report_file: Path, profile: Path, trace: int, level: int, expected: str):
+    """Open the report in headless Chromium, hover one point of the throughput chart; return the console
+    errors, the URLs requested, the modebar buttons and the hover layer's text before and after."""
+    import asyncio
+
+    from browser import Browser, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+    async def visit() -> tuple[list[str], list[str], list[str], str, str]:
+        async with Browser(profile) as page:
+            await page.open(report_file.resolve().as_uri())
+            assert await page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 5
+            buttons = await page.evaluate("Array.from(document.querySelectorAll('.modebar-btn'))"
+                                          ".map(e => e.getAttribute('data-title'))")
+            before = await page.evaluate(HOVER_TEXT_JS)
+            point = await page.evaluate(POINT_JS % (trace, level))
+            await page.hover(point["x"], point["y"])
+            deadline = asyncio.get_running_loop().time() + 30
+            text = ""
+            while expected not in text and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+                text = await page.evaluate(HOVER_TEXT_JS)
+            return page.errors(), page.requested_urls(), buttons, before, text
+
+    return asyncio.run(visit())
+
+
+@pytest.mark.browser
+def test_interactive_report_in_headless_chromium(interactive_report, tmp_path):
+    """No console error, no request but the file itself, and a hover shows the point's value."""
+    errors, urls, buttons, before, text = visit_and_hover(interactive_report, tmp_path / "profile", 0,
+                                                          HOVERED_LEVEL, HOVERED_TEXT)
+    assert errors == []
+    assert [u for u in urls if not u.startswith("data:")] == [interactive_report.resolve().as_uri()]
+    assert "Zoom" in buttons and not any("Share" in b for b in buttons)  # nothing uploads the chart
+    assert HOVERED_TEXT not in before
+    assert HOVERED_TEXT in text and "smollm2" in text
+
+
+@pytest.mark.browser
+def test_interactive_report_of_a_grid_in_headless_chromium(tmp_path):
+    """A grid's cells overlaid: the second cell's point at level 2 shows its own run.json figure."""
+    pytest.importorskip("plotly", reason="the interactive report needs the report extra (plotly)")
+    from servers import GRID_SERVER, grid
+
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}}", "--param", "parallel=1,2",
+                "--concurrency", "1,2", "--requests", "4", "--n-predict", "8", "--warmup", "1", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page_file = tmp_path / "grid.html"
+    assert report(str(out), "--output", str(page_file)).exit_code == 0
+    (cell_run,) = [p.parent for p in out.rglob("run.json") if "c02" in str(p)]
+    level = next(lv for lv in json.loads((cell_run / "run.json").read_text())["targets"][0]["levels"]
+                 if lv["level"] == 2)
+    expected = f"2: {level['throughput_tok_s']:.2f} tok/s"
+    errors, urls, _, _, text = visit_and_hover(page_file, tmp_path / "profile", 1, 2, expected)
+    assert errors == []
+    assert [u for u in urls if not u.startswith("data:")] == [page_file.resolve().as_uri()]
+    assert expected in text and "c02" in text
 
 
 def test_without_out_the_report_goes_into_the_run_and_is_not_overwritten(tmp_path):

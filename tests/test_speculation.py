@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.analysis.aggregate import LevelAggregate
-from loadgen.analysis.metrics import summarize_level
+from loadgen.analysis.aggregate import LevelAggregate, summarize_level
 from loadgen.analysis.speculation import NO_SPECULATION, acceptance, acceptance_text
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.records import RequestRecord

@@ -74,12 +74,16 @@ def load_sources(path_text: str) -> list[dict[str, Any]]:
 @output_option("out_file", "HTML file to write; the charts are also written as PNG files next to it.  "
                            "[default: report.html in RESULTS_DIR]", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing report file.")
+@click.option("--static", is_flag=True,
+              help="Inline the PNG charts instead of interactive Plotly ones (no JavaScript in the page).")
 @click.option("--format", "output_format", default="html", show_default=True, type=click.Choice(REPORT_FORMATS),
               help="html (a self-contained file) or markdown (level tables and verdicts on stdout).")
 @user_errors()
-def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, output_format: str) -> None:
+def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, static: bool,
+                   output_format: str) -> None:
     """Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid."""
     from ..output import html as html_report
+    from ..output import interactive
     from ..output.report_model import build_series
 
     found = [(d, source) for d in results_dirs for source in load_sources(d)]
@@ -94,9 +98,13 @@ def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: b
                          f"`loadgen analyze {where}` prints its table")
     out = report_path(results_dirs, out_file, force)
     series = build_series(sources)
+    if not static and not interactive.available():
+        click.echo("plotly is not installed (pip install 'loadgen[report]'): the report shows static PNG charts",
+                   err=True)
+        static = True
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        written = html_report.write_report(series, out)
+        written = html_report.write_report(series, out, interactive=not static)
     except OSError as exc:
         raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another --output") from None
     for path in written:

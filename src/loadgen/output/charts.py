@@ -20,6 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
+from .report_model import percentile_curve
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -131,14 +132,6 @@ def latency_figure(series: Sequence[TargetSeries]) -> Figure:
     else:
         _empty(top, "no levels")
     return fig
-
-
-def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """(1/(1-p), latency ms) for p from 0 to 99.99%, read from an HdrHistogram as HdrHistogram plots do."""
-    histogram = metrics.histogram_ms(values_ms)
-    quantiles = 1 - np.logspace(0, -4, points)  # 0 .. 0.9999, denser towards the tail
-    ys = np.array([histogram.get_value_at_percentile(q * 100) / 1000 for q in quantiles])
-    return 1 / (1 - quantiles), ys
 
 
 def percentile_figure(series: Sequence[TargetSeries]) -> Figure:

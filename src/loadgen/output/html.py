@@ -1,8 +1,10 @@
 """The report of one or more results directories: a self-contained HTML file, or Markdown tables.
 
 A report overlays every target of every run given as a `TargetSeries` (one line per series in each
-chart; the view model, `report_model.py`). The charts come from `charts.py` as PNG images, written next to
-the HTML file and inlined into it as data URIs, so the file needs no network and no other file.
+chart; the view model, `report_model.py`). The charts come from `charts.py` as PNG images, always
+written next to the HTML file (for papers and CI summaries). The page draws them with Plotly
+(`interactive.py`: hover, legend toggles, zoom) with plotly.js inlined, or, static, inlines the PNGs
+as data URIs; either way the file needs no network and no other file.
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ SECTIONS = [
      "Distribution of each request's decode speed (timings.predicted_per_second) per level."),
     ("levels", "Levels and verdicts", "Every level of every target, and the saturation verdict."),
 ]
+
+
+# Where an interactive chart shows something other than its PNG twin, the note says what it shows.
+INTERACTIVE_NOTES = {
+    "latency": "Latency p50 (solid), p99 (dashed) and mean queue wait (dotted) per level; the PNG beside "
+               "the report also splits mean latency into server work and queue wait.",
+    "probe": "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the sweep; "
+             "dotted lines mark level starts. Drag on the chart or the slider below it to zoom.",
+}
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -128,12 +139,16 @@ td { white-space: nowrap; } th { background: #f3f3f3; vertical-align: bottom; }
 """
 
 
-def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sources: Sequence[str]) -> str:
-    """The report page: every section in SECTIONS; images maps a section id to its PNG."""
+def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sources: Sequence[str],
+                  charts: dict[str, str] | None = None, script: str = "") -> str:
+    """The report page: every section in SECTIONS. A section shows its chart from `charts` (an HTML
+    fragment) when there is one, else its PNG from `images`; `script` (plotly.js) is inlined in <head>."""
     esc = html.escape
+    charts = charts or {}
     incomplete = [s for s in series if not s.complete]
+    head_script = [f'<script type="text/javascript">{script}</script>'] if script else []
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             "<title>loadgen report</title>", f"<style>{CSS}</style>", "</head>", "<body>",
+             "<title>loadgen report</title>", f"<style>{CSS}</style>", *head_script, "</head>", "<body>",
              "<h1>loadgen report</h1>",
              f'<p class="note">Runs: {esc(", ".join(sources))}. Generated '
              f'{esc(_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))}.</p>']
@@ -142,8 +157,12 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '
                      f"before every level finished; its figures cover only what was measured.</p>")
     for section_id, heading, note in SECTIONS:
+        if section_id in charts:
+            note = INTERACTIVE_NOTES.get(section_id, note)
         parts += [f'<section id="{section_id}">', f"<h2>{esc(heading)}</h2>", f'<p class="note">{esc(note)}</p>']
-        if section_id in images:
+        if section_id in charts:
+            parts.append(f'<div class="chart">{charts[section_id]}</div>')
+        elif section_id in images:
             parts.append(f'<img src="{data_uri(images[section_id])}" alt="{esc(heading)}">')
         if section_id == "levels":
             parts += _levels_html(series)
@@ -172,18 +191,25 @@ def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
     return parts
 
 
-def render_report(series: Sequence[TargetSeries], out_name: str) -> ExportFiles:
-    """The charts as <stem>-<section>.png, then the HTML file `out_name`, as (file name, bytes)."""
+def render_report(series: Sequence[TargetSeries], out_name: str, interactive: bool = False) -> ExportFiles:
+    """The charts as <stem>-<section>.png, then the HTML file `out_name`, as (file name, bytes).
+    interactive: the page draws Plotly charts (plotly must be installed: `interactive.available()`)."""
     from . import charts  # matplotlib is loaded only here
 
     images = charts.render_all(series)
     stem = Path(out_name).stem
     files = [(f"{stem}-{section_id}.png", png) for section_id, png in images.items()]
     sources = list(dict.fromkeys(s.run_name for s in series))
-    files.append((out_name, html_document(series, images, sources).encode("utf-8")))
+    if interactive:
+        from . import interactive as plotly_charts  # plotly is loaded only here
+
+        page = html_document(series, images, sources, plotly_charts.render_all(series), plotly_charts.plotly_js())
+    else:
+        page = html_document(series, images, sources)
+    files.append((out_name, page.encode("utf-8")))
     return files
 
 
-def write_report(series: Sequence[TargetSeries], out: Path) -> list[Path]:
+def write_report(series: Sequence[TargetSeries], out: Path, interactive: bool = False) -> list[Path]:
     """Write the charts as <stem>-<section>.png next to `out`, then `out` itself; return every path."""
-    return write_files(render_report(series, out.name), out.parent)
+    return write_files(render_report(series, out.name, interactive), out.parent)

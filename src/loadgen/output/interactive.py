@@ -1,0 +1,196 @@
+"""The report's interactive charts, drawn with Plotly: values on hover, series toggled by a click on
+the legend, zoom by dragging (a range slider under the probe's time series).
+
+Each chart function takes the report's `TargetSeries` (the view model, `report_model.py`) and returns
+a `plotly.graph_objects.Figure`; `render_all` turns them into HTML fragments (a <div> and the
+<script> that draws it) keyed by report section, and `plotly_js` is the plotly.js bundle that
+`html.py` inlines once into the page's <head>, so the file fetches nothing. A series keeps the
+colour it has in the PNG charts (`charts.COLOURS`, repeated here so matplotlib is not loaded).
+
+Plotly is the optional extra `loadgen[report]`; `available()` says whether it is installed, and
+without it the report falls back to the PNG charts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..core.records import level_short
+from .report_model import percentile_curve
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
+
+    from .report_model import TargetSeries
+
+COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+PERCENTILE_TICKS = [(0.0, "0%"), (0.9, "90%"), (0.99, "99%"), (0.999, "99.9%"), (0.9999, "99.99%")]
+# No logo and no "Share chart..." button (plotly.py turns it on: it uploads the chart to Plotly Cloud);
+# nothing on the page points off the file. The PNG download, zoom and pan stay.
+CONFIG = {"displaylogo": False, "showSendToCloud": False, "responsive": True}
+
+
+def available() -> bool:
+    """Whether plotly is installed (the `report` extra)."""
+    return importlib.util.find_spec("plotly") is not None
+
+
+def colour(i: int) -> str:
+    return COLOURS[i % len(COLOURS)]
+
+
+def _go() -> Any:
+    import plotly.graph_objects as go  # loaded only when a report is drawn
+
+    return go
+
+
+def _x_title(series: Sequence[TargetSeries]) -> str:
+    return ("offered rate (requests/s)" if any(s.open_loop for s in series)
+            else "concurrency (requests in flight)")
+
+
+def _level_axis(series: Sequence[TargetSeries]) -> dict[str, Any]:
+    """An x-axis with a tick at every level; log2 when the levels span 8× or more."""
+    levels = sorted({lv.level for s in series for lv in s.levels})
+    axis: dict[str, Any] = {"title": _x_title(series), "tickvals": levels, "ticktext": [str(c) for c in levels]}
+    if levels and levels[-1] / max(levels[0], 1) >= 8:
+        axis["type"] = "log"
+    return axis
+
+
+def _layout(fig: Figure, title: str, height: int = 420, **axes: Any) -> Figure:
+    fig.update_layout(title=title, height=height, template="plotly_white", hovermode="closest",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 40}, **axes)
+    return fig
+
+
+def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Throughput (generated tok/s) per level, one line per series; the slot count as a dotted line."""
+    go = _go()
+    fig = go.Figure()
+    open_loop = any(s.open_loop for s in series)
+    for i, s in enumerate(series):
+        fig.add_trace(go.Scatter(
+            x=[lv.level for lv in s.levels], y=[lv.throughput_tok_s or 0.0 for lv in s.levels],
+            mode="lines+markers", name=s.label, line={"color": colour(i)},
+            hovertemplate="%{x}: %{y:.2f} tok/s<extra>%{fullData.name}</extra>"))
+        if s.total_slots and not open_loop:  # slots are a concurrency, not a rate
+            fig.add_vline(x=s.total_slots, line={"color": colour(i), "dash": "dot"},
+                          annotation_text=f"{s.total_slots} slots")
+    return _layout(fig, "Throughput vs offered rate" if open_loop else "Throughput vs concurrency",
+                   xaxis=_level_axis(series), yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"})
+
+
+def latency_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Latency p50 (solid) and p99 (dashed) per level, and the mean queue wait (dotted)."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        levels = [lv for lv in s.levels if lv.latency_ms]
+        xs = [lv.level for lv in levels]
+        for stat, dash in (("p50", "solid"), ("p99", "dash")):
+            fig.add_trace(go.Scatter(
+                x=xs, y=[getattr(lv.latency_ms, stat) for lv in levels], mode="lines+markers", name=f"{s.label} {stat}",
+                line={"color": colour(i), "dash": dash},
+                hovertemplate=f"%{{x}}: {stat} %{{y:.1f}} ms<extra>%{{fullData.name}}</extra>"))
+        fig.add_trace(go.Scatter(
+            x=xs, y=[(lv.queue_wait_ms.mean if lv.queue_wait_ms else None) or 0.0 for lv in levels], mode="lines+markers",
+            name=f"{s.label} queue wait mean", line={"color": colour(i), "dash": "dot"}, marker={"symbol": "square"},
+            hovertemplate="%{x}: queue wait %{y:.1f} ms<extra>%{fullData.name}</extra>"))
+    return _layout(fig, "Latency vs concurrency", xaxis=_level_axis(series),
+                   yaxis={"title": "latency (ms)", "rangemode": "tozero"})
+
+
+def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Latency by percentile (HdrHistogram curve) per series and level, log x-axis of 1/(1-p)."""
+    go = _go()
+    fig = go.Figure()
+    dashes = ["solid", "dash", "dashdot", "dot"]
+    for i, s in enumerate(series):
+        for k, lv in enumerate(s.levels):
+            values = s.latencies_ms(lv.level)
+            if not values:
+                continue
+            xs, ys = percentile_curve(values)
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, customdata=100 * (1 - 1 / xs), mode="lines",
+                name=f"{s.label} {level_short(lv.level, lv.rate is not None)}",
+                line={"color": colour(i), "dash": dashes[k % len(dashes)]},
+                hovertemplate="p%{customdata:.2f}: %{y:.1f} ms<extra>%{fullData.name}</extra>"))
+    return _layout(fig, "Latency by percentile distribution",
+                   xaxis={"title": "percentile", "type": "log", "tickvals": [1 / (1 - p) for p, _ in PERCENTILE_TICKS],
+                          "ticktext": [name for _, name in PERCENTILE_TICKS]},
+                   yaxis={"title": "latency (ms)", "rangemode": "tozero"})
+
+
+def probe_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Busy slots and requests_deferred over time, per series, level starts dotted; a range slider zooms."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        timeline = s.probe_timeline()
+        if not timeline.seconds:
+            continue
+        fig.add_trace(go.Scatter(
+            x=timeline.seconds, y=timeline.busy_slots, mode="lines", line={"shape": "hv", "color": colour(i)},
+            name=f"{s.label} busy slots (/slots)", customdata=timeline.levels,
+            hovertemplate="%{x:.1f} s (level %{customdata}): %{y} busy<extra>%{fullData.name}</extra>"))
+        fig.add_trace(go.Scatter(
+            x=timeline.seconds, y=timeline.requests_deferred, mode="lines",
+            line={"shape": "hv", "color": colour(i), "dash": "dash"},
+            name=f"{s.label} requests_deferred (/metrics)", customdata=timeline.levels,
+            hovertemplate="%{x:.1f} s (level %{customdata}): %{y} deferred<extra>%{fullData.name}</extra>"))
+        if len(series) == 1:  # with several runs the level marks of each would overlap
+            for t, level in timeline.level_starts():
+                fig.add_vline(x=t, line={"color": "#999", "dash": "dot", "width": 1},
+                              annotation_text=f"c={level}", annotation_font_size=10)
+    return _layout(fig, "Server queue over time", height=460,
+                   xaxis={"title": "time since the first sample (s)", "rangeslider": {"visible": True}},
+                   yaxis={"title": "requests", "rangemode": "tozero"})
+
+
+def decode_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Box plots with every point of per-request decode tok/s, grouped by level, one colour per series."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        xs: list[str] = []
+        ys: list[float] = []
+        for lv in s.levels:
+            values = s.decode_speeds(lv.level)
+            xs += [str(lv.level)] * len(values)
+            ys += values
+        if ys:
+            fig.add_trace(go.Box(x=xs, y=ys, name=s.label, boxpoints="all", jitter=0.4, pointpos=0,
+                                 marker={"color": colour(i), "size": 4}, line={"color": colour(i)},
+                                 hovertemplate="%{x}: %{y:.1f} tok/s<extra>%{fullData.name}</extra>"))
+    fig.update_layout(boxmode="group")
+    return _layout(fig, "Per-request decode speed (timings.predicted_per_second)",
+                   xaxis={"title": _x_title(series), "type": "category"},
+                   yaxis={"title": "decode speed per request (tok/s)", "rangemode": "tozero"})
+
+
+CHARTS = {
+    "throughput": throughput_figure,
+    "latency": latency_figure,
+    "percentiles": percentile_figure,
+    "probe": probe_figure,
+    "decode": decode_figure,
+}
+
+
+def render_all(series: Sequence[TargetSeries]) -> dict[str, str]:
+    """Every chart as an HTML fragment (<div> and its <script>, no plotly.js), keyed by section id."""
+    return {name: draw(series).to_html(full_html=False, include_plotlyjs=False, config=CONFIG,
+                                       div_id=f"chart-{name}")
+            for name, draw in CHARTS.items()}
+
+
+def plotly_js() -> str:
+    """The plotly.js bundle that ships with the plotly package, to inline in the page."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()

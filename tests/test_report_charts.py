@@ -1,0 +1,77 @@
+"""The interactive charts' data comes from the report's view model (output/report_model.py), pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.core.records import ProbeSample
+from loadgen.core.rundoc import Target
+from loadgen.output import interactive
+from loadgen.output.report_model import ProbeTimeline, TargetSeries, build_series
+from loadgen.results.reader import load_probe, load_records, load_run
+
+FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
+
+
+def fixture_series() -> list[TargetSeries]:
+    return build_series([{"name": FIXTURE.name, "run": load_run(FIXTURE), "records": load_records(FIXTURE),
+                          "probe": load_probe(FIXTURE)}])
+
+
+# (levels of successive samples, expected (second, level) starts); written before the code ran.
+LEVEL_STARTS = [
+    ([], []),
+    ([1], [(0.0, 1)]),
+    ([1, 1, 2, 2, 4], [(0.0, 1), (2.0, 2), (4.0, 4)]),
+    ([1, 2, 1], [(0.0, 1), (1.0, 2), (2.0, 1)]),  # a level seen again starts again
+]
+
+
+@pytest.mark.parametrize("levels, starts", LEVEL_STARTS)
+def test_level_starts(levels, starts):
+    timeline = ProbeTimeline(seconds=[float(i) for i in range(len(levels))], levels=levels,
+                             busy_slots=[None] * len(levels), requests_deferred=[None] * len(levels))
+    assert timeline.level_starts() == starts
+
+
+def test_probe_timeline_is_in_time_order_from_the_first_sample():
+    samples = [ProbeSample(target="t", level=2, t_ns=3_000_000_000, busy_slots=2),
+               ProbeSample(target="t", level=1, t_ns=1_000_000_000, busy_slots=1, requests_deferred=0.0)]
+    timeline = TargetSeries(label="t", run_name="r", target={}, probe=samples).probe_timeline()
+    assert timeline.seconds == [0.0, 2.0] and timeline.levels == [1, 2]
+    assert timeline.busy_slots == [1, 2] and timeline.requests_deferred == [0.0, None]
+
+
+def test_throughput_chart_plots_run_json_figures_and_the_slots():
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    (series,) = fixture_series()
+    fig = interactive.throughput_figure([series])
+    (trace,) = fig.data
+    assert list(trace.x) == [1, 2]
+    assert list(trace.y) == [lv.throughput_tok_s for lv in series.levels]
+    assert [shape.x0 for shape in fig.layout.shapes] == [2]  # total_slots
+
+
+def test_open_loop_draws_no_slot_line_and_names_the_rate_axis():
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    (series,) = fixture_series()
+    series.open_loop = True
+    fig = interactive.throughput_figure([series])
+    assert not fig.layout.shapes and fig.layout.xaxis.title.text == "offered rate (requests/s)"
+
+
+def test_every_chart_draws_a_run_with_no_levels():
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    empty = TargetSeries(label="down", run_name="r", target=Target(label="down", levels=[], error="refused"))
+    fragments = interactive.render_all([empty])
+    assert set(fragments) == set(interactive.CHARTS)
+    assert all(f'id="chart-{name}"' in html for name, html in fragments.items())
+
+
+def test_the_probe_chart_zooms_with_a_range_slider():
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    fig = interactive.probe_figure(fixture_series())
+    assert fig.layout.xaxis.rangeslider.visible is True
+    assert {trace.name for trace in fig.data} == {"smollm2 busy slots (/slots)", "smollm2 requests_deferred (/metrics)"}
