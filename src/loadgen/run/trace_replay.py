@@ -46,7 +46,7 @@ class TraceRequest:
 def _number(row: dict[str, Any], key: str, where: str) -> float:
     value = row.get(key)
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)  # type: ignore[arg-type]  # a non-number is caught just below
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: {key!r} is {value!r}, not a number") from None
     if not math.isfinite(number) or number < 0:
