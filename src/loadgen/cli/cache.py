@@ -14,6 +14,7 @@ from ..analysis.cache import turn_figures
 from ..client.backends import GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.rundoc import RunDocument
 from ..output.cache import turn_table
 from ..output.layout import print_table
 from ..output.progress import ProgressObserver
@@ -142,6 +143,7 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+    typed = RunDocument.of(doc)
+    if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK
