@@ -21,7 +21,9 @@ DATA = Path(__file__).parent / "data"
 V2 = ["sweep-sim-v2", "rate-sim-v2"]
 # Level fields added (with a default) after the goldens were written: a golden lacks them, reads
 # them as the default, and the writer's figures are compared on the golden's own fields.
-NEWER_LEVEL_FIELDS = {"achieved_rate", "connections_opened", "connect_ms", "input_tokens", "request_rate", "total_tok_s"}
+NEWER_LEVEL_FIELDS = {"achieved_rate", "connections_opened", "connect_ms", "prompt_n", "predicted_n",
+                      "cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms", "prefill_saved_ms",
+                      "input_tokens", "request_rate", "total_tok_s"}
 
 
 def as_golden(written: dict, golden: dict) -> dict:

@@ -48,7 +48,7 @@ def test_every_sweep_flag_has_a_key():
 BAD = [
     # (file body, line, key, what the message says)
     ('mode = "sweep"\nports = [8080]\nconcurency = [1, 2]\n', 3, "concurency", "unknown key"),
-    ('mode = "sweep"\nports = [8080]\nn_predict = "ten"\n', 3, "n_predict", "expected an integer"),
+    ('mode = "sweep"\nports = [8080]\nn_predict = "ten"\n', 3, "n_predict", "give a token count"),
     ('mode = "sweep"\nports = [8080]\ntemperature = "hot"\n', 3, "temperature", "expected a number"),
     ('mode = "sweep"\nports = [8080]\nstream = "yes"\n', 3, "stream", "expected true or false"),
     ('mode = "sweep"\nports = [8080]\nprompt = 42\n', 3, "prompt", "expected a string"),

@@ -29,7 +29,7 @@ from hdrh.histogram import HdrHistogram
 from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
-from . import metric_defs, metrics
+from . import cache, metric_defs, metrics
 from .metric_defs import Batch
 from .speculation import Acceptance
 
@@ -80,6 +80,27 @@ class _Series:
         at = h.get_percentile_to_value_dict([50, 90, 99])
         return Distribution(count=self.count, mean=self.total / self.count, p50=at[50] / 1000, p90=at[90] / 1000,
                             p99=at[99] / 1000, max=h.get_max_value() / 1000)
+
+
+class _TokenSeries(_Series):
+    """A `_Series` of token counts: each count is kept as that many µs (so exact up to 2048, then to
+    3 significant digits, HdrHistogram's), its distribution in tokens."""
+
+    __slots__ = ()
+
+    def add(self, values_ms: np.ndarray | list[float]) -> None:
+        super().add(np.asarray(values_ms, dtype=np.float64) / 1000)
+
+    def distribution(self) -> Distribution | None:
+        """Percentiles as the lowest count of their bucket (a count a request had, up to 2048), the
+        max exact."""
+        if not self.count:
+            return None
+        h = self.histogram
+        at = h.get_percentile_to_value_dict([50, 90, 99])
+        low = h.get_lowest_equivalent_value
+        return Distribution(count=self.count, mean=round(self.total * 1000 / self.count, 3), p50=float(low(at[50])),
+                            p90=float(low(at[90])), p99=float(low(at[99])), max=float(h.max_value))
 
 
 class SeriesPart(msgspec.Struct, array_like=True):
@@ -200,9 +221,10 @@ class LevelAggregate:
     """Streaming figures of one level; see the module docstring."""
 
     def __init__(self, sample_size: int = SAMPLE_SIZE) -> None:
-        # One series per metric (metric_defs.all_metrics(), as registered when the level began).
+        # One series per metric (metric_defs.all_metrics(), as registered when the level began);
+        # token counts in a `_TokenSeries`, so their histogram keeps them exact.
         self.metrics = metric_defs.all_metrics()
-        self.series = {m.name: _Series() for m in self.metrics}
+        self.series = {m.name: _TokenSeries() if m.tokens else _Series() for m in self.metrics}
         self.errors: Counter[str] = Counter()
         self.sent = self.ok = self.output_tokens = self.input_tokens = 0
         # speculation and reasoning sums over successful requests, and how many carried the field
@@ -379,6 +401,7 @@ class LevelAggregate:
                 figures[m.key] = value
             elif value is not None:
                 others[m.name] = value
+        self._cache_fields(figures)
         ttfa = figures.pop("ttfa_ms", None)  # kept only where a request reasoned (`_reasoning`)
         assert ttfa is None or isinstance(ttfa, Distribution)
         return LevelSummary(
@@ -398,6 +421,19 @@ class LevelAggregate:
             **self._drafting(), **self._reasoning(ttfa),
             **figures,  # type: ignore[arg-type]  # each metric's key is a LevelSummary field
         )
+
+    def _cache_fields(self, figures: dict[str, object]) -> None:
+        """The cache figures (analysis/cache.py) into `figures` when any request reused a token; else
+        none, so a run with the cache off keeps its summary's shape (its requests' cache_n are all 0)."""
+        s = self.series
+        cached = s["cache_n"].total * 1000  # a _TokenSeries keeps counts as µs
+        if not s["cache_n"].count or cached <= 0:
+            for key in ("cache_n", "ttft_cache_hit_ms", "ttft_cache_miss_ms"):
+                figures[key] = None
+            return
+        computed = s["prompt_n"].total * 1000
+        figures["cache_hit_ratio"] = cache.hit_ratio(cached, computed)
+        figures["prefill_saved_ms"] = cache.prefill_saved_ms(cached, computed, s["prompt_ms"].total)
 
     def _reasoning(self, ttfa: Distribution | None) -> dict[str, Any]:
         """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a

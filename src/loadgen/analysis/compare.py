@@ -34,13 +34,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from ..core.cache_mode import cache_on
 from ..core.errors import UserError
 from ..core.records import CLIENT_SIDE, RequestRecord
 from ..core.rundoc import is_open_loop
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
-CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos")
+CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache")
 SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
 
@@ -360,6 +361,10 @@ def check_comparable(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) 
         raise CompareError(f"the runs are not comparable: the baseline is a {baseline['kind']} run, the candidate "
                            f"a {candidate['kind']} run (demo figures are simulated)")
     base_config, cand_config = baseline["config"], candidate["config"]
+    if cache_on(base_config) != cache_on(cand_config):
+        cached = "baseline" if cache_on(base_config) else "candidate"
+        raise CompareError(f"the runs are not comparable: the {cached} reused the server's prompt cache "
+                           "(cache_prompt true) and the other did not; compare cached runs with cached runs")
     for key in CONFIG_MUST_MATCH:
         if base_config.get(key) != cand_config.get(key):
             shown = ("differs" if key == "prompt"

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core import records
 from ..core.records import RequestRecord
+from . import cache
 
 # --- per-record definitions (what every one-record reader calls: saturation, compare, exports)
 
@@ -350,7 +351,7 @@ class Metric:
     keeps a histogram of every metric (exports and --metric read it). `table`: the latency detail table's columns, (header,
     statistic). `csv`: the levels.csv statistics (columns <key>_<stat>). `export`: a --metric of
     hgrm and hlog. `open_loop`: only an open-loop level has it (in closed loop the intended send is
-    the actual one). `many`: several values per request (per_record gives a list)."""
+    the actual one). `many`: several values per request (per_record gives a list). `tokens`: the values are token counts."""
 
     name: str
     unit: str
@@ -369,6 +370,7 @@ class Metric:
     open_loop: bool = False
     many: bool = False
     live: Live | None = None
+    tokens: bool = False  # values are token counts: kept exact in the histogram (aggregate._TokenSeries)
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -504,6 +506,83 @@ TTFA = register(Metric(
     "(streaming); a request that reasoned first waits for its answer, one that did not equals its TTFT. Kept in "
     "run.json only for levels where a request reasoned.",
     _ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99")))
+
+
+# --- token counts per request (docs/workloads.md) and the prompt cache (analysis/cache.py)
+
+
+def prompt_tokens(r: RequestRecord) -> int | None:
+    """A successful request's prompt tokens as the server counted them: prompt_n (computed tokens
+    only, on llama-server), else usage.prompt_tokens; None when it said neither."""
+    if not r.ok:
+        return None
+    if r.prompt_n is not None:
+        return r.prompt_n
+    return r.usage.prompt_tokens if r.usage is not None else None
+
+
+def _v_prompt_n(b: Batch) -> np.ndarray:
+    values = _floats([prompt_tokens(r) for r in b.records])
+    return values[~np.isnan(values)]
+
+
+def _predicted_n(r: RequestRecord) -> int | None:
+    """A successful request's output tokens as the server counted them; None for none."""
+    return r.output_tokens or None if r.ok else None
+
+
+def _v_predicted_n(b: Batch) -> np.ndarray:
+    return b.tokens[b.ok & (b.tokens > 0)].astype(np.float64)
+
+
+def _cache_n(r: RequestRecord) -> int | None:
+    return r.cache_n if r.ok else None
+
+
+def _v_cache_n(b: Batch) -> np.ndarray:
+    values = _floats(b._field("cache_n"))
+    return values[b.ok & ~np.isnan(values)]
+
+
+def _ttft_of(hit: bool) -> Callable[[RequestRecord], float | None]:
+    def ttft_if(r: RequestRecord) -> float | None:
+        return _timed_ttft_ms(r) if cache.is_hit(r.cache_n, r.prompt_n) is hit else None
+    return ttft_if
+
+
+def _v_ttft_of(hit: bool) -> Callable[[Batch], np.ndarray]:
+    def vectorised(b: Batch) -> np.ndarray:
+        if not b.any_streamed:
+            return np.empty(0)
+        chosen = np.array([cache.is_hit(r.cache_n, r.prompt_n) is hit for r in b.records], dtype=bool)
+        return b.ttft_ms[b.timed & chosen]
+    return vectorised
+
+
+PROMPT_N = register(Metric(
+    "prompt_n", "tokens", "prompt tokens", "prompt tokens", "the prompt tokens of each successful request as "
+    "the server counted them: `timings.prompt_n`, else `usage.prompt_tokens`. Exact up to 2,048, then to 3 "
+    "significant digits (a percentile is the lowest count of its bucket), the max exact. With a drawn workload "
+    "([Workloads](workloads.md)) the realised input distribution.",
+    prompt_tokens, _v_prompt_n, key="prompt_n", export=False, tokens=True))
+PREDICTED_N = register(Metric(
+    "predicted_n", "tokens", "answer tokens", "answer tokens", "each successful request's generated tokens: "
+    "`timings.predicted_n`, else `tokens_predicted`, else `usage.completion_tokens` (requests with none left "
+    "out); a record's `n_predict_target` is what it asked for (a drawn workload only).",
+    _predicted_n, _v_predicted_n, key="predicted_n", export=False, tokens=True))
+CACHE_N = register(Metric(
+    "cache_n", "tokens", "reused prompt tokens", "cache_n", "`timings.cache_n` of each successful request: "
+    "prompt tokens taken from the server's prompt cache instead of computed (llama-server's `prompt_n` counts "
+    "only the computed ones). Kept only when some request reused a token ([Prompt cache](cache.md)).",
+    _cache_n, _v_cache_n, key="cache_n", export=False, tokens=True))
+TTFT_CACHE_HIT = register(Metric(
+    "ttft_cache_hit", "ms", "TTFT of cache hits ms", "TTFT hit", "TTFT of the streamed requests that reused at "
+    "least half their prompt (`cache_n` ≥ ½ (`cache_n` + `prompt_n`)). Kept only with `cache_n`.",
+    _ttft_of(True), _v_ttft_of(True), export=False))
+TTFT_CACHE_MISS = register(Metric(
+    "ttft_cache_miss", "ms", "TTFT of cache misses ms", "TTFT miss", "TTFT of the other streamed requests with "
+    "timings. Kept only with `cache_n`.",
+    _ttft_of(False), _v_ttft_of(False), export=False))
 
 # The fields of a level summary that are built in (core/rundoc.LevelSummary); any other metric's
 # distribution goes into its `metrics` map.

@@ -36,6 +36,10 @@ COMMANDS = {
     "observe": "loadgen.cli.observe:observe_command",
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
+    "replay": "loadgen.cli.replay:replay_command",
+    "prefix": "loadgen.cli.cache:prefix_command",
+    "chat": "loadgen.cli.cache:chat_command",
+    "cache-capacity": "loadgen.cli.cache_capacity:cache_capacity_command",
     "capacity": "loadgen.cli.capacity:capacity_command",
     "env": "loadgen.cli.env:env_command",
     "crossover": "loadgen.cli.crossover:crossover_command",
@@ -50,7 +54,9 @@ COMMAND_HELP = {
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
+    "cache-capacity": "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
     "capacity": "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
+    "chat": "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
     "crossover": 'Say per concurrency whether speculative decoding pays or costs throughput, from a grid of '
@@ -68,7 +74,9 @@ COMMAND_HELP = {
     "observe": "Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics.",
     "paramcheck": 'Send canary requests direct and through a gateway; say per parameter honoured, dropped, '
                   'altered or cannot tell.',
+    "prefix": "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses.",
     "prefill": 'Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.',
+    "replay": "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop.",
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid.",
     "run": 'Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..core.errors import ConfigError
+from ..core.workload import LengthSpec, parse_length_spec
 from ..run.config import parse_int_list, parse_rate_list
 
 
@@ -110,9 +111,27 @@ class Duration(click.ParamType):
         return seconds
 
 
+class Length(click.ParamType):
+    """A token length: a whole number, or a distribution spec (core/workload.py) such as
+    uniform:64:256 or normal:200,50,max=512; a TOML integer or string."""
+
+    name = "length"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> LengthSpec:
+        if isinstance(value, LengthSpec):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            self.fail(f"expected a token count or a distribution like uniform:64:256, got {value!r}", param, ctx)
+        try:
+            return parse_length_spec(value, "")
+        except ConfigError as exc:
+            self.fail(str(exc).lstrip(" "), param, ctx)
+
+
 PORTS = IntList(1, 65535)
 RATES = RateList()
 LEVELS = IntList(1, 4096)
 PROMPT_LENGTHS = IntList(1, 10_000_000)
 DEPTHS = IntList(0, 10_000_000)
 DURATION = Duration()
+LENGTH = Length()

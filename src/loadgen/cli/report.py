@@ -19,7 +19,7 @@ from ..results.unfinished import summarise_killed_levels
 from .common import results_dir, user_errors
 from .help import output_option
 
-EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet")
+EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet", "trace")
 REPORT_FORMATS = ("html", "markdown")
 
 

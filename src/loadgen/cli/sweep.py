@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -17,6 +18,7 @@ from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.workload import Workload
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
@@ -30,7 +32,9 @@ from ..run.config import (
     check_arrival,
     check_reasoning_effort,
 )
+from ..run.dataset_answers import DatasetEntry, read_dataset_entries
 from ..run.live.metrics import LiveMetrics
+from ..run.prompts import PromptSource, sample_prompts
 from ..run.schedule import ARRIVALS
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
@@ -40,7 +44,7 @@ from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LEVELS, RATES, IntList
+from .options import DURATION, LENGTH, LEVELS, RATES, IntList
 from .shared import (
     checking_only,
     format_option,
@@ -79,10 +83,18 @@ from .workers import resolve_workers, workers_option
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
 @prompt_source_options
-@click.option("--prompt-tokens", type=click.IntRange(min=1),
+@click.option("--prompt-tokens", type=LENGTH,
               help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
-                   "from the prompt source or synthetic text.")
-@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+                   "from the prompt source or synthetic text; or a distribution drawn per request: "
+                   "uniform:64:256, normal:200,50,min=32,max=512, lognormal:MEAN,SD[,max=N], file:lengths.txt "
+                   "(docs/workloads.md).")
+@click.option("--n-predict", type=LENGTH, default="96", show_default=True,
+              help="Tokens to generate; or a distribution drawn per request, as --prompt-tokens.")
+@click.option("--dataset-answer-field", help="With --n-predict dataset: the field of each --dataset entry that "
+                                             "holds its answer, a token count or the text [default: a ShareGPT "
+                                             "conversation's first answer turn].")
+@click.option("--workload-seed", type=int, default=0, show_default=True,
+              help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every target.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
 @click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
@@ -110,8 +122,8 @@ from .workers import resolve_workers, workers_option
 @machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, ignore_eos, reasoning_effort, temperature, seed,
-          timeout_s,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, workload_seed, ignore_eos,
+          reasoning_effort, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
@@ -124,6 +136,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     check_stagger(stagger_s, rates, duration_s)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
+        source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
+        dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls),
@@ -140,8 +155,12 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
+        workload=workload, dataset_entries=entries,
     )
     config = resolve_workers(workers, ray_address, config)
+    if workload is not None and (config.workers != 1 or config.ray_address is not None):
+        raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "
+                          "drop --workers/--ray")
     if stop_at_knee and len(config.targets) != 1:
         raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
     ensure_open_files(connections_needed(config))
@@ -155,6 +174,41 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
+
+
+def sweep_lengths(source: PromptSource, workload: Workload, dataset: str | None, field: str,
+                  answer_field: str | None, samples: int | None, seed: int
+                  ) -> tuple[PromptSource, Any, int, Workload | None, tuple[DatasetEntry, ...]]:
+    """The run's prompts and lengths from --prompt-tokens/--n-predict (docs/workloads.md): the prompt
+    source, the one prompt length and n_predict of a fixed shape (a drawn workload: none, and the
+    largest answer), the workload when lengths vary or come from the dataset, and its entries."""
+    prompt_tokens, n_predict = workload.prompt_tokens, workload.n_predict
+    if workload.answers_from_dataset or answer_field is not None:
+        source, entries = dataset_answers(workload, dataset, field, answer_field, samples, seed)
+        # every body asks for its own answer's length; the prompt length spec is left as given
+        return source, prompt_tokens, 96, workload, tuple(entries)
+    if prompt_tokens is not None and prompt_tokens.kind == "dataset":
+        raise ConfigError("--prompt-tokens dataset: a dataset gives answer lengths; write --n-predict dataset")
+    if workload.varies:
+        return source, None, max(s.n_predict for s in workload.draw()), workload, ()
+    return source, prompt_tokens and prompt_tokens.fixed, n_predict.fixed, None, ()
+
+
+def dataset_answers(workload: Workload, dataset: str | None, field: str, answer_field: str | None,
+                    samples: int | None, seed: int) -> tuple[PromptSource, list[DatasetEntry]]:
+    """--n-predict dataset: the sampled entries that have an answer (and a note of those left out),
+    and a prompt source of their prompts in the same order."""
+    if not workload.answers_from_dataset:
+        raise ConfigError("--dataset-answer-field needs --n-predict dataset")
+    if dataset is None:
+        raise ConfigError("--n-predict dataset needs --dataset (ShareGPT, or JSONL with --dataset-answer-field)")
+    if workload.prompt_tokens is not None:
+        raise ConfigError("--n-predict dataset sends each entry's own prompt: drop --prompt-tokens")
+    entries, missing = read_dataset_entries(dataset, field, answer_field)
+    if missing:
+        click.echo(f"--dataset {dataset}: {missing} entries without an answer left out", err=True)
+    entries = sample_prompts(entries, samples, seed)
+    return PromptSource(tuple(e.prompt for e in entries), seed), entries
 
 
 def check_budget(concurrency: tuple[int, ...] | None, rates: tuple[float, ...] | None,

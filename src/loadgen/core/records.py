@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from .workload import RequestShape
+
 # Error kinds a request can end with. HTTP errors are "http_<status>".
 CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TLS)
 DISCONNECTED = "disconnected"  # the server closed or reset the connection before a full response
@@ -105,6 +107,9 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # out on an open keep-alive connection (reused, or opened before the level's clock started).
     connect_us: int | None = None
     tls_us: int | None = None
+    # A workload (core/workload.py): the answer length this request asked for (None: the run's one
+    # n_predict, in run.json's config). predicted_n: what it got.
+    n_predict_target: int | None = None
     # Streaming, when reasoning came first: arrival of the first answer (non-reasoning) content
     # event. None without reasoning (the first answer token is then first_token_ns) or when the
     # stream held no answer at all (the output cap was reached while thinking).
@@ -156,6 +161,7 @@ def make_record(
     prompt_tokens_target: int | None = None,
     connect_us: int | None = None,
     tls_us: int | None = None,
+    n_predict_target: int | None = None,
     first_answer_ns: int | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
@@ -165,7 +171,7 @@ def make_record(
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
-                         first_answer_ns)
+                         n_predict_target, first_answer_ns)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -175,7 +181,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us", "first_answer_ns")
+    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):
@@ -223,6 +229,8 @@ class LevelRun:
     concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s; None: closed loop
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
+    # A workload's shapes (core/workload.py): request seq asks for shapes[seq % len] (empty: none)
+    shapes: tuple[RequestShape, ...] = ()
     # Completed records: a plain list, or a `recordsink.LevelRecords` streaming them to disk (then
     # `aggregate` holds the level's figures, an `analysis.aggregate.LevelAggregate`).
     records: Any = field(default_factory=list)

@@ -38,6 +38,9 @@ class Distribution(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
 
+CACHE_FIELDS = ("cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms", "prefill_saved_ms")
+
+
 class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     """The figures of one level on one target, as run.json stores them (see analysis/metrics.py)."""
 
@@ -78,6 +81,19 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # them (metrics.connections_opened); None in files written before the fields.
     connections_opened: int | None = None
     connect_ms: Distribution | None = None
+    # Per successful request, the tokens of its prompt (`prompt_n`, else usage.prompt_tokens) and of
+    # its answer (`predicted_n`, else tokens_predicted or usage.completion_tokens): the workload as
+    # realised (analysis/aggregate.py; HdrHistogram, 3 significant digits). None: no such count.
+    prompt_n: Distribution | None = None
+    predicted_n: Distribution | None = None
+    # Prompt-cache figures (analysis/cache.py), present when any request reused a cached token:
+    # cache_n per request, the token-weighted hit ratio Σcache_n / Σ(cache_n + prompt_n), TTFT of
+    # cache hits and misses, the prefill time the reused tokens saved (estimate).
+    cache_n: Distribution | None = None
+    cache_hit_ratio: float | None = None
+    ttft_cache_hit_ms: Distribution | None = None
+    ttft_cache_miss_ms: Distribution | None = None
+    prefill_saved_ms: float | None = None
     # The client's own load during the level (run/looplag.py); absent from a summary computed
     # from records alone.
     loop_lag_p99_ms: float | None = None
@@ -110,6 +126,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
+        for key in CACHE_FIELDS:  # only a run that reused cached tokens has them
+            if out[key] is None:
+                del out[key]
         if not out["metrics"]:
             del out["metrics"]
         if out["slo"] is None:
@@ -292,6 +311,9 @@ class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
     records: str = "all"  # --records: which request records requests.jsonl kept (all, errors, none)
+    workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
+    cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
+    cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
 
 
 class RunDocument(msgspec.Struct, frozen=True):

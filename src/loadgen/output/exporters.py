@@ -17,6 +17,7 @@ What a run cannot give is refused in one line (`check_exportable`): histograms o
 run (one request per row, no levels), or of a run that kept no successful request's record
 (`--records errors|none`). Records kept that way are exported as kept and said so (`records_note`).
     jsonl, parquet  the records in the other records format (requests.jsonl, requests.parquet)
+    trace  the requests as a replayable Mooncake-format trace per target (output/trace_export.py)
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord
 from ..core.rundoc import RunDocument, RunKind, is_open_loop
-from .files import ExportFiles, write_files
+from .files import ExportFiles, file_safe, write_files
+from .trace_export import TraceExporter
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
 
@@ -153,11 +155,6 @@ def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistog
     if metric == "schedule_lag" and not any(r.intended_ns not in (None, r.send_ns) for r in records):
         return metrics.new_histogram()  # closed loop: no schedule, nothing to export
     return metrics.histogram_ms(v for r in records for v in m.values(r))
-
-
-def file_safe(label: str) -> str:
-    """A target label as a file-name part: path separators and odd characters become '_'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._") or "target"
 
 
 def _levels(target: dict[str, Any]) -> list[int]:
@@ -444,4 +441,4 @@ class ParquetExporter:
 
 
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in (HgrmExporter(), HlogExporter(), CsvExporter(), JsonExporter(),
-                                                       JsonlExporter(), ParquetExporter())}
+                                                       JsonlExporter(), ParquetExporter(), TraceExporter())}

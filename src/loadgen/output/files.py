@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 ExportFiles = list[tuple[str, bytes]]  # (file name, content), in the order they are listed
+
+
+def file_safe(label: str) -> str:
+    """A target label as a file-name part: path separators and odd characters become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._") or "target"
 
 
 def write_files(files: ExportFiles, out_dir: Path) -> list[Path]:

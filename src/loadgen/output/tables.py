@@ -14,8 +14,10 @@ from ..analysis.speculation import acceptance_text
 from ..core.records import level_name, level_short
 from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind
 from ..run.labels import about
+from .cache import cache_table
 from .environment import energy_lines, environment_change_lines
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
+from .workload import workload_table
 
 Doc = RunDocument | dict[str, Any]  # run.json's content, typed (core/rundoc.py) or as read
 
@@ -403,7 +405,8 @@ def run_grids(doc: Doc) -> list[Grid]:
     if doc.kind in _MODE_TABLES:
         return [_MODE_TABLES[doc.kind](doc)]
     tables = [sweep_table(doc)] if any(t.levels for t in doc.targets) else []
-    return tables + [g for g in (latency_table(doc), queue_table(doc)) if g is not None]
+    return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc))
+                     if g is not None]
 
 
 _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunKind.SOAK: soak_table}

@@ -20,7 +20,11 @@ Version history (SCHEMA_VERSION):
        "slot_wait_ms", "held_outside", "held_outside_max_ms", "held_outside_longest_s", "scrapes",
        "unheld_longest_s", "outside_wait_mean_ms", "batch_queued", "batch_wait_max_ms"
        (analysis/occupancy.py); per probe sample
-       (probe.jsonl) "scrape_us"; per level "metrics" (absent: none), the distributions of
+       (probe.jsonl) "scrape_us"; per level "prompt_n" and "predicted_n" (token distributions),
+       per record "n_predict_target", config "workload" (core/workload.py, run/trace_replay.py);
+       per level "cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms",
+       "prefill_saved_ms" (only when a token was reused, analysis/cache.py), config "cache" and
+       "cache_prompt" true (a cache mode, core/cache_mode.py); per level "metrics" (absent: none), the distributions of
        metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),

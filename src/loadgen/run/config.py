@@ -19,7 +19,10 @@ from ..core.errors import ConfigError
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
+    from ..core.cache_mode import MultiTurn, SharedPrefix
+    from ..core.workload import DatasetEntry, Workload
     from .prompts import PromptSource
+    from .trace_replay import Replay
 
 DEFAULT_PROMPT = "Describe mixture of experts routing in exactly three sentences."
 
@@ -109,6 +112,20 @@ class SweepConfig:
     # `prompt_source` (None: synthetic text); `generation`'s prompts are then replaced per target.
     prompt_tokens: int | None = None
     prompt_source: PromptSource | None = None
+    # Lengths drawn per request (--prompt-tokens/--n-predict distributions, core/workload.py); None:
+    # one shape for every request (prompt_tokens and generation.n_predict). With a workload,
+    # prompt_tokens is None and generation.n_predict the largest drawn answer.
+    workload: Workload | None = None
+    # --n-predict dataset: the sampled --dataset entries with their recorded answers (then
+    # prompt_source holds their prompts, in the same order).
+    dataset_entries: tuple[DatasetEntry, ...] = ()
+    # `loadgen replay`: one open-loop level, each request at its trace time with its trace lengths
+    # (run/trace_replay.py); `rates` then holds the trace's mean rate, the level's key.
+    replay: Replay | None = None
+    # A shared-prefix cache mode (core/cache_mode.py, run/shared_prefix.py); None: salt first, cache off.
+    shared_prefix: SharedPrefix | None = None
+    # `loadgen chat`'s conversations (run/multiturn.py); None: not a multi-turn run.
+    multi_turn: MultiTurn | None = None
     # --workers: processes on this machine that share each level (run/workers/parent.py); 1: this one.
     workers: int = 1
     # --ray: the workers are Ray actors on the cluster at this address ("local": one started for
@@ -190,12 +207,18 @@ class SweepConfig:
             "temperature": g.temperature,
             "ignore_eos": g.ignore_eos,
             "seed": g.seed,
-            "cache_prompt": False,
+            # A cache mode's bodies are built per target (run/shared_prefix.py): its switch is the mode's.
+            "cache_prompt": self.shared_prefix.cache_prompt if self.shared_prefix is not None else g.cache_prompt,
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
+            # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
+            **({"workload": self.workload.to_dict()} if self.workload is not None else {}),
+            **({"workload": {"replay": self.replay.source}} if self.replay is not None else {}),
+            **({"cache": self.shared_prefix.to_dict()} if self.shared_prefix is not None else {}),
+            **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
             # only when set: a run without targets keeps the shape files had before
             **({"slo": self.slo.to_dict()} if self.slo else {}),
         }

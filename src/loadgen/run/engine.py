@@ -176,15 +176,21 @@ class _Sender:
         level.in_flight.pop(seq, None)  # abandon() may have recorded it already
         if intended_ns is None:
             intended_ns = send_ns
+        shapes = level.shapes
+        if shapes:  # a workload: the lengths this request asked for (the backend built its body so)
+            shape = shapes[seq % len(shapes)]
+            prompt_tokens, n_predict = shape.prompt_tokens, shape.n_predict
+        else:
+            prompt_tokens, n_predict = level.prompt_tokens, None
         if stream is None:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
-                                 headers_ns, intended_ns, None, None, None, None, level.prompt_tokens, connect_us,
-                                 tls_us)
+                                 headers_ns, intended_ns, None, None, None, None, prompt_tokens, connect_us,
+                                 tls_us, n_predict)
         else:  # content event times (none when no content came)
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
-                                 level.prompt_tokens, connect_us, tls_us, stream.first_answer_ns)
+                                 prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 

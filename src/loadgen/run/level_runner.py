@@ -16,6 +16,7 @@ from ..analysis.aggregate import of_level
 from ..client.backends import Backend, GenerationParams
 from ..client.transport import Transport
 from ..core.records import LevelRun
+from ..core.workload import RequestShape
 from .config import SweepConfig
 from .engine import EngineOptions, run_level, run_open_level
 from .looplag import LoopLagSampler, bottleneck_warning
@@ -27,7 +28,8 @@ from .state import RunObserver, TargetRun
 class TargetLoad:
     """What a runner needs to send a target's levels: the run's config (its budget per level), the
     target, the request body settings and the engine's options, this process's transport and
-    backend for the target (opened by run/target_setup.py's `target_load`), and the observer."""
+    backend for the target (opened by run/target_setup.py's `target_load`), the observer, and the
+    request shapes its levels cycle through (a drawn workload or a trace; empty: one shape)."""
 
     config: SweepConfig
     target: TargetRun
@@ -36,6 +38,7 @@ class TargetLoad:
     transport: Transport
     backend: Backend
     obs: RunObserver
+    shapes: tuple[RequestShape, ...] = ()
     warm_latency_s: float | None = None  # the warm-up's typical latency: sizes a first open-loop level
 
 
@@ -85,13 +88,15 @@ class LocalRunner:
 async def send_level(config: SweepConfig, level: LevelRun, transport: Transport, backend: Backend,
                      obs: RunObserver | None, options: EngineOptions) -> None:
     """A level's requests from this loop: closed loop (`level.rate` None) at its concurrency, or
-    open loop on the arrival schedule of its rate; the budget is `config.budget(level.level)`."""
+    open loop on the arrival schedule of its rate (a replay: the trace's times); the budget is `config.budget(level.level)`."""
     requests, duration_s = config.budget(level.level)
     if level.rate is None:
         await run_level(level, transport, backend, requests=requests, duration_s=duration_s, observer=obs,
                         options=options, stagger_s=config.stagger_s)
     else:
-        offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
-                                     burstiness=config.burstiness, seed=config.arrival_seed)
+        # A trace replay sends each request at its trace time; a rate at the arrival schedule's.
+        offsets = config.replay.offsets_ns if config.replay is not None else arrival_offsets_ns(
+            level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
+            burstiness=config.burstiness, seed=config.arrival_seed)
         await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs,
                              options=options)

@@ -79,7 +79,8 @@ def read_text_file(path: str, what: str = "--prompt-file") -> str:
     return text
 
 
-def _field(obj: Any, dotted: str) -> Any:
+def field_value(obj: Any, dotted: str) -> Any:
+    """obj[a][b] for the dotted name "a.b"; None when a part is missing."""
     for part in dotted.split("."):
         if not isinstance(obj, dict) or part not in obj:
             return None
@@ -99,13 +100,13 @@ def _first_human_turn(obj: dict[str, Any]) -> Any:
     return None
 
 
-def _prompt_of(item: Any, field: str) -> tuple[str | None, str | None]:
+def prompt_of(item: Any, field: str) -> tuple[str | None, str | None]:
     """(prompt, None) or (None, why not) for one dataset item."""
     if isinstance(item, str):
         return item, None
     if not isinstance(item, dict):
         return None, f"expected a JSON object, got {type(item).__name__}"
-    value = _field(item, field)
+    value = field_value(item, field)
     if value is None:
         value = _first_human_turn(item)
         if value is None:
@@ -126,8 +127,8 @@ def _jsonl_items(path: str, text: str) -> Iterator[tuple[str, Any]]:
             raise PromptSourceError(f"{path}:{n}: not a JSON line ({exc.args[0].split(':')[0]})") from None
 
 
-def read_dataset(path: str, field: str = DEFAULT_FIELD) -> list[str]:
-    """Every non-empty prompt of a JSONL or JSON dataset, in file order."""
+def dataset_items(path: str) -> Iterator[tuple[str, Any]]:
+    """(where, item) for every item of a JSONL or JSON-array dataset, in file order."""
     text = read_text_file(path, "--dataset")
     stripped = text.lstrip()
     if stripped.startswith("["):
@@ -135,12 +136,15 @@ def read_dataset(path: str, field: str = DEFAULT_FIELD) -> list[str]:
             data = json.loads(text)
         except ValueError as exc:
             raise PromptSourceError(f"--dataset {path}: not valid JSON ({exc})") from None
-        items = ((f"{path}: item {i}", item) for i, item in enumerate(data))
-    else:
-        items = _jsonl_items(path, text)
+        return ((f"{path}: item {i}", item) for i, item in enumerate(data))
+    return _jsonl_items(path, text)
+
+
+def read_dataset(path: str, field: str = DEFAULT_FIELD) -> list[str]:
+    """Every non-empty prompt of a JSONL or JSON dataset, in file order."""
     prompts: list[str] = []
-    for where, item in items:
-        prompt, problem = _prompt_of(item, field)
+    for where, item in dataset_items(path):
+        prompt, problem = prompt_of(item, field)
         if problem:
             raise PromptSourceError(f"{where}: {problem}")
         if prompt and prompt.strip():

@@ -31,19 +31,20 @@ from .target_setup import (
     target_load,
     target_probe,
 )
+from .workload_prompts import refuse_shapes_beyond_context
 
 # The levels of a target, asked for one at a time, each after the previous one finished (so a
 # search can read t.levels; run/capacity.py); None: the config's levels, in order.
 LevelPlan = Callable[[TargetRun], Iterable[int | float]]
 
 
-def _new_level(run: Run, t: TargetRun, key: int | float) -> LevelRun:
-    config = run.config
+def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
+    config, t = run.config, load.target
     if config.open_loop:
         level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
-                         prompt_tokens=config.prompt_tokens)
+                         prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     else:
-        level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens)
+        level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     if config.slo is not None:  # judged as the records stream by (in simulated time for the demo)
         level.slo_tally = SloTally(config.slo)
     return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns,
@@ -58,7 +59,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
     client's own load), figures moved to simulated time (demo). With a `watch` the machine is
     sampled through the level too (run/machine_sampling.py)."""
     config, t, obs = run.config, load.target, load.obs
-    level = _new_level(run, t, key)
+    level = _new_level(run, load, key)
     await runner.connect_ahead(load, level, latency_s)
     if t.info and t.info.metrics_enabled:
         level.server_metrics_before = await probe.metrics()
@@ -111,6 +112,10 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
+    if run.config.workload is not None:
+        refuse_shapes_beyond_context(live, run.config.workload.draw())
+    if run.config.replay is not None:
+        refuse_shapes_beyond_context(live, run.config.replay.shapes)
     watch = None
     if run.config.machine.enabled and live:
         watch = MachineWatch(run.config.machine, run.start_ns)

@@ -18,20 +18,25 @@ from dataclasses import replace
 from ..analysis.aggregate import typical_latency_s
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
-from ..client.backends import OPENAI_APIS, Backend, make_backend
+from ..client.backends import OPENAI_APIS, Backend, GenerationParams, make_backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.transport import Transport
 from ..core.errors import ConfigError
 from ..core.records import LevelRun
+from ..core.workload import RequestShape
 from .config import SweepConfig, Target
+from .dataset_answers import dataset_generation
 from .engine import EngineOptions, run_level
 from .exact_prompt import PromptTooShort, exact_prompts
 from .labels import about
 from .level_runner import TargetLoad
 from .prompts import PromptSource
 from .salts import new_decimal_salt
+from .shared_prefix import shared_prefix_generation
 from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
+from .trace_prompts import trace_generation
+from .workload_prompts import workload_generation
 
 TransportFactory = Callable[[], Transport]
 
@@ -109,20 +114,16 @@ async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, co
 async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, source: PromptSource,
                       prompt_tokens: int | None, options: EngineOptions,
                       transport_factory: TransportFactory | None = None) -> AsyncIterator[TargetLoad | None]:
-    """The target made ready for its levels, inside the block: its prompts (with `prompt_tokens`,
-    cut to exactly that many tokens, sent with salts of a fixed token count), its backend, its
+    """The target made ready for its levels, inside the block: its prompts (`target_generation`), its backend, its
     transport (a pool of `config.connections_per_target`), `config.warmup` unrecorded requests one
     after another. None instead when the target stopped on the way (its error is set: prompts that
     cannot be cut, a failed warm-up). The transport is closed, and the target's read clock noted,
     when the block ends."""
-    generation = config.generation
-    if prompt_tokens:
-        bodies = await fit_exact_prompts(config, t, obs, source, prompt_tokens)
-        if bodies is None:
-            yield None
-            return
-        generation = replace(generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
-        options = replace(options, salt=new_decimal_salt)
+    fitted = await target_generation(config, t, obs, source, prompt_tokens, options)
+    if fitted is None:
+        yield None
+        return
+    generation, options, shapes = fitted
     backend = make_backend(config.api, generation, t.model)
     transport = await open_transport(config, t, obs, config.connections_per_target, transport_factory)
     try:
@@ -132,11 +133,50 @@ async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, so
             if warm is None:
                 yield None
                 return
-        yield TargetLoad(config, t, generation, options, transport, backend, obs,
+        yield TargetLoad(config, t, generation, options, transport, backend, obs, shapes,
                          warm_latency_s=None if warm is None else typical_latency_s(warm))
     finally:
         t.read_clock = transport.read_clock
         await transport.close()
+
+
+async def target_generation(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
+                            prompt_tokens: int | None, options: EngineOptions
+                            ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+    """The request bodies for this target, the engine options their salts need, and the request
+    shapes a level cycles through (empty: one shape). In order: a shared-prefix cache mode (groups
+    sharing an exact prefix, run/shared_prefix.py), --n-predict dataset (each entry's
+    prompt and answer length), a trace replay or a drawn workload (one body per shape, cut per
+    length), a fixed `prompt_tokens` (cut to exactly that many tokens, salts of a fixed token count),
+    else the config's prompts as given. None, and the target's error set, when they cannot be built."""
+    generation, shapes = config.generation, ()
+    if config.shared_prefix is not None:
+        shared = await shared_prefix_generation(config, t, obs, config.shared_prefix)
+        if shared is None:
+            return None
+        generation, shared_options = shared
+        return generation, replace(options, salt=shared_options.salt), shapes
+    if config.dataset_entries:
+        answered = await dataset_generation(config, t, obs, config.dataset_entries)
+        if answered is None:
+            return None
+        generation, dataset_options, shapes = answered
+        return generation, replace(options, salt=dataset_options.salt), shapes
+    if config.replay is not None or config.workload is not None:
+        shapes = config.replay.shapes if config.replay is not None else config.workload.draw()
+        shaped = await (trace_generation(config, t, obs, config.replay) if config.replay is not None
+                        else workload_generation(config, t, obs, shapes))
+        if shaped is None:
+            return None
+        generation, shaped_options = shaped
+        return generation, replace(options, salt=shaped_options.salt), shapes
+    if prompt_tokens:
+        bodies = await fit_exact_prompts(config, t, obs, source, prompt_tokens)
+        if bodies is None:
+            return None
+        generation = replace(generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
+        options = replace(options, salt=new_decimal_salt)
+    return generation, options, shapes
 
 
 async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests: int,

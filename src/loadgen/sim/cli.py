@@ -38,12 +38,15 @@ from .server import start_simulator
                    "has been idle for --keep-alive-timeout (llama-server's HTTP library); default: no limit.")
 @click.option("--keep-alive-timeout", "keep_alive_s", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds an idle keep-alive connection keeps its HTTP thread (with --threads-http).")
+@click.option("--cache-ram-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="A host-memory prompt cache of this many tokens, as llama-server's --cache-ram keeps one "
+                   "(idle slots' prompts saved, the best match restored, least recently used evicted); 0: none.")
 @click.option("--reasoning-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking, "
                    "streamed as those APIs' reasoning deltas.")
 def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bool, time_scale: float, seed: int,
                 load_seconds: float, fault_specs: tuple[str, ...], threads_http: int | None, keep_alive_s: float,
-                reasoning_tokens: int) -> None:
+                cache_ram_tokens: int, reasoning_tokens: int) -> None:
     """Run a simulated llama-server (same API, slots, batching and /metrics; no model needed)."""
     try:
         profile = load_profile(profile_name)
@@ -59,7 +62,7 @@ def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bo
             sim = await start_simulator(profile, host=host, port=port, slots=slots, metrics=metrics,
                                         time_scale=time_scale, seed=seed, load_seconds=load_seconds, faults=faults,
                                         threads_http=threads_http, keep_alive_s=keep_alive_s,
-                                        reasoning_tokens=reasoning_tokens)
+                                        cache_ram_tokens=cache_ram_tokens, reasoning_tokens=reasoning_tokens)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
         click.echo(f"loadgen sim: {profile.name} as '{profile.model_alias}' on {sim.url}, {slots} slots, "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..core.clock import NS_PER_MS, now_ns
+from .host_cache import HostPromptCache, common_prefix
 from .metrics import ServerMetrics
 from .params import CompletionParams
 from .profile import Profile
@@ -93,7 +94,7 @@ class Batch:
 
 class Scheduler:
     def __init__(self, profile: Profile, n_slots: int, *, time_scale: float = 1.0, seed: int = 0,
-                 metrics: ServerMetrics | None = None):
+                 metrics: ServerMetrics | None = None, cache_ram_tokens: int = 0):
         if n_slots < 1:
             raise ValueError("a server needs at least one slot")
         if time_scale <= 0:
@@ -103,6 +104,8 @@ class Scheduler:
         self.seed = seed
         self.metrics = metrics if metrics is not None else ServerMetrics()
         self.slots = [Slot(i, profile.n_ctx) for i in range(n_slots)]
+        # --cache-ram: idle slots' prompts saved to host memory and restored (host_cache.py); None: off.
+        self.host_cache = HostPromptCache(cache_ram_tokens) if cache_ram_tokens > 0 else None
         self._incoming: deque[Task] = deque()
         self._deferred: deque[Task] = deque()
         self._wake = asyncio.Event()
@@ -244,6 +247,8 @@ class Scheduler:
                 "n_ctx": slot.n_ctx,
             }))
             return
+        if self.host_cache is not None and task.params.cache_prompt:
+            self._swap_with_host(slot, prompt)
         n_cached = _common_prefix(slot.cache, prompt) if task.params.cache_prompt else 0
         # The last prompt token is always computed: its logits give the first generated token.
         n_cached = min(n_cached, len(prompt) - 1)
@@ -255,6 +260,18 @@ class Scheduler:
         slot.t_prompt_start_ns, slot.t_first_token_ns, slot.prompt_ms = now, 0, 0.0
         slot.text, slot.n_sent, slot.tokens, slot.pending_token = "", 0, [], -1
         slot.source, slot.has_new_line = TextSource(task.rng), False
+
+    def _swap_with_host(self, slot: Slot, prompt: tuple[int, ...]) -> None:
+        """llama-server with --cache-ram: a slot about to lose tokens to a prompt that does not
+        continue them saves them to the host cache, then loads the host's best match for the prompt
+        when it shares more than the slot's own cache."""
+        assert self.host_cache is not None
+        own = _common_prefix(slot.cache, prompt)
+        if own < len(slot.cache):
+            self.host_cache.save(slot.cache)
+        restored = self.host_cache.best(prompt, own)
+        if restored is not None:
+            slot.cache = restored
 
     def _build_batch(self) -> Batch:
         generating = tuple(slot for slot in self.slots if slot.state is SlotState.GENERATING)
@@ -371,12 +388,7 @@ def _predicted_ms(slot: Slot, now: int) -> float:
     return max(0.001, (now - slot.t_first_token_ns) / NS_PER_MS)
 
 
-def _common_prefix(a: list[int], b: tuple[int, ...]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+_common_prefix = common_prefix
 
 
 def _find_stop_word(text: str, words: tuple[str, ...], start: int) -> tuple[int, str]:

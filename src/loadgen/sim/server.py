@@ -56,6 +56,7 @@ class SimOptions:
     faults: FaultConfig = field(default_factory=FaultConfig)
     threads_http: int | None = None  # a fixed pool of HTTP threads (http_threads.py); None: no limit
     keep_alive_s: float = 5.0  # how long an idle keep-alive connection keeps its HTTP thread
+    cache_ram_tokens: int = 0  # the host prompt cache's capacity (host_cache.py); 0: none
     # Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking,
     # streamed as those APIs' reasoning deltas (formats.Dialect); 0: no reasoning.
     reasoning_tokens: int = 0
@@ -87,7 +88,7 @@ class SimServer:
         self.options = options
         self.metrics = ServerMetrics()
         self.scheduler = Scheduler(profile, options.slots, time_scale=options.time_scale, seed=options.seed,
-                                   metrics=self.metrics)
+                                   metrics=self.metrics, cache_ram_tokens=options.cache_ram_tokens)
         self.started_unix = int(time.time())
         self.ready_at_ns = now_ns() + round(options.load_seconds * options.time_scale * NS_PER_S)
         self._n_requests = 0  # completion requests so far: the index faults are chosen by
@@ -367,7 +368,7 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
                           faults: FaultConfig | None = None, reuse_port: bool = False,
                           threads_http: int | None = None, keep_alive_s: float = 5.0,
-                          reasoning_tokens: int = 0) -> RunningSimulator:
+                          cache_ram_tokens: int = 0, reasoning_tokens: int = 0) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
     `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
@@ -375,7 +376,8 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
     """
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
                          faults=profile.faults if faults is None else faults, threads_http=threads_http,
-                         keep_alive_s=keep_alive_s, reasoning_tokens=reasoning_tokens)
+                         keep_alive_s=keep_alive_s, cache_ram_tokens=cache_ram_tokens,
+                         reasoning_tokens=reasoning_tokens)
     server = SimServer(profile, options)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels its task.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

@@ -27,6 +27,15 @@ class GenerationParams:
     stream: bool = False
     # Several prompts (a dataset): request number i uses prompts[i % len(prompts)]. Empty: `prompt`.
     prompts: tuple[str, ...] = ()
+    # A workload (core/workload.py): body i asks for n_predicts[i] tokens (aligned with
+    # `prompt_list`). Empty: every body asks for `n_predict`.
+    n_predicts: tuple[int, ...] = ()
+    # Text before the salt, aligned with `prompt_list` (a replayed trace's shared blocks, so
+    # requests that share them share that prefix on the wire). Empty: the salt comes first.
+    prefixes: tuple[str, ...] = ()
+    # Let the server reuse cached prompt tokens: only a cache mode (core/cache_mode.py) sets it;
+    # otherwise every request's prompt is computed in full.
+    cache_prompt: bool = False
     # A reasoning model's effort (chat: `reasoning_effort`; responses: `reasoning.effort`); None: not sent.
     reasoning_effort: str | None = None
 
@@ -60,29 +69,37 @@ class SaltedBodies:
     The salt (hex digits and dashes, which JSON needs no escaping for) goes at the very start of
     the prompt text as "[<salt>] ", so no two requests share a prompt prefix the server could reuse.
     `head` is the JSON up to the opening quote of the prompt string; `fields` the rest of the object.
+    With `n_predicts` (aligned with `prompts`), body i's `fields[n_predict_key]` is n_predicts[i];
+    with `prefixes`, body i's prompt text is prefixes[i] + "[<salt>] " + prompts[i].
     """
 
-    __slots__ = ("_head", "_tails", "_n")
+    __slots__ = ("_heads", "_tails", "_n")
 
-    def __init__(self, head: bytes, prompts: tuple[str, ...], close: bytes, fields: dict[str, Any]):
+    def __init__(self, head: bytes, prompts: tuple[str, ...], close: bytes, fields: dict[str, Any],
+                 n_predicts: tuple[int, ...] = (), n_predict_key: str = "n_predict", prefixes: tuple[str, ...] = ()):
         encode = msgspec.json.encode
-        rest = encode(fields)[1:]  # '"k":v,...}' without the opening brace
-        self._head = head + b'"['
-        self._tails = [b"] " + encode(p)[1:] + close + b"," + rest for p in prompts]
+        if n_predicts and len(n_predicts) != len(prompts) or prefixes and len(prefixes) != len(prompts):
+            raise ValueError("one n_predict and one prefix per prompt")
+        rests = ([encode({**fields, n_predict_key: n})[1:] for n in n_predicts] if n_predicts
+                 else [encode(fields)[1:]] * len(prompts))  # '"k":v,...}' without the opening brace
+        self._heads = ([head + b'"' + encode(p)[1:-1] + b"[" for p in prefixes] if prefixes
+                       else [head + b'"['] * len(prompts))
+        self._tails = [b"] " + encode(p)[1:] + close + b"," + rest for p, rest in zip(prompts, rests)]
         self._n = len(self._tails)
 
     def build(self, salt: str, index: int = 0) -> bytes:
-        return self._head + salt.encode() + self._tails[index % self._n]
+        i = index % self._n
+        return self._heads[i] + salt.encode() + self._tails[i]
 
 
 def generation_fields(params: GenerationParams, length_key: str, **first: Any) -> dict[str, Any]:
     """The JSON fields every API's request carries, in body order: `first` (e.g. the model), the
     length to generate under the API's own key (`n_predict`, `max_tokens`), temperature,
     ignore_eos (llama-server's; vLLM and SGLang read it too, other servers ignore it), no prompt
-    cache (it would make every request after the first report prompt_ms ~ 0), then seed and stream
-    when set."""
+    cache (it would make every request after the first report prompt_ms ~ 0) unless a cache mode
+    sets `params.cache_prompt`, then seed and stream when set."""
     fields: dict[str, Any] = {**first, length_key: params.n_predict, "temperature": params.temperature,
-                              "ignore_eos": params.ignore_eos, "cache_prompt": False}
+                              "ignore_eos": params.ignore_eos, "cache_prompt": params.cache_prompt}
     if params.seed is not None:
         fields["seed"] = params.seed
     if params.stream:

@@ -44,7 +44,8 @@ class LlamaCppBackend:
         self.params = params
         self.stream = params.stream
         fields = generation_fields(params, "n_predict")
-        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields)
+        self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields, params.n_predicts, "n_predict",
+                                    params.prefixes)
         self.build = self._bodies.build
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:

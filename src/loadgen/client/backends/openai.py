@@ -87,7 +87,8 @@ class OpenAIBackend:
             head, close = b'{"messages":[{"role":"user","content":', b"}]"
         else:
             head, close = b'{"prompt":', b""
-        self._bodies = SaltedBodies(head, params.prompt_list, close, fields)
+        self._bodies = SaltedBodies(head, params.prompt_list, close, fields, params.n_predicts, "max_tokens",
+                                    params.prefixes)
         self.build = self._bodies.build
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:

@@ -1,0 +1,165 @@
+"""Prompt-cache figures: how much of the prompts the server reused, and what that saved.
+
+Pure functions over recorded requests (no I/O). llama-server's `timings` split a prompt in two:
+`cache_n`, the tokens reused from a slot's (or the host's) prompt cache, and `prompt_n`, the
+tokens it computed (≥ 1: the last prompt token is always computed, its logits give the first
+answer token). A request's whole prompt is therefore `cache_n + prompt_n`.
+
+    hit ratio (token-weighted) = Σ cache_n / Σ (cache_n + prompt_n)     over successful requests
+    a cache hit                = a request with cache_n ≥ HIT_SHARE × (cache_n + prompt_n)
+    prefill saved (ms)         = Σ cache_n × Σ prompt_ms / Σ prompt_n
+                                 (the reused tokens at the level's own measured prefill cost per
+                                 computed token: an estimate, since prefill cost grows with depth)
+
+Requests without timings (an OpenAI-style server without them) count in none of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..core.records import RequestRecord
+
+# Half the prompt or more reused: the shared prefix or the history, not the BOS token and a few
+# template tokens every prompt has in common.
+HIT_SHARE = 0.5
+
+
+def is_hit(cache_n: int | None, prompt_n: int | None) -> bool | None:
+    """Whether a request reused at least HIT_SHARE of its prompt; None without both counts."""
+    if cache_n is None or prompt_n is None:
+        return None
+    return cache_n >= HIT_SHARE * (cache_n + prompt_n) and cache_n > 0
+
+
+def hit_ratio(cache_total: float, computed_total: float) -> float | None:
+    """Σ cache_n / Σ (cache_n + prompt_n); None when no prompt token was counted."""
+    whole = cache_total + computed_total
+    return None if whole <= 0 else cache_total / whole
+
+
+def prefill_saved_ms(cache_total: float, computed_total: float, prompt_ms_total: float) -> float | None:
+    """The prefill time the reused tokens would have cost at this level's measured cost per computed
+    token (Σ prompt_ms / Σ prompt_n); None without computed tokens."""
+    if computed_total <= 0:
+        return None
+    return cache_total * prompt_ms_total / computed_total
+
+
+@dataclass(frozen=True, slots=True)
+class CacheFigures:
+    """One group of requests' cache figures (see the module docstring); counts of successful
+    requests with timings."""
+
+    requests: int
+    hits: int
+    cache_n_total: int
+    prompt_n_total: int  # computed tokens (llama-server's prompt_n)
+    hit_ratio: float | None
+    prefill_saved_ms: float | None
+
+
+def cache_figures(records: Iterable[RequestRecord]) -> CacheFigures:
+    """The token-weighted hit ratio, hits, and prefill saved of the successful requests with timings."""
+    timed = [r for r in records if r.ok and r.cache_n is not None and r.prompt_n is not None]
+    cache = sum(r.cache_n or 0 for r in timed)
+    computed = sum(r.prompt_n or 0 for r in timed)
+    prompt_ms = sum(r.prompt_ms or 0.0 for r in timed)
+    return CacheFigures(len(timed), sum(1 for r in timed if is_hit(r.cache_n, r.prompt_n)), cache, computed,
+                        hit_ratio(cache, computed), prefill_saved_ms(cache, computed, prompt_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFigures:
+    """One turn index of a multi-turn run, over its users' requests: prompt tokens (whole: cache_n +
+    prompt_n), reused tokens, TTFT and latency (medians, ms; None when none measured), slots used."""
+
+    turn: int
+    requests: int
+    prompt_tokens_p50: float | None
+    cache_n_p50: float | None
+    hit_ratio: float | None
+    ttft_ms_p50: float | None
+    latency_ms_p50: float | None
+    slots: tuple[int, ...]
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def turn_figures(turns: Iterable[tuple[int, RequestRecord]]) -> list[TurnFigures]:
+    """Per turn index (1-based, as given with each record), the figures of its successful requests,
+    in turn order: a cold first turn is never pooled with a warm tenth."""
+    by_turn: dict[int, list[RequestRecord]] = {}
+    for turn, r in turns:
+        by_turn.setdefault(turn, []).append(r)
+    out = []
+    for turn in sorted(by_turn):
+        ok = [r for r in by_turn[turn] if r.ok]
+        timed = [r for r in ok if r.cache_n is not None and r.prompt_n is not None]
+        ttfts = [(r.first_token_ns - r.start_ns) / 1e6 for r in ok if r.first_token_ns is not None]
+        figures = cache_figures(timed)
+        out.append(TurnFigures(
+            turn=turn, requests=len(ok),
+            prompt_tokens_p50=_median([(r.cache_n or 0) + (r.prompt_n or 0) for r in timed]),
+            cache_n_p50=_median([r.cache_n or 0 for r in timed]), hit_ratio=figures.hit_ratio,
+            ttft_ms_p50=_median(ttfts), latency_ms_p50=_median([(r.complete_ns - r.start_ns) / 1e6 for r in ok]),
+            slots=tuple(sorted({r.id_slot for r in ok if r.id_slot is not None and r.id_slot >= 0}))))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityLevel:
+    """One K of a capacity run: K conversations taking turns, the warm rounds' figures (records
+    from the second round on: seq ≥ K), the server's resident memory after the level (MiB; None
+    when not known)."""
+
+    k: int
+    warm_requests: int
+    warm_hit_ratio: float | None
+    warm_ttft_ms_p50: float | None
+    rss_mib: float | None = None
+
+
+def capacity_level(k: int, records: Iterable[RequestRecord], rss_mib: float | None = None) -> CapacityLevel:
+    """The warm rounds of a level of K round-robin conversations: request i is conversation i mod K,
+    so the first K requests are each conversation's cold first turn and are left out."""
+    warm = [r for r in records if r.seq >= k and r.ok]
+    figures = cache_figures(warm)
+    ttfts = [(r.first_token_ns - r.start_ns) / 1e6 for r in warm if r.first_token_ns is not None]
+    return CapacityLevel(k, len(warm), figures.hit_ratio, _median(ttfts), rss_mib)
+
+
+# Reuse has collapsed at a K whose warm hit ratio fell below this share of the best K's.
+COLLAPSE_SHARE = 0.5
+
+
+def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
+    """The smallest K whose warm hit ratio is below COLLAPSE_SHARE × the highest ratio of the
+    smaller Ks (None: no K collapsed, or no K reused anything)."""
+    best = 0.0
+    for level in sorted(levels, key=lambda lv: lv.k):
+        ratio = level.warm_hit_ratio or 0.0
+        if best > 0 and ratio < COLLAPSE_SHARE * best:
+            return level.k
+        best = max(best, ratio)
+    return None
+
+
+def predicted_capacity(slots: int, slot_ctx: int | None, conversation_tokens: int, cache_ram_mib: float | None,
+                       bytes_per_token: float | None) -> int | None:
+    """How many conversations of `conversation_tokens` stay warm: one per slot (when one fits a
+    slot's context), plus as many as the host cache holds, floor(cache_ram / (tokens × bytes per
+    token)). None when the host cache is on but its share cannot be computed (no bytes per token)."""
+    in_slots = slots if slot_ctx is None or conversation_tokens <= slot_ctx else 0
+    if not cache_ram_mib:
+        return in_slots
+    if not bytes_per_token:
+        return None
+    return in_slots + int(cache_ram_mib * 2**20 // (conversation_tokens * bytes_per_token))

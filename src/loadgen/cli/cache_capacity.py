@@ -1,0 +1,107 @@
+"""`loadgen cache-capacity`: how many conversations the prompt cache keeps warm. K conversations,
+each with its own exact prefix, take turns one request at a time (a shared-prefix run per K under
+k-K/); per K the warm rounds' hit ratio, TTFT and the server's resident memory, the K where reuse
+collapses beside the capacity predicted from the slots and the host cache (cache-capacity.json).
+Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..analysis.cache import capacity_level, collapse_k, predicted_capacity
+from ..client.backends import GenerationParams
+from ..core.cache_mode import SharedPrefix
+from ..core.errors import EXIT_OK, ConfigError
+from ..core.rundoc import RunDocument
+from ..output.cache import cache_capacity_table
+from ..output.layout import print_table
+from ..results.reader import load_records, load_run
+from ..results.writer import default_dir, prepare_dir
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from .help import command
+from .options import LEVELS
+from .shared import checking_only, format_option, request_options, target_options
+from .shared import console as _console
+from .sweep import execute_sweep
+
+# A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
+OWN_TOKENS = 64
+
+
+def _rss_mib(pid: int | None) -> float | None:
+    """The process's resident memory (VmRSS of /proc/PID/status), MiB; None when unreadable."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@command("cache-capacity")
+@target_options
+@click.option("--conversation-tokens", type=click.IntRange(min=16), default=512, show_default=True,
+              help="Tokens of each conversation's shared part (its history), exact per server.")
+@click.option("--k", "ks", type=LEVELS, default="1,2,4,8", show_default=True,
+              help="Comma-separated numbers of conversations that take turns, one level each.")
+@click.option("--rounds", type=click.IntRange(min=2), default=3, show_default=True,
+              help="Turns per conversation per level; the first (cold) round is left out of the figures.")
+@click.option("--n-predict", type=click.IntRange(min=1), default=4, show_default=True, help="Tokens per answer.")
+@click.option("--server-pid", type=click.IntRange(min=1),
+              help="The local server's process id: its resident memory (/proc/PID/status) is read after each K.")
+@click.option("--cache-ram-mib", type=click.FloatRange(min=0),
+              help="The server's --cache-ram (MiB; 0: off), for the predicted capacity.")
+@click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True),
+              help="KV bytes per token (`loadgen kv MODEL`), for the predicted capacity's host-cache share.")
+@request_options
+@format_option
+def cache_capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, conversation_tokens,
+                           ks, rounds, n_predict, server_pid, cache_ram_mib, bytes_per_token, temperature, seed,
+                           timeout_s, wait_ready_s, output, force, output_format, server_urls=()) -> None:
+    """How many conversations the prompt cache keeps warm: K round-robin, K raised level by level."""
+    targets = build_targets(host, ports, urls, labels, server_urls)
+    if len(targets) != 1:
+        raise ConfigError("cache-capacity measures one server at a time: give one --url or --ports")
+    if checking_only():
+        return
+    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "cache-capacity"), force)
+    err = _console(stderr=True)
+    levels, doc = [], None
+    for k in ks:
+        # K conversations, each its own exact prefix, one request at a time in turn (i mod K).
+        mode = SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True)
+        config = SweepConfig(
+            targets=targets, concurrency=(1,), model=model, api_key=api_key, api=check_api(api, model, api_key),
+            generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
+                                        ignore_eos=True, seed=seed, stream=True),
+            requests_per_level=k * rounds, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+            transport=transport, insecure=insecure, shared_prefix=mode)
+        sub = prepare_dir(out_dir / f"k-{k}", True)
+        err.print(f"K = {k}: {k} conversations of {conversation_tokens} tokens, {rounds} rounds", highlight=False)
+        code = execute_sweep(config, sub, _console(stderr=True), histograms=False, output_format=output_format)
+        if code != EXIT_OK:
+            sys.exit(code)
+        doc = RunDocument.of(load_run(sub))
+        levels.append(capacity_level(k, load_records(sub), _rss_mib(server_pid)))
+    server = doc.targets[0].server if doc is not None and doc.targets else None
+    slots = (server.total_slots if server is not None else None) or 1
+    n_ctx = ((server.props if server is not None else None) or {}).get("n_ctx")
+    predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
+                                   cache_ram_mib, bytes_per_token)
+    collapsed = collapse_k(levels)
+    summary = {"conversation_tokens": conversation_tokens + OWN_TOKENS, "rounds": rounds, "slots": slots,
+               "cache_ram_mib": cache_ram_mib, "bytes_per_token": bytes_per_token, "predicted_capacity": predicted,
+               "collapse_k": collapsed,
+               "levels": [{"k": lv.k, "warm_requests": lv.warm_requests, "warm_hit_ratio": lv.warm_hit_ratio,
+                           "warm_ttft_ms_p50": lv.warm_ttft_ms_p50, "rss_mib": lv.rss_mib} for lv in levels]}
+    (out_dir / "cache-capacity.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print_table(_console(), cache_capacity_table(summary))
+    err.print(f"results: {out_dir}", highlight=False)

@@ -1,0 +1,142 @@
+"""Multi-turn conversations: `users` users, each holding a conversation of `turns` turns.
+
+Each turn re-sends the whole history as a chat client does: every earlier message and the
+server's own answer to it (the streamed text, exactly as it came), then a new message, to
+llama-server's /completion with `cache_prompt: true` (the mode's switch). So the reuse measured is
+what a chat client causes; the server re-evaluates what its tokenizer splits differently when its
+own answer comes back as text (and always the last prompt token).
+
+    turn k's prompt = "[<salt>] " + Σ_{j<k} ("User: " + m_j + "\nAssistant:" + a_j + "\n")
+                      + "User: " + m_k + "\nAssistant:"
+
+The salt (one per user) comes first, so users never share a prefix with each other. Messages are
+synthetic prose of about `message_tokens` tokens, seeded per user and turn. Between a user's
+answer and their next message: `think_s` plus a seeded uniform draw in [0, think_jitter_s).
+
+A conversation stops at its first failed turn (its history cannot go on). Records: one level
+(its concurrency: the users) per target; `worker` is the user, `seq` = turn × users + user, so a
+record's turn (0-based) is seq // users (`turn_of`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+
+import aiohttp
+
+from ..core.cache_mode import MultiTurn
+from ..core.clock import now_ns
+from ..core.records import CONNECT_ERROR, LevelRun, RequestRecord
+from .prompts import synthetic_text
+from .recording import stream_level
+from .salts import new_decimal_salt
+from .state import Run, RunObserver, TargetRun
+from .target_setup import prepare_targets
+
+CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
+
+
+def turn_of(record: RequestRecord, users: int) -> int:
+    """A multi-turn record's turn, 1-based."""
+    return record.seq // users + 1
+
+
+def turn_prompt(salt: str, history: list[tuple[str, str]], message: str) -> str:
+    """The prompt of a turn: the salt, the earlier (message, answer) pairs, the new message."""
+    past = "".join(f"User: {m}\nAssistant:{a}\n" for m, a in history)
+    return f"[{salt}] {past}User: {message}\nAssistant:"
+
+
+async def _turn(session: aiohttp.ClientSession, url: str, body: dict, record: dict) -> str | None:
+    """One streamed /completion: fills `record` (times, timings, slot); the answer text, or None
+    on failure (record's error set)."""
+    text: list[str] = []
+    record["send_ns"] = now_ns()
+    try:
+        async with session.post(f"{url}/completion", json=body) as resp:
+            record["status"] = resp.status
+            if resp.status != 200:
+                record["error_kind"] = f"http_{resp.status}"
+                record["error_message"] = (await resp.text())[:200]
+                return None
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                event = json.loads(line[5:])
+                if event.get("content"):
+                    stamp = now_ns()
+                    record.setdefault("first_token_ns", stamp)
+                    record["last_token_ns"] = stamp
+                    text.append(event["content"])
+                if event.get("stop"):
+                    timings = event.get("timings") or {}
+                    record.update(tokens_predicted=event.get("tokens_predicted"), stop_type=event.get("stop_type"),
+                                  id_slot=event.get("id_slot"), cache_n=timings.get("cache_n"),
+                                  prompt_n=timings.get("prompt_n"), prompt_ms=timings.get("prompt_ms"),
+                                  predicted_n=timings.get("predicted_n"), predicted_ms=timings.get("predicted_ms"))
+    except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
+        record["error_kind"] = CONNECT_ERROR if "status" not in record else "disconnected"
+        record["error_message"] = str(exc)[:200] or type(exc).__name__
+        return None
+    finally:
+        record["complete_ns"] = now_ns()
+    return "".join(text)
+
+
+async def _user(run: Run, t: TargetRun, level: LevelRun, mode: MultiTurn, user: int,
+                session: aiohttp.ClientSession, slots: int | None) -> None:
+    g = run.config.generation
+    rng = random.Random(mode.seed * 1_000_003 + user)
+    salt = new_decimal_salt()
+    history: list[tuple[str, str]] = []
+    for turn in range(mode.turns):
+        message = synthetic_text(mode.message_tokens * CHARS_PER_TOKEN, 7919 * user + turn).strip()
+        message = message[:mode.message_tokens * CHARS_PER_TOKEN]
+        body = {"prompt": turn_prompt(salt, history, message), "n_predict": g.n_predict, "temperature": g.temperature,
+                "ignore_eos": g.ignore_eos, "cache_prompt": mode.cache_prompt, "stream": True}
+        if g.seed is not None:
+            body["seed"] = g.seed
+        if mode.pin_slots and slots:
+            body["id_slot"] = user % slots
+        fields: dict = {}
+        answer = await _turn(session, t.target.url.rstrip("/"), body, fields)
+        level.records.append(RequestRecord(target=t.label, level=mode.users, worker=user,
+                                           seq=turn * mode.users + user, salt=salt,
+                                           intended_ns=fields["send_ns"], **fields))
+        if answer is None:
+            return
+        history.append((message, answer))
+        if turn + 1 < mode.turns:
+            await asyncio.sleep(mode.think_s + (rng.uniform(0, mode.think_jitter_s) if mode.think_jitter_s else 0))
+
+
+async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
+    """Fill `run`: per reachable target, one level of `mode.users` conversations at once."""
+    config = run.config
+    for t in await prepare_targets(run, obs):
+        level = stream_level(LevelRun(target=t.label, concurrency=mode.users), run.sink, keep=True,
+                             time_scale=config.time_scale, origin_ns=run.start_ns)
+        t.levels.append(level)
+        obs.level_started(level, mode.users * mode.turns, None)
+        slots = t.info.total_slots if t.info else None
+        timeout = aiohttp.ClientTimeout(total=config.timeout_s)
+        started = time.monotonic()
+        # llama-server closes a connection after a streamed answer (client/probe.py: closes_streams); a
+        # kept-alive one would fail the next turn's write, so each turn opens its own.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers(), connector=connector) as session:
+            level.start_ns = now_ns()
+            try:
+                await asyncio.gather(*(_user(run, t, level, mode, u, session, slots) for u in range(mode.users)))
+            except BaseException:
+                level.stopped_reason = level.stopped_reason or "interrupted"
+                raise
+            finally:
+                level.records_done()
+                level.end_ns, level.finished = now_ns(), True
+        obs.message(f"{t.label}: {mode.users} users × {mode.turns} turns in {time.monotonic() - started:.1f} s")
+        obs.level_done(run, t, level)

@@ -1,0 +1,75 @@
+"""A shared-prefix run's prompts for one target: groups of requests sharing a system prompt.
+
+Group g's prefix is synthetic prose seeded by g, cut on this server's tokenizer to exactly
+`prefix_tokens` tokens (BOS not counted) and ended with a newline, so the salt after it cannot
+merge with its last token. Each request's prompt is then
+
+    prefix(g) + "[<salt>] " + body(g)
+
+with body(g) cut (run/exact_prompt.fit_prompt) so the salted part, with the BOS token, is
+`total − prefix_tokens` tokens: the whole prompt is exactly `total` tokens. Request i is of group
+i mod groups (the backends' prompt index), so a group's requests share exactly BOS + prefix on the
+wire and nothing after. The bodies ask for `cache_prompt: true` unless the mode's cache is off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..client.backends import GenerationParams
+from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
+from ..core.cache_mode import SharedPrefix
+from .config import SweepConfig
+from .engine import EngineOptions
+from .exact_prompt import PromptTooShort, fit_prompt
+from .prompts import synthetic_text
+from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun
+
+PREFIX_SEED = 2_000_003  # the prefixes' seeds, apart from the bodies' (seed g) and a trace's blocks
+
+
+async def exact_prefix(tokenizer: Tokenizer, n_tokens: int, seed: int) -> str:
+    """Text of exactly `n_tokens` tokens on this tokenizer (without BOS), ending with a newline.
+    Raises PromptTooShort when the tokenizer cannot give that count (it never merged to it)."""
+    specials = await tokenizer.specials()
+    pieces = await tokenizer.pieces(synthetic_text(n_tokens * 8 + 64, PREFIX_SEED + seed))
+    take = max(0, n_tokens - 1)
+    for _ in range(8):  # the newline may merge with the last piece: move the cut until it counts
+        text = b"".join(pieces[:take]).decode("utf-8", "ignore") + "\n"
+        count = await tokenizer.count(text) - specials
+        if count == n_tokens:
+            return text
+        take += n_tokens - count
+        if take < 0:
+            break
+    raise PromptTooShort(f"no text of exactly {n_tokens} tokens found for the shared prefix")
+
+
+async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
+                                   mode: SharedPrefix) -> tuple[GenerationParams, EngineOptions] | None:
+    """One body per group for this target (prefix, salt, own text), exact in tokens; None, and the
+    target's error set, when the server has no /tokenize or the lengths cannot be built."""
+    prefixes, bodies = [], []
+    try:
+        async with server_tokenizer(t.target.probe_url, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                    insecure=config.insecure) as tokenizer:
+            # --api chat: the template's tokens are inside the whole prompt's count, as a sweep's.
+            template = await tokenizer.template_overhead() if config.api == "chat" else 0
+            for g in range(mode.groups):
+                prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g))
+                fit = await fit_prompt(tokenizer, lambda m, g=g: synthetic_text(m, g),
+                                       mode.total_tokens - mode.prefix_tokens, template_tokens=template)
+                bodies.append(fit.body)
+    except TokenizeUnavailable:
+        t.error = f"{t.target.display}: a shared prefix is cut with the server's /tokenize, which it does not answer"
+        return None
+    except PromptTooShort as exc:
+        t.error = (f"{t.target.display}: --prompt-tokens {mode.total_tokens} leaves no room after the "
+                   f"{mode.prefix_tokens}-token prefix: {exc}")
+        return None
+    obs.message(f"{t.label}: {mode.groups} shared prefix(es) of {mode.prefix_tokens} tokens, prompts of "
+                f"{mode.total_tokens} tokens, cache_prompt {'on' if mode.cache_prompt else 'off'}")
+    generation = replace(config.generation, prompt=bodies[0], prompts=tuple(bodies), prefixes=tuple(prefixes),
+                         cache_prompt=mode.cache_prompt)
+    return generation, EngineOptions(salt=new_decimal_salt)

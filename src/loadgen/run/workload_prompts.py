@@ -1,0 +1,92 @@
+"""A workload's request bodies for one target: each drawn shape's prompt cut to its exact length
+with that server's own tokenizer, and its own n_predict.
+
+The shapes (core/workload.py) are the same for every target; the prompts are cut per target, so
+two servers with different tokenizers both get prompts of exactly the drawn lengths. A length
+counts as run/exact_prompt.py counts it: the salt, the BOS token and (--api chat) the chat
+template are inside it, so a request's `prompt_n` is its drawn length, with no overhead on top.
+Distinct lengths are fitted once each; the prompt texts rotate over the prompt source's variants
+(a dataset's texts) by length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..analysis.context import context_overflow
+from ..client.backends import GenerationParams
+from ..core.errors import ConfigError
+from ..core.workload import RequestShape
+from .config import SweepConfig
+from .engine import DEFAULT_OPTIONS, EngineOptions
+from .exact_prompt import FittedPrompt, fit_prompts
+from .prompts import PromptSource
+from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun, slot_context
+
+
+def shape_generation(generation: GenerationParams, shapes: tuple[RequestShape, ...],
+                     bodies: dict[int, str] | None) -> GenerationParams:
+    """`generation` with one body per shape: shape i's prompt (bodies[length], or the run's prompt
+    texts in turn when the workload does not cut prompts) and its n_predict."""
+    texts = generation.prompt_list
+    prompts = tuple(bodies[s.prompt_tokens] if bodies is not None and s.prompt_tokens is not None
+                    else texts[i % len(texts)] for i, s in enumerate(shapes))
+    return replace(generation, prompt=prompts[0], prompts=prompts, n_predicts=tuple(s.n_predict for s in shapes),
+                   n_predict=max(s.n_predict for s in shapes))
+
+
+async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
+                      lengths: list[int]) -> dict[int, str] | None:
+    """{length: body} cut for this target; None, and the target's error set, when a length cannot
+    hold the salt. One note for the user when some lengths are estimates or not exact."""
+    source = config.prompt_source or PromptSource()
+    variants = source.variants()
+    by_variant: dict[int, list[int]] = {}
+    for k, n in enumerate(sorted(set(lengths))):
+        by_variant.setdefault(k % variants, []).append(n)
+    bodies: dict[int, str] = {}
+    notes: list[str] = []
+    for start, group in by_variant.items():
+        fits = await fit_prompts(t.target.probe_url, lambda m, s=start: source.text(m, s), group, api=config.api,
+                                 headers=config.auth_headers(), timeout_s=config.timeout_s, insecure=config.insecure)
+        for n, fit in fits.items():
+            if not isinstance(fit, FittedPrompt):
+                t.error = (f"{t.target.display}: --prompt-tokens draws {n}: {fit}; raise the distribution's "
+                           "min= (or its lowest length)")
+                return None
+            bodies[n] = fit.body
+            if (note := fit.note()) is not None:
+                notes.append(note)
+    if notes:
+        obs.message(f"{t.label}: {len(notes)} of {len(bodies)} prompt lengths are not exact, e.g.: {notes[0]}")
+    return bodies
+
+
+async def workload_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
+                              shapes: tuple[RequestShape, ...]) -> tuple[GenerationParams, EngineOptions] | None:
+    """The run's generation with one body per shape for this target, and the engine options its
+    salts need (fixed-size decimal salts when prompts are cut); None when the target cannot take it."""
+    lengths = [s.prompt_tokens for s in shapes if s.prompt_tokens is not None]
+    if not lengths:
+        return shape_generation(config.generation, shapes, None), DEFAULT_OPTIONS
+    bodies = await fit_lengths(config, t, obs, lengths)
+    if bodies is None:
+        return None
+    return shape_generation(config.generation, shapes, bodies), EngineOptions(salt=new_decimal_salt)
+
+
+def refuse_shapes_beyond_context(targets: list[TargetRun], shapes: tuple[RequestShape, ...]) -> None:
+    """Before the first level: a drawn prompt and its answer that a target's per-slot context cannot
+    hold would fail (or be cut) on every pass of its shape, so the run is refused (ConfigError)
+    naming the largest such shape, as a fixed --prompt-tokens is (run/target_setup.py)."""
+    cut = [s for s in shapes if s.prompt_tokens is not None]
+    if not cut:
+        return
+    largest = max(cut, key=lambda s: s.prompt_tokens + s.n_predict)
+    for t in targets:
+        problem = context_overflow(largest.prompt_tokens, largest.n_predict, slot_context(t))
+        if problem:
+            raise ConfigError(f"{t.label} ({t.target.display}) cannot take the workload's largest request: {problem}; "
+                              "lower the largest lengths (a distribution's max=, replay's --max-prompt-tokens) or restart "
+                              "the server with a larger -c")

@@ -1,0 +1,193 @@
+"""Cache modes on the in-process simulator (its slots keep their prompt's tokens and reuse the
+longest common prefix, as llama-server's do): exact hit counts for shared prefixes, the cache
+figures' formulas on hand-made records, the cache table, and compare's refusal of cached against
+uncached runs."""
+
+from __future__ import annotations
+
+import pytest
+import uvloop
+
+from loadgen.analysis.cache import (
+    cache_figures,
+    hit_ratio,
+    is_hit,
+    prefill_saved_ms,
+    turn_figures,
+)
+from loadgen.analysis.compare import CompareError, check_comparable
+from loadgen.client.backends import GenerationParams
+from loadgen.core.cache_mode import SharedPrefix
+from loadgen.core.records import RequestRecord
+from loadgen.run.config import SweepConfig, Target
+from loadgen.run.level_runner import LocalRunner
+from loadgen.run.state import Run
+from loadgen.run.sweep import run_sweep
+from loadgen.sim import load_profile, start_simulator
+
+SMOKE = load_profile("smoke")
+
+
+class Quiet:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def _shared_prefix_run(mode: SharedPrefix, slots: int, requests: int, cache_ram_tokens: int = 0) -> list[RequestRecord]:
+    async def main() -> Run:
+        async with await start_simulator(SMOKE, slots=slots, seed=3, cache_ram_tokens=cache_ram_tokens) as sim:
+            config = SweepConfig(targets=(Target(sim.url, "smoke"),),
+                                 generation=GenerationParams(prompt="hi", n_predict=4, seed=1, stream=True),
+                                 concurrency=(1,), requests_per_level=requests, warmup=0, wait_ready_s=5,
+                                 probe_interval_s=0, shared_prefix=mode)
+            run = Run(config)
+            await run_sweep(run, Quiet(), LocalRunner())
+            return run
+    run = uvloop.run(main())
+    assert run.targets[0].error is None, run.targets[0].error
+    return sorted(run.targets[0].levels[0].records, key=lambda r: r.seq)
+
+
+# (groups, slots, cache on, requests) -> requests that reuse the prefix, written before running:
+# one request at a time; a group's first request misses; a later one finds its group's prefix in a
+# slot unless another group took that slot since (LRU over fewer slots than groups: each request
+# evicts the group needed next, so 3 groups round-robin over 2 slots never hit). Cache off: none.
+# With a host cache (--cache-ram) of room for every group, the slot a group lost is saved and
+# restored when the group comes back: 3 groups over 2 slots hit from their second round on. A host
+# cache smaller than one saved prompt (about 174 tokens: 170 + the answer) keeps nothing.
+SHARED_PREFIX_CASES = [
+    (1, 2, True, 6, 0, 5),
+    (2, 2, True, 8, 0, 6),
+    (3, 2, True, 9, 0, 0),
+    (3, 4, True, 9, 0, 6),
+    (2, 2, False, 8, 0, 0),
+    (3, 2, True, 9, 10_000, 6),
+    (3, 2, True, 9, 100, 0),
+]
+
+
+@pytest.mark.parametrize("groups,slots,cache_prompt,requests,cache_ram,hits", SHARED_PREFIX_CASES)
+def test_shared_prefix_hits_on_the_simulator(groups, slots, cache_prompt, requests, cache_ram, hits):
+    prefix, total = 120, 170
+    records = _shared_prefix_run(SharedPrefix(prefix, groups, total, cache_prompt), slots, requests, cache_ram)
+    assert len(records) == requests and all(r.ok for r in records)
+    # Each prompt is exactly `total` tokens on the server, reused or computed.
+    assert [r.cache_n + r.prompt_n for r in records] == [total] * requests
+    hit = [r for r in records if is_hit(r.cache_n, r.prompt_n)]
+    assert len(hit) == hits
+    # A hit reuses BOS + the prefix, no token of the salt after it.
+    assert {r.cache_n for r in hit} <= {prefix + 1}
+    # A miss reuses at most BOS and the first words two groups' prose may start with.
+    assert all(r.cache_n < 8 for r in records if r not in hit)
+    figures = cache_figures(records)
+    assert figures.hits == hits
+    assert figures.hit_ratio == pytest.approx(sum(r.cache_n for r in records) / (requests * total))
+    if not cache_prompt:
+        assert {r.cache_n for r in records} == {0}
+
+
+def _record(cache_n, prompt_n, prompt_ms=10.0, *, slot=0, ttft_ms=None, error=None) -> RequestRecord:
+    return RequestRecord(target="t", level=1, worker=0, seq=0, salt="s", send_ns=0, complete_ns=50_000_000,
+                         status=200 if error is None else 500, error_kind=error, cache_n=cache_n, prompt_n=prompt_n,
+                         prompt_ms=prompt_ms, id_slot=slot,
+                         first_token_ns=None if ttft_ms is None else int(ttft_ms * 1e6))
+
+
+# (cache_n, prompt_n) -> hit? (half the prompt or more reused; no counts: unknown)
+HIT_CASES = [((0, 100), False), ((1, 99), False), ((50, 50), True), ((49, 51), False), ((200, 1), True),
+             ((None, 100), None), ((0, 1), False)]
+
+
+@pytest.mark.parametrize("counts,expected", HIT_CASES)
+def test_what_counts_as_a_hit(counts, expected):
+    assert is_hit(*counts) is expected
+
+
+def test_the_figures_formulas_on_records_worked_by_hand():
+    records = [_record(0, 100, 50.0), _record(90, 10, 5.0), _record(90, 10, 5.0), _record(None, None),
+               _record(90, 10, error="http_error")]
+    f = cache_figures(records)
+    # Σcache 180, Σcomputed 120 (the failed and untimed requests left out): 180 / 300; prefill at
+    # 60 ms per 120 computed tokens = 0.5 ms a token, 180 reused tokens saved 90 ms.
+    assert (f.requests, f.hits, f.cache_n_total, f.prompt_n_total) == (3, 2, 180, 120)
+    assert f.hit_ratio == pytest.approx(0.6)
+    assert f.prefill_saved_ms == pytest.approx(90.0)
+    assert hit_ratio(0, 0) is None and prefill_saved_ms(10, 0, 5) is None
+
+
+def test_turn_figures_keep_each_turn_apart():
+    turns = [(1, _record(0, 100, slot=0, ttft_ms=40)), (1, _record(0, 120, slot=1, ttft_ms=60)),
+             (2, _record(150, 30, slot=0, ttft_ms=10)), (2, _record(170, 30, slot=1, ttft_ms=12))]
+    first, second = turn_figures(turns)
+    assert (first.turn, first.requests, first.prompt_tokens_p50, first.cache_n_p50, first.hit_ratio) == \
+        (1, 2, 110, 0, 0.0)
+    assert (second.prompt_tokens_p50, second.cache_n_p50, second.ttft_ms_p50, second.slots) == (190, 160, 11, (0, 1))
+    assert second.hit_ratio == pytest.approx(320 / 380)
+
+
+def _doc(config: dict) -> dict:
+    return {"kind": "sweep", "config": {"api": "llamacpp", "mode": "concurrency", **config}, "complete": True,
+            "targets": []}
+
+
+def test_compare_refuses_a_cached_run_against_an_uncached_one_in_one_line():
+    cached = _doc({"cache_prompt": True, "cache": SharedPrefix(100, 2).to_dict()})
+    with pytest.raises(CompareError) as caught:
+        check_comparable(_doc({"cache_prompt": False}), cached)
+    assert "cache" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(CompareError):
+        check_comparable(cached, _doc({"cache_prompt": False}))
+
+
+def _level(k, ratio):
+    from loadgen.analysis.cache import CapacityLevel
+    return CapacityLevel(k, 2 * k, ratio, None)
+
+
+# (warm hit ratio per K) -> the K where reuse collapsed (below half the best of the smaller Ks).
+COLLAPSE_CASES = [
+    ({1: 0.9, 2: 0.9, 4: 0.9, 8: 0.0}, 8),
+    ({1: 0.9, 2: 0.9, 3: 0.44, 4: 0.0}, 3),
+    ({1: 0.9, 2: 0.5, 3: 0.46}, None),
+    ({1: 0.0, 2: 0.0}, None),
+    ({1: None, 2: 0.8, 3: 0.1}, 3),
+    ({}, None),
+]
+
+
+@pytest.mark.parametrize("ratios,expected", COLLAPSE_CASES)
+def test_where_reuse_collapses(ratios, expected):
+    from loadgen.analysis.cache import collapse_k
+    assert collapse_k([_level(k, r) for k, r in ratios.items()]) == expected
+
+
+# (slots, slot ctx, tokens, cache_ram MiB, bytes per token) -> conversations predicted warm.
+PREDICTION_CASES = [
+    ((4, 1024, 500, None, None), 4),
+    ((4, 1024, 500, 0, 1000.0), 4),
+    ((4, 400, 500, None, None), 0),  # a conversation fits no slot
+    ((2, 1024, 512, 1, 1024.0), 4),  # 1 MiB / (512 × 1 KiB) = 2 more
+    ((2, None, 512, 1, None), None),  # host cache on, its share unknown
+]
+
+
+@pytest.mark.parametrize("args,expected", PREDICTION_CASES)
+def test_the_predicted_capacity(args, expected):
+    from loadgen.analysis.cache import predicted_capacity
+    assert predicted_capacity(*args) == expected
+
+
+def test_capacity_on_the_simulator_collapses_past_its_slots_and_host_cache():
+    """Written before the run: 2 slots and a host cache of 400 tokens (two saved conversations of
+    about 174 tokens each). K ≤ 2 conversations live in the slots, so every warm request hits
+    (BOS + the 120-token prefix of 170); K = 6 round-robin evicts, in slots and host cache alike,
+    the conversation needed next, so none hits."""
+    from loadgen.analysis.cache import capacity_level
+    figures = {}
+    for k in (1, 2, 6):
+        records = _shared_prefix_run(SharedPrefix(120, k, 170, True), 2, 3 * k, cache_ram_tokens=400)
+        figures[k] = capacity_level(k, records)
+    assert figures[1].warm_requests == 2 and figures[6].warm_requests == 12
+    assert figures[1].warm_hit_ratio == pytest.approx(121 / 170)
+    assert figures[2].warm_hit_ratio == pytest.approx(121 / 170)
+    assert figures[6].warm_hit_ratio < 0.05
