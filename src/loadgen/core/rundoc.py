@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from .errors import ResultsError
+
 
 class Distribution(msgspec.Struct, frozen=True):
     """Mean (exact) and p50/p90/p99/max (HdrHistogram, µs resolution) of millisecond values."""
@@ -332,7 +334,12 @@ class RunDocument(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, doc: RunDocument | dict[str, Any]) -> RunDocument:
-        """The typed document of run.json's content (a document already typed is returned as it is)."""
+        """The typed document of run.json's content (a document already typed is returned as it is).
+        A content that does not fit (a hand-edited or damaged file) is a `ResultsError`: one line."""
         if isinstance(doc, RunDocument):
             return doc
-        return msgspec.convert(doc, cls, strict=False)
+        try:
+            return msgspec.convert(doc, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else "it does not fit the run document"
+            raise ResultsError(f"run.json is damaged or not written by this loadgen ({reason})") from None
