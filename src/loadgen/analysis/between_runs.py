@@ -26,7 +26,10 @@ Test. t = log r / se with se = sigma sqrt(1/n_b + 1/n_c) (paired: sigma sqrt(2/n
 from Student's t with the pooled degrees of freedom; the interval of r is
 exp(log r +- t_(1-alpha/2) se). `detectable` is the smallest relative change the runs detect
 with 80% power at that alpha: exp((t_(1-alpha/2) + t_0.80) se) - 1. A limit below it cannot be
-enforced with these runs.
+enforced with these runs. It needs sigma from at least MIN_POWER_DF degrees of freedom: from one
+(two pairs, or 2 runs against 1) sigma is one difference of two differences, which two runs can
+make as small as they please by chance (two pairs 1.1 tok/s apart each gave sigma 0.004%), so
+`detectable` is None there, and the check's power is unknown, not good.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 POWER = 0.80
+MIN_POWER_DF = 2  # degrees of freedom below which sigma says nothing of what the runs detect
 PAIRED, UNPAIRED, FLOOR_ONLY, UNTESTED = "paired", "unpaired", "noise floor", "untested"
 
 
@@ -61,7 +65,7 @@ class RunEffect:
     p_value: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
-    detectable: float | None = None  # smallest relative change detectable with 80% power
+    detectable: float | None = None  # smallest relative change detectable with 80% power; None below MIN_POWER_DF
 
     @property
     def significant(self) -> bool | None:
@@ -117,7 +121,7 @@ def run_effect(baseline: Sequence[float], candidate: Sequence[float], alpha: flo
     sigma = math.sqrt(ss / df)
     se = sigma * math.sqrt(2 / n_b if paired else 1 / n_b + 1 / n_c)
     t_crit = float(stats.t.ppf(1 - alpha / 2, df))
-    detectable = math.expm1((t_crit + float(stats.t.ppf(POWER, df))) * se)
+    detectable = math.expm1((t_crit + float(stats.t.ppf(POWER, df))) * se) if df >= MIN_POWER_DF else None
     if se == 0:
         p = 1.0 if log_ratio == 0 else 0.0
         return RunEffect(ratio, n_b, n_c, method, 0.0, df, p, ratio, ratio, detectable)

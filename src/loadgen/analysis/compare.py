@@ -272,6 +272,9 @@ def compare_metric(metric: str, base: Sequence[Sequence[RequestRecord]], cand: S
         note = "a value of 0 has no ratio"
     elif effect.significant is None:
         note = "one run a side and no noise floor: run-to-run noise is unknown (more runs a side, or `loadgen calibrate`)"
+    elif effect.detectable is None:
+        note = (f"{len(base)}+{len(cand)} runs give one degree of freedom: what they detect is unknown "
+                "(3 runs a side, or `loadgen calibrate`)")
     return MetricComparison(**common, baseline=geometric_mean(have_b), candidate=geometric_mean(have_c),
                             p_value=effect.p_value, ci_low=effect.ci_low, ci_high=effect.ci_high,
                             significant=effect.significant, note=note,

@@ -229,8 +229,9 @@ class Unenforced:
     metric: str
     limit: float
     levels: tuple[int | float, ...]  # where, in the comparison's order
-    untested: str | None  # why there was no test (the comparison's note), or None
+    untested: str | None  # why there was no test, or no power to judge (the comparison's note), or None
     detectable: float | None  # when tested: the largest smallest-detectable change of these checks
+    tested: bool = False  # a test ran, but too few degrees of freedom to say what it detects
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,18 +266,19 @@ class GateResult:
         return EXIT_OK
 
     def unenforced(self) -> list[Unenforced]:
-        """The checks not enforced, grouped by metric and by why: no test (per reason), or a test
-        blind to a change of the limit's size."""
+        """The checks not enforced, grouped by metric and by why: no test (per reason), a test whose
+        power is unknown (one degree of freedom), or a test blind to a change of the limit's size."""
         groups: dict[tuple[str, str | None], list[Check]] = {}
         for check in self.not_enforced:
             c = check.comparison
-            untested = None if c.significant is not None else _untested_reason(c)
-            groups.setdefault((check.metric, untested), []).append(check)
+            blind = c.significant is not None and c.detectable is not None
+            groups.setdefault((check.metric, None if blind else _untested_reason(c), c.significant is not None),
+                              []).append(check)
         out = []
-        for (metric, untested), checks in groups.items():
+        for (metric, untested, tested), checks in groups.items():
             known = [c.comparison.detectable for c in checks if c.comparison.detectable is not None]
             out.append(Unenforced(metric, checks[0].limit, tuple(c.comparison.concurrency for c in checks),
-                                  untested, None if untested or not known else max(known)))
+                                  untested, None if untested or not known else max(known), tested))
         return out
 
     def detectable(self) -> dict[str, float | None]:

@@ -103,10 +103,14 @@ def detection_lines(result: GateResult) -> list[str]:
         lines.append(f"with {runs_text(result.comparison)}: the smallest changes these runs detect are "
                      + ", ".join(known))
     for metric, limit, d in result.limits_below_detection():
-        if d is None:
+        if d is None and result.comparison.runs == (1, 1) and not result.comparison.floor:
             lines.append(f"warning: {METRICS[metric].title}: one run a side and no noise floor, so no change can be "
                          "told from this machine's run-to-run drift; gate several interleaved runs a side "
                          "(`loadgen ab --repeat 3`) or calibrate (`loadgen calibrate`)")
+        elif d is None:
+            lines.append(f"warning: {METRICS[metric].title}: {runs_text(result.comparison)} give too few degrees of "
+                         "freedom to say what they detect, so a regression is reported inconclusive, not caught; "
+                         "gate 3 runs a side (`loadgen ab --repeat 3`) or calibrate (`loadgen calibrate`)")
         else:
             lines.append(f"warning: {METRICS[metric].title}: the limit {limit:.0%} is below the smallest change these "
                          f"runs detect ({d:.0%}); a regression between the two is reported inconclusive, not "
@@ -127,13 +131,14 @@ def enforcement_text(result: GateResult) -> str:
     for u in result.unenforced():
         title, where = METRICS[u.metric].title, _levels(list(u.levels))
         if u.untested is not None:
-            clauses.setdefault(("untested", u.untested, where), []).append(title)
+            verb = "of unknown power" if u.tested else "untested"
+            clauses.setdefault((verb, u.untested, where), []).append(title)
         else:
             clauses[("blind", u.metric)] = [f"{title} at {where} could detect only changes above "
                                             f"{_share(u.detectable or 0.0)}, the limit is {_percent(u.limit)}"]
     if not clauses:
         return ""
-    texts = [f"{', '.join(titles)} untested at {key[2]} ({key[1]})" if key[0] == "untested" else titles[0]
+    texts = [f"{', '.join(titles)} {key[0]} at {key[2]} ({key[1]})" if key[0] != "blind" else titles[0]
              for key, titles in clauses.items()]
     return f"{len(result.not_enforced)} of {_checks(len(result.checks))} not enforced: " + "; ".join(texts)
 
