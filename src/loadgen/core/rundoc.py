@@ -194,6 +194,9 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     workers: list[WorkerPart] | None = None
     energy: list[dict[str, Any]] | None = None  # per source (analysis/energy.py); absent without counters
     environment_changed: list[str] | None = None  # what changed in the machine during the level
+    # The machine's samples during the level as stored (core.environment.samples_from reads them,
+    # skipping unreadable ones); absent without --environment.
+    environment: Any = None
 
 
 class LevelVerdict(msgspec.Struct, frozen=True):
@@ -204,6 +207,9 @@ class LevelVerdict(msgspec.Struct, frozen=True):
     queued: int = 0
     queued_share: float = 0.0
     queue_wait_ms: Distribution | None = None
+    queued_wait_ms: Distribution | None = None  # the queued requests' waits only
+    queue_cause: str | None = None  # why they waited: "slots", "prefill", "outside", ... (analysis/saturation.py)
+    slot_wait_ms: Distribution | None = None  # their waits while every slot was busy
     peak_deferred: float | None = None
     peak_busy_slots: int | None = None
     batching_gain: float | None = None
@@ -326,6 +332,9 @@ class RunDocument(msgspec.Struct, frozen=True):
     complete: bool = True
     config: Config | None = None
     started_utc: str | None = None
+    # The machine's fingerprint as stored (core.environment.fingerprint_from reads it: None when
+    # absent or unreadable); absent from runs before it was recorded.
+    environment: Any = None
 
     @property
     def open_loop(self) -> bool:
