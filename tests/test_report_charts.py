@@ -75,3 +75,32 @@ def test_the_probe_chart_zooms_with_a_range_slider():
     fig = interactive.probe_figure(fixture_series())
     assert fig.layout.xaxis.rangeslider.visible is True
     assert {trace.name for trace in fig.data} == {"smollm2 busy slots (/slots)", "smollm2 requests_deferred (/metrics)"}
+
+
+# ---------------------------------------------------------------- a soak's windows
+# (window ends in s, window_s, k, first/last means, expected unit, partial flags, drift spans); written before the code ran.
+SOAK_TIMELINES = [
+    ([1, 2, 3], 1.0, 1, (10.0, 12.0), "s", [False] * 3, [(0, 1, 10.0), (2, 3, 12.0)]),
+    ([1, 2, 3, 3.2], 1.0, 1, (10.0, 12.0), "s", [False, False, False, True], [(0, 1, 10.0), (2, 3, 12.0)]),
+    ([60 * i for i in range(1, 11)], 60.0, 1, (5.0, 4.0), "s", [False] * 10, [(0, 60, 5.0), (540, 600, 4.0)]),
+    ([60 * i for i in range(1, 12)], 60.0, 1, (5.0, 4.0), "min", [False] * 11, [(0, 60, 5.0), (600, 660, 4.0)]),
+    ([60 * i for i in range(1, 181)], 60.0, 18, (5.0, 4.0), "min", [False] * 180, [(0, 1080, 5.0), (9720, 10800, 4.0)]),
+    ([60 * i for i in range(1, 182)], 60.0, 18, (5.0, 4.0), "h", [False] * 181, [(0, 1080, 5.0), (9780, 10860, 4.0)]),
+    ([1], 1.0, 0, (None, None), "s", [False], []),  # too short for a drift
+]
+
+
+@pytest.mark.parametrize("ends, window_s, k, means, unit, partial, spans", SOAK_TIMELINES)
+def test_soak_timeline_unit_partial_windows_and_drift_spans(ends, window_s, k, means, unit, partial, spans):
+    from loadgen.output.report_model import SoakTimeline
+
+    starts = [0.0] + [float(e) for e in ends[:-1]]
+    n = len(ends)
+    timeline = SoakTimeline(start_s=starts, end_s=[float(e) for e in ends], throughput_tok_s=[1.0] * n,
+                            requests_ok=[1] * n, requests_failed=[0] * n, errors=["none"] * n,
+                            latency_ms=[None] * n, ttft_ms=[None] * n, window_s=window_s, drift_windows=k,
+                            first_throughput_tok_s=means[0], last_throughput_tok_s=means[1])
+    assert timeline.time_unit()[0] == unit
+    assert timeline.partial == partial
+    assert timeline.drift_spans() == spans
+    assert not timeline.has_ttft
