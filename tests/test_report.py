@@ -435,3 +435,60 @@ def test_interactive_report_of_a_soak_in_headless_chromium(soak_run, tmp_path):
     assert plots == len(SOAK_CHARTS) and sliders == [True, True]
     assert expected not in before and expected in text and "smoke-sim" in text
     assert hidden == "legendonly"
+
+
+# ---------------------------------------------------------------- speculation and reasoning per level
+DRAFTED = {"draft_n": 100, "draft_n_accepted": 82, "acceptance": 0.82, "drafted_per_output_token": 1.25}
+REJECTED = {"draft_n": 40, "draft_n_accepted": 0, "acceptance": 0.0, "drafted_per_output_token": 0.5}
+REASONED = {"reasoning_tokens": 300, "reasoning_share": 0.75,
+            "ttfa_ms": {"count": 4, "mean": 50.0, "p50": 48.5, "p90": 60.0, "p99": 61.0, "max": 61.0}}
+HALF = {"reasoning_tokens": 10, "reasoning_share": 0.5}
+DRAFT_COLUMNS = ["draft accepted", "drafted per out tok"]
+REASONING_COLUMNS = ["reasoning share", "TTFA p50 ms"]
+
+# (fields added to levels c=1 and c=2 of tests/data/sweep-smollm2, the extra columns expected, and
+# each level's cells under them); written before the code ran.
+EXTRA_CASES = [
+    ({}, {}, [], {1: [], 2: []}),
+    (DRAFTED, {}, DRAFT_COLUMNS, {1: ["82.0%", "1.25"], 2: ["no speculation", "–"]}),
+    (REJECTED, DRAFTED, DRAFT_COLUMNS, {1: ["0.0%", "0.50"], 2: ["82.0%", "1.25"]}),  # 0%: drafted, all rejected
+    ({}, REASONED, REASONING_COLUMNS, {1: ["none", "–"], 2: ["75%", "48.5"]}),
+    ({**DRAFTED, **HALF}, {}, DRAFT_COLUMNS + REASONING_COLUMNS,
+     {1: ["82.0%", "1.25", "50%", "–"], 2: ["no speculation", "–", "none", "–"]}),
+]
+
+
+def with_level_fields(tmp_path: Path, first: dict, second: dict) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(FIXTURE, copy)
+    doc = json.loads((copy / "run.json").read_text())
+    levels = doc["targets"][0]["levels"]
+    levels[0].update(first)
+    levels[1].update(second)
+    (copy / "run.json").write_text(json.dumps(doc))
+    return copy
+
+
+@pytest.mark.parametrize("first, second, columns, cells", EXTRA_CASES)
+def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp_path, first, second, columns, cells):
+    run = with_level_fields(tmp_path, first, second)
+    result = report(str(run), "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("| C |"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    rows = {int(r.split("|")[1]): [c.strip() for c in r.strip("|").split("|")]
+            for r in lines if r.startswith("| ") and r.split("|")[1].strip().isdigit()}
+    from loadgen.output.html import TABLE_COLUMNS
+
+    assert names == TABLE_COLUMNS[:-1] + columns + TABLE_COLUMNS[-1:]
+    for level, expected in cells.items():
+        assert rows[level][len(TABLE_COLUMNS) - 1:-1] == expected
+    # The HTML page has the same columns and cells.
+    out = tmp_path / "page.html"
+    assert report(str(run), "--output", str(out), "--static").exit_code == 0
+    text = out.read_text(encoding="utf-8")
+    for name in DRAFT_COLUMNS + REASONING_COLUMNS:
+        assert (f"<th>{name}</th>" in text) == (name in columns)
+    for expected in cells.values():
+        assert "".join(f"<td>{cell}</td>" for cell in expected) in text
