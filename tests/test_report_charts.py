@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from loadgen.core.records import ProbeSample
-from loadgen.core.rundoc import Target
+from loadgen.core.rundoc import Level, Server, Target
 from loadgen.output import interactive
 from loadgen.output.report_model import ProbeTimeline, TargetSeries, build_series
 from loadgen.results.reader import load_probe, load_records, load_run
@@ -52,6 +53,25 @@ def test_throughput_chart_plots_run_json_figures_and_the_slots():
     assert list(trace.x) == [1, 2]
     assert list(trace.y) == [lv.throughput_tok_s for lv in series.levels]
     assert [shape.x0 for shape in fig.layout.shapes] == [2]  # total_slots
+
+
+# (levels, slots, whether the axis is log2, the slot label's x); written before the code ran. On a log
+# axis a Plotly annotation's x is log10 of the value: given the value, "4 slots" sat at 10^4.
+SLOT_LABELS = [([1, 2], 2, False, 2, "2 slots"), ([1, 2, 4, 8], 4, True, math.log10(4), "4 slots"),
+               ([1, 4, 16], 1, True, 0.0, "1 slot")]
+
+
+@pytest.mark.parametrize("levels, slots, log, x, text", SLOT_LABELS)
+def test_the_slot_label_sits_on_the_slot_line_on_a_linear_or_log_axis(levels, slots, log, x, text):
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    target = Target(label="t", server=Server(total_slots=slots), levels=[
+        Level(level=c, concurrency=c, requests_ok=1, requests_failed=0, output_tokens=c, wall_s=1.0,
+              throughput_tok_s=float(c), predicted_ms_mean=None, decode_tok_s_mean=None) for c in levels])
+    fig = interactive.throughput_figure([TargetSeries(label="t", run_name="r", target=target)])
+    assert (fig.layout.xaxis.type == "log") is log
+    assert [shape.x0 for shape in fig.layout.shapes] == [slots]
+    (label,) = fig.layout.annotations
+    assert label.text == text and label.x == pytest.approx(x)
 
 
 def test_open_loop_draws_no_slot_line_and_names_the_rate_axis():

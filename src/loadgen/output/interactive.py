@@ -14,6 +14,7 @@ without it the report falls back to the PNG charts.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,16 +79,21 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     go = _go()
     fig = go.Figure()
     open_loop = any(s.open_loop for s in series)
+    axis = _level_axis(series)
     for i, s in enumerate(series):
         fig.add_trace(go.Scatter(
             x=[lv.level for lv in s.levels], y=[lv.throughput_tok_s or 0.0 for lv in s.levels],
             mode="lines+markers", name=s.label, line={"color": colour(i)},
             hovertemplate="%{x}: %{y:.2f} tok/s<extra>%{fullData.name}</extra>"))
         if s.total_slots and not open_loop:  # slots are a concurrency, not a rate
-            fig.add_vline(x=s.total_slots, line={"color": colour(i), "dash": "dot"},
-                          annotation_text=f"{s.total_slots} slots")
+            fig.add_vline(x=s.total_slots, line={"color": colour(i), "dash": "dot"})
+            # An annotation's x on a log axis is the log10 of the value (a shape's is the value itself).
+            log = "type" in axis  # _level_axis sets a type only for a log axis
+            fig.add_annotation(x=math.log10(s.total_slots) if log else s.total_slots, y=1, yref="paper",
+                               text=f"{s.total_slots} slot{'s' * (s.total_slots != 1)}", showarrow=False, xanchor="left", yanchor="bottom",
+                               font={"color": colour(i), "size": 11})
     return _layout(fig, "Throughput vs offered rate" if open_loop else "Throughput vs concurrency",
-                   xaxis=_level_axis(series), yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"})
+                   xaxis=axis, yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"})
 
 
 def latency_figure(series: Sequence[TargetSeries]) -> Figure:
@@ -203,7 +209,7 @@ def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     drift compares as dashed segments, and failed requests per window as bars on a second axis."""
     go = _go()
     fig = go.Figure()
-    failures = False
+    failures = 0
     several = _several_units(series)
     for i, s in enumerate(series):
         t = s.soak_timeline()
@@ -212,7 +218,8 @@ def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
         custom = list(zip(start, end, t.requests_ok, t.requests_failed, t.errors, partial))
         fig.add_trace(go.Scatter(
             x=middle, y=t.throughput_tok_s, customdata=custom, mode="lines+markers", name=s.label,
-            line={"color": colour(i)},
+            line={"color": colour(i)}, marker={"symbol": ["circle-open" if p else "circle" for p in t.partial],
+                                               "size": 7},
             hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: %{{y:.2f}} tok/s%{{customdata[5]}}<br>"
                           "ok %{customdata[2]}, failed %{customdata[3]} (%{customdata[4]})<extra>%{fullData.name}</extra>"))
         scale = 1.0 if several else t.time_unit()[1]
@@ -222,16 +229,19 @@ def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
                 line={"color": colour(i), "dash": "dash", "width": 3}, legendgroup=f"drift{i}",
                 hovertemplate=f"{which} windows' mean: %{{y:.2f}} tok/s<extra>%{{fullData.name}}</extra>"))
         if any(t.requests_failed):
-            failures = True
+            failures = max(failures, *t.requests_failed)
             fig.add_trace(go.Bar(
                 x=middle, y=t.requests_failed, customdata=custom, name=f"{s.label} failed requests", yaxis="y2",
                 marker={"color": colour(i), "opacity": 0.35},
                 hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: %{{y}} failed (%{{customdata[4]}})"
                               "<extra>%{fullData.name}</extra>"))
     second = {"yaxis2": {"title": "failed requests", "overlaying": "y", "side": "right", "rangemode": "tozero",
-                         "showgrid": False}} if failures else {}
-    return _layout(fig, "Throughput per window", height=460, slider=True, xaxis=_soak_time_axis(series),
-                   yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"}, **second)
+                         "showgrid": False, "tick0": 0, "dtick": max(1, math.ceil(failures / 5))}} if failures else {}
+    _layout(fig, "Throughput per window", height=460, slider=True, xaxis=_soak_time_axis(series),
+            yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"}, **second)
+    if failures:  # the legend clear of the second axis' ticks and title
+        fig.update_layout(legend={"x": 1.08})
+    return fig
 
 
 def soak_latency_figure(series: Sequence[TargetSeries]) -> Figure:
