@@ -492,3 +492,16 @@ def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp
         assert (f"<th>{name}</th>" in text) == (name in columns)
     for expected in cells.values():
         assert "".join(f"<td>{cell}</td>" for cell in expected) in text
+    # The chart of acceptance and reasoning share per level: only when there is something to draw.
+    assert ("speculation" in parse(text).sections) == bool(columns)
+    assert out.with_name("page-speculation.png").is_file() == bool(columns)
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    from loadgen.output import interactive
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_run
+
+    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    drawn = {t.name: list(t.y) for t in interactive.speculation_figure(series).data}
+    assert drawn == {f"smollm2 {name}": [None if f.get(key) is None else 100 * f[key] for f in (first, second)]
+                     for key, name in (("acceptance", "draft acceptance"), ("reasoning_share", "reasoning share"))
+                     if first.get(key) is not None or second.get(key) is not None}

@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
-from .report_model import percentile_curve
+from .report_model import level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -306,6 +306,27 @@ def soak_latency_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
+    fig, (ax,) = _figure(4.0)
+    for i, s in enumerate(series):
+        xs = [lv.level for lv in s.levels]
+        for field, name, style, marker in (("acceptance", "draft acceptance", "-", "o"),
+                                           ("reasoning_share", "reasoning share", "--", "s")):
+            ys = [np.nan if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            if not np.all(np.isnan(ys)):
+                ax.plot(xs, ys, marker=marker, linestyle=style, color=colour(i), label=f"{s.label} {name}")
+    _concurrency_axis(ax, series)
+    ax.set_ylabel("% of drafted / of output tokens")
+    ax.set_ylim(0, 105)
+    ax.set_title("Speculation and reasoning per level")
+    if ax.lines:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no speculation, no reasoning")
+    return fig
+
+
 CHARTS = {
     "throughput": throughput_figure,
     "latency": latency_figure,
@@ -327,5 +348,7 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, bytes]:
-    """Every chart (a soak's with `soak`) as PNG bytes, keyed by report section id."""
-    return {name: png_bytes(draw(series)) for name, draw in (SOAK_CHARTS if soak else CHARTS).items()}
+    """Every chart (a soak's with `soak`; a sweep's speculation chart when a level drafted or reasoned)
+    as PNG bytes, keyed by report section id."""
+    charts = SOAK_CHARTS if soak else CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+    return {name: png_bytes(draw(series)) for name, draw in charts.items()}

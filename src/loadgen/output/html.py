@@ -25,7 +25,7 @@ from ..analysis.speculation import acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, text_of
-from .report_model import INCOMPLETE, TargetSeries
+from .report_model import INCOMPLETE, TargetSeries, level_extras
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -62,8 +62,17 @@ def is_soak(series: Sequence[TargetSeries]) -> bool:
     return bool(series) and all(s.kind is RunKind.SOAK for s in series)
 
 
+SPECULATION_SECTION = (
+    "speculation", "Speculation and reasoning per level",
+    "Draft acceptance (Σ draft_n_accepted / Σ draft_n of the level's successful requests) and the reasoning "
+    "share (Σ reasoning tokens / Σ output tokens) per level; a level without drafts or reasoning has no point.")
+
+
 def sections(series: Sequence[TargetSeries]) -> list[tuple[str, str, str]]:
-    return SOAK_SECTIONS if is_soak(series) else SECTIONS
+    """The report's sections: a soak's, or a sweep's with the speculation chart when a level drafted or reasoned."""
+    if is_soak(series):
+        return SOAK_SECTIONS
+    return SECTIONS[:-1] + [SPECULATION_SECTION] * any(level_extras(series)) + SECTIONS[-1:]
 
 
 # Where an interactive chart shows something other than its PNG twin, the note says what it shows.
@@ -109,8 +118,7 @@ class Extras:
 
     @classmethod
     def of(cls, series: Sequence[TargetSeries]) -> Extras:
-        levels = [lv for s in series for lv in s.levels]
-        return cls(any(lv.draft_n is not None for lv in levels), any(lv.reasoning_tokens is not None for lv in levels))
+        return cls(*level_extras(series))
 
     def columns(self) -> list[str]:
         return TABLE_COLUMNS[:-1] + DRAFT_COLUMNS * self.drafting + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import level_short
-from .report_model import percentile_curve
+from .report_model import level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -273,6 +273,30 @@ CHARTS = {
     "probe": probe_figure,
     "decode": decode_figure,
 }
+def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        xs = [lv.level for lv in s.levels]
+        for field, name, dash, symbol in (("acceptance", "draft acceptance", "solid", "circle"),
+                                          ("reasoning_share", "reasoning share", "dash", "square")):
+            ys = [None if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            if any(y is not None for y in ys):
+                fig.add_trace(go.Scatter(
+                    x=xs, y=ys, mode="lines+markers", name=f"{s.label} {name}", line={"color": colour(i), "dash": dash},
+                    marker={"symbol": symbol}, hovertemplate=f"%{{x}}: {name} %{{y:.1f}}%<extra>%{{fullData.name}}</extra>"))
+    return _layout(fig, "Speculation and reasoning per level", xaxis=_level_axis(series),
+                   yaxis={"title": "% of drafted / of output tokens", "range": [0, 105]})
+
+
+def charts_for(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, Any]:
+    """The charts of a report: a soak's, or a sweep's with the speculation chart when it has something to draw."""
+    if soak:
+        return SOAK_CHARTS
+    return CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+
+
 SOAK_CHARTS = {
     "throughput-over-time": soak_throughput_figure,
     "latency-over-time": soak_latency_figure,
@@ -285,7 +309,7 @@ def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, 
     keyed by section id."""
     return {name: draw(series).to_html(full_html=False, include_plotlyjs=False, config=CONFIG,
                                        div_id=f"chart-{name}")
-            for name, draw in (SOAK_CHARTS if soak else CHARTS).items()}
+            for name, draw in charts_for(series, soak).items()}
 
 
 def plotly_js() -> str:

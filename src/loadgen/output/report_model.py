@@ -168,6 +168,13 @@ class ProbeTimeline:
         return starts
 
 
+def level_extras(series: Sequence[TargetSeries]) -> tuple[bool, bool]:
+    """(any level drafted, any level's requests reasoned): whether the report shows speculation and
+    reasoning at all (a run with neither shows neither)."""
+    levels = [lv for s in series for lv in s.levels]
+    return any(lv.draft_n is not None for lv in levels), any(lv.reasoning_tokens is not None for lv in levels)
+
+
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """(1/(1-p), latency ms) for p from 0 to 99.99%, read from an HdrHistogram as HdrHistogram plots do."""
     histogram = metrics.histogram_ms(values_ms)
