@@ -124,3 +124,38 @@ def test_soak_timeline_unit_partial_windows_and_drift_spans(ends, window_s, k, m
     assert timeline.partial == partial
     assert timeline.drift_spans() == spans
     assert not timeline.has_ttft
+
+
+def soak_series(failed: list[int]) -> TargetSeries:
+    from loadgen.core.rundoc import RunKind, SoakSection, SoakWindow
+
+    ends = [2.0, 4.0, 4.5][:len(failed)]
+    windows = [SoakWindow(start_s=e - 2.0 if e != 4.5 else 4.0, end_s=e, requests_ok=10, requests_failed=f,
+                          errors_by_kind={"http_500": f} if f else {}, output_tokens=100, throughput_tok_s=50.0 + k)
+               for k, (e, f) in enumerate(zip(ends, failed))]
+    soak = SoakSection(duration_s=ends[-1], requests_ok=30, requests_failed=sum(failed), throughput_tok_s=50.0,
+                       error_free_s=0.0, longest_error_free_s=0.0, first_throughput_tok_s=50.0,
+                       last_throughput_tok_s=51.0, drift_windows=1, window_s=2.0, windows=windows)
+    return TargetSeries(label="s", run_name="r", target=Target(label="s", soak=soak), kind=RunKind.SOAK)
+
+
+# (failed requests per window, expected marker symbols, whether failure bars and a second axis are drawn);
+# written before the code ran. The 0.5 s window the soak's end cut is hollow.
+SOAK_FIGURES = [
+    ([0, 0, 0], ["circle", "circle", "circle-open"], False),
+    ([0, 3, 1], ["circle", "circle", "circle-open"], True),
+    ([0, 0], ["circle", "circle"], False),
+]
+
+
+@pytest.mark.parametrize("failed, symbols, bars", SOAK_FIGURES)
+def test_soak_throughput_chart_marks_the_cut_window_and_draws_failures_only_when_there_are_some(failed, symbols, bars):
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    fig = interactive.soak_throughput_figure([soak_series(failed)])
+    line = fig.data[0]
+    assert list(line.marker.symbol) == symbols and list(line.y) == [50.0 + k for k in range(len(failed))]
+    drift = [t for t in fig.data if "window(s) mean" in t.name]
+    assert [(list(t.x), list(t.y)) for t in drift] == [([0.0, 2.0], [50.0, 50.0]), ([2.0, 4.0], [51.0, 51.0])]
+    assert any(t.type == "bar" for t in fig.data) is bars
+    assert (fig.to_dict()["layout"].get("yaxis2", {}).get("title", {}).get("text") == "failed requests") is bars
+    assert fig.layout.xaxis.rangeslider.visible is True

@@ -254,6 +254,9 @@ def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
             continue
         middle = [x / scale for x in t.middle_s]
         ax.plot(middle, t.throughput_tok_s, marker="o", markersize=3, color=colour(i), label=s.label)
+        cut = [k for k, p in enumerate(t.partial) if p]  # the short last window: hollow, its rate is noisy
+        ax.scatter([middle[k] for k in cut], [t.throughput_tok_s[k] for k in cut], s=30, facecolors="white",
+                   edgecolors=colour(i), zorder=3)
         for (a, b, mean), which in zip(t.drift_spans(), ("first", "last")):
             ax.hlines(mean, a / scale, b / scale, colors=colour(i), linestyles="--", linewidth=2.5,
                       label=f"{s.label}: {which} {t.drift_windows} window(s) mean")
