@@ -275,6 +275,18 @@ class DepthSection(msgspec.Struct, frozen=True):
     n_ctx: int | None = None
 
 
+class SoakWindow(msgspec.Struct, frozen=True):
+    """One window of a soak (analysis/soak.py `SoakWindow`): seconds since the soak's start, by completion time."""
+
+    start_s: float
+    end_s: float
+    requests_ok: int = 0
+    requests_failed: int = 0
+    errors_by_kind: dict[str, int] = {}
+    output_tokens: int = 0
+    throughput_tok_s: float = 0.0
+
+
 class SoakSection(msgspec.Struct, frozen=True):
     duration_s: float
     requests_ok: int
@@ -288,6 +300,9 @@ class SoakSection(msgspec.Struct, frozen=True):
     last_throughput_tok_s: float | None = None
     drift: float | None = None
     drift_significant: bool | None = None
+    drift_windows: int | None = None  # k: the first and last k full windows are compared
+    window_s: float | None = None
+    windows: list[SoakWindow] = []
 
 
 class Server(msgspec.Struct, frozen=True):
