@@ -44,7 +44,7 @@ from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LENGTH, LEVELS, RATES, IntList
+from .options import DURATION, LENGTH, LEVELS, PERCENTILES, RATES, IntList
 from .shared import (
     checking_only,
     format_option,
@@ -112,6 +112,9 @@ from .workers import resolve_workers, workers_option
 @records_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@click.option("--percentiles", type=PERCENTILES, default=None,
+              help="Keep these percentiles of TTFT, latency, TPOT and ITL per level (e.g. 50,95,99.9): in run.json, "
+                   "exports and the tables, which show them instead of the fixed p50/p99/max.")
 @slo_options
 @click.option("--stop-at-knee", is_flag=True,
               help="End the ladder once a level is past the saturation knee, or (with --slo) clearly misses the "
@@ -128,7 +131,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
           telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          stop_at_knee=False, server_urls=()) -> None:
+          stop_at_knee=False, server_urls=(), percentiles=None) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
@@ -155,7 +158,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
-        workload=workload, dataset_entries=entries,
+        workload=workload, dataset_entries=entries, percentiles=percentiles or (),
     )
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):

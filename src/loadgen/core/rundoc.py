@@ -104,6 +104,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # Metrics registered beyond the built-in ones above (analysis/metric_defs.py), by name; absent
     # from a file without any.
     metrics: dict[str, Distribution | float] = {}
+    # --percentiles: metric key (ttft_ms, latency_ms, tpot_ms, itl_ms) -> {"p95": ms, "p99.9": ms, ...},
+    # the run's chosen percentiles (analysis/metric_defs.PERCENTILE_METRICS); absent without.
+    percentiles: dict[str, dict[str, float]] | None = None
     # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
     slo: dict[str, Any] | None = None
     # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
@@ -135,6 +138,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
             del out["metrics"]
         if out["slo"] is None:
             del out["slo"]
+        if out["percentiles"] is None:
+            del out["percentiles"]
         if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
             for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
                 del out[key]
@@ -311,6 +316,7 @@ class Target(msgspec.Struct, frozen=True):
 
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
+    percentiles: list[float] | None = None  # --percentiles: the chosen ones (levels' "percentiles")
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
     records: str = "all"  # --records: which request records requests.jsonl kept (all, errors, none)
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)

@@ -311,6 +311,14 @@ def level_fields() -> list[str]:
     return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 
+def percentile_fields(run: dict[str, Any]) -> list[str]:
+    """levels.csv's columns of the run's --percentiles: <key>_<label> per percentile metric
+    (analysis/metric_defs.PERCENTILE_METRICS), e.g. ttft_ms_p99.9; none without them."""
+    config = RunDocument.of(run).config
+    labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels]
+
+
 def request_row(r: RequestRecord) -> dict[str, Any]:
     """A record as flat CSV cells: `usage` spread over three columns, chunk gaps space-separated."""
     row = r.to_dict()
@@ -336,6 +344,8 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                     keys = {m.name: m.key for m in metric_defs.all_metrics()}
                     for name, dist in value.items():
                         row.update({f"{keys.get(name, name)}_{k}": v for k, v in dist.items()})
+                elif key == "percentiles":  # --percentiles: <key>_<label>
+                    row.update({f"{k}_{label}": v for k, at in value.items() for label, v in at.items()})
                 elif key == "slo":
                     row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
@@ -386,7 +396,7 @@ class CsvExporter:
             writer.writerows(rows)
             return [("requests.csv", requests.getvalue().encode("utf-8")),
                     (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
-        writer = csv.DictWriter(levels, fieldnames=level_fields(), extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=level_fields() + percentile_fields(data.run), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]

@@ -74,7 +74,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     config = run.config
     idle_w = run.environment.idle_power_w if run.environment is not None else None
     for t in run.targets:
-        levels = _level_summaries(t.levels, config.slo, idle_w)
+        levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -211,12 +211,13 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
     return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
 
 
-def _level_summaries(levels: list[LevelRun], slo: Slo | None = None,
-                     idle_w: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dict[str, float] | None = None,
+                     percentiles: tuple[float, ...] = ()) -> list[dict[str, Any]]:
     out = []
     for lv in levels:
         summary = of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
-                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate)
+                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
+                                       percentiles=percentiles)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
             summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s),
@@ -284,7 +285,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
-            target["levels"] = _level_summaries(t.levels, run.config.slo)
+            target["levels"] = _level_summaries(t.levels, run.config.slo, percentiles=run.config.percentiles)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()

@@ -133,6 +133,9 @@ class SweepConfig:
     ray_address: str | None = None
     # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
     slo: Slo | None = None
+    # --percentiles: percentiles of TTFT, latency, TPOT and ITL each level keeps beside the fixed
+    # p50/p90/p99/max (analysis/metric_defs.PERCENTILE_METRICS), and the tables show instead; (): none.
+    percentiles: tuple[float, ...] = ()
     machine: MachineOptions = MachineOptions()
 
     @property
@@ -221,6 +224,7 @@ class SweepConfig:
             **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
             # only when set: a run without targets keeps the shape files had before
             **({"slo": self.slo.to_dict()} if self.slo else {}),
+            **({"percentiles": list(self.percentiles)} if self.percentiles else {}),
         }
 
 
