@@ -25,7 +25,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
     "Load shape": ("--concurrency", "--rate", "--arrival", "--burstiness", "--max-in-flight", "--arrival-seed",
                    "--requests", "--duration", "--stagger", "--warmup", "--repeat", "--parallel-targets",
                    "--checkpoint-interval", "--depths", "--time-scale", "--stop-at-knee", "--by",
-                   "--max-concurrency", "--budget"),
+                   "--max-concurrency", "--budget", "--trim"),
     "Workload": ("--prompt", "--prompt-file", "--dataset", "--dataset-field", "--dataset-samples",
                  "--dataset-seed", "--prompt-tokens", "--n-predict", "--ignore-eos", "--reasoning-effort", "--temperature",
                  "--seed", "--stream",

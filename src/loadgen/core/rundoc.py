@@ -40,6 +40,17 @@ class Distribution(msgspec.Struct, frozen=True):
         return msgspec.structs.asdict(self)
 
 
+class LevelTrim(msgspec.Struct, frozen=True):
+    """--trim: the records a level's figures left out (analysis/trim.py): started in the first
+    (`head`) or last (`tail`) `cut_s` seconds of its window; `too_short`: none was, the cut would
+    have left no record."""
+
+    head: int
+    tail: int
+    cut_s: float
+    too_short: bool = False
+
+
 CACHE_FIELDS = ("cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms", "prefill_saved_ms")
 
 
@@ -107,6 +118,8 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # --percentiles: metric key (ttft_ms, latency_ms, tpot_ms, itl_ms) -> {"p95": ms, "p99.9": ms, ...},
     # the run's chosen percentiles (analysis/metric_defs.PERCENTILE_METRICS); absent without.
     percentiles: dict[str, dict[str, float]] | None = None
+    # --trim: the records left out of this level's figures (analysis/trim.py); absent without.
+    trimmed: LevelTrim | None = None
     # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
     slo: dict[str, Any] | None = None
     # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
@@ -138,8 +151,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
             del out["metrics"]
         if out["slo"] is None:
             del out["slo"]
-        if out["percentiles"] is None:
-            del out["percentiles"]
+        for key in ("percentiles", "trimmed"):  # only when asked for
+            if out[key] is None:
+                del out[key]
         if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
             for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
                 del out[key]
@@ -317,6 +331,7 @@ class Target(msgspec.Struct, frozen=True):
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
     percentiles: list[float] | None = None  # --percentiles: the chosen ones (levels' "percentiles")
+    trim: str | None = None  # --trim: "10%" or "5s" of each level's start and end left out of its figures
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
     records: str = "all"  # --records: which request records requests.jsonl kept (all, errors, none)
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)

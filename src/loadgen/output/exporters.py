@@ -311,12 +311,16 @@ def level_fields() -> list[str]:
     return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 
-def percentile_fields(run: dict[str, Any]) -> list[str]:
-    """levels.csv's columns of the run's --percentiles: <key>_<label> per percentile metric
-    (analysis/metric_defs.PERCENTILE_METRICS), e.g. ttft_ms_p99.9; none without them."""
+TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-level "trimmed", as trimmed_<field>
+
+
+def chosen_fields(run: dict[str, Any]) -> list[str]:
+    """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
+    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>."""
     config = RunDocument.of(run).config
     labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
-    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels]
+    trimmed = [f"trimmed_{k}" for k in TRIM_FIELDS] if config is not None and config.trim else []
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -346,6 +350,8 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                         row.update({f"{keys.get(name, name)}_{k}": v for k, v in dist.items()})
                 elif key == "percentiles":  # --percentiles: <key>_<label>
                     row.update({f"{k}_{label}": v for k, at in value.items() for label, v in at.items()})
+                elif key == "trimmed":
+                    row.update({f"trimmed_{k}": value.get(k) for k in TRIM_FIELDS})
                 elif key == "slo":
                     row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
@@ -396,7 +402,7 @@ class CsvExporter:
             writer.writerows(rows)
             return [("requests.csv", requests.getvalue().encode("utf-8")),
                     (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
-        writer = csv.DictWriter(levels, fieldnames=level_fields() + percentile_fields(data.run), extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.run), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]

@@ -137,6 +137,27 @@ def slo_lines(doc: Doc) -> list[str]:
             "target (errors always miss); goodput counts only those requests."]
 
 
+def trim_lines(doc: Doc) -> list[str]:
+    """--trim: what each level's figures left out (analysis/trim.py), one line per target."""
+    doc = RunDocument.of(doc)
+    trim = doc.config.trim if doc.config is not None else None
+    if trim is None:
+        return []
+    out = []
+    for t in doc.targets:
+        parts = []
+        for lv in t.levels:
+            cut = lv.trimmed
+            if cut is None:
+                continue
+            said = "too short, not trimmed" if cut.too_short else f"{cut.head} + {cut.tail} left out ({cut.cut_s:.3g} s at each end)"
+            parts.append(f"{level_short(lv.level, doc.open_loop)} {said}")
+        if parts:
+            out.append(f"--trim {trim}: {t.label}'s figures leave out the requests started in the first and last "
+                       f"{trim} of each level (records kept): {'; '.join(parts)}")
+    return out
+
+
 def error_lines(doc: Doc, told: bool = False) -> list[str]:
     """One line per target or level that had failures, naming the error kinds. `told`: the run
     itself said already why a target never started (right after the run; `analyze` says it)."""
@@ -445,7 +466,7 @@ _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunK
 def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
-    notes = slo_lines(doc) + overhead_lines(doc) + connection_lines(doc)
+    notes = slo_lines(doc) + trim_lines(doc) + overhead_lines(doc) + connection_lines(doc)
     sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):

@@ -29,6 +29,9 @@ Version history (SCHEMA_VERSION):
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
        "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
+       (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
+       (--trim: the records its figures left out, core.rundoc.LevelTrim).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

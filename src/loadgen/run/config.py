@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
+from ..analysis.trim import Trim
 from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
@@ -136,6 +137,8 @@ class SweepConfig:
     # --percentiles: percentiles of TTFT, latency, TPOT and ITL each level keeps beside the fixed
     # p50/p90/p99/max (analysis/metric_defs.PERCENTILE_METRICS), and the tables show instead; (): none.
     percentiles: tuple[float, ...] = ()
+    # --trim: each level's start and end left out of its figures, its records kept (analysis/trim.py).
+    trim: Trim | None = None
     machine: MachineOptions = MachineOptions()
 
     @property
@@ -225,6 +228,7 @@ class SweepConfig:
             # only when set: a run without targets keeps the shape files had before
             **({"slo": self.slo.to_dict()} if self.slo else {}),
             **({"percentiles": list(self.percentiles)} if self.percentiles else {}),
+            **({"trim": self.trim.text} if self.trim is not None else {}),
         }
 
 
