@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -63,7 +64,7 @@ from .workers import resolve_workers, workers_option
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
-                                                  "e.g. 0.5,1,2,4.")
+                                                  "e.g. 0.5,1,2,4; inf sends a level's --requests all at once.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
               help="Open loop: the arrival process of the requests.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
@@ -140,6 +141,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
+    if rates is not None and math.inf in rates and (workers != 1 or ray_address is not None):
+        raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
     if trim is not None and (workers != 1 or ray_address is not None):
         raise ConfigError("--trim needs every record of a level in this process; run it without --workers (or --ray)")
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
@@ -228,6 +231,8 @@ def check_budget(concurrency: tuple[int, ...] | None, rates: tuple[float, ...] |
         raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
     if requests_per_level is not None and duration_s is not None:
         raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    if rates is not None and math.inf in rates and requests_per_level is None:
+        raise ConfigError("--rate inf sends each level's requests all at once: say how many with --requests")
     top = max(concurrency or (1, 2, 4, 8)) if rates is None else 0
     if requests_per_level is not None and requests_per_level < top:
         raise ConfigError(f"--requests {requests_per_level} is fewer than concurrency {top}: that level could "

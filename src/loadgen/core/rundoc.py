@@ -18,6 +18,7 @@ fields no reader reads are not here and are dropped, so a reader that passes run
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -170,6 +171,36 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
 # records: the run was killed (kill -9, a crash) while the level ran; summarised from its records
 # by a reader (results/unfinished.py).
 KILLED_DURING_LEVEL = "incomplete: the run was killed during this level"
+
+
+# --rate inf: a level whose requests all leave at once. JSON has no infinity (run.json is written
+# with allow_nan=False), so run.json stores it as this string wherever a rate is (a level's "level",
+# "rate", the verdict's levels and "saturated_at", the config's "rates"): `json_safe` on writing,
+# `read_rates` on reading (results/reader.py), so every reader sees math.inf again.
+UNBOUNDED_RATE = "inf"
+_RATE_KEYS = frozenset({"level", "rate", "rates", "saturated_at"})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` (JSON-like) with every infinite float written as "inf" (or "-inf")."""
+    if isinstance(value, float) and math.isinf(value):
+        return UNBOUNDED_RATE if value > 0 else "-" + UNBOUNDED_RATE
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def read_rates(value: Any, key: str | None = None) -> Any:
+    """run.json's content as read, with "inf" made math.inf again where a rate is (`_RATE_KEYS`)."""
+    if isinstance(value, dict):
+        return {k: read_rates(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_rates(v, key) for v in value]
+    if value == UNBOUNDED_RATE and key in _RATE_KEYS:
+        return math.inf
+    return value
 
 
 def is_open_loop(doc: Mapping[str, Any]) -> bool:

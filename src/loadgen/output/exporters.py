@@ -38,8 +38,8 @@ from hdrh.log import HistogramLogWriter
 from ..analysis import metric_defs, metrics
 from ..core import columnar
 from ..core.errors import UserError
-from ..core.records import RequestRecord
-from ..core.rundoc import RunDocument, RunKind, is_open_loop
+from ..core.records import RequestRecord, encode_lines
+from ..core.rundoc import RunDocument, RunKind, is_open_loop, json_safe
 from .files import ExportFiles, file_safe, write_files
 from .trace_export import TraceExporter
 
@@ -210,7 +210,7 @@ def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int |
 
 def is_hgrm_name(name: str) -> bool:
     """Whether a file name is one HgrmExporter writes (<label>-c<level>-<metric>.hgrm)."""
-    pattern = r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, metric_names())) + r")\.hgrm$"
+    pattern = r"^.+-(?:c\d+|r[0-9.e+-]+|rinf)-(?:" + "|".join(map(re.escape, metric_names())) + r")\.hgrm$"
     return re.match(pattern, name) is not None
 
 
@@ -422,7 +422,7 @@ class JsonExporter:
                                   "total_slots": (t.get("server") or {}).get("total_slots"),
                                   "n_ctx": (t.get(kind) or {}).get("n_ctx"),
                                   "rows": (t.get(kind) or {}).get("rows") or []} for t in data.targets]}
-            return [(f"{kind}.json", (json.dumps(table, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
+            return [(f"{kind}.json", (json.dumps(json_safe(table), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,
@@ -433,7 +433,7 @@ class JsonExporter:
                          "total_slots": (t.get("server") or {}).get("total_slots"),
                          "levels": t.get("levels") or [], "verdict": t.get("verdict")} for t in data.targets],
         }
-        return [("levels.json", (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
+        return [("levels.json", (json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
 
 
 class JsonlExporter:
@@ -442,7 +442,7 @@ class JsonlExporter:
     name = "jsonl"
 
     def render(self, data: ExportData) -> ExportFiles:
-        return [("requests.jsonl", msgspec.json.Encoder().encode_lines(data.records))]
+        return [("requests.jsonl", encode_lines(msgspec.json.Encoder().encode_lines, data.records))]
 
 
 class ParquetExporter:

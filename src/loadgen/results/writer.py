@@ -37,9 +37,9 @@ from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
 from ..core.environment import thinned
 from ..core.errors import ResultsError
-from ..core.records import LevelRun, ProbeSample, RequestRecord
+from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
-from ..core.rundoc import LevelTrim
+from ..core.rundoc import LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
@@ -156,7 +156,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
             all_records = (_redact_record(r, secret) for r in all_records)
         _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
     _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
-    _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    _atomic_write(out_dir / RUN_FILE, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
     return doc
 
 
@@ -339,9 +339,9 @@ def prepare_dir(out_dir: Path, force: bool) -> Path:
 
 
 def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
-    encode = msgspec.json.encode
+    encode = msgspec.json.Encoder().encode_lines
     for item in items:
-        yield encode(item).decode() + "\n"
+        yield encode_lines(encode, [item]).decode()  # a --rate inf level's "inf"
 
 
 SECRET_OPTIONS = ("--api-key",)
