@@ -95,6 +95,30 @@ def test_sweep_keeps_the_chosen_percentiles_in_run_json_tables_and_exports(loadg
     assert levels[1]["percentiles"] == doc["targets"][0]["levels"][1]["percentiles"]
 
 
+def test_analyze_computes_the_chosen_percentiles_from_the_records_as_the_sweep_kept_them(loadgen, tmp_path):
+    import copy
+
+    from loadgen.results.percentiles import with_percentiles
+    from loadgen.results.reader import load_records
+
+    out, bare = tmp_path / "run", tmp_path / "bare"
+    with SimThread(slots=2) as sim:
+        for where, more in ((out, ("--percentiles", "90,99.9")), (bare, ("--records", "errors"))):
+            code, _, err = loadgen("sweep", "--url", sim.url, "--concurrency", "1,2", "--requests", "6",
+                                   "--n-predict", "6", "--warmup", "0", "--stream", *more, "--output", where)
+            assert code == 0, err
+    doc = load_run(out)
+    again = with_percentiles(copy.deepcopy(doc), load_records(out), (90, 99.9))
+    assert [lv["percentiles"] for lv in again["targets"][0]["levels"]] == \
+        [lv["percentiles"] for lv in doc["targets"][0]["levels"]]  # streamed and from the records: the same
+    code, stdout, err = loadgen("analyze", out, "--percentiles", "95", "--format", "json")
+    assert code == 0, err
+    columns = json.loads(stdout)["tables"][0]["columns"]
+    assert "p95" in columns and "p90" not in columns and "max" not in columns
+    code, _, err = loadgen("analyze", bare, "--percentiles", "95")
+    assert code == 2 and "--records errors" in err, err
+
+
 def test_a_bad_percentile_is_one_line(loadgen, tmp_path):
     code, _, err = loadgen("sweep", "--ports", "9", "--percentiles", "50,101", "--output", tmp_path / "run")
     assert code == 2 and "out of range" in err, err
