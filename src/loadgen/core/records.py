@@ -262,6 +262,9 @@ class LevelRun:
     aggregate: Any = None
     tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
     slo_tally: Any = None  # --slo: the level's requests judged as they stream (`analysis.slo.SloTally`)
+    # --trim: the finished level's records split and their aggregate (`analysis.trim.Trimmed`, a
+    # `LevelAggregate`), made once by the results writer and reused at every checkpoint after.
+    trimmed: Any = None
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early

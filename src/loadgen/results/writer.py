@@ -217,9 +217,7 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
                      percentiles: tuple[float, ...] = (), trim: Trim | None = None) -> list[dict[str, Any]]:
     out = []
     for lv in levels:
-        # --trim: the figures of the records started inside the level's window less its ends
-        trimmed = trim_level(list(lv.records), trim) if trim is not None and lv.finished else None
-        aggregate = LevelAggregate.of(trimmed.kept) if trimmed is not None and trimmed.dropped else of_level(lv)
+        trimmed, aggregate = _trimmed(lv, trim)
         summary = aggregate.summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
                                     percentiles=percentiles)
@@ -230,6 +228,17 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
                                                            trimmed.too_short),
         ).to_dict(client_load=True), lv), lv, idle_w))
     return out
+
+
+def _trimmed(lv: LevelRun, trim: Trim | None) -> tuple[Trimmed | None, LevelAggregate]:
+    """--trim: a finished level's records split (analysis/trim.py) and the aggregate of those its
+    figures keep, made once (`lv.trimmed`); else none and the level's own aggregate."""
+    if trim is None or not lv.finished:
+        return None, of_level(lv)
+    if lv.trimmed is None:
+        trimmed = trim_level(list(lv.records), trim)
+        lv.trimmed = trimmed, LevelAggregate.of(trimmed.kept) if trimmed.dropped else of_level(lv)
+    return lv.trimmed
 
 
 def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float, trimmed: Trimmed | None = None) -> dict[str, Any] | None:
