@@ -105,6 +105,7 @@ def test_sweep_at_rate_inf_sends_at_once_and_every_reader_reads_it(loadgen, tmp_
     assert {lv["concurrency"] for lv in json.loads(printed)["levels"]} == {2.0, "inf"}
     code, printed, err = loadgen("analyze", out)
     assert code == 0 and "inf" in printed, err
+    assert "inf req/s" not in printed  # the verdict says "every request at once"
     code, _, err = loadgen("export", out, "--format", "json", "--output", tmp_path / "json")
     assert code == 0, err
     assert _strict(tmp_path / "json" / "levels.json")["targets"][0]["levels"][1]["level"] == "inf"

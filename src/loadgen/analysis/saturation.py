@@ -37,6 +37,7 @@ Definitions
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -568,6 +569,15 @@ def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: boo
 SCHEDULE_LAG_P99_MS = 5.0
 
 
+def _rate(rate: float) -> str:
+    """"4 req/s"; a level of `--rate inf` is "every request at once", not "inf req/s"."""
+    return "every request at once" if math.isinf(rate) else f"{rate:g} req/s"
+
+
+def _at_rate(rate: float) -> str:
+    return "with every request at once" if math.isinf(rate) else f"at {rate:g} req/s"
+
+
 def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueueing],
                      levels: Sequence[LevelFigures], metrics_available: bool) -> list[str]:
     lines: list[str] = []
@@ -577,24 +587,24 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
         if after.peak_deferred:
             facts.append(f"up to {after.peak_deferred:g} deferred")
-        where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
-                 else f"at or below {knee.at:g} req/s, the lowest offered rate" if knee.at_or_below
-                 else f"at {knee.at:g} req/s")
+        where = (f"between {_rate(knee.between[0])} and {_rate(knee.between[1])}" if knee.between
+                 else f"at or below {_rate(knee.at)}, the lowest offered rate" if knee.at_or_below
+                 else _at_rate(knee.at))
         lines.append(f"{label} saturates {where}: requests arrive faster than it finishes them.")
-        lines.append(f"{label} at {knee.next_level:g} req/s: " + ", ".join(facts) + ".")
+        lines.append(f"{label} {_at_rate(knee.next_level)}: " + ", ".join(facts) + ".")
     elif levels:
         top = max(lv.key for lv in levels)
-        lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")
+        lines.append(f"{label} keeps up with every offered rate (up to {_rate(top)}).")
     for lv in levels:
         lag = lv.schedule_lag_ms.p99 if lv.schedule_lag_ms else None
         if lag is not None and lag > SCHEDULE_LAG_P99_MS:
-            lines.append(f"{label} at {lv.key:g} req/s: the client sent requests late (schedule lag p99 "
+            lines.append(f"{label} {_at_rate(lv.key)}: the client sent requests late (schedule lag p99 "
                          f"{lag:.1f} ms): the client, not the server, may be the bottleneck; "
                          "latencies still count from the intended send times.")
         corrected = lv.latency_ms.p99 if lv.latency_ms else None
         raw = lv.latency_uncorrected_ms.p99 if lv.latency_uncorrected_ms else None
         if corrected and raw and corrected > 1.2 * raw:
-            lines.append(f"{label} at {lv.key:g} req/s: p99 latency {_secs(corrected)} from the intended "
+            lines.append(f"{label} {_at_rate(lv.key)}: p99 latency {_secs(corrected)} from the intended "
                          f"send times vs {_secs(raw)} from the actual sends: requests waited to be sent "
                          "(coordinated omission would have hidden this).")
     if not metrics_available:
