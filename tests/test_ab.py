@@ -19,11 +19,11 @@ SWEEP = ("--", "--concurrency", "1,2", "--n-predict", "8", "--requests", "8", "-
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory):
-    """Two simulated servers: one, and the same throttled (decode steps three times as long)."""
+    """Two simulated servers: one, and the same throttled (decode steps six times as long)."""
     tmp = tmp_path_factory.mktemp("ab-profiles")
     with ExitStack() as stack:
         urls = {}
-        for name, step_ms in (("fast", 5.0), ("slow", 15.0)):
+        for name, step_ms in (("fast", 5.0), ("slow", 30.0)):
             profile = sim_profile(tmp / f"{name}.toml", name, step_ms, alias="ab-sim")
             urls[name] = stack.enter_context(SimProcess("--profile", str(profile), "--slots", "2")).url
         yield urls
@@ -66,9 +66,12 @@ def test_calibrate_refuses_an_a_b_folder_naming_the_field_and_the_runs(sims, tmp
 
 
 def test_a_throttled_candidate_fails(sims, tmp_path):
-    # 4 pairs: the paired test then has 3 degrees of freedom. A throughput drop of ~2/3 stands out
-    # of any run-to-run noise this machine makes: at load average 16 on 2 cores the baseline's runs
-    # spread ±15%, and a 60%-slower candidate (a ~30% drop) was called inconclusive.
+    # 4 pairs: the paired test then has 3 degrees of freedom, and each check is tested at 99.17%
+    # (6 checks), so |t| must pass ~6. A baseline level lasts under a second: at load average 11
+    # on 2 cores one stalled baseline run (97 instead of ~250 tok/s) spread the pairs' log-ratios
+    # to sd 0.29 around a mean of -0.77 (steps 3x as long), t = 5.3: 5 of 8 checks inconclusive
+    # and once no regression at all (exit 3). Steps 6x as long put the mean near -1.5 (t ~10 at
+    # that spread); 4 of 4 such runs at load 8-11 failed it on 5 or 6 checks.
     proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["slow"], "--repeat", "4",
               "--output", tmp_path / "ab", *SWEEP[:-4], "--requests", "16", "--warmup", "0")
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import tracemalloc
+from pathlib import Path
 
 import pytest
 import uvloop
 
+from loadgen.analysis.metrics import distribution_ms
 from loadgen.client.backends import GenerationParams
 from loadgen.results.writer import run_document
 from loadgen.run.config import SweepConfig, Target
 from loadgen.run.level_runner import LocalRunner
-from loadgen.run.looplag import ClientLoad, LoopLagSampler, bottleneck_warning
+from loadgen.run.looplag import ClientLoad, LagFigures, LoopLagSampler, bottleneck_warning
 from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
@@ -53,6 +57,43 @@ def test_an_idle_loop_shows_little_lag_and_cpu():
     # 140+ ms a loop blocked by its own callback shows (the test above), not by what a quiet machine does.
     assert load.loop_lag_p99_ms is not None and load.loop_lag_p99_ms < 100
     assert load.client_cpu_fraction < 0.5
+
+
+# 2,283 lags (ms) a LoopLagSampler took over 25 s of a loop that slept and now and then hogged itself
+# for up to 30 ms, on a loaded 2-core machine, and what that sampler (every sample in a list, then
+# `distribution_ms`) reported of them: p99 22.047 ms, max 41.151 ms.
+LAG_SAMPLE = Path(__file__).parent / "data" / "loop_lag_sample.json"
+
+
+def test_the_bounded_lag_figures_are_those_every_sample_gave():
+    lags = json.loads(LAG_SAMPLE.read_text())
+    figures = LagFigures()
+    for lag in lags:  # one at a time, as the timer adds them: two full batches and a part
+        figures.add(lag)
+    assert figures.samples == 2283
+    assert figures.p99_and_max_ms() == (22.047, 41.151)
+    everything = distribution_ms(lags)
+    assert everything is not None and figures.p99_and_max_ms() == (everything.p99, everything.max)
+    assert LagFigures().p99_and_max_ms() is None
+
+
+def test_lag_figures_hold_no_more_memory_after_hours_of_samples():
+    figures = LagFigures()
+    for i in range(LagFigures.PENDING):  # the histogram is allocated, the pending list grown once
+        figures.add(i % 50 / 10)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(100 * 3600):  # an hour at the sampler's 100 a second
+            figures.add(i % 97 / 10)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert figures.samples == LagFigures.PENDING + 100 * 3600
+    assert grown < 64_000  # a list of them: ~12 MB (a float and its pointer, 32 bytes, each)
+    fed = [i % 50 / 10 for i in range(LagFigures.PENDING)] + [i % 97 / 10 for i in range(100 * 3600)]
+    everything = distribution_ms(fed)  # 9.6 ms top, read off the histogram as its bucket's 9.607
+    assert everything is not None and figures.p99_and_max_ms() == (everything.p99, everything.max) == (9.607, 9.607)
 
 
 def test_warning_names_the_reason_and_the_remedy():

@@ -119,7 +119,11 @@ def test_too_short_to_tell_is_said_instead_of_a_side():
 def _short_sweep_verdict(url, out):
     from loadgen.results.reader import load_run
     from servers import sweep
-    proc = sweep("--url", url, "--concurrency", "2,4", "--requests", "16", "--n-predict", "16", "--warmup", "1",
+    # 32 tokens: ~80 ms a request at 2 slots, so a request queued at c=4 waits ~80 ms for one, minus
+    # the client's turnaround after the previous response. At 16 tokens (~40 ms) a turnaround of
+    # 26 ms (load 11 on 2 cores) left a pair of waits at 14 ms, under the 20 ms a wait needs to
+    # count as queued (saturation.QUEUED_MIN_MS), and a few more such pairs make c=4 not full.
+    proc = sweep("--url", url, "--concurrency", "2,4", "--requests", "16", "--n-predict", "32", "--warmup", "1",
                  "--no-histograms", "--output", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return load_run(out)["targets"][0]["verdict"]

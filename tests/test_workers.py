@@ -142,15 +142,24 @@ def test_a_merged_levels_figures_are_those_of_its_records(sim, tmp_path, records
         assert got["mean"] == pytest.approx(expected.mean, rel=1e-9), name
 
 
-def test_a_level_over_workers_reaches_its_whole_concurrency(sim, tmp_path) -> None:
+def test_a_level_over_workers_reaches_its_whole_concurrency(tmp_path) -> None:
     """The parent reads each worker's records in batches, later than they were sent: counting what
     was in flight must wait for all of them (settled as they came, a 2 s level at c=8 over two
-    workers read "at most 7 requests were in flight" and warned of it)."""
-    done = sweep("--url", sim.url, "--concurrency", "8", "--duration", "2", "--n-predict", "3000", "--workers", "2",
-                 "--output", str(tmp_path / "run"))
+    workers read "at most 7 requests were in flight" and warned of it).
+
+    Its own simulator at full time scale: 100 tokens of 3.5 ms steps (~350 ms a request in a slot,
+    ~700 ms with the wait for one), 28 requests in the level. The module's simulator (time scale
+    0.05) made the same requests of 3,000 steps of 175 µs each, and under load (11 on 2 cores) it
+    fell behind its own schedule: latency p50 812-1,668 ms instead of 700, and once only 16
+    requests, failing `requests_ok > 16`; at 3.5 ms a step it kept it (28 requests, p50 689-699 ms,
+    4 runs of 4)."""
+    with SimProcess("--profile", "smoke", "--slots", "4") as sim:
+        done = sweep("--url", sim.url, "--concurrency", "8", "--duration", "2", "--n-predict", "100", "--workers", "2",
+                     "--output", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     (level,) = _levels(tmp_path / "run")
-    assert level["concurrency_reached"] == 8 and level["requests_ok"] > 16
+    figures = {k: level[k] for k in ("concurrency_reached", "requests_ok", "wall_s")}
+    assert level["concurrency_reached"] == 8 and level["requests_ok"] > 16, figures
     assert "at most" not in done.stderr
 
 

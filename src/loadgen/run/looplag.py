@@ -6,6 +6,10 @@ never idle, makes it grow, and so does the time every response waits before it i
 time (`time.process_time`, every thread) over wall time is the share of a core the client used.
 
 libuv rounds its timers to whole milliseconds, so an idle uvloop shows up to ~1 ms of lag.
+
+The samples go into an HdrHistogram (`LagFigures`), a few at a time, never into a list that lasts:
+a soak samples ~100 times a second for hours (a list of them grew ~12 MB an hour), and its p99 and
+max are those `analysis.metrics.distribution_ms` gives of every sample.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from ..analysis.metrics import distribution_ms
+import numpy as np
+
+from ..analysis.metrics import new_histogram, record_ms
 
 # Above either of these the client, not the server, may be what limits the figures.
 LAG_P99_WARN_MS = 2.0
@@ -29,17 +35,58 @@ class ClientLoad:
     samples: int
 
 
+class LagFigures:
+    """The lag samples' count, p99 and max in bounded memory: each sample is recorded in whole
+    microseconds into an HdrHistogram (`analysis.metrics.record_ms`, as `distribution_ms` records
+    them), PENDING of them at a time, so the figures are those `distribution_ms` gives of them all."""
+
+    PENDING = 1024
+
+    def __init__(self) -> None:
+        self._histogram = new_histogram()
+        self._pending: list[float] = []
+        self._recorded = 0
+
+    @property
+    def samples(self) -> int:
+        return self._recorded + len(self._pending)
+
+    def add(self, lag_ms: float) -> None:
+        self._pending.append(lag_ms)
+        if len(self._pending) >= self.PENDING:
+            self._record()
+
+    def clear(self) -> None:
+        self._histogram.reset()
+        self._pending.clear()
+        self._recorded = 0
+
+    def _record(self) -> None:
+        if self._pending:
+            record_ms(self._histogram, np.asarray(self._pending, dtype=np.float64))
+            self._recorded += len(self._pending)
+            self._pending.clear()
+
+    def p99_and_max_ms(self) -> tuple[float, float] | None:
+        """(p99, max) in ms, as `distribution_ms` reads them off its histogram; None without a sample."""
+        self._record()
+        if not self._recorded:
+            return None
+        h = self._histogram
+        return h.get_percentile_to_value_dict([50, 90, 99])[99] / 1000, h.get_max_value() / 1000
+
+
 class LoopLagSampler:
     """Start on a running loop, stop to get a `ClientLoad`. Costs ~100 short callbacks per second."""
 
     def __init__(self, interval_s: float = 0.010):
         self.interval_s = interval_s
-        self._lags_ms: list[float] = []
+        self._lags = LagFigures()
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> LoopLagSampler:
         self._loop = asyncio.get_running_loop()
-        self._lags_ms.clear()
+        self._lags.clear()
         self._cpu0, self._wall0 = time.process_time(), time.monotonic()
         self._due = self._wall0 + self.interval_s
         self._handle = self._loop.call_at(self._loop.time() + self.interval_s, self._tick)
@@ -47,7 +94,7 @@ class LoopLagSampler:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        self._lags_ms.append(max(0.0, (now - self._due) * 1e3))
+        self._lags.add(max(0.0, (now - self._due) * 1e3))
         self._due += self.interval_s
         if self._due < now:  # a long stall: sample again one interval from now, not in a burst
             self._due = now + self.interval_s
@@ -59,9 +106,9 @@ class LoopLagSampler:
             self._handle = None
         wall = time.monotonic() - self._wall0
         cpu = time.process_time() - self._cpu0
-        lag = distribution_ms(self._lags_ms)
-        return ClientLoad(loop_lag_p99_ms=lag.p99 if lag else None, loop_lag_max_ms=lag.max if lag else None,
-                          client_cpu_fraction=cpu / wall if wall > 0 else 0.0, samples=len(self._lags_ms))
+        lag = self._lags.p99_and_max_ms()
+        return ClientLoad(loop_lag_p99_ms=lag[0] if lag else None, loop_lag_max_ms=lag[1] if lag else None,
+                          client_cpu_fraction=cpu / wall if wall > 0 else 0.0, samples=self._lags.samples)
 
 
 def bottleneck_warning(load: ClientLoad, read_clock: str = "loop", advice: str | None = None) -> str | None:
