@@ -7,8 +7,8 @@ same synthetic records, with and without the workload (median of rounds, µs per
   body      `backend.build(salt, seq)`: one of 256 pre-serialised bodies (each with its own
             n_predict) instead of one
   record    the engine's `_Sender._append`: the shape's two lengths looked up per record
-  aggregate `LevelAggregate.add_batch`: the level's prompt_n and predicted_n distributions
-            (`TOKEN_SERIES`) kept beside the latency ones
+  aggregate `LevelAggregate.add_batch`: the level's token-count distributions (metric_defs'
+            metrics with `tokens`: prompt_n, predicted_n, cache_n) kept beside the latency ones
 
 Timings are printed, never asserted.
 
@@ -21,7 +21,7 @@ import argparse
 import statistics
 import time
 
-from loadgen.analysis import aggregate
+from loadgen.analysis import aggregate, metric_defs
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.records import LevelRun, ServerOutcome
 from loadgen.core.workload import Workload, parse_length_spec
@@ -83,13 +83,16 @@ def main() -> None:
     # The token distributions are kept for every run, fixed or drawn: their share of add_batch.
     whole = _time(lambda: aggregate.LevelAggregate().add_batch(records), rounds, n)
 
+    token_metrics = [m for m in metric_defs.all_metrics() if m.tokens]  # prompt_n, predicted_n, cache_n
+
     def tokens_alone() -> None:
-        series = {name: aggregate._TokenSeries() for name in aggregate.TOKEN_SERIES}
-        series["prompt_n"].add([aggregate._prompt_tokens(r) for r in records])
-        series["predicted_n"].add([r.predicted_n for r in records])
+        batch = metric_defs.Batch(records)
+        for m in token_metrics:
+            aggregate._TokenSeries().add(m.vectorised(batch))
 
     part = _time(tokens_alone, rounds, n)
-    print(f"aggregate {whole:8.3f} µs per request, of which the prompt_n/predicted_n series {part:.3f} "
+    print(f"aggregate {whole:8.3f} µs per request, of which the token series "
+          f"({', '.join(m.name for m in token_metrics)}) {part:.3f} "
           f"({part / whole:.0%})")
 
 
