@@ -2,7 +2,7 @@
 `--spec-type none` and `ngram-simple` over c = 1, 2, 4, then `loadgen crossover`. Whatever the
 machine's noise decides, each level's verdict, change and interval are those its three pairs of
 repeats give (a paired t interval on the log ratio, recomputed here), the sentence follows the
-levels' verdicts, and `--format json` carries it all. Kept short: tiny runs (4 requests of 12 tokens
+levels' verdicts, and `--format json` carries it all. Kept short: tiny runs (4 requests of 6 tokens
 a level), so one boot and sweep of each cell takes seconds."""
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def _sentence_start(verdicts: list[str]) -> str:
 def test_the_recipe_prints_a_verdict_consistent_with_its_repeats(tmp_path, loadgen):
     binary, model = server_and_model()
     out = tmp_path / "grid"
-    proc = grid("--server", f"{binary} -m {model} --parallel 4 -c 2048 -t 1 --metrics --spec-type {{spec}} "
+    proc = grid("--server", f"{binary} -m {model} --parallel 4 -c 1024 -t 1 --no-warmup --metrics --spec-type {{spec}} "
                             "--spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8",
                 "--param", "spec=none,ngram-simple", "--repeat", str(REPEATS), "--concurrency", "1,2,4",
-                "--requests", "4", "--n-predict", "12", "--temperature", "0", "--prompt", PROMPT, "--warmup", "1",
+                "--requests", "4", "--n-predict", "6", "--temperature", "0", "--prompt", PROMPT, "--warmup", "1",
                 "--output", str(out), timeout=240)
     assert proc.returncode == 0, proc.stderr
     code, stdout, err = loadgen("crossover", str(out), "--param", "spec", "--on", "ngram-simple", "--off", "none",
