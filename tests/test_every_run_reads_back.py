@@ -92,11 +92,12 @@ def test_analyze_and_report_read_every_kind(runs, tmp_path, loadgen, kind):
         code, _, err = read(loadgen, *args)
         assert code == 0, err
     code, out, err = read(loadgen, "report", runs[kind], "--output", tmp_path / "r.html")
-    if kind in MODES:  # the report draws sweeps: refused in one line that says what shows the run
+    if kind in MODES and kind != "soak":  # the report draws sweeps and soaks: refused in one line that says what shows the run
         assert code == 2 and len(err.strip().splitlines()) == 1 and "loadgen analyze" in err, err
         assert not (tmp_path / "r.html").exists()
     else:
         assert code == 0, err
+        assert (tmp_path / "r.html").is_file()
 
 
 @pytest.mark.parametrize("fmt", ["hgrm", "hlog", "csv", "json"])

@@ -260,9 +260,9 @@ def test_a_port_grid_picked_that_was_taken_is_replaced(tmp_path, monkeypatch):
         root = tmp_path / "grid"
         root.mkdir()
         err = Console(file=open(tmp_path / "err.txt", "w"), width=200)  # noqa: SIM115 (closed below, before it is read)
-        entry = grid_cli.CellRunner(root, doc, err).run(doc["cells"][0], 1)
+        entry = grid_cli.CellRunner(root, doc, err).run(doc.cells[0], 1)
         err.file.close()
-    assert entry["status"] == "ok", entry.get("reason")
-    assert entry["url"] != f"http://127.0.0.1:{taken_port}"
+    assert entry.status == "ok", entry.reason
+    assert entry.url != f"http://127.0.0.1:{taken_port}"
     assert "trying another port" in (tmp_path / "err.txt").read_text()
-    assert not pid_alive(entry["pid"])
+    assert not pid_alive(entry.pid)

@@ -302,3 +302,206 @@ def test_the_levels_table_scrolls_inside_its_own_box():
     from loadgen.output.html import CSS
 
     assert ".table-wrap { overflow-x: auto;" in CSS and "max-width: 100%" in CSS
+
+
+# ---------------------------------------------------------------- a soak's report
+
+@pytest.fixture(scope="module")
+def soak_run(tmp_path_factory):
+    """A 3-second streamed soak of a simulated llama-server, in 1-second windows."""
+    from servers import LOADGEN, SimProcess
+
+    out = tmp_path_factory.mktemp("soak") / "soak"
+    with SimProcess("--profile", "smoke", "--slots", "2", "--time-scale", "0.05") as sim:
+        proc = subprocess.run([*LOADGEN, "soak", "--url", sim.url, "--concurrency", "2", "--duration", "3s",
+                               "--checkpoint-interval", "1s", "--n-predict", "8", "--stream", "--output", str(out)],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+SOAK_CHARTS = ("throughput-over-time", "latency-over-time", "probe")
+
+
+def test_a_soak_report_draws_its_windows_and_its_table_static_and_interactive(soak_run, tmp_path):
+    run = json.loads((soak_run / "run.json").read_text())
+    soak = run["targets"][0]["soak"]
+    for args, scripts in ((["--static"], 0), ([], 1 + len(SOAK_CHARTS))):
+        if scripts:
+            pytest.importorskip("plotly", reason="the interactive report needs the report extra (plotly)")
+        out = tmp_path / f"soak{len(args)}.html"
+        result = report(str(soak_run), "--output", str(out), *args)
+        assert result.exit_code == 0, result.output
+        html_text = out.read_text(encoding="utf-8")
+        page = parse(html_text)
+        assert page.sections == [*SOAK_CHARTS, "soak"]
+        assert html_text.count("<script") == scripts
+        assert len(page.images) == (0 if scripts else len(SOAK_CHARTS))
+        for name in SOAK_CHARTS:
+            assert png_size(out.with_name(f"{out.stem}-{name}.png").read_bytes())[0] >= 600
+        text = " ".join(page.text)
+        # The soak table's figures, as `loadgen analyze` prints them.
+        assert f"{soak['throughput_tok_s']:,.2f}" in text and f"{soak['requests_ok']}/0" in text
+        assert "Throughput over time" in text and "Soak findings" in text
+
+
+def test_a_soak_and_a_sweep_are_not_drawn_together(soak_run, tmp_path):
+    out = tmp_path / "never.html"
+    result = CliRunner().invoke(report_command, [str(soak_run), str(FIXTURE), "--output", str(out)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "soak" in lines[0] and "two reports" in lines[0]
+    assert not out.exists()
+
+
+def test_the_soak_timeline_matches_run_json_and_cuts_the_records_by_window(soak_run):
+    from loadgen.analysis.metric_defs import TTFT
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_probe, load_records
+
+    records = load_records(soak_run)
+    (series,) = build_series([{"name": "soak", "run": json.loads((soak_run / "run.json").read_text()),
+                               "records": records, "probe": load_probe(soak_run)}])
+    timeline = series.soak_timeline()
+    windows = json.loads((soak_run / "run.json").read_text())["targets"][0]["soak"]["windows"]
+    assert timeline.throughput_tok_s == [w["throughput_tok_s"] for w in windows]
+    assert timeline.start_s == [w["start_s"] for w in windows]
+    counted = [d.count for d in timeline.latency_ms if d is not None]
+    assert sum(counted) == sum(r.ok for r in records)  # every successful request lands in one window
+    assert timeline.has_ttft and sum(d.count for d in timeline.ttft_ms if d) == sum(bool(TTFT.values(r)) for r in records)
+    assert [b - a for a, b, _ in timeline.drift_spans()] == [1.0, 1.0]  # k = 1 of 3 full windows a side
+
+
+WINDOW_POINT_JS = """(() => {
+  const gd = document.getElementById('chart-%s');
+  gd.scrollIntoView();
+  const trace = gd._fullData[0], i = %d;
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+  return {x: box.left + xa._offset + xa.c2p(trace.x[i]), y: box.top + ya._offset + ya.c2p(trace.y[i])};
+})()"""
+LEGEND_ITEM_JS = """(() => {
+  document.getElementById('chart-%s').scrollIntoView();
+  const box = document.querySelector('#chart-%s .legend .traces .legendtoggle').getBoundingClientRect();
+  return {x: box.left + box.width / 2, y: box.top + box.height / 2};
+})()"""
+
+
+@pytest.mark.browser
+def test_interactive_report_of_a_soak_in_headless_chromium(soak_run, tmp_path):
+    """No console error, no request but the file; a hover shows a window's throughput; the time axes
+    have a range slider; a click on a legend entry hides its series."""
+    pytest.importorskip("plotly", reason="the interactive report needs the report extra (plotly)")
+    import asyncio
+
+    from browser import Browser, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    page_file = tmp_path / "soak.html"
+    assert report(str(soak_run), "--output", str(page_file)).exit_code == 0
+    window = json.loads((soak_run / "run.json").read_text())["targets"][0]["soak"]["windows"][1]
+    expected = f"{window['start_s']:.1f}–{window['end_s']:.1f} s: {window['throughput_tok_s']:.2f} tok/s"
+    hover_js = ("Array.from(document.querySelectorAll('#chart-throughput-over-time .hoverlayer'))"
+                ".map(e => e.textContent).join(' ')")
+
+    async def visit():
+        async with Browser(tmp_path / "profile") as page:
+            await page.open(page_file.resolve().as_uri())
+            plots = await page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+            sliders = await page.evaluate("[" + ",".join(
+                f"document.getElementById('chart-{name}')._fullLayout.xaxis.rangeslider.visible"
+                for name in SOAK_CHARTS[:2]) + "]")
+            before = await page.evaluate(hover_js)
+            point = await page.evaluate(WINDOW_POINT_JS % ("throughput-over-time", 1))
+            await page.hover(point["x"], point["y"])
+            text = ""
+            deadline = asyncio.get_running_loop().time() + 30
+            while expected not in text and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+                text = await page.evaluate(hover_js)
+            item = await page.evaluate(LEGEND_ITEM_JS % ("latency-over-time", "latency-over-time"))
+            for kind in ("mousePressed", "mouseReleased"):
+                await page.send("Input.dispatchMouseEvent", type=kind, x=item["x"], y=item["y"], button="left",
+                                clickCount=1)
+            visible = None
+            deadline = asyncio.get_running_loop().time() + 10
+            while visible != "legendonly" and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+                visible = await page.evaluate("document.getElementById('chart-latency-over-time')._fullData[0].visible")
+            return page.errors(), page.requested_urls(), plots, sliders, before, text, visible
+
+    errors, urls, plots, sliders, before, text, hidden = asyncio.run(visit())
+    assert errors == []
+    assert [u for u in urls if not u.startswith("data:")] == [page_file.resolve().as_uri()]
+    assert plots == len(SOAK_CHARTS) and sliders == [True, True]
+    assert expected not in before and expected in text and "smoke-sim" in text
+    assert hidden == "legendonly"
+
+
+# ---------------------------------------------------------------- speculation and reasoning per level
+DRAFTED = {"draft_n": 100, "draft_n_accepted": 82, "acceptance": 0.82, "drafted_per_output_token": 1.25}
+REJECTED = {"draft_n": 40, "draft_n_accepted": 0, "acceptance": 0.0, "drafted_per_output_token": 0.5}
+REASONED = {"reasoning_tokens": 300, "reasoning_share": 0.75,
+            "ttfa_ms": {"count": 4, "mean": 50.0, "p50": 48.5, "p90": 60.0, "p99": 61.0, "max": 61.0}}
+HALF = {"reasoning_tokens": 10, "reasoning_share": 0.5}
+DRAFT_COLUMNS = ["draft accepted", "drafted per out tok"]
+REASONING_COLUMNS = ["reasoning share", "TTFA p50 ms"]
+
+# (fields added to levels c=1 and c=2 of tests/data/sweep-smollm2, the extra columns expected, and
+# each level's cells under them); written before the code ran.
+EXTRA_CASES = [
+    ({}, {}, [], {1: [], 2: []}),
+    (DRAFTED, {}, DRAFT_COLUMNS, {1: ["82.0%", "1.25"], 2: ["no speculation", "–"]}),
+    (REJECTED, DRAFTED, DRAFT_COLUMNS, {1: ["0.0%", "0.50"], 2: ["82.0%", "1.25"]}),  # 0%: drafted, all rejected
+    ({}, REASONED, REASONING_COLUMNS, {1: ["none", "–"], 2: ["75%", "48.5"]}),
+    ({**DRAFTED, **HALF}, {}, DRAFT_COLUMNS + REASONING_COLUMNS,
+     {1: ["82.0%", "1.25", "50%", "–"], 2: ["no speculation", "–", "none", "–"]}),
+]
+
+
+def with_level_fields(tmp_path: Path, first: dict, second: dict) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(FIXTURE, copy)
+    doc = json.loads((copy / "run.json").read_text())
+    levels = doc["targets"][0]["levels"]
+    levels[0].update(first)
+    levels[1].update(second)
+    (copy / "run.json").write_text(json.dumps(doc))
+    return copy
+
+
+@pytest.mark.parametrize("first, second, columns, cells", EXTRA_CASES)
+def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp_path, first, second, columns, cells):
+    run = with_level_fields(tmp_path, first, second)
+    result = report(str(run), "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("| C |"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    rows = {int(r.split("|")[1]): [c.strip() for c in r.strip("|").split("|")]
+            for r in lines if r.startswith("| ") and r.split("|")[1].strip().isdigit()}
+    from loadgen.output.html import TABLE_COLUMNS
+
+    assert names == TABLE_COLUMNS[:-1] + columns + TABLE_COLUMNS[-1:]
+    for level, expected in cells.items():
+        assert rows[level][len(TABLE_COLUMNS) - 1:-1] == expected
+    # The HTML page has the same columns and cells.
+    out = tmp_path / "page.html"
+    assert report(str(run), "--output", str(out), "--static").exit_code == 0
+    text = out.read_text(encoding="utf-8")
+    for name in DRAFT_COLUMNS + REASONING_COLUMNS:
+        assert (f"<th>{name}</th>" in text) == (name in columns)
+    for expected in cells.values():
+        assert "".join(f"<td>{cell}</td>" for cell in expected) in text
+    # The chart of acceptance and reasoning share per level: only when there is something to draw.
+    assert ("speculation" in parse(text).sections) == bool(columns)
+    assert out.with_name("page-speculation.png").is_file() == bool(columns)
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    from loadgen.output import interactive
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_run
+
+    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    drawn = {t.name: list(t.y) for t in interactive.speculation_figure(series).data}
+    assert drawn == {f"smollm2 {name}": [None if f.get(key) is None else 100 * f[key] for f in (first, second)]
+                     for key, name in (("acceptance", "draft acceptance"), ("reasoning_share", "reasoning share"))
+                     if first.get(key) is not None or second.get(key) is not None}

@@ -127,3 +127,21 @@ def test_the_probe_records_what_the_simulators_slots_say():
         info = asyncio.run(ask(sim.url))
     assert info.speculative is False
     assert info.to_dict()["speculative"] is False
+
+
+# (server speculates, drafts of the level's requests, expected report cells) -- written down first.
+REPORT_CASES = [
+    (True, [None], ["0.0%", "0.00"]),
+    (False, [None], [NO_SPECULATION, "–"]),
+    (None, [None], [NO_SPECULATION, "–"]),
+    (True, [(10, 8), (30, 22)], ["75.0%", "2.00"]),
+]
+
+
+@pytest.mark.parametrize("speculative, drafts, cells", REPORT_CASES)
+def test_the_reports_level_table_reads_the_servers_speculation_too(speculative, drafts, cells):
+    from loadgen.core.rundoc import Level
+    from loadgen.output.html import Extras, extra_cells
+
+    level = Level(**_level(1, drafts))
+    assert extra_cells(level, Extras(drafting=True), speculative) == cells

@@ -81,6 +81,14 @@ class _Series:
         return Distribution(count=self.count, mean=self.total / self.count, p50=at[50] / 1000, p90=at[90] / 1000,
                             p99=at[99] / 1000, max=h.get_max_value() / 1000)
 
+    def percentiles(self, qs: Sequence[float]) -> dict[str, float] | None:
+        """--percentiles: each chosen percentile of the histogram in ms (µs resolution, as the
+        fixed ones), named by `metric_defs.percentile_label`; None without values."""
+        if not self.count or not qs:
+            return None
+        at = self.histogram.get_percentile_to_value_dict(list(qs))
+        return {metric_defs.percentile_label(q): at[q] / 1000 for q in qs}
+
 
 class _TokenSeries(_Series):
     """A `_Series` of token counts: each count is kept as that many µs (so exact up to 2048, then to
@@ -381,8 +389,10 @@ class LevelAggregate:
         return self.series[name].histogram
 
     def summary(self, concurrency: int, stopped_reason: str | None = None,
-                server_metrics_delta: dict[str, float] | None = None, rate: float | None = None) -> LevelSummary:
-        """The level's `LevelSummary` (see `summarize_level` for what counts where)."""
+                server_metrics_delta: dict[str, float] | None = None, rate: float | None = None,
+                percentiles: Sequence[float] = ()) -> LevelSummary:
+        """The level's `LevelSummary` (see `summarize_level` for what counts where); `percentiles`
+        (--percentiles): those of each of metric_defs.PERCENTILE_METRICS too, under "percentiles"."""
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
@@ -417,10 +427,17 @@ class LevelAggregate:
             server_metrics_delta=dict(server_metrics_delta or {}), rate=rate,
             achieved_rate=self._achieved_rate() if open_loop else None,
             connections_opened=self.series["connect"].count,
-            metrics=others,
+            metrics=others, percentiles=self._chosen_percentiles(percentiles),
             **self._drafting(), **self._reasoning(ttfa),
             **figures,  # type: ignore[arg-type]  # each metric's key is a LevelSummary field
         )
+
+    def _chosen_percentiles(self, qs: Sequence[float]) -> dict[str, dict[str, float]] | None:
+        """metric key -> {"p95": ms, ...} of each percentile metric with values; None without --percentiles."""
+        if not qs:
+            return None
+        chosen = {m.key: self.series[m.name].percentiles(qs) for m in metric_defs.PERCENTILE_METRICS}
+        return {key: at for key, at in chosen.items() if at is not None}
 
     def _cache_fields(self, figures: dict[str, object]) -> None:
         """The cache figures (analysis/cache.py) into `figures` when any request reused a token; else
@@ -464,9 +481,9 @@ class LevelAggregate:
 def summarize_level(concurrency: int, rs: Sequence[RequestRecord],
                     stopped_reason: str | None = None,
                     server_metrics_delta: dict[str, float] | None = None,
-                    rate: float | None = None) -> LevelSummary:
+                    rate: float | None = None, percentiles: Sequence[float] = ()) -> LevelSummary:
     """Summarise one level. Failed requests count in the wall time but add no tokens or latency;
     cancelled ones (in flight at Ctrl-C) and lost ones (in flight in a worker process that died)
     count in neither. The figures are gathered as a streamed level gathers them (`LevelAggregate`),
     so both give the same summary."""
-    return LevelAggregate.of(rs).summary(concurrency, stopped_reason, server_metrics_delta, rate)
+    return LevelAggregate.of(rs).summary(concurrency, stopped_reason, server_metrics_delta, rate, percentiles)

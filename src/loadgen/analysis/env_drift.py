@@ -28,9 +28,12 @@ refused.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ..core.environment import EnvSample, Fingerprint, GpuFacts, PciLink, fingerprint_from, samples_from
+from ..core.rundoc import RunDocument
 
 STEAL_LIMIT = 0.02  # more than 2% of the CPU time stolen by the hypervisor: another tenant competes
 THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -201,21 +204,21 @@ def _server_builds(fp: Fingerprint | None) -> dict[str, Any]:
             if isinstance(props, Mapping)}
 
 
-def _level_links(doc: Mapping[str, Any]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """(target, accelerator) -> [(level name, "GenG xW" under load)] over a run's levels: per level
     the lowest generation and width its samples saw."""
     out: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for t in doc.get("targets") or []:
-        for lv in t.get("levels") or []:
+    for t in doc.targets:
+        for lv in t.levels:
             seen: dict[str, tuple[list[int], list[int], str]] = {}
-            for s in samples_from(lv.get("environment")):
+            for s in samples_from(lv.environment):
                 for addr, (gen, width, name) in _accelerator_links(s).items():
                     gens, widths, _ = seen.setdefault(addr, ([], [], name))
                     gens += [gen] if gen is not None else []
                     widths += [width] if width is not None else []
             for gens, widths, name in seen.values():
-                out.setdefault((str(t.get("label")), name), []).append(
-                    (str(lv.get("level")), _gen_width(min(gens, default=None), min(widths, default=None))))
+                out.setdefault((t.label, name), []).append(
+                    (str(lv.level), _gen_width(min(gens, default=None), min(widths, default=None))))
     return out
 
 
@@ -225,64 +228,82 @@ def _levels_text(levels: Sequence[str]) -> str:
     return f"levels {levels[0]}–{levels[-1]}" if len(levels) > 2 else f"levels {levels[0]}, {levels[1]}"
 
 
-def environment_differences(baseline: Iterable[Mapping[str, Any]],
-                            candidate: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+@dataclass
+class _Side:
+    """One side of a comparison as the drift guard reads it: its runs and their recorded machines."""
+
+    name: str
+    docs: list[RunDocument]
+
+    @cached_property
+    def fingerprints(self) -> list[Fingerprint | None]:
+        return [fingerprint_from(d.environment) for d in self.docs]
+
+    @property
+    def recorded(self) -> bool:
+        """Every run of the side recorded its machine (a side without runs did not)."""
+        return bool(self.docs) and all(fp is not None for fp in self.fingerprints)
+
+    @cached_property
+    def facts(self) -> list[dict[str, Any]]:
+        """Each run's static facts (`_static_facts`), the side's first run first."""
+        return [_static_facts(fp) for fp in self.fingerprints if fp is not None]
+
+    @cached_property
+    def links(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """The first run's accelerator links per level (`_level_links`)."""
+        return _level_links(self.docs[0])
+
+
+def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
+                            candidate: Iterable[RunDocument | dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(differences, notes) between two sides' run documents (each side one or more runs).
 
     A difference is a line naming the fact and both values; notes say what could not be compared
     (a side without a recorded environment, when the other has one; neither: nothing is said). Runs within one side are compared against the side's
     first run too, so a folder of runs taken across a change is caught."""
-    sides = {"baseline": list(baseline), "candidate": list(candidate)}
-    notes, facts, links = [], {}, {}
-    recorded = {name: [fingerprint_from(d.get("environment")) for d in docs] for name, docs in sides.items()}
-    if not any(fp is not None for fps in recorded.values() for fp in fps):
+    base, cand = (_Side(name, [RunDocument.of(d) for d in docs])
+                  for name, docs in (("baseline", baseline), ("candidate", candidate)))
+    if not any(fp is not None for side in (base, cand) for fp in side.fingerprints):
         return [], []  # runs from before the record on both sides: nothing to say
-    for name, docs in sides.items():
-        fps = recorded[name]
-        if not docs or any(fp is None for fp in fps):
-            notes.append(f"the {name} has no recorded environment (a run from before loadgen recorded it, or "
-                         f"--no-environment): the drift guard cannot compare it")
-            continue
-        facts[name] = [_static_facts(fp) for fp in fps if fp is not None]
-        links[name] = _level_links(docs[0])
-    if len(facts) == 2:
-        base_builds = _server_builds(recorded["baseline"][0])
-        cand_builds = _server_builds(recorded["candidate"][0])
-        for label in sorted(base_builds.keys() & cand_builds.keys()):
-            if base_builds[label] != cand_builds[label]:
-                notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "
-                             f"{_show(cand_builds[label])} in the candidate")
+    notes = [f"the {side.name} has no recorded environment (a run from before loadgen recorded it, or "
+             f"--no-environment): the drift guard cannot compare it" for side in (base, cand) if not side.recorded]
+    if notes:  # nothing to compare
+        return [], notes
+    base_builds, cand_builds = _server_builds(base.fingerprints[0]), _server_builds(cand.fingerprints[0])
+    for label in sorted(base_builds.keys() & cand_builds.keys()):
+        if base_builds[label] != cand_builds[label]:
+            notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "
+                         f"{_show(cand_builds[label])} in the candidate")
     out = []
-    if len(facts) == 2:
-        base = facts["baseline"][0]
-        for key in base:
-            values = {name: [f.get(key) for f in fs] for name, fs in facts.items()}
-            cand = [v for v in values["candidate"] if v != base[key]]
-            inner = [v for v in values["baseline"] if v != base[key]]
-            if cand or inner:
-                other = (cand or inner)[0]
-                out.append(f"{key}: baseline {_show(base[key])}; "
-                           f"{'candidate' if cand else 'another baseline run'} {_show(other)}")
-        for key in sorted(set(facts["candidate"][0]) - set(base)):
-            out.append(f"{key}: baseline none; candidate {_show(facts['candidate'][0][key])}")
-        for (target, device), base_levels in sorted(links["baseline"].items()):
-            usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
-            differ = [lv for lv, v in links["candidate"].get((target, device), []) if v != usual]
-            if differ:
-                seen = {v for lv, v in links["candidate"][(target, device)] if lv in differ}
-                out.append(f"{target} {device}: baseline PCIe {usual}; candidate {_levels_text(differ)}: "
-                           f"PCIe {', '.join(sorted(seen))}")
+    first = base.facts[0]
+    for key, value in first.items():
+        differ = [v for f in cand.facts if (v := f.get(key)) != value]
+        inner = [v for f in base.facts if (v := f.get(key)) != value]
+        if differ or inner:
+            other = (differ or inner)[0]
+            out.append(f"{key}: baseline {_show(value)}; "
+                       f"{'candidate' if differ else 'another baseline run'} {_show(other)}")
+    for key in sorted(set(cand.facts[0]) - set(first)):
+        out.append(f"{key}: baseline none; candidate {_show(cand.facts[0][key])}")
+    for (target, device), base_levels in sorted(base.links.items()):
+        usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
+        differ_levels = [lv for lv, v in cand.links.get((target, device), []) if v != usual]
+        if differ_levels:
+            seen = {v for lv, v in cand.links[(target, device)] if lv in differ_levels}
+            out.append(f"{target} {device}: baseline PCIe {usual}; candidate {_levels_text(differ_levels)}: "
+                       f"PCIe {', '.join(sorted(seen))}")
     return out, notes
 
 
-def changed_levels(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+def changed_levels(docs: Iterable[RunDocument | dict[str, Any]]) -> list[str]:
     """'target at level L: what changed' for every level of these runs whose environment changed during it."""
     out = []
     for doc in docs:
-        for t in doc.get("targets") or []:
-            for lv in t.get("levels") or []:
-                for change in lv.get("environment_changed") or level_changes(samples_from(lv.get("environment"))):
-                    out.append(f"{t.get('label')} at level {lv.get('level')}: {change}")
+        for t in RunDocument.of(doc).targets:
+            for lv in t.levels:
+                for change in lv.environment_changed or level_changes(samples_from(lv.environment)):
+                    out.append(f"{t.label} at level {lv.level}: {change}")
     return out
 
 

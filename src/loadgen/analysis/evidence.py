@@ -11,8 +11,10 @@ names it and what it answered, and gives it up (exit 1), as for a target that do
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from ..core import records
 from ..core.records import RequestRecord
@@ -27,23 +29,58 @@ def _not_a_completion(r: RequestRecord) -> bool:
         r.error_kind == records.INVALID_JSON and (r.error_message or "").startswith(records.NOT_JSON_MESSAGE))
 
 
-def has_completed(level: Mapping[str, Any]) -> bool:
-    """Whether a level (a run.json summary) completed a request; one that does not count its
-    requests (a hand-made summary) is taken at its figures."""
-    return level.get("requests_ok") != 0
+class Figures(msgspec.Struct, frozen=True):
+    """The parts of a distribution (run.json's count, mean, p50, ...) the verdicts read."""
+
+    mean: float | None = None
+    p99: float | None = None
 
 
-def completed_any(levels: Iterable[Mapping[str, Any]]) -> bool:
+class LevelFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """What the verdicts read of a level's summary. `of` takes a typed level (`core.rundoc.Level`,
+    `LevelSummary`) or its run.json dict, whole or a hand-made part of one: what it lacks is None
+    (a level that does not count its requests is taken at its figures)."""
+
+    level: int | float | None = None  # schema 2; else the concurrency is the level
+    concurrency: int | None = None
+    throughput_tok_s: float = 0.0
+    requests_ok: int | None = None
+    errors_by_kind: dict[str, int] = {}
+    stopped_reason: str | None = None
+    latency_ms: Figures | None = None
+    latency_uncorrected_ms: Figures | None = None  # open loop only
+    schedule_lag_ms: Figures | None = None  # open loop only
+
+    @classmethod
+    def of(cls, level: Any) -> LevelFigures:
+        return level if isinstance(level, cls) else msgspec.convert(level, cls, from_attributes=True, strict=False)
+
+    @property
+    def key(self) -> int | float:
+        """The level: its "level", else its concurrency."""
+        if self.level is not None:
+            return self.level
+        assert self.concurrency is not None, "a level summary names its level or its concurrency"
+        return self.concurrency
+
+
+def has_completed(level: LevelFigures) -> bool:
+    """Whether a level completed a request; one that does not count its requests (a hand-made
+    summary) is taken at its figures."""
+    return level.requests_ok != 0
+
+
+def completed_any(levels: Iterable[LevelFigures]) -> bool:
     """Whether any level has a completed request."""
     return any(has_completed(lv) for lv in levels)
 
 
-def no_verdict_line(label: str, levels: Sequence[Mapping[str, Any]]) -> str:
+def no_verdict_line(label: str, levels: Sequence[LevelFigures]) -> str:
     """The line said instead of a saturation verdict when no level completed a request."""
     errors: Counter[str] = Counter()
     for lv in levels:
-        errors.update(lv.get("errors_by_kind") or {})
-    stopped = next((lv["stopped_reason"] for lv in levels if lv.get("stopped_reason")), None)
+        errors.update(lv.errors_by_kind)
+    stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if errors:
         why = "every request failed (" + ", ".join(f"{k} ×{n}" for k, n in errors.most_common()) + ")"
         if stopped:

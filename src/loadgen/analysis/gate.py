@@ -268,7 +268,7 @@ class GateResult:
     def unenforced(self) -> list[Unenforced]:
         """The checks not enforced, grouped by metric and by why: no test (per reason), a test whose
         power is unknown (one degree of freedom), or a test blind to a change of the limit's size."""
-        groups: dict[tuple[str, str | None], list[Check]] = {}
+        groups: dict[tuple[str, str | None, bool], list[Check]] = {}
         for check in self.not_enforced:
             c = check.comparison
             blind = c.significant is not None and c.detectable is not None

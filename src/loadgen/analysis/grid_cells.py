@@ -12,12 +12,15 @@ from __future__ import annotations
 import itertools
 import shlex
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+import msgspec
+
 from ..core.errors import ConfigError
+from ..core.griddoc import BootEntry, GridRun, KvEstimateEntry
 from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
 from .metrics import MeanSd, mean_sd
 
@@ -234,9 +237,32 @@ def level_j_per_token(level: Level | dict[str, Any]) -> float | None:
     return pick.get("j_per_token") if pick else None
 
 
-def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, Any]]) -> CellSummary:
-    """`runs`: the cell's grid entries, each with `status`, `reason` and (when it ran) `run` (run.json)."""
-    docs = [RunDocument.of(r["run"]) for r in runs if r.get("status") == "ok" and r.get("run")]
+@dataclass(frozen=True, slots=True)
+class CellRun:
+    """One run of a cell as its summary reads it: its grid entry and its run.json (None: it has
+    none, or it is unreadable)."""
+
+    entry: GridRun
+    run: RunDocument | None = None
+
+    @classmethod
+    def of(cls, entry: CellRun | GridRun | Mapping[str, Any],
+           run: RunDocument | dict[str, Any] | None = None) -> CellRun:
+        """A grid entry and its run.json; or a grid entry's content with its run.json as `run` (a
+        hand-written one: its repeat is not read here, and may be left out)."""
+        if isinstance(entry, CellRun):
+            return entry
+        if isinstance(entry, Mapping):
+            content = dict(entry)
+            run = content.pop("run", None)
+            entry = msgspec.convert({"repeat": 1, **content}, GridRun, strict=False)
+        return cls(entry, RunDocument.of(run) if run else None)
+
+
+def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | Mapping[str, Any]]) -> CellSummary:
+    """`runs`: the cell's grid entries, each with (when it ran) its run.json."""
+    cell_runs = [CellRun.of(r) for r in runs]
+    docs = [r.run for r in cell_runs if r.entry.status == "ok" and r.run is not None]
     by_level: dict[Any, list[float]] = {}
     lat_by_level: dict[Any, list[float]] = {}
     peaks, peak_levels, saturated, least_j = [], [], [], []
@@ -256,21 +282,23 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[dict[str, A
         verdict = doc.targets[0].verdict if doc.targets else None
         saturated.append(None if verdict is None else verdict.saturated_at)
     throughput = {lv: ms for lv, vs in sorted(by_level.items()) if (ms := mean_sd(vs)) is not None}
-    boot = next((r.get("boot") or {} for r in runs if r.get("boot")), {})
-    estimate = next((r.get("kv_estimate") for r in runs if r.get("kv_estimate")), None) or {}
-    note = next((r.get("kv_estimate_note") for r in runs if r.get("kv_estimate_note")), None)
-    failed = [r for r in runs if r.get("status") != "ok"]
+    # the first run that has each (a run whose figures are all absent has none)
+    boot = next((b for r in cell_runs if (b := r.entry.boot) is not None and b != BootEntry()), BootEntry())
+    estimate = next((e for r in cell_runs if (e := r.entry.kv_estimate) is not None and e != KvEstimateEntry()),
+                    None)
+    note = next((r.entry.kv_estimate_note for r in cell_runs if r.entry.kv_estimate_note), None)
+    failed = [r.entry for r in cell_runs if r.entry.status != "ok"]
     return CellSummary(
         name=name, params=params, runs_ok=len(docs), runs=len(runs),
-        failure=failed[-1].get("reason") if failed else None,
+        failure=failed[-1].reason if failed else None,
         single_stream_tok_s=throughput[min(throughput)] if throughput else None,
         peak_tok_s=mean_sd(peaks), peak_at=max(set(peak_levels), key=peak_levels.count) if peak_levels else None,
         saturated_at=max(set(saturated), key=saturated.count) if saturated else None,
         throughput_by_level=throughput,
         latency_by_level={lv: ms for lv, vs in sorted(lat_by_level.items()) if (ms := mean_sd(vs)) is not None},
-        kv_logged_mib=boot.get("kv_size_mib"), kv_estimate_mib=estimate.get("kv_mib"),
-        n_slots=boot.get("n_slots"), kv_unified=boot.get("kv_unified"),
-        recurrent_logged_mib=boot.get("recurrent_mib"), recurrent_estimate_mib=estimate.get("recurrent_mib"),
+        kv_logged_mib=boot.kv_size_mib, kv_estimate_mib=estimate.kv_mib if estimate else None,
+        n_slots=boot.n_slots, kv_unified=boot.kv_unified, recurrent_logged_mib=boot.recurrent_mib,
+        recurrent_estimate_mib=estimate.recurrent_mib if estimate else None,
         kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j),
         measure=next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
         prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),

@@ -584,6 +584,36 @@ TTFT_CACHE_MISS = register(Metric(
     "timings. Kept only with `cache_n`.",
     _ttft_of(False), _v_ttft_of(False), export=False))
 
+# --percentiles: the metrics whose chosen percentiles a level keeps (run.json's per-level
+# "percentiles", keyed by each metric's key), and how a percentile is named there and in tables.
+PERCENTILE_METRICS = (TTFT, LATENCY, TPOT, ITL)
+
+
+def percentile_label(q: float) -> str:
+    """A percentile's name in run.json, tables and levels.csv: 50 -> "p50", 99.9 -> "p99.9"."""
+    return f"p{q:g}"
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """"50,95,99.9" -> (50.0, 95.0, 99.9), sorted: each a number above 0 and at most 100, given once.
+    ValueError (one sentence) otherwise."""
+    items = [s.strip().removeprefix("p") for s in text.split(",")]
+    if not text.strip() or any(not s for s in items):
+        raise ValueError(f"expected percentiles like 50,95,99.9, got {text!r}")
+    values: list[float] = []
+    for s in items:
+        try:
+            q = float(s)
+        except ValueError:
+            raise ValueError(f"{s!r} is not a percentile (a number like 99.9)") from None
+        if not 0 < q <= 100 or math.isnan(q):
+            raise ValueError(f"percentile {s} is out of range (above 0, at most 100)")
+        if q in values:
+            raise ValueError(f"percentile {s} is given twice")
+        values.append(q)
+    return tuple(sorted(values))
+
+
 # The fields of a level summary that are built in (core/rundoc.LevelSummary); any other metric's
 # distribution goes into its `metrics` map.
 BUILT_IN = frozenset(m.name for m in all_metrics())

@@ -37,14 +37,17 @@ Definitions
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..core.records import CLIENT_SIDE, ProbeSample, RequestRecord, level_short
-from ..core.rundoc import Distribution
-from .evidence import completed_any, has_completed, no_verdict_line
+from ..core.rundoc import Distribution, LevelSummary
+from .evidence import LevelFigures, completed_any, has_completed, no_verdict_line
 from .metrics import distribution_ms, queue_wait_ms, service_ms
 from .occupancy import (
     MIN_SCRAPES,
@@ -351,7 +354,8 @@ def _slots(n: int | None) -> str:
     return "?" if n is None else f"{n} slot" + ("" if n == 1 else "s")
 
 
-def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequence[RequestRecord],
+def analyze_target(label: str, summaries: Sequence[LevelSummary | LevelFigures | Mapping[str, Any]],
+                   records: Sequence[RequestRecord],
                    samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
                    knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False,
                    slots_available: bool | None = None) -> TargetVerdict:
@@ -360,6 +364,7 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     Open loop (levels are offered request rates) the same knee rule applies to rate instead of
     concurrency; slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
     """
+    levels = [LevelFigures.of(lv) for lv in summaries]
     if not completed_any(levels):  # no evidence, no verdict: say why there is none
         return TargetVerdict(label, total_slots, None, None, (), metrics_available, (no_verdict_line(label, levels),))
     by_level: dict[int | float, list[RequestRecord]] = {}
@@ -368,8 +373,8 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     samples_by_level: dict[int | float, list[ProbeSample]] = {}
     for s in samples:
         samples_by_level.setdefault(s.level, []).append(s)
-    concurrencies = [_key(lv) for lv in levels]
-    throughput = {_key(lv): lv["throughput_tok_s"] for lv in levels}
+    concurrencies = [lv.key for lv in levels]
+    throughput = {lv.key: lv.throughput_tok_s for lv in levels}
     overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies and not open_loop else None
     at_1 = None if open_loop else throughput.get(1)
     readable = metrics_available or bool(slots_available) or any(
@@ -383,9 +388,8 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     # and only those with a completed request (one where every request failed measured nothing).
     # Their latency is net of any wait outside the server (held by its HTTP layer, occupancy.py):
     # that is not the server's slots running out, and must not place a knee.
-    points = [LevelPoint(_key(lv), lv["throughput_tok_s"],
-                         _net_latency(lv, by_c[_key(lv)]))
-              for lv in levels if not lv.get("stopped_reason") and has_completed(lv)]
+    points = [LevelPoint(lv.key, lv.throughput_tok_s, _net_latency(lv, by_c[lv.key]))
+              for lv in levels if not lv.stopped_reason and has_completed(lv)]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
     slots_free = {q.level for q in queueing if q.evidence == "records" and not q.slot_queued}
     knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots, slots_free)
@@ -398,15 +402,15 @@ def analyze_target(label: str, levels: Sequence[dict[str, Any]], records: Sequen
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
 
 
-def _all_records(lv: dict[str, Any], rs: Sequence[RequestRecord]) -> bool:
+def _all_records(lv: LevelFigures, rs: Sequence[RequestRecord]) -> bool:
     """Whether `rs` holds every completed record of the level (a streamed level keeps a sample)."""
-    ok = lv.get("requests_ok")
+    ok = lv.requests_ok
     return ok is None or sum(1 for r in rs if r.ok) >= ok
 
 
-def _net_latency(lv: dict[str, Any], q: LevelQueueing) -> float | None:
+def _net_latency(lv: LevelFigures, q: LevelQueueing) -> float | None:
     """The level's mean latency, less its requests' mean wait outside the server when any were held there."""
-    mean = (lv.get("latency_ms") or {}).get("mean")
+    mean = lv.latency_ms.mean if lv.latency_ms else None
     if mean is None or not q.held_outside or q.outside_wait_mean_ms is None:
         return mean
     return mean - q.outside_wait_mean_ms
@@ -555,11 +559,6 @@ def _knee_where(label: str, knee: Knee, total_slots: int | None) -> str:
     return head + f", above its {_slots(total_slots)}"
 
 
-def _key(lv: dict[str, Any]) -> int | float:
-    """A level summary's key: its "level" (schema 2), else its concurrency."""
-    return lv["level"] if "level" in lv else lv["concurrency"]
-
-
 def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: bool) -> list[str]:
     return [f"{label} at {level_short(q.level, open_loop)}: {q.failure_share:.0%} of requests failed, "
             "so that level's figures are not trustworthy."
@@ -570,8 +569,17 @@ def _failure_lines(label: str, queueing: Sequence[LevelQueueing], open_loop: boo
 SCHEDULE_LAG_P99_MS = 5.0
 
 
+def _rate(rate: float) -> str:
+    """"4 req/s"; a level of `--rate inf` is "every request at once", not "inf req/s"."""
+    return "every request at once" if math.isinf(rate) else f"{rate:g} req/s"
+
+
+def _at_rate(rate: float) -> str:
+    return "with every request at once" if math.isinf(rate) else f"at {rate:g} req/s"
+
+
 def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueueing],
-                     levels: Sequence[dict[str, Any]], metrics_available: bool) -> list[str]:
+                     levels: Sequence[LevelFigures], metrics_available: bool) -> list[str]:
     lines: list[str] = []
     by_level = {q.level: q for q in queueing}
     if knee is not None:
@@ -579,34 +587,50 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
         if after.peak_deferred:
             facts.append(f"up to {after.peak_deferred:g} deferred")
-        where = (f"between {knee.between[0]:g} and {knee.between[1]:g} req/s" if knee.between
-                 else f"at or below {knee.at:g} req/s, the lowest offered rate" if knee.at_or_below
-                 else f"at {knee.at:g} req/s")
+        where = (f"between {_rate(knee.between[0])} and {_rate(knee.between[1])}" if knee.between
+                 else f"at or below {_rate(knee.at)}, the lowest offered rate" if knee.at_or_below
+                 else _at_rate(knee.at))
         lines.append(f"{label} saturates {where}: requests arrive faster than it finishes them.")
-        lines.append(f"{label} at {knee.next_level:g} req/s: " + ", ".join(facts) + ".")
+        lines.append(f"{label} {_at_rate(knee.next_level)}: " + ", ".join(facts) + ".")
     elif levels:
-        top = max(_key(lv) for lv in levels)
-        lines.append(f"{label} keeps up with every offered rate (up to {top:g} req/s).")
+        top = max(lv.key for lv in levels)
+        lines.append(f"{label} keeps up with every offered rate (up to {_rate(top)}).")
     for lv in levels:
-        lag = lv.get("schedule_lag_ms") or {}
-        if lag.get("p99") is not None and lag["p99"] > SCHEDULE_LAG_P99_MS:
-            lines.append(f"{label} at {_key(lv):g} req/s: the client sent requests late (schedule lag p99 "
-                         f"{lag['p99']:.1f} ms): the client, not the server, may be the bottleneck; "
+        lag = lv.schedule_lag_ms.p99 if lv.schedule_lag_ms else None
+        if lag is not None and lag > SCHEDULE_LAG_P99_MS:
+            lines.append(f"{label} {_at_rate(lv.key)}: the client sent requests late (schedule lag p99 "
+                         f"{lag:.1f} ms): the client, not the server, may be the bottleneck; "
                          "latencies still count from the intended send times.")
-        corrected, raw = lv.get("latency_ms") or {}, lv.get("latency_uncorrected_ms") or {}
-        if corrected.get("p99") and raw.get("p99") and corrected["p99"] > 1.2 * raw["p99"]:
-            lines.append(f"{label} at {_key(lv):g} req/s: p99 latency {_secs(corrected['p99'])} from the intended "
-                         f"send times vs {_secs(raw['p99'])} from the actual sends: requests waited to be sent "
+        corrected = lv.latency_ms.p99 if lv.latency_ms else None
+        raw = lv.latency_uncorrected_ms.p99 if lv.latency_uncorrected_ms else None
+        if corrected and raw and corrected > 1.2 * raw:
+            lines.append(f"{label} {_at_rate(lv.key)}: p99 latency {_secs(corrected)} from the intended "
+                         f"send times vs {_secs(raw)} from the actual sends: requests waited to be sent "
                          "(coordinated omission would have hidden this).")
     if not metrics_available:
         lines.append(f"{label}: /metrics unavailable, so the server's deferred queue is not visible.")
     return lines
 
 
-def target_verdict(target: dict[str, Any], records: list[RequestRecord], samples: list[ProbeSample],
+class _ServerFacts(msgspec.Struct, frozen=True):
+    total_slots: int | None = None
+    metrics_enabled: bool | None = None
+    slots_enabled: bool | None = None
+
+
+class _TargetFacts(msgspec.Struct, frozen=True):
+    """What the verdict reads of a run document's target (its dict, or `core.rundoc.Target`)."""
+
+    label: str
+    levels: list[LevelFigures]
+    server: _ServerFacts | None = None
+
+
+def target_verdict(target: Any, records: list[RequestRecord], samples: list[ProbeSample],
                    knee_gain: float, knee_latency: float, open_loop: bool = False) -> dict[str, Any]:
     """The saturation verdict of one target of a run document (pure)."""
-    server = target.get("server") or {}
-    return analyze_target(target["label"], target["levels"], records, samples, server.get("total_slots"),
-                          bool(server.get("metrics_enabled")), knee_gain, knee_latency, open_loop,
-                          bool(server.get("slots_enabled"))).to_dict()
+    facts = msgspec.convert(target, _TargetFacts, from_attributes=True, strict=False)
+    server = facts.server or _ServerFacts()
+    return analyze_target(facts.label, facts.levels, records, samples, server.total_slots,
+                          bool(server.metrics_enabled), knee_gain, knee_latency, open_loop,
+                          bool(server.slots_enabled)).to_dict()

@@ -11,21 +11,36 @@ import click
 
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
+from ..core.rundoc import RunDocument
 from ..output.grid_table import print_grid
 from ..output.tables import print_run
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
+from ..results.percentiles import with_percentiles
 from ..results.reader import load_probe, load_records, load_run, open_loop
 from ..results.unfinished import summarise_killed_levels
+from .options import PERCENTILES
 from .shared import console as _console
 from .shared import format_option
+
+
+def check_all_records(doc: dict, option: str) -> None:
+    """ConfigError (one sentence) unless the run kept every request's record (--records all)."""
+    config = RunDocument.of(doc).config
+    kept = config.records if config is not None else "all"
+    if kept != "all":
+        raise ConfigError(f"{option} needs every request's record and this run kept {kept} (--records {kept}); "
+                          "rerun the sweep with it")
 
 
 @click.command()
 @click.argument("results_dir", type=click.Path(file_okay=False))
 @click.option("--knee-gain", type=click.FloatRange(min=0), help="Override the run's saturation rule (throughput share).")
 @click.option("--knee-latency", type=click.FloatRange(min=0), help="Override the run's saturation rule (latency share).")
+@click.option("--percentiles", type=PERCENTILES, default=None,
+              help="Show these percentiles of TTFT, latency, TPOT and ITL per level (e.g. 50,95,99.9), "
+                   "computed from the run's records, instead of the fixed p50/p99/max.")
 @format_option
-def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
+def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=None) -> None:
     """Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed)."""
     path = Path(results_dir)
     if is_grid(path):
@@ -40,6 +55,9 @@ def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
+    if percentiles:
+        check_all_records(doc, "--percentiles")
+        with_percentiles(doc, records, percentiles)
     summarise_killed_levels(doc, records)  # a level run.json lacks because the run was killed in it
     if not doc.get("complete", True) and not any(t.get("levels") for t in doc["targets"]):
         # Killed before its first summary (run.json is rewritten every few seconds): say so.

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, why
-from ..analysis.slo import Slo
+from ..analysis.slo import Slo, SloLevel
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.rundoc import Level, RunDocument
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
@@ -176,7 +178,8 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+    typed = RunDocument.of(doc)
+    if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK
 
@@ -187,37 +190,47 @@ def _unit(by_rate: bool, level: int | float, users: bool = False) -> str:
     return f"{level:g} concurrent user{'s' if level != 1 else ''}" if users else f"{level:g}"
 
 
-def capacity_document(answer: Answer, doc: dict[str, Any], slo: Slo | None, settings: CapacitySettings,
+PROBE_FIELDS = ("passed", "attainment", "score", "goodput_req_s", "goodput_tok_s", "most_missed")  # of SloLevel
+
+
+def _probe(level: Level, decision: str | None) -> dict[str, Any]:
+    """A probed level in capacity.json: its level, how --slo judged it, and the search's decision."""
+    judged = msgspec.convert(level.slo, SloLevel) if level.slo else None
+    return {"level": level.level, **{name: getattr(judged, name, None) for name in PROBE_FIELDS}, "decision": decision}
+
+
+def _as_read(level: Any) -> dict[str, Any] | None:
+    """A typed level (or verdict level) as the mappings `why` and `verdict_sentence` read."""
+    return None if level is None else msgspec.to_builtins(level)
+
+
+def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Slo | None, settings: CapacitySettings,
                       search: CapacitySearch) -> dict[str, Any]:
     """capacity.json's content (and --format json's): the answer, every probe, and the verdict sentence."""
     assert slo is not None
-    target = doc["targets"][0] if doc["targets"] else {}
-    summaries = target.get("levels") or []
-    verdict_levels = (target.get("verdict") or {}).get("levels") or []
-    total_slots = (target.get("server") or {}).get("total_slots")
+    run = RunDocument.of(doc)
+    target = run.targets[0] if run.targets else None
+    summaries = target.levels if target else []
+    verdict_levels = target.verdict.levels if target and target.verdict else []
+    total_slots = target.server.total_slots if target and target.server else None
     by_rate = settings.by_rate
 
     def summary_at(level: int | float | None) -> dict[str, Any] | None:
-        return next((lv for lv in summaries if lv["level"] == level), None)
+        return _as_read(next((lv for lv in summaries if lv.level == level), None))
 
     # the level whose failure is explained: the first that did not pass, or past an inconclusive one the first failure
     hi = answer.bracket_hi
     if hi in answer.inconclusive and answer.infeasible_min is not None:
         hi = answer.infeasible_min
-    hi_verdict = next((v for v in verdict_levels if v.get("level") == hi), None)
+    hi_verdict = _as_read(next((v for v in verdict_levels if v.level == hi), None))
     reason = why(answer.binding, summary_at(answer.feasible_max), summary_at(hi), hi_verdict, total_slots)
-    levels = [{"level": lv["level"], "passed": (lv.get("slo") or {}).get("passed"),
-               "attainment": (lv.get("slo") or {}).get("attainment"), "score": (lv.get("slo") or {}).get("score"),
-               "goodput_req_s": (lv.get("slo") or {}).get("goodput_req_s"),
-               "goodput_tok_s": (lv.get("slo") or {}).get("goodput_tok_s"),
-               "most_missed": (lv.get("slo") or {}).get("most_missed"),
-               "decision": answer.decisions.get(lv["level"])} for lv in summaries]
+    levels = [_probe(lv, answer.decisions.get(lv.level)) for lv in summaries]
     return {
         "feasible_max": answer.feasible_max, "infeasible_min": answer.infeasible_min,
         "binding": answer.binding, "inconclusive": list(answer.inconclusive), "shape": answer.shape,
         "why": reason or None, "by": "rate" if by_rate else "concurrency", "slo": slo.to_dict(),
-        "settings": settings.to_dict(), "requests": sum(lv["requests_ok"] + lv["requests_failed"] for lv in summaries),
-        "wall_s": sum(lv["wall_s"] for lv in summaries), "ended": search.ended, "levels": levels,
+        "settings": settings.to_dict(), "requests": sum(lv.requests_ok + lv.requests_failed for lv in summaries),
+        "wall_s": sum(lv.wall_s for lv in summaries), "ended": search.ended, "levels": levels,
         "verdict": verdict_sentence(answer, slo, by_rate, summary_at(hi), reason, settings, search.ended),
     }
 

@@ -35,6 +35,7 @@ from ..analysis.gate import (
 )
 from ..analysis.run_identity import first_difference
 from ..core.errors import EXIT_ENV_CHANGED, EXIT_FAILED, EXIT_NOT_ENFORCED, InputError, UserError
+from ..core.rundoc import json_safe
 from ..output.comparison import (
     check_line,
     comparison_markdown,
@@ -164,7 +165,7 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
         baseline, candidate = env_guard(baseline, candidate, allow_env_change)
         comparison = compare_sides(baseline, candidate, confidence=level, floors=noise_for(baseline_dir, noise_file))
     if output_format == "json":
-        click.echo(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
+        click.echo(json.dumps(json_safe(comparison.to_dict()), indent=2, allow_nan=False))  # --rate inf: "inf"
     elif output_format == "markdown":
         click.echo(comparison_markdown(comparison), nl=False)
     else:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 from click.core import ParameterSource
 from rich.console import Console
 
@@ -46,6 +47,7 @@ from ..analysis.grid_cells import (
 from ..analysis.kv import MIB, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
+from ..core.griddoc import BootEntry, GridCell, GridDocument, GridParamEntry, GridRun, KvEstimateEntry, Measure
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
@@ -65,6 +67,7 @@ RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 # an `ab` run, whose default label this is) compare; the cell's name is in grid.json.
 CELL_LABEL = "server"
 PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
+PROPS = ("total_slots", "model_alias", "model_path", "build_info")  # what a cell's run keeps of /props
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
@@ -98,7 +101,7 @@ def ended(what: str, code: int) -> str:
     return f"{what} exited with code {code}"
 
 
-def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
     """`loadgen kv`'s estimate for the cell's flags, or None and why not."""
     flags = cache_flags(argv)
     if flags.model is None:
@@ -110,9 +113,10 @@ def kv_estimate(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
                        flash_attn=flags.flash_attn, swa_full=flags.swa_full)
     except (UserError, ValueError) as exc:  # ModelShapeError, or a flag's value that is not a number
         return None, str(exc)
-    return {"kv_mib": round((est.kv_bytes + est.swa_bytes) / MIB, 2), "n_ctx": est.n_ctx, "n_ctx_seq": est.n_ctx_seq,
-            "cells": est.cells, "layers": est.layers, "n_stream": est.n_stream,
-            "recurrent_mib": round(est.recurrent_bytes / MIB, 2), "total_mib": round(est.total_bytes / MIB, 2)}, None
+    return KvEstimateEntry(kv_mib=round((est.kv_bytes + est.swa_bytes) / MIB, 2), n_ctx=est.n_ctx,
+                           n_ctx_seq=est.n_ctx_seq, cells=est.cells, layers=est.layers, n_stream=est.n_stream,
+                           recurrent_mib=round(est.recurrent_bytes / MIB, 2),
+                           total_mib=round(est.total_bytes / MIB, 2)), None
 
 
 def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, folder: Path) -> int:
@@ -121,7 +125,12 @@ def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, f
     with open(folder / f"{kind}.out", "wb") as stdout, open(folder / f"{kind}.err", "wb") as stderr:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True,
                                 preexec_fn=die_with_parent(signal.SIGINT))
-        LATCH.listen(lambda signum: proc.poll() is None and proc.send_signal(signum))
+
+        def pass_on(signum: int) -> None:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+        LATCH.listen(pass_on)
         try:
             return proc.wait()
         finally:
@@ -131,51 +140,56 @@ def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, f
 class CellRunner:
     """Runs one cell's repeat: server up, facts, measurement, server down; returns its grid entry."""
 
-    def __init__(self, root: Path, doc: dict[str, Any], err: Console):
-        self.root, self.doc, self.err = root, doc, err
+    def __init__(self, root: Path, grid: GridDocument, err: Console):
+        self.root, self.grid, self.err = root, grid, err
 
-    def run(self, cell: dict[str, Any], repeat: int) -> dict[str, Any]:
-        folder = self.root / "cells" / cell["id"] / f"r{repeat}"
-        picks_port = not has_flag(render(self.doc["template"], cell["params"]), "--port")
+    def run(self, cell: GridCell, repeat: int) -> GridRun:
+        folder = self.root / "cells" / cell.id / f"r{repeat}"
+        picks_port = not has_flag(render(self.grid.template, cell.params), "--port")
         for attempt in range(1, PORT_TRIES + 1):
             entry, port_taken = self._attempt(cell, repeat, folder)
             if not (port_taken and picks_port) or attempt == PORT_TRIES:
                 break
             # a port grid picked itself was taken before its server bound it: another port, not a failed cell
-            self.err.print(f"  {entry['reason']}; trying another port", highlight=False)
+            self.err.print(f"  {entry.reason}; trying another port", highlight=False)
         return entry
 
-    def _attempt(self, cell: dict[str, Any], repeat: int, folder: Path) -> tuple[dict[str, Any], bool]:
+    def _attempt(self, cell: GridCell, repeat: int, folder: Path) -> tuple[GridRun, bool]:
         """One try at the cell's repeat: its grid entry, and whether its port was taken by another process."""
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted attempt's, being run again (--resume)
         folder.mkdir(parents=True)
-        argv, url = server_argv(self.doc["template"], cell["params"])
-        entry: dict[str, Any] = {"repeat": repeat, "started_utc": utc_now().isoformat(), "command": argv, "url": url,
-                                 "log": str((folder / "server.log").relative_to(self.root))}
-        entry["kv_estimate"], entry["kv_estimate_note"] = kv_estimate(argv)
+        argv, url = server_argv(self.grid.template, cell.params)
+        estimate, note = kv_estimate(argv)
+        # status: the attempt sets it before it returns the entry
+        entry = GridRun(repeat=repeat, started_utc=utc_now().isoformat(), command=argv, url=url,
+                        log=str((folder / "server.log").relative_to(self.root)), kv_estimate=estimate,
+                        kv_estimate_note=note, status="started")
         address = url.removeprefix("http://")
         host, _, port = address.rpartition(":")
         problem = bind_problem(host, int(port))
         if problem:  # never start a server that cannot have its port: something else would answer for it
-            return {**entry, "status": "failed", "reason": bind_failure(address, problem), "log_tail": []}, \
-                problem == "in use"
+            entry.status, entry.reason = "failed", bind_failure(address, problem)
+            return entry, problem == "in use"
         try:
             server = launch(argv, url, folder / "server.log")
         except ServerStartError as exc:
-            return {**entry, "status": "failed", "reason": str(exc), "log_tail": []}, False
-        entry["pid"] = server.pid
+            entry.status, entry.reason = "failed", str(exc)
+            return entry, False
+        entry.pid = server.pid
         try:
-            entry.update(self._measure(cell, server, folder, argv, host, int(port)))
+            self._measure(entry, cell, server, folder, argv, host, int(port))
         finally:
-            entry["server_exit"] = stop(server)
-            entry["server_gone"] = True  # stop() raises otherwise
-        entry["finished_utc"] = utc_now().isoformat()
-        if entry["status"] != "ok":
-            entry["log_tail"] = log_tail(server.log_path.read_text(errors="replace"))
-        return entry, entry["status"] == "failed" and entry["reason"] == bind_failure(address)
+            entry.server_exit = stop(server)
+            entry.server_gone = True  # stop() raises otherwise
+        entry.finished_utc = utc_now().isoformat()
+        if entry.status != "ok":
+            entry.log_tail = log_tail(server.log_path.read_text(errors="replace"))
+        return entry, entry.status == "failed" and entry.reason == bind_failure(address)
 
-    def _measure(self, cell: dict[str, Any], server: ServerProcess, folder: Path, argv: list[str], host: str,
-                 port: int) -> dict[str, Any]:
+    def _measure(self, entry: GridRun, cell: GridCell, server: ServerProcess, folder: Path, argv: list[str],
+                 host: str, port: int) -> None:
+        """Waits for the server, checks it is the cell's, records its facts and runs the measurement:
+        sets the entry's status and reason, and what it found."""
         last = [0.0]
 
         def on_wait(elapsed: float, state: str) -> None:
@@ -183,7 +197,7 @@ class CellRunner:
                 last[0] = elapsed
                 self.err.print(f"  waiting for the server: {state} ({elapsed:.0f} s)", highlight=False)
 
-        reason = wait_ready(server, self.doc["wait_ready_s"], stop_requested=lambda: bool(LATCH.received),
+        reason = wait_ready(server, self.grid.wait_ready_s, stop_requested=lambda: bool(LATCH.received),
                             on_wait=on_wait)
         props = (get_json(server.url, "/props") or {}) if reason is None else {}
         exit_code = server.proc.poll()
@@ -194,48 +208,49 @@ class CellRunner:
                                           props.get("total_slots"),
                                           asked_slots(flag_value(argv, "-np", "--parallel"))) or reason
         if reason:
-            return {"status": "interrupted" if LATCH.received else "failed", "reason": reason}
-        facts = boot_facts(server.log_path.read_text(errors="replace"))
-        found = {"boot": facts.to_dict(), "props": {k: props.get(k) for k in ("total_slots", "model_alias",
-                                                                                "model_path", "build_info")},
-                 "run_dir": str((folder / "run").relative_to(self.root))}
-        code = measure(self.doc["measure"], server.url, CELL_LABEL, tuple(self.doc["measure_args"]),
-                       folder / "run", folder)
-        found["measure_exit"] = code
+            entry.status, entry.reason = "interrupted" if LATCH.received else "failed", reason
+            return
+        entry.boot = msgspec.convert(boot_facts(server.log_path.read_text(errors="replace")).to_dict(), BootEntry)
+        entry.props = {k: props.get(k) for k in PROPS}
+        entry.run_dir = str((folder / "run").relative_to(self.root))
+        code = measure(self.grid.measure, server.url, CELL_LABEL, tuple(self.grid.measure_args), folder / "run",
+                       folder)
+        entry.measure_exit = code
         died = server.proc.poll()
         if LATCH.received:
-            return {**found, "status": "interrupted", "reason": "interrupted during the measurement"}
-        if died is not None:
-            return {**found, "status": "failed", "reason": f"{ended('the server', died)} during the measurement"}
-        if code != 0:
-            tail = log_tail((folder / f"{self.doc['measure']}.err").read_text(errors="replace"), 1)
-            return {**found, "status": "failed",
-                    "reason": f"{ended(self.doc['measure'], code)}: {tail[0] if tail else '(no message)'}"}
-        return {**found, "status": "ok"}
+            entry.status, entry.reason = "interrupted", "interrupted during the measurement"
+        elif died is not None:
+            entry.status, entry.reason = "failed", f"{ended('the server', died)} during the measurement"
+        elif code != 0:
+            tail = log_tail((folder / f"{self.grid.measure}.err").read_text(errors="replace"), 1)
+            entry.status = "failed"
+            entry.reason = f"{ended(self.grid.measure, code)}: {tail[0] if tail else '(no message)'}"
+        else:
+            entry.status = "ok"
 
 
-def run_grid(root: Path, doc: dict[str, Any], err: Console) -> int:
+def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
     """Every (repeat, cell) not done yet, in interleaved order; grid.json after each."""
-    runner = CellRunner(root, doc, err)
-    cells, failed = doc["cells"], False
-    todo = [(r, c) for r, c in run_order(len(cells), doc["repeat"])
-            if not any(e["repeat"] == r and e["status"] in DONE for e in cells[c]["runs"])]
+    runner = CellRunner(root, grid, err)
+    cells, failed = grid.cells, False
+    todo = [(r, c) for r, c in run_order(len(cells), grid.repeat)
+            if not any(e.repeat == r and e.status in DONE for e in cells[c].runs)]
     for n, (repeat, index) in enumerate(todo, 1):
         if LATCH.received:
             break
         cell = cells[index]
-        err.print(f"grid {n}/{len(todo)}: {cell['id']} {cell['name']} (run {repeat}/{doc['repeat']})", highlight=False)
+        err.print(f"grid {n}/{len(todo)}: {cell.id} {cell.name} (run {repeat}/{grid.repeat})", highlight=False)
         entry = runner.run(cell, repeat)
-        cell["runs"] = [e for e in cell["runs"] if e["repeat"] != repeat] + [entry]
-        write_grid(root, doc)
-        if entry["status"] == "ok":
-            err.print(f"  ok: {cell_run_line(root / entry['run_dir'])}", highlight=False)
+        cell.runs = [e for e in cell.runs if e.repeat != repeat] + [entry]
+        write_grid(root, grid)
+        if entry.status == "ok":
+            err.print(f"  ok: {cell_run_line(root / str(entry.run_dir))}", highlight=False)
         else:
-            failed = failed or entry["status"] == "failed"
-            err.print(f"  {entry['status']}: {entry['reason']}", style="yellow", highlight=False)
-            for line in entry.get("log_tail", [])[-3:]:
+            failed = failed or entry.status == "failed"
+            err.print(f"  {entry.status}: {entry.reason}", style="yellow", highlight=False)
+            for line in entry.log_tail[-3:]:
                 err.print(f"    {line}", highlight=False, markup=False)
-    failed = failed or any(e["status"] == "failed" for c in cells for e in c["runs"])
+    failed = failed or any(e.status == "failed" for c in cells for e in c.runs)
     return LATCH.exit_code or (EXIT_FAILED if failed else EXIT_OK)
 
 
@@ -288,6 +303,8 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
     from .main import cli
 
     command = cli.get_command(None, kind)
+    if command is None:
+        raise ConfigError(f"--measure {kind}: not a loadgen command")
     try:
         with command.make_context(kind, [*args, "--url", "http://127.0.0.1:9"]) as ctx:
             ctx.meta[CHECK_ONLY] = True
@@ -296,17 +313,17 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
         raise ConfigError(f"{kind} options: {exc.format_message()}") from None
 
 
-def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: str, args: tuple[str, ...],
-             wait_ready_s: float) -> dict[str, Any]:
+def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Measure, args: tuple[str, ...],
+             wait_ready_s: float) -> GridDocument:
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
     combos = cross(params)
-    cells = [{"id": f"c{i:02d}", "name": name, "params": values, "runs": []}
+    cells = [GridCell(id=f"c{i:02d}", name=name, params=values, runs=[])
              for i, (values, name) in enumerate(zip(combos, cell_names(combos)), 1)]
-    return {"command": command_line(), "template": template,
-            "params": [{"name": p.name, "values": list(p.values)} for p in params], "repeat": repeat,
-            "measure": kind, "measure_args": list(args), "wait_ready_s": wait_ready_s, "cells": cells}
+    return GridDocument(command=command_line(), template=template,
+                        params=[GridParamEntry(p.name, list(p.values)) for p in params], repeat=repeat,
+                        measure=kind, measure_args=list(args), wait_ready_s=wait_ready_s, cells=cells)
 
 
 @command("grid", context_settings={"ignore_unknown_options": True})
@@ -332,7 +349,7 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
     with user_errors():
         if resume:
             root = Path(resume)
-            doc = load_grid(root)
+            grid = load_grid(root)
             given = [*(["--server"] if template else []), *(["--param"] if param_texts else []),
                      *(flag for name, flag in (("repeat", "--repeat"), ("kind", "--measure"),
                                                ("wait_ready_s", "--wait-ready"))
@@ -340,15 +357,15 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
                      *measure_args]
             if given:
                 raise ConfigError("--resume continues a grid as it was given; leave out " + " ".join(given))
-            for cell in doc["cells"]:  # every cell's command line, before any server starts
-                render(doc["template"], cell["params"])
+            for cell in grid.cells:  # every cell's command line, before any server starts
+                render(grid.template, cell.params)
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
-            doc = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
+            grid = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
     # outside user_errors: a ConfigError here is a rule across the measurement's keys, which
     # `loadgen run` prefixes with the scenario file, as it does a sweep's
-    check_measure_args(doc["measure"], tuple(doc["measure_args"]))
+    check_measure_args(grid.measure, tuple(grid.measure_args))
     if checking_only():
         return
     with user_errors():
@@ -357,12 +374,12 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
             if is_grid(root) and not force:
                 raise ConfigError(f"{root} already holds a grid; continue it with --resume {root} or add --force")
             shutil.rmtree(root / "cells", ignore_errors=True)  # --force: the earlier grid's cells, nothing else
-            write_grid(root, doc)
+            write_grid(root, grid)
     err = _console(stderr=True)
     LATCH.install()
     started = time.monotonic()
-    code = run_grid(root, doc, err)
-    print_grid(_console(), doc, grid_summaries(root, doc))
+    code = run_grid(root, grid, err)
+    print_grid(_console(), grid, grid_summaries(root, grid))
     err.print(f"grid: {root} ({time.monotonic() - started:.0f} s)", highlight=False)
     if LATCH.received:
         err.print(f"grid: interrupted; continue with loadgen grid --resume {root}", highlight=False)

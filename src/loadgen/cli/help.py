@@ -25,7 +25,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
     "Load shape": ("--concurrency", "--rate", "--arrival", "--burstiness", "--max-in-flight", "--arrival-seed",
                    "--requests", "--duration", "--stagger", "--warmup", "--repeat", "--parallel-targets",
                    "--checkpoint-interval", "--depths", "--time-scale", "--stop-at-knee", "--by",
-                   "--max-concurrency", "--budget"),
+                   "--max-concurrency", "--budget", "--trim"),
     "Workload": ("--prompt", "--prompt-file", "--dataset", "--dataset-field", "--dataset-samples",
                  "--dataset-seed", "--prompt-tokens", "--n-predict", "--ignore-eos", "--reasoning-effort", "--temperature",
                  "--seed", "--stream",
@@ -33,7 +33,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
     "Latency targets": ("--slo", "--attainment", "--noise"),
     "Output": ("--output", "--force", "--resume", "--format", "--records", "--records-format", "--histograms",
                "--probe-interval", "--knee-gain", "--knee-latency", "--prometheus-port", "--prometheus-host",
-               "--prometheus-linger", "--scrape-interval"),
+               "--prometheus-linger", "--scrape-interval", "--percentiles"),
     "Scale-out": ("--workers", "--ray"),
     # What a run reads of the machine under it, and how a run whose machine changed is judged
     # (docs/environment.md).

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from ..analysis.metric_defs import parse_percentiles
+from ..analysis.trim import Trim
 from ..core.errors import ConfigError
 from ..core.workload import LengthSpec, parse_length_spec
 from ..run.config import parse_int_list, parse_rate_list
@@ -128,6 +130,46 @@ class Length(click.ParamType):
             self.fail(str(exc).lstrip(" "), param, ctx)
 
 
+class PercentileList(click.ParamType):
+    """--percentiles: a comma-separated list of percentiles (50,95,99.9; analysis/metric_defs.py
+    parses it); also a TOML array."""
+
+    name = "percentiles"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        if isinstance(value, tuple):
+            return value
+        if isinstance(value, list):
+            if any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in value):
+                self.fail(f"expected percentiles like 50,95,99.9, got {value!r}", param, ctx)
+            value = ",".join(map(str, value))
+        try:
+            return parse_percentiles(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class TrimType(click.ParamType):
+    """--trim: a share of each level's window ("10%", above 0 and below 50%) or a duration ("5s",
+    "500ms") left out of its figures at each end (analysis/trim.py)."""
+
+    name = "trim"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Trim:
+        if isinstance(value, Trim):
+            return value
+        text = str(value).strip()
+        if text.endswith("%"):
+            try:
+                share = float(text[:-1]) / 100
+            except ValueError:
+                self.fail(f"{text!r} is not a share; write e.g. 10%", param, ctx)
+            if not 0 < share < 0.5:
+                self.fail(f"{text} is out of range: a share above 0% and below 50% of each end", param, ctx)
+            return Trim(share=share)
+        return Trim(seconds=DURATION.convert(value, param, ctx))
+
+
 PORTS = IntList(1, 65535)
 RATES = RateList()
 LEVELS = IntList(1, 4096)
@@ -135,3 +177,5 @@ PROMPT_LENGTHS = IntList(1, 10_000_000)
 DEPTHS = IntList(0, 10_000_000)
 DURATION = Duration()
 LENGTH = Length()
+PERCENTILES = PercentileList()
+TRIM = TrimType()

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..core.errors import InputError
+from ..core.rundoc import RunDocument, RunKind
 from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
 from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
@@ -96,21 +97,17 @@ def load_sources(path_text: str) -> list[dict[str, Any]]:
 @user_errors()
 def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: bool, static: bool,
                    output_format: str) -> None:
-    """Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid."""
+    """Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid."""
     from ..output import html as html_report
     from ..output import interactive
     from ..output.report_model import build_series
 
     found = [(d, source) for d in results_dirs for source in load_sources(d)]
     sources = [source for _, source in found]
-    modes = [(d, s["run"]["kind"]) for d, s in found if s["run"].get("kind") in MODE_KINDS]
     if output_format == "markdown":
         click.echo(_markdown(html_report, sources), nl=False)
         return
-    if modes:
-        where, kind = modes[0]
-        raise InputError(f"{where} is a {kind} run and the report draws sweeps; "
-                         f"`loadgen analyze {where}` prints its table")
+    check_drawable(found)
     out = report_path(results_dirs, out_file, force)
     series = build_series(sources)
     if not static and not interactive.available():
@@ -124,6 +121,23 @@ def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: b
         raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another --output") from None
     for path in written:
         click.echo(str(path))
+
+
+ROW_KINDS = ("prefill", "depth")  # a run of these kinds has rows, not levels or windows: no charts
+
+
+def check_drawable(found: list[tuple[str, dict[str, Any]]]) -> None:
+    """The charts draw sweeps (and grids of them) or soaks, one kind per report; anything else is told in one line."""
+    kinds = [(d, RunDocument.of(s["run"]).kind) for d, s in found]
+    for where, kind in kinds:
+        if kind in ROW_KINDS:
+            raise InputError(f"{where} is a {kind} run and the report draws sweeps and soaks; "
+                             f"`loadgen analyze {where}` prints its table")
+    soaks = [d for d, kind in kinds if kind is RunKind.SOAK]
+    if soaks and len(soaks) < len(kinds):
+        other = next(d for d, kind in kinds if kind is not RunKind.SOAK)
+        raise InputError(f"{soaks[0]} is a soak and {other} is not: a report draws soaks or sweeps, "
+                         f"not both; give them to two reports")
 
 
 def report_path(results_dirs: tuple[str, ...], out_file: str | None, force: bool) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -44,7 +45,7 @@ from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LENGTH, LEVELS, RATES, IntList
+from .options import DURATION, LENGTH, LEVELS, PERCENTILES, RATES, TRIM, IntList
 from .shared import (
     checking_only,
     format_option,
@@ -63,7 +64,7 @@ from .workers import resolve_workers, workers_option
 @target_options
 @click.option("--concurrency", type=LEVELS, help="Concurrency levels to sweep (closed loop) [default: 1,2,4,8].")
 @click.option("--rate", "rates", type=RATES, help="Request rates (requests/s) to sweep instead, open loop, "
-                                                  "e.g. 0.5,1,2,4.")
+                                                  "e.g. 0.5,1,2,4; inf sends a level's --requests all at once.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
               help="Open loop: the arrival process of the requests.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
@@ -112,6 +113,12 @@ from .workers import resolve_workers, workers_option
 @records_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
+@click.option("--percentiles", type=PERCENTILES, default=None,
+              help="Keep these percentiles of TTFT, latency, TPOT and ITL per level (e.g. 50,95,99.9): in run.json, "
+                   "exports and the tables, which show them instead of the fixed p50/p99/max.")
+@click.option("--trim", type=TRIM, default=None,
+              help="Leave each level's warm-up and cool-down out of its figures: the requests started in the first "
+                   "and last 10% (or 5s) of its window; their records are kept, the count is in the table note.")
 @slo_options
 @click.option("--stop-at-knee", is_flag=True,
               help="End the ladder once a level is past the saturation knee, or (with --slo) clearly misses the "
@@ -128,12 +135,16 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
           telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          stop_at_knee=False, server_urls=()) -> None:
+          stop_at_knee=False, server_urls=(), percentiles=None, trim=None) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
+    if rates is not None and math.inf in rates and (workers != 1 or ray_address is not None):
+        raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
+    if trim is not None and (workers != 1 or ray_address is not None):
+        raise ConfigError("--trim needs every record of a level in this process; run it without --workers (or --ray)")
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
@@ -155,7 +166,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
-        workload=workload, dataset_entries=entries,
+        workload=workload, dataset_entries=entries, percentiles=percentiles or (), trim=trim,
     )
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
@@ -220,6 +231,8 @@ def check_budget(concurrency: tuple[int, ...] | None, rates: tuple[float, ...] |
         raise ConfigError("give --concurrency (closed loop) or --rate (open loop), not both")
     if requests_per_level is not None and duration_s is not None:
         raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    if rates is not None and math.inf in rates and requests_per_level is None:
+        raise ConfigError("--rate inf sends each level's requests all at once: say how many with --requests")
     top = max(concurrency or (1, 2, 4, 8)) if rates is None else 0
     if requests_per_level is not None and requests_per_level < top:
         raise ConfigError(f"--requests {requests_per_level} is fewer than concurrency {top}: that level could "

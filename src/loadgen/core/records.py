@@ -6,6 +6,8 @@ Field names that come from llama-server keep its spelling (`prompt_n`, `predicte
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,8 +140,25 @@ class RequestRecord(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        """Validate and convert; raises msgspec.ValidationError on a wrong field type."""
+        """Validate and convert; raises msgspec.ValidationError on a wrong field type. A level of
+        "inf" (--rate inf, as `encode_lines` writes it) is math.inf."""
+        if data.get("level") == "inf":
+            data = {**data, "level": math.inf}
         return msgspec.convert(data, cls)
+
+
+_INF_LEVEL = (b'"level":null', b'"level":"inf"')
+
+
+def encode_lines(encode: Callable[[Sequence[Any]], bytes], batch: Sequence[RequestRecord | ProbeSample]) -> bytes:
+    """A batch of records or probe samples as JSON lines (`encode`: a msgspec encoder's encode_lines).
+    JSON has no infinity and msgspec writes one as null, so the level of a --rate inf level's record
+    is written "inf" (`from_dict` reads it back); a level is never null otherwise, and the text
+    cannot occur inside a JSON string, whose quotes are escaped."""
+    lines = encode(batch)
+    if batch and any(isinstance(r.level, float) and math.isinf(r.level) for r in batch):
+        lines = lines.replace(*_INF_LEVEL)
+    return lines
 
 
 def make_record(
@@ -208,16 +227,22 @@ class ProbeSample(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProbeSample:
+        if data.get("level") == "inf":  # --rate inf (`encode_lines`)
+            data = {**data, "level": math.inf}
         return msgspec.convert(data, cls)
 
 
 def level_name(level: int | float, open_loop: bool) -> str:
-    """How a level is called in messages: "concurrency 4" or "2 req/s"."""
+    """How a level is called in messages: "concurrency 4", "2 req/s" or "rate inf" (--rate inf)."""
+    if open_loop and math.isinf(level):
+        return "rate inf"
     return f"{level:g} req/s" if open_loop else f"concurrency {level}"
 
 
 def level_short(level: int | float, open_loop: bool) -> str:
-    """How a level is called in tables and lists: "c=4" or "2 req/s"."""
+    """How a level is called in tables and lists: "c=4", "2 req/s" or "rate inf"."""
+    if open_loop and math.isinf(level):
+        return "rate inf"
     return f"{level:g} req/s" if open_loop else f"c={level}"
 
 
@@ -237,6 +262,9 @@ class LevelRun:
     aggregate: Any = None
     tally: Any = None  # a streamed soak's windows (`analysis.soak.SoakTally`)
     slo_tally: Any = None  # --slo: the level's requests judged as they stream (`analysis.slo.SloTally`)
+    # --trim: the finished level's records split and their aggregate (`analysis.trim.Trimmed`, a
+    # `LevelAggregate`), made once by the results writer and reused at every checkpoint after.
+    trimmed: Any = None
     start_ns: int = 0
     end_ns: int = 0
     stopped_reason: str | None = None  # None: budget used up; else why it stopped early

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from .clock import now_ns
-from .records import RequestRecord
+from .records import RequestRecord, encode_lines
 
 BATCH_RECORDS = 4096
 BATCH_SECONDS = 0.5
@@ -82,7 +82,7 @@ class RecordSink:
         for secret in self.secrets:
             batch = [_redacted(r, secret) for r in batch]
         self.written += len(batch)
-        self._queue.put(self._columns.table(batch) if self._columns is not None else self._encoder.encode_lines(batch))
+        self._queue.put(self._columns.table(batch) if self._columns is not None else encode_lines(self._encoder.encode_lines, batch))
 
     @property
     def takes_lines(self) -> bool:

@@ -18,6 +18,7 @@ fields no reader reads are not here and are dropped, so a reader that passes run
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,17 @@ class Distribution(msgspec.Struct, frozen=True):
 
     def to_dict(self) -> dict[str, float | int]:
         return msgspec.structs.asdict(self)
+
+
+class LevelTrim(msgspec.Struct, frozen=True):
+    """--trim: the records a level's figures left out (analysis/trim.py): started in the first
+    (`head`) or last (`tail`) `cut_s` seconds of its window; `too_short`: none was, the cut would
+    have left no record."""
+
+    head: int
+    tail: int
+    cut_s: float
+    too_short: bool = False
 
 
 CACHE_FIELDS = ("cache_n", "cache_hit_ratio", "ttft_cache_hit_ms", "ttft_cache_miss_ms", "prefill_saved_ms")
@@ -104,6 +116,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     # Metrics registered beyond the built-in ones above (analysis/metric_defs.py), by name; absent
     # from a file without any.
     metrics: dict[str, Distribution | float] = {}
+    # --percentiles: metric key (ttft_ms, latency_ms, tpot_ms, itl_ms) -> {"p95": ms, "p99.9": ms, ...},
+    # the run's chosen percentiles (analysis/metric_defs.PERCENTILE_METRICS); absent without.
+    percentiles: dict[str, dict[str, float]] | None = None
+    # --trim: the records left out of this level's figures (analysis/trim.py); absent without.
+    trimmed: LevelTrim | None = None
     # --slo: the level judged against the latency targets (analysis/slo.py `SloLevel`); absent without.
     slo: dict[str, Any] | None = None
     # Speculative decoding (analysis/speculation.py): Σ draft_n and Σ draft_n_accepted of the successful
@@ -135,6 +152,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
             del out["metrics"]
         if out["slo"] is None:
             del out["slo"]
+        for key in ("percentiles", "trimmed"):  # only when asked for
+            if out[key] is None:
+                del out[key]
         if out["draft_n"] is None:  # no speculation: the level keeps the shape of files written before
             for key in ("draft_n", "draft_n_accepted", "acceptance", "drafted_per_output_token"):
                 del out[key]
@@ -151,6 +171,36 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
 # records: the run was killed (kill -9, a crash) while the level ran; summarised from its records
 # by a reader (results/unfinished.py).
 KILLED_DURING_LEVEL = "incomplete: the run was killed during this level"
+
+
+# --rate inf: a level whose requests all leave at once. JSON has no infinity (run.json is written
+# with allow_nan=False), so run.json stores it as this string wherever a rate is (a level's "level",
+# "rate", the verdict's levels and "saturated_at", the config's "rates"): `json_safe` on writing,
+# `read_rates` on reading (results/reader.py), so every reader sees math.inf again.
+UNBOUNDED_RATE = "inf"
+_RATE_KEYS = frozenset({"level", "rate", "rates", "saturated_at"})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` (JSON-like) with every infinite float written as "inf" (or "-inf")."""
+    if isinstance(value, float) and math.isinf(value):
+        return UNBOUNDED_RATE if value > 0 else "-" + UNBOUNDED_RATE
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def read_rates(value: Any, key: str | None = None) -> Any:
+    """run.json's content as read, with "inf" made math.inf again where a rate is (`_RATE_KEYS`)."""
+    if isinstance(value, dict):
+        return {k: read_rates(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_rates(v, key) for v in value]
+    if value == UNBOUNDED_RATE and key in _RATE_KEYS:
+        return math.inf
+    return value
 
 
 def is_open_loop(doc: Mapping[str, Any]) -> bool:
@@ -194,6 +244,9 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     workers: list[WorkerPart] | None = None
     energy: list[dict[str, Any]] | None = None  # per source (analysis/energy.py); absent without counters
     environment_changed: list[str] | None = None  # what changed in the machine during the level
+    # The machine's samples during the level as stored (core.environment.samples_from reads them,
+    # skipping unreadable ones); absent without --environment.
+    environment: Any = None
 
 
 class LevelVerdict(msgspec.Struct, frozen=True):
@@ -204,6 +257,9 @@ class LevelVerdict(msgspec.Struct, frozen=True):
     queued: int = 0
     queued_share: float = 0.0
     queue_wait_ms: Distribution | None = None
+    queued_wait_ms: Distribution | None = None  # the queued requests' waits only
+    queue_cause: str | None = None  # why they waited: "slots", "prefill", "outside", ... (analysis/saturation.py)
+    slot_wait_ms: Distribution | None = None  # their waits while every slot was busy
     peak_deferred: float | None = None
     peak_busy_slots: int | None = None
     batching_gain: float | None = None
@@ -269,6 +325,18 @@ class DepthSection(msgspec.Struct, frozen=True):
     n_ctx: int | None = None
 
 
+class SoakWindow(msgspec.Struct, frozen=True):
+    """One window of a soak (analysis/soak.py `SoakWindow`): seconds since the soak's start, by completion time."""
+
+    start_s: float
+    end_s: float
+    requests_ok: int = 0
+    requests_failed: int = 0
+    errors_by_kind: dict[str, int] = {}
+    output_tokens: int = 0
+    throughput_tok_s: float = 0.0
+
+
 class SoakSection(msgspec.Struct, frozen=True):
     duration_s: float
     requests_ok: int
@@ -282,6 +350,9 @@ class SoakSection(msgspec.Struct, frozen=True):
     last_throughput_tok_s: float | None = None
     drift: float | None = None
     drift_significant: bool | None = None
+    drift_windows: int | None = None  # k: the first and last k full windows are compared
+    window_s: float | None = None
+    windows: list[SoakWindow] = []
 
 
 class Server(msgspec.Struct, frozen=True):
@@ -314,6 +385,8 @@ class Target(msgspec.Struct, frozen=True):
 
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
+    percentiles: list[float] | None = None  # --percentiles: the chosen ones (levels' "percentiles")
+    trim: str | None = None  # --trim: "10%" or "5s" of each level's start and end left out of its figures
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
     records: str = "all"  # --records: which request records requests.jsonl kept (all, errors, none)
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
@@ -329,6 +402,9 @@ class RunDocument(msgspec.Struct, frozen=True):
     complete: bool = True
     config: Config | None = None
     started_utc: str | None = None
+    # The machine's fingerprint as stored (core.environment.fingerprint_from reads it: None when
+    # absent or unreadable); absent from runs before it was recorded.
+    environment: Any = None
 
     @property
     def open_loop(self) -> bool:

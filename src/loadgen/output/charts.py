@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
-from .report_model import percentile_curve
+from .report_model import level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -236,12 +236,111 @@ def decode_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def _soak_scale(series: Sequence[TargetSeries]) -> tuple[str, float]:
+    """The soaks' time unit and its seconds: the one they share, else seconds."""
+    units = {s.soak_timeline().time_unit() for s in series}
+    return units.pop() if len(units) == 1 else ("s", 1.0)
+
+
+def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Window throughput over the soak, the drift's first/last window means dashed, failures as bars."""
+    fig, (ax,) = _figure(4.5)
+    bars = None
+    drawn = 0
+    unit, scale = _soak_scale(series)
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        if not t.start_s:
+            continue
+        middle = [x / scale for x in t.middle_s]
+        ax.plot(middle, t.throughput_tok_s, marker="o", markersize=3, color=colour(i), label=s.label)
+        cut = [k for k, p in enumerate(t.partial) if p]  # the short last window: hollow, its rate is noisy
+        ax.scatter([middle[k] for k in cut], [t.throughput_tok_s[k] for k in cut], s=30, facecolors="white",
+                   edgecolors=colour(i), zorder=3)
+        for (a, b, mean), which in zip(t.drift_spans(), ("first", "last")):
+            ax.hlines(mean, a / scale, b / scale, colors=colour(i), linestyles="--", linewidth=2.5,
+                      label=f"{s.label}: {which} {t.drift_windows} window(s) mean")
+        if any(t.requests_failed):
+            bars = bars or ax.twinx()
+            bars.bar(middle, t.requests_failed, width=[(b - a) / scale for a, b in zip(t.start_s, t.end_s)],
+                     color=colour(i), alpha=0.3, label=f"{s.label}: failed requests")
+        drawn += 1
+    ax.set_xlabel(f"time since the soak's start ({unit})")
+    ax.set_ylabel("throughput (generated tok/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput per window")
+    ax.grid(True, alpha=0.3)
+    if bars is not None:
+        bars.set_ylabel("failed requests")
+        bars.set_ylim(bottom=0)
+        bars.legend(fontsize="small", loc="lower right")
+    if drawn:
+        ax.legend(fontsize="small", loc="lower left")
+    else:
+        _empty(ax, "no windows")
+    return fig
+
+
+def soak_latency_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Window latency p50/p99 over the soak, and TTFT p50/p99 when it streamed."""
+    fig, (ax,) = _figure(4.5)
+    drawn = 0
+    unit, scale = _soak_scale(series)
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        middle = [x / scale for x in t.middle_s]
+        metrics_drawn = [("latency_ms", "latency", ("-", "--"))] + ([("ttft_ms", "TTFT", (":", "-."))] if t.has_ttft else [])
+        for metric, name, styles in metrics_drawn:
+            for stat, style in zip(("p50", "p99"), styles):
+                ys = [np.nan if v is None else v for v in t.stat(stat, metric)]
+                if not np.all(np.isnan(ys)):
+                    ax.plot(middle, ys, marker="o", markersize=3, linestyle=style, color=colour(i),
+                            label=f"{s.label} {name} {stat}")
+                    drawn += 1
+    ax.set_xlabel(f"time since the soak's start ({unit})")
+    ax.set_ylabel("ms (requests completed in the window)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Latency per window")
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        _empty(ax, "no successful requests")
+    return fig
+
+
+def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
+    fig, (ax,) = _figure(4.0)
+    for i, s in enumerate(series):
+        xs = [lv.level for lv in s.levels]
+        for field, name, style, marker in (("acceptance", "draft acceptance", "-", "o"),
+                                           ("reasoning_share", "reasoning share", "--", "s")):
+            ys = [np.nan if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            if not np.all(np.isnan(ys)):
+                ax.plot(xs, ys, marker=marker, linestyle=style, color=colour(i), label=f"{s.label} {name}")
+    _concurrency_axis(ax, series)
+    ax.set_ylabel("% of drafted / of output tokens")
+    ax.set_ylim(0, 105)
+    ax.set_title("Speculation and reasoning per level")
+    if ax.lines:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no speculation, no reasoning")
+    return fig
+
+
 CHARTS = {
     "throughput": throughput_figure,
     "latency": latency_figure,
     "percentiles": percentile_figure,
     "probe": probe_figure,
     "decode": decode_figure,
+}
+SOAK_CHARTS = {
+    "throughput-over-time": soak_throughput_figure,
+    "latency-over-time": soak_latency_figure,
+    "probe": probe_figure,
 }
 
 
@@ -251,6 +350,8 @@ def png_bytes(fig: Figure) -> bytes:
     return out.getvalue()
 
 
-def render_all(series: Sequence[TargetSeries]) -> dict[str, bytes]:
-    """Every chart as PNG bytes, keyed by report section id."""
-    return {name: png_bytes(draw(series)) for name, draw in CHARTS.items()}
+def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, bytes]:
+    """Every chart (a soak's with `soak`; a sweep's speculation chart when a level drafted or reasoned)
+    as PNG bytes, keyed by report section id."""
+    charts = SOAK_CHARTS if soak else CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+    return {name: png_bytes(draw(series)) for name, draw in charts.items()}

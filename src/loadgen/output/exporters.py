@@ -38,8 +38,8 @@ from hdrh.log import HistogramLogWriter
 from ..analysis import metric_defs, metrics
 from ..core import columnar
 from ..core.errors import UserError
-from ..core.records import RequestRecord
-from ..core.rundoc import RunDocument, RunKind, is_open_loop
+from ..core.records import RequestRecord, encode_lines
+from ..core.rundoc import RunDocument, RunKind, is_open_loop, json_safe
 from .files import ExportFiles, file_safe, write_files
 from .trace_export import TraceExporter
 
@@ -210,7 +210,7 @@ def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int |
 
 def is_hgrm_name(name: str) -> bool:
     """Whether a file name is one HgrmExporter writes (<label>-c<level>-<metric>.hgrm)."""
-    pattern = r"^.+-(?:c\d+|r[0-9.e+-]+)-(?:" + "|".join(map(re.escape, metric_names())) + r")\.hgrm$"
+    pattern = r"^.+-(?:c\d+|r[0-9.e+-]+|rinf)-(?:" + "|".join(map(re.escape, metric_names())) + r")\.hgrm$"
     return re.match(pattern, name) is not None
 
 
@@ -311,6 +311,18 @@ def level_fields() -> list[str]:
     return built_in + [c for m in _D.all_metrics() if m.name not in _D.BUILT_IN for c in m.columns()]
 
 
+TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-level "trimmed", as trimmed_<field>
+
+
+def chosen_fields(run: dict[str, Any]) -> list[str]:
+    """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
+    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>."""
+    config = RunDocument.of(run).config
+    labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
+    trimmed = [f"trimmed_{k}" for k in TRIM_FIELDS] if config is not None and config.trim else []
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed
+
+
 def request_row(r: RequestRecord) -> dict[str, Any]:
     """A record as flat CSV cells: `usage` spread over three columns, chunk gaps space-separated."""
     row = r.to_dict()
@@ -336,6 +348,10 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                     keys = {m.name: m.key for m in metric_defs.all_metrics()}
                     for name, dist in value.items():
                         row.update({f"{keys.get(name, name)}_{k}": v for k, v in dist.items()})
+                elif key == "percentiles":  # --percentiles: <key>_<label>
+                    row.update({f"{k}_{label}": v for k, at in value.items() for label, v in at.items()})
+                elif key == "trimmed":
+                    row.update({f"trimmed_{k}": value.get(k) for k in TRIM_FIELDS})
                 elif key == "slo":
                     row.update({f"slo_{k}": (value or {}).get(k) for k in SLO_FIELDS})
                 elif key == "errors_by_kind":
@@ -386,7 +402,7 @@ class CsvExporter:
             writer.writerows(rows)
             return [("requests.csv", requests.getvalue().encode("utf-8")),
                     (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
-        writer = csv.DictWriter(levels, fieldnames=level_fields(), extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.run), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]
@@ -406,7 +422,7 @@ class JsonExporter:
                                   "total_slots": (t.get("server") or {}).get("total_slots"),
                                   "n_ctx": (t.get(kind) or {}).get("n_ctx"),
                                   "rows": (t.get(kind) or {}).get("rows") or []} for t in data.targets]}
-            return [(f"{kind}.json", (json.dumps(table, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
+            return [(f"{kind}.json", (json.dumps(json_safe(table), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,
@@ -417,7 +433,7 @@ class JsonExporter:
                          "total_slots": (t.get("server") or {}).get("total_slots"),
                          "levels": t.get("levels") or [], "verdict": t.get("verdict")} for t in data.targets],
         }
-        return [("levels.json", (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode("utf-8"))]
+        return [("levels.json", (json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
 
 
 class JsonlExporter:
@@ -426,7 +442,7 @@ class JsonlExporter:
     name = "jsonl"
 
     def render(self, data: ExportData) -> ExportFiles:
-        return [("requests.jsonl", msgspec.json.Encoder().encode_lines(data.records))]
+        return [("requests.jsonl", encode_lines(msgspec.json.Encoder().encode_lines, data.records))]
 
 
 class ParquetExporter:

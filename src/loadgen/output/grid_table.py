@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.text import Text
 
 from ..analysis.grid_cells import CellSummary, kv_warnings, short_params, who_wins
 from ..analysis.metrics import MeanSd
+from ..core.griddoc import GridDocument
 from .layout import Column, Grid, print_table
 
 
@@ -78,10 +80,22 @@ def _size_table(cells: Sequence[CellSummary], param_names: Sequence[str], measur
     return grid
 
 
-def print_grid(console: Console, doc: dict[str, Any], cells: Sequence[CellSummary]) -> None:
-    """The table, the failures with their reasons, and one line per question of who wins."""
-    names = [p["name"] for p in doc.get("params", [])]
-    print_table(console, grid_table(cells, names, doc.get("measure", "sweep")))
+class _Param(msgspec.Struct):
+    name: str
+
+
+class _Heading(msgspec.Struct):
+    """What the table reads of a grid: its parameters' names and what ran against each cell."""
+
+    params: list[_Param] = []
+    measure: str = "sweep"
+
+
+def print_grid(console: Console, grid: GridDocument | Mapping[str, Any], cells: Sequence[CellSummary]) -> None:
+    """The table, the failures with their reasons, and one line per question of who wins. `grid`: the
+    grid's document, or as much of its content as the table reads (its params' names, its measure)."""
+    heading = msgspec.convert(grid, _Heading, from_attributes=True)
+    print_table(console, grid_table(cells, [p.name for p in heading.params], heading.measure))
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)

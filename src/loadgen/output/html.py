@@ -1,7 +1,9 @@
 """The report of one or more results directories: a self-contained HTML file, or Markdown tables.
 
 A report overlays every target of every run given as a `TargetSeries` (one line per series in each
-chart; the view model, `report_model.py`). The charts come from `charts.py` as PNG images, always
+chart; the view model, `report_model.py`). A report of soak runs has its own sections
+(`SOAK_SECTIONS`: the windows over time, the probe, the soak table); a sweep's level table gains
+the speculation and reasoning columns when any level has them. The charts come from `charts.py` as PNG images, always
 written next to the HTML file (for papers and CI summaries). The page draws them with Plotly
 (`interactive.py`: hover, legend toggles, zoom) with plotly.js inlined, or, static, inlines the PNGs
 as data URIs; either way the file needs no network and no other file.
@@ -14,13 +16,16 @@ import datetime as _dt
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, Metric
-from ..core.rundoc import Level
+from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, TTFA, Metric
+from ..analysis.speculation import level_acceptance_text
+from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
-from .report_model import INCOMPLETE, TargetSeries
+from .layout import Grid, filled_rows, text_of
+from .report_model import INCOMPLETE, TargetSeries, level_extras
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -39,13 +44,45 @@ SECTIONS = [
     ("levels", "Levels and verdicts", "Every level of every target, and the saturation verdict."),
 ]
 
+SOAK_SECTIONS = [
+    ("throughput-over-time", "Throughput over time",
+     "Generated tokens per second of each window (requests counted by completion time). Dashed: the means of "
+     "the first and last windows that the drift compares; bars, on the right axis: failed requests per window."),
+    ("latency-over-time", "Latency over time",
+     "Latency p50 and p99 of the successful requests that completed in each window; TTFT p50 and p99 "
+     "(dotted) when the soak streamed."),
+    ("probe", "Server queue over time",
+     "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the soak."),
+    ("soak", "Soak findings", "Per target: requests, the load offered, error-free time, drift and errors."),
+]
+
+
+def is_soak(series: Sequence[TargetSeries]) -> bool:
+    """Whether the report is of soak runs (`loadgen report` does not mix them with sweeps)."""
+    return bool(series) and all(s.kind is RunKind.SOAK for s in series)
+
+
+SPECULATION_SECTION = (
+    "speculation", "Speculation and reasoning per level",
+    "Draft acceptance (Σ draft_n_accepted / Σ draft_n of the level's successful requests) and the reasoning "
+    "share (Σ reasoning tokens / Σ output tokens) per level; a level without drafts or reasoning has no point.")
+
+
+def sections(series: Sequence[TargetSeries]) -> list[tuple[str, str, str]]:
+    """The report's sections: a soak's, or a sweep's with the speculation chart when a level drafted or reasoned."""
+    if is_soak(series):
+        return SOAK_SECTIONS
+    return SECTIONS[:-1] + [SPECULATION_SECTION] * any(level_extras(series)) + SECTIONS[-1:]
+
 
 # Where an interactive chart shows something other than its PNG twin, the note says what it shows.
 INTERACTIVE_NOTES = {
     "latency": "Latency p50 (solid), p99 (dashed) and mean queue wait (dotted) per level; the PNG beside "
                "the report also splits mean latency into server work and queue wait.",
-    "probe": "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the sweep; "
+    "probe": "llama-server's requests_deferred (/metrics) and busy slots (/slots) as sampled during the run; "
              "dotted lines mark level starts. Drag on the chart or the slider below it to zoom.",
+    "throughput-over-time": SOAK_SECTIONS[0][2] + " Drag on the chart or the slider below it to zoom.",
+    "latency-over-time": SOAK_SECTIONS[1][2] + " Drag on the chart or the slider below it to zoom.",
 }
 
 
@@ -67,8 +104,44 @@ TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' m
                  "peak busy / slots", "batching gain", "ok req/s", "attain (--slo)", "goodput req/s", "stopped"]
 
 
-def level_row(series: TargetSeries, level: Level) -> list[str]:
-    """One table row of a level: run.json's summary and its verdict figures, formatted."""
+# Shown only when a level of the report has them (analysis/speculation.py, analysis/reasoning.py).
+DRAFT_COLUMNS = ["draft accepted", "drafted per out tok"]
+REASONING_COLUMNS = ["reasoning share", f"{TTFA.header.removesuffix(' ms')} p50 ms"]
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Which optional columns the level table has: any level drafted, any level's requests reasoned."""
+
+    drafting: bool = False
+    reasoning: bool = False
+
+    @classmethod
+    def of(cls, series: Sequence[TargetSeries]) -> Extras:
+        return cls(*level_extras(series))
+
+    def columns(self) -> list[str]:
+        return TABLE_COLUMNS[:-1] + DRAFT_COLUMNS * self.drafting + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:]
+
+
+def extra_cells(level: Level, extras: Extras, speculative: bool | None = None) -> list[str]:
+    """A level's acceptance ("no speculation" when it drafted nothing, never 0%, unless its server
+    said it speculates: `speculative`, run.json's server.speculative) and drafted tokens per output
+    token; its reasoning share ("none" when no request reasoned) and time to the first answer."""
+    cells = []
+    if extras.drafting:
+        drafted_none = speculative and not level.draft_n
+        cells += [level_acceptance_text(speculative, level.draft_n, level.draft_n_accepted),
+                  _fmt(0.0 if drafted_none else level.drafted_per_output_token, 2)]
+    if extras.reasoning:
+        share = level.reasoning_share
+        cells += ["none" if share is None else f"{share:.0%}", _fmt(_dist(level, TTFA, "p50"))]
+    return cells
+
+
+def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> list[str]:
+    """One table row of a level: run.json's summary and its verdict figures, formatted (with `extras`,
+    the speculation and reasoning cells before the last column)."""
     verdict = next((v for v in series.verdict.levels if v.level == level.level), None)
     failed = level.requests_failed + level.requests_cancelled
     queued_share = None if verdict is None else verdict.queued_share
@@ -90,6 +163,7 @@ def level_row(series: TargetSeries, level: Level) -> list[str]:
         _fmt(level.request_rate, 2),
         "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
         _fmt(slo.get("goodput_req_s"), 2),
+        *extra_cells(level, extras, None if series.target.server is None else series.target.server.speculative),
         level.stopped_reason or "",
     ]
 
@@ -106,13 +180,15 @@ def verdict_sentences(series: TargetSeries) -> list[str]:
 def markdown(series: Sequence[TargetSeries]) -> str:
     """Every series' level table and verdict sentences as Markdown."""
     out = ["# loadgen report", ""]
+    extras = Extras.of(series)
+    columns = extras.columns()
     for s in series:
         out += [f"## {s.label}", ""]
         if s.levels:
-            out.append("| " + " | ".join(TABLE_COLUMNS) + " |")
-            out.append("|" + "|".join("---:" if i != len(TABLE_COLUMNS) - 1 else "---" for i in range(len(TABLE_COLUMNS))) + "|")
+            out.append("| " + " | ".join(columns) + " |")
+            out.append("|" + "|".join("---:" if i != len(columns) - 1 else "---" for i in range(len(columns))) + "|")
             for level in s.levels:
-                out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in level_row(s, level)) + " |")
+                out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in level_row(s, level, extras)) + " |")
             out.append("")
         else:
             out += ["No level was measured.", ""]
@@ -156,7 +232,7 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
         names = sorted({s.run_name for s in incomplete})
         parts.append(f'<p><span class="badge">{INCOMPLETE}</span> {esc(", ".join(names))}: the run was stopped '
                      f"before every level finished; its figures cover only what was measured.</p>")
-    for section_id, heading, note in SECTIONS:
+    for section_id, heading, note in sections(series):
         if section_id in charts:
             note = INTERACTIVE_NOTES.get(section_id, note)
         parts += [f'<section id="{section_id}">', f"<h2>{esc(heading)}</h2>", f'<p class="note">{esc(note)}</p>']
@@ -166,6 +242,8 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
             parts.append(f'<img src="{data_uri(images[section_id])}" alt="{esc(heading)}">')
         if section_id == "levels":
             parts += _levels_html(series)
+        if section_id == "soak":
+            parts += _soak_html(series)
         parts.append("</section>")
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"
@@ -174,17 +252,44 @@ def html_document(series: Sequence[TargetSeries], images: dict[str, bytes], sour
 def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
     esc = html.escape
     parts = []
+    extras = Extras.of(series)
     for s in series:
         badge = f' <span class="badge">{INCOMPLETE}</span>' if not s.complete else ""
         parts.append(f"<h3>{esc(s.label)}{badge}</h3>")
         if s.levels:
             parts.append('<div class="table-wrap"><table>')
-            parts.append("<tr>" + "".join(f"<th>{esc(c)}</th>" for c in TABLE_COLUMNS) + "</tr>")
+            parts.append("<tr>" + "".join(f"<th>{esc(c)}</th>" for c in extras.columns()) + "</tr>")
             for level in s.levels:
-                parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in level_row(s, level)) + "</tr>")
+                parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in level_row(s, level, extras)) + "</tr>")
             parts.append("</table></div>")
         else:
             parts.append("<p>No level was measured.</p>")
+        sentences = verdict_sentences(s)
+        if sentences:
+            parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in sentences) + "</ul>")
+    return parts
+
+
+def grid_html(grid: Grid) -> list[str]:
+    """A terminal table (output/layout.py `Grid`) as an HTML table, every row naming its own key."""
+    esc = html.escape
+    parts = ['<div class="table-wrap"><table>',
+             "<tr>" + "".join(f"<th>{esc(c.name)}</th>" for c in grid.columns) + "</tr>"]
+    parts += ["<tr>" + "".join(f"<td>{esc(text_of(cell))}</td>" for cell in row) + "</tr>" for row in filled_rows(grid)]
+    parts.append("</table></div>")
+    return parts
+
+
+def _soak_html(series: Sequence[TargetSeries]) -> list[str]:
+    """Each soak's table (the one `loadgen analyze` prints), under its series' label."""
+    from .tables import soak_table
+
+    esc = html.escape
+    parts = []
+    for s in series:
+        badge = f' <span class="badge">{INCOMPLETE}</span>' if not s.complete else ""
+        parts.append(f"<h3>{esc(s.label)}{badge}</h3>")
+        parts += grid_html(soak_table(RunDocument(targets=[s.target], kind=RunKind.SOAK)))
         sentences = verdict_sentences(s)
         if sentences:
             parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in sentences) + "</ul>")
@@ -196,14 +301,16 @@ def render_report(series: Sequence[TargetSeries], out_name: str, interactive: bo
     interactive: the page draws Plotly charts (plotly must be installed: `interactive.available()`)."""
     from . import charts  # matplotlib is loaded only here
 
-    images = charts.render_all(series)
+    soak = is_soak(series)
+    images = charts.render_all(series, soak)
     stem = Path(out_name).stem
     files = [(f"{stem}-{section_id}.png", png) for section_id, png in images.items()]
     sources = list(dict.fromkeys(s.run_name for s in series))
     if interactive:
         from . import interactive as plotly_charts  # plotly is loaded only here
 
-        page = html_document(series, images, sources, plotly_charts.render_all(series), plotly_charts.plotly_js())
+        page = html_document(series, images, sources, plotly_charts.render_all(series, soak),
+                             plotly_charts.plotly_js())
     else:
         page = html_document(series, images, sources)
     files.append((out_name, page.encode("utf-8")))

@@ -14,11 +14,12 @@ without it the report falls back to the PNG charts.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import level_short
-from .report_model import percentile_curve
+from .report_model import level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -61,9 +62,15 @@ def _level_axis(series: Sequence[TargetSeries]) -> dict[str, Any]:
     return axis
 
 
-def _layout(fig: Figure, title: str, height: int = 420, **axes: Any) -> Figure:
+# Under the plot; beside it where a range slider takes the space below (there it would be cut off).
+LEGEND_BELOW = {"orientation": "h", "y": -0.25}
+LEGEND_BESIDE = {"orientation": "v", "x": 1.02, "y": 1}
+
+
+def _layout(fig: Figure, title: str, height: int = 420, slider: bool = False, **axes: Any) -> Figure:
+    """slider: the x-axis has a range slider (the legend goes beside the plot)."""
     fig.update_layout(title=title, height=height, template="plotly_white", hovermode="closest",
-                      legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 40}, **axes)
+                      legend=LEGEND_BESIDE if slider else LEGEND_BELOW, margin={"t": 50, "b": 40}, **axes)
     return fig
 
 
@@ -72,16 +79,21 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     go = _go()
     fig = go.Figure()
     open_loop = any(s.open_loop for s in series)
+    axis = _level_axis(series)
     for i, s in enumerate(series):
         fig.add_trace(go.Scatter(
             x=[lv.level for lv in s.levels], y=[lv.throughput_tok_s or 0.0 for lv in s.levels],
             mode="lines+markers", name=s.label, line={"color": colour(i)},
             hovertemplate="%{x}: %{y:.2f} tok/s<extra>%{fullData.name}</extra>"))
         if s.total_slots and not open_loop:  # slots are a concurrency, not a rate
-            fig.add_vline(x=s.total_slots, line={"color": colour(i), "dash": "dot"},
-                          annotation_text=f"{s.total_slots} slots")
+            fig.add_vline(x=s.total_slots, line={"color": colour(i), "dash": "dot"})
+            # An annotation's x on a log axis is the log10 of the value (a shape's is the value itself).
+            log = "type" in axis  # _level_axis sets a type only for a log axis
+            fig.add_annotation(x=math.log10(s.total_slots) if log else s.total_slots, y=1, yref="paper",
+                               text=f"{s.total_slots} slot{'s' * (s.total_slots != 1)}", showarrow=False, xanchor="left", yanchor="bottom",
+                               font={"color": colour(i), "size": 11})
     return _layout(fig, "Throughput vs offered rate" if open_loop else "Throughput vs concurrency",
-                   xaxis=_level_axis(series), yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"})
+                   xaxis=axis, yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"})
 
 
 def latency_figure(series: Sequence[TargetSeries]) -> Figure:
@@ -147,7 +159,7 @@ def probe_figure(series: Sequence[TargetSeries]) -> Figure:
             for t, level in timeline.level_starts():
                 fig.add_vline(x=t, line={"color": "#999", "dash": "dot", "width": 1},
                               annotation_text=f"c={level}", annotation_font_size=10)
-    return _layout(fig, "Server queue over time", height=460,
+    return _layout(fig, "Server queue over time", height=460, slider=True,
                    xaxis={"title": "time since the first sample (s)", "rangeslider": {"visible": True}},
                    yaxis={"title": "requests", "rangemode": "tozero"})
 
@@ -173,6 +185,87 @@ def decode_figure(series: Sequence[TargetSeries]) -> Figure:
                    yaxis={"title": "decode speed per request (tok/s)", "rangemode": "tozero"})
 
 
+def _soak_time_axis(series: Sequence[TargetSeries]) -> dict[str, Any]:
+    units = {s.soak_timeline().time_unit()[0] for s in series}
+    unit = units.pop() if len(units) == 1 else "s"
+    return {"title": f"time since the soak's start ({unit})", "rangeslider": {"visible": True}}
+
+
+def _window_times(s: TargetSeries, several_units: bool) -> tuple[list[float], list[float], list[float], str]:
+    """A series' window middles, starts and ends in the report's time unit (seconds when the
+    series' soaks read best in different units), and that unit."""
+    t = s.soak_timeline()
+    if several_units:
+        return t.middle_s, t.start_s, t.end_s, "s"
+    return t.in_unit(t.middle_s), t.in_unit(t.start_s), t.in_unit(t.end_s), t.time_unit()[0]
+
+
+def _several_units(series: Sequence[TargetSeries]) -> bool:
+    return len({s.soak_timeline().time_unit() for s in series}) > 1
+
+
+def soak_throughput_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Each window's throughput (at the window's middle), the first and last k windows' means that the
+    drift compares as dashed segments, and failed requests per window as bars on a second axis."""
+    go = _go()
+    fig = go.Figure()
+    failures = 0
+    several = _several_units(series)
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        middle, start, end, unit = _window_times(s, several)
+        partial = [" (a partial window)" if p else "" for p in t.partial]
+        custom = list(zip(start, end, t.requests_ok, t.requests_failed, t.errors, partial))
+        fig.add_trace(go.Scatter(
+            x=middle, y=t.throughput_tok_s, customdata=custom, mode="lines+markers", name=s.label,
+            line={"color": colour(i)}, marker={"symbol": ["circle-open" if p else "circle" for p in t.partial],
+                                               "size": 7},
+            hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: %{{y:.2f}} tok/s%{{customdata[5]}}<br>"
+                          "ok %{customdata[2]}, failed %{customdata[3]} (%{customdata[4]})<extra>%{fullData.name}</extra>"))
+        scale = 1.0 if several else t.time_unit()[1]
+        for (a, b, mean), which in zip(t.drift_spans(), ("first", "last")):
+            fig.add_trace(go.Scatter(
+                x=[a / scale, b / scale], y=[mean, mean], mode="lines", name=f"{s.label} {which} {t.drift_windows} window(s) mean",
+                line={"color": colour(i), "dash": "dash", "width": 3}, legendgroup=f"drift{i}",
+                hovertemplate=f"{which} windows' mean: %{{y:.2f}} tok/s<extra>%{{fullData.name}}</extra>"))
+        if any(t.requests_failed):
+            failures = max(failures, *t.requests_failed)
+            fig.add_trace(go.Bar(
+                x=middle, y=t.requests_failed, customdata=custom, name=f"{s.label} failed requests", yaxis="y2",
+                marker={"color": colour(i), "opacity": 0.35},
+                hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: %{{y}} failed (%{{customdata[4]}})"
+                              "<extra>%{fullData.name}</extra>"))
+    second = {"yaxis2": {"title": "failed requests", "overlaying": "y", "side": "right", "rangemode": "tozero",
+                         "showgrid": False, "tick0": 0, "dtick": max(1, math.ceil(failures / 5))}} if failures else {}
+    _layout(fig, "Throughput per window", height=460, slider=True, xaxis=_soak_time_axis(series),
+            yaxis={"title": "throughput (generated tok/s)", "rangemode": "tozero"}, **second)
+    if failures:  # the legend clear of the second axis' ticks and title
+        fig.update_layout(legend={"x": 1.08})
+    return fig
+
+
+def soak_latency_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Each window's latency p50 (solid) and p99 (dashed), and TTFT p50/p99 (dotted) when it streamed."""
+    go = _go()
+    fig = go.Figure()
+    several = _several_units(series)
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        middle, start, end, unit = _window_times(s, several)
+        metrics = [("latency_ms", "latency", ("solid", "dash"))]
+        if t.has_ttft:
+            metrics.append(("ttft_ms", "TTFT", ("dot", "dashdot")))
+        for metric, name, dashes in metrics:
+            for stat, dash in zip(("p50", "p99"), dashes):
+                fig.add_trace(go.Scatter(
+                    x=middle, y=t.stat(stat, metric), customdata=list(zip(start, end)),
+                    mode="lines+markers", name=f"{s.label} {name} {stat}", line={"color": colour(i), "dash": dash},
+                    hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: {name} {stat} %{{y:.1f}} ms"
+                                  "<extra>%{fullData.name}</extra>"))
+    return _layout(fig, "Latency per window", height=460, slider=True, xaxis=_soak_time_axis(series),
+                   yaxis={"title": "ms (requests completed in the window)", "rangemode": "tozero"})
+
+
 CHARTS = {
     "throughput": throughput_figure,
     "latency": latency_figure,
@@ -180,13 +273,43 @@ CHARTS = {
     "probe": probe_figure,
     "decode": decode_figure,
 }
+def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        xs = [lv.level for lv in s.levels]
+        for field, name, dash, symbol in (("acceptance", "draft acceptance", "solid", "circle"),
+                                          ("reasoning_share", "reasoning share", "dash", "square")):
+            ys = [None if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            if any(y is not None for y in ys):
+                fig.add_trace(go.Scatter(
+                    x=xs, y=ys, mode="lines+markers", name=f"{s.label} {name}", line={"color": colour(i), "dash": dash},
+                    marker={"symbol": symbol}, hovertemplate=f"%{{x}}: {name} %{{y:.1f}}%<extra>%{{fullData.name}}</extra>"))
+    return _layout(fig, "Speculation and reasoning per level", xaxis=_level_axis(series),
+                   yaxis={"title": "% of drafted / of output tokens", "range": [0, 105]})
 
 
-def render_all(series: Sequence[TargetSeries]) -> dict[str, str]:
-    """Every chart as an HTML fragment (<div> and its <script>, no plotly.js), keyed by section id."""
+def charts_for(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, Any]:
+    """The charts of a report: a soak's, or a sweep's with the speculation chart when it has something to draw."""
+    if soak:
+        return SOAK_CHARTS
+    return CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+
+
+SOAK_CHARTS = {
+    "throughput-over-time": soak_throughput_figure,
+    "latency-over-time": soak_latency_figure,
+    "probe": probe_figure,
+}
+
+
+def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, str]:
+    """Every chart (a soak's with `soak`) as an HTML fragment (<div> and its <script>, no plotly.js),
+    keyed by section id."""
     return {name: draw(series).to_html(full_html=False, include_plotlyjs=False, config=CONFIG,
                                        div_id=f"chart-{name}")
-            for name, draw in CHARTS.items()}
+            for name, draw in charts_for(series, soak).items()}
 
 
 def plotly_js() -> str:

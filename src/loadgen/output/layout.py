@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,9 @@ class Num:
             return "n/a"
         return f"{self.value:g}" if self.digits is None else f"{self.value:,.{self.digits}f}{self.suffix}"
 
-    def plain(self) -> float | int | None:
+    def plain(self) -> float | int | str | None:
+        if isinstance(self.value, float) and math.isinf(self.value):
+            return "inf"  # --rate inf: JSON has no infinity
         if self.value is None or self.digits is None:
             return self.value
         return round(self.value) if self.digits == 0 else round(self.value, self.digits)

@@ -2,7 +2,8 @@
 its Markdown twin (`html.py`) and the charts (`charts.py`) draw from. Plain data; no drawing here.
 
 With several runs a series is labelled `<dir name>: <target>`, and a run not marked complete says so
-in every label.
+in every label. A soak's series also gives its windows over time (`soak_timeline`): run.json's
+window throughput and errors, and each window's latency and TTFT percentiles from the records.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis.metric_defs import LATENCY, TTFT
 from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import Level, RunDocument, Target, Verdict
+from ..core.rundoc import Distribution, Level, RunDocument, RunKind, SoakSection, Target, Verdict
 
 INCOMPLETE = "incomplete"
 
@@ -31,6 +33,11 @@ class TargetSeries:
     probe: list[ProbeSample] = field(default_factory=list)
     complete: bool = True
     open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
+    kind: RunKind = RunKind.SWEEP
+
+    @property
+    def soak(self) -> SoakSection | None:
+        return self.target.soak if self.kind is RunKind.SOAK else None
 
     @property
     def levels(self) -> list[Level]:
@@ -61,6 +68,88 @@ class TargetSeries:
             busy_slots=[p.busy_slots for p in samples], requests_deferred=[p.requests_deferred for p in samples])
 
 
+    def soak_timeline(self) -> SoakTimeline:
+        """The soak's windows as columns: run.json's counts, and per window the latency and TTFT
+        distributions of the successful requests that completed in it (cut by completion time from
+        the first request's start, the last window taking what ends after it, as analysis/soak.py)."""
+        soak = self.soak
+        windows = list(soak.windows) if soak else []
+        latency: list[list[float]] = [[] for _ in windows]
+        ttft: list[list[float]] = [[] for _ in windows]
+        ok = [r for r in self.records if r.ok]
+        if windows and ok and soak is not None and soak.window_s:
+            t0 = min(r.start_ns for r in self.records)
+            for r in ok:
+                i = min(len(windows) - 1, max(0, int((r.complete_ns - t0) / 1e9 // soak.window_s)))
+                latency[i] += LATENCY.values(r)
+                ttft[i] += TTFT.values(r)
+        return SoakTimeline(
+            start_s=[w.start_s for w in windows], end_s=[w.end_s for w in windows],
+            throughput_tok_s=[w.throughput_tok_s for w in windows], requests_ok=[w.requests_ok for w in windows],
+            requests_failed=[w.requests_failed for w in windows],
+            errors=[", ".join(f"{k} ×{n}" for k, n in w.errors_by_kind.items()) or "none" for w in windows],
+            latency_ms=[metrics.distribution_ms(v) for v in latency], ttft_ms=[metrics.distribution_ms(v) for v in ttft],
+            window_s=(soak.window_s or 0.0) if soak else 0.0, drift_windows=(soak.drift_windows or 0) if soak else 0,
+            first_throughput_tok_s=soak.first_throughput_tok_s if soak else None,
+            last_throughput_tok_s=soak.last_throughput_tok_s if soak else None)
+
+
+@dataclass(frozen=True)
+class SoakTimeline:
+    """A soak's windows as columns (seconds since the soak's start); a distribution is None where the
+    window had no value (no successful request, or no TTFT without streaming)."""
+
+    start_s: list[float]
+    end_s: list[float]
+    throughput_tok_s: list[float]
+    requests_ok: list[int]
+    requests_failed: list[int]
+    errors: list[str]
+    latency_ms: list[Distribution | None]
+    ttft_ms: list[Distribution | None]
+    window_s: float = 0.0
+    drift_windows: int = 0  # k: the first and last k full windows compared for drift
+    first_throughput_tok_s: float | None = None
+    last_throughput_tok_s: float | None = None
+
+    @property
+    def middle_s(self) -> list[float]:
+        return [(a + b) / 2 for a, b in zip(self.start_s, self.end_s)]
+
+    @property
+    def partial(self) -> list[bool]:
+        """Whether each window is shorter than the others (the last one, cut by the soak's end)."""
+        return [b - a < self.window_s * 0.999 for a, b in zip(self.start_s, self.end_s)]
+
+    def time_unit(self) -> tuple[str, float]:
+        """The unit the time axis reads best in, and its length in seconds: s, min beyond 10 minutes,
+        h beyond 3 hours."""
+        end = self.end_s[-1] if self.end_s else 0.0
+        return ("h", 3600.0) if end > 3 * 3600 else ("min", 60.0) if end > 600 else ("s", 1.0)
+
+    def in_unit(self, seconds: list[float]) -> list[float]:
+        return [t / self.time_unit()[1] for t in seconds]
+
+    def stat(self, name: str, metric: str = "latency_ms") -> list[float | None]:
+        """One statistic (p50, p99, ...) of a distribution column per window; None where it has none."""
+        return [None if d is None else getattr(d, name) for d in getattr(self, metric)]
+
+    def drift_spans(self) -> list[tuple[float, float, float]]:
+        """(from s, to s, mean tok/s) of the first and the last k full windows the drift compares
+        (analysis/soak.py); none when the soak was too short to have them."""
+        full = [i for i, (a, b) in enumerate(zip(self.start_s, self.end_s)) if b - a >= self.window_s * 0.999]
+        k = self.drift_windows
+        if not k or len(full) < 2 or self.first_throughput_tok_s is None or self.last_throughput_tok_s is None:
+            return []
+        first, last = full[:k], full[-k:]
+        return [(self.start_s[first[0]], self.end_s[first[-1]], self.first_throughput_tok_s),
+                (self.start_s[last[0]], self.end_s[last[-1]], self.last_throughput_tok_s)]
+
+    @property
+    def has_ttft(self) -> bool:
+        return any(d is not None for d in self.ttft_ms)
+
+
 @dataclass(frozen=True)
 class ProbeTimeline:
     """One series' probe samples as columns; None where the endpoint was off."""
@@ -77,6 +166,15 @@ class ProbeTimeline:
             if not starts or starts[-1][1] != level:
                 starts.append((t, level))
         return starts
+
+
+def level_extras(series: Sequence[TargetSeries]) -> tuple[bool, bool]:
+    """(any level drafted or any server said it speculates, any level's requests reasoned): whether the
+    report shows speculation and reasoning at all (a run with neither shows neither)."""
+    levels = [lv for s in series for lv in s.levels]
+    speculates = any(s.target.server is not None and s.target.server.speculative for s in series)
+    return (any(lv.draft_n is not None for lv in levels) or speculates,
+            any(lv.reasoning_tokens is not None for lv in levels))
 
 
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +199,7 @@ def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
                 label=label, run_name=source["name"], target=target, complete=complete, open_loop=run.open_loop,
+                kind=run.kind,
                 records=[r for r in source["records"] if r.target == name],
                 probe=[s for s in source["probe"] if s.target == name]))
     return series

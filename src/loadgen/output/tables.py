@@ -3,6 +3,7 @@ computes nothing new."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -31,6 +32,17 @@ def _ratio(a: float | None, b: float | None) -> Num:
     return Num(None if a is None or b is None or b <= 0 else a / b, 2, "×")
 
 
+def chosen_percentiles(doc: RunDocument) -> list[str]:
+    """--percentiles: the names of the run's chosen percentiles ("p95", ...), or [] (the fixed columns)."""
+    chosen = doc.config.percentiles if doc.config is not None else None
+    return [metric_defs.percentile_label(q) for q in chosen or ()]
+
+
+def _chosen(level: Level, m: metric_defs.Metric, label: str) -> float | None:
+    """A level's chosen percentile of a metric (--percentiles), or None."""
+    return ((level.percentiles or {}).get(m.key) or {}).get(label)
+
+
 def _level_name(doc: RunDocument, level: int | float) -> str:
     return level_name(level, doc.open_loop)
 
@@ -41,10 +53,11 @@ def sweep_table(doc: Doc) -> Grid:
     targets = doc.targets
     pair = [t for t in targets if t.levels][:2]
     open_loop = doc.open_loop
+    chosen = chosen_percentiles(doc)  # --percentiles: they replace the fixed p50, p99, max
     # open loop: the rate the requests actually left at beside the nominal one (n/a in older files)
     columns = [Column("req/s" if open_loop else "C", key=True), Column("target", "left", key=True),
                *([Column("achieved\nreq/s")] if open_loop else []), Column("ok/failed"), Column("tok/s"),
-               Column("latency ms\nmean"), Column("p50"), Column("p99"), Column("max"),
+               Column("latency ms\nmean"), *[Column(label) for label in chosen or ("p50", "p99", "max")],
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
                Column("predicted_ms\nmean"), Column("ok\nreq/s"), Column("in tok"), Column("total\ntok/s")]
     judged = any(lv.slo for t in targets for lv in t.levels)
@@ -80,7 +93,7 @@ def sweep_table(doc: Doc) -> Grid:
             if caption:
                 both = [by_target.get(p.label) for p in pair]
                 row.append(_ratio(*(x.throughput_tok_s for x in both if x)) if first and all(both) else "")
-            row += [Num(_dist(lv, metric_defs.LATENCY, stat)) for stat in ("mean", "p50", "p99", "max")]
+            row += _latency_cells(lv, chosen)
             row += [Num(_dist(lv, metric_defs.QUEUE_WAIT, "mean")), Num(lv.decode_tok_s_mean, 1),
                     Num(lv.output_tokens), Num(lv.wall_s, 2), Num(lv.predicted_ms_mean),
                     Num(lv.request_rate, 2), Num(lv.input_tokens), Num(lv.total_tok_s, 1)]
@@ -89,8 +102,7 @@ def sweep_table(doc: Doc) -> Grid:
             if drafting:
                 row += _drafting_cells(t, lv)
             if reasoning:
-                share = lv.reasoning_share
-                row += ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
+                row += _reasoning_cells(lv)
             grid.add_row(*row)
             first = False
         grid.end_section()
@@ -108,6 +120,19 @@ def _drafting_cells(t: Target, lv: Level) -> list[Cell]:
     spec = _speculates(t)
     return [level_acceptance_text(spec, lv.draft_n, lv.draft_n_accepted),
             Num(0.0 if spec and not lv.draft_n else lv.drafted_per_output_token, 2)]
+
+
+def _latency_cells(lv: Level, chosen: list[str]) -> list[Cell]:
+    """A level's latency mean and p50/p99/max, or its --percentiles instead of the three."""
+    spread = [Num(_chosen(lv, metric_defs.LATENCY, label)) for label in chosen] if chosen else \
+        [Num(_dist(lv, metric_defs.LATENCY, stat)) for stat in ("p50", "p99", "max")]
+    return [Num(_dist(lv, metric_defs.LATENCY, "mean")), *spread]
+
+
+def _reasoning_cells(lv: Level) -> list[Cell]:
+    """A level's reasoning share ("none" when no request reasoned) and time to the first answer p50."""
+    share = lv.reasoning_share
+    return ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
 
 
 def _slo_cells(slo: dict[str, Any] | None) -> list[Cell]:
@@ -129,6 +154,27 @@ def slo_lines(doc: Doc) -> list[str]:
                         for name, ms in slo["targets_ms"].items())
     return [f"SLO: {targets}; a level passes when at least {slo['attainment']:.0%} of its requests meet every "
             "target (errors always miss); goodput counts only those requests."]
+
+
+def trim_lines(doc: Doc) -> list[str]:
+    """--trim: what each level's figures left out (analysis/trim.py), one line per target."""
+    doc = RunDocument.of(doc)
+    trim = doc.config.trim if doc.config is not None else None
+    if trim is None:
+        return []
+    out = []
+    for t in doc.targets:
+        parts = []
+        for lv in t.levels:
+            cut = lv.trimmed
+            if cut is None:
+                continue
+            said = "too short, not trimmed" if cut.too_short else f"{cut.head} + {cut.tail} left out ({cut.cut_s:.3g} s at each end)"
+            parts.append(f"{level_short(lv.level, doc.open_loop)} {said}")
+        if parts:
+            out.append(f"--trim {trim}: {t.label}'s figures leave out the requests started in the first and last "
+                       f"{trim} of each level (records kept): {'; '.join(parts)}")
+    return out
 
 
 def error_lines(doc: Doc, told: bool = False) -> list[str]:
@@ -239,11 +285,18 @@ def _held(lv: LevelVerdict) -> list[Any]:
     return [Num(lv.slot_queued), Num(lv.held_outside), Num(lv.held_outside_max_ms if lv.held_outside else None)]
 
 
-def _detail_columns() -> list[tuple[str, metric_defs.Metric, str]]:
+def _detail_columns(chosen: Sequence[str] = ()) -> list[tuple[str, metric_defs.Metric, str]]:
     """(column title, metric, statistic) of the latency detail table: every metric's `table`
-    columns (analysis/metric_defs.py), in their table order."""
+    columns (analysis/metric_defs.py), in their table order; with `chosen` percentiles
+    (--percentiles), those of metric_defs.PERCENTILE_METRICS instead of their own columns."""
     ordered = sorted(metric_defs.all_metrics(), key=lambda m: m.table_order)
-    return [(title, m, stat) for m in ordered for title, stat in m.table]
+    out = []
+    for m in ordered:
+        if chosen and m in metric_defs.PERCENTILE_METRICS:
+            out += [(f"{m.short} ms\n{label}", m, label) for label in chosen]
+        else:
+            out += [(title, m, stat) for title, stat in m.table]
+    return out
 
 
 def level_distribution(level: Level, m: metric_defs.Metric) -> Distribution | None:
@@ -258,7 +311,8 @@ def latency_table(doc: Doc) -> Grid | None:
     and every other metric that names table columns."""
     doc = RunDocument.of(doc)
     rows = [(t, lv) for t in doc.targets for lv in t.levels]
-    columns = [c for c in _detail_columns() if any(level_distribution(lv, c[1]) for _, lv in rows)]
+    chosen = chosen_percentiles(doc)
+    columns = [c for c in _detail_columns(chosen) if any(level_distribution(lv, c[1]) for _, lv in rows)]
     if not any(m is not metric_defs.LATENCY for _, m, _ in columns):
         return None
     grid = Grid("latency detail (ms)", [Column("target", "left", key=True),
@@ -267,7 +321,9 @@ def latency_table(doc: Doc) -> Grid | None:
     last = None
     for t, lv in rows:
         grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
-                     *[Num(_dist(lv, m, stat), m.table_digits) for _, m, stat in columns])
+                     *[Num(_chosen(lv, m, stat) if chosen and m in metric_defs.PERCENTILE_METRICS else _dist(lv, m, stat),
+                           m.table_digits)
+                       for _, m, stat in columns])
         last = t.label
     return grid
 
@@ -429,7 +485,7 @@ _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunK
 def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
-    notes = slo_lines(doc) + overhead_lines(doc) + connection_lines(doc)
+    notes = slo_lines(doc) + trim_lines(doc) + overhead_lines(doc) + connection_lines(doc)
     sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):

@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ResultsError
+from ..core.griddoc import GridCell, GridDocument, GridRun
 from .grid_file import load_grid
 from .reader import load_run
 
 
-def _cell(doc: dict[str, Any], param: str, value: str, others: dict[str, str] | None) -> dict[str, Any]:
-    cells = [c for c in doc["cells"] if c["params"].get(param) == value
-             and (others is None or {k: v for k, v in c["params"].items() if k != param} == others)]
+def _cell(grid: GridDocument, param: str, value: str, others: dict[str, str] | None) -> GridCell:
+    cells = [c for c in grid.cells if c.params.get(param) == value
+             and (others is None or {k: v for k, v in c.params.items() if k != param} == others)]
     if not cells:
         raise ConfigError(f"no cell of this grid has {param}={value}; its values are "
-                          f"{', '.join(sorted({c['params'].get(param, '?') for c in doc['cells']}))}")
+                          f"{', '.join(sorted({c.params.get(param, '?') for c in grid.cells}))}")
     if len(cells) > 1:
         raise ConfigError(f"{len(cells)} cells have {param}={value}: the grid varies another parameter too; "
                           "give a grid of the speculation parameter alone")
@@ -33,13 +34,13 @@ def _cell(doc: dict[str, Any], param: str, value: str, others: dict[str, str] | 
 def spec_sides(root: Path, param: str, on: str, off: str) -> tuple[dict[Any, list[float]], dict[Any, list[float]]]:
     """(on, off): per level, throughput tok/s of each repeat both cells finished. Raises ConfigError
     (a parameter or value the grid lacks) and ResultsError (an unreadable grid)."""
-    doc = load_grid(root)
-    if param not in {p["name"] for p in doc["params"]}:
-        raise ConfigError(f"--param {param!r}: the grid's parameters are {', '.join(p['name'] for p in doc['params'])}")
-    on_cell = _cell(doc, param, on, None)
-    others = {k: v for k, v in on_cell["params"].items() if k != param}
-    off_cell = _cell(doc, param, off, others)
-    by_repeat = [{e["repeat"]: _levels(root, e) for e in cell.get("runs", [])} for cell in (on_cell, off_cell)]
+    grid = load_grid(root)
+    if param not in grid.param_names:
+        raise ConfigError(f"--param {param!r}: the grid's parameters are {', '.join(grid.param_names)}")
+    on_cell = _cell(grid, param, on, None)
+    others = {k: v for k, v in on_cell.params.items() if k != param}
+    off_cell = _cell(grid, param, off, others)
+    by_repeat = [{e.repeat: _levels(root, e) for e in cell.runs} for cell in (on_cell, off_cell)]
     on_side: dict[Any, list[float]] = {}
     off_side: dict[Any, list[float]] = {}
     for repeat in sorted(set(by_repeat[0]) & set(by_repeat[1])):
@@ -50,12 +51,12 @@ def spec_sides(root: Path, param: str, on: str, off: str) -> tuple[dict[Any, lis
     return on_side, off_side
 
 
-def _levels(root: Path, entry: dict[str, Any]) -> dict[Any, float]:
+def _levels(root: Path, entry: GridRun) -> dict[Any, float]:
     """A finished run's throughput per level that ran to its end; {} for a failed or unreadable run."""
-    if entry.get("status") != "ok" or not entry.get("run_dir"):
+    if not entry.finished:
         return {}
     try:
-        run = load_run(root / entry["run_dir"])
+        run = load_run(root / str(entry.run_dir))
     except ResultsError:
         return {}
     levels = (run.get("targets") or [{}])[0].get("levels") or []

@@ -9,7 +9,7 @@ grid.json (`schema` "loadgen.grid", `schema_version` 1) is rewritten atomically 
 an interrupted grid can be resumed from it. Version history: 1, the first.
 
 Every reader (analyze, report, grid --resume) goes through `load_grid`, which checks the file against
-the typed shape below (`GridFile`, msgspec) and the rules types cannot say (cell ids that are folder
+the typed document (`core.griddoc.GridDocument`, msgspec) and the rules types cannot say (cell ids that are folder
 names and unique, parameters that are the template's placeholders): a damaged or hand-edited
 grid.json is one line (`ResultsError`, exit 2), not a traceback in whichever reader trips first.
 Unknown fields are allowed (newer writers add some); a field readers rely on is checked here.
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..analysis.grid_cells import CellSummary, GridParam, check_template, summarize_cell
+from ..analysis.grid_cells import CellRun, CellSummary, GridParam, check_template, summarize_cell
 from ..core.errors import ConfigError, ResultsError
+from ..core.griddoc import GridCell, GridDocument, GridRun
 from .reader import load_run
 from .schema import RUN_FILE
 
@@ -34,60 +34,12 @@ GRID_FILE = "grid.json"
 DONE = ("ok", "failed")  # a run with one of these is not repeated by --resume
 
 
-class BootEntry(msgspec.Struct):
-    """What the grid table reads of a run's boot-log facts (`analysis.bootlog.BootFacts.to_dict`)."""
-
-    n_slots: int | None = None
-    kv_unified: bool | None = None
-    kv_size_mib: float | None = None
-
-
-class KvEstimateEntry(msgspec.Struct):
-    kv_mib: float | None = None
-
-
-class GridRun(msgspec.Struct):
-    """One run of a cell: its repeat number, how it ended and where its results are."""
-
-    repeat: Annotated[int, msgspec.Meta(ge=1)]
-    status: str
-    run_dir: str | None = None
-    reason: str | None = None
-    boot: BootEntry | None = None
-    kv_estimate: KvEstimateEntry | None = None
-    log_tail: list[str] = []
-
-
-class GridCell(msgspec.Struct):
-    id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+$")]  # the cell's folder under cells/
-    name: str
-    params: dict[str, str]
-    runs: list[GridRun] = []
-
-
-class GridParamEntry(msgspec.Struct):
-    name: str
-    values: list[str]
-
-
-class GridFile(msgspec.Struct):
-    """What grid.json must hold for analyze, report and grid --resume to read it."""
-
-    cells: list[GridCell]
-    params: list[GridParamEntry]
-    repeat: Annotated[int, msgspec.Meta(ge=1)]
-    template: str
-    measure: Literal["sweep", "prefill", "depth"]
-    measure_args: list[str]
-    wait_ready_s: Annotated[float, msgspec.Meta(ge=0)]
-
-
 def is_grid(path: Path) -> bool:
     return (path / GRID_FILE).is_file()
 
 
-def write_grid(root: Path, doc: dict[str, Any]) -> None:
-    text = json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **doc}, indent=1)
+def write_grid(root: Path, grid: GridDocument) -> None:
+    text = json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **msgspec.to_builtins(grid)}, indent=1)
     _write_atomic(root / GRID_FILE, text)
 
 
@@ -97,8 +49,8 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def load_grid(root: Path) -> dict[str, Any]:
-    """Read and check grid.json. Raises ResultsError with a one-line reason."""
+def load_grid(root: Path) -> GridDocument:
+    """Read and check grid.json: its typed document. Raises ResultsError with a one-line reason."""
     path = root / GRID_FILE
     try:
         doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
@@ -113,16 +65,16 @@ def load_grid(root: Path) -> dict[str, Any]:
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ResultsError(f"{path}: grid schema version {doc.get('schema_version')!r} is not one this loadgen reads")
     try:
-        grid = msgspec.convert(doc, GridFile)
+        grid = msgspec.convert(doc, GridDocument)
     except msgspec.ValidationError as exc:
         raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
     problem = _grid_problem(grid)
     if problem:
         raise ResultsError(f"{path} is damaged or not written by this loadgen ({problem})")
-    return doc
+    return grid
 
 
-def _grid_problem(grid: GridFile) -> str | None:
+def _grid_problem(grid: GridDocument) -> str | None:
     """What the types cannot say: ids unique, and every cell's parameters the template's placeholders."""
     ids = [c.id for c in grid.cells]
     twice = next((i for i in ids if ids.count(i) > 1), None)
@@ -147,38 +99,36 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__).splitlines()[0][:200]
 
 
-def _with_run(root: Path, entry: dict[str, Any]) -> dict[str, Any]:
-    """The entry with its run.json attached as `run` (None when it has none or it is unreadable)."""
+def _cell_run(root: Path, entry: GridRun) -> CellRun:
+    """The entry with its run.json (None when it has none or it is unreadable)."""
     run = None
-    if entry.get("status") == "ok" and entry.get("run_dir"):
+    if entry.finished:
         try:
-            run = load_run(root / entry["run_dir"])
+            run = load_run(root / str(entry.run_dir))
         except ResultsError:
             run = None
-    return {**entry, "run": run}
+    return CellRun.of(entry, run)
 
 
-def grid_summaries(root: Path, doc: dict[str, Any]) -> list[CellSummary]:
+def grid_summaries(root: Path, grid: GridDocument) -> list[CellSummary]:
     """Each cell's summary over its runs, in the grid's cell order."""
-    return [summarize_cell(cell["name"], cell["params"], [_with_run(root, e) for e in cell.get("runs", [])])
-            for cell in doc["cells"]]
+    return [summarize_cell(cell.name, cell.params, [_cell_run(root, e) for e in cell.runs]) for cell in grid.cells]
 
 
 def grid_run_dirs(root: Path) -> list[tuple[str, Path]]:
     """(name, run folder) of every run that finished ok, cell by cell: "c01 parallel=1" (or "c01 r2
     parallel=1" with repeats)."""
-    doc = load_grid(root)
-    several = doc.get("repeat", 1) > 1
-    runs = [(cell["id"] + (f" r{e['repeat']}" if several else "") + f" {cell['name']}", root / e["run_dir"])
-            for cell in doc["cells"] for e in sorted(cell.get("runs", []), key=lambda e: e["repeat"])
-            if e.get("status") == "ok" and e.get("run_dir")]
+    grid = load_grid(root)
+    several = grid.repeat > 1
+    runs = [(cell.id + (f" r{e.repeat}" if several else "") + f" {cell.name}", root / str(e.run_dir))
+            for cell in grid.cells for e in cell.finished_runs()]
     if not runs:
         raise ResultsError(f"{root}: no cell of this grid has a finished run to show")
     return runs
 
 
-def _cell_list(root: Path, doc: dict[str, Any]) -> str:
-    return ", ".join(f"{root / c['id']} ({c['name']})" for c in doc["cells"])
+def _cell_list(root: Path, grid: GridDocument) -> str:
+    return ", ".join(f"{root / c.id} ({c.name})" for c in grid.cells)
 
 
 def runs_in_grid(path: Path) -> list[Path] | None:
@@ -189,8 +139,7 @@ def runs_in_grid(path: Path) -> list[Path] | None:
     if (path / RUN_FILE).is_file():
         return None
     if is_grid(path):
-        doc = load_grid(path)
-        raise ResultsError(f"{path} is a grid; give one of its cells: {_cell_list(path, doc)}")
+        raise ResultsError(f"{path} is a grid; give one of its cells: {_cell_list(path, load_grid(path))}")
     if len(path.parents) > 2 and path.parent.parent.name == "cells" and is_grid(path.parents[2]) \
             and (path / "run" / RUN_FILE).is_file():
         return [path / "run"]
@@ -200,14 +149,13 @@ def runs_in_grid(path: Path) -> list[Path] | None:
         root = path.parent
     else:
         return None
-    doc = load_grid(root)
-    cell = next((c for c in doc["cells"] if path.name in (c["id"], c["name"])), None)
+    grid = load_grid(root)
+    cell: GridCell | None = next((c for c in grid.cells if path.name in (c.id, c.name)), None)
     if cell is None:
-        raise ResultsError(f"{root} has no cell {path.name!r}; its cells: {_cell_list(root, doc)}")
-    runs = [root / e["run_dir"] for e in sorted(cell.get("runs", []), key=lambda e: e["repeat"])
-            if e.get("status") == "ok" and e.get("run_dir")]
+        raise ResultsError(f"{root} has no cell {path.name!r}; its cells: {_cell_list(root, grid)}")
+    runs = [root / str(e.run_dir) for e in cell.finished_runs()]
     if not runs:
-        raise ResultsError(f"cell {cell['id']} ({cell['name']}) of {root} has no finished run")
+        raise ResultsError(f"cell {cell.id} ({cell.name}) of {root} has no finished run")
     return runs
 
 

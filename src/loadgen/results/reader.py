@@ -28,7 +28,7 @@ from ..core.columnar import PARQUET_FILE
 from ..core.columnar import read_records as read_parquet
 from ..core.errors import ConfigError, ResultsError
 from ..core.records import ProbeSample, RequestRecord
-from ..core.rundoc import RunDocument, is_open_loop
+from ..core.rundoc import RunDocument, is_open_loop, read_rates
 from .schema import PROBE_FILE, READABLE_VERSIONS, REQUESTS_FILE, RUN_FILE, SCHEMA, RunFile
 
 open_loop = is_open_loop  # the one rule (core.rundoc), here for the readers of a results directory
@@ -57,6 +57,7 @@ def load_run(results_dir: Path) -> dict[str, Any]:
                            f"this loadgen reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc.get("targets"), list):
         raise ResultsError(f"{path} has no target list")
+    doc = read_rates(doc)  # --rate inf, stored as "inf"
     if doc["schema_version"] == 1:
         upgrade_v1(doc)
     _check_contract(doc, path)

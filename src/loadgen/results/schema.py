@@ -29,6 +29,12 @@ Version history (SCHEMA_VERSION):
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
        "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
+       (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
+       (--trim: the records its figures left out, core.rundoc.LevelTrim).
+       --rate inf: a level's "level" and "rate", the config's "rates" (and the verdict's levels)
+       may be the string "inf" (JSON has no infinity; core.rundoc.json_safe / read_rates), and a
+       record's or probe sample's "level" too; `load_run` reads them back as math.inf.
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from ..analysis.aggregate import of_level
+from ..analysis.aggregate import LevelAggregate, of_level
 from ..analysis.depth import summarize_depth, with_change
 from ..analysis.energy import level_energy
 from ..analysis.env_drift import level_changes
@@ -31,13 +31,15 @@ from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
 from ..analysis.slo import Slo, SloTally
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
+from ..analysis.trim import Trim, Trimmed, trim_level
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
 from ..core.environment import thinned
 from ..core.errors import ResultsError
-from ..core.records import LevelRun, ProbeSample, RequestRecord
+from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
+from ..core.rundoc import LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
@@ -74,7 +76,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     config = run.config
     idle_w = run.environment.idle_power_w if run.environment is not None else None
     for t in run.targets:
-        levels = _level_summaries(t.levels, config.slo, idle_w)
+        levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -154,7 +156,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
             all_records = (_redact_record(r, secret) for r in all_records)
         _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
     _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
-    _atomic_write(out_dir / RUN_FILE, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    _atomic_write(out_dir / RUN_FILE, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
     return doc
 
 
@@ -211,24 +213,43 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
     return list(lv.aggregate.sample) if lv.aggregate is not None else list(lv.records)
 
 
-def _level_summaries(levels: list[LevelRun], slo: Slo | None = None,
-                     idle_w: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dict[str, float] | None = None,
+                     percentiles: tuple[float, ...] = (), trim: Trim | None = None) -> list[dict[str, Any]]:
     out = []
     for lv in levels:
-        summary = of_level(lv).summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
-                                       counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate)
+        trimmed, aggregate = _trimmed(lv, trim)
+        summary = aggregate.summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
+                                    counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
+                                    percentiles=percentiles)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
             summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
-            client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s),
+            client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),
+            trimmed=None if trimmed is None else LevelTrim(trimmed.head, trimmed.tail, round(trimmed.cut_s, 6),
+                                                           trimmed.too_short),
         ).to_dict(client_load=True), lv), lv, idle_w))
     return out
 
 
-def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float) -> dict[str, Any] | None:
-    """The level judged against the run's latency targets: its streamed tally, else its records."""
+def _trimmed(lv: LevelRun, trim: Trim | None) -> tuple[Trimmed | None, LevelAggregate]:
+    """--trim: a finished level's records split (analysis/trim.py) and the aggregate of those its
+    figures keep, made once (`lv.trimmed`); else none and the level's own aggregate."""
+    if trim is None or not lv.finished:
+        return None, of_level(lv)
+    if lv.trimmed is None:
+        trimmed = trim_level(list(lv.records), trim)
+        lv.trimmed = trimmed, LevelAggregate.of(trimmed.kept) if trimmed.dropped else of_level(lv)
+    return lv.trimmed
+
+
+def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float, trimmed: Trimmed | None = None) -> dict[str, Any] | None:
+    """The level judged against the run's latency targets: its streamed tally, else its records
+    (--trim: those its figures keep)."""
     if slo is None:
         return None
-    tally = lv.slo_tally if lv.slo_tally is not None else SloTally.of(slo, list(lv.records))
+    if trimmed is not None and trimmed.dropped:
+        tally = SloTally.of(slo, trimmed.kept)
+    else:
+        tally = lv.slo_tally if lv.slo_tally is not None else SloTally.of(slo, list(lv.records))
     return tally.result(wall_s).to_dict()
 
 
@@ -284,7 +305,8 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
-            target["levels"] = _level_summaries(t.levels, run.config.slo)
+            target["levels"] = _level_summaries(t.levels, run.config.slo, percentiles=run.config.percentiles,
+                                                 trim=run.config.trim)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()
@@ -326,9 +348,9 @@ def prepare_dir(out_dir: Path, force: bool) -> Path:
 
 
 def _jsonl(items: Iterable[RequestRecord | ProbeSample]) -> Iterable[str]:
-    encode = msgspec.json.encode
+    encode = msgspec.json.Encoder().encode_lines
     for item in items:
-        yield encode(item).decode() + "\n"
+        yield encode_lines(encode, [item]).decode()  # a --rate inf level's "inf"
 
 
 SECRET_OPTIONS = ("--api-key",)

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
+from ..analysis.trim import Trim
 from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
+from ..core.rundoc import UNBOUNDED_RATE
 from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
@@ -133,6 +135,11 @@ class SweepConfig:
     ray_address: str | None = None
     # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
     slo: Slo | None = None
+    # --percentiles: percentiles of TTFT, latency, TPOT and ITL each level keeps beside the fixed
+    # p50/p90/p99/max (analysis/metric_defs.PERCENTILE_METRICS), and the tables show instead; (): none.
+    percentiles: tuple[float, ...] = ()
+    # --trim: each level's start and end left out of its figures, its records kept (analysis/trim.py).
+    trim: Trim | None = None
     machine: MachineOptions = MachineOptions()
 
     @property
@@ -142,7 +149,10 @@ class SweepConfig:
     @property
     def connections_per_target(self) -> int:
         """The most connections a target's levels hold open at once, the one place this is computed:
-        the top concurrency (closed loop), or the in-flight cap of an open loop (0: no limit)."""
+        the top concurrency (closed loop), or the in-flight cap of an open loop (0: no limit); a --rate
+        inf level without a cap holds its every request at once."""
+        if self.open_loop and not self.max_in_flight and math.inf in self.rates:  # --rate inf: all at once
+            return self.requests_per_level or 0
         return (self.max_in_flight or 0) if self.open_loop else max(self.concurrency)
 
     @property
@@ -162,6 +172,8 @@ class SweepConfig:
             return self.requests_per_level, self.duration_s
         if self.requests_per_level is not None:
             return self.requests_per_level, None
+        if self.open_loop and math.isinf(level):  # --rate inf has no "20 s worth" (cli/sweep.py asks --requests)
+            raise ConfigError("--rate inf sends a level's requests all at once: give how many with --requests")
         return (max(16, math.ceil(20 * level)) if self.open_loop else max(8, 4 * int(level))), None
 
     @property
@@ -221,6 +233,8 @@ class SweepConfig:
             **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
             # only when set: a run without targets keeps the shape files had before
             **({"slo": self.slo.to_dict()} if self.slo else {}),
+            **({"percentiles": list(self.percentiles)} if self.percentiles else {}),
+            **({"trim": self.trim.text} if self.trim is not None else {}),
         }
 
 
@@ -330,7 +344,8 @@ def check_api(api: str, model: str | None = None, api_key: str | None = None) ->
 
 
 def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:
-    """"0.5,1,2" -> (0.5, 1.0, 2.0): positive, finite, distinct requests/s."""
+    """"0.5,1,2" -> (0.5, 1.0, 2.0): positive, finite, distinct requests/s; "inf" (math.inf) sends
+    a level's requests all at once (run/schedule.py)."""
     items = [s.strip() for s in text.split(",")]
     if not text.strip() or any(not s for s in items):
         raise ConfigError(f"{what}: expected a comma-separated list like 0.5,1,2, got {text!r}")
@@ -340,6 +355,11 @@ def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:
             v = float(s)
         except ValueError:
             raise ConfigError(f"{what}: {s!r} is not a number") from None
+        if v == math.inf and s.lower() == UNBOUNDED_RATE:  # --rate inf: the level's requests all at once
+            if v in values:
+                raise ConfigError(f"{what}: {s} is listed twice")
+            values.append(v)
+            continue
         if not math.isfinite(v) or v <= 0:
             raise ConfigError(f"{what}: {s} is not a positive rate in requests/s")
         if v > 100_000:

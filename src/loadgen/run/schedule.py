@@ -10,6 +10,8 @@ hide behind a client that stalled with it (coordinated omission).
 - gamma:    gamma-distributed gaps with shape k = burstiness and mean 1 / rate; k = 1 is Poisson,
             k < 1 burstier (clumps and lulls), k > 1 more regular.
 
+- rate inf (`--rate inf`): every request at offset 0, all at once; it needs a request count.
+
 A level sends n requests: `requests`, or with only a duration the n offsets i / rate below it (the
 constant schedule's count, the expected count of the others), whichever is fewer. The n - 1 drawn
 gaps are then rescaled so that their mean is exactly 1 / rate: every level's schedule runs at its
@@ -38,10 +40,14 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
     `requests` bounds the count, `duration_s` the span (offsets < duration); with both, whichever
     ends first. The first request goes at offset 0; the mean gap is exactly 1 / rate.
     """
-    if rate <= 0 or not np.isfinite(rate):
+    if rate <= 0 or np.isnan(rate):
         raise ValueError("rate must be a positive number of requests per second")
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
+    if math.isinf(rate):  # --rate inf: every request at offset 0, whatever the arrival process
+        if requests is None:
+            raise ValueError("a level at rate inf needs a request count")
+        return np.zeros(requests, dtype=np.int64)
     if arrival not in ARRIVALS:
         raise ValueError(f"unknown arrival process {arrival!r}")
     if arrival == "gamma" and burstiness <= 0:
@@ -83,6 +89,10 @@ def connections_ahead(concurrency: int, rate: float | None, *, requests: int | N
     """
     if rate is None:
         want = concurrency
+    elif math.isinf(rate):  # --rate inf: every request at once, so a connection each (up to the cap)
+        want = requests if requests is not None else 1
+        if concurrency > 0:
+            want = min(want, concurrency)
     else:
         want = 1 if not latency_s else math.ceil(2 * rate * latency_s) + 1
         if concurrency > 0:

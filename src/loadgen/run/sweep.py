@@ -47,7 +47,9 @@ def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
         level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     if config.slo is not None:  # judged as the records stream by (in simulated time for the demo)
         level.slo_tally = SloTally(config.slo)
+    # --trim: the level keeps its records, whose window is known only once it ends (analysis/trim.py)
     return stream_level(level, run.sink, time_scale=config.time_scale, origin_ns=run.start_ns,
+                        keep=config.trim is not None,
                         extra=[level.slo_tally.add] if level.slo_tally is not None else None)
 
 

@@ -31,20 +31,25 @@ class Timings(msgspec.Struct):
 
 def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_type: str | None = None,
                    finish_reason: str | None = None, id_slot: int | None = None,
-                   usage: records.Usage | None = None, reasoning_tokens: int | None = None) -> ServerOutcome:
+                   usage: records.Usage | None = None, reasoning_tokens: int | None = None,
+                   cached_tokens: int | None = None) -> ServerOutcome:
     """The outcome of a response the server served, with its `timings` (None: it sent none).
+    `cached_tokens`: the API's own count of prompt tokens read from the cache (Responses'
+    `input_tokens_details.cached_tokens`, Messages' `cache_read_input_tokens`), the record's
+    `cache_n` where the timings give none.
 
     Built positionally (in `ServerOutcome`'s field order, checked below at import): this runs once
     per request, and keywords cost several times more.
     """
     if t is None:
-        return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, usage=usage,
-                             reasoning_tokens=reasoning_tokens)
+        return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, cache_n=cached_tokens,
+                             usage=usage, reasoning_tokens=reasoning_tokens)
     pps = t.predicted_per_second
     if pps is not None and not math.isfinite(pps):
         pps = None  # llama-server writes inf/nan as null; guard against a server that writes them otherwise
     return ServerOutcome(None, None, tokens_predicted, stop_type, finish_reason, id_slot, t.prompt_n,
-                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps, t.cache_n, usage, t.draft_n,
+                         t.prompt_ms, t.predicted_n, t.predicted_ms, pps,
+                         t.cache_n if t.cache_n is not None else cached_tokens, usage, t.draft_n,
                          t.draft_n_accepted, reasoning_tokens)
 
 

@@ -79,11 +79,8 @@ def outcome(start: _Usage | None, end: _Usage | None, stop_reason: str | None,
     total = None if prompt is None or output is None else prompt + output
     usage = records.Usage(prompt, output, total) if (prompt, output) != (None, None) else None
     # Anthropic's usage has no reasoning count: thinking tokens are the thinking deltas counted.
-    result = served_outcome(timings, finish_reason=stop_reason, usage=usage,
-                            reasoning_tokens=reasoning_count(None, reasoning_events))
-    if result.cache_n is None and cached is not None:
-        result = msgspec.structs.replace(result, cache_n=cached)
-    return result
+    return served_outcome(timings, finish_reason=stop_reason, usage=usage,
+                          reasoning_tokens=reasoning_count(None, reasoning_events), cached_tokens=cached)
 
 
 class MessagesBackend:

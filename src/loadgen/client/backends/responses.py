@@ -100,11 +100,8 @@ def outcome(usage: _Usage | None, status: str | None, timings: Timings | None,
             cached = usage.input_tokens_details.cached_tokens
         if usage.output_tokens_details is not None:
             reported = usage.output_tokens_details.reasoning_tokens
-    result = served_outcome(timings, finish_reason=status, usage=common,
-                            reasoning_tokens=reasoning_count(reported, reasoning_events))
-    if result.cache_n is None and cached is not None:
-        result = msgspec.structs.replace(result, cache_n=cached)
-    return result
+    return served_outcome(timings, finish_reason=status, usage=common,
+                          reasoning_tokens=reasoning_count(reported, reasoning_events), cached_tokens=cached)
 
 
 class ResponsesBackend:
