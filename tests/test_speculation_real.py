@@ -17,7 +17,7 @@ from servers import testbed_paths as server_and_model  # not collected as a test
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 
 # A prompt that makes a small model repeat itself, so the n-gram drafter has something to match.
-PROMPT = "Count: one two three, one two three, one two three, one two three, one two three,"
+PROMPT = "Count: one two three, one two three, one two three, four five six, one two three, four five"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def servers(tmp_path_factory):
 def test_each_levels_acceptance_is_the_token_weighted_ratio_of_its_records(servers, tmp_path):
     out = tmp_path / "run"
     proc = sweep(*(a for s in servers for a in ("--url", s.url)), "--concurrency", "1,2", "--requests", "4",
-                 "--n-predict", "16", "--temperature", "0", "--prompt", PROMPT, "--output", str(out), timeout=240)
+                 "--n-predict", "24", "--temperature", "0", "--prompt", PROMPT, "--output", str(out), timeout=240)
     assert proc.returncode == 0, proc.stderr
     doc, records = load_run(out), load_records(out)
     *drafting, plain_doc = doc["targets"]
