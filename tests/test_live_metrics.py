@@ -273,3 +273,59 @@ def test_a_scenario_file_takes_the_prometheus_keys(monkeypatch, capsys, tmp_path
     scenario.write_text('mode = "sweep"\nurl = "http://127.0.0.1:1"\nprometheus_port = 99999\n')
     code, _, err = run("run", scenario, "--check")
     assert code == 2 and "prometheus_port: 99999 is not in the range 1<=x<=65535" in err
+
+
+def _drafting_fed() -> LiveMetrics:
+    """Target "s" at level 1: two successful requests that drafted (40 drafted, 30 accepted) and
+    reasoned (12 of 30 output tokens), one that did neither, a failed one that drafted (left out);
+    level 2 ran nothing; target "p" at level 1: a request of a server that does not draft."""
+    live = LiveMetrics(levels=(1, 2))
+    live.level_started(LevelRun(target="s", concurrency=1), 4, None)
+    live.level_started(LevelRun(target="p", concurrency=1), 1, None)
+    outcomes = [ServerOutcome(predicted_n=10, draft_n=10, draft_n_accepted=8, reasoning_tokens=4),
+                ServerOutcome(predicted_n=20, draft_n=30, draft_n_accepted=22, reasoning_tokens=8),
+                ServerOutcome(predicted_n=10),
+                ServerOutcome(error_kind="http_500", draft_n=50, draft_n_accepted=50, reasoning_tokens=50)]
+    for seq, outcome in enumerate(outcomes):
+        live.request_done(make_record("s", 1, 0, seq, "x", 0, 100 * MS, 200, outcome))
+    live.request_done(make_record("p", 1, 0, 0, "x", 0, 100 * MS, 200, ServerOutcome(predicted_n=10)))
+    return live
+
+
+# (series, labels, value or None for "no sample"): written down from the records above first.
+DRAFTING = [
+    ("loadgen_spec_decode_num_draft_tokens_total", dict(target="s", level="1"), 40),
+    ("loadgen_spec_decode_num_accepted_tokens_total", dict(target="s", level="1"), 30),
+    ("loadgen_spec_decode_acceptance_ratio", dict(target="s", level="1"), 0.75),
+    ("loadgen_reasoning_tokens_total", dict(target="s", level="1"), 12),
+    ("loadgen_reasoning_share_ratio", dict(target="s", level="1"), 12 / 40),  # 40 output tokens of 3 successes
+    ("loadgen_spec_decode_num_draft_tokens_total", dict(target="s", level="2"), 0),  # made at 0
+    ("loadgen_spec_decode_acceptance_ratio", dict(target="s", level="2"), None),
+    ("loadgen_spec_decode_num_draft_tokens_total", dict(target="p", level="1"), 0),
+    ("loadgen_spec_decode_acceptance_ratio", dict(target="p", level="1"), None),  # "no speculation", not 0
+    ("loadgen_reasoning_share_ratio", dict(target="p", level="1"), None),
+    ("loadgen_reasoning_tokens_total", dict(target="p", level="1"), 0),
+]
+
+
+@pytest.mark.parametrize("name, labels, value", DRAFTING)
+def test_acceptance_and_reasoning_share_are_served_live(name, labels, value):
+    samples = _samples(_drafting_fed())
+    if value is None:
+        assert _key(name, **labels) not in samples
+    else:
+        assert samples[_key(name, **labels)] == pytest.approx(value)
+
+
+def test_the_live_acceptance_and_share_are_the_level_summarys():
+    from loadgen.analysis.aggregate import summarize_level
+
+    records = [make_record("s", 1, 0, seq, "x", 0, 100 * MS, 200, o) for seq, o in enumerate([
+        ServerOutcome(predicted_n=7, draft_n=9, draft_n_accepted=2, reasoning_tokens=3),
+        ServerOutcome(predicted_n=5, draft_n=1, draft_n_accepted=1)])]
+    fresh = LiveMetrics()
+    fresh.requests_done(records)
+    samples = _samples(fresh)
+    summary = summarize_level(1, records)
+    assert samples[_key("loadgen_spec_decode_acceptance_ratio", target="s", level="1")] == pytest.approx(summary.acceptance)
+    assert samples[_key("loadgen_reasoning_share_ratio", target="s", level="1")] == pytest.approx(summary.reasoning_share)

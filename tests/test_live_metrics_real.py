@@ -5,7 +5,9 @@ observe`'s prometheus.yml, a `loadgen sweep --prometheus-port`, then Prometheus'
 - increase() of loadgen_output_tokens_total over the run equals run.json's output_tokens within one
   scrape's worth, and so does the server's llamacpp:tokens_predicted_total increase (its raw
   samples' difference equals it exactly);
-- the 1-slot server's requests_deferred is non-zero while loadgen runs concurrency 3 on it.
+- the 1-slot server's requests_deferred is non-zero while loadgen runs concurrency 3 on it;
+- the 2-slot server drafts (ngram-simple): loadgen_spec_decode_acceptance_ratio per level equals
+  run.json's acceptance, and the 1-slot server, which does not draft, has no acceptance series.
 """
 
 from __future__ import annotations
@@ -55,7 +57,10 @@ def _summed_steps(raw: list[dict]) -> tuple[float, float]:
 def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
     prometheus_binary()  # skip (locally) or fail (CI) before starting anything
     one = start_llama_server("one-slot", 1, tmp_path)
-    two = start_llama_server("two-slot", 2, tmp_path)
+    # The two-slot server drafts (n-gram speculation, no second model), so the acceptance panel has data
+    # and loadgen's live acceptance can be held to run.json's.
+    two = start_llama_server("two-slot", 2, tmp_path, extra=("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
+                                                             "3", "--spec-ngram-simple-size-m", "8"))
     prometheus = None
     try:
         live_port = free_port()
@@ -84,6 +89,17 @@ def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
         prometheus.wait_for("loadgen's final counts", lambda: {
             s["metric"]["target"]: float(s["value"][1])
             for s in prometheus.query("sum by (target) (loadgen_output_tokens_total)")} == expected, timeout=30)
+
+        # The live acceptance of each level of the drafting server is run.json's (the same sums), and
+        # the server that does not draft has none.
+        live_acceptance = {s["metric"]["level"]: float(s["value"][1])
+                           for s in prometheus.query('loadgen_spec_decode_acceptance_ratio{target="two-slot"}')}
+        two_doc = next(t for t in doc["targets"] if t["label"] == "two-slot")
+        assert live_acceptance.keys() == {str(lv["level"]) for lv in two_doc["levels"]}, live_acceptance
+        for lv in two_doc["levels"]:
+            assert live_acceptance[str(lv["level"])] == pytest.approx(lv["acceptance"]), (lv["level"], live_acceptance)
+        assert not prometheus.query('loadgen_spec_decode_acceptance_ratio{target="one-slot"}')
+        print(f"two-slot acceptance per level, live and run.json: {live_acceptance}")
 
         window = f"{math.ceil(ended - started) + 10}s"
         for title, expr in _exprs(dashboard):

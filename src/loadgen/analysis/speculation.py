@@ -10,6 +10,9 @@ those sums; no I/O.
 - drafted per output token = Σ draft_n / Σ output tokens: the draft work per token the user got.
 - Nothing drafted (Σ draft_n = 0, or no request carried the fields) is "no speculation", never 0%:
   0% means the server drafted and every draft was rejected.
+- Unless the server said it speculates (its /slots, recorded as the target's `server.speculative`):
+  a level of such a server that drafted nothing reads 0%, a drafter that never got a draft through
+  (`level_acceptance_text`); what was drafted always counts, whatever the server said.
 """
 
 from __future__ import annotations
@@ -67,3 +70,17 @@ def request_rate(r: RequestRecord) -> float | None:
 def acceptance_text(rate: float | None) -> str:
     """How a level's acceptance reads in tables: "82.0%", or "no speculation"."""
     return NO_SPECULATION if rate is None else f"{rate * 100:.1f}%"
+
+
+def level_acceptance(speculative: bool | None, drafted: int | None, accepted: int | None) -> float | None:
+    """A level's acceptance given whether its server speculates (`server.speculative`: True, False, or
+    None when it did not say): Σ accepted / Σ drafted when anything was drafted; else 0.0 for a
+    server that speculates (it drafted nothing at this level), None ("no speculation") otherwise."""
+    if drafted:
+        return (accepted or 0) / drafted
+    return 0.0 if speculative else None
+
+
+def level_acceptance_text(speculative: bool | None, drafted: int | None, accepted: int | None) -> str:
+    """`level_acceptance` as tables show it: "82.0%", "0.0%", or "no speculation"."""
+    return acceptance_text(level_acceptance(speculative, drafted, accepted))

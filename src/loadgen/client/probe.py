@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,6 +80,9 @@ class ServerInfo:
     endpoints: dict[str, int | None] = field(default_factory=dict)  # path -> HTTP status (None: no answer)
     notes: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # ids from /v1/models, in the server's order
+    # Whether the server drafts tokens (speculative decoding): True or False as its /slots entries'
+    # `speculative` say, None when nothing said (no /slots, not llama-server). See `server_speculates`.
+    speculative: bool | None = None
 
     @property
     def closes_streams(self) -> bool:
@@ -96,7 +99,7 @@ class ServerInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"props": self.props, "metrics_enabled": self.metrics_enabled, "slots_enabled": self.slots_enabled,
                 "slot_count": self.slot_count, "total_slots": self.total_slots, "endpoints": self.endpoints,
-                "notes": self.notes, "models": self.models}
+                "notes": self.notes, "models": self.models, "speculative": self.speculative}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -107,6 +110,17 @@ def parse_metrics(text: str) -> dict[str, float]:
             if not sample.labels and math.isfinite(sample.value):
                 values[sample.name] = float(sample.value)
     return values
+
+
+def server_speculates(slots: Sequence[Any]) -> bool | None:
+    """Whether llama-server speculates, from its /slots array: each entry's `speculative` is the
+    slot's `can_speculate()` (a draft model, MTP head or n-gram drafter is set up for it), so True
+    when any slot says so, False when every slot that says anything says no, None when none says
+    (an older build, or not llama-server). `/props`' "speculative.types" is not asked: it is the
+    per-request default and reads "none" on a server started with --spec-type.
+    """
+    said = [s["speculative"] for s in slots if isinstance(s, Mapping) and isinstance(s.get("speculative"), bool)]
+    return any(said) if said else None
 
 
 def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
@@ -199,6 +213,7 @@ class Probe(SessionClient):
         slots = await self._get_json("/slots", info)
         if isinstance(slots, list):
             info.slots_enabled, info.slot_count = True, len(slots)
+            info.speculative = server_speculates(slots)
         metrics = await self.metrics()
         info.endpoints["/metrics"] = self._metrics_status
         info.metrics_enabled = metrics is not None

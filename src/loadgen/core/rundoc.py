@@ -359,6 +359,9 @@ class Server(msgspec.Struct, frozen=True):
     total_slots: int | None = None
     metrics_enabled: bool = False
     props: dict[str, Any] | None = None
+    # Whether the server drafts tokens, as its /slots said (client/probe.py `server_speculates`);
+    # None: it did not say (no /slots, another server, a file written before).
+    speculative: bool | None = None
 
 
 class Target(msgspec.Struct, frozen=True):

@@ -119,6 +119,16 @@ LOADGEN_PANELS = (
           "loadgen_slot_context_tokens: tokens of context each slot's running task holds (prompt + decoded), "
           "re-exported from /slots so no dashboard has to scrape it.",
           (Query("loadgen_slot_context_tokens", "{{target}} slot {{slot}}"),), source="loadgen"),
+    Panel("Draft acceptance and reasoning share",
+          "Speculative decoding: accepted / drafted tokens of loadgen's completed requests (from "
+          "loadgen_spec_decode_num_accepted_tokens_total and _draft_tokens_total; no line when the server drafts "
+          "nothing). Reasoning models: reasoning / output tokens (loadgen_reasoning_tokens_total).",
+          (Query(f"sum by (target) (rate(loadgen_spec_decode_num_accepted_tokens_total[{RATE}])) / "
+                 f"sum by (target) (rate(loadgen_spec_decode_num_draft_tokens_total[{RATE}]))",
+                 "{{target}} draft acceptance"),
+           Query(f"sum by (target) (rate(loadgen_reasoning_tokens_total[{RATE}])) / "
+                 f"sum by (target) (rate(loadgen_output_tokens_total[{RATE}]))", "{{target}} reasoning share")),
+          unit="percentunit", source="loadgen"),
     Panel("Client load",
           "Is loadgen itself the bottleneck? rate() of loadgen_client_cpu_seconds_total (1 = a whole core) "
           "and the p99 of loadgen_event_loop_lag_seconds.",

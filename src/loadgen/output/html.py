@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, TTFA, Metric
-from ..analysis.speculation import acceptance_text
+from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, text_of
@@ -124,12 +124,15 @@ class Extras:
         return TABLE_COLUMNS[:-1] + DRAFT_COLUMNS * self.drafting + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:]
 
 
-def extra_cells(level: Level, extras: Extras) -> list[str]:
-    """A level's acceptance ("no speculation" when it drafted nothing, never 0%) and drafted tokens per
-    output token; its reasoning share ("none" when no request reasoned) and time to the first answer."""
+def extra_cells(level: Level, extras: Extras, speculative: bool | None = None) -> list[str]:
+    """A level's acceptance ("no speculation" when it drafted nothing, never 0%, unless its server
+    said it speculates: `speculative`, run.json's server.speculative) and drafted tokens per output
+    token; its reasoning share ("none" when no request reasoned) and time to the first answer."""
     cells = []
     if extras.drafting:
-        cells += [acceptance_text(level.acceptance), _fmt(level.drafted_per_output_token, 2)]
+        drafted_none = speculative and not level.draft_n
+        cells += [level_acceptance_text(speculative, level.draft_n, level.draft_n_accepted),
+                  _fmt(0.0 if drafted_none else level.drafted_per_output_token, 2)]
     if extras.reasoning:
         share = level.reasoning_share
         cells += ["none" if share is None else f"{share:.0%}", _fmt(_dist(level, TTFA, "p50"))]
@@ -160,7 +163,7 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
         _fmt(level.request_rate, 2),
         "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
         _fmt(slo.get("goodput_req_s"), 2),
-        *extra_cells(level, extras),
+        *extra_cells(level, extras, None if series.target.server is None else series.target.server.speculative),
         level.stopped_reason or "",
     ]
 

@@ -169,10 +169,12 @@ class ProbeTimeline:
 
 
 def level_extras(series: Sequence[TargetSeries]) -> tuple[bool, bool]:
-    """(any level drafted, any level's requests reasoned): whether the report shows speculation and
-    reasoning at all (a run with neither shows neither)."""
+    """(any level drafted or any server said it speculates, any level's requests reasoned): whether the
+    report shows speculation and reasoning at all (a run with neither shows neither)."""
     levels = [lv for s in series for lv in s.levels]
-    return any(lv.draft_n is not None for lv in levels), any(lv.reasoning_tokens is not None for lv in levels)
+    speculates = any(s.target.server is not None and s.target.server.speculative for s in series)
+    return (any(lv.draft_n is not None for lv in levels) or speculates,
+            any(lv.reasoning_tokens is not None for lv in levels))
 
 
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:

@@ -11,9 +11,9 @@ from rich.text import Text
 
 from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
-from ..analysis.speculation import acceptance_text
+from ..analysis.speculation import level_acceptance_text
 from ..core.records import level_name, level_short
-from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind
+from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind, Target
 from ..run.labels import about
 from .cache import cache_table
 from .environment import energy_lines, environment_change_lines
@@ -64,8 +64,9 @@ def sweep_table(doc: Doc) -> Grid:
     if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
         columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
     caption = None
-    # Speculative decoding: shown when any level drafted (a level that did not says so in words).
-    drafting = any(lv.draft_n is not None for t in targets for lv in t.levels)
+    # Speculative decoding: shown when any level drafted or any server said it speculates (a level
+    # that did not draft says "no speculation", or 0% on a server that speculates).
+    drafting = any(lv.draft_n is not None for t in targets for lv in t.levels) or any(_speculates(t) for t in targets)
     if drafting:
         columns += [Column("draft\naccepted"), Column("drafted\nper out tok")]
     # Reasoning: shown when any level's requests thought before answering.
@@ -99,14 +100,26 @@ def sweep_table(doc: Doc) -> Grid:
             if judged:
                 row += _slo_cells(lv.slo)
             if drafting:
-                row += [acceptance_text(lv.acceptance), Num(lv.drafted_per_output_token, 2)]
+                row += _drafting_cells(t, lv)
             if reasoning:
-                share = lv.reasoning_share
-                row += ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
+                row += _reasoning_cells(lv)
             grid.add_row(*row)
             first = False
         grid.end_section()
     return grid
+
+
+def _speculates(t: Target) -> bool | None:
+    """Whether the target's server said (its /slots) that it speculates; None: it did not say."""
+    return None if t.server is None else t.server.speculative
+
+
+def _drafting_cells(t: Target, lv: Level) -> list[Cell]:
+    """A level's acceptance ("no speculation", or 0% on a server that speculates and drafted nothing)
+    and drafted tokens per output token."""
+    spec = _speculates(t)
+    return [level_acceptance_text(spec, lv.draft_n, lv.draft_n_accepted),
+            Num(0.0 if spec and not lv.draft_n else lv.drafted_per_output_token, 2)]
 
 
 def _latency_cells(lv: Level, chosen: list[str]) -> list[Cell]:
@@ -114,6 +127,12 @@ def _latency_cells(lv: Level, chosen: list[str]) -> list[Cell]:
     spread = [Num(_chosen(lv, metric_defs.LATENCY, label)) for label in chosen] if chosen else \
         [Num(_dist(lv, metric_defs.LATENCY, stat)) for stat in ("p50", "p99", "max")]
     return [Num(_dist(lv, metric_defs.LATENCY, "mean")), *spread]
+
+
+def _reasoning_cells(lv: Level) -> list[Cell]:
+    """A level's reasoning share ("none" when no request reasoned) and time to the first answer p50."""
+    share = lv.reasoning_share
+    return ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
 
 
 def _slo_cells(slo: dict[str, Any] | None) -> list[Cell]:

@@ -87,6 +87,7 @@ class Server(msgspec.Struct):
     props: dict[str, Any] | None = None
     metrics_enabled: bool = False
     total_slots: int | None = None
+    speculative: bool | None = None  # absent from files written before it
 
 
 class Target(msgspec.Struct):

@@ -12,6 +12,11 @@ definitions in seconds:
 | `loadgen_requests_completed_total` (counter) | target, level | requests that succeeded |
 | `loadgen_requests_failed_total` (counter) | target, level, error_kind | failed requests by loadgen's error kind |
 | `loadgen_output_tokens_total` (counter) | target, level | generated tokens of successful requests, as the server counted them |
+| `loadgen_spec_decode_num_draft_tokens_total` (counter) | target, level | Σ `draft_n` of successful requests: tokens the server drafted for them (speculative decoding; llama-server's own `llamacpp:spec_decode_num_draft_tokens_total` counts the same over the whole server) |
+| `loadgen_spec_decode_num_accepted_tokens_total` (counter) | target, level | Σ `draft_n_accepted`: of those, the ones the model kept |
+| `loadgen_spec_decode_acceptance_ratio` (gauge) | target, level | the level's acceptance so far, accepted / drafted (analysis/speculation.py); no sample while nothing was drafted ("no speculation") |
+| `loadgen_reasoning_tokens_total` (counter) | target, level | Σ `reasoning_tokens` of successful requests: the thinking part of their output tokens |
+| `loadgen_reasoning_share_ratio` (gauge) | target, level | the level's reasoning share so far, reasoning / output tokens (analysis/reasoning.py); no sample while no request reasoned |
 | `loadgen_latency_seconds` (histogram) | target, level | end-to-end latency from the intended send (`analysis.metrics.latency_ms`) |
 | `loadgen_time_to_first_token_seconds` (histogram) | target, level | TTFT, streaming only (`ttft_ms`) |
 | `loadgen_inter_token_latency_seconds` (histogram) | target, level | each gap between content chunks, streaming only (`itl_ms`) |
@@ -49,6 +54,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from ...analysis import metric_defs
 from ...analysis.metric_defs import Batch
+from ...analysis.speculation import Acceptance
 from ...core import records
 from ...core.records import LevelRun, RequestRecord
 from ..engine import requests_done
@@ -91,7 +97,8 @@ class Buckets:
 class LevelSeries:
     """The counters and histograms of one target at one level."""
 
-    __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen", "metrics", "histograms")
+    __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen", "metrics", "histograms",
+                 "drafted", "accepted", "reasoning_tokens", "reasoned")
 
     def __init__(self, target: str, level: str):
         self.target, self.level = target, level
@@ -100,6 +107,9 @@ class LevelSeries:
         self.failed: dict[str, int] = dict.fromkeys(FIXED_ERROR_KINDS, 0)
         self.output_tokens = 0
         self.sent_seen = 0
+        self.drafted = self.accepted = 0  # Σ draft_n, Σ draft_n_accepted of successful requests
+        self.reasoning_tokens = 0
+        self.reasoned = False  # a successful request carried reasoning_tokens
         # One histogram per metric served live, by metric name (those registered when the level began).
         self.metrics = [m for m in metric_defs.all_metrics() if m.live is not None]
         self.histograms = {m.name: Buckets(m.live.buckets_s) for m in self.metrics if m.live is not None}
@@ -116,6 +126,11 @@ class LevelSeries:
             return
         self.completed += len(ok)
         self.output_tokens += sum([r.output_tokens or 0 for r in ok])
+        self.drafted += sum([r.draft_n or 0 for r in ok])
+        self.accepted += sum([r.draft_n_accepted or 0 for r in ok])
+        reasoning = [r.reasoning_tokens for r in ok if r.reasoning_tokens is not None]
+        self.reasoning_tokens += sum(reasoning)
+        self.reasoned = self.reasoned or bool(reasoning)
         columns = Batch(ok)
         for m in self.metrics:
             self.histograms[m.name].add(m.vectorised(columns) / 1e3)
@@ -291,6 +306,34 @@ def _counters(series: list[LevelSeries]) -> Iterator[Metric]:
             failed.add_metric([*key, kind], n)
         tokens.add_metric(key, s.output_tokens)
     yield from (sent, completed, failed, tokens)
+    yield from _drafting_and_reasoning(series)
+
+
+def _drafting_and_reasoning(series: list[LevelSeries]) -> Iterator[Metric]:
+    """Speculative decoding's and reasoning's counters (0 from a level's start) and their ratios,
+    each defined as analysis/speculation.py and analysis/reasoning.py define them per level."""
+    labels = ["target", "level"]
+    drafted = CounterMetricFamily(PREFIX + "spec_decode_num_draft_tokens", "Speculative: draft tokens the server "
+                                  "generated for loadgen's successful requests (timings.draft_n)", labels=labels)
+    accepted = CounterMetricFamily(PREFIX + "spec_decode_num_accepted_tokens", "Speculative: of those, draft tokens "
+                                   "accepted by the target model (timings.draft_n_accepted)", labels=labels)
+    acceptance = GaugeMetricFamily(PREFIX + "spec_decode_acceptance_ratio", "Speculative: the level's accepted / "
+                                   "drafted tokens so far (no sample while nothing was drafted)", labels=labels)
+    reasoning = CounterMetricFamily(PREFIX + "reasoning_tokens", "Reasoning (thinking) tokens of successful "
+                                    "requests' output", labels=labels)
+    share = GaugeMetricFamily(PREFIX + "reasoning_share_ratio", "The level's reasoning tokens / output tokens so far "
+                              "(no sample while no request reasoned)", labels=labels)
+    for s in series:
+        key = [s.target, s.level]
+        drafted.add_metric(key, s.drafted)
+        accepted.add_metric(key, s.accepted)
+        reasoning.add_metric(key, s.reasoning_tokens)
+        rate = Acceptance(s.drafted, s.accepted, s.output_tokens).rate
+        if rate is not None:
+            acceptance.add_metric(key, rate)
+        if s.reasoned and s.output_tokens:
+            share.add_metric(key, s.reasoning_tokens / s.output_tokens)
+    yield from (drafted, accepted, acceptance, reasoning, share)
 
 
 def _histograms(series: list[LevelSeries]) -> Iterator[Metric]:
