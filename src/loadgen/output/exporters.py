@@ -39,7 +39,7 @@ from ..analysis import metric_defs, metrics
 from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord, encode_lines
-from ..core.rundoc import RunDocument, RunKind, is_open_loop, json_safe
+from ..core.rundoc import RunDocument, RunKind, Target, json_safe
 from .files import ExportFiles, file_safe, write_files
 from .trace_export import TraceExporter
 
@@ -66,7 +66,7 @@ class ExportError(UserError):
     """A request the data cannot satisfy (unknown target or metric); the message is for the user."""
 
 
-TABLE_KINDS = ("prefill", "depth")  # runs whose run.json holds a table per target instead of levels
+TABLE_KINDS = (RunKind.PREFILL, RunKind.DEPTH)  # runs whose run.json holds a table per target instead of levels
 HISTOGRAM_FORMATS = ("hgrm", "hlog")
 RECORD_FORMATS = ("jsonl", "parquet")
 
@@ -80,8 +80,8 @@ def records_kept(run: dict[str, Any]) -> str:
 def check_exportable(run: dict[str, Any], fmt: str) -> None:
     """Raise ExportError (one line, what to export instead) when the run has nothing `fmt` exports."""
     kind, kept = RunDocument.of(run).kind, records_kept(run)
-    if kind in (RunKind.PREFILL, RunKind.DEPTH) and fmt in HISTOGRAM_FORMATS:
-        raise ExportError(f"a {kind} run has a table per {'prompt length' if kind == 'prefill' else 'depth'}, "
+    if kind in TABLE_KINDS and fmt in HISTOGRAM_FORMATS:
+        raise ExportError(f"a {kind} run has a table per {'prompt length' if kind == RunKind.PREFILL else 'depth'}, "
                           f"not levels to make {fmt} histograms of; export --format csv or json (its table) "
                           "or jsonl/parquet (its records)")
     if kept == "none" and fmt in (*HISTOGRAM_FORMATS, *RECORD_FORMATS):
@@ -98,7 +98,7 @@ def requests_sent(run: dict[str, Any]) -> int:
     rows: list[Any] = []
     for target in doc.targets:
         section = target.section(doc.kind)
-        rows += getattr(section, "rows", []) if doc.kind in (RunKind.PREFILL, RunKind.DEPTH) else target.levels
+        rows += getattr(section, "rows", []) if doc.kind in TABLE_KINDS else target.levels
     return sum(row.requests_ok + row.requests_failed for row in rows)
 
 
@@ -114,39 +114,49 @@ def records_note(data: ExportData, fmt: str) -> str | None:
 
 @dataclass(frozen=True)
 class ExportData:
-    """What every exporter reads: one run, narrowed to the chosen targets and metrics."""
+    """What every exporter reads: one run, narrowed to the chosen targets and metrics.
+
+    `doc` and `targets` are the typed run (core/rundoc.py), what exporters read by attribute.
+    `run` and `verbatim` (run.json's dict of each chosen target, in `targets`' order) are run.json's
+    content as read, for what the JSON and CSV exporters pass on verbatim: level summaries, verdicts
+    and table rows keep their fields, their order and their numbers as written (a typed float
+    would turn a stored 0 into 0.0, a typed default would fill a field the file lacks)."""
 
     run: dict[str, Any]
     records: list[RequestRecord]
-    targets: list[dict[str, Any]]
+    doc: RunDocument
+    targets: list[Target]
+    verbatim: list[dict[str, Any]]
     metric_names: list[str]
 
-    def records_of(self, label: str, level: int | None = None) -> list[RequestRecord]:
+    def records_of(self, label: str, level: int | float | None = None) -> list[RequestRecord]:
         return [r for r in self.records if r.target == label and (level is None or r.level == level)]
 
 
 def select(run: dict[str, Any], records: list[RequestRecord], target: str | None = None,
            metric: str | None = None) -> ExportData:
     """Narrow a run to one target and/or one metric; raise ExportError naming what exists."""
-    targets = [t for t in run["targets"] if isinstance(t, dict)]
+    doc = RunDocument.of(run)
+    chosen = list(zip(doc.targets, run["targets"], strict=True))  # RunDocument.of took every target
     if target is not None:
-        labels = [t.get("label") for t in targets]
+        labels = [t.label for t, _ in chosen]
         if target not in labels:
-            raise ExportError(f"no target {target!r} in this run; it has {', '.join(map(str, labels)) or 'none'}")
-        targets = [t for t in targets if t.get("label") == target]
+            raise ExportError(f"no target {target!r} in this run; it has {', '.join(labels) or 'none'}")
+        chosen = [(t, raw) for t, raw in chosen if t.label == target]
     names = metric_names()
     if metric is not None and metric not in names:
         raise ExportError(f"unknown metric {metric!r}; choose one of {', '.join(names)}")
-    if not is_open_loop(run):
+    if not doc.open_loop:
         if metric in _open_loop_names():
             raise ExportError(f"{metric} is an open-loop metric (sweep --rate); in this closed-loop run "
                               "every request left when it was meant to: export latency")
         names = [m for m in names if m not in _open_loop_names()]
-    labels = {t.get("label") for t in targets}
-    kept = [r for r in records if r.target in labels]
+    chosen_labels = {t.label for t, _ in chosen}
+    kept = [r for r in records if r.target in chosen_labels]
     if metric is None:  # every metric the run has values for (no TTFT without streaming, ...)
         names = [m for m in names if metric_histogram(kept, m).get_total_count()]
-    return ExportData(run=run, records=kept, targets=targets, metric_names=[metric] if metric else names)
+    return ExportData(run=run, records=kept, doc=doc, targets=[t for t, _ in chosen],
+                      verbatim=[raw for _, raw in chosen], metric_names=[metric] if metric else names)
 
 
 def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistogram:
@@ -155,10 +165,6 @@ def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistog
     if metric == "schedule_lag" and not any(r.intended_ns not in (None, r.send_ns) for r in records):
         return metrics.new_histogram()  # closed loop: no schedule, nothing to export
     return metrics.histogram_ms(v for r in records for v in m.values(r))
-
-
-def _levels(target: dict[str, Any]) -> list[int]:
-    return [lv["level"] for lv in target.get("levels") or []]
 
 
 class Exporter(Protocol):
@@ -182,8 +188,8 @@ class HgrmExporter:
     def render(self, data: ExportData) -> ExportFiles:
         files = []
         for target in data.targets:
-            label = target["label"]
-            for level in _levels(target):
+            label = target.label
+            for level in (lv.level for lv in target.levels):
                 records = data.records_of(label, level)
                 for metric in data.metric_names:
                     histogram = metric_histogram(records, metric)
@@ -196,7 +202,8 @@ class HgrmExporter:
 def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int | float, Any]]) -> ExportFiles:
     """The hgrm files of a run's levels from their streaming aggregates (label, level,
     `analysis.aggregate.LevelAggregate`): the files `HgrmExporter` writes from the same records."""
-    names = [m for m in metric_names() if is_open_loop(run) or m not in _open_loop_names()]
+    open_loop = RunDocument.of(run).open_loop
+    names = [m for m in metric_names() if open_loop or m not in _open_loop_names()]
     files = []
     for label, level, aggregate in levels:
         for metric in names:
@@ -248,18 +255,18 @@ class HlogExporter:
         with io.StringIO(newline="") as f:
             writer = HistogramLogWriter(f)
             writer.output_log_format_version()
-            writer.output_comment(f"[loadgen {data.run.get('kind', 'run')}: {metric}, values in µs, "
-                                  f"times in s since the first request; started {data.run.get('started_utc')}]")
+            writer.output_comment(f"[loadgen {data.doc.kind}: {metric}, values in µs, "
+                                  f"times in s since the first request; started {data.doc.started_utc}]")
             writer.output_legend()
             for target in data.targets:
-                for level in _levels(target):
-                    records = data.records_of(target["label"], level)
+                for level in (lv.level for lv in target.levels):
+                    records = data.records_of(target.label, level)
                     histogram = metric_histogram(records, metric)
                     if not histogram.get_total_count():
                         continue
                     start_s = (min(r.send_ns for r in records) - origin_ns) / 1e9
                     end_s = (max(r.complete_ns for r in records) - origin_ns) / 1e9
-                    f.write(interval_line(hlog_tag(target["label"], level, metric), histogram, start_s,
+                    f.write(interval_line(hlog_tag(target.label, level, metric), histogram, start_s,
                                           max(end_s - start_s, 0.0)))
             return f.getvalue()
 
@@ -337,10 +344,10 @@ def request_row(r: RequestRecord) -> dict[str, Any]:
 def level_rows(data: ExportData) -> list[dict[str, Any]]:
     """Each level summary of run.json flattened, with its verdict figures (queued share, gain...)."""
     rows = []
-    for target in data.targets:
-        verdict_levels = {lv.get("level", lv.get("concurrency")): lv for lv in ((target.get("verdict") or {}).get("levels") or [])}
-        for level in target.get("levels") or []:
-            row: dict[str, Any] = {"target": target["label"], "requests_lost": 0}  # absent from run.json: none
+    for target, verbatim in zip(data.targets, data.verbatim, strict=True):
+        verdict_levels = {lv.level: lv for lv in (target.verdict.levels if target.verdict else [])}
+        for typed, level in zip(target.levels, _verbatim_levels(verbatim), strict=True):
+            row: dict[str, Any] = {"target": target.label, "requests_lost": 0}  # absent from run.json: none
             for key, value in level.items():
                 if isinstance(value, dict) and key.endswith("_ms"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})
@@ -358,21 +365,32 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                     row[key] = ";".join(f"{k}={v}" for k, v in value.items())
                 elif key != "server_metrics_delta":
                     row[key] = value
-            verdict = verdict_levels.get(level["level"], {})
-            row.update({k: verdict.get(k) for k in ("queued_share", "peak_deferred", "peak_busy_slots",
-                                                    "batching_gain")})
+            verdict = verdict_levels.get(typed.level)
+            row.update(queued_share=verdict.queued_share if verdict else None,
+                       peak_deferred=verdict.peak_deferred if verdict else None,
+                       peak_busy_slots=verdict.peak_busy_slots if verdict else None,
+                       batching_gain=verdict.batching_gain if verdict else None)
             rows.append(row)
     return rows
+
+
+def _verbatim_levels(target: dict[str, Any]) -> list[dict[str, Any]]:
+    """A target's level summaries as run.json holds them (the typed document has the same, in order)."""
+    return target.get("levels") or []
+
+
+def _verbatim_section(target: dict[str, Any], kind: RunKind) -> dict[str, Any]:
+    """A target's prefill or depth section as run.json holds it (its table rows, passed on verbatim)."""
+    return target.get(kind.value) or {}
 
 
 def table_rows(data: ExportData) -> list[dict[str, Any]]:
     """A prefill or depth run's rows per target, flattened: a mean ± sd figure becomes KEY_mean,
     KEY_sd and KEY_n columns, the error counts one "kind=n;..." cell."""
-    kind = data.run.get("kind")
     rows = []
-    for target in data.targets:
-        for row in (target.get(kind) or {}).get("rows") or []:
-            flat: dict[str, Any] = {"target": target["label"]}
+    for target, verbatim in zip(data.targets, data.verbatim, strict=True):
+        for row in _verbatim_section(verbatim, data.doc.kind).get("rows") or []:
+            flat: dict[str, Any] = {"target": target.label}
             for key, value in row.items():
                 if isinstance(value, dict) and key != "errors_by_kind":
                     flat.update({f"{key}_{k}": value.get(k) for k in ("mean", "sd", "n")})
@@ -394,7 +412,7 @@ class CsvExporter:
         writer = csv.DictWriter(requests, fieldnames=REQUEST_FIELDS)
         writer.writeheader()
         writer.writerows(request_row(r) for r in data.records)
-        kind = data.run.get("kind")
+        kind = data.doc.kind
         if kind in TABLE_KINDS:
             rows = table_rows(data)
             writer = csv.DictWriter(levels, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
@@ -414,26 +432,32 @@ class JsonExporter:
     name = "json"
 
     def render(self, data: ExportData) -> ExportFiles:
-        kind = data.run.get("kind")
+        kind = data.doc.kind
         if kind in TABLE_KINDS:
-            table = {"schema": f"loadgen.{kind}", "schema_version": 1, "kind": kind,
-                     "complete": data.run.get("complete"), "started_utc": data.run.get("started_utc"),
-                     "targets": [{"label": t["label"], "url": t.get("url"), "error": t.get("error"),
-                                  "total_slots": (t.get("server") or {}).get("total_slots"),
-                                  "n_ctx": (t.get(kind) or {}).get("n_ctx"),
-                                  "rows": (t.get(kind) or {}).get("rows") or []} for t in data.targets]}
+            table = {"schema": f"loadgen.{kind}", "schema_version": 1, **_verbatim_head(data),
+                     "targets": [{**_target_head(t), "n_ctx": _verbatim_section(raw, kind).get("n_ctx"),
+                                  "rows": _verbatim_section(raw, kind).get("rows") or []}
+                                 for t, raw in zip(data.targets, data.verbatim, strict=True)]}
             return [(f"{kind}.json", (json.dumps(json_safe(table), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,
-            "kind": data.run.get("kind"),
-            "complete": data.run.get("complete"),
-            "started_utc": data.run.get("started_utc"),
-            "targets": [{"label": t["label"], "url": t.get("url"), "error": t.get("error"),
-                         "total_slots": (t.get("server") or {}).get("total_slots"),
-                         "levels": t.get("levels") or [], "verdict": t.get("verdict")} for t in data.targets],
+            **_verbatim_head(data),
+            "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.get("verdict")}
+                        for t, raw in zip(data.targets, data.verbatim, strict=True)],
         }
         return [("levels.json", (json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
+
+
+def _verbatim_head(data: ExportData) -> dict[str, Any]:
+    """The run's kind and completeness as run.json has them (null where a file lacks them, where the
+    typed document would say "sweep" and true), and its start."""
+    return {"kind": data.run.get("kind"), "complete": data.run.get("complete"), "started_utc": data.doc.started_utc}
+
+
+def _target_head(target: Target) -> dict[str, Any]:
+    return {"label": target.label, "url": target.url, "error": target.error,
+            "total_slots": target.server.total_slots if target.server else None}
 
 
 class JsonlExporter:

@@ -39,10 +39,10 @@ class TraceExporter:
     def render(self, data: Any) -> list[tuple[str, bytes]]:
         files = []
         for t in data.targets:
-            mine = sorted((r for r in data.records if r.target == t["label"]), key=lambda r: (r.start_ns, r.seq))
+            mine = sorted((r for r in data.records if r.target == t.label), key=lambda r: (r.start_ns, r.seq))
             if not mine:
                 continue
             lines = [line for r in mine if (line := _line(r, mine[0].start_ns)) is not None]
-            files.append((f"trace-{file_safe(t['label'])}.jsonl",
+            files.append((f"trace-{file_safe(t.label)}.jsonl",
                           "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8")))
         return files
