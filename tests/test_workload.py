@@ -153,7 +153,9 @@ def _doc(workload: dict | None) -> dict:
     config = {"api": "llamacpp", "mode": "concurrency", "stream": False, "prompt": "p", "n_predict": 96,
               "ignore_eos": True, **({"workload": workload} if workload else {})}
     return {"kind": "sweep", "complete": True, "config": config,
-            "targets": [{"label": "a", "levels": [{"level": 1}]}]}
+            "targets": [{"label": "a", "levels": [{"level": 1, "concurrency": 1, "requests_ok": 0, "requests_failed": 0,
+                                                   "output_tokens": 0, "wall_s": 0.0, "throughput_tok_s": 0.0,
+                                                   "predicted_ms_mean": None, "decode_tok_s_mean": None}]}]}
 
 
 def test_compare_refuses_two_runs_of_different_workloads():

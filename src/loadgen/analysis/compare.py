@@ -34,15 +34,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..core.cache_mode import cache_on
 from ..core.errors import UserError
 from ..core.records import CLIENT_SIDE, RequestRecord
-from ..core.rundoc import is_open_loop
+from ..core.rundoc import Config, RunDocument, RunKind
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
 CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache")
-SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
+SWEEP_KINDS = (RunKind.SWEEP, RunKind.DEMO)  # `loadgen demo` writes a sweep of simulated servers
 
 
 class CompareError(UserError, ValueError):
@@ -186,14 +185,18 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RunData:
-    """One run of a side: its run.json document and its request records."""
+    """One run of a side: its run.json document (as read, and `typed`) and its request records."""
 
     doc: Mapping[str, Any]
     records: Sequence[RequestRecord]
+    typed: RunDocument = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "typed", RunDocument.of(dict(self.doc)))
 
     @property
     def started(self) -> str:
-        return str(self.doc.get("started_utc") or "")
+        return self.typed.started_utc or ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,51 +339,51 @@ def _values(records: Sequence[RequestRecord], per_record: Callable[[RequestRecor
 # ---------------------------------------------------------------- two runs
 
 
-def run_levels(doc: Mapping[str, Any], which: str) -> dict[str, list[int]]:
-    """{label: [concurrency, ...]} of the targets that have levels; CompareError if run.json is malformed."""
-    out: dict[str, list[int]] = {}
-    for t in doc["targets"]:
-        try:
-            label = t["label"]
-            levels = [lv["level"] for lv in t.get("levels") or []]
-        except (TypeError, KeyError, AttributeError):
-            raise CompareError(f"the {which} run.json has a malformed target entry") from None
-        if not isinstance(label, str) or not all(isinstance(c, (int, float)) and not isinstance(c, bool)
-                                                 for c in levels):
-            raise CompareError(f"the {which} run.json has a malformed target entry")
-        if levels:
-            out[label] = levels
-    return out
+def run_levels(doc: RunDocument | Mapping[str, Any], which: str) -> dict[str, list[int | float]]:
+    """{label: [level, ...]} of the targets that have levels; CompareError if run.json is malformed."""
+    return {t.label: [lv.level for lv in t.levels] for t in _typed(doc, which).targets if t.levels}
 
 
-def check_comparable(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) -> list[str]:
+def _typed(doc: RunDocument | Mapping[str, Any], which: str) -> RunDocument:
+    if isinstance(doc, RunDocument):
+        return doc
+    try:
+        return RunDocument.of(dict(doc))
+    except UserError:
+        raise CompareError(f"the {which} run.json has a malformed target entry") from None
+
+
+def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDocument | Mapping[str, Any]) -> list[str]:
     """Refuse (CompareError) runs whose numbers cannot be compared; return warnings for the rest."""
-    for which, doc in (("baseline", baseline), ("candidate", candidate)):
-        if doc.get("kind") not in SWEEP_KINDS:
-            raise CompareError(f"the {which} is a {doc.get('kind')!r} run; compare reads runs of `loadgen sweep`")
-        if not isinstance(doc.get("config"), dict):
+    base, cand = _typed(baseline, "baseline"), _typed(candidate, "candidate")
+    configs: list[Config] = []
+    for which, doc in (("baseline", base), ("candidate", cand)):
+        if doc.kind not in SWEEP_KINDS:
+            raise CompareError(f"the {which} is a {doc.kind.value!r} run; compare reads runs of `loadgen sweep`")
+        if doc.config is None:
             raise CompareError(f"the {which} run.json has no config")
-    if baseline["kind"] != candidate["kind"]:
-        raise CompareError(f"the runs are not comparable: the baseline is a {baseline['kind']} run, the candidate "
-                           f"a {candidate['kind']} run (demo figures are simulated)")
-    base_config, cand_config = baseline["config"], candidate["config"]
-    if cache_on(base_config) != cache_on(cand_config):
-        cached = "baseline" if cache_on(base_config) else "candidate"
+        configs.append(doc.config)
+    if base.kind != cand.kind:
+        raise CompareError(f"the runs are not comparable: the baseline is a {base.kind} run, the candidate "
+                           f"a {cand.kind} run (demo figures are simulated)")
+    base_config, cand_config = configs
+    if base_config.cache_prompt != cand_config.cache_prompt:
+        cached = "baseline" if base_config.cache_prompt else "candidate"
         raise CompareError(f"the runs are not comparable: the {cached} reused the server's prompt cache "
                            "(cache_prompt true) and the other did not; compare cached runs with cached runs")
     for key in CONFIG_MUST_MATCH:
-        if base_config.get(key) != cand_config.get(key):
+        if getattr(base_config, key) != getattr(cand_config, key):
             shown = ("differs" if key == "prompt"
-                     else f"is {base_config.get(key)!r} in the baseline, {cand_config.get(key)!r} in the candidate")
+                     else f"is {getattr(base_config, key)!r} in the baseline, {getattr(cand_config, key)!r} in the candidate")
             raise CompareError(f"the runs are not comparable: {key} {shown}; rerun the candidate with the "
                                "baseline's settings")
     warnings = []
-    if base_config.get("temperature") != cand_config.get("temperature"):
-        warnings.append(f"temperature differs ({base_config.get('temperature')} vs {cand_config.get('temperature')})")
-    for which, doc in (("baseline", baseline), ("candidate", candidate)):
-        if not doc.get("complete", False):
+    if base_config.temperature != cand_config.temperature:
+        warnings.append(f"temperature differs ({base_config.temperature} vs {cand_config.temperature})")
+    for which, doc in (("baseline", base), ("candidate", cand)):
+        if not doc.complete:
             warnings.append(f"the {which} run is incomplete (stopped early); its last level may be short")
-    base_levels, cand_levels = run_levels(baseline, "baseline"), run_levels(candidate, "candidate")
+    base_levels, cand_levels = run_levels(base, "baseline"), run_levels(cand, "candidate")
     shared = sorted(base_levels.keys() & cand_levels.keys())
     if not shared:
         raise CompareError("the runs share no target label (baseline: "
@@ -393,7 +396,7 @@ def check_comparable(baseline: Mapping[str, Any], candidate: Mapping[str, Any]) 
     return warnings
 
 
-def _levels_text(levels: Iterable[int]) -> str:
+def _levels_text(levels: Iterable[int | float]) -> str:
     return ",".join(f"{c:g}" for c in sorted(levels))
 
 
@@ -401,15 +404,15 @@ def _levels_text(levels: Iterable[int]) -> str:
 class LevelPlan:
     """Which (target label, level) pairs two runs share, and what is left out and why."""
 
-    pairs: tuple[tuple[str, int], ...]
+    pairs: tuple[tuple[str, int | float], ...]
     skipped: tuple[str, ...]
 
 
-def plan_levels(baseline: Mapping[str, Any], baseline_records: Sequence[RequestRecord],
-                candidate: Mapping[str, Any], candidate_records: Sequence[RequestRecord]) -> LevelPlan:
+def plan_levels(baseline: RunDocument | Mapping[str, Any], baseline_records: Sequence[RequestRecord],
+                candidate: RunDocument | Mapping[str, Any], candidate_records: Sequence[RequestRecord]) -> LevelPlan:
     """The levels both runs have records for; the others are reported as skipped."""
     base_levels, cand_levels = run_levels(baseline, "baseline"), run_levels(candidate, "candidate")
-    rate_mode = is_open_loop(baseline)
+    rate_mode = _typed(baseline, "baseline").open_loop
 
     def where(level: int | float) -> str:
         return f"{level:g} req/s" if rate_mode else f"concurrency {level}"
@@ -444,8 +447,8 @@ def plan_sides(baseline: Sequence[RunData], candidate: Sequence[RunData]) -> tup
     first = baseline[0]
     warnings: list[str] = []
     for run in [*baseline[1:], *candidate]:
-        warnings += [w for w in check_comparable(first.doc, run.doc) if w not in warnings]
-    plans = [plan_levels(b.doc, b.records, c.doc, c.records) for b in baseline for c in candidate]
+        warnings += [w for w in check_comparable(first.typed, run.typed) if w not in warnings]
+    plans = [plan_levels(b.typed, b.records, c.typed, c.records) for b in baseline for c in candidate]
     pairs = [p for p in plans[0].pairs if all(p in plan.pairs for plan in plans[1:])]
     skipped = list(dict.fromkeys(s for plan in plans for s in plan.skipped))
     for label, level in plans[0].pairs:

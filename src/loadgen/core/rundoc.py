@@ -385,6 +385,14 @@ class Target(msgspec.Struct, frozen=True):
 
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
+    # What two runs must share to be compared (analysis/compare.py CONFIG_MUST_MATCH), as stored;
+    # None where a file lacks one. A temperature keeps the number it was written as (0 stays 0).
+    api: str | None = None
+    stream: bool | None = None
+    prompt: Any = None  # the prompt text, or a file's description
+    n_predict: int | None = None
+    ignore_eos: bool | None = None
+    temperature: int | float | None = None
     percentiles: list[float] | None = None  # --percentiles: the chosen ones (levels' "percentiles")
     trim: str | None = None  # --trim: "10%" or "5s" of each level's start and end left out of its figures
     slo: dict[str, Any] | None = None  # --slo: the targets and attainment the levels were judged by
