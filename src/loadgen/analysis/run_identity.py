@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.rundoc import RunDocument, Target
+
 # What the server said of itself, in the order a difference is reported (the most telling first).
 PROPS_FIELDS = ("model_path", "model_alias", "build_info", "total_slots", "n_ctx")
 # Config keys that change only the verdict drawn from the figures, not a figure.
@@ -54,28 +56,25 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _targets(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    targets = doc.get("targets")
-    if not isinstance(targets, list):
-        return {}
-    return {t["label"]: t for t in targets if isinstance(t, Mapping) and isinstance(t.get("label"), str)}
+def _targets(doc: RunDocument) -> dict[str, Target]:
+    return {t.label: t for t in doc.targets}
 
 
-def server_identity(target: Mapping[str, Any]) -> dict[str, Any]:
+def server_identity(target: Target) -> dict[str, Any]:
     """{field: value} of what identifies a target: its server's own account of itself, its URL."""
-    server = _mapping(target.get("server"))
-    props = _mapping(server.get("props"))
-    models = server.get("models") if isinstance(server.get("models"), list) else []
+    server = target.server
+    props = _mapping(server.props if server else None)
+    models = server.models if server and isinstance(server.models, list) else []
     out: dict[str, Any] = {f"server {name}": props.get(name) for name in PROPS_FIELDS}
-    if server.get("total_slots") is not None:  # /props's, else the length of /slots
-        out["server total_slots"] = server["total_slots"]
-    out["server model"] = models[0] if models else None
-    out["url"] = target.get("url")
+    if server and server.total_slots is not None:  # /props's, else the length of /slots
+        out.update({"server total_slots": server.total_slots})
+    out.update({"server model": models[0] if models else None, "url": target.url})
     return out
 
 
 def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """{"config KEY": value} of the run's configuration, verdict-only keys left out."""
+    """{"config KEY": value} of the run's configuration as run.json holds it, every key (the typed
+    document keeps only those its readers read), verdict-only keys left out."""
     return {f"config {key}": value for key, value in _mapping(doc.get("config")).items() if key not in VERDICT_ONLY}
 
 
@@ -92,9 +91,10 @@ def difference(first: Mapping[str, Any], other: Mapping[str, Any],
     """(field, first's value, other's value) of the first field in which two run documents differ.
     `restarted`: the runs are repeats of one grid cell, whose server grid starts again for each on a
     port it picks, so the URL is not compared (the server's own account of itself still is)."""
-    if first.get("kind") != other.get("kind"):
-        return "kind", first.get("kind"), other.get("kind")
-    targets_a, targets_b = _targets(first), _targets(other)
+    typed_a, typed_b = RunDocument.of(dict(first)), RunDocument.of(dict(other))
+    if typed_a.kind != typed_b.kind:
+        return "kind", typed_a.kind.value, typed_b.kind.value
+    targets_a, targets_b = _targets(typed_a), _targets(typed_b)
     if sorted(targets_a) != sorted(targets_b):
         return "targets", ", ".join(sorted(targets_a)) or "none", ", ".join(sorted(targets_b)) or "none"
     for label in targets_a:

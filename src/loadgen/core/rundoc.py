@@ -359,6 +359,7 @@ class Server(msgspec.Struct, frozen=True):
     total_slots: int | None = None
     metrics_enabled: bool = False
     props: dict[str, Any] | None = None
+    models: list[Any] | None = None  # the ids its /v1/models listed (client/probe.py), as stored
     # Whether the server drafts tokens, as its /slots said (client/probe.py `server_speculates`);
     # None: it did not say (no /slots, another server, a file written before).
     speculative: bool | None = None
