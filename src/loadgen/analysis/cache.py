@@ -17,7 +17,8 @@ Requests without timings (an OpenAI-style server without them) count in none of 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..core.records import RequestRecord
 
@@ -134,6 +135,25 @@ def capacity_level(k: int, records: Iterable[RequestRecord], rss_mib: float | No
     figures = cache_figures(warm)
     ttfts = [(r.first_token_ns - r.start_ns) / 1e6 for r in warm if r.first_token_ns is not None]
     return CapacityLevel(k, len(warm), figures.hit_ratio, _median(ttfts), rss_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySummary:
+    """A cache-capacity run as cache-capacity.json holds it (`to_dict`, field order = file order):
+    the conversations' size, the rounds, the server's slots, the cache RAM and bytes per token it
+    was given, the predicted capacity and the K where reuse collapsed (None: not known), each K."""
+
+    conversation_tokens: int
+    rounds: int
+    slots: int
+    cache_ram_mib: float | None
+    bytes_per_token: float | None
+    predicted_capacity: int | None
+    collapse_k: int | None
+    levels: list[CapacityLevel]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 # Reuse has collapsed at a K whose warm hit ratio fell below this share of the best K's.

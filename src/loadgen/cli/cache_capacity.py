@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ..analysis.cache import capacity_level, collapse_k, predicted_capacity
+from ..analysis.cache import CapacitySummary, capacity_level, collapse_k, predicted_capacity
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import EXIT_OK, ConfigError
@@ -97,11 +97,8 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
                                    cache_ram_mib, bytes_per_token)
     collapsed = collapse_k(levels)
-    summary = {"conversation_tokens": conversation_tokens + OWN_TOKENS, "rounds": rounds, "slots": slots,
-               "cache_ram_mib": cache_ram_mib, "bytes_per_token": bytes_per_token, "predicted_capacity": predicted,
-               "collapse_k": collapsed,
-               "levels": [{"k": lv.k, "warm_requests": lv.warm_requests, "warm_hit_ratio": lv.warm_hit_ratio,
-                           "warm_ttft_ms_p50": lv.warm_ttft_ms_p50, "rss_mib": lv.rss_mib} for lv in levels]}
-    (out_dir / "cache-capacity.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
+                              predicted, collapsed, levels)
+    (out_dir / "cache-capacity.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)

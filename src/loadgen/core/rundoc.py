@@ -384,6 +384,19 @@ class Target(msgspec.Struct, frozen=True):
         return next((lv for lv in self.levels if lv.level == level), None)
 
 
+class CacheMode(msgspec.Struct, frozen=True):
+    """A cache mode as run.json's config says it (core/cache_mode.py `to_dict`): a shared prefix's
+    groups and token counts, or a multi-turn run's users and turns; None where the mode has none."""
+
+    kind: str | None = None  # "shared_prefix" or "multi_turn"
+    cache_prompt: bool = False
+    groups: int | None = None
+    prefix_tokens: int | None = None
+    prompt_tokens: int | None = None
+    users: int | None = None
+    turns: int | None = None
+
+
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
     # What two runs must share to be compared (analysis/compare.py CONFIG_MUST_MATCH), as stored;
@@ -401,6 +414,11 @@ class Config(msgspec.Struct, frozen=True):
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+
+    @property
+    def cache_mode(self) -> CacheMode | None:
+        """`cache` typed (None: a normal run)."""
+        return None if self.cache is None else msgspec.convert(self.cache, CacheMode, strict=False)
 
 
 class RunDocument(msgspec.Struct, frozen=True):

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.cache import TurnFigures
-from ..core.rundoc import Distribution, RunDocument
+from ..analysis.cache import CapacitySummary, TurnFigures
+from ..core.rundoc import CacheMode, Distribution, RunDocument
 from .layout import Column, Grid, Num
 
 
-def cache_title(cache: dict[str, Any]) -> str:
+def cache_title(cache: CacheMode) -> str:
     """The mode in one line, cache_prompt said first."""
-    state = "cache_prompt ON" if cache.get("cache_prompt") else "cache_prompt OFF (comparison run)"
-    if cache.get("kind") == "shared_prefix":
-        return (f"{state}: {cache.get('groups')} group(s) sharing a {cache.get('prefix_tokens')}-token prefix, "
-                f"prompts of {cache.get('prompt_tokens')} tokens")
-    if cache.get("kind") == "multi_turn":
-        return f"{state}: {cache.get('users')} users × {cache.get('turns')} turns"
+    state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (comparison run)"
+    if cache.kind == "shared_prefix":
+        return (f"{state}: {cache.groups} group(s) sharing a {cache.prefix_tokens}-token prefix, "
+                f"prompts of {cache.prompt_tokens} tokens")
+    if cache.kind == "multi_turn":
+        return f"{state}: {cache.users} users × {cache.turns} turns"
     return state
 
 
@@ -29,7 +29,7 @@ def cache_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
     """Per target and level: the token-weighted hit ratio, cache_n p50, TTFT p50 of hits and misses,
     prefill saved; None for a run without a cache mode."""
     doc = RunDocument.of(doc)
-    cache = doc.config.cache if doc.config is not None else None
+    cache = doc.config.cache_mode if doc.config is not None else None
     if cache is None:
         return None
     grid = Grid(f"prompt cache ({cache_title(cache)})",
@@ -68,19 +68,19 @@ def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
     return grid
 
 
-def cache_capacity_table(summary: dict[str, Any]) -> Grid:
+def cache_capacity_table(summary: CapacitySummary) -> Grid:
     """A cache-capacity run (cache-capacity.json): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
     the K where reuse collapsed beside the predicted capacity, in the footnotes."""
-    grid = Grid(f"prompt-cache capacity: conversations of {summary['conversation_tokens']} tokens, "
-                f"{summary['slots']} slots, cache_prompt ON",
+    grid = Grid(f"prompt-cache capacity: conversations of {summary.conversation_tokens} tokens, "
+                f"{summary.slots} slots, cache_prompt ON",
                 [Column("K", key=True), Column("warm\nrequests"), Column("hit ratio\n%"), Column("TTFT p50\nms"),
                  Column("server RSS\nMiB")])
-    for lv in summary["levels"]:
-        ratio = lv["warm_hit_ratio"]
-        grid.add_row(Num(lv["k"], None), Num(lv["warm_requests"], None),
-                     Num(None if ratio is None else ratio * 100, 1), Num(lv["warm_ttft_ms_p50"], 1),
-                     Num(lv["rss_mib"], 0))
-    collapsed, predicted = summary.get("collapse_k"), summary.get("predicted_capacity")
+    for lv in summary.levels:
+        ratio = lv.warm_hit_ratio
+        grid.add_row(Num(lv.k, None), Num(lv.warm_requests, None),
+                     Num(None if ratio is None else ratio * 100, 1), Num(lv.warm_ttft_ms_p50, 1),
+                     Num(lv.rss_mib, 0))
+    collapsed, predicted = summary.collapse_k, summary.predicted_capacity
     grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
                           else "reuse did not collapse at any K measured")
     grid.footnotes.append(f"predicted: {predicted} conversations stay warm (slots + --cache-ram / (tokens × bytes "
