@@ -162,5 +162,5 @@ def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
     for s in sources:
         if s["run"].get("kind") in MODE_KINDS:
             lines = run_lines(s["run"])
-            parts.append(grids_markdown(run_grids(s["run"]), lines["notes"] + lines["errors"]))
+            parts.append(grids_markdown(run_grids(s["run"]), lines.notes + lines.errors))
     return "\n".join(parts)

@@ -227,6 +227,24 @@ class RunKind(enum.StrEnum):
         return self in (RunKind.SWEEP, RunKind.DEMO)
 
 
+class SloJudgement(msgspec.Struct, frozen=True):
+    """A level judged against --slo as run.json stores it (analysis/slo.py `SloLevel`): the figures
+    the tables show; None where a file lacks one."""
+
+    attainment: float | None = None
+    passed: bool = False
+    goodput_req_s: float | None = None
+    goodput_tok_s: float | None = None
+    most_missed: str | None = None
+
+
+class SloTargets(msgspec.Struct, frozen=True):
+    """--slo as the run's config stores it: latency target (ms) by name, the share that must meet them."""
+
+    targets_ms: dict[str, float] = {}
+    attainment: float = 0.0
+
+
 class WorkerPart(msgspec.Struct, frozen=True):
     """One --workers process's part of a level (run.json's per-level "workers")."""
 
@@ -247,6 +265,11 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     # The machine's samples during the level as stored (core.environment.samples_from reads them,
     # skipping unreadable ones); absent without --environment.
     environment: Any = None
+
+    @property
+    def slo_judgement(self) -> SloJudgement | None:
+        """`slo` typed (None: the level was not judged)."""
+        return msgspec.convert(self.slo, SloJudgement, strict=False) if self.slo else None
 
 
 class LevelVerdict(msgspec.Struct, frozen=True):
@@ -414,6 +437,11 @@ class Config(msgspec.Struct, frozen=True):
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+
+    @property
+    def slo_targets(self) -> SloTargets | None:
+        """`slo` typed (None: no --slo)."""
+        return msgspec.convert(self.slo, SloTargets, strict=False) if isinstance(self.slo, dict) else None
 
     @property
     def cache_mode(self) -> CacheMode | None:

@@ -4,6 +4,7 @@ computes nothing new."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +14,17 @@ from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
 from ..analysis.speculation import level_acceptance_text
 from ..core.records import level_name, level_short
-from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind, Target
+from ..core.rundoc import (
+    KILLED_DURING_LEVEL,
+    Distribution,
+    Level,
+    LevelVerdict,
+    MeanSd,
+    RunDocument,
+    RunKind,
+    SloJudgement,
+    Target,
+)
 from ..run.labels import about
 from .cache import cache_table
 from .environment import energy_lines, environment_change_lines
@@ -81,7 +92,7 @@ def sweep_table(doc: Doc) -> Grid:
     # A level run more than once (loadgen capacity repeats one near the line) gets a row per run.
     runs = [(c, k) for c in levels for k in range(max(sum(lv.level == c for lv in t.levels) for t in targets))]
     for c, k in runs:
-        by_target = {t.label: ([lv for lv in t.levels if lv.level == c][k:k + 1] or [None])[0] for t in targets}
+        by_target = {t.label: next(iter([lv for lv in t.levels if lv.level == c][k:k + 1]), None) for t in targets}
         first = True
         for t in targets:
             lv = by_target[t.label]
@@ -98,7 +109,7 @@ def sweep_table(doc: Doc) -> Grid:
                     Num(lv.output_tokens), Num(lv.wall_s, 2), Num(lv.predicted_ms_mean),
                     Num(lv.request_rate, 2), Num(lv.input_tokens), Num(lv.total_tok_s, 1)]
             if judged:
-                row += _slo_cells(lv.slo)
+                row += _slo_cells(lv.slo_judgement)
             if drafting:
                 row += _drafting_cells(t, lv)
             if reasoning:
@@ -135,24 +146,23 @@ def _reasoning_cells(lv: Level) -> list[Cell]:
     return ["none" if share is None else f"{share * 100:.0f}%", Num(_dist(lv, metric_defs.TTFA, "p50"))]
 
 
-def _slo_cells(slo: dict[str, Any] | None) -> list[Cell]:
-    if not slo:
+def _slo_cells(slo: SloJudgement | None) -> list[Cell]:
+    if slo is None:
         return ["", "", "", ""]
-    attainment = slo.get("attainment")
-    shown = "n/a" if attainment is None else f"{attainment:.0%}"
-    return [Text(shown, style="green" if slo.get("passed") else "red"), Num(slo.get("goodput_req_s"), 2),
-            Num(slo.get("goodput_tok_s"), 1), slo.get("most_missed") or ""]
+    shown = "n/a" if slo.attainment is None else f"{slo.attainment:.0%}"
+    return [Text(shown, style="green" if slo.passed else "red"), Num(slo.goodput_req_s, 2),
+            Num(slo.goodput_tok_s, 1), slo.most_missed or ""]
 
 
 def slo_lines(doc: Doc) -> list[str]:
     """What the attainment columns judge against: the run's latency targets and required share."""
     config = RunDocument.of(doc).config
-    slo = None if config is None else config.slo
-    if not isinstance(slo, dict) or not slo.get("targets_ms"):
+    slo = None if config is None else config.slo_targets
+    if slo is None or not slo.targets_ms:
         return []
     targets = ", ".join(f"{name}≤{ms / 1000:g} s" if ms >= 1000 else f"{name}≤{ms:g} ms"
-                        for name, ms in slo["targets_ms"].items())
-    return [f"SLO: {targets}; a level passes when at least {slo['attainment']:.0%} of its requests meet every "
+                        for name, ms in slo.targets_ms.items())
+    return [f"SLO: {targets}; a level passes when at least {slo.attainment:.0%} of its requests meet every "
             "target (errors always miss); goodput counts only those requests."]
 
 
@@ -482,7 +492,20 @@ def run_grids(doc: Doc) -> list[Grid]:
 _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunKind.SOAK: soak_table}
 
 
-def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
+@dataclass(frozen=True, slots=True)
+class RunLines:
+    """The lines that go with a run's tables, by kind: notes and verdicts (stdout), warnings and errors."""
+
+    notes: list[str]
+    verdicts: list[str]
+    warnings: list[str]
+    errors: list[str]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return asdict(self)
+
+
+def run_lines(doc: Doc, told: bool = False) -> RunLines:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
     notes = slo_lines(doc) + trim_lines(doc) + overhead_lines(doc) + connection_lines(doc)
@@ -491,9 +514,9 @@ def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
-    return {"notes": notes, "verdicts": verdict_lines(doc),
-            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
-            "errors": error_lines(doc, told)}
+    return RunLines(notes=notes, verdicts=verdict_lines(doc),
+                    warnings=killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
+                    errors=error_lines(doc, told))
 
 
 def print_run(doc: Doc, console: Console, err: Console, output_format: str = "table", *,
@@ -502,9 +525,9 @@ def print_run(doc: Doc, console: Console, err: Console, output_format: str = "ta
     for the terminal (`table`), or as JSON, CSV or Markdown on stdout, which then holds nothing else."""
     doc = RunDocument.of(doc)
     grids, lines = run_grids(doc), run_lines(doc, told=live)
-    said = lines["notes"] + lines["verdicts"]
+    said = lines.notes + lines.verdicts
     if output_format == "json":
-        console.file.write(grids_json(grids, lines))
+        console.file.write(grids_json(grids, lines.to_dict()))
     elif output_format == "csv":
         console.file.write(grids_csv(grids))
     elif output_format == "markdown":
@@ -512,16 +535,16 @@ def print_run(doc: Doc, console: Console, err: Console, output_format: str = "ta
     else:
         for grid in grids:
             print_table(console, grid)
-        for line in lines["notes"]:
+        for line in lines.notes:
             say(console, line, "dim")
-        for line in lines["verdicts"]:
+        for line in lines.verdicts:
             say(console, line)
     if output_format == "csv":
         for line in said:
             say(err, line)
-    for line in lines["warnings"]:
+    for line in lines.warnings:
         say(err, line, "yellow")
-    for line in lines["errors"]:
+    for line in lines.errors:
         say(err, line, "red")
 
 
