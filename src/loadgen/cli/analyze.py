@@ -11,12 +11,12 @@ import click
 
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
-from ..core.rundoc import RunDocument
+from ..core.rundoc import RunDocument, RunKind
 from ..output.grid_table import print_grid
 from ..output.tables import print_run
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
 from ..results.percentiles import with_percentiles
-from ..results.reader import load_probe, load_records, load_run, open_loop
+from ..results.reader import load_probe, load_records, load_run
 from ..results.unfinished import summarise_killed_levels
 from .options import PERCENTILES
 from .shared import console as _console
@@ -51,7 +51,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         return
     path = one_run_in_grid(path)  # a grid's cell named by id or name: its one run (or the runs to choose from)
     doc = load_run(path)
-    if doc.get("kind") in ("prefill", "depth", "soak"):
+    if RunDocument.of(doc).kind in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK):
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
@@ -59,17 +59,20 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         check_all_records(doc, "--percentiles")
         with_percentiles(doc, records, percentiles)
     summarise_killed_levels(doc, records)  # a level run.json lacks because the run was killed in it
-    if not doc.get("complete", True) and not any(t.get("levels") for t in doc["targets"]):
+    typed = RunDocument.of(doc)
+    if not typed.complete and not any(t.levels for t in typed.targets):
         # Killed before its first summary (run.json is rewritten every few seconds): say so.
-        _console().print(f"loadgen {doc.get('kind', 'sweep')}  [incomplete]: stopped before a level was summarised; "
+        _console().print(f"loadgen {typed.kind}  [incomplete]: stopped before a level was summarised; "
                          f"{len(records)} request records were written", markup=False, highlight=False)
         return
-    config = doc.get("config", {})
-    gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
-    latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)
-    for t in doc["targets"]:
-        if t.get("levels"):
-            t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
-                                          [s for s in samples if s.target == t["label"]], gain, latency,
-                                          open_loop(doc))
+    config = typed.config
+    gain = next(g for g in (knee_gain, config.knee_gain if config is not None else None, 0.10) if g is not None)
+    latency = next(v for v in (knee_latency, config.knee_latency if config is not None else None, 0.50) if v is not None)
+    # The verdict reads the target as run.json holds it (its server's slots_enabled, which the
+    # typed document drops) and replaces the stored one.
+    for t, stored in zip(typed.targets, doc["targets"], strict=True):
+        if t.levels:
+            stored.update(verdict=target_verdict(stored, [r for r in records if r.target == t.label],
+                                                 [s for s in samples if s.target == t.label], gain, latency,
+                                                 typed.open_loop))
     print_run(doc, _console(), _console(stderr=True), output_format)

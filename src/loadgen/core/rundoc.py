@@ -437,6 +437,9 @@ class Config(msgspec.Struct, frozen=True):
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+    # The saturation rule the verdict was drawn with (analysis/saturation.py; `analyze` draws it again).
+    knee_gain: float | None = 0.10
+    knee_latency: float | None = 0.50
 
     @property
     def slo_targets(self) -> SloTargets | None:
