@@ -66,17 +66,19 @@ def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Co
         return runs
     out = []
     for run in runs:
-        spoiled = {(t.get("label"), lv.get("level")) for t in run.doc.get("targets") or []
-                   for lv in t.get("levels") or [] if spoiling(lv.get("environment_changed") or [])}
+        spoiled = {(t.label, lv.level) for t in run.typed.targets for lv in t.levels
+                   if spoiling(lv.environment_changed or [])}
         for label, level in sorted(spoiled, key=str):
             err.print(f"left out: {label} at level {level} of the {which}: the machine changed during it "
                       f"(--allow-env-change keeps it)", style="yellow", highlight=False, markup=False, soft_wrap=True)
         if not spoiled:
             out.append(run)
             continue
-        doc = {**run.doc, "targets": [{**t, "levels": [lv for lv in t.get("levels") or []
-                                                       if (t.get("label"), lv.get("level")) not in spoiled]}
-                                      for t in run.doc.get("targets") or []]}
+        # run.json's own dicts, less the spoiled levels (the typed document has the same targets and
+        # levels, in order)
+        doc = {**run.doc, "targets": [{**stored, "levels": [kept for kept, lv in zip(stored.get("levels") or [], t.levels, strict=True)
+                                                            if (t.label, lv.level) not in spoiled]}
+                                      for stored, t in zip(run.doc["targets"], run.typed.targets, strict=True)]}
         out.append(RunData(doc, [r for r in run.records if (r.target, r.level) not in spoiled]))
     return out
 
@@ -86,9 +88,9 @@ def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) ->
     and what differs between the machines under the two sides (a refusal, EXIT_ENV_CHANGED, unless
     `allow`); returns the sides without the levels a change spoiled (all of them with `allow`)."""
     err = Console(stderr=True)
-    differences, notes = environment_differences([r.doc for r in baseline], [r.doc for r in candidate])
+    differences, notes = environment_differences([r.typed for r in baseline], [r.typed for r in candidate])
     during = [f"{side} {line}" for side, runs in (("baseline", baseline), ("candidate", candidate))
-              for line in changed_levels(r.doc for r in runs)]
+              for line in changed_levels(r.typed for r in runs)]
     for line in notes:
         err.print(f"note: {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
     for line in during:  # a warning, not a refusal: a change under load also shows as a difference below
