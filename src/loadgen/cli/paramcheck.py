@@ -60,14 +60,14 @@ def paramcheck_command(direct, via, api, params, model, api_key, timeout_s, inse
     doc = {"schema": "loadgen.paramcheck", "schema_version": 1, "command": command_line(),
            "finished_utc": utc_now().isoformat(), "direct": _shown(direct), "via": _shown(via),
            **result.to_dict(), "exit_code": exit_code(result.results)}
-    print_paramcheck(doc, console())
+    print_paramcheck(_shown(via), result.api, result.results, result.metadata, console())
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_files([paramcheck_file(doc)], out_dir)
     except OSError as exc:
         raise ResultsError(f"cannot write to {out_dir} ({exc.strerror}); choose another --output") from None
     err.print(f"results: {out_dir}", highlight=False)
-    sys.exit(doc["exit_code"])
+    sys.exit(exit_code(result.results))
 
 
 def parse_params(text: str | None) -> tuple[str, ...]:
