@@ -20,6 +20,7 @@ from rich.console import Console
 from ..client.backends import GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
+from ..core.rundoc import RunDocument
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
@@ -68,10 +69,11 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    if any(t["error"] for t in doc["targets"]):
+    typed = RunDocument.of(doc)
+    if any(t.error for t in typed.targets):
         return EXIT_FAILED
-    if not any(t.get("levels") or any(r["requests_ok"] for r in (t.get(doc["kind"]) or {}).get("rows", []))
-               for t in doc["targets"]):
+    if not any(t.levels or any(r.requests_ok for r in getattr(t.section(typed.kind), "rows", []))
+               for t in typed.targets):
         err.print("nothing was measured: every step was skipped", style="red", highlight=False)
         return EXIT_FAILED
     return EXIT_OK

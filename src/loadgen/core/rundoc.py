@@ -245,6 +245,16 @@ class SloTargets(msgspec.Struct, frozen=True):
     attainment: float = 0.0
 
 
+class EnergyFigures(msgspec.Struct, frozen=True):
+    """A level's energy by one source, as run.json stores it (analysis/energy.py)."""
+
+    source: str | None = None
+    j_per_token: float | None = None
+    net_j_per_token: float | None = None
+    tokens_per_j: float | None = None
+    mean_w: float | None = 0
+
+
 class WorkerPart(msgspec.Struct, frozen=True):
     """One --workers process's part of a level (run.json's per-level "workers")."""
 
@@ -265,6 +275,11 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     # The machine's samples during the level as stored (core.environment.samples_from reads them,
     # skipping unreadable ones); absent without --environment.
     environment: Any = None
+
+    @property
+    def energy_figures(self) -> list[EnergyFigures]:
+        """`energy` typed, per source ([] without counters)."""
+        return msgspec.convert(self.energy or [], list[EnergyFigures], strict=False)
 
     @property
     def slo_judgement(self) -> SloJudgement | None:
@@ -407,6 +422,21 @@ class Target(msgspec.Struct, frozen=True):
         return next((lv for lv in self.levels if lv.level == level), None)
 
 
+class WorkloadReplay(msgspec.Struct, frozen=True):
+    """`loadgen replay`'s trace as the config's workload names it (run/trace_replay.py `source`)."""
+
+    trace: Any = None
+    scale_lengths: Any = None
+
+
+class WorkloadSpec(msgspec.Struct, frozen=True):
+    """The config's drawn workload (core/workload.py `to_dict`: the lengths as written) or replay."""
+
+    prompt_tokens: Any = None
+    n_predict: Any = None
+    replay: WorkloadReplay | None = None
+
+
 class CacheMode(msgspec.Struct, frozen=True):
     """A cache mode as run.json's config says it (core/cache_mode.py `to_dict`): a shared prefix's
     groups and token counts, or a multi-turn run's users and turns; None where the mode has none."""
@@ -440,6 +470,11 @@ class Config(msgspec.Struct, frozen=True):
     # The saturation rule the verdict was drawn with (analysis/saturation.py; `analyze` draws it again).
     knee_gain: float | None = 0.10
     knee_latency: float | None = 0.50
+
+    @property
+    def workload_spec(self) -> WorkloadSpec | None:
+        """`workload` typed (None: fixed-shape requests)."""
+        return None if self.workload is None else msgspec.convert(self.workload, WorkloadSpec, strict=False)
 
     @property
     def slo_targets(self) -> SloTargets | None:

@@ -69,12 +69,11 @@ def energy_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
     out = []
     for t in RunDocument.of(doc).targets:
         for lv in t.levels:
-            for e in lv.energy or []:
-                net = f", net {_per_token(e.get('net_j_per_token'), 'J/token')}" \
-                    if e.get("net_j_per_token") is not None else ""
-                out.append(f"energy {t.label} at level {lv.level} ({e.get('source')}): "
-                           f"{_per_token(e.get('j_per_token'), 'J/token')}{net}, "
-                           f"{_per_token(e.get('tokens_per_j'), 'tokens/J')}, {e.get('mean_w', 0):.1f} W mean")
+            for e in lv.energy_figures:
+                net = f", net {_per_token(e.net_j_per_token, 'J/token')}" if e.net_j_per_token is not None else ""
+                out.append(f"energy {t.label} at level {lv.level} ({e.source}): "
+                           f"{_per_token(e.j_per_token, 'J/token')}{net}, "
+                           f"{_per_token(e.tokens_per_j, 'tokens/J')}, {e.mean_w:.1f} W mean")
     return out
 
 

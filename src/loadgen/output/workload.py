@@ -19,14 +19,13 @@ def workload_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
     """Realised input and output tokens per request (mean, p50, p90, max), per target and level;
     None for a run without a drawn workload."""
     doc = RunDocument.of(doc)
-    workload = doc.config.workload if doc.config is not None else None
+    workload = doc.config.workload_spec if doc.config is not None else None
     if workload is None:
         return None
-    replay = workload.get("replay")
-    if isinstance(replay, dict):
-        asked = f"replay of {replay.get('trace')}, lengths ×{replay.get('scale_lengths')}"
+    if workload.replay is not None:
+        asked = f"replay of {workload.replay.trace}, lengths ×{workload.replay.scale_lengths}"
     else:
-        asked = f"prompt {workload.get('prompt_tokens') or 'as given'}, answer {workload.get('n_predict')}"
+        asked = f"prompt {workload.prompt_tokens or 'as given'}, answer {workload.n_predict}"
     grid = Grid(f"workload: tokens per request (asked: {asked})",
                 [Column("target", "left", key=True), Column("req/s" if doc.open_loop else "C", key=True),
                  *[Column(f"prompt_n\n{s}") for s in _STATS], *[Column(f"predicted_n\n{s}") for s in _STATS]])
