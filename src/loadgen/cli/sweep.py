@@ -19,6 +19,7 @@ from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.rundoc import RunDocument
 from ..core.workload import Workload
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -327,7 +328,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    if any(t["error"] for t in doc["targets"]) or not any(t["levels"] for t in doc["targets"]):
+    typed = RunDocument.of(doc)
+    if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK
 

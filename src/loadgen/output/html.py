@@ -146,7 +146,7 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
     failed = level.requests_failed + level.requests_cancelled
     queued_share = None if verdict is None else verdict.queued_share
     gain = None if verdict is None else verdict.batching_gain
-    slo = level.slo or {}
+    slo = level.slo_judgement
     return [
         str(level.level),
         f"{level.requests_ok} / {failed}",
@@ -161,8 +161,8 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
         f"{_fmt(None if verdict is None else verdict.peak_busy_slots)} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
         _fmt(level.request_rate, 2),
-        "–" if slo.get("attainment") is None else f"{slo['attainment']:.0%}{'' if slo.get('passed') else ' ✗'}",
-        _fmt(slo.get("goodput_req_s"), 2),
+        "–" if slo is None or slo.attainment is None else f"{slo.attainment:.0%}{'' if slo.passed else ' ✗'}",
+        _fmt(None if slo is None else slo.goodput_req_s, 2),
         *extra_cells(level, extras, None if series.target.server is None else series.target.server.speculative),
         level.stopped_reason or "",
     ]
