@@ -292,7 +292,7 @@ def compare_error_rate(base: Sequence[RequestRecord], cand: Sequence[RequestReco
     common: dict[str, Any] = dict(metric="error_rate", target=target, concurrency=concurrency,
                   baseline=_rate(base_failed, base_ok), candidate=_rate(cand_failed, cand_ok),
                   n_baseline=base_failed + base_ok, n_candidate=cand_failed + cand_ok)
-    if not common["n_baseline"] or not common["n_candidate"]:
+    if not base_failed + base_ok or not cand_failed + cand_ok:
         return MetricComparison(**common, note="no finished requests")
     p_value = float(stats.fisher_exact([[base_failed, base_ok], [cand_failed, cand_ok]]).pvalue)
     return MetricComparison(**common, p_value=p_value, significant=p_value < alpha)

@@ -70,7 +70,7 @@ def load_source(path_text: str, name: str | None = None) -> dict[str, Any]:
     return {"name": name or path.resolve().name, "run": run, "records": records, "probe": load_probe(path)}
 
 
-MODE_KINDS = ("prefill", "depth", "soak")
+MODE_KINDS = (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)
 
 
 def load_sources(path_text: str) -> list[dict[str, Any]]:
@@ -157,10 +157,11 @@ def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
     from ..output.report_model import build_series
     from ..output.tables import run_grids, run_lines
 
-    sweeps = [s for s in sources if s["run"].get("kind") not in MODE_KINDS]
+    docs = [RunDocument.of(s["run"]) for s in sources]
+    sweeps = [s for s, doc in zip(sources, docs, strict=True) if doc.kind not in MODE_KINDS]
     parts = [html_report.markdown(build_series(sweeps))] if sweeps else []
-    for s in sources:
-        if s["run"].get("kind") in MODE_KINDS:
-            lines = run_lines(s["run"])
-            parts.append(grids_markdown(run_grids(s["run"]), lines.notes + lines.errors))
+    for doc in docs:
+        if doc.kind in MODE_KINDS:
+            lines = run_lines(doc)
+            parts.append(grids_markdown(run_grids(doc), lines.notes + lines.errors))
     return "\n".join(parts)

@@ -336,8 +336,8 @@ def request_row(r: RequestRecord) -> dict[str, Any]:
     usage = row.pop("usage") or {}
     for name in USAGE_FIELDS:
         row[name] = usage.get(name.removeprefix("usage_"))
-    if row["chunk_gaps_us"] is not None:
-        row["chunk_gaps_us"] = " ".join(map(str, row["chunk_gaps_us"]))
+    if r.chunk_gaps_us is not None:
+        row.update(chunk_gaps_us=" ".join(map(str, r.chunk_gaps_us)))
     return row
 
 
