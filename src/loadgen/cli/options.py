@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..core.errors import ConfigError
+from ..core.request_class import RequestClass, parse_class, parse_class_flag
 from ..core.workload import LengthSpec, parse_length_spec
 from ..run.config import parse_int_list, parse_rate_list
 
@@ -128,6 +129,25 @@ class Length(click.ParamType):
             self.fail(str(exc).lstrip(" "), param, ctx)
 
 
+class RequestClassType(click.ParamType):
+    """A request class (core/request_class.py): a scenario file's `[[class]]` table, or a --class
+    flag's `name=chat,prompt_tokens=64,n_predict=32,concurrency=1[,slo=ttft=2s]`."""
+
+    name = "class"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> RequestClass:
+        if isinstance(value, RequestClass):
+            return value
+        try:
+            if isinstance(value, str):
+                return parse_class(parse_class_flag(value), "--class")
+            if isinstance(value, dict):
+                return parse_class(value, "[[class]]")
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+        self.fail(f"expected a [[class]] table or name=...,n_predict=..., got {value!r}", param, ctx)
+
+
 PORTS = IntList(1, 65535)
 RATES = RateList()
 LEVELS = IntList(1, 4096)
@@ -135,3 +155,4 @@ PROMPT_LENGTHS = IntList(1, 10_000_000)
 DEPTHS = IntList(0, 10_000_000)
 DURATION = Duration()
 LENGTH = Length()
+REQUEST_CLASS = RequestClassType()

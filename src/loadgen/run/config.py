@@ -20,6 +20,7 @@ from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
     from ..core.cache_mode import MultiTurn, SharedPrefix
+    from ..core.request_class import RequestClass
     from ..core.workload import DatasetEntry, Workload
     from .prompts import PromptSource
     from .trace_replay import Replay
@@ -134,6 +135,9 @@ class SweepConfig:
     # --slo/--attainment: latency targets each level is judged against (analysis/slo.py); None: none.
     slo: Slo | None = None
     machine: MachineOptions = MachineOptions()
+    # A run of request classes (core/request_class.py, run/classes.py): each class alone, then all
+    # together; they replace the levels (concurrency, rates). Empty: not a run of classes.
+    classes: tuple[RequestClass, ...] = ()
 
     @property
     def open_loop(self) -> bool:
@@ -143,12 +147,22 @@ class SweepConfig:
     def connections_per_target(self) -> int:
         """The most connections a target's levels hold open at once, the one place this is computed:
         the top concurrency (closed loop), or the in-flight cap of an open loop (0: no limit)."""
+        if self.classes:  # all classes at once: their concurrencies side by side; a rate has no bound
+            return 0 if any(c.rate is not None for c in self.classes) else sum(c.concurrency for c in self.classes)
         return (self.max_in_flight or 0) if self.open_loop else max(self.concurrency)
 
     @property
     def several_processes(self) -> bool:
         """The levels are sent by worker processes or Ray actors, not by this process alone."""
         return self.workers != 1 or self.ray_address is not None
+
+    @property
+    def level_count(self) -> int:
+        """How many levels a complete sweep runs per target: its levels, or a run of classes' each
+        class alone and (two classes or more) each beside the others."""
+        if self.classes:
+            return len(self.classes) * (2 if len(self.classes) > 1 else 1)
+        return len(self.levels)
 
     @property
     def levels(self) -> tuple[int, ...] | tuple[float, ...]:
@@ -221,6 +235,7 @@ class SweepConfig:
             **({"cache": self.multi_turn.to_dict()} if self.multi_turn is not None else {}),
             # only when set: a run without targets keeps the shape files had before
             **({"slo": self.slo.to_dict()} if self.slo else {}),
+            **({"classes": [c.to_dict() for c in self.classes]} if self.classes else {}),
         }
 
 

@@ -64,7 +64,7 @@ class Run:
         """Nothing was stopped or failed; a sweep also ran every level of its config on every target
         (a prefill or depth run may skip a step that does not fit)."""
         return not self.interrupted and all(t.error is None for t in self.targets) and all(
-            (self.kind not in SWEEP_KINDS or len(t.levels) == len(self.config.levels))
+            (self.kind not in SWEEP_KINDS or len(t.levels) == self.config.level_count)
             and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
 
