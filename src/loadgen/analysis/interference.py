@@ -53,10 +53,13 @@ class Interference:
 
 
 def _pair(alone_ms: float, together_ms: float) -> tuple[str, str]:
-    """Both p50s in one unit, so the two read side by side: seconds when either is 1 s or more."""
-    if max(alone_ms, together_ms) >= 1000:
-        return f"{alone_ms / 1000:.1f} s", f"{together_ms / 1000:.1f} s"
-    return f"{alone_ms:.0f} ms", f"{together_ms:.0f} ms"
+    """Both p50s in one unit, so the two read side by side: seconds when either is 1 s or more,
+    except a p50 under 0.1 s, which stays in ms (it would read "0.0 s")."""
+    seconds = max(alone_ms, together_ms) >= 1000
+
+    def one(ms: float) -> str:
+        return f"{ms / 1000:.1f} s" if seconds and ms >= 100 else f"{ms:.0f} ms"
+    return one(alone_ms), one(together_ms)
 
 
 def _tokens(n: float) -> str:

@@ -11,6 +11,7 @@ import click
 
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
+from ..core.rundoc import RunDocument
 from ..output.grid_table import print_grid
 from ..output.tables import print_run
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
@@ -49,8 +50,10 @@ def analyze(results_dir, knee_gain, knee_latency, output_format) -> None:
     config = doc.get("config", {})
     gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
     latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)
+    typed = RunDocument.of(doc).config
+    ladder = typed is None or not typed.classes  # request classes side by side are no ladder: no verdict
     for t in doc["targets"]:
-        if t.get("levels"):
+        if t.get("levels") and ladder:
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
                                           [s for s in samples if s.target == t["label"]], gain, latency,
                                           open_loop(doc))

@@ -18,7 +18,6 @@ from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import RunDocument
 from ..core.request_class import RequestClass, check_classes
 from ..core.workload import LengthSpec, Workload
 from ..output.progress import ProgressObserver
@@ -367,9 +366,6 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     except OSError as exc:
         err.print(f"warning: could not write the histograms ({exc})", style="yellow")
     print_run(doc, console, err, output_format, live=True)
-    for target in RunDocument.of(doc).targets:  # a run of classes: how each fared beside the others
-        for verdict in target.interference or []:
-            err.print(f"{target.label}: {verdict.line}", highlight=False)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal

@@ -265,7 +265,11 @@ def _who(label: str, lv: Level) -> str:
 
 
 def verdict_lines(doc: Doc) -> list[str]:
-    return [line for t in RunDocument.of(doc).targets if t.verdict for line in t.verdict.verdict]
+    """Each target's saturation verdict; in a run of request classes, how each class fared beside
+    the others (analysis/interference.py)."""
+    targets = RunDocument.of(doc).targets
+    return [line for t in targets if t.verdict for line in t.verdict.verdict] + [
+        f"{t.label}: {v.line}" for t in targets for v in t.interference or []]
 
 
 def overhead_lines(doc: Doc) -> list[str]:
