@@ -24,6 +24,7 @@ from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
+from ..run.classes import run_classes
 from ..run.config import (
     DEFAULT_PROMPT,
     SweepConfig,
@@ -40,7 +41,6 @@ from ..run.schedule import ARRIVALS
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
 from ..run.stop_at_knee import stop_at_knee as knee_plan
-from ..run.classes import run_classes
 from ..run.sweep import run_sweep
 from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options

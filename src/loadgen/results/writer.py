@@ -38,9 +38,9 @@ from ..core.columnar import PARQUET_FILE
 from ..core.environment import thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord
+from ..core.recordsink import RecordSink
 from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import LevelSummary
-from ..core.recordsink import RecordSink
 from ..run.config import SoakSettings
 from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
