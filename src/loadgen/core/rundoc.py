@@ -323,6 +323,14 @@ class ClassInterference(msgspec.Struct, frozen=True):
     line: str = ""
 
 
+class DatasetFit(msgspec.Struct, frozen=True):
+    """--n-predict dataset: the sampled entries, and of them those skipped on this target because
+    prompt + answer is longer than its per-slot context (run/dataset_answers.py)."""
+
+    entries: int
+    skipped: int
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -334,6 +342,7 @@ class Target(msgspec.Struct, frozen=True):
     depth: DepthSection | None = None
     soak: SoakSection | None = None
     interference: list[ClassInterference] | None = None  # a run of request classes
+    dataset: DatasetFit | None = None  # a dataset-answers run
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""

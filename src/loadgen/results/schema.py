@@ -29,6 +29,9 @@ Version history (SCHEMA_VERSION):
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
        "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       Added since, without a bump (docs/workloads.md): config "classes", per level "request_class"
+       and "phase", per target "interference" (a run of request classes); per record
+       "request_class"; per target "dataset" (entries and skipped, --n-predict dataset).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

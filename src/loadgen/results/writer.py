@@ -86,6 +86,8 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             "read_clock": t.read_clock,
             "levels": levels,
         }
+        if t.dataset_fit is not None:  # --n-predict dataset: entries beyond the slot's context, skipped
+            target["dataset"] = {"entries": t.dataset_fit[0], "skipped": t.dataset_fit[1]}
         if config.classes:  # classes side by side, not a ladder: how each fared beside the others instead
             target["verdict"] = None
             target["interference"] = [v.to_dict() for v in class_interference(t, levels)]

@@ -41,6 +41,9 @@ class TargetRun:
     model: str | None = None  # the model name sent (OpenAI APIs)
     read_clock: str | None = None  # what its reads' times are: "kernel" or "loop" (see client.transport)
     steps: list[Step] = field(default_factory=list)  # prefill and depth only
+    # --n-predict dataset: (entries, of them skipped as longer than this target's per-slot context);
+    # None: not a dataset-answers run (run/dataset_answers.py).
+    dataset_fit: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
