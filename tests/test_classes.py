@@ -158,3 +158,11 @@ def test_two_classes_on_one_slot_the_chat_waits_behind_the_agents_prefills(loadg
     code, stdout, err = loadgen("analyze", out)
     assert code == 0, err
     assert chat.line in stdout and "chat together" in stdout and "from c=1" not in stdout + err
+
+
+def test_a_class_prompt_too_short_for_the_salt_names_the_class(loadgen, tmp_path):
+    scenario, out = tmp_path / "classes.toml", tmp_path / "run"
+    scenario.write_text(SCENARIO.replace("prompt_tokens = 64", "prompt_tokens = 2"))
+    with SimThread(slots=1) as sim:
+        code, _, err = loadgen("run", scenario, "--set", f"url={sim.url}", "--set", f"output={out}")
+    assert code == 1 and "class chat: prompt_tokens draws 2:" in err, err

@@ -46,7 +46,8 @@ async def _class_loads(run: Run, t: TargetRun, obs: RunObserver) -> list[ClassLo
     loads = []
     for c in run.config.classes:
         shapes = c.workload.draw()
-        shaped = await workload_generation(replace(run.config, workload=c.workload), t, obs, shapes)
+        shaped = await workload_generation(replace(run.config, workload=c.workload), t, obs, shapes,
+                                           f"class {c.name}: prompt_tokens")
         if shaped is None:
             return None
         generation, options = shaped
