@@ -142,7 +142,7 @@ class RequestClassType(click.ParamType):
             if isinstance(value, str):
                 return parse_class(parse_class_flag(value), "--class")
             if isinstance(value, dict):
-                return parse_class(value, "[[class]]")
+                return parse_class(value)
         except ConfigError as exc:
             self.fail(str(exc), param, ctx)
         self.fail(f"expected a [[class]] table or name=...,n_predict=..., got {value!r}", param, ctx)

@@ -67,17 +67,19 @@ def _int(value: Any, key: str, where: str, least: int) -> int:
     return value
 
 
-def parse_class(table: Mapping[str, Any], where: str = "class", base: Path | None = None) -> RequestClass:
+def parse_class(table: Mapping[str, Any], where: str = "", base: Path | None = None) -> RequestClass:
     """One class from its table (TOML values, or the text values of a --class flag); ConfigError
-    names `where`, the class and the key. A `file:` length is read relative to `base`."""
+    names `where` (a scenario file's own place is added by its reader), the class and the key. A
+    `file:` length is read relative to `base`."""
+    at = f"{where}: " if where else ""
     unknown = [k for k in table if k not in KEYS]
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a class takes {', '.join(KEYS)}")
+        raise ConfigError(f"{at}unknown key {unknown[0]!r}; a class takes {', '.join(KEYS)}")
     name = table.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ConfigError(f"{where}: name: give each class a short name of letters, digits, '-', '_' or '.', "
+        raise ConfigError(f"{at}name: give each class a short name of letters, digits, '-', '_' or '.', "
                           f"got {name!r}")
-    where = f"{where} ({name})"
+    where = f"{where} {name}".strip()
     if "n_predict" not in table:
         raise ConfigError(f"{where}: n_predict: missing; give its answer length, e.g. n_predict = 32")
     prompt: LengthSpec | None = None
