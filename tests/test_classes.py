@@ -166,3 +166,19 @@ def test_a_class_prompt_too_short_for_the_salt_names_the_class(loadgen, tmp_path
     with SimThread(slots=1) as sim:
         code, _, err = loadgen("run", scenario, "--set", f"url={sim.url}", "--set", f"output={out}")
     assert code == 1 and "class chat: prompt_tokens draws 2:" in err, err
+
+
+def test_compare_refuses_a_run_of_classes_beside_a_run_without_them_or_with_others():
+    from loadgen.analysis.compare import CompareError, check_comparable
+
+    def doc(classes):
+        config = {"api": "completion", "mode": "concurrency", "n_predict": 96,
+                  **({"classes": classes} if classes is not None else {})}
+        return {"kind": "sweep", "complete": True, "config": config,
+                "targets": [{"label": "a", "levels": [{"level": 1}]}]}
+
+    chat = parse_class({"name": "chat", "prompt_tokens": 64, "n_predict": 16}).to_dict()
+    agent = parse_class({"name": "agent", "prompt_tokens": 1500, "n_predict": 16}).to_dict()
+    for base, cand in (([chat, agent], None), (None, [chat, agent]), ([chat, agent], [chat])):
+        with pytest.raises(CompareError, match="classes"):
+            check_comparable(doc(base), doc(cand))
