@@ -41,7 +41,7 @@ from ..core.rundoc import is_open_loop
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
-CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache")
+CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache", "classes")
 SWEEP_KINDS = ("sweep", "demo")  # `loadgen demo` writes a sweep of simulated servers
 
 

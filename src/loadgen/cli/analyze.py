@@ -67,8 +67,10 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
     config = doc.get("config", {})
     gain = knee_gain if knee_gain is not None else config.get("knee_gain", 0.10)
     latency = knee_latency if knee_latency is not None else config.get("knee_latency", 0.50)
+    typed = RunDocument.of(doc).config
+    ladder = typed is None or not typed.classes  # request classes side by side are no ladder: no verdict
     for t in doc["targets"]:
-        if t.get("levels"):
+        if t.get("levels") and ladder:
             t["verdict"] = target_verdict(t, [r for r in records if r.target == t["label"]],
                                           [s for s in samples if s.target == t["label"]], gain, latency,
                                           open_loop(doc))

@@ -247,6 +247,10 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     # The machine's samples during the level as stored (core.environment.samples_from reads them,
     # skipping unreadable ones); absent without --environment.
     environment: Any = None
+    # A run of request classes: the class the level sent and its phase ("alone" or "together");
+    # absent from other runs.
+    request_class: str | None = None
+    phase: str | None = None
 
 
 class LevelVerdict(msgspec.Struct, frozen=True):
@@ -364,6 +368,43 @@ class Server(msgspec.Struct, frozen=True):
     speculative: bool | None = None
 
 
+class ClassSpec(msgspec.Struct, frozen=True):
+    """A request class as run.json's config "classes" holds it (core/request_class.py `to_dict`)."""
+
+    name: str
+    n_predict: str
+    prompt_tokens: str | None = None
+    seed: int = 0
+    shapes: int = 0
+    concurrency: int = 1
+    rate: float | None = None
+    requests: int = 0
+    slo: str | None = None
+
+
+class ClassInterference(msgspec.Struct, frozen=True):
+    """How one class fared beside the others (analysis/interference.py `Interference`): the
+    figure compared (TTFT, else latency), its p50 alone and together, ms; the class whose work held
+    the slots and what of it (prefills or answers); the one line."""
+
+    request_class: str
+    metric: str
+    alone_p50_ms: float | None = None
+    together_p50_ms: float | None = None
+    slowdown: float | None = None
+    held_by: str | None = None
+    held_with: str | None = None
+    line: str = ""
+
+
+class DatasetFit(msgspec.Struct, frozen=True):
+    """--n-predict dataset: the sampled entries, and of them those skipped on this target because
+    prompt + answer is longer than its per-slot context (run/dataset_answers.py)."""
+
+    entries: int
+    skipped: int
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -374,6 +415,8 @@ class Target(msgspec.Struct, frozen=True):
     prefill: PrefillSection | None = None
     depth: DepthSection | None = None
     soak: SoakSection | None = None
+    interference: list[ClassInterference] | None = None  # a run of request classes
+    dataset: DatasetFit | None = None  # a dataset-answers run
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""
@@ -392,6 +435,7 @@ class Config(msgspec.Struct, frozen=True):
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+    classes: list[ClassSpec] | None = None  # a run of request classes (core/request_class.py)
 
 
 class RunDocument(msgspec.Struct, frozen=True):

@@ -87,7 +87,7 @@ def sweep_table(doc: Doc) -> Grid:
             lv = by_target[t.label]
             if lv is None:
                 continue
-            row: list[Cell] = [Num(c, None) if first else "", t.label,
+            row: list[Cell] = [Num(c, None) if first else "", _who(t.label, lv),
                                *([Num(lv.achieved_rate, 2)] if open_loop else []), _okf(lv.requests_ok, lv.requests_failed),
                                Num(lv.throughput_tok_s, 2)]
             if caption:
@@ -320,16 +320,26 @@ def latency_table(doc: Doc) -> Grid | None:
                                         *[Column(title) for title, _, _ in columns]])
     last = None
     for t, lv in rows:
-        grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
+        who = _who(t.label, lv)
+        grid.add_row(who if who != last else "", Num(lv.level, None),
                      *[Num(_chosen(lv, m, stat) if chosen and m in metric_defs.PERCENTILE_METRICS else _dist(lv, m, stat),
                            m.table_digits)
                        for _, m, stat in columns])
-        last = t.label
+        last = who
     return grid
 
 
+def _who(label: str, lv: Level) -> str:
+    """A row's target; in a run of request classes, with the level's class and phase ("sim chat alone")."""
+    return label if lv.request_class is None else f"{label} {lv.request_class} {lv.phase}"
+
+
 def verdict_lines(doc: Doc) -> list[str]:
-    return [line for t in RunDocument.of(doc).targets if t.verdict for line in t.verdict.verdict]
+    """Each target's saturation verdict; in a run of request classes, how each class fared beside
+    the others (analysis/interference.py)."""
+    targets = RunDocument.of(doc).targets
+    return [line for t in targets if t.verdict for line in t.verdict.verdict] + [
+        f"{t.label}: {v.line}" for t in targets for v in t.interference or []]
 
 
 def overhead_lines(doc: Doc) -> list[str]:
