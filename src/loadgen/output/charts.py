@@ -9,7 +9,7 @@ with `metrics` (latency per request, HdrHistogram percentiles).
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
-from .report_model import level_extras, percentile_curve
+from .report_model import attainment_points, has_slo, level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -330,6 +330,41 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def slo_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, the attainment (% of judged requests meeting every latency target) of each series
+    judged against an SLO, and the required attainment (--attainment) as a dashed line."""
+    fig, (ax,) = _figure(4.0)
+    required: set[float] = set()
+    for i, s in enumerate(series):
+        xs, ys, needed = attainment_points(s)
+        if xs:
+            ax.plot(xs, [np.nan if y is None else y for y in ys], marker="o", color=colour(i), label=s.label)
+        if needed is not None:
+            required.add(needed)
+    for needed in sorted(required):
+        ax.axhline(needed, color="grey", linestyle="--", linewidth=1, label=f"--attainment {needed:g}%")
+    _concurrency_axis(ax, series)
+    ax.set_ylabel("% of requests meeting every target")
+    ax.set_ylim(0, 105)
+    ax.set_title("SLO attainment per level")
+    if ax.lines:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no level judged against an SLO")
+    return fig
+
+
+def sweep_charts(series: Sequence[TargetSeries]) -> dict[str, Callable[[Sequence[TargetSeries]], Figure]]:
+    """A sweep's charts: the attainment chart when a level was judged against an SLO, the
+    speculation chart when a level drafted or reasoned."""
+    charts: dict[str, Callable[[Sequence[TargetSeries]], Figure]] = dict(CHARTS)
+    if has_slo(series):
+        charts["slo"] = slo_figure
+    if any(level_extras(series)):
+        charts["speculation"] = speculation_figure
+    return charts
+
+
 CHARTS = {
     "throughput": throughput_figure,
     "latency": latency_figure,
@@ -351,7 +386,6 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, bytes]:
-    """Every chart (a soak's with `soak`; a sweep's speculation chart when a level drafted or reasoned)
-    as PNG bytes, keyed by report section id."""
-    charts = SOAK_CHARTS if soak else CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+    """Every chart (a soak's with `soak`; a sweep's `sweep_charts`) as PNG bytes, keyed by report section id."""
+    charts = SOAK_CHARTS if soak else sweep_charts(series)
     return {name: png_bytes(draw(series)) for name, draw in charts.items()}

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..analysis import metrics
 from ..analysis.metric_defs import LATENCY, TTFT
+from ..analysis.slo import SloLevel
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import Distribution, Level, RunDocument, RunKind, SoakSection, Target, Verdict
 
@@ -175,6 +177,25 @@ def level_extras(series: Sequence[TargetSeries]) -> tuple[bool, bool]:
     speculates = any(s.target.server is not None and s.target.server.speculative for s in series)
     return (any(lv.draft_n is not None for lv in levels) or speculates,
             any(lv.reasoning_tokens is not None for lv in levels))
+
+
+def level_slo(level: Level) -> SloLevel | None:
+    """The level judged against the run's latency targets (run.json's "slo"), None without --slo."""
+    return msgspec.convert(level.slo, SloLevel) if level.slo else None
+
+
+def has_slo(series: Sequence[TargetSeries]) -> bool:
+    """Whether any level was judged against latency targets (--slo): the report then shows attainment
+    and goodput, and the attainment chart; a report of runs without --slo shows neither."""
+    return any(lv.slo for s in series for lv in s.levels)
+
+
+def attainment_points(s: TargetSeries) -> tuple[list[int | float], list[float | None], float | None]:
+    """(levels, attainment in % or None where nothing was judged, the required attainment in % or
+    None) of one series' judged levels, for the attainment chart."""
+    judged = [(lv.level, j) for lv in s.levels if (j := level_slo(lv)) is not None]
+    return ([level for level, _ in judged], [None if j.attainment is None else 100 * j.attainment for _, j in judged],
+            100 * judged[0][1].required if judged else None)
 
 
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
