@@ -210,8 +210,8 @@ def test_a_port_in_use_is_a_config_error():
 
 
 @pytest.mark.parametrize("command", [
-    ("sweep", "--concurrency", "1,3", "--requests", "6", "--stream", "--warmup", "0"),
-    ("soak", "--concurrency", "2", "--duration", "2s", "--warmup", "0", "--probe-interval", "0.1"),
+    ("sweep", "--concurrency", "1,3", "--requests", "6", "--stream", "--warmup", "0", "--slo", "ttft=30s,e2e=60s"),
+    ("soak", "--concurrency", "2", "--duration", "2s", "--warmup", "0", "--probe-interval", "0.1", "--slo", "e2e=60s"),
 ])
 def test_a_run_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(command, monkeypatch, capsys, tmp_path):
     run = in_process_cli(monkeypatch, capsys)
@@ -247,6 +247,9 @@ def test_a_run_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(co
         assert last[_key("loadgen_requests_completed_total", target="sim", level=level)] == lv["requests_ok"]
         assert last[_key("loadgen_output_tokens_total", target="sim", level=level)] == lv["output_tokens"]
         assert last[_key("loadgen_requests_sent_total", target="sim", level=level)] == lv["requests_ok"]
+        # --slo: the live judgement is run.json's (a simulator is well within a minute: all good)
+        assert last[_key("loadgen_requests_good_total", target="sim", level=level)] == lv["slo"]["good"] == lv["requests_ok"]
+        assert last[_key("loadgen_slo_attainment_ratio", target="sim", level=level)] == lv["slo"]["attainment"] == 1.0
     assert last[_key("loadgen_slots_total", target="sim")] == 2
 
 
