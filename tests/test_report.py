@@ -566,3 +566,39 @@ def test_attainment_and_goodput_per_level_only_when_the_run_has_an_slo(tmp_path,
     figure = interactive.slo_figure(series)
     assert [list(t.y) for t in figure.data] == ([] if points is None else [points])
     assert [s["y0"] for s in figure.layout.shapes] == ([] if points is None else [90.0])
+
+
+def test_a_soak_judged_against_an_slo_draws_attainment_per_window(soak_run, tmp_path):
+    """The soak's run.json given --slo figures by hand: window attainments 100%, 50%, none judged,
+    75%; required 90%. Expected: the chart between latency and the probe, its points those shares."""
+    copy = tmp_path / "soak"
+    shutil.copytree(soak_run, copy)
+    doc = json.loads((copy / "run.json").read_text())
+    soak = doc["targets"][0]["soak"]
+    shares = [1.0, 0.5, None, 0.75]
+    soak["windows"] = [dict(w, judged=0 if a is None else 4, good=0 if a is None else round(4 * a), attainment=a,
+                            goodput_req_s=0.0, goodput_tok_s=0.0)
+                       for w, a in zip(soak["windows"] * 4, shares)]
+    soak["slo"] = {"required": 0.9, "judged": 12, "good": 9, "attainment": 0.75, "passed": False,
+                   "goodput_req_s": 3.0, "goodput_tok_s": 24.0, "first_attainment": 1.0, "last_attainment": 0.75,
+                   "attainment_change": -0.25, "falling_p": 0.5, "falling": False}
+    (copy / "run.json").write_text(json.dumps(doc))
+    out = tmp_path / "judged.html"
+    result = report(str(copy), "--output", str(out), "--static")
+    assert result.exit_code == 0, result.output
+    page = parse(out.read_text(encoding="utf-8"))
+    assert page.sections == ["throughput-over-time", "latency-over-time", "attainment-over-time", "probe", "soak"]
+    assert out.with_name("judged-attainment-over-time.png").is_file()
+    text = " ".join(page.text)
+    assert "75% ✗" in text and "100% → 75% (within noise)" in text  # the soak table's SLO cells
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    from loadgen.output import interactive
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_run
+
+    series = build_series([{"name": "soak", "run": load_run(copy), "records": [], "probe": []}])
+    figure = interactive.soak_attainment_figure(series)
+    assert [list(t.y) for t in figure.data] == [[100.0, 50.0, None, 75.0]]
+    assert [s["y0"] for s in figure.layout.shapes] == [90.0]
+    plain = build_series([{"name": "soak", "run": load_run(soak_run), "records": [], "probe": []}])
+    assert "attainment-over-time" not in interactive.charts_for(plain, soak=True)

@@ -26,7 +26,7 @@ from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, text_of
-from .report_model import INCOMPLETE, TargetSeries, has_slo, level_extras, level_slo
+from .report_model import INCOMPLETE, TargetSeries, has_slo, has_soak_slo, level_extras, level_slo
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -58,6 +58,12 @@ SOAK_SECTIONS = [
 ]
 
 
+SOAK_SLO_SECTION = (
+    "attainment-over-time", "SLO attainment over time",
+    "The share of each window's judged requests that met every latency target (--slo), by completion "
+    "time, against the share required (--attainment, dashed); the soak table says whether it fell.")
+
+
 def is_soak(series: Sequence[TargetSeries]) -> bool:
     """Whether the report is of soak runs (`loadgen report` does not mix them with sweeps)."""
     return bool(series) and all(s.kind is RunKind.SOAK for s in series)
@@ -77,7 +83,7 @@ def sections(series: Sequence[TargetSeries]) -> list[tuple[str, str, str]]:
     """The report's sections: a soak's, or a sweep's with the attainment chart when a level was judged
     against latency targets and the speculation chart when a level drafted or reasoned."""
     if is_soak(series):
-        return SOAK_SECTIONS
+        return SOAK_SECTIONS[:2] + [SOAK_SLO_SECTION] * has_soak_slo(series) + SOAK_SECTIONS[2:]
     return (SECTIONS[:-1] + [SLO_SECTION] * has_slo(series) + [SPECULATION_SECTION] * any(level_extras(series))
             + SECTIONS[-1:])
 

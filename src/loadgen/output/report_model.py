@@ -93,7 +93,9 @@ class TargetSeries:
             latency_ms=[metrics.distribution_ms(v) for v in latency], ttft_ms=[metrics.distribution_ms(v) for v in ttft],
             window_s=(soak.window_s or 0.0) if soak else 0.0, drift_windows=(soak.drift_windows or 0) if soak else 0,
             first_throughput_tok_s=soak.first_throughput_tok_s if soak else None,
-            last_throughput_tok_s=soak.last_throughput_tok_s if soak else None)
+            last_throughput_tok_s=soak.last_throughput_tok_s if soak else None,
+            attainment=[w.attainment for w in windows],
+            required_attainment=soak.slo.required if soak is not None and soak.slo is not None else None)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,9 @@ class SoakTimeline:
     drift_windows: int = 0  # k: the first and last k full windows compared for drift
     first_throughput_tok_s: float | None = None
     last_throughput_tok_s: float | None = None
+    # --slo: each window's good / judged requests (None: nothing judged, or no SLO), and the share required
+    attainment: list[float | None] = field(default_factory=list)
+    required_attainment: float | None = None
 
     @property
     def middle_s(self) -> list[float]:
@@ -196,6 +201,11 @@ def attainment_points(s: TargetSeries) -> tuple[list[int | float], list[float | 
     judged = [(lv.level, j) for lv in s.levels if (j := level_slo(lv)) is not None]
     return ([level for level, _ in judged], [None if j.attainment is None else 100 * j.attainment for _, j in judged],
             100 * judged[0][1].required if judged else None)
+
+
+def has_soak_slo(series: Sequence[TargetSeries]) -> bool:
+    """Whether any soak was judged against latency targets: its report then draws attainment per window."""
+    return any(s.soak is not None and s.soak.slo is not None for s in series)
 
 
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:
