@@ -126,3 +126,26 @@ def test_soak_attainment_and_goodput_per_window_and_overall():
     assert d["slo"]["attainment_change"] == pytest.approx(-0.5) and d["slo"]["falling"] is True
     plain = summarize_soak(rs, 0, 100 * S, window_s=10).to_dict()
     assert "slo" not in plain and "attainment" not in plain["windows"][0]
+
+
+# (the soak's slo figures, the warning expected): written before running.
+SOAK_WARNINGS = [
+    (None, []),
+    ({"falling": False, "first_attainment": 1.0, "last_attainment": 0.95, "falling_p": 0.3}, []),
+    ({"falling": None, "first_attainment": None, "last_attainment": 0.5, "falling_p": None}, []),
+    ({"falling": True, "first_attainment": 1.0, "last_attainment": 0.5, "falling_p": 0.016},
+     ["t: SLO attainment fell from 100% to 50% between the first and last 1 window(s), more than noise, "
+      "Fisher p=0.016"]),
+]
+
+
+@pytest.mark.parametrize("slo, lines", SOAK_WARNINGS)
+def test_a_soak_whose_attainment_falls_is_warned_about(slo, lines):
+    from loadgen.output.tables import run_lines
+
+    soak = {"duration_s": 100.0, "requests_ok": 10, "requests_failed": 0, "throughput_tok_s": 1.0,
+            "error_free_s": 100.0, "longest_error_free_s": 100.0, "drift_windows": 1}
+    if slo is not None:
+        soak["slo"] = {"required": 0.9, "judged": 10, "good": 9, **slo}
+    doc = {"kind": "soak", "targets": [{"label": "t", "soak": soak}]}
+    assert [w for w in run_lines(doc)["warnings"] if "attainment" in w] == lines

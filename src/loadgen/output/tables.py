@@ -487,6 +487,21 @@ def soak_table(doc: Doc) -> Grid:
 _FALLING = {True: "falling", False: "within noise", None: "too few to test"}
 
 
+def soak_attainment_lines(doc: Doc) -> list[str]:
+    """A warning per soak whose SLO attainment fell beyond noise between its first and last windows
+    (analysis/soak.py `attainment_falling`)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        slo = t.soak.slo if t.soak is not None else None
+        if slo is None or not slo.falling or slo.first_attainment is None or slo.last_attainment is None:
+            continue
+        k = t.soak.drift_windows if t.soak is not None else None
+        p = "" if slo.falling_p is None else f", Fisher p={slo.falling_p:.2g}"
+        out.append(f"{t.label}: SLO attainment fell from {slo.first_attainment:.0%} to {slo.last_attainment:.0%} "
+                   f"between the first and last {k or ''} window(s), more than noise{p}")
+    return out
+
+
 def _soak_slo_cells(slo: SoakAttainment | None) -> list[Any]:
     """A soak's attainment ("✗" below --attainment), goodput, and its first → last attainment with
     whether it is falling (analysis/soak.py `attainment_falling`)."""
@@ -522,7 +537,8 @@ def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
     return {"notes": notes, "verdicts": verdict_lines(doc),
-            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
+            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
+            + soak_attainment_lines(doc),
             "errors": error_lines(doc, told)}
 
 
