@@ -191,7 +191,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if records_format == "parquet":
         columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
-                              _console(stderr=True)) as live:
+                              _console(stderr=True), config.slo) as live:
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)

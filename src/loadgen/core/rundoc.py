@@ -339,6 +339,30 @@ class SoakWindow(msgspec.Struct, frozen=True):
     errors_by_kind: dict[str, int] = {}
     output_tokens: int = 0
     throughput_tok_s: float = 0.0
+    # --slo (absent without): requests judged, the good ones, good / judged, good per second
+    judged: int | None = None
+    good: int | None = None
+    attainment: float | None = None
+    goodput_req_s: float | None = None
+    goodput_tok_s: float | None = None
+
+
+class SoakAttainment(msgspec.Struct, frozen=True):
+    """A soak judged against --slo (analysis/soak.py `SoakAttainment`): overall, and the attainment
+    of the first and last k full windows with the test of its fall."""
+
+    required: float
+    judged: int
+    good: int
+    attainment: float | None = None
+    passed: bool = False
+    goodput_req_s: float = 0.0
+    goodput_tok_s: float = 0.0
+    first_attainment: float | None = None
+    last_attainment: float | None = None
+    attainment_change: float | None = None
+    falling_p: float | None = None
+    falling: bool | None = None
 
 
 class SoakSection(msgspec.Struct, frozen=True):
@@ -357,6 +381,7 @@ class SoakSection(msgspec.Struct, frozen=True):
     drift_windows: int | None = None  # k: the first and last k full windows are compared
     window_s: float | None = None
     windows: list[SoakWindow] = []
+    slo: SoakAttainment | None = None  # --slo
 
 
 class Server(msgspec.Struct, frozen=True):

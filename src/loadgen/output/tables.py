@@ -13,7 +13,17 @@ from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
 from ..analysis.speculation import level_acceptance_text
 from ..core.records import level_name, level_short
-from ..core.rundoc import KILLED_DURING_LEVEL, Distribution, Level, LevelVerdict, MeanSd, RunDocument, RunKind, Target
+from ..core.rundoc import (
+    KILLED_DURING_LEVEL,
+    Distribution,
+    Level,
+    LevelVerdict,
+    MeanSd,
+    RunDocument,
+    RunKind,
+    SoakAttainment,
+    Target,
+)
 from ..run.labels import about
 from .cache import cache_table
 from .environment import energy_lines, environment_change_lines
@@ -458,12 +468,16 @@ _DRIFT = {True: "more than noise", False: "within noise", None: "too few windows
 
 
 def soak_table(doc: Doc) -> Grid:
-    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift."""
+    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift;
+    with --slo also the attainment and goodput over the soak, and the attainment's drift."""
     doc = RunDocument.of(doc)
+    judged = any(t.soak is not None and t.soak.slo is not None for t in doc.targets)
+    slo_columns = [Column("attain\n(--slo)"), Column("goodput\nreq/s"), Column("first → last\nattain")]
     grid = Grid(_title("soak", doc), [
         Column("target", "left", key=True), Column("duration"), Column("ok/failed"),
         Column("offered\nreq/s"), Column("tok/s"), Column("error-free"), Column("longest\nerror-free"),
-        Column("first → last\nwindow tok/s"), Column("drift"), Column("errors", "left", wrap=True)])
+        Column("first → last\nwindow tok/s"), Column("drift"), *slo_columns * judged,
+        Column("errors", "left", wrap=True)])
     for t in doc.targets:
         s = t.soak
         if not s:
@@ -475,8 +489,39 @@ def soak_table(doc: Doc) -> Grid:
                      Num(s.offered_req_s, 2), Num(s.throughput_tok_s, 2),  # offered: None in older files
                      f"{_hours(s.error_free_s)} of {_hours(s.duration_s)}", _hours(s.longest_error_free_s),
                      "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift,
+                     *(_soak_slo_cells(s.slo) if judged else []),
                      Text(errors, style="red" if s.requests_failed else ""))
     return grid
+
+
+_FALLING = {True: "falling", False: "within noise", None: "too few to test"}
+
+
+def soak_attainment_lines(doc: Doc) -> list[str]:
+    """A warning per soak whose SLO attainment fell beyond noise between its first and last windows
+    (analysis/soak.py `attainment_falling`)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        slo = t.soak.slo if t.soak is not None else None
+        if slo is None or not slo.falling or slo.first_attainment is None or slo.last_attainment is None:
+            continue
+        k = t.soak.drift_windows if t.soak is not None else None
+        p = "" if slo.falling_p is None else f", Fisher p={slo.falling_p:.2g}"
+        out.append(f"{t.label}: SLO attainment fell from {slo.first_attainment:.0%} to {slo.last_attainment:.0%} "
+                   f"between the first and last {k or ''} window(s), more than noise{p}")
+    return out
+
+
+def _soak_slo_cells(slo: SoakAttainment | None) -> list[Any]:
+    """A soak's attainment ("✗" below --attainment), goodput, and its first → last attainment with
+    whether it is falling (analysis/soak.py `attainment_falling`)."""
+    if slo is None:
+        return ["–", "–", "–"]
+    attained = "–" if slo.attainment is None else f"{slo.attainment:.0%}{'' if slo.passed else ' ✗'}"
+    first, last = slo.first_attainment, slo.last_attainment
+    drift = ("n/a" if first is None or last is None
+             else Text(f"{first:.0%} → {last:.0%} ({_FALLING[slo.falling]})", style="red" if slo.falling else ""))
+    return [Text(attained, style="" if slo.passed else "red"), Num(slo.goodput_req_s, 2), drift]
 
 
 def run_grids(doc: Doc) -> list[Grid]:
@@ -502,7 +547,8 @@ def run_lines(doc: Doc, told: bool = False) -> dict[str, list[str]]:
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
     return {"notes": notes, "verdicts": verdict_lines(doc),
-            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
+            "warnings": killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
+            + soak_attainment_lines(doc),
             "errors": error_lines(doc, told)}
 
 

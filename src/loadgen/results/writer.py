@@ -334,7 +334,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                 end = lv.end_ns if lv.finished else now_ns()
                 target["soak"] = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
                                   summarize_soak(list(lv.records), lv.start_ns, end,
-                                                 window_seconds(run.settings.duration_s))).to_dict()
+                                                 window_seconds(run.settings.duration_s), run.config.slo)).to_dict()
             else:
                 target["soak"] = None
         else:
