@@ -54,6 +54,7 @@ SCHEMA = "loadgen.run"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 RUN_FILE = "run.json"
+CAPACITY_FILE = "capacity.json"  # `loadgen capacity`'s answer, beside its run.json
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
 
