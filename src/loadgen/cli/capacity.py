@@ -49,6 +49,7 @@ from .shared import console as _console
 from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files
 
+
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:
     """--budget: a request count ("400") or a time ("90s", "10m", "1h") -> (requests, seconds)."""
     if text is None:
