@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from loadgen.analysis.grid_capacity import BEST, TIE, UNTESTED, best_cell, cell_capacity
@@ -95,24 +96,23 @@ def test_capacity_without_slo_is_refused_in_one_line(loadgen, tmp_path, args):
 @pytest.mark.real
 @pytest.mark.timeout(600)
 def test_real_grid_names_a_best_cell_or_a_tie_consistent_with_its_repeats(tmp_path):
-    """The test bed over --parallel 1,2 with two repeats: queue wait within 150 ms for 90% of requests
-    (with one slot a second user waits a whole 64-token answer; with two, a third does). The verdict
-    is the best cell or a tie, and it is the one its repeats' answers give."""
+    """The test bed over --parallel 1,2 with two repeats: queue wait within 200 ms for 90% of requests
+    (with one slot a second user waits a whole 32-token answer; with two, a third does; on a machine
+    busy with other work the HTTP overhead alone can pass 200 ms, and the answers then differ between
+    repeats). The verdict is the best cell or a tie, and it is the one its repeats' answers give."""
     from servers import testbed_paths
 
     server, model = testbed_paths()
     out = tmp_path / "grid"
     proc = grid("--server", f"{server} -m {model} -c 2048 --parallel {{parallel}} -t 1 --metrics",
-                "--param", "parallel=1,2", "--repeat", "2", "--measure", "capacity", "--slo", "queue=150ms",
-                "--n-predict", "64", "--warmup", "1", "--max-concurrency", "4", "--noise", "0",
+                "--param", "parallel=1,2", "--repeat", "2", "--measure", "capacity", "--slo", "queue=200ms",
+                "--n-predict", "32", "--requests", "6", "--warmup", "1", "--max-concurrency", "3", "--noise", "0",
                 "--wait-ready", "120", "--output", str(out), timeout=580)
     print(proc.stdout, proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr
     cells = _doc(out)["cells"]
     assert not any(pid_alive(p) for p in grid_pids(out))
-    answers = {c["name"]: [CapacityEntry(**{k: v for k, v in r["capacity"].items()
-                                            if k in CapacityEntry.__struct_fields__}) for r in c["runs"]]
-               for c in cells}
+    answers = {c["name"]: [msgspec.convert(r["capacity"], CapacityEntry) for r in c["runs"]] for c in cells}
     assert all(len(a) == 2 for a in answers.values())
     verdict = best_cell([cell_capacity(name, a) for name, a in answers.items()])
     assert verdict.kind in (BEST, TIE) and verdict.kind != UNTESTED
