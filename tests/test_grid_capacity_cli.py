@@ -120,3 +120,37 @@ def test_real_grid_names_a_best_cell_or_a_tie_consistent_with_its_repeats(tmp_pa
     if verdict.kind == BEST:  # its worst repeat above every repeat of the other
         other = next(n for n in answers if n != verdict.best)
         assert min(a.feasible_max or 0 for a in answers[verdict.best]) > max(a.feasible_max or 0 for a in answers[other])
+
+
+def test_a_scenario_file_with_measure_capacity(loadgen, tmp_path):
+    """`mode = "grid"`, `measure = "capacity"`: its keys (slo, max_concurrency) go to the capacity search."""
+    scenario = tmp_path / "grid.toml"
+    scenario.write_text('''mode = "grid"
+server = "llama-server -np {parallel}"
+param = ["parallel=1,2"]
+measure = "capacity"
+repeat = 2
+slo = "ttft=500ms"
+stream = true
+max_concurrency = 8
+''')
+    code, stdout, err = loadgen("run", scenario, "--check")
+    assert code == 0 and "all valid" in stdout, err
+    scenario.write_text(scenario.read_text().replace('slo = "ttft=500ms"\n', ""))
+    code, _, err = loadgen("run", scenario, "--check")
+    assert code == 2 and "--measure capacity needs --slo" in err, err
+
+
+def test_a_failed_cell_is_left_out_of_the_ranking(tmp_path):
+    """A cell whose server never starts (a bad --parallel) is recorded as failed; the other is named alone."""
+    profile = tmp_path / "capsim.toml"
+    profile.write_text(PROFILE)
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}} --profile {profile} --time-scale 1",
+                "--param", "parallel=2,two", *MEASURE, "--output", str(out))
+    assert proc.returncode == 1, proc.stderr
+    runs = [c["runs"][0] for c in _doc(out)["cells"]]
+    assert [r["status"] for r in runs] == ["ok", "failed"] and "capacity" not in runs[1]
+    assert runs[0]["capacity"]["feasible_max"] == 2
+    assert "only parallel=2 has a capacity: it serves 2 users" in proc.stdout
+    assert "parallel=two: the server exited with code 1 before it was healthy" in proc.stdout

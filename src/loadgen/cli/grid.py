@@ -108,10 +108,10 @@ def ended(what: str, code: int) -> str:
 
 def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
     """`loadgen kv`'s estimate for the cell's flags, or None and why not."""
-    flags = cache_flags(argv)
-    if flags.model is None:
-        return None, "no -m MODEL.gguf in the command"
     try:
+        flags = cache_flags(argv)  # ValueError: a flag's value that is not a number (--parallel two)
+        if flags.model is None:
+            return None, "no -m MODEL.gguf in the command"
         shape = model_shape(read_gguf(flags.model).metadata)
         est = estimate(shape, flags.n_ctx, flags.n_parallel, unified=flags.unified, type_k=flags.type_k,
                        type_v=flags.type_v, n_ubatch=flags.n_ubatch, n_batch=flags.n_batch,
@@ -296,13 +296,17 @@ def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], 
     kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
     kind = kwargs.get("kind") or "sweep"
     rest = {k: s for k, s in settings.items() if k not in own}
-    theirs = keys_of(commands[kind])
+    root = ctx.find_root().command
+    # a measurement that is no scenario mode of its own (capacity) is still a loadgen command
+    measurement = commands.get(kind) or (root.get_command(ctx, kind) if isinstance(root, click.Group) else None)
+    assert measurement is not None, f"--measure {kind} is not a loadgen command"
+    theirs = keys_of(measurement)
     unknown = next((s for k, s in rest.items() if k not in theirs), None)
     if unknown is not None:  # named for the grid: its keys and its measurement's are both allowed
         raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode 'grid' (its own keys and its "
                             f"measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
-    resolve(commands[kind], rest, ctx)
-    options = keys_of(commands[kind])
+    resolve(measurement, rest, ctx)
+    options = theirs
     kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))
     return kwargs
 
