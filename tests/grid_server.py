@@ -1,7 +1,7 @@
 """A stand-in llama-server for `loadgen grid` tests: the simulator behind llama-server's flags and boot log.
 
     python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
-                                [--reuse-port] [--bind-after FILE]
+                                [--reuse-port] [--bind-after FILE] [--profile NAME|FILE] [--time-scale X]
 
 It prints the boot-log lines loadgen reads (as llama-server does at -lv 4), refuses an unknown
 flag as llama-server does (exit 1), can exit with code 3 after N completion requests (a server that
@@ -38,6 +38,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--load-forever", action="store_true")
     p.add_argument("--reuse-port", action="store_true")
     p.add_argument("--bind-after", default=None)
+    p.add_argument("--profile", default="smoke")  # the simulator's profile (a built-in name or a .toml file)
+    p.add_argument("--time-scale", type=float, default=0.05)
     return p.parse_args(argv)
 
 
@@ -58,8 +60,9 @@ async def serve(args: argparse.Namespace) -> None:
         while not os.path.exists(args.bind_after):
             await asyncio.sleep(0.02)
     try:
-        sim = await start_simulator(load_profile("smoke"), host=args.host, port=args.port, slots=args.parallel,
-                                    time_scale=0.05, seed=args.seed, load_seconds=1e9 if args.load_forever else 0,
+        sim = await start_simulator(load_profile(args.profile), host=args.host, port=args.port,
+                                    slots=args.parallel, time_scale=args.time_scale, seed=args.seed,
+                                    load_seconds=1e9 if args.load_forever else 0,
                                     reuse_port=args.reuse_port)
     except OSError:
         print(f"couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}", flush=True)

@@ -210,8 +210,8 @@ def test_a_port_in_use_is_a_config_error():
 
 
 @pytest.mark.parametrize("command", [
-    ("sweep", "--concurrency", "1,3", "--requests", "6", "--stream", "--warmup", "0"),
-    ("soak", "--concurrency", "2", "--duration", "2s", "--warmup", "0", "--probe-interval", "0.1"),
+    ("sweep", "--concurrency", "1,3", "--requests", "6", "--stream", "--warmup", "0", "--slo", "ttft=30s,e2e=60s"),
+    ("soak", "--concurrency", "2", "--duration", "2s", "--warmup", "0", "--probe-interval", "0.1", "--slo", "e2e=60s"),
 ])
 def test_a_run_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(command, monkeypatch, capsys, tmp_path):
     run = in_process_cli(monkeypatch, capsys)
@@ -247,6 +247,9 @@ def test_a_run_with_prometheus_port_shows_its_final_counts_to_the_last_scrape(co
         assert last[_key("loadgen_requests_completed_total", target="sim", level=level)] == lv["requests_ok"]
         assert last[_key("loadgen_output_tokens_total", target="sim", level=level)] == lv["output_tokens"]
         assert last[_key("loadgen_requests_sent_total", target="sim", level=level)] == lv["requests_ok"]
+        # --slo: the live judgement is run.json's (a simulator is well within a minute: all good)
+        assert last[_key("loadgen_requests_good_total", target="sim", level=level)] == lv["slo"]["good"] == lv["requests_ok"]
+        assert last[_key("loadgen_slo_attainment_ratio", target="sim", level=level)] == lv["slo"]["attainment"] == 1.0
     assert last[_key("loadgen_slots_total", target="sim")] == 2
 
 
@@ -329,3 +332,67 @@ def test_the_live_acceptance_and_share_are_the_level_summarys():
     summary = summarize_level(1, records)
     assert samples[_key("loadgen_spec_decode_acceptance_ratio", target="s", level="1")] == pytest.approx(summary.acceptance)
     assert samples[_key("loadgen_reasoning_share_ratio", target="s", level="1")] == pytest.approx(summary.reasoning_share)
+
+
+def _judged_fed() -> LiveMetrics:
+    """--slo ttft=500ms,e2e=1s on target "a", level 1 of a run with levels 1 and 2: a good streamed
+    request (10 tokens), one late on both targets (20 tokens), a request that did not stream (its
+    TTFT unknown: unjudged), a timeout (error) and one the client cancelled (not judged)."""
+    from loadgen.analysis.slo import parse_slo
+
+    live = LiveMetrics(levels=(1, 2), slo=parse_slo("ttft=500ms,e2e=1s"))
+    live.level_started(LevelRun(target="a", concurrency=1), 5, None)
+    for r in _judged_records():
+        live.request_done(r)
+    return live
+
+
+def _judged_records() -> list:
+    return [
+        make_record("a", 1, 0, 0, "s", 0, 800 * MS, 200, ServerOutcome(predicted_n=10), None, None, 300 * MS,
+                    700 * MS, [1000], 2),
+        make_record("a", 1, 0, 1, "s", 0, 1500 * MS, 200, ServerOutcome(predicted_n=20), None, None, 600 * MS,
+                    1400 * MS, [1000], 2),
+        make_record("a", 1, 0, 2, "s", 0, 500 * MS, 200, ServerOutcome(predicted_n=5)),
+        make_record("a", 1, 0, 3, "s", 0, 600 * MS, None, ServerOutcome(error_kind="timeout")),
+        make_record("a", 1, 0, 4, "s", 0, 100 * MS, None, ServerOutcome(error_kind="cancelled")),
+    ]
+
+
+# (series, labels, value or None for "no sample"): written down from the records above first.
+JUDGED = [
+    ("loadgen_requests_judged_total", dict(target="a", level="1"), 4),
+    ("loadgen_requests_good_total", dict(target="a", level="1"), 1),
+    ("loadgen_good_output_tokens_total", dict(target="a", level="1"), 10),
+    ("loadgen_slo_misses_total", dict(target="a", level="1", missed="ttft"), 1),
+    ("loadgen_slo_misses_total", dict(target="a", level="1", missed="e2e"), 1),
+    ("loadgen_slo_misses_total", dict(target="a", level="1", missed="error"), 1),
+    ("loadgen_slo_misses_total", dict(target="a", level="1", missed="unjudged"), 1),
+    ("loadgen_slo_attainment_ratio", dict(target="a", level="1"), 0.25),
+    ("loadgen_slo_attainment_required_ratio", {}, 0.9),
+    ("loadgen_requests_good_total", dict(target="a", level="2"), 0),  # made at 0
+    ("loadgen_slo_misses_total", dict(target="a", level="2", missed="ttft"), 0),
+    ("loadgen_slo_attainment_ratio", dict(target="a", level="2"), None),  # nothing judged: no sample, not 0
+]
+
+
+@pytest.mark.parametrize("name, labels, value", JUDGED)
+def test_good_requests_and_attainment_are_served_live_with_an_slo(name, labels, value):
+    samples = _samples(_judged_fed())
+    if value is None:
+        assert _key(name, **labels) not in samples
+    else:
+        assert samples[_key(name, **labels)] == pytest.approx(value)
+
+
+def test_the_live_judgement_is_the_levels_and_absent_without_an_slo():
+    from loadgen.analysis.slo import SloTally, parse_slo
+
+    samples = _samples(_judged_fed())
+    level = SloTally.of(parse_slo("ttft=500ms,e2e=1s"), _judged_records()).result(1.0)
+    assert samples[_key("loadgen_slo_attainment_ratio", target="a", level="1")] == pytest.approx(level.attainment)
+    assert samples[_key("loadgen_requests_good_total", target="a", level="1")] == level.good
+    assert {m: samples[_key("loadgen_slo_misses_total", target="a", level="1", missed=m)]
+            for m in level.misses} == level.misses
+    assert not any(name.startswith(("loadgen_slo_", "loadgen_requests_good", "loadgen_requests_judged"))
+                   for name, _ in _samples(_fed()))

@@ -7,7 +7,8 @@ observe`'s prometheus.yml, a `loadgen sweep --prometheus-port`, then Prometheus'
   samples' difference equals it exactly);
 - the 1-slot server's requests_deferred is non-zero while loadgen runs concurrency 3 on it;
 - the 2-slot server drafts (ngram-simple): loadgen_spec_decode_acceptance_ratio per level equals
-  run.json's acceptance, and the 1-slot server, which does not draft, has no acceptance series.
+  run.json's acceptance, and the 1-slot server, which does not draft, has no acceptance series;
+- with --slo, each level's loadgen_requests_good_total and loadgen_slo_attainment_ratio are run.json's.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
         run_dir = tmp_path / "run"
         swept = subprocess.run([*LOADGEN, "sweep", "--url", one.url, "--url", two.url, "--concurrency", "1,3",
                                 "--duration", "5", "--warmup", "0", "--stream", "--n-predict", "16",
-                                "--parallel-targets", "--prometheus-port", str(live_port), "--prometheus-linger", "60",
+                                "--parallel-targets", "--slo", "ttft=5s,e2e=60s", "--prometheus-port", str(live_port), "--prometheus-linger", "60",
                                 "--output", str(run_dir)], capture_output=True, text=True, timeout=300)
         ended = time.time()
         assert swept.returncode == 0, swept.stderr
@@ -100,6 +101,15 @@ def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
             assert live_acceptance[str(lv["level"])] == pytest.approx(lv["acceptance"]), (lv["level"], live_acceptance)
         assert not prometheus.query('loadgen_spec_decode_acceptance_ratio{target="one-slot"}')
         print(f"two-slot acceptance per level, live and run.json: {live_acceptance}")
+
+        # --slo: each level's live good count and attainment are run.json's (the same judgement).
+        for t in doc["targets"]:
+            for lv in t["levels"]:
+                labels = f'target="{t["label"]}",level="{lv["level"]}"'
+                good = prometheus.query(f"loadgen_requests_good_total{{{labels}}}")
+                attained = prometheus.query(f"loadgen_slo_attainment_ratio{{{labels}}}")
+                assert [float(s["value"][1]) for s in good] == [lv["slo"]["good"]], (labels, good)
+                assert [float(s["value"][1]) for s in attained] == [pytest.approx(lv["slo"]["attainment"])]
 
         window = f"{math.ceil(ended - started) + 10}s"
         for title, expr in _exprs(dashboard):

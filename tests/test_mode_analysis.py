@@ -79,3 +79,73 @@ def test_soak_drift_significance_needs_two_windows_a_side():
 
 def test_soak_window_length():
     assert window_seconds(6 * 3600) == 60 and window_seconds(20) == 2 and window_seconds(3) == 1
+
+
+# (good, judged of the first k windows; good, judged of the last k; falling): written before running.
+FALLING_CASES = [
+    ((90, 100), (90, 100), False),    # the same share: p well above 0.05
+    ((100, 100), (50, 100), True),    # halved
+    ((95, 100), (90, 100), False),    # lower, but within noise at this count (p ≈ 0.14)
+    ((10, 10), (8, 10), False),       # lower, too few requests to tell (p ≈ 0.24)
+    ((50, 100), (100, 100), False),   # rising
+    ((900, 1000), (850, 1000), True),  # 90% → 85% over a thousand requests a side (p ≈ 0.0005)
+    ((0, 0), (5, 10), None),          # the first windows judged nothing
+    ((5, 10), (0, 0), None),
+]
+
+
+@pytest.mark.parametrize("first, last, falling", FALLING_CASES)
+def test_soak_attainment_is_falling_only_when_lower_beyond_noise(first, last, falling):
+    from loadgen.analysis.soak import attainment_falling
+
+    p, verdict = attainment_falling(*first, *last)
+    assert verdict is falling
+    assert (p is None) == (falling is None)
+
+
+def test_soak_attainment_and_goodput_per_window_and_overall():
+    from loadgen.analysis.slo import parse_slo
+
+    # 100 s, 10 s windows, --slo e2e=1s: the first half all good (0.5 s, 10 tokens); in the second
+    # half every odd request took 2 s (due 1.5 s before it left); two failures in window 5, a
+    # cancelled request at the end (not judged).
+    rs = [rec(t, t + 0.5, predicted_n=10) for t in range(50)]
+    rs += [rec(t - 1.5 if t % 2 else t, t + 0.5, predicted_n=8) for t in range(50, 100)]
+    rs += [rec(54, 55, error=records.CONNECT_ERROR), rec(56, 57, error=records.DISCONNECTED),
+           rec(99, 100, error=records.CANCELLED)]
+    s = summarize_soak(rs, 0, 100 * S, window_s=10, slo=parse_slo("e2e=1s"))
+    assert [(w.judged, w.good) for w in s.windows] == [(10, 10)] * 5 + [(12, 5)] + [(10, 5)] * 4
+    assert s.slo is not None
+    assert (s.slo.judged, s.slo.good, s.slo.passed) == (102, 75, False)
+    assert s.slo.attainment == pytest.approx(75 / 102)
+    assert (s.slo.goodput_req_s, s.slo.goodput_tok_s) == (pytest.approx(0.75), pytest.approx(7.0))
+    assert (s.slo.first_attainment, s.slo.last_attainment, s.slo.falling) == (1.0, 0.5, True)
+    assert s.slo.falling_p == pytest.approx(3003 / 184756)
+    d = s.to_dict()
+    assert d["windows"][0] | {"attainment": 1.0, "goodput_req_s": 1.0, "goodput_tok_s": 10.0} == d["windows"][0]
+    assert d["slo"]["attainment_change"] == pytest.approx(-0.5) and d["slo"]["falling"] is True
+    plain = summarize_soak(rs, 0, 100 * S, window_s=10).to_dict()
+    assert "slo" not in plain and "attainment" not in plain["windows"][0]
+
+
+# (the soak's slo figures, the warning expected): written before running.
+SOAK_WARNINGS = [
+    (None, []),
+    ({"falling": False, "first_attainment": 1.0, "last_attainment": 0.95, "falling_p": 0.3}, []),
+    ({"falling": None, "first_attainment": None, "last_attainment": 0.5, "falling_p": None}, []),
+    ({"falling": True, "first_attainment": 1.0, "last_attainment": 0.5, "falling_p": 0.016},
+     ["t: SLO attainment fell from 100% to 50% between the first and last 1 window(s), more than noise, "
+      "Fisher p=0.016"]),
+]
+
+
+@pytest.mark.parametrize("slo, lines", SOAK_WARNINGS)
+def test_a_soak_whose_attainment_falls_is_warned_about(slo, lines):
+    from loadgen.output.tables import run_lines
+
+    soak = {"duration_s": 100.0, "requests_ok": 10, "requests_failed": 0, "throughput_tok_s": 1.0,
+            "error_free_s": 100.0, "longest_error_free_s": 100.0, "drift_windows": 1}
+    if slo is not None:
+        soak["slo"] = {"required": 0.9, "judged": 10, "good": 9, **slo}
+    doc = {"kind": "soak", "targets": [{"label": "t", "soak": soak}]}
+    assert [w for w in run_lines(doc).warnings if "attainment" in w] == lines

@@ -87,3 +87,51 @@ def test_soak_against_a_server_failing_30_percent_offers_the_load_of_a_sweep(loa
     assert soak["throughput_tok_s"] > 0.6 * sweep_tok_s, (soak["throughput_tok_s"], sweep_tok_s)
     code, out, _ = loadgen("analyze", tmp_path / "soak")
     assert code == 0 and "offered" in out and f"{soak['offered_req_s']:,.2f}" in out
+
+
+def test_a_soak_with_an_slo_reports_attainment_and_goodput_per_window_and_overall(loadgen, simulator, tmp_path):
+    out = tmp_path / "soak"
+    code, stdout, err = loadgen("soak", "--url", simulator, "--concurrency", "2", "--duration", "3s", "--stream",
+                                "--checkpoint-interval", "1s", "--n-predict", "8", "--slo", "ttft=10s,e2e=30s",
+                                "--attainment", "0.95", "--output", out)
+    assert code == 0, err
+    doc = load_run(out)
+    soak, level = doc["targets"][0]["soak"], doc["targets"][0]["levels"][0]
+    # A simulator answers 8 tokens in far less than 10 s: every judged request is good.
+    assert soak["slo"]["judged"] == soak["slo"]["good"] == soak["requests_ok"] > 10
+    assert soak["slo"]["attainment"] == 1.0 and soak["slo"]["passed"] is True and soak["slo"]["required"] == 0.95
+    assert soak["slo"]["goodput_req_s"] == pytest.approx(soak["requests_ok"] / soak["duration_s"])
+    assert sum(w["good"] for w in soak["windows"]) == soak["slo"]["good"]
+    assert all(w["attainment"] == 1.0 for w in soak["windows"] if w["judged"])
+    assert soak["slo"]["falling"] is False
+    assert level["slo"]["good"] == soak["slo"]["good"] and level["slo"]["passed"] is True  # the level's judgement too
+    assert "attain" in stdout and "100% → 100% (within noise)" in stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--slo", "ttft=500ms"), "--slo ttft is measured on streamed responses only; add --stream"),
+    (("--slo", "e2e=1s", "--workers", "2"), "--slo judges every request in this process"),
+    (("--attainment", "0.8"), "--attainment applies to --slo"),
+])
+def test_a_soak_refuses_an_slo_it_cannot_judge_before_any_request(loadgen, tmp_path, flags, message):
+    code, _, err = loadgen("soak", "--url", "http://127.0.0.1:9", "--duration", "2s", *flags,
+                           "--output", tmp_path / "soak")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "soak").exists()
+
+
+@pytest.mark.parametrize("mode, body, valid", [
+    ("soak", 'slo = "e2e=8s"\nattainment = 0.95\n', True),
+    ("soak", 'slo = "ttft=500ms"\nstream = true\n', True),
+    ("soak", 'slo = "ttft=500ms"\n', False),
+    ("sweep", 'slo = "ttft=500ms,tpot=50ms"\nstream = true\n', True),
+    ("sweep", 'slo = "tpot=50ms"\n', False),
+])
+def test_a_scenario_takes_the_slo_keys_for_soak_and_sweep(loadgen, tmp_path, mode, body, valid):
+    path = tmp_path / "slo.toml"
+    path.write_text(f'mode = "{mode}"\nurl = ["http://127.0.0.1:9"]\n{body}')
+    code, out, err = loadgen("run", path, "--check")
+    if valid:
+        assert code == 0 and "all valid" in out + err, err
+    else:
+        assert code == 2 and f"{path}: --slo" in err and "add --stream" in err, err

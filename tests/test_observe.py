@@ -14,7 +14,7 @@ import pytest
 from loadgen.output.dashboard import DATASOURCE_VARIABLE, PANELS, DashboardSpec, dashboard
 from loadgen.output.prometheus_config import ScrapeTarget, prometheus_config
 from servers import SimThread, in_process_cli, refused_port
-from test_live_metrics import _fed, _samples
+from test_live_metrics import _fed, _judged_fed, _samples
 
 # dashboard() imports the SDK when called, so the module loads without it; its tests cannot run.
 pytest.importorskip("grafana_foundation_sdk", reason="pip install 'loadgen[grafana]' (the dev extra has it)")
@@ -82,7 +82,7 @@ def test_the_dashboard_has_the_field_reports_panels_side_by_side_and_loadgens_ow
 def test_every_series_the_dashboard_asks_for_exists(board):
     """No dead panels: llama-server's names are those it emits today (no kv_cache_*), loadgen's are
     those a fed LiveMetrics exposes; no rate is taken of a gauge a scrape resets."""
-    exported = {name for name, _ in _samples(_fed())}
+    exported = {name for name, _ in _samples(_fed())} | {name for name, _ in _samples(_judged_fed())}
     for expr in _queries(board):
         names = {n for n in NAME.findall(re.sub(r'"[^"]*"|\[[^]]*\]|\{[^}]*\}', "", expr))
                  if n not in PROMQL_WORDS and not re.fullmatch(r"[\d.]+", n)}

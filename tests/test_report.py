@@ -505,3 +505,100 @@ def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp
     assert drawn == {f"smollm2 {name}": [None if f.get(key) is None else 100 * f[key] for f in (first, second)]
                      for key, name in (("acceptance", "draft acceptance"), ("reasoning_share", "reasoning share"))
                      if first.get(key) is not None or second.get(key) is not None}
+
+
+# ---------------------------------------------------------------- attainment and goodput per level (--slo)
+def _judged(attainment, passed, req_s, tok_s, misses, most):
+    return {"slo": {"judged": 20, "good": 0 if attainment is None else round(20 * attainment), "attainment": attainment,
+                    "required": 0.9, "passed": passed, "goodput_req_s": req_s, "goodput_tok_s": tok_s, "misses": misses,
+                    "most_missed": most, "ratio": {"ttft": None}, "score": None}}
+
+
+SLO_PASS = _judged(0.95, True, 2.5, 80.0, {"ttft": 1}, "ttft")
+SLO_FAIL = _judged(0.5, False, 1.25, 40.04, {"error": 10}, "error")
+SLO_NOTHING = _judged(None, False, 0.0, 0.0, {}, None)  # a level whose every request the client cancelled
+SLO_COLUMNS = ["attainment", "goodput req/s", "goodput tok/s", "most missed"]
+
+# (fields added to levels c=1 and c=2, the extra columns expected, each level's cells under them, the
+# attainment chart's points in %); written before the code ran.
+SLO_CASES = [
+    ({}, {}, [], {1: [], 2: []}, None),
+    (SLO_PASS, SLO_FAIL, SLO_COLUMNS, {1: ["95%", "2.50", "80.0", "ttft"], 2: ["50% ✗", "1.25", "40.0", "error"]},
+     [95.0, 50.0]),
+    (SLO_NOTHING, {}, SLO_COLUMNS, {1: ["–", "0.00", "0.0", "–"], 2: ["–", "–", "–", "–"]}, [None]),
+    ({**SLO_PASS, **DRAFTED}, {}, SLO_COLUMNS + DRAFT_COLUMNS,
+     {1: ["95%", "2.50", "80.0", "ttft", "82.0%", "1.25"], 2: ["–", "–", "–", "–", "no speculation", "–"]}, [95.0]),
+]
+
+
+@pytest.mark.parametrize("first, second, columns, cells, points", SLO_CASES)
+def test_attainment_and_goodput_per_level_only_when_the_run_has_an_slo(tmp_path, first, second, columns, cells, points):
+    run = with_level_fields(tmp_path, first, second)
+    result = report(str(run), "--format", "markdown")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("| C |"))
+    names = [c.strip() for c in header.strip("|").split("|")]
+    rows = {int(r.split("|")[1]): [c.strip() for c in r.strip("|").split("|")]
+            for r in lines if r.startswith("| ") and r.split("|")[1].strip().isdigit()}
+    from loadgen.output.html import TABLE_COLUMNS
+
+    assert names == TABLE_COLUMNS[:-1] + columns + TABLE_COLUMNS[-1:]
+    for level, expected in cells.items():
+        assert rows[level][len(TABLE_COLUMNS) - 1:-1] == expected
+    out = tmp_path / "page.html"
+    assert report(str(run), "--output", str(out), "--static").exit_code == 0
+    text = out.read_text(encoding="utf-8")
+    for name in SLO_COLUMNS:
+        assert (f"<th>{name}</th>" in text) == (name in columns)
+    for expected in cells.values():
+        assert "".join(f"<td>{cell}</td>" for cell in expected) in text
+    # The attainment chart, with the --attainment line: only when a level was judged.
+    assert ("slo" in parse(text).sections) == (points is not None)
+    assert out.with_name("page-slo.png").is_file() == (points is not None)
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    from loadgen.output import interactive
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_run
+
+    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    assert ("slo" in interactive.charts_for(series)) == (points is not None)
+    figure = interactive.slo_figure(series)
+    assert [list(t.y) for t in figure.data] == ([] if points is None else [points])
+    assert [s["y0"] for s in figure.layout.shapes] == ([] if points is None else [90.0])
+
+
+def test_a_soak_judged_against_an_slo_draws_attainment_per_window(soak_run, tmp_path):
+    """The soak's run.json given --slo figures by hand: window attainments 100%, 50%, none judged,
+    75%; required 90%. Expected: the chart between latency and the probe, its points those shares."""
+    copy = tmp_path / "soak"
+    shutil.copytree(soak_run, copy)
+    doc = json.loads((copy / "run.json").read_text())
+    soak = doc["targets"][0]["soak"]
+    shares = [1.0, 0.5, None, 0.75]
+    soak["windows"] = [dict(w, judged=0 if a is None else 4, good=0 if a is None else round(4 * a), attainment=a,
+                            goodput_req_s=0.0, goodput_tok_s=0.0)
+                       for w, a in zip(soak["windows"] * 4, shares)]
+    soak["slo"] = {"required": 0.9, "judged": 12, "good": 9, "attainment": 0.75, "passed": False,
+                   "goodput_req_s": 3.0, "goodput_tok_s": 24.0, "first_attainment": 1.0, "last_attainment": 0.75,
+                   "attainment_change": -0.25, "falling_p": 0.5, "falling": False}
+    (copy / "run.json").write_text(json.dumps(doc))
+    out = tmp_path / "judged.html"
+    result = report(str(copy), "--output", str(out), "--static")
+    assert result.exit_code == 0, result.output
+    page = parse(out.read_text(encoding="utf-8"))
+    assert page.sections == ["throughput-over-time", "latency-over-time", "attainment-over-time", "probe", "soak"]
+    assert out.with_name("judged-attainment-over-time.png").is_file()
+    text = " ".join(page.text)
+    assert "75% ✗" in text and "100% → 75% (within noise)" in text  # the soak table's SLO cells
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    from loadgen.output import interactive
+    from loadgen.output.report_model import build_series
+    from loadgen.results.reader import load_run
+
+    series = build_series([{"name": "soak", "run": load_run(copy), "records": [], "probe": []}])
+    figure = interactive.soak_attainment_figure(series)
+    assert [list(t.y) for t in figure.data] == [[100.0, 50.0, None, 75.0]]
+    assert [s["y0"] for s in figure.layout.shapes] == [90.0]
+    plain = build_series([{"name": "soak", "run": load_run(soak_run), "records": [], "probe": []}])
+    assert "attainment-over-time" not in interactive.charts_for(plain, soak=True)

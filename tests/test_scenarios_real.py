@@ -75,7 +75,8 @@ def test_a_soak_checkpoints_and_rides_out_a_server_restart(tmp_path):
     server = start_llama_server("soak-victim", 1, tmp_path)
     out = tmp_path / "soak"
     proc = subprocess.Popen([*LOADGEN, "soak", "--url", server.url, "--concurrency", "2", "--duration", "20s",
-                             "--checkpoint-interval", "4s", "--n-predict", "8", "--warmup", "1", "--output", str(out)],
+                             "--checkpoint-interval", "4s", "--n-predict", "8", "--warmup", "1", "--slo", "e2e=30s",
+                             "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     checkpoints: set[tuple[int, int]] = set()
     run_json = out / "run.json"
@@ -115,3 +116,16 @@ def test_a_soak_checkpoints_and_rides_out_a_server_restart(tmp_path):
     assert sum(1 for r in records[last_failure:] if r.ok) >= 3  # the load resumed after the restart
     assert soak["error_free_s"] < soak["duration_s"] and soak["longest_error_free_s"] > 0
     assert "connect_error" in stderr or "disconnected" in stderr  # the status line counted them
+    # --slo e2e=30s: the restart's failures miss (errors always do), the windows they fell in fall
+    # below 100%, and the counts are those of the records judged again.
+    from loadgen.analysis.slo import judge, parse_slo
+
+    judged = [r for r in records if r.error_kind not in record_kinds.CLIENT_SIDE]
+    good = sum(1 for r in judged if not judge(r, parse_slo("e2e=30s")))
+    assert (soak["slo"]["judged"], soak["slo"]["good"]) == (len(judged), good)
+    assert soak["slo"]["judged"] == soak["requests_ok"] + soak["requests_failed"] > soak["slo"]["good"]
+    assert all(w["attainment"] < 1 for w in soak["windows"] if w["requests_failed"])
+    assert sum(w["good"] for w in soak["windows"]) == good
+    print(f"soak --slo e2e=30s through a restart: attainment {soak['slo']['attainment']:.3f} "
+          f"({good} of {len(judged)}), per window {[w['attainment'] for w in soak['windows']]}, "
+          f"falling={soak['slo']['falling']} (p={soak['slo']['falling_p']})")

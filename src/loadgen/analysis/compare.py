@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 from scipy import stats
 
@@ -40,7 +41,7 @@ from ..core.rundoc import Config, RunDocument, RunKind
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
-CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache")
+CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache", "classes")
 SWEEP_KINDS = (RunKind.SWEEP, RunKind.DEMO)  # `loadgen demo` writes a sweep of simulated servers
 
 
@@ -372,9 +373,11 @@ def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDo
         raise CompareError(f"the runs are not comparable: the {cached} reused the server's prompt cache "
                            "(cache_prompt true) and the other did not; compare cached runs with cached runs")
     for key in CONFIG_MUST_MATCH:
-        if getattr(base_config, key) != getattr(cand_config, key):
+        # as stored: a typed value (a class) shown as run.json holds it
+        base_value, cand_value = (msgspec.to_builtins(getattr(c, key)) for c in (base_config, cand_config))
+        if base_value != cand_value:
             shown = ("differs" if key == "prompt"
-                     else f"is {getattr(base_config, key)!r} in the baseline, {getattr(cand_config, key)!r} in the candidate")
+                     else f"is {base_value!r} in the baseline, {cand_value!r} in the candidate")
             raise CompareError(f"the runs are not comparable: {key} {shown}; rerun the candidate with the "
                                "baseline's settings")
     warnings = []

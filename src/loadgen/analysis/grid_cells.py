@@ -22,6 +22,7 @@ import msgspec
 from ..core.errors import ConfigError
 from ..core.griddoc import BootEntry, GridRun, KvEstimateEntry
 from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
+from .grid_capacity import CellCapacity, best_cell, cell_capacity
 from .metrics import MeanSd, mean_sd
 
 
@@ -187,6 +188,8 @@ class CellSummary:
     # Each run's lowest gross J per output token over its levels (analysis/energy.py: the "total"
     # source, else the only one), averaged; None without energy counters.
     least_j_per_token: MeanSd | None = None
+    capacity: CellCapacity | None = None  # --measure capacity: the answers of the runs that finished ok
+    binding: str | None = None  # capacity: the target that bound most runs' answers
 
 
 def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
@@ -288,6 +291,8 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | M
                     None)
     note = next((r.entry.kv_estimate_note for r in cell_runs if r.entry.kv_estimate_note), None)
     failed = [r.entry for r in cell_runs if r.entry.status != "ok"]
+    answers = [r.entry.capacity for r in cell_runs if r.entry.status == "ok" and r.entry.capacity is not None]
+    bindings = [a.binding for a in answers if a.binding]
     return CellSummary(
         name=name, params=params, runs_ok=len(docs), runs=len(runs),
         failure=failed[-1].reason if failed else None,
@@ -300,7 +305,10 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | M
         n_slots=boot.n_slots, kv_unified=boot.kv_unified, recurrent_logged_mib=boot.recurrent_mib,
         recurrent_estimate_mib=estimate.recurrent_mib if estimate else None,
         kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j),
-        measure=next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
+        measure="capacity" if answers else next((d.kind.value for d in docs
+                                                 if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
+        capacity=cell_capacity(name, answers) if answers else None,
+        binding=max(bindings, key=bindings.count) if bindings else None,
         prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
         decode_by_depth=_by_size(docs, "decode_tok_s"))
 
@@ -374,6 +382,8 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     """One line per question: which cell wins on single-stream speed, peak throughput, every level's
     throughput and the top level's latency. A lead between cells of a single run each is said to be
     untested (no spread to test it against); with repeats, one inside the spread is said so."""
+    if any(c.measure == "capacity" for c in cells):
+        return [best_cell([c.capacity or CellCapacity(c.name, ()) for c in cells]).sentence]
     ok = [c for c in cells if c.runs_ok]
     if len(ok) < 2:
         return []

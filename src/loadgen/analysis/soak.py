@@ -13,6 +13,17 @@ A soak is one long closed-loop level. Its records are cut into windows by comple
                      its answer, cancelled ones included (they left). A closed loop's offered load
                      is what the server let it be; reported so a soak can be set beside a sweep.
 Requests cancelled when the soak was stopped are neither counted as ok nor as failures.
+
+With latency targets (`--slo`, analysis/slo.py), every request but the client's cancelled or lost
+ones is judged, by completion time into its window as above:
+- a window's attainment = good / judged (None when it judged nothing); its goodput = good requests
+  / its length (req/s) and their output tokens / its length (tok/s)
+- overall: the same over the whole soak (per second of its duration); it passes when attainment >=
+  the required attainment (`--attainment`)
+- attainment drift: pooled good / judged of the first k full windows against the last k (the same
+  k as the throughput drift), change = last − first, and a one-sided Fisher exact test that the
+  last k's share of good requests is lower: attainment is *falling* when the last is below the
+  first and p < 0.05 (None when either side judged nothing).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ..core import records
 from ..core.records import RequestRecord
+from .slo import Slo, judge
 
 DRIFT_SHARE = 0.10  # the first and last tenth of the windows are compared
 DRIFT_P = 0.05
@@ -41,10 +53,18 @@ class SoakWindow:
     requests_ok: int
     errors_by_kind: dict[str, int]
     output_tokens: int
+    # --slo: requests judged, the good ones and their output tokens (None: the soak had no SLO)
+    judged: int | None = None
+    good: int = 0
+    good_tokens: int = 0
 
     @property
     def length_s(self) -> float:
         return self.end_s - self.start_s
+
+    @property
+    def attainment(self) -> float | None:
+        return self.good / self.judged if self.judged else None
 
     @property
     def throughput_tok_s(self) -> float:
@@ -55,9 +75,15 @@ class SoakWindow:
         return sum(self.errors_by_kind.values())
 
     def to_dict(self) -> dict:
-        return {"start_s": self.start_s, "end_s": self.end_s, "requests_ok": self.requests_ok,
-                "requests_failed": self.requests_failed, "errors_by_kind": dict(self.errors_by_kind),
-                "output_tokens": self.output_tokens, "throughput_tok_s": self.throughput_tok_s}
+        out = {"start_s": self.start_s, "end_s": self.end_s, "requests_ok": self.requests_ok,
+               "requests_failed": self.requests_failed, "errors_by_kind": dict(self.errors_by_kind),
+               "output_tokens": self.output_tokens, "throughput_tok_s": self.throughput_tok_s}
+        if self.judged is not None:
+            length = self.length_s
+            out |= {"judged": self.judged, "good": self.good, "attainment": self.attainment,
+                    "goodput_req_s": self.good / length if length > 0 else 0.0,
+                    "goodput_tok_s": self.good_tokens / length if length > 0 else 0.0}
+        return out
 
 
 def _tokens(r: RequestRecord) -> int:
@@ -73,8 +99,12 @@ class SoakTally:
     order they are added, so only marks within a batch need sorting).
     """
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, slo: Slo | None = None) -> None:
         self.window_s, self.length_ns = window_s, int(window_s * 1e9)
+        self.slo = slo  # --slo: each request judged into its window too
+        self.judged: Counter[int] = Counter()
+        self.good: Counter[int] = Counter()
+        self.good_tokens: Counter[int] = Counter()
         self.ok: Counter[int] = Counter()
         self.tokens: Counter[int] = Counter()
         self.errors: dict[int, Counter[str]] = {}
@@ -90,6 +120,11 @@ class SoakTally:
             if r.error_kind in records.CLIENT_SIDE:
                 continue
             i = max(0, (r.complete_ns - start_ns) // self.length_ns)
+            if self.slo is not None:
+                self.judged[i] += 1
+                if not judge(r, self.slo):
+                    self.good[i] += 1
+                    self.good_tokens[i] += r.output_tokens or 0
             if r.error_kind is None:  # r.ok, said so that the type of error_kind below is known
                 self.ok[i] += 1
                 self.tokens[i] += _tokens(r)
@@ -106,14 +141,9 @@ class SoakTally:
     def windows(self, start_ns: int, end_ns: int) -> list[SoakWindow]:
         """Consecutive windows from start to end (the last one may be shorter); later ones fold into it."""
         count = max(1, math.ceil((end_ns - start_ns) / self.length_ns))
-        ok, tokens = [0] * count, [0] * count
+        ok, tokens, judged, good, good_tokens = (self._folded(c, count) for c in (
+            self.ok, self.tokens, self.judged, self.good, self.good_tokens))
         errors: list[Counter[str]] = [Counter() for _ in range(count)]
-        # Copies first (each one step for the interpreter): a checkpoint reads this from another
-        # thread while the run adds to it.
-        for i, n in list(self.ok.items()):
-            ok[min(i, count - 1)] += n
-        for i, n in list(self.tokens.items()):
-            tokens[min(i, count - 1)] += n
         for i, c in list(self.errors.items()):
             errors[min(i, count - 1)].update(dict(c))
         out = []
@@ -121,7 +151,17 @@ class SoakTally:
             a = start_ns + i * self.length_ns
             b = min(end_ns, a + self.length_ns) if i == count - 1 else a + self.length_ns
             out.append(SoakWindow((a - start_ns) / 1e9, (max(a, b) - start_ns) / 1e9, ok[i],
-                                  dict(sorted(errors[i].items())), tokens[i]))
+                                  dict(sorted(errors[i].items())), tokens[i],
+                                  None if self.slo is None else judged[i], good[i], good_tokens[i]))
+        return out
+
+    @staticmethod
+    def _folded(counts: Counter[int], count: int) -> list[int]:
+        """Per window index, windows past the last folded into it. A copy first (one step for the
+        interpreter): a checkpoint reads this from another thread while the run adds to it."""
+        out = [0] * count
+        for i, n in list(counts.items()):
+            out[min(i, count - 1)] += n
         return out
 
     def longest_error_free_s(self, start_ns: int, end_ns: int) -> float:
@@ -130,6 +170,65 @@ class SoakTally:
             return (end_ns - start_ns) / 1e9
         first, last = min(self.first_mark, end_ns), min(self.last_mark, end_ns)
         return max(first - start_ns, min(self.longest_inner_ns, end_ns - start_ns), end_ns - last) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class SoakAttainment:
+    """A soak judged against latency targets (--slo): overall, and its attainment drift (see the
+    module docstring)."""
+
+    required: float
+    judged: int
+    good: int
+    goodput_req_s: float
+    goodput_tok_s: float
+    first_attainment: float | None  # pooled over the first k full windows
+    last_attainment: float | None
+    falling_p: float | None
+    falling: bool | None
+
+    @property
+    def attainment(self) -> float | None:
+        return self.good / self.judged if self.judged else None
+
+    @property
+    def passed(self) -> bool:
+        return self.attainment is not None and self.attainment >= self.required
+
+    def to_dict(self) -> dict:
+        change = (None if self.first_attainment is None or self.last_attainment is None
+                  else self.last_attainment - self.first_attainment)
+        return {"required": self.required, "judged": self.judged, "good": self.good, "attainment": self.attainment,
+                "passed": self.passed, "goodput_req_s": self.goodput_req_s, "goodput_tok_s": self.goodput_tok_s,
+                "first_attainment": self.first_attainment, "last_attainment": self.last_attainment,
+                "attainment_change": change, "falling_p": self.falling_p, "falling": self.falling}
+
+
+def attainment_falling(first_good: int, first_judged: int, last_good: int,
+                       last_judged: int) -> tuple[float | None, bool | None]:
+    """(p, falling): a one-sided Fisher exact test that the last windows' share of good requests is
+    below the first's; falling when it is lower and p < DRIFT_P. (None, None) when a side judged nothing."""
+    if not first_judged or not last_judged:
+        return None, None
+    from scipy import stats
+
+    table = [[first_good, first_judged - first_good], [last_good, last_judged - last_good]]
+    p = float(stats.fisher_exact(table, alternative="greater").pvalue)
+    return p, last_good / last_judged < first_good / first_judged and p < DRIFT_P
+
+
+def _soak_attainment(tally: SoakTally, slo: Slo, full: list[SoakWindow], k: int, duration_s: float) -> SoakAttainment:
+    first, last = (full[:k], full[-k:]) if k else ([], [])
+    first_good, first_judged = sum(w.good for w in first), sum(w.judged or 0 for w in first)
+    last_good, last_judged = sum(w.good for w in last), sum(w.judged or 0 for w in last)
+    p, falling = attainment_falling(first_good, first_judged, last_good, last_judged)
+    good = sum(tally.good.values())
+    return SoakAttainment(
+        required=slo.attainment, judged=sum(tally.judged.values()), good=good,
+        goodput_req_s=good / duration_s if duration_s > 0 else 0.0,
+        goodput_tok_s=sum(tally.good_tokens.values()) / duration_s if duration_s > 0 else 0.0,
+        first_attainment=first_good / first_judged if first_judged else None,
+        last_attainment=last_good / last_judged if last_judged else None, falling_p=p, falling=falling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +249,7 @@ class SoakSummary:
     drift_p: float | None  # Welch's t-test over the k windows a side
     windows: list[SoakWindow] = field(default_factory=list)
     requests_sent: int = 0  # every request sent, whatever its answer (cancelled ones too)
+    slo: SoakAttainment | None = None  # --slo
 
     @property
     def offered_req_s(self) -> float:
@@ -171,6 +271,7 @@ class SoakSummary:
             "drift_windows": self.drift_windows, "drift": self.drift, "drift_p": self.drift_p,
             "drift_significant": self.drift_significant,
             "windows": [w.to_dict() for w in self.windows],
+            **({"slo": self.slo.to_dict()} if self.slo is not None else {}),
         }
 
 
@@ -186,8 +287,8 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
 
 
 def summarize_soak(rs: Sequence[RequestRecord], start_ns: int, end_ns: int,
-                   window_s: float | None = None) -> SoakSummary:
-    tally = SoakTally(window_s or window_seconds(max(0.0, (end_ns - start_ns) / 1e9)))
+                   window_s: float | None = None, slo: Slo | None = None) -> SoakSummary:
+    tally = SoakTally(window_s or window_seconds(max(0.0, (end_ns - start_ns) / 1e9)), slo)
     tally.add(rs, start_ns)
     return summarize_tally(tally, start_ns, end_ns)
 
@@ -215,4 +316,5 @@ def summarize_tally(tally: SoakTally, start_ns: int, end_ns: int) -> SoakSummary
         error_free_s=sum(w.length_s for w in windows if not w.errors_by_kind),
         longest_error_free_s=tally.longest_error_free_s(start_ns, end_ns) if end_ns > start_ns else 0.0,
         first_throughput_tok_s=first_mean, last_throughput_tok_s=last_mean, drift_windows=k, drift=drift,
-        drift_p=_welch_p(first, last), windows=windows, requests_sent=tally.sent)
+        drift_p=_welch_p(first, last), windows=windows, requests_sent=tally.sent,
+        slo=None if tally.slo is None else _soak_attainment(tally, tally.slo, full, k, duration_s))

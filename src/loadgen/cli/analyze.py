@@ -68,10 +68,11 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
     config = typed.config
     gain = next(g for g in (knee_gain, config.knee_gain if config is not None else None, 0.10) if g is not None)
     latency = next(v for v in (knee_latency, config.knee_latency if config is not None else None, 0.50) if v is not None)
+    ladder = config is None or not config.classes  # request classes side by side are no ladder: no verdict
     # The verdict reads the target as run.json holds it (its server's slots_enabled, which the
     # typed document drops) and replaces the stored one.
     for t, stored in zip(typed.targets, doc["targets"], strict=True):
-        if t.levels:
+        if t.levels and ladder:
             stored.update(verdict=target_verdict(stored, [r for r in records if r.target == t.label],
                                                  [s for s in samples if s.target == t.label], gain, latency,
                                                  typed.open_loop))

@@ -27,6 +27,7 @@ from ..core.rundoc import Level, RunDocument
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
+from ..results.schema import CAPACITY_FILE
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.capacity import CapacitySearch, CapacitySettings, run_capacity
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
@@ -47,8 +48,6 @@ from .shared import (
 from .shared import console as _console
 from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files
-
-CAPACITY_FILE = "capacity.json"
 
 
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:

@@ -10,6 +10,11 @@ fails with "could not bind HOST:PORT (in use)" (a port grid picked itself is tri
 depth) process against it, as `loadgen ab` runs its sweeps, so every cell's folder is a run in
 today's format. Before the next cell starts, the server is stopped and its pid checked gone.
 
+With `--measure capacity` (and its `--slo`) the measurement is `loadgen capacity`: grid.json keeps
+each run's answer (its capacity.json), the table a capacity column (mean ± sd over the repeats, and
+each run's answer), and `analysis.grid_capacity` names the best cell only where its lead is outside
+the spread of the repeats, else a tie.
+
 Exit codes: 0 every run of every cell ran; 1 some cell failed (its server did not start, never got
 healthy, died, or the measurement failed: each is recorded with the reason and its log's tail, and
 the other cells still run); 2 bad input; 130/143 interrupted (the grid so far is kept: `--resume`).
@@ -51,7 +56,7 @@ from ..core.griddoc import BootEntry, GridCell, GridDocument, GridParamEntry, Gr
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
-from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, write_grid
+from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_capacity, write_grid
 from ..results.reader import load_run
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
@@ -61,7 +66,7 @@ from .help import command
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
-MEASURES = ("sweep", "prefill", "depth")
+MEASURES = ("sweep", "prefill", "depth", "capacity")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 # Every cell's target label: compare and gate pair targets by label, so the cells of one grid (and
 # an `ab` run, whose default label this is) compare; the cell's name is in grid.json.
@@ -103,10 +108,10 @@ def ended(what: str, code: int) -> str:
 
 def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
     """`loadgen kv`'s estimate for the cell's flags, or None and why not."""
-    flags = cache_flags(argv)
-    if flags.model is None:
-        return None, "no -m MODEL.gguf in the command"
     try:
+        flags = cache_flags(argv)  # ValueError: a flag's value that is not a number (--parallel two)
+        if flags.model is None:
+            return None, "no -m MODEL.gguf in the command"
         shape = model_shape(read_gguf(flags.model).metadata)
         est = estimate(shape, flags.n_ctx, flags.n_parallel, unified=flags.unified, type_k=flags.type_k,
                        type_v=flags.type_v, n_ubatch=flags.n_ubatch, n_batch=flags.n_batch,
@@ -225,6 +230,12 @@ class CellRunner:
             tail = log_tail((folder / f"{self.grid.measure}.err").read_text(errors="replace"), 1)
             entry.status = "failed"
             entry.reason = f"{ended(self.grid.measure, code)}: {tail[0] if tail else '(no message)'}"
+        elif self.grid.measure == "capacity":
+            try:
+                entry.capacity = read_capacity(folder / "run")
+                entry.status = "ok"
+            except ResultsError as exc:
+                entry.status, entry.reason = "failed", str(exc)
         else:
             entry.status = "ok"
 
@@ -244,7 +255,8 @@ def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
         cell.runs = [e for e in cell.runs if e.repeat != repeat] + [entry]
         write_grid(root, grid)
         if entry.status == "ok":
-            err.print(f"  ok: {cell_run_line(root / str(entry.run_dir))}", highlight=False)
+            line = entry.capacity.verdict if entry.capacity else cell_run_line(root / str(entry.run_dir))
+            err.print(f"  ok: {line}", highlight=False)
         else:
             failed = failed or entry.status == "failed"
             err.print(f"  {entry.status}: {entry.reason}", style="yellow", highlight=False)
@@ -284,13 +296,17 @@ def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], 
     kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
     kind = kwargs.get("kind") or "sweep"
     rest = {k: s for k, s in settings.items() if k not in own}
-    theirs = keys_of(commands[kind])
+    root = ctx.find_root().command
+    # a measurement that is no scenario mode of its own (capacity) is still a loadgen command
+    measurement = commands.get(kind) or (root.get_command(ctx, kind) if isinstance(root, click.Group) else None)
+    assert measurement is not None, f"--measure {kind} is not a loadgen command"
+    theirs = keys_of(measurement)
     unknown = next((s for k, s in rest.items() if k not in theirs), None)
     if unknown is not None:  # named for the grid: its keys and its measurement's are both allowed
         raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode 'grid' (its own keys and its "
                             f"measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
-    resolve(commands[kind], rest, ctx)
-    options = keys_of(commands[kind])
+    resolve(measurement, rest, ctx)
+    options = theirs
     kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))
     return kwargs
 
@@ -300,6 +316,9 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
     clash = next((a for a in args if a.split("=")[0] in RESERVED), None)
     if clash:
         raise ConfigError(f"{clash.split('=')[0]} is set by grid itself for every cell")
+    if kind == "capacity" and not any(a.split("=")[0] == "--slo" for a in args):
+        raise ConfigError("--measure capacity needs --slo: the latency targets each cell's capacity is measured "
+                          "within (e.g. --slo ttft=500ms,tpot=50ms)")
     from .main import cli
 
     command = cli.get_command(None, kind)
@@ -334,7 +353,8 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Runs per cell, interleaved (A B C, A B C, ...); the table shows mean ± sd.")
 @click.option("--measure", "kind", type=click.Choice(MEASURES), default="sweep", show_default=True,
-              help="What runs against each cell's server (its options go after the grid's).")
+              help="What runs against each cell's server (its options go after the grid's); capacity needs "
+                   "--slo.")
 @click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=600, show_default=True,
               help="Seconds a server may take to load its model before its cell counts as failed.")
 @click.option("--output", type=click.Path(file_okay=False), help="Grid folder [default: results/<UTC time>-grid].")

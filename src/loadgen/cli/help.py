@@ -27,7 +27,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
                    "--checkpoint-interval", "--depths", "--time-scale", "--stop-at-knee", "--by",
                    "--max-concurrency", "--budget", "--trim"),
     "Workload": ("--prompt", "--prompt-file", "--dataset", "--dataset-field", "--dataset-samples",
-                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--ignore-eos", "--reasoning-effort", "--temperature",
+                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--class", "--ignore-eos", "--reasoning-effort", "--temperature",
                  "--seed", "--stream",
                  "--params"),
     "Latency targets": ("--slo", "--attainment", "--noise"),

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 import click
 from rich.console import Console
 
+from ..analysis.slo import Slo
 from ..core.signals import LATCH
 from ..run.live.endpoint import DEFAULT_LINGER_S, LiveEndpoint
 from ..run.live.metrics import LiveMetrics
@@ -36,13 +37,14 @@ def prometheus_options(f: Callable) -> Callable:
 
 @contextlib.contextmanager
 def serving_live_metrics(port: int | None, host: str, linger_s: float, levels: Iterable[int | float],
-                         err: Console) -> Iterator[LiveMetrics | None]:
-    """Yield the run's `LiveMetrics` served on `host:port` (None without a port). When the block ends
+                         err: Console, slo: Slo | None = None) -> Iterator[LiveMetrics | None]:
+    """Yield the run's `LiveMetrics` served on `host:port` (None without a port), judging every
+    request against `slo` when the run has one. When the block ends
     normally, wait for one more scrape (at most `linger_s`, cut short by a signal), then stop."""
     if port is None:
         yield None
         return
-    live = LiveMetrics(levels)
+    live = LiveMetrics(levels, slo)
     with LiveEndpoint(live, port, host, linger_s) as endpoint:
         err.print(f"live metrics for Prometheus: {endpoint.url}", highlight=False)
         try:

@@ -45,6 +45,7 @@ from .shared import (
     request_options,
     target_options,
 )
+from .slo import build_slo, slo_options
 from .workers import resolve_workers, workers_option
 
 
@@ -198,15 +199,17 @@ def depth_command(ports, host, urls, labels, server_urls,
 @records_options
 @prompt_source_options
 @request_options
+@slo_options
 @prometheus_options
 @workers_option
 def soak_command(ports, host, urls, labels, server_urls,
                  api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
-                 wait_ready_s, output, force, prometheus_port, prometheus_host, prometheus_linger_s, workers,
-                 ray_address, records_kept, records_format) -> None:
+                 wait_ready_s, output, force, slo_text, attainment, prometheus_port, prometheus_host,
+                 prometheus_linger_s, workers, ray_address, records_kept, records_format) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
+    slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
@@ -216,7 +219,7 @@ def soak_command(ports, host, urls, labels, server_urls,
                        concurrency=concurrency, probe_interval_s=probe_interval_s)
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
-    base = resolve_workers(workers, ray_address, base)
+    base = resolve_workers(workers, ray_address, replace(base, slo=slo))
     check_one_target(base, "soak")
     settings = SoakSettings(concurrency=concurrency, duration_s=duration_s, checkpoint_interval_s=checkpoint_interval_s,
                             prompt_tokens=prompt_tokens, probe_interval_s=probe_interval_s,
@@ -229,7 +232,8 @@ def soak_command(ports, host, urls, labels, server_urls,
     if records_format == "parquet":
         columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
 
-    with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, (concurrency,), err) as live:
+    with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, (concurrency,), err,
+                              slo) as live:
         async def main(checkpoint) -> None:
             with SoakStatus(err, duration_s, log_every_s=checkpoint_interval_s) as status:
                 obs = live.observe(status) if live else status

@@ -16,6 +16,7 @@ import click
 from ..analysis.metric_defs import parse_percentiles
 from ..analysis.trim import Trim
 from ..core.errors import ConfigError
+from ..core.request_class import RequestClass, parse_class, parse_class_flag
 from ..core.workload import LengthSpec, parse_length_spec
 from ..run.config import parse_int_list, parse_rate_list
 
@@ -168,6 +169,23 @@ class TrimType(click.ParamType):
                 self.fail(f"{text} is out of range: a share above 0% and below 50% of each end", param, ctx)
             return Trim(share=share)
         return Trim(seconds=DURATION.convert(value, param, ctx))
+class RequestClassType(click.ParamType):
+    """A request class (core/request_class.py): a scenario file's `[[class]]` table, or a --class
+    flag's `name=chat,prompt_tokens=64,n_predict=32,concurrency=1[,slo=ttft=2s]`."""
+
+    name = "class"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> RequestClass:
+        if isinstance(value, RequestClass):
+            return value
+        try:
+            if isinstance(value, str):
+                return parse_class(parse_class_flag(value), "--class")
+            if isinstance(value, dict):
+                return parse_class(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+        self.fail(f"expected a [[class]] table or name=...,n_predict=..., got {value!r}", param, ctx)
 
 
 PORTS = IntList(1, 65535)
@@ -179,3 +197,4 @@ DURATION = Duration()
 LENGTH = Length()
 PERCENTILES = PercentileList()
 TRIM = TrimType()
+REQUEST_CLASS = RequestClassType()

@@ -120,7 +120,8 @@ def load_scenario(path: Path, modes: Iterable[str]) -> Scenario:
     lines = key_lines(text)
     settings: dict[str, Setting] = {}
     for key, value in data.items():
-        where = f"{source}:{lines[key]}" if key in lines else source
+        line = lines.get(key) or (_table_line(text, key) if isinstance(value, list) else None)  # [[class]]
+        where = f"{source}:{line}" if line else source
         if isinstance(value, dict):
             line = lines.get(key) or _table_line(text, key)
             raise ScenarioError(f"{source}:{line}: {key}: tables are not used; put every key at the top of the file"

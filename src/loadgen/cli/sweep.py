@@ -16,15 +16,18 @@ from rich.console import Console
 
 from ..analysis.aggregate import of_level
 from ..analysis.slo import DEFAULT_ATTAINMENT
+from ..analysis.trim import Trim
 from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ..core.request_class import RequestClass, check_classes
 from ..core.rundoc import RunDocument
-from ..core.workload import Workload
+from ..core.workload import LengthSpec, Workload
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
+from ..run.classes import run_classes
 from ..run.config import (
     DEFAULT_PROMPT,
     SweepConfig,
@@ -46,7 +49,7 @@ from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LENGTH, LEVELS, PERCENTILES, RATES, TRIM, IntList
+from .options import DURATION, LENGTH, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
 from .shared import (
     checking_only,
     format_option,
@@ -95,6 +98,11 @@ from .workers import resolve_workers, workers_option
 @click.option("--dataset-answer-field", help="With --n-predict dataset: the field of each --dataset entry that "
                                              "holds its answer, a token count or the text [default: a ShareGPT "
                                              "conversation's first answer turn].")
+@click.option("--class", "request_classes", type=REQUEST_CLASS, multiple=True,
+              metavar="name=N,prompt_tokens=T,n_predict=P,concurrency=C|rate=R[,requests=K][,slo=...]",
+              help="A request class (repeatable; a scenario file's [[class]] tables): classes replace the "
+                   "levels; each runs alone, then all together against the same server, and each is "
+                   "compared with itself alone (docs/workloads.md).")
 @click.option("--workload-seed", type=int, default=0, show_default=True,
               help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every target.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
@@ -130,7 +138,8 @@ from .workers import resolve_workers, workers_option
 @machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, workload_seed, ignore_eos,
+          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, request_classes, workload_seed,
+          ignore_eos,
           reasoning_effort, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
@@ -138,14 +147,14 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
           stop_at_knee=False, server_urls=(), percentiles=None, trim=None) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
+    if request_classes:  # they replace the levels
+        concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
+                                          stream, workers, ray_address, stop_at_knee)
     check_budget(concurrency, rates, requests_per_level, duration_s)
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    if rates is not None and math.inf in rates and (workers != 1 or ray_address is not None):
-        raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
-    if trim is not None and (workers != 1 or ray_address is not None):
-        raise ConfigError("--trim needs every record of a level in this process; run it without --workers (or --ray)")
+    check_one_process(rates, trim, several=workers != 1 or ray_address is not None)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
@@ -168,6 +177,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
         workload=workload, dataset_entries=entries, percentiles=percentiles or (), trim=trim,
+        classes=tuple(request_classes),
     )
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
@@ -177,15 +187,64 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
     ensure_open_files(connections_needed(config))
     if checking_only():
-        return
+        return show_classes(config.classes)
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
     if records_format == "parquet":
         columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
-                              _console(stderr=True)) as live:
+                              _console(stderr=True), config.slo) as live:
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
+
+
+def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool) -> None:
+    """--rate inf and --trim need a level's every request in this process: refused with --workers/--ray."""
+    if several and rates is not None and math.inf in rates:
+        raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
+    if several and trim is not None:
+        raise ConfigError("--trim needs every record of a level in this process; run it without --workers (or --ray)")
+
+
+def check_classes_flags(classes: tuple[RequestClass, ...], concurrency: tuple[int, ...] | None,
+                        rates: tuple[float, ...] | None, prompt_tokens: LengthSpec | None, n_predict: LengthSpec,
+                        duration_s: float | None, stream: bool, workers: int, ray_address: str | None,
+                        stop_at_knee: bool) -> tuple[int, ...]:
+    """Classes carry their own loads, lengths and budgets, and run in this process: the flags that
+    would say otherwise are refused in one sentence, as is a class's --slo that cannot be judged.
+    The run's one nominal level."""
+    check_classes(classes, "--class")
+    if concurrency is not None or rates:
+        raise ConfigError("request classes carry their own load (concurrency or rate); drop --concurrency/--rate")
+    if prompt_tokens is not None or n_predict.kind == "dataset":
+        raise ConfigError("request classes carry their own lengths; drop --prompt-tokens and --n-predict dataset")
+    if duration_s is not None:
+        raise ConfigError("request classes send their own number of requests (requests = N); drop --duration")
+    if workers != 1 or ray_address is not None:
+        raise ConfigError("request classes run in one process; drop --workers/--ray")
+    if stop_at_knee:
+        raise ConfigError("--stop-at-knee ends a ladder of levels; request classes have none")
+    for c in classes:
+        if c.slo is not None:
+            try:
+                build_slo(c.slo, DEFAULT_ATTAINMENT, stream=stream)
+            except ConfigError as exc:
+                raise ConfigError(f"class {c.name}: {str(exc).replace('--slo', 'slo')}") from None
+    return (1,)
+
+
+def show_classes(classes: tuple[RequestClass, ...]) -> None:
+    """--check: each class as it will run."""
+    for c in classes:
+        click.echo(f"class {class_text(c)}", err=True)
+
+
+def class_text(c: RequestClass) -> str:
+    """One class as --check shows it."""
+    w = c.workload
+    prompt = "prompts as given" if w.prompt_tokens is None else f"prompt_tokens {w.prompt_tokens.text}"
+    return (f"{c.name}: {prompt}, n_predict {w.n_predict.text}, {c.load_text}, {c.requests} requests per phase"
+            + (f", slo {c.slo}" if c.slo else ""))
 
 
 def sweep_lengths(source: PromptSource, workload: Workload, dataset: str | None, field: str,
@@ -301,6 +360,9 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         async with around() if around else contextlib.nullcontext():
             with ProgressObserver(err, on_level_done=checkpoint) as observer:
                 obs = live.observe(observer) if live else observer
+                if run.config.classes:  # one process (refused with --workers at the edge)
+                    await run_classes(run, obs)
+                    return
                 async with open_level_runner(run.config, out_dir, obs,
                                              functools.partial(write_worker_hlog, out_dir)) as runner:
                     await run_sweep(run, obs, runner, plan=knee_plan(run, obs) if stop_at_knee else None)
@@ -318,7 +380,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
         # first, whatever else a user put there stays; with --no-histograms none are left either.
         remove_files(out_dir / "histograms", is_hgrm_name)
-        if histograms:
+        if histograms and not config.classes:  # a class's levels share a key: their files would collide
             (out_dir / "histograms").mkdir(exist_ok=True)
             write_files(level_histogram_files(doc, [(t.label, lv.level, of_level(lv)) for t in run.targets
                                                     for lv in t.levels]), out_dir / "histograms")

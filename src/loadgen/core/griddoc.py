@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-Measure = Literal["sweep", "prefill", "depth"]  # what runs against each cell's server
+Measure = Literal["sweep", "prefill", "depth", "capacity"]  # what runs against each cell's server
 
 
 class KvCacheEntry(msgspec.Struct):
@@ -61,6 +61,28 @@ class KvEstimateEntry(msgspec.Struct, kw_only=True):
     total_mib: float | None = None
 
 
+class CapacityEntry(msgspec.Struct, kw_only=True):
+    """A `--measure capacity` run's answer, as its capacity.json gives it (cli/capacity.py): the
+    highest level that passed (None: none did), the lowest that failed, the levels whose repeats
+    disagreed, the binding target, the verdict sentence and what the search cost."""
+
+    by: Literal["concurrency", "rate"] = "concurrency"
+    feasible_max: int | float | None = None
+    infeasible_min: int | float | None = None
+    inconclusive: list[int | float] = []
+    binding: str | None = None
+    shape: str | None = None
+    verdict: str | None = None
+    requests: int | None = None
+    wall_s: float | None = None
+
+    @property
+    def bracket_hi(self) -> int | float | None:
+        """The lowest level that did not pass (failed or inconclusive), as the search's bracket has it."""
+        above = [lv for lv in (self.infeasible_min, *self.inconclusive) if lv is not None]
+        return min(above) if above else None
+
+
 class GridRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One run of a cell: its repeat number, how it ended (`status` ok, failed, interrupted, with
     the `reason`), its server and where its results are (folders relative to the grid's)."""
@@ -83,6 +105,7 @@ class GridRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     server_gone: bool | None = None
     finished_utc: str | None = None
     log_tail: list[str] = []  # the server log's last lines, when the run failed
+    capacity: CapacityEntry | None = None  # --measure capacity: the run's answer
 
     @property
     def finished(self) -> bool:

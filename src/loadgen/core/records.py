@@ -116,6 +116,8 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # event. None without reasoning (the first answer token is then first_token_ns) or when the
     # stream held no answer at all (the output cap was reached while thinking).
     first_answer_ns: int | None = None
+    # A run of request classes (core/request_class.py): the class this request belongs to; None: none.
+    request_class: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -182,6 +184,7 @@ def make_record(
     tls_us: int | None = None,
     n_predict_target: int | None = None,
     first_answer_ns: int | None = None,
+    request_class: str | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -190,7 +193,7 @@ def make_record(
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
-                         n_predict_target, first_answer_ns)
+                         n_predict_target, first_answer_ns, request_class)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -200,7 +203,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns")
+    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns", "request_class")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):
@@ -256,6 +259,10 @@ class LevelRun:
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
     # A workload's shapes (core/workload.py): request seq asks for shapes[seq % len] (empty: none)
     shapes: tuple[RequestShape, ...] = ()
+    # A run of request classes: the class every request of the level belongs to, and the phase
+    # ("alone" or "together", core/request_class.py); None: not a run of classes.
+    request_class: str | None = None
+    phase: str | None = None
     # Completed records: a plain list, or a `recordsink.LevelRecords` streaming them to disk (then
     # `aggregate` holds the level's figures, an `analysis.aggregate.LevelAggregate`).
     records: Any = field(default_factory=list)

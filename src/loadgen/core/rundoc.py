@@ -275,6 +275,10 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     # The machine's samples during the level as stored (core.environment.samples_from reads them,
     # skipping unreadable ones); absent without --environment.
     environment: Any = None
+    # A run of request classes: the class the level sent and its phase ("alone" or "together");
+    # absent from other runs.
+    request_class: str | None = None
+    phase: str | None = None
 
     @property
     def energy_figures(self) -> list[EnergyFigures]:
@@ -373,6 +377,30 @@ class SoakWindow(msgspec.Struct, frozen=True):
     errors_by_kind: dict[str, int] = {}
     output_tokens: int = 0
     throughput_tok_s: float = 0.0
+    # --slo (absent without): requests judged, the good ones, good / judged, good per second
+    judged: int | None = None
+    good: int | None = None
+    attainment: float | None = None
+    goodput_req_s: float | None = None
+    goodput_tok_s: float | None = None
+
+
+class SoakAttainment(msgspec.Struct, frozen=True):
+    """A soak judged against --slo (analysis/soak.py `SoakAttainment`): overall, and the attainment
+    of the first and last k full windows with the test of its fall."""
+
+    required: float
+    judged: int
+    good: int
+    attainment: float | None = None
+    passed: bool = False
+    goodput_req_s: float = 0.0
+    goodput_tok_s: float = 0.0
+    first_attainment: float | None = None
+    last_attainment: float | None = None
+    attainment_change: float | None = None
+    falling_p: float | None = None
+    falling: bool | None = None
 
 
 class SoakSection(msgspec.Struct, frozen=True):
@@ -391,6 +419,7 @@ class SoakSection(msgspec.Struct, frozen=True):
     drift_windows: int | None = None  # k: the first and last k full windows are compared
     window_s: float | None = None
     windows: list[SoakWindow] = []
+    slo: SoakAttainment | None = None  # --slo
 
 
 class Server(msgspec.Struct, frozen=True):
@@ -403,6 +432,44 @@ class Server(msgspec.Struct, frozen=True):
     speculative: bool | None = None
 
 
+class ClassSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A request class as run.json's config "classes" holds it (core/request_class.py `to_dict`, in
+    its order: compare shows a class as the file has it)."""
+
+    name: str
+    prompt_tokens: str | None = None
+    n_predict: str
+    seed: int = 0
+    shapes: int = 0
+    concurrency: int = 1
+    rate: float | None = None
+    requests: int = 0
+    slo: str | None = None
+
+
+class ClassInterference(msgspec.Struct, frozen=True):
+    """How one class fared beside the others (analysis/interference.py `Interference`): the
+    figure compared (TTFT, else latency), its p50 alone and together, ms; the class whose work held
+    the slots and what of it (prefills or answers); the one line."""
+
+    request_class: str
+    metric: str
+    alone_p50_ms: float | None = None
+    together_p50_ms: float | None = None
+    slowdown: float | None = None
+    held_by: str | None = None
+    held_with: str | None = None
+    line: str = ""
+
+
+class DatasetFit(msgspec.Struct, frozen=True):
+    """--n-predict dataset: the sampled entries, and of them those skipped on this target because
+    prompt + answer is longer than its per-slot context (run/dataset_answers.py)."""
+
+    entries: int
+    skipped: int
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -413,6 +480,8 @@ class Target(msgspec.Struct, frozen=True):
     prefill: PrefillSection | None = None
     depth: DepthSection | None = None
     soak: SoakSection | None = None
+    interference: list[ClassInterference] | None = None  # a run of request classes
+    dataset: DatasetFit | None = None  # a dataset-answers run
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""
@@ -467,6 +536,7 @@ class Config(msgspec.Struct, frozen=True):
     workload: dict[str, Any] | None = None  # a drawn workload or a replay (core/workload.py)
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
+    classes: list[ClassSpec] | None = None  # a run of request classes (core/request_class.py)
     # The saturation rule the verdict was drawn with (analysis/saturation.py; `analyze` draws it again).
     knee_gain: float | None = 0.10
     knee_latency: float | None = 0.50

@@ -9,7 +9,7 @@ with `metrics` (latency per request, HdrHistogram percentiles).
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
-from .report_model import level_extras, percentile_curve
+from .report_model import attainment_points, has_slo, has_soak_slo, level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -309,6 +309,32 @@ def soak_latency_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def soak_attainment_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Each window's attainment in % (--slo) over the soak, and the required attainment dashed."""
+    fig, (ax,) = _figure(4.0)
+    unit, scale = _soak_scale(series)
+    required: set[float] = set()
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        if t.required_attainment is None:
+            continue
+        required.add(100 * t.required_attainment)
+        ax.plot([x / scale for x in t.middle_s], [np.nan if a is None else 100 * a for a in t.attainment],
+                marker="o", markersize=3, color=colour(i), label=s.label)
+    for needed in sorted(required):
+        ax.axhline(needed, color="grey", linestyle="--", linewidth=1, label=f"--attainment {needed:g}%")
+    ax.set_xlabel(f"time since the soak's start ({unit})")
+    ax.set_ylabel("% of requests meeting every target")
+    ax.set_ylim(0, 105)
+    ax.set_title("SLO attainment per window")
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small", loc="lower left")
+    else:
+        _empty(ax, "no soak judged against an SLO")
+    return fig
+
+
 def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
     fig, (ax,) = _figure(4.0)
@@ -330,6 +356,41 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def slo_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, the attainment (% of judged requests meeting every latency target) of each series
+    judged against an SLO, and the required attainment (--attainment) as a dashed line."""
+    fig, (ax,) = _figure(4.0)
+    required: set[float] = set()
+    for i, s in enumerate(series):
+        xs, ys, needed = attainment_points(s)
+        if xs:
+            ax.plot(xs, [np.nan if y is None else y for y in ys], marker="o", color=colour(i), label=s.label)
+        if needed is not None:
+            required.add(needed)
+    for needed in sorted(required):
+        ax.axhline(needed, color="grey", linestyle="--", linewidth=1, label=f"--attainment {needed:g}%")
+    _concurrency_axis(ax, series)
+    ax.set_ylabel("% of requests meeting every target")
+    ax.set_ylim(0, 105)
+    ax.set_title("SLO attainment per level")
+    if ax.lines:
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no level judged against an SLO")
+    return fig
+
+
+def sweep_charts(series: Sequence[TargetSeries]) -> dict[str, Callable[[Sequence[TargetSeries]], Figure]]:
+    """A sweep's charts: the attainment chart when a level was judged against an SLO, the
+    speculation chart when a level drafted or reasoned."""
+    charts: dict[str, Callable[[Sequence[TargetSeries]], Figure]] = dict(CHARTS)
+    if has_slo(series):
+        charts["slo"] = slo_figure
+    if any(level_extras(series)):
+        charts["speculation"] = speculation_figure
+    return charts
+
+
 CHARTS = {
     "throughput": throughput_figure,
     "latency": latency_figure,
@@ -344,6 +405,12 @@ SOAK_CHARTS = {
 }
 
 
+def soak_charts(series: Sequence[TargetSeries]) -> dict[str, Callable[[Sequence[TargetSeries]], Figure]]:
+    """A soak's charts, with attainment over time when a soak was judged against an SLO."""
+    extra: dict[str, Callable[[Sequence[TargetSeries]], Figure]] = {"attainment-over-time": soak_attainment_figure}
+    return SOAK_CHARTS | (extra if has_soak_slo(series) else {})
+
+
 def png_bytes(fig: Figure) -> bytes:
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=DPI, facecolor="white")
@@ -351,7 +418,6 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, bytes]:
-    """Every chart (a soak's with `soak`; a sweep's speculation chart when a level drafted or reasoned)
-    as PNG bytes, keyed by report section id."""
-    charts = SOAK_CHARTS if soak else CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+    """Every chart (a soak's with `soak`; a sweep's `sweep_charts`) as PNG bytes, keyed by report section id."""
+    charts = soak_charts(series) if soak else sweep_charts(series)
     return {name: png_bytes(draw(series)) for name, draw in charts.items()}

@@ -129,6 +129,20 @@ LOADGEN_PANELS = (
            Query(f"sum by (target) (rate(loadgen_reasoning_tokens_total[{RATE}])) / "
                  f"sum by (target) (rate(loadgen_output_tokens_total[{RATE}]))", "{{target}} reasoning share")),
           unit="percentunit", source="loadgen"),
+    Panel("SLO attainment (--slo)",
+          "Runs with --slo only: the share of each level's judged requests that met every latency target "
+          "so far (loadgen_slo_attainment_ratio), against the share a level must reach "
+          "(loadgen_slo_attainment_required_ratio, --attainment). A level below the line fails.",
+          (Query("loadgen_slo_attainment_ratio", "{{target}} level {{level}}"),
+           Query("loadgen_slo_attainment_required_ratio", "required")),
+          unit="percentunit", source="loadgen"),
+    Panel("Goodput vs completed (--slo)",
+          "Runs with --slo only: rate() of loadgen_requests_good_total (requests that met every latency "
+          "target: the goodput) against rate() of loadgen_requests_completed_total. The gap is the "
+          "requests that succeeded too late.",
+          (Query(f"sum by (target) (rate(loadgen_requests_good_total[{RATE}]))", "{{target}} good"),
+           Query(f"sum by (target) (rate(loadgen_requests_completed_total[{RATE}]))", "{{target}} completed")),
+          unit="reqps", source="loadgen"),
     Panel("Client load",
           "Is loadgen itself the bottleneck? rate() of loadgen_client_cpu_seconds_total (1 = a whole core) "
           "and the p99 of loadgen_event_loop_lag_seconds.",

@@ -48,6 +48,8 @@ def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str], measure
     prompt length, a depth run's decode tok/s per depth; then the KV cache sizes."""
     if measure in ("prefill", "depth"):
         return _size_table(cells, param_names, measure)
+    if measure == "capacity":
+        return _capacity_table(cells, param_names)
     levels = sorted({lv for c in cells for lv in c.latency_by_level}, key=float)
     grid = Grid("loadgen grid", [
         *(Column(name, "left", key=True) for name in param_names),
@@ -80,6 +82,24 @@ def _size_table(cells: Sequence[CellSummary], param_names: Sequence[str], measur
     return grid
 
 
+def _capacity_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid:
+    """A capacity grid: each cell's capacity over its runs (`analysis.grid_capacity`), the target
+    that bound it, and the KV cache sizes."""
+    by_rate = any(c.capacity and c.capacity.by == "rate" for c in cells)
+    grid = Grid("loadgen grid (capacity)", [
+        *(Column(name, "left", key=True) for name in param_names), Column("runs ok"),
+        Column("capacity\n(req/s)" if by_rate else "capacity\n(users)"), Column("binding"),
+        Column("KV MiB (boot log\nvs loadgen kv)"), Column("KV MiB\nper slot")])
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",
+                     Text(c.capacity.text if c.capacity else "n/a"), c.binding or "-", _kv(c), _per_slot(c))
+    return grid
+
+
+CAPACITY_KEY = ("capacity: the most users (req/s) within --slo; mean ± sd (each run's answer) over the repeats; "
+                "3–4: between 3 and 4 (inconclusive at this noise); ≥8: no level failed up to 8")
+
+
 class _Param(msgspec.Struct):
     name: str
 
@@ -96,6 +116,8 @@ def print_grid(console: Console, grid: GridDocument | Mapping[str, Any], cells: 
     grid's document, or as much of its content as the table reads (its params' names, its measure)."""
     heading = msgspec.convert(grid, _Heading, from_attributes=True)
     print_table(console, grid_table(cells, [p.name for p in heading.params], heading.measure))
+    if heading.measure == "capacity":
+        console.print(CAPACITY_KEY, style="dim", highlight=False, soft_wrap=True, markup=False)
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)

@@ -3,7 +3,8 @@
 A report overlays every target of every run given as a `TargetSeries` (one line per series in each
 chart; the view model, `report_model.py`). A report of soak runs has its own sections
 (`SOAK_SECTIONS`: the windows over time, the probe, the soak table); a sweep's level table gains
-the speculation and reasoning columns when any level has them. The charts come from `charts.py` as PNG images, always
+the attainment and goodput columns (and an attainment chart) when a level was judged against
+latency targets (--slo), the speculation and reasoning columns when any level has them. The charts come from `charts.py` as PNG images, always
 written next to the HTML file (for papers and CI summaries). The page draws them with Plotly
 (`interactive.py`: hover, legend toggles, zoom) with plotly.js inlined, or, static, inlines the PNGs
 as data URIs; either way the file needs no network and no other file.
@@ -25,7 +26,7 @@ from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, text_of
-from .report_model import INCOMPLETE, TargetSeries, level_extras
+from .report_model import INCOMPLETE, TargetSeries, has_slo, has_soak_slo, level_extras, level_slo
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -57,11 +58,21 @@ SOAK_SECTIONS = [
 ]
 
 
+SOAK_SLO_SECTION = (
+    "attainment-over-time", "SLO attainment over time",
+    "The share of each window's judged requests that met every latency target (--slo), by completion "
+    "time, against the share required (--attainment, dashed); the soak table says whether it fell.")
+
+
 def is_soak(series: Sequence[TargetSeries]) -> bool:
     """Whether the report is of soak runs (`loadgen report` does not mix them with sweeps)."""
     return bool(series) and all(s.kind is RunKind.SOAK for s in series)
 
 
+SLO_SECTION = (
+    "slo", "SLO attainment per level",
+    "The share of each level's judged requests that met every latency target (--slo; errors always miss), "
+    "against the share a level must reach (--attainment, dashed). A level below the line fails.")
 SPECULATION_SECTION = (
     "speculation", "Speculation and reasoning per level",
     "Draft acceptance (Σ draft_n_accepted / Σ draft_n of the level's successful requests) and the reasoning "
@@ -69,10 +80,12 @@ SPECULATION_SECTION = (
 
 
 def sections(series: Sequence[TargetSeries]) -> list[tuple[str, str, str]]:
-    """The report's sections: a soak's, or a sweep's with the speculation chart when a level drafted or reasoned."""
+    """The report's sections: a soak's, or a sweep's with the attainment chart when a level was judged
+    against latency targets and the speculation chart when a level drafted or reasoned."""
     if is_soak(series):
-        return SOAK_SECTIONS
-    return SECTIONS[:-1] + [SPECULATION_SECTION] * any(level_extras(series)) + SECTIONS[-1:]
+        return SOAK_SECTIONS[:2] + [SOAK_SLO_SECTION] * has_soak_slo(series) + SOAK_SECTIONS[2:]
+    return (SECTIONS[:-1] + [SLO_SECTION] * has_slo(series) + [SPECULATION_SECTION] * any(level_extras(series))
+            + SECTIONS[-1:])
 
 
 # Where an interactive chart shows something other than its PNG twin, the note says what it shows.
@@ -101,7 +114,9 @@ def _dist(level: Level, m: Metric, stat: str) -> Any:
 
 TABLE_COLUMNS = ["C", "ok / failed", "tok/s", f"{LATENCY.header.removesuffix(' ms')} mean ms", "p50", "p90", "p99", "max",
                  f"{QUEUE_WAIT.header.removesuffix(' ms')} mean ms", f"{QUEUE_WAIT.short} p99", "queued", DECODE_TOK_S.header, "peak deferred",
-                 "peak busy / slots", "batching gain", "ok req/s", "attain (--slo)", "goodput req/s", "stopped"]
+                 "peak busy / slots", "batching gain", "ok req/s", "stopped"]
+# Shown only when a level of the report was judged against latency targets (--slo; analysis/slo.py).
+SLO_COLUMNS = ["attainment", "goodput req/s", "goodput tok/s", "most missed"]
 
 
 # Shown only when a level of the report has them (analysis/speculation.py, analysis/reasoning.py).
@@ -111,24 +126,37 @@ REASONING_COLUMNS = ["reasoning share", f"{TTFA.header.removesuffix(' ms')} p50 
 
 @dataclass(frozen=True)
 class Extras:
-    """Which optional columns the level table has: any level drafted, any level's requests reasoned."""
+    """Which optional columns the level table has: any level drafted, any level's requests reasoned,
+    any level judged against latency targets (--slo)."""
 
     drafting: bool = False
     reasoning: bool = False
+    slo: bool = False
 
     @classmethod
     def of(cls, series: Sequence[TargetSeries]) -> Extras:
-        return cls(*level_extras(series))
+        return cls(*level_extras(series), slo=has_slo(series))
 
     def columns(self) -> list[str]:
-        return TABLE_COLUMNS[:-1] + DRAFT_COLUMNS * self.drafting + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:]
+        return (TABLE_COLUMNS[:-1] + SLO_COLUMNS * self.slo + DRAFT_COLUMNS * self.drafting
+                + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:])
+
+
+def slo_cells(level: Level) -> list[str]:
+    """A level's attainment ("✗" when below the required share; "–" when nothing was judged or the
+    level has no judgement), goodput in req/s and tok/s, and the target it missed most."""
+    judged = level_slo(level)
+    if judged is None:
+        return ["–"] * len(SLO_COLUMNS)
+    attainment = "–" if judged.attainment is None else f"{judged.attainment:.0%}{'' if judged.passed else ' ✗'}"
+    return [attainment, _fmt(judged.goodput_req_s, 2), _fmt(judged.goodput_tok_s, 1), judged.most_missed or "–"]
 
 
 def extra_cells(level: Level, extras: Extras, speculative: bool | None = None) -> list[str]:
-    """A level's acceptance ("no speculation" when it drafted nothing, never 0%, unless its server
+    """With --slo, a level's `slo_cells`. A level's acceptance ("no speculation" when it drafted nothing, never 0%, unless its server
     said it speculates: `speculative`, run.json's server.speculative) and drafted tokens per output
     token; its reasoning share ("none" when no request reasoned) and time to the first answer."""
-    cells = []
+    cells = slo_cells(level) if extras.slo else []
     if extras.drafting:
         drafted_none = speculative and not level.draft_n
         cells += [level_acceptance_text(speculative, level.draft_n, level.draft_n_accepted),
@@ -141,12 +169,11 @@ def extra_cells(level: Level, extras: Extras, speculative: bool | None = None) -
 
 def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> list[str]:
     """One table row of a level: run.json's summary and its verdict figures, formatted (with `extras`,
-    the speculation and reasoning cells before the last column)."""
+    the SLO, speculation and reasoning cells before the last column)."""
     verdict = next((v for v in series.verdict.levels if v.level == level.level), None)
     failed = level.requests_failed + level.requests_cancelled
     queued_share = None if verdict is None else verdict.queued_share
     gain = None if verdict is None else verdict.batching_gain
-    slo = level.slo_judgement
     return [
         str(level.level),
         f"{level.requests_ok} / {failed}",
@@ -161,8 +188,6 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
         f"{_fmt(None if verdict is None else verdict.peak_busy_slots)} / {_fmt(series.total_slots)}",
         "–" if gain is None else f"{gain:.2f}×",
         _fmt(level.request_rate, 2),
-        "–" if slo is None or slo.attainment is None else f"{slo.attainment:.0%}{'' if slo.passed else ' ✗'}",
-        _fmt(None if slo is None else slo.goodput_req_s, 2),
         *extra_cells(level, extras, None if series.target.server is None else series.target.server.speculative),
         level.stopped_reason or "",
     ]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import level_short
-from .report_model import level_extras, percentile_curve
+from .report_model import attainment_points, has_slo, has_soak_slo, level_extras, percentile_curve
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -273,6 +273,30 @@ CHARTS = {
     "probe": probe_figure,
     "decode": decode_figure,
 }
+def soak_attainment_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Each window's attainment in % (--slo) over the soak, and the required attainment dashed."""
+    go = _go()
+    fig = go.Figure()
+    several = _several_units(series)
+    required: set[float] = set()
+    for i, s in enumerate(series):
+        t = s.soak_timeline()
+        if t.required_attainment is None:
+            continue
+        required.add(100 * t.required_attainment)
+        middle, start, end, unit = _window_times(s, several)
+        fig.add_trace(go.Scatter(
+            x=middle, y=[None if a is None else 100 * a for a in t.attainment], customdata=list(zip(start, end)),
+            mode="lines+markers", name=s.label, line={"color": colour(i)},
+            hovertemplate=f"%{{customdata[0]:.1f}}–%{{customdata[1]:.1f}} {unit}: attainment %{{y:.1f}}%"
+                          "<extra>%{fullData.name}</extra>"))
+    for needed in sorted(required):
+        fig.add_hline(y=needed, line={"color": "grey", "dash": "dash", "width": 1},
+                      annotation_text=f"--attainment {needed:g}%")
+    return _layout(fig, "SLO attainment per window", height=420, slider=True, xaxis=_soak_time_axis(series),
+                   yaxis={"title": "% of requests meeting every target", "range": [0, 105]})
+
+
 def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
     go = _go()
@@ -290,11 +314,34 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
                    yaxis={"title": "% of drafted / of output tokens", "range": [0, 105]})
 
 
+def slo_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Per level, the attainment in % of each series judged against an SLO, and the required
+    attainment (--attainment) as a dashed line."""
+    go = _go()
+    fig = go.Figure()
+    required: set[float] = set()
+    for i, s in enumerate(series):
+        xs, ys, needed = attainment_points(s)
+        if xs:
+            fig.add_trace(go.Scatter(
+                x=xs, y=ys, mode="lines+markers", name=s.label, line={"color": colour(i)},
+                hovertemplate="%{x}: attainment %{y:.1f}%<extra>%{fullData.name}</extra>"))
+        if needed is not None:
+            required.add(needed)
+    for needed in sorted(required):
+        fig.add_hline(y=needed, line={"color": "grey", "dash": "dash", "width": 1},
+                      annotation_text=f"--attainment {needed:g}%")
+    return _layout(fig, "SLO attainment per level", xaxis=_level_axis(series),
+                   yaxis={"title": "% of requests meeting every target", "range": [0, 105]})
+
+
 def charts_for(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, Any]:
-    """The charts of a report: a soak's, or a sweep's with the speculation chart when it has something to draw."""
+    """The charts of a report: a soak's, or a sweep's with the attainment chart when a level was
+    judged against an SLO and the speculation chart when it has something to draw."""
     if soak:
-        return SOAK_CHARTS
-    return CHARTS | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+        return SOAK_CHARTS | ({"attainment-over-time": soak_attainment_figure} if has_soak_slo(series) else {})
+    return (CHARTS | ({"slo": slo_figure} if has_slo(series) else {})
+            | ({"speculation": speculation_figure} if any(level_extras(series)) else {}))
 
 
 SOAK_CHARTS = {

@@ -31,11 +31,12 @@ class ProgressObserver:
                                  console=console, transient=True, auto_refresh=False,
                                  disable=not console.is_terminal)
         self._ticker: asyncio.TimerHandle | None = None
-        self._tasks: dict[tuple[str, int], int] = {}
+        self._tasks: dict[tuple[str, int | float, str | None], int] = {}
         # Completions are counted here and handed to Rich every FLUSH_S by a timer on the event loop.
         # A Rich update per request, or Rich's own refresh thread (which makes the loop's thread
         # fight for the GIL), cost more than the engine's whole bookkeeping at thousands of req/s.
-        self._done: dict[tuple[str, int | float], list[int]] = {}  # key -> [completed, failed, flushed]
+        # (target, level, request class) -> [completed, failed, flushed]
+        self._done: dict[tuple[str, int | float, str | None], list[int]] = {}
 
     def __enter__(self) -> ProgressObserver:
         self.progress.start()
@@ -53,14 +54,14 @@ class ProgressObserver:
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         what = f"{level.target} {_short(level)}" + (f" {duration_s:g}s" if duration_s is not None else "")
-        key = (level.target, level.level)
+        key = _level_key(level)
         self._done[key] = [0, 0, 0]
         self._tasks[key] = self.progress.add_task(what, total=requests, failed="")
         if self._ticker is None and not self.progress.disable:
             self._ticker = asyncio.get_running_loop().call_later(self.FLUSH_S, self._tick)
 
     def request_done(self, record: RequestRecord) -> None:
-        counts = self._done.get((record.target, record.level))
+        counts = self._done.get((record.target, record.level, record.request_class))
         if counts is not None:
             counts[0] += 1
             if not record.ok:
@@ -68,14 +69,16 @@ class ProgressObserver:
 
     def requests_counted(self, level: LevelRun, completed: int, failed: int) -> None:
         """Requests that completed in a worker process, counted there (run/workers/parent.py)."""
-        self._add((level.target, level.level), completed, failed)
+        self._add(_level_key(level), completed, failed)
 
     def requests_done(self, batch: Sequence[RequestRecord]) -> None:
         """Records that completed in a worker process, a read of its file at a time: one level's."""
         if batch:
-            self._add((batch[0].target, batch[0].level), len(batch), sum(r.error_kind is not None for r in batch))
+            first = batch[0]
+            self._add((first.target, first.level, first.request_class), len(batch),
+                      sum(r.error_kind is not None for r in batch))
 
-    def _add(self, key: tuple[str, int | float], completed: int, failed: int) -> None:
+    def _add(self, key: tuple[str, int | float, str | None], completed: int, failed: int) -> None:
         counts = self._done.get(key)
         if counts is not None:
             counts[0] += completed
@@ -97,8 +100,8 @@ class ProgressObserver:
         self.progress.refresh()
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:
-        self._done.pop((level.target, level.level), None)
-        task = self._tasks.pop((level.target, level.level), None)
+        self._done.pop(_level_key(level), None)
+        task = self._tasks.pop(_level_key(level), None)
         if task is not None:
             self.progress.remove_task(task)
         # run.json's figures (the level's aggregate, HdrHistogram p50): one level, one p50.
@@ -112,7 +115,14 @@ class ProgressObserver:
 
 
 def _short(level: LevelRun) -> str:
-    return level_short(level.level, level.rate is not None)
+    """"c=4", "2 req/s"; a class's level: "chat alone c=1"."""
+    short = level_short(level.level, level.rate is not None)
+    return short if level.request_class is None else f"{level.request_class} {level.phase} {short}"
+
+
+def _level_key(level: LevelRun) -> tuple[str, int | float, str | None]:
+    """A level's progress bar: classes side by side share a level key, not a class."""
+    return level.target, level.level, level.request_class
 
 
 class StepProgress(ProgressObserver):
@@ -129,11 +139,11 @@ class StepProgress(ProgressObserver):
 
     def level_started(self, level: LevelRun, requests: int | None, duration_s: float | None) -> None:
         super().level_started(level, requests, duration_s)
-        self.progress.update(self._tasks[(level.target, level.level)], description=f"{level.target} {self._step_text}")
+        self.progress.update(self._tasks[_level_key(level)], description=f"{level.target} {self._step_text}")
 
     def level_done(self, run: object, target: object, level: LevelRun) -> None:
-        self._done.pop((level.target, level.level), None)
-        task = self._tasks.pop((level.target, level.level), None)
+        self._done.pop(_level_key(level), None)
+        task = self._tasks.pop(_level_key(level), None)
         if task is not None:
             self.progress.remove_task(task)
 

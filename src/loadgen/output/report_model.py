@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..analysis import metrics
 from ..analysis.metric_defs import LATENCY, TTFT
+from ..analysis.slo import SloLevel
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import Distribution, Level, RunDocument, RunKind, SoakSection, Target, Verdict
 
@@ -91,7 +93,9 @@ class TargetSeries:
             latency_ms=[metrics.distribution_ms(v) for v in latency], ttft_ms=[metrics.distribution_ms(v) for v in ttft],
             window_s=(soak.window_s or 0.0) if soak else 0.0, drift_windows=(soak.drift_windows or 0) if soak else 0,
             first_throughput_tok_s=soak.first_throughput_tok_s if soak else None,
-            last_throughput_tok_s=soak.last_throughput_tok_s if soak else None)
+            last_throughput_tok_s=soak.last_throughput_tok_s if soak else None,
+            attainment=[w.attainment for w in windows],
+            required_attainment=soak.slo.required if soak is not None and soak.slo is not None else None)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,9 @@ class SoakTimeline:
     drift_windows: int = 0  # k: the first and last k full windows compared for drift
     first_throughput_tok_s: float | None = None
     last_throughput_tok_s: float | None = None
+    # --slo: each window's good / judged requests (None: nothing judged, or no SLO), and the share required
+    attainment: list[float | None] = field(default_factory=list)
+    required_attainment: float | None = None
 
     @property
     def middle_s(self) -> list[float]:
@@ -175,6 +182,30 @@ def level_extras(series: Sequence[TargetSeries]) -> tuple[bool, bool]:
     speculates = any(s.target.server is not None and s.target.server.speculative for s in series)
     return (any(lv.draft_n is not None for lv in levels) or speculates,
             any(lv.reasoning_tokens is not None for lv in levels))
+
+
+def level_slo(level: Level) -> SloLevel | None:
+    """The level judged against the run's latency targets (run.json's "slo"), None without --slo."""
+    return msgspec.convert(level.slo, SloLevel) if level.slo else None
+
+
+def has_slo(series: Sequence[TargetSeries]) -> bool:
+    """Whether any level was judged against latency targets (--slo): the report then shows attainment
+    and goodput, and the attainment chart; a report of runs without --slo shows neither."""
+    return any(lv.slo for s in series for lv in s.levels)
+
+
+def attainment_points(s: TargetSeries) -> tuple[list[int | float], list[float | None], float | None]:
+    """(levels, attainment in % or None where nothing was judged, the required attainment in % or
+    None) of one series' judged levels, for the attainment chart."""
+    judged = [(lv.level, j) for lv in s.levels if (j := level_slo(lv)) is not None]
+    return ([level for level, _ in judged], [None if j.attainment is None else 100 * j.attainment for _, j in judged],
+            100 * judged[0][1].required if judged else None)
+
+
+def has_soak_slo(series: Sequence[TargetSeries]) -> bool:
+    """Whether any soak was judged against latency targets: its report then draws attainment per window."""
+    return any(s.soak is not None and s.soak.slo is not None for s in series)
 
 
 def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.ndarray, np.ndarray]:

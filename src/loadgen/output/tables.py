@@ -23,6 +23,7 @@ from ..core.rundoc import (
     RunDocument,
     RunKind,
     SloJudgement,
+    SoakAttainment,
     Target,
 )
 from ..run.labels import about
@@ -98,7 +99,7 @@ def sweep_table(doc: Doc) -> Grid:
             lv = by_target[t.label]
             if lv is None:
                 continue
-            row: list[Cell] = [Num(c, None) if first else "", t.label,
+            row: list[Cell] = [Num(c, None) if first else "", _who(t.label, lv),
                                *([Num(lv.achieved_rate, 2)] if open_loop else []), _okf(lv.requests_ok, lv.requests_failed),
                                Num(lv.throughput_tok_s, 2)]
             if caption:
@@ -330,16 +331,26 @@ def latency_table(doc: Doc) -> Grid | None:
                                         *[Column(title) for title, _, _ in columns]])
     last = None
     for t, lv in rows:
-        grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
+        who = _who(t.label, lv)
+        grid.add_row(who if who != last else "", Num(lv.level, None),
                      *[Num(_chosen(lv, m, stat) if chosen and m in metric_defs.PERCENTILE_METRICS else _dist(lv, m, stat),
                            m.table_digits)
                        for _, m, stat in columns])
-        last = t.label
+        last = who
     return grid
 
 
+def _who(label: str, lv: Level) -> str:
+    """A row's target; in a run of request classes, with the level's class and phase ("sim chat alone")."""
+    return label if lv.request_class is None else f"{label} {lv.request_class} {lv.phase}"
+
+
 def verdict_lines(doc: Doc) -> list[str]:
-    return [line for t in RunDocument.of(doc).targets if t.verdict for line in t.verdict.verdict]
+    """Each target's saturation verdict; in a run of request classes, how each class fared beside
+    the others (analysis/interference.py)."""
+    targets = RunDocument.of(doc).targets
+    return [line for t in targets if t.verdict for line in t.verdict.verdict] + [
+        f"{t.label}: {v.line}" for t in targets for v in t.interference or []]
 
 
 def overhead_lines(doc: Doc) -> list[str]:
@@ -458,12 +469,16 @@ _DRIFT = {True: "more than noise", False: "within noise", None: "too few windows
 
 
 def soak_table(doc: Doc) -> Grid:
-    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift."""
+    """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift;
+    with --slo also the attainment and goodput over the soak, and the attainment's drift."""
     doc = RunDocument.of(doc)
+    judged = any(t.soak is not None and t.soak.slo is not None for t in doc.targets)
+    slo_columns = [Column("attain\n(--slo)"), Column("goodput\nreq/s"), Column("first → last\nattain")]
     grid = Grid(_title("soak", doc), [
         Column("target", "left", key=True), Column("duration"), Column("ok/failed"),
         Column("offered\nreq/s"), Column("tok/s"), Column("error-free"), Column("longest\nerror-free"),
-        Column("first → last\nwindow tok/s"), Column("drift"), Column("errors", "left", wrap=True)])
+        Column("first → last\nwindow tok/s"), Column("drift"), *slo_columns * judged,
+        Column("errors", "left", wrap=True)])
     for t in doc.targets:
         s = t.soak
         if not s:
@@ -475,8 +490,39 @@ def soak_table(doc: Doc) -> Grid:
                      Num(s.offered_req_s, 2), Num(s.throughput_tok_s, 2),  # offered: None in older files
                      f"{_hours(s.error_free_s)} of {_hours(s.duration_s)}", _hours(s.longest_error_free_s),
                      "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift,
+                     *(_soak_slo_cells(s.slo) if judged else []),
                      Text(errors, style="red" if s.requests_failed else ""))
     return grid
+
+
+_FALLING = {True: "falling", False: "within noise", None: "too few to test"}
+
+
+def soak_attainment_lines(doc: Doc) -> list[str]:
+    """A warning per soak whose SLO attainment fell beyond noise between its first and last windows
+    (analysis/soak.py `attainment_falling`)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        slo = t.soak.slo if t.soak is not None else None
+        if slo is None or not slo.falling or slo.first_attainment is None or slo.last_attainment is None:
+            continue
+        k = t.soak.drift_windows if t.soak is not None else None
+        p = "" if slo.falling_p is None else f", Fisher p={slo.falling_p:.2g}"
+        out.append(f"{t.label}: SLO attainment fell from {slo.first_attainment:.0%} to {slo.last_attainment:.0%} "
+                   f"between the first and last {k or ''} window(s), more than noise{p}")
+    return out
+
+
+def _soak_slo_cells(slo: SoakAttainment | None) -> list[Any]:
+    """A soak's attainment ("✗" below --attainment), goodput, and its first → last attainment with
+    whether it is falling (analysis/soak.py `attainment_falling`)."""
+    if slo is None:
+        return ["–", "–", "–"]
+    attained = "–" if slo.attainment is None else f"{slo.attainment:.0%}{'' if slo.passed else ' ✗'}"
+    first, last = slo.first_attainment, slo.last_attainment
+    drift = ("n/a" if first is None or last is None
+             else Text(f"{first:.0%} → {last:.0%} ({_FALLING[slo.falling]})", style="red" if slo.falling else ""))
+    return [Text(attained, style="" if slo.passed else "red"), Num(slo.goodput_req_s, 2), drift]
 
 
 def run_grids(doc: Doc) -> list[Grid]:
@@ -515,7 +561,8 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
     return RunLines(notes=notes, verdicts=verdict_lines(doc),
-                    warnings=killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc),
+                    warnings=killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
+                    + soak_attainment_lines(doc),
                     errors=error_lines(doc, told))
 
 

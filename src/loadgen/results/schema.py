@@ -35,6 +35,9 @@ Version history (SCHEMA_VERSION):
        --rate inf: a level's "level" and "rate", the config's "rates" (and the verdict's levels)
        may be the string "inf" (JSON has no infinity; core.rundoc.json_safe / read_rates), and a
        record's or probe sample's "level" too; `load_run` reads them back as math.inf.
+       Added since, without a bump (docs/workloads.md): config "classes", per level "request_class"
+       and "phase", per target "interference" (a run of request classes); per record
+       "request_class"; per target "dataset" (entries and skipped, --n-predict dataset).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
@@ -51,6 +54,7 @@ SCHEMA = "loadgen.run"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 RUN_FILE = "run.json"
+CAPACITY_FILE = "capacity.json"  # `loadgen capacity`'s answer, beside its run.json
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
 

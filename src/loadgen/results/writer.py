@@ -26,6 +26,7 @@ from ..analysis.aggregate import LevelAggregate, of_level
 from ..analysis.depth import summarize_depth, with_change
 from ..analysis.energy import level_energy
 from ..analysis.env_drift import level_changes
+from ..analysis.interference import ClassPhases, Interference, interference
 from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
@@ -39,7 +40,8 @@ from ..core.environment import thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
-from ..core.rundoc import LevelTrim, json_safe
+from ..core.request_class import ALONE, TOGETHER
+from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
@@ -85,9 +87,16 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             "read_clock": t.read_clock,
             "levels": levels,
         }
-        target["verdict"] = target_verdict(
-            target, [r for lv in t.levels for r in _verdict_records(lv)], [s for lv in t.levels for s in lv.probe_samples],
-            config.knee_gain, config.knee_latency, config.open_loop) if levels else None
+        if t.dataset_fit is not None:  # --n-predict dataset: entries beyond the slot's context, skipped
+            target["dataset"] = {"entries": t.dataset_fit[0], "skipped": t.dataset_fit[1]}
+        if config.classes:  # classes side by side, not a ladder: how each fared beside the others instead
+            target["verdict"] = None
+            target["interference"] = [v.to_dict() for v in class_interference(t, levels)]
+        else:
+            target["verdict"] = target_verdict(
+                target, [r for lv in t.levels for r in _verdict_records(lv)],
+                [s for lv in t.levels for s in lv.probe_samples],
+                config.knee_gain, config.knee_latency, config.open_loop) if levels else None
         targets.append(target)
     doc = {
         "schema": SCHEMA,
@@ -243,9 +252,9 @@ def _trimmed(lv: LevelRun, trim: Trim | None) -> tuple[Trimmed | None, LevelAggr
 
 def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float, trimmed: Trimmed | None = None) -> dict[str, Any] | None:
     """The level judged against the run's latency targets: its streamed tally, else its records
-    (--trim: those its figures keep)."""
+    (--trim: those its figures keep); a class's own targets when the run has none."""
     if slo is None:
-        return None
+        return None if lv.slo_tally is None else lv.slo_tally.result(wall_s).to_dict()
     if trimmed is not None and trimmed.dropped:
         tally = SloTally.of(slo, trimmed.kept)
     else:
@@ -268,10 +277,23 @@ def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, f
 
 
 def _with_workers(summary: dict[str, Any], lv: LevelRun) -> dict[str, Any]:
-    """A level run by --workers processes also says what each did (absent from one-process runs)."""
+    """A level run by --workers processes also says what each did (absent from one-process runs);
+    a level of a run of classes, its class and phase."""
     if lv.workers is not None:
         summary["workers"] = lv.workers
+    if lv.request_class is not None:
+        summary["request_class"], summary["phase"] = lv.request_class, lv.phase
     return summary
+
+
+def class_interference(t: TargetRun, levels: list[dict[str, Any]]) -> list[Interference]:
+    """Each class's level alone and beside the others, compared (analysis/interference.py)."""
+    phases: dict[str, dict[str, LevelSummary]] = {}
+    for lv, summary in zip(t.levels, levels):
+        if lv.request_class is not None and lv.phase is not None and lv.finished:
+            phases.setdefault(lv.request_class, {})[lv.phase] = msgspec.convert(summary, LevelSummary, strict=False)
+    slots = t.info.total_slots if t.info else None
+    return interference([ClassPhases(name, p.get(ALONE), p.get(TOGETHER)) for name, p in phases.items()], slots)
 
 
 def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:
@@ -312,7 +334,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                 end = lv.end_ns if lv.finished else now_ns()
                 target["soak"] = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
                                   summarize_soak(list(lv.records), lv.start_ns, end,
-                                                 window_seconds(run.settings.duration_s))).to_dict()
+                                                 window_seconds(run.settings.duration_s), run.config.slo)).to_dict()
             else:
                 target["soak"] = None
         else:

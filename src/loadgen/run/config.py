@@ -22,6 +22,7 @@ from .schedule import ARRIVALS
 
 if TYPE_CHECKING:
     from ..core.cache_mode import MultiTurn, SharedPrefix
+    from ..core.request_class import RequestClass
     from ..core.workload import DatasetEntry, Workload
     from .prompts import PromptSource
     from .trace_replay import Replay
@@ -141,6 +142,9 @@ class SweepConfig:
     # --trim: each level's start and end left out of its figures, its records kept (analysis/trim.py).
     trim: Trim | None = None
     machine: MachineOptions = MachineOptions()
+    # A run of request classes (core/request_class.py, run/classes.py): each class alone, then all
+    # together; they replace the levels (concurrency, rates). Empty: not a run of classes.
+    classes: tuple[RequestClass, ...] = ()
 
     @property
     def open_loop(self) -> bool:
@@ -151,6 +155,8 @@ class SweepConfig:
         """The most connections a target's levels hold open at once, the one place this is computed:
         the top concurrency (closed loop), or the in-flight cap of an open loop (0: no limit); a --rate
         inf level without a cap holds its every request at once."""
+        if self.classes:  # all classes at once: their concurrencies side by side; a rate has no bound
+            return 0 if any(c.rate is not None for c in self.classes) else sum(c.concurrency for c in self.classes)
         if self.open_loop and not self.max_in_flight and math.inf in self.rates:  # --rate inf: all at once
             return self.requests_per_level or 0
         return (self.max_in_flight or 0) if self.open_loop else max(self.concurrency)
@@ -159,6 +165,14 @@ class SweepConfig:
     def several_processes(self) -> bool:
         """The levels are sent by worker processes or Ray actors, not by this process alone."""
         return self.workers != 1 or self.ray_address is not None
+
+    @property
+    def level_count(self) -> int:
+        """How many levels a complete sweep runs per target: its levels, or a run of classes' each
+        class alone and (two classes or more) each beside the others."""
+        if self.classes:
+            return len(self.classes) * (2 if len(self.classes) > 1 else 1)
+        return len(self.levels)
 
     @property
     def levels(self) -> tuple[int, ...] | tuple[float, ...]:
@@ -235,6 +249,7 @@ class SweepConfig:
             **({"slo": self.slo.to_dict()} if self.slo else {}),
             **({"percentiles": list(self.percentiles)} if self.percentiles else {}),
             **({"trim": self.trim.text} if self.trim is not None else {}),
+            **({"classes": [c.to_dict() for c in self.classes]} if self.classes else {}),
         }
 
 

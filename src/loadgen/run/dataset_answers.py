@@ -114,6 +114,7 @@ async def dataset_generation(config: SweepConfig, t: TargetRun, obs: RunObserver
     counts, estimated = await entry_tokens(config, t, entries)
     n_ctx = slot_context(t)
     kept = [(e, p, a) for e, (p, a) in zip(entries, counts) if n_ctx is None or p + a <= n_ctx]
+    t.dataset_fit = (len(entries), len(entries) - len(kept))
     if estimated:
         obs.message(f"{t.label}: the server has no /tokenize: answer lengths are estimated at "
                     f"{WORDS_PER_TOKEN} words per token")

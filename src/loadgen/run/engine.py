@@ -185,12 +185,13 @@ class _Sender:
         if stream is None:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, None, None, None, None, prompt_tokens, connect_us,
-                                 tls_us, n_predict)
+                                 tls_us, n_predict, None, level.request_class)
         else:  # content event times (none when no content came)
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
-                                 prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns)
+                                 prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns,
+                                 level.request_class)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 
@@ -205,8 +206,10 @@ async def run_level(
     observer: Observer | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
     stagger_s: float = 0.0,
+    stop: asyncio.Event | None = None,
 ) -> LevelRun:
-    """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed.
+    """Closed loop: `level.concurrency` workers until `requests` are sent or `duration_s` has passed
+    (or `stop` is set: levels sent side by side end together, run/classes.py).
 
     With `stagger_s` 0 every worker sends its first request at the level's start. Otherwise worker
     i's first send waits until start + i × stagger_s / C, spreading the first sends evenly over
@@ -240,7 +243,7 @@ async def run_level(
                     return
                 seq = issued
                 issued += 1
-            if deadline is not None and now_ns() >= deadline:
+            if (deadline is not None and now_ns() >= deadline) or (stop is not None and stop.is_set()):
                 return
             outcome = await sender.send(index, seq)
             seq = None
@@ -262,16 +265,14 @@ async def run_open_level(
     observer: Observer | None = None,
     options: EngineOptions = DEFAULT_OPTIONS,
     start_ns: int | None = None,
+    stop: asyncio.Event | None = None,
 ) -> LevelRun:
-    """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far.
-
-    The level starts now, or at `start_ns` (on this machine's monotonic clock) when given: worker
-    processes sharing one schedule share its start too (see run/workers/merge.py).
-
+    """Open loop: request i is due at level start + offsets_ns[i], whatever the answers so far
+    (none is sent once `stop` is set). The level starts now, or at `start_ns` (this machine's
+    monotonic clock): worker processes sharing one schedule share its start (run/workers/merge.py).
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
-    skipped, and its latency still counts from its intended time.
-    """
+    skipped, and its latency still counts from its intended time."""
     obs = observer or NullObserver()
     obs.level_started(level, len(offsets_ns), None)
     sender = _Sender(level, transport, backend, obs, options)
@@ -296,6 +297,8 @@ async def run_open_level(
                 await gate.acquire()
             if level.stopped_reason is not None:
                 return
+            if stop is not None and stop.is_set():
+                break  # what is in flight still finishes and is recorded
             task = asyncio.ensure_future(one(seq, intended))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)

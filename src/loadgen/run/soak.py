@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from ..analysis.slo import SloTally
 from ..analysis.soak import SoakTally, window_seconds
 from ..core.records import LevelRun
 from .config import SoakSettings
@@ -55,8 +56,12 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=settings.prompt_tokens)
         await runner.connect_ahead(load, level, None)  # before the soak's clock starts
         if run.sink is not None:
-            tally = level.tally = SoakTally(window_seconds(settings.duration_s))
-            stream_level(level, run.sink, extra=[lambda batch: tally.add(batch, level.start_ns)])
+            tally = level.tally = SoakTally(window_seconds(settings.duration_s), config.slo)
+            extra = [lambda batch: tally.add(batch, level.start_ns)]
+            if config.slo is not None:  # the level's summary judged as a sweep's level is (run.json's levels)
+                level.slo_tally = SloTally(config.slo)
+                extra.append(level.slo_tally.add)
+            stream_level(level, run.sink, extra=extra)
         t.levels.append(level)
         async with target_probe(config, t) as probe:
             async with probe_sampling(probe, t, concurrency, settings.probe_interval_s, level):

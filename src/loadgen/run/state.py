@@ -41,6 +41,9 @@ class TargetRun:
     model: str | None = None  # the model name sent (OpenAI APIs)
     read_clock: str | None = None  # what its reads' times are: "kernel" or "loop" (see client.transport)
     steps: list[Step] = field(default_factory=list)  # prefill and depth only
+    # --n-predict dataset: (entries, of them skipped as longer than this target's per-slot context);
+    # None: not a dataset-answers run (run/dataset_answers.py).
+    dataset_fit: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -64,7 +67,7 @@ class Run:
         """Nothing was stopped or failed; a sweep also ran every level of its config on every target
         (a prefill or depth run may skip a step that does not fit)."""
         return not self.interrupted and all(t.error is None for t in self.targets) and all(
-            (self.kind not in SWEEP_KINDS or len(t.levels) == len(self.config.levels))
+            (self.kind not in SWEEP_KINDS or len(t.levels) == self.config.level_count)
             and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
 

@@ -37,7 +37,7 @@ def shape_generation(generation: GenerationParams, shapes: tuple[RequestShape, .
 
 
 async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
-                      lengths: list[int]) -> dict[int, str] | None:
+                      lengths: list[int], what: str = "--prompt-tokens") -> dict[int, str] | None:
     """{length: body} cut for this target; None, and the target's error set, when a length cannot
     hold the salt. One note for the user when some lengths are estimates or not exact."""
     source = config.prompt_source or PromptSource()
@@ -52,7 +52,7 @@ async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
                                  headers=config.auth_headers(), timeout_s=config.timeout_s, insecure=config.insecure)
         for n, fit in fits.items():
             if not isinstance(fit, FittedPrompt):
-                t.error = (f"{t.target.display}: --prompt-tokens draws {n}: {fit}; raise the distribution's "
+                t.error = (f"{t.target.display}: {what} draws {n}: {fit}; raise the distribution's "
                            "min= (or its lowest length)")
                 return None
             bodies[n] = fit.body
@@ -64,13 +64,15 @@ async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
 
 
 async def workload_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
-                              shapes: tuple[RequestShape, ...]) -> tuple[GenerationParams, EngineOptions] | None:
+                              shapes: tuple[RequestShape, ...], what: str = "--prompt-tokens"
+                              ) -> tuple[GenerationParams, EngineOptions] | None:
     """The run's generation with one body per shape for this target, and the engine options its
-    salts need (fixed-size decimal salts when prompts are cut); None when the target cannot take it."""
+    salts need (fixed-size decimal salts when prompts are cut); None when the target cannot take it
+    (its error names the lengths' source, `what`)."""
     lengths = [s.prompt_tokens for s in shapes if s.prompt_tokens is not None]
     if not lengths:
         return shape_generation(config.generation, shapes, None), DEFAULT_OPTIONS
-    bodies = await fit_lengths(config, t, obs, lengths)
+    bodies = await fit_lengths(config, t, obs, lengths, what)
     if bodies is None:
         return None
     return shape_generation(config.generation, shapes, bodies), EngineOptions(salt=new_decimal_salt)

@@ -17,6 +17,12 @@ definitions in seconds:
 | `loadgen_spec_decode_acceptance_ratio` (gauge) | target, level | the level's acceptance so far, accepted / drafted (analysis/speculation.py); no sample while nothing was drafted ("no speculation") |
 | `loadgen_reasoning_tokens_total` (counter) | target, level | Σ `reasoning_tokens` of successful requests: the thinking part of their output tokens |
 | `loadgen_reasoning_share_ratio` (gauge) | target, level | the level's reasoning share so far, reasoning / output tokens (analysis/reasoning.py); no sample while no request reasoned |
+| `loadgen_requests_judged_total` (counter) | target, level | `--slo`: requests judged against the latency targets (all but those the client cancelled or lost) |
+| `loadgen_requests_good_total` (counter) | target, level | `--slo`: of those, the good ones: succeeded and met every target (analysis/slo.py `judge`); `rate()` of it is the goodput in req/s |
+| `loadgen_good_output_tokens_total` (counter) | target, level | `--slo`: output tokens of the good requests (goodput in tokens/s as a `rate()`) |
+| `loadgen_slo_misses_total` (counter) | target, level, missed | `--slo`: requests that missed `missed` (a target's name, "error" or "unjudged"; a request may miss several) |
+| `loadgen_slo_attainment_ratio` (gauge) | target, level | `--slo`: the level's attainment so far, good / judged (run.json's `slo.attainment`); no sample while nothing was judged |
+| `loadgen_slo_attainment_required_ratio` (gauge) | | `--slo`: the attainment a level must reach (`--attainment`) |
 | `loadgen_latency_seconds` (histogram) | target, level | end-to-end latency from the intended send (`analysis.metrics.latency_ms`) |
 | `loadgen_time_to_first_token_seconds` (histogram) | target, level | TTFT, streaming only (`ttft_ms`) |
 | `loadgen_inter_token_latency_seconds` (histogram) | target, level | each gap between content chunks, streaming only (`itl_ms`) |
@@ -30,7 +36,8 @@ definitions in seconds:
 | `loadgen_event_loop_lag_seconds` (histogram) | | how late a timer due every 100 ms ran on the client's event loop |
 | `loadgen_client_cpu_seconds_total` (counter) | | CPU time of the loadgen process (all threads) |
 
-Series of every level of the run and of every fixed error kind are made at 0 when a target's
+The `--slo` series exist only in a run with latency targets; the misses of each target, "error"
+and "unjudged" start at 0 like the rest. Series of every level of the run and of every fixed error kind are made at 0 when a target's
 first level starts, so Prometheus sees them start from zero and `increase()` counts every request.
 Counters never decrease and nothing is reset by a scrape: any number of scrapers see the same.
 
@@ -54,6 +61,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from ...analysis import metric_defs
 from ...analysis.metric_defs import Batch
+from ...analysis.slo import ERROR, UNJUDGED, Slo, judge
 from ...analysis.speculation import Acceptance
 from ...core import records
 from ...core.records import LevelRun, RequestRecord
@@ -98,9 +106,10 @@ class LevelSeries:
     """The counters and histograms of one target at one level."""
 
     __slots__ = ("target", "level", "run", "completed", "failed", "output_tokens", "sent_seen", "metrics", "histograms",
-                 "drafted", "accepted", "reasoning_tokens", "reasoned")
+                 "drafted", "accepted", "reasoning_tokens", "reasoned", "slo", "judged", "good", "good_tokens",
+                 "slo_misses")
 
-    def __init__(self, target: str, level: str):
+    def __init__(self, target: str, level: str, slo: Slo | None = None):
         self.target, self.level = target, level
         self.run: LevelRun | None = None  # the level while it runs (its in-flight requests)
         self.completed = 0
@@ -113,10 +122,16 @@ class LevelSeries:
         # One histogram per metric served live, by metric name (those registered when the level began).
         self.metrics = [m for m in metric_defs.all_metrics() if m.live is not None]
         self.histograms = {m.name: Buckets(m.live.buckets_s) for m in self.metrics if m.live is not None}
+        # --slo: requests judged, good, their output tokens, and misses by what was missed (analysis/slo.py)
+        self.slo = slo
+        self.judged = self.good = self.good_tokens = 0
+        self.slo_misses: dict[str, int] = dict.fromkeys((*slo.names, ERROR, UNJUDGED), 0) if slo else {}
 
     def add(self, batch: list[RequestRecord]) -> None:
         """Count finished requests of this target and level: each live metric's values are its
         vectorised definition (analysis/metric_defs.py) in seconds; failed requests count only by kind."""
+        if self.slo is not None:
+            self._judge(batch, self.slo)
         ok = [r for r in batch if r.error_kind is None]
         if len(ok) < len(batch):
             for r in batch:
@@ -134,6 +149,19 @@ class LevelSeries:
         columns = Batch(ok)
         for m in self.metrics:
             self.histograms[m.name].add(m.vectorised(columns) / 1e3)
+
+    def _judge(self, batch: list[RequestRecord], slo: Slo) -> None:
+        """The level's requests judged as analysis/slo.py `SloTally` judges them (client-side ones not at all)."""
+        for r in batch:
+            if r.error_kind in records.CLIENT_SIDE:
+                continue
+            self.judged += 1
+            missed = judge(r, slo)
+            if not missed:
+                self.good += 1
+                self.good_tokens += r.output_tokens or 0
+            for name in missed:
+                self.slo_misses[name] = self.slo_misses.get(name, 0) + 1
 
     def sent(self) -> int:
         """Answered + in flight. A request that moved from in flight to answered since the last
@@ -156,8 +184,9 @@ class LiveMetrics:
     loop, under a lock that the loop never takes.
     """
 
-    def __init__(self, levels: Iterable[int | float] = ()):
+    def __init__(self, levels: Iterable[int | float] = (), slo: Slo | None = None):
         self.levels = tuple(levels)  # every level of the run, made at 0 with a target's first level
+        self.slo = slo  # --slo: every request is judged against it too
         self.series: dict[tuple[str, str], LevelSeries] = {}  # (target, level label) -> its series
         self.current: dict[str, LevelRun] = {}  # target -> the level it runs now (or ran last)
         self.loop_lag = Buckets(LOOP_LAG_BUCKETS_S)
@@ -187,7 +216,7 @@ class LiveMetrics:
     def _series(self, target: str, level: str) -> LevelSeries:
         found = self.series.get((target, level))
         # setdefault is atomic: the loop (a level's start) and a drain never make a series twice
-        return found if found is not None else self.series.setdefault((target, level), LevelSeries(target, level))
+        return found if found is not None else self.series.setdefault((target, level), LevelSeries(target, level, self.slo))
 
     def _start_loop_lag(self) -> None:
         try:
@@ -233,6 +262,8 @@ class LiveMetrics:
     def _families(self) -> Iterator[Metric]:
         series = list(self.series.values())
         yield from _counters(series)
+        if self.slo is not None:
+            yield from _slo_families(series, self.slo)
         yield from _histograms(series)
         yield from self._gauges()
         yield _histogram("event_loop_lag_seconds", "How late a timer due every 100 ms ran on loadgen's event loop",
@@ -334,6 +365,35 @@ def _drafting_and_reasoning(series: list[LevelSeries]) -> Iterator[Metric]:
         if s.reasoned and s.output_tokens:
             share.add_metric(key, s.reasoning_tokens / s.output_tokens)
     yield from (drafted, accepted, acceptance, reasoning, share)
+
+
+def _slo_families(series: list[LevelSeries], slo: Slo) -> Iterator[Metric]:
+    """--slo: judged and good requests, good tokens and misses (counters from 0), the attainment so
+    far per level (no sample before a request was judged) and the attainment required."""
+    labels = ["target", "level"]
+    judged = CounterMetricFamily(PREFIX + "requests_judged", "Requests judged against the latency targets (--slo)",
+                                 labels=labels)
+    good = CounterMetricFamily(PREFIX + "requests_good", "Requests that succeeded and met every latency target "
+                               "(--slo); rate() of it is the goodput", labels=labels)
+    tokens = CounterMetricFamily(PREFIX + "good_output_tokens", "Output tokens of the good requests (--slo)",
+                                 labels=labels)
+    misses = CounterMetricFamily(PREFIX + "slo_misses", "Requests that missed a latency target, by the target "
+                                 "(or error, unjudged)", labels=[*labels, "missed"])
+    attainment = GaugeMetricFamily(PREFIX + "slo_attainment_ratio", "The level's good / judged requests so far "
+                                   "(--slo; no sample while nothing was judged)", labels=labels)
+    for s in series:
+        key = [s.target, s.level]
+        judged.add_metric(key, s.judged)
+        good.add_metric(key, s.good)
+        tokens.add_metric(key, s.good_tokens)
+        for missed, n in list(s.slo_misses.items()):
+            misses.add_metric([*key, missed], n)
+        if s.judged:
+            attainment.add_metric(key, s.good / s.judged)
+    required = GaugeMetricFamily(PREFIX + "slo_attainment_required_ratio",
+                                 "The attainment a level must reach to pass (--attainment)")
+    required.add_metric([], slo.attainment)
+    yield from (judged, good, tokens, misses, attainment, required)
 
 
 def _histograms(series: list[LevelSeries]) -> Iterator[Metric]:
