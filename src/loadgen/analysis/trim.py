@@ -37,7 +37,10 @@ class Trim:
 
     def cut_s(self, window_s: float) -> float:
         """The seconds cut at each end of a window this long."""
-        return self.share * window_s if self.share is not None else self.seconds  # type: ignore[return-value]
+        if self.share is not None:
+            return self.share * window_s
+        assert self.seconds is not None  # __post_init__: exactly one of the two is set
+        return self.seconds
 
 
 @dataclass(frozen=True, slots=True)
