@@ -9,22 +9,31 @@ runs agreed and the totals.
 
     python benchmarks/capacity.py                       # slots 2 and 4, 3 runs each (~6 min on 2 cores)
     python benchmarks/capacity.py --slots 3 --runs 10
+    python benchmarks/capacity.py --real --slots 3 --runs 10   # the test bed's llama-server (scripts/testbed)
+
+`--real` measures the test bed's llama-server (`-c 4096 -t 1`, the slot count given) instead: the
+target is a queue wait (latency - prompt_ms - predicted_ms) of half the server's own decode time
+at c=1, calibrated before each run (the machine's speed moves with its load), as
+tests/test_capacity_real.py does: a request waits for nothing while a slot is free and for a whole
+answer once none is, so the answer is the slot count.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
 
-from servers import LOADGEN, SimProcess  # noqa: E402
+from servers import LOADGEN, SimProcess, start_llama_server  # noqa: E402
 
 PROFILE = """name = "capsim"
 model_alias = "cap-sim"
@@ -35,6 +44,7 @@ n_ctx = 2048
 eos_probability = 0.02
 """
 COMMON = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1")
+REAL = ("--n-predict", "32", "--warmup", "1")
 
 
 def loadgen(*args: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -45,11 +55,34 @@ def loadgen(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     return proc, time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def server_of(real: bool, slots: int, profile: Path, work: Path) -> Iterator[str]:
+    """The URL of a simulator with `slots` slots, or of the test bed's llama-server; stopped after."""
+    if not real:
+        with SimProcess("--profile", str(profile), "--slots", str(slots)) as sim:
+            yield sim.url
+        return
+    server = start_llama_server("capacity-bench", slots, work)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def real_settings(url: str, out: Path) -> tuple[str, ...]:
+    """REAL plus a queue target of half the server's decode time at c=1, measured now."""
+    loadgen("sweep", "--url", url, *REAL, "--concurrency", "1", "--requests", "4", "--no-histograms",
+            "--output", str(out / "c1"))
+    c1 = json.loads((out / "c1" / "run.json").read_text())["targets"][0]["levels"][0]
+    return (*REAL, "--slo", f"queue={c1['predicted_ms_mean'] / 2:.0f}ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", default="2,4", help="slot counts of the simulators")
     parser.add_argument("--runs", type=int, default=3, help="runs per slot count")
     parser.add_argument("--max-concurrency", default="32")
+    parser.add_argument("--real", action="store_true", help="the test bed's llama-server instead of simulators")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="loadgen-capacity-") as tmp:
         work = Path(tmp)
@@ -57,14 +90,15 @@ def main() -> None:
         profile.write_text(PROFILE)
         for slots in (int(s) for s in args.slots.split(",")):
             agree, totals = 0, [0, 0, 0.0, 0.0]
-            with SimProcess("--profile", str(profile), "--slots", str(slots)) as sim:
+            with server_of(args.real, slots, profile, work) as url:
                 for run in range(args.runs):
                     out = work / f"s{slots}-{run}"
-                    cap, cap_s = loadgen("capacity", "--url", sim.url, *COMMON, "--max-concurrency",
+                    common = real_settings(url, out) if args.real else COMMON
+                    cap, cap_s = loadgen("capacity", "--url", url, *common, "--max-concurrency",
                                          args.max_concurrency, "--format", "json", "--output", str(out / "cap"))
                     result = json.loads(cap.stdout)["capacity"]
                     top = 2 * max(result["feasible_max"] or 1, 1)
-                    _, sweep_s = loadgen("sweep", "--url", sim.url, *COMMON, "--concurrency",
+                    _, sweep_s = loadgen("sweep", "--url", url, *common, "--concurrency",
                                          ",".join(map(str, range(1, top + 1))), "--no-histograms", "--output",
                                          str(out / "all"))
                     levels = json.loads((out / "all" / "run.json").read_text())["targets"][0]["levels"]
