@@ -33,16 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
 
-from servers import LOADGEN, SimProcess, start_llama_server  # noqa: E402
+from servers import CAPACITY_SIM, LOADGEN, SimProcess, start_llama_server  # noqa: E402
 
-PROFILE = """name = "capsim"
-model_alias = "cap-sim"
-prefill_tok_s = 20000.0
-step_ms = 20
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 COMMON = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1")
 REAL = ("--n-predict", "32", "--warmup", "1")
 
@@ -87,7 +79,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="loadgen-capacity-") as tmp:
         work = Path(tmp)
         profile = work / "capsim.toml"
-        profile.write_text(PROFILE)
+        profile.write_text(CAPACITY_SIM)
         for slots in (int(s) for s in args.slots.split(",")):
             agree, totals = 0, [0, 0, 0.0, 0.0]
             with server_of(args.real, slots, profile, work) as url:

@@ -16,6 +16,7 @@
 - `AppThread`: an aiohttp application served from a background thread (a server of a test's own);
   `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
   lossy gateway without nginx).
+- `CAPACITY_SIM`: the simulator profile the capacity tests share.
 - `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/grid_server.py:
   the simulator behind llama-server's flags and boot log), `loadgen grid` in a subprocess, and the
   pids of every server a grid folder records (to assert none is left).
@@ -66,6 +67,18 @@ def terminate(proc: subprocess.Popen, grace_s: float = 10) -> None:
 
 
 GRID_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "grid_server.py")])
+
+# A `loadgen sim` profile for capacity: a decode step of 20 ms, so 16 tokens take ~0.3 s and a request
+# that waits for a slot has a TTFT of a whole answer, one that does not a few ms (the capacity,
+# stop-at-knee and grid-capacity tests, and benchmarks/capacity.py).
+CAPACITY_SIM = """name = "capsim"
+model_alias = "cap-sim"
+prefill_tok_s = 20000.0
+step_ms = 20
+alpha = 0.25
+n_ctx = 2048
+eos_probability = 0.02
+"""
 
 
 def grid(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

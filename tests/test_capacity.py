@@ -9,25 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from servers import SimProcess
+from servers import CAPACITY_SIM, SimProcess
 
 # A decode step of 20 ms: 16 tokens take ~0.3 s, so a request that waits for a slot has a TTFT of a
 # whole answer (~300 ms), one that does not a few ms: with 3 slots, c=3 meets ttft<=150ms, c=4 not.
-PROFILE = """name = "capsim"
-model_alias = "cap-sim"
-prefill_tok_s = 20000.0
-step_ms = 20
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 COMMON = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1")
 
 
 @pytest.fixture(scope="module")
 def sim3(tmp_path_factory):
     profile = tmp_path_factory.mktemp("profile") / "capsim.toml"
-    profile.write_text(PROFILE)
+    profile.write_text(CAPACITY_SIM)
     with SimProcess("--profile", str(profile), "--slots", "3") as sim:
         yield sim
 

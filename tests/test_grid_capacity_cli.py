@@ -17,16 +17,8 @@ import pytest
 from loadgen.analysis.grid_capacity import BEST, TIE, UNTESTED, best_cell, cell_capacity
 from loadgen.core.griddoc import CapacityEntry
 from loadgen.core.processes import pid_alive
-from servers import GRID_SERVER, grid, grid_pids
+from servers import CAPACITY_SIM, GRID_SERVER, grid, grid_pids
 
-PROFILE = """name = "capsim"
-model_alias = "cap-sim"
-prefill_tok_s = 20000.0
-step_ms = 20
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 MEASURE = ("--measure", "capacity", "--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1",
            "--max-concurrency", "4")
 
@@ -39,7 +31,7 @@ def _doc(folder: Path) -> dict:
 def capacity_grid(tmp_path_factory):
     folder = tmp_path_factory.mktemp("capgrid")
     profile = folder / "capsim.toml"
-    profile.write_text(PROFILE)
+    profile.write_text(CAPACITY_SIM)
     out = folder / "grid"
     proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}} --profile {profile} --time-scale 1",
                 "--param", "parallel=1,2", "--repeat", "2", *MEASURE, "--output", str(out))
@@ -144,7 +136,7 @@ max_concurrency = 8
 def test_a_failed_cell_is_left_out_of_the_ranking(tmp_path):
     """A cell whose server never starts (a bad --parallel) is recorded as failed; the other is named alone."""
     profile = tmp_path / "capsim.toml"
-    profile.write_text(PROFILE)
+    profile.write_text(CAPACITY_SIM)
     out = tmp_path / "grid"
     proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}} --profile {profile} --time-scale 1",
                 "--param", "parallel=2,two", *MEASURE, "--output", str(out))

@@ -7,23 +7,15 @@ import json
 
 import pytest
 
-from servers import SimProcess
+from servers import CAPACITY_SIM, SimProcess
 
-PROFILE = """name = "capsim"
-model_alias = "cap-sim"
-prefill_tok_s = 20000.0
-step_ms = 20
-alpha = 0.25
-n_ctx = 2048
-eos_probability = 0.02
-"""
 LADDER = ("--concurrency", "1,2,3,4,6,8", "--n-predict", "16", "--warmup", "1", "--stream", "--stop-at-knee")
 
 
 @pytest.fixture(scope="module")
 def sim2(tmp_path_factory):
     profile = tmp_path_factory.mktemp("profile") / "capsim.toml"
-    profile.write_text(PROFILE)
+    profile.write_text(CAPACITY_SIM)
     with SimProcess("--profile", str(profile), "--slots", "2") as sim:
         yield sim
 
