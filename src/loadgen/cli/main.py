@@ -77,7 +77,7 @@ COMMAND_HELP = {
     "prefix": "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses.",
     "prefill": 'Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.',
     "replay": "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop.",
-    "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells), overlaid.",
+    "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid.",
     "run": 'Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
     "soak": 'Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes.',
