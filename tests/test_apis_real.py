@@ -31,10 +31,16 @@ def test_output_tokens_per_level_equal_the_servers_counter(two_slots, tmp_path, 
     records = load_records(out)
     assert len(records) == 8 and all(r.ok for r in records), [r.error_message for r in records]
     for r in records:
-        assert r.output_tokens == 12 and r.usage.completion_tokens == 12  # --ignore-eos is honoured
+        assert r.output_tokens == r.usage.completion_tokens
+        if api == "responses":
+            assert r.output_tokens == 12  # --ignore-eos is honoured
+        else:  # build 11434 does not honour ignore_eos on /v1/messages: 1 run in 3 had an 11-token end_turn
+            assert r.output_tokens == 12 or (0 < r.output_tokens < 12 and r.finish_reason == "end_turn"), r
         assert r.usage.prompt_tokens > 0
         assert 0 < metrics.ttft_ms(r) < metrics.latency_ms(r) and metrics.tpot_ms(r) > 0
         assert r.chunks and len(r.chunk_gaps_us) == r.chunks - 1
     for level in load_run(out)["targets"][0]["levels"]:
         predicted = level["server_metrics_delta"]["llamacpp:tokens_predicted_total"]
-        assert level["output_tokens"] == predicted == 4 * 12, level
+        assert level["output_tokens"] == predicted, level
+        if api == "responses":
+            assert predicted == 4 * 12, level
