@@ -94,6 +94,17 @@ def _median(values: Sequence[float]) -> float | None:
     return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def turn_of(record: RequestRecord, users: int) -> int:
+    """A multi-turn record's turn, 1-based (run/multiturn.py numbers seq = turn × users + user)."""
+    return record.seq // users + 1
+
+
+def conversation_turns(records: Iterable[RequestRecord], users: int) -> list[TurnFigures]:
+    """A multi-turn run's per-turn figures from its records (one target's), the table `loadgen chat`
+    prints at the end of the run and `analyze` prints again from the run's folder."""
+    return turn_figures((turn_of(r, users), r) for r in records)
+
+
 def turn_figures(turns: Iterable[tuple[int, RequestRecord]]) -> list[TurnFigures]:
     """Per turn index (1-based, as given with each record), the figures of its successful requests,
     in turn order: a cold first turn is never pooled with a warm tenth."""

@@ -12,6 +12,7 @@ import click
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
+from ..output.cache import kept_records
 from ..output.grid_table import print_grid
 from ..output.tables import print_run
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
@@ -76,4 +77,4 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
             stored.update(verdict=target_verdict(stored, [r for r in records if r.target == t.label],
                                                  [s for s in samples if s.target == t.label], gain, latency,
                                                  typed.open_loop))
-    print_run(doc, _console(), _console(stderr=True), output_format)
+    print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(typed, records))

@@ -10,18 +10,15 @@ from pathlib import Path
 
 import click
 
-from ..analysis.cache import turn_figures
 from ..client.backends import GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument
-from ..output.cache import turn_table
-from ..output.layout import print_table
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.multiturn import run_multiturn, turn_of
+from ..run.multiturn import run_multiturn
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
 from .help import command
@@ -134,12 +131,9 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     except FinalWriteError as exc:
         raise UserError(str(exc), EXIT_FAILED) from None
     doc = execution.doc
-    print_run(doc, console, err, output_format, live=True)
-    for t in run.targets:
-        for lv in t.levels:
-            figures = turn_figures((turn_of(r, mode.users), r) for r in lv.records)
-            if figures:
-                print_table(console, turn_table(t.label, figures))
+    # the per-turn tables from the records as they were kept (`analyze` reads them back from the folder)
+    kept = [r for t in run.targets for lv in t.levels for r in lv.records]
+    print_run(doc, console, err, output_format, live=True, records=kept)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal

@@ -7,9 +7,11 @@ Shown for a run whose config names a cache mode (core/cache_mode.py) only: a nor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..analysis.cache import CapacitySummary, TurnFigures
+from ..analysis.cache import CapacitySummary, TurnFigures, conversation_turns
+from ..core.records import RequestRecord
 from ..core.rundoc import CacheMode, Distribution, RunDocument
 from .layout import Column, Grid, Num
 
@@ -66,6 +68,30 @@ def turn_table(label: str, figures: list[TurnFigures]) -> Grid:
                      Num(None if f.hit_ratio is None else f.hit_ratio * 100, 1), Num(f.ttft_ms_p50, 1),
                      Num(f.latency_ms_p50, 1), ",".join(map(str, f.slots)) or "n/a")
     return grid
+
+
+def turn_tables(doc: RunDocument | dict[str, Any], records: Sequence[RequestRecord]) -> list[Grid]:
+    """A multi-turn run's per-turn table per target, from its records: the one `loadgen chat` prints
+    at the end of the run, and `analyze`, `report` again from the run's folder (every record: a folder
+    that kept only some, --records errors|none, has no per-turn table, `kept_records`). None for
+    another run."""
+    doc = RunDocument.of(doc)
+    cache = doc.config.cache_mode if doc.config is not None else None
+    if cache is None or cache.kind != "multi_turn" or not cache.users:
+        return []
+    grids = []
+    for t in doc.targets:
+        figures = conversation_turns([r for r in records if r.target == t.label], cache.users)
+        if figures:
+            grids.append(turn_table(t.label, figures))
+    return grids
+
+
+def kept_records(doc: RunDocument | dict[str, Any], records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """A run folder's records for the tables drawn from them: all of them, or none where the run kept
+    only some (--records errors|none), whose figures would be of those alone."""
+    config = RunDocument.of(doc).config
+    return list(records) if config is None or config.records == "all" else []
 
 
 def cache_capacity_table(summary: CapacitySummary) -> Grid:

@@ -9,9 +9,11 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
     hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
            <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
     csv    requests.csv (every field of every record) and levels.csv (one row per level summary);
+           a chat run also turns.csv (its per-turn table, one row per target and turn);
            a prefill or depth run: prefill.csv / depth.csv (its table, one row per length or depth)
-    json   levels.json: every level summary with its target and the saturation verdict; a prefill
-           or depth run: prefill.json / depth.json (its table per target)
+    json   levels.json: every level summary with its target and the saturation verdict (a chat run's
+           per-turn rows under "turns"); a prefill or depth run: prefill.json / depth.json (its
+           table per target)
 
 What a run cannot give is refused in one line (`check_exportable`): histograms of a prefill or depth
 run (one request per row, no levels), or of a run that kept no successful request's record
@@ -27,7 +29,7 @@ import io
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,10 +38,12 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
 from ..analysis import metric_defs, metrics
+from ..analysis.cache import conversation_turns
 from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord, encode_lines
 from ..core.rundoc import RunDocument, RunKind, Target, json_safe
+from .cache import kept_records
 from .files import ExportFiles, file_safe, write_files
 from .trace_export import TraceExporter
 
@@ -402,6 +406,27 @@ def table_rows(data: ExportData) -> list[dict[str, Any]]:
     return rows
 
 
+def turn_rows(data: ExportData) -> list[dict[str, Any]]:
+    """A multi-turn run's per-turn figures (analysis/cache.py `conversation_turns`), one row per target
+    and turn, the slots as "0;1"; none for another run, or one that kept only some records."""
+    cache = data.doc.config.cache_mode if data.doc.config is not None else None
+    if cache is None or cache.kind != "multi_turn" or not cache.users or not kept_records(data.doc, data.records):
+        return []
+    return [{"target": t.label, **asdict(f), "slots": ";".join(map(str, f.slots))}
+            for t in data.targets for f in conversation_turns(data.records_of(t.label), cache.users)]
+
+
+def _turns_csv(data: ExportData) -> ExportFiles:
+    rows = turn_rows(data)
+    if not rows:
+        return []
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return [("turns.csv", out.getvalue().encode("utf-8"))]
+
+
 class CsvExporter:
     """requests.csv: one row per request, every record field; levels.csv: one row per level."""
 
@@ -423,7 +448,8 @@ class CsvExporter:
         writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.run), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
-        return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8"))]
+        return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8")),
+                *_turns_csv(data)]
 
 
 class JsonExporter:
@@ -445,6 +471,7 @@ class JsonExporter:
             **_verbatim_head(data),
             "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.get("verdict")}
                         for t, raw in zip(data.targets, data.verbatim, strict=True)],
+            **({"turns": turns} if (turns := turn_rows(data)) else {}),  # a multi-turn run: its per-turn figures
         }
         return [("levels.json", (json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
 

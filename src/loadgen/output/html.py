@@ -25,7 +25,7 @@ from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, TTFA, Metr
 from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
-from .layout import Grid, filled_rows, text_of
+from .layout import Grid, filled_rows, grids_markdown, text_of
 from .report_model import INCOMPLETE, TargetSeries, has_slo, has_soak_slo, level_extras, level_slo
 
 # (section id, heading, what the chart shows); the order of the report.
@@ -219,6 +219,8 @@ def markdown(series: Sequence[TargetSeries]) -> str:
             out += ["No level was measured.", ""]
         out += [f"- {line}" for line in verdict_sentences(s)]
         out.append("")
+        if s.tables:
+            out += [grids_markdown(s.tables, []), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -292,6 +294,8 @@ def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
         sentences = verdict_sentences(s)
         if sentences:
             parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in sentences) + "</ul>")
+        for table in s.tables:  # a chat run's per-turn table
+            parts += [f"<h4>{esc(table.title)}</h4>", *grid_html(table)]
     return parts
 
 

@@ -20,6 +20,8 @@ from ..analysis.metric_defs import LATENCY, TTFT
 from ..analysis.slo import SloLevel
 from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import Distribution, Level, RunDocument, RunKind, SoakSection, Target, Verdict
+from .cache import kept_records, turn_tables
+from .layout import Grid
 
 INCOMPLETE = "incomplete"
 
@@ -36,6 +38,7 @@ class TargetSeries:
     complete: bool = True
     open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
     kind: RunKind = RunKind.SWEEP
+    tables: list[Grid] = field(default_factory=list)  # tables drawn from its records: a chat run's per turn
 
     @property
     def soak(self) -> SoakSection | None:
@@ -225,12 +228,13 @@ def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
         complete = run.complete
         for target in run.targets:
             name = target.label
+            records = [r for r in source["records"] if r.target == name]
             label = f"{source['name']}: {name}" if several else name
             if not complete:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
                 label=label, run_name=source["name"], target=target, complete=complete, open_loop=run.open_loop,
                 kind=run.kind,
-                records=[r for r in source["records"] if r.target == name],
-                probe=[s for s in source["probe"] if s.target == name]))
+                records=records, probe=[s for s in source["probe"] if s.target == name],
+                tables=turn_tables(run, kept_records(run, records))))
     return series

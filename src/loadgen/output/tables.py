@@ -13,7 +13,7 @@ from rich.text import Text
 from ..analysis import metric_defs
 from ..analysis.depth import SKIP_HINT
 from ..analysis.speculation import level_acceptance_text
-from ..core.records import level_name, level_short
+from ..core.records import RequestRecord, level_name, level_short
 from ..core.rundoc import (
     KILLED_DURING_LEVEL,
     Distribution,
@@ -27,7 +27,7 @@ from ..core.rundoc import (
     Target,
 )
 from ..run.labels import about
-from .cache import cache_table
+from .cache import cache_table, turn_tables
 from .environment import energy_lines, environment_change_lines
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 from .workload import workload_table
@@ -525,14 +525,15 @@ def _soak_slo_cells(slo: SoakAttainment | None) -> list[Any]:
     return [Text(attained, style="" if slo.passed else "red"), Num(slo.goodput_req_s, 2), drift]
 
 
-def run_grids(doc: Doc) -> list[Grid]:
-    """Every table of a run document: a sweep's three, or the table of a prefill, depth or soak run."""
+def run_grids(doc: Doc, records: Sequence[RequestRecord] | None = None) -> list[Grid]:
+    """Every table of a run document: a sweep's three, or the table of a prefill, depth or soak run;
+    given the run's records, a multi-turn run's per-turn tables too (output/cache.py `turn_tables`)."""
     doc = RunDocument.of(doc)
     if doc.kind in _MODE_TABLES:
         return [_MODE_TABLES[doc.kind](doc)]
     tables = [sweep_table(doc)] if any(t.levels for t in doc.targets) else []
     return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc))
-                     if g is not None]
+                     if g is not None] + turn_tables(doc, records or [])
 
 
 _MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunKind.SOAK: soak_table}
@@ -567,11 +568,12 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
 
 
 def print_run(doc: Doc, console: Console, err: Console, output_format: str = "table", *,
-              live: bool = False) -> None:
+              live: bool = False, records: Sequence[RequestRecord] | None = None) -> None:
     """The tables and lines of a run document, the same after a run (`live`) and from `analyze`: drawn
-    for the terminal (`table`), or as JSON, CSV or Markdown on stdout, which then holds nothing else."""
+    for the terminal (`table`), or as JSON, CSV or Markdown on stdout, which then holds nothing else.
+    `records`: the run's, for the tables drawn from them (a multi-turn run's per-turn tables)."""
     doc = RunDocument.of(doc)
-    grids, lines = run_grids(doc), run_lines(doc, told=live)
+    grids, lines = run_grids(doc, records), run_lines(doc, told=live)
     said = lines.notes + lines.verdicts
     if output_format == "json":
         console.file.write(grids_json(grids, lines.to_dict()))

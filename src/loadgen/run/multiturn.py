@@ -15,7 +15,7 @@ answer and their next message: `think_s` plus a seeded uniform draw in [0, think
 
 A conversation stops at its first failed turn (its history cannot go on). Records: one level
 (its concurrency: the users) per target; `worker` is the user, `seq` = turn × users + user, so a
-record's turn (0-based) is seq // users (`turn_of`).
+record's turn (0-based) is seq // users (analysis/cache.py `turn_of`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,6 @@ from .state import Run, RunObserver, TargetRun
 from .target_setup import prepare_targets
 
 CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
-
-
-def turn_of(record: RequestRecord, users: int) -> int:
-    """A multi-turn record's turn, 1-based."""
-    return record.seq // users + 1
 
 
 def turn_prompt(salt: str, history: list[tuple[str, str]], message: str) -> str:
