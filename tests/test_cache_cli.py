@@ -7,6 +7,7 @@ import csv
 import json
 
 import pytest
+
 from servers import SimThread
 
 USERS, TURNS = 2, 3
