@@ -2,12 +2,15 @@
 
     python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
                                 [--reuse-port] [--bind-after FILE] [--profile NAME|FILE] [--time-scale X]
+                                [--cache-ram MIB]
 
 It prints the boot-log lines loadgen reads (as llama-server does at -lv 4), refuses an unknown
 flag as llama-server does (exit 1), can exit with code 3 after N completion requests (a server that
 dies mid-sweep) or never finish loading (/health 503 forever). It binds with SO_REUSEPORT when
 asked (as llama-server's HTTP library does), waits for FILE to exist before it binds (a test
-takes its port meanwhile), and exits 1 with llama-server's line when it cannot bind.
+takes its port meanwhile), and exits 1 with llama-server's line when it cannot bind. `--cache-ram
+MIB` gives the simulator a host prompt cache of MIB × 2²⁰ / 23,040 tokens (the boot log's 22.5 KiB
+of KV per cell).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 import sys
 
 from loadgen.sim import load_profile, start_simulator
+
+BYTES_PER_TOKEN = 23_040  # the boot log's KV per cell below (22.5 KiB: SmolLM2-135M's K+V per token)
 
 
 class Parser(argparse.ArgumentParser):
@@ -40,6 +45,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--bind-after", default=None)
     p.add_argument("--profile", default="smoke")  # the simulator's profile (a built-in name or a .toml file)
     p.add_argument("--time-scale", type=float, default=0.05)
+    p.add_argument("--cache-ram", "-cram", type=float, default=0)  # MiB, as llama-server's
     return p.parse_args(argv)
 
 
@@ -48,7 +54,7 @@ def boot_log(args: argparse.Namespace) -> None:
     if args.lv >= 4:
         print(f"llama_context: n_seq_max     = {args.parallel}\nllama_context: n_ctx         = {args.c}\n"
               f"llama_context: n_ctx_seq     = {per_slot}\nllama_context: kv_unified    = false\n"
-              f"llama_kv_cache: size = {args.c * 22.5 / 1024:7.2f} MiB ({per_slot:6d} cells,  30 layers, "
+              f"llama_kv_cache: size = {args.c * BYTES_PER_TOKEN / 2**20:7.2f} MiB ({per_slot:6d} cells,  30 layers, "
               f"{args.parallel:2d}/{args.parallel} seqs), K (f16): 0.00 MiB, V (f16): 0.00 MiB")
     print(f"srv    load_model: initializing, n_slots = {args.parallel}, n_ctx_slot = {per_slot}, kv_unified = 'false'",
           flush=True)
@@ -63,7 +69,8 @@ async def serve(args: argparse.Namespace) -> None:
         sim = await start_simulator(load_profile(args.profile), host=args.host, port=args.port,
                                     slots=args.parallel, time_scale=args.time_scale, seed=args.seed,
                                     load_seconds=1e9 if args.load_forever else 0,
-                                    reuse_port=args.reuse_port)
+                                    reuse_port=args.reuse_port,
+                                    cache_ram_tokens=int(args.cache_ram * 2**20 // BYTES_PER_TOKEN))
     except OSError:
         print(f"couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}", flush=True)
         sys.exit(1)

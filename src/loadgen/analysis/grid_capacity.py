@@ -10,6 +10,14 @@ A run's answer is an interval [low, upper] of levels the capacity may be (`run_a
   or its budget: "at least low").
 Shown as "3", "3–4" (between) or "≥8" (at least).
 
+`loadgen grid --measure cache-capacity` ranks cells the same way by how many warm conversations
+each holds (`held_answer`, `cell_held`: its runs' answers in conversations), with the same rules.
+A cache-capacity run's answer is [low, upper] too:
+- a collapse at K (analysis/cache.py `collapse_k`): low = the largest K measured below it, upper = K - 1
+  (Ks 1, 2, 4 collapsing at 4: "2–3");
+- no collapse: low = the largest K measured, upper infinite ("≥5");
+- no K reused anything: none stayed warm, low 0, upper = the smallest K measured - 1.
+
 A cell over its runs (`cell_capacity`): the mean ± sd of the lows, its floor (the lowest low) and
 its ceiling (the highest upper). Failed runs give no answer; a cell with none is not ranked.
 
@@ -29,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.griddoc import CapacityEntry
+from ..core.griddoc import CacheCapacityEntry, CapacityEntry
 from .metrics import MeanSd, mean_sd
 
 BEST, TIE, UNTESTED, ALONE, NONE = "best", "tie", "untested", "alone", "none"
@@ -61,6 +69,21 @@ def run_answer(entry: CapacityEntry) -> RunAnswer:
     if hi in entry.inconclusive or entry.by == "rate":
         return RunAnswer(low, float(hi))
     return RunAnswer(low, max(low, float(hi) - 1))
+
+
+def held_answer(entry: CacheCapacityEntry) -> RunAnswer | None:
+    """How many warm conversations a cache-capacity run found the server holds (module docstring);
+    None when it measured no K."""
+    ks = sorted(lv.k for lv in entry.levels)
+    if not ks:
+        return None
+    if not any(lv.warm_hit_ratio for lv in entry.levels):
+        return RunAnswer(0.0, float(ks[0] - 1))
+    collapse = entry.collapse_k
+    if collapse is None:
+        return RunAnswer(float(ks[-1]), math.inf)
+    below = [k for k in ks if k < collapse]
+    return RunAnswer(float(below[-1] if below else 0), float(collapse - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +125,14 @@ def cell_capacity(name: str, entries: Sequence[CapacityEntry | None]) -> CellCap
     return CellCapacity(name, tuple(run_answer(e) for e in found), found[0].by if found else "concurrency")
 
 
+HELD = "conversations"  # a CellCapacity's `by` when it counts warm conversations (--measure cache-capacity)
+
+
+def cell_held(name: str, entries: Sequence[CacheCapacityEntry | None]) -> CellCapacity:
+    """A cell's warm conversations from its cache-capacity runs' results (None: a run without one)."""
+    return CellCapacity(name, tuple(a for e in entries if e is not None and (a := held_answer(e)) is not None), HELD)
+
+
 @dataclass(frozen=True, slots=True)
 class BestCell:
     """Which cell serves the most within the SLO (module docstring): `kind`, the leader, the next best,
@@ -117,8 +148,15 @@ class BestCell:
 def _serves(cell: CellCapacity) -> str:
     m = cell.mean
     assert m is not None
-    unit = "req/s" if cell.by == "rate" else "user" if m.mean == 1 else "users"
+    if cell.by == HELD:
+        unit = "warm conversation" if m.mean == 1 else "warm conversations"
+    else:
+        unit = "req/s" if cell.by == "rate" else "user" if m.mean == 1 else "users"
     return f"{_num(m.mean)} {unit}" + (" on average" if m.sd else "")
+
+
+def _verb(cell: CellCapacity) -> str:
+    return "holds" if cell.by == HELD else "serves"
 
 
 def best_cell(cells: Sequence[CellCapacity]) -> BestCell:
@@ -129,7 +167,7 @@ def best_cell(cells: Sequence[CellCapacity]) -> BestCell:
     lead = ranked[0]
     if len(ranked) == 1:
         return BestCell(ALONE, lead.name, None, (lead.name,),
-                        f"only {lead.name} has a capacity: it serves {_serves(lead)}")
+                        f"only {lead.name} has a capacity: it {_verb(lead)} {_serves(lead)}")
     rivals, runner = ranked[1:], ranked[1]
     tied = [c for c in rivals if c.ceiling >= lead.floor]
     if tied:
@@ -137,7 +175,7 @@ def best_cell(cells: Sequence[CellCapacity]) -> BestCell:
         listed = ", ".join(f"{c.name} ({c.text})" for c in (lead, *tied))
         return BestCell(TIE, None, None, names,
                         f"tie: {listed}; no lead outside the spread of the repeats")
-    head = f"{lead.name} serves {_serves(lead)}, the next best ({runner.name}) {_serves(runner)}"
+    head = f"{lead.name} {_verb(lead)} {_serves(lead)}, the next best ({runner.name}) {_serves(runner)}"
     single = [c for c in ranked if len(c.answers) < 2]
     if single:
         why = "one run per cell" if len(single) == len(ranked) else f"{single[0].name} has one run"

@@ -20,9 +20,9 @@ from typing import Any
 import msgspec
 
 from ..core.errors import ConfigError
-from ..core.griddoc import BootEntry, GridRun, KvEstimateEntry
+from ..core.griddoc import BootEntry, CacheCapacityEntry, CapacityEntry, GridRun, KvEstimateEntry
 from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
-from .grid_capacity import CellCapacity, best_cell, cell_capacity
+from .grid_capacity import CellCapacity, best_cell, cell_capacity, cell_held
 from .metrics import MeanSd, mean_sd
 
 
@@ -181,7 +181,7 @@ class CellSummary:
     recurrent_logged_mib: float | None = None
     recurrent_estimate_mib: float | None = None
     kv_estimate_note: str | None = None  # why `loadgen kv` gave this cell no figure
-    measure: str = "sweep"  # what ran against the cell: sweep, prefill or depth
+    measure: str = "sweep"  # what ran against the cell: sweep, prefill, depth, capacity or cache-capacity
     prompt_tok_s_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: per prompt length
     ttft_by_length: dict[int, MeanSd] = field(default_factory=dict)  # prefill: client TTFT ms per length
     decode_by_depth: dict[int, MeanSd] = field(default_factory=dict)  # depth: decode tok/s per depth
@@ -190,6 +190,8 @@ class CellSummary:
     least_j_per_token: MeanSd | None = None
     capacity: CellCapacity | None = None  # --measure capacity: the answers of the runs that finished ok
     binding: str | None = None  # capacity: the target that bound most runs' answers
+    # cache-capacity: the warm conversations predicted from the slots and --cache-ram (the runs' first)
+    predicted_held: int | None = None
 
 
 def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
@@ -292,9 +294,10 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | M
     note = next((r.entry.kv_estimate_note for r in cell_runs if r.entry.kv_estimate_note), None)
     failed = [r.entry for r in cell_runs if r.entry.status != "ok"]
     answers = [r.entry.capacity for r in cell_runs if r.entry.status == "ok" and r.entry.capacity is not None]
+    held = [r.entry.cache_capacity for r in cell_runs if r.entry.status == "ok" and r.entry.cache_capacity is not None]
     bindings = [a.binding for a in answers if a.binding]
     return CellSummary(
-        name=name, params=params, runs_ok=len(docs), runs=len(runs),
+        name=name, params=params, runs_ok=len(held) if held else len(docs), runs=len(runs),
         failure=failed[-1].reason if failed else None,
         single_stream_tok_s=throughput[min(throughput)] if throughput else None,
         peak_tok_s=mean_sd(peaks), peak_at=max(set(peak_levels), key=peak_levels.count) if peak_levels else None,
@@ -305,12 +308,22 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | M
         n_slots=boot.n_slots, kv_unified=boot.kv_unified, recurrent_logged_mib=boot.recurrent_mib,
         recurrent_estimate_mib=estimate.recurrent_mib if estimate else None,
         kv_estimate_note=None if estimate else note, least_j_per_token=mean_sd(least_j),
-        measure="capacity" if answers else next((d.kind.value for d in docs
-                                                 if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep"),
-        capacity=cell_capacity(name, answers) if answers else None,
+        measure=_measure(answers, held, docs),
+        capacity=cell_capacity(name, answers) if answers else cell_held(name, held) if held else None,
+        predicted_held=next((h.predicted_capacity for h in held if h.predicted_capacity is not None), None),
         binding=max(bindings, key=bindings.count) if bindings else None,
         prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
         decode_by_depth=_by_size(docs, "decode_tok_s"))
+
+
+def _measure(answers: Sequence[CapacityEntry], held: Sequence[CacheCapacityEntry], docs: Sequence[RunDocument]) -> str:
+    """What ran against a cell, from what its runs left: capacity answers, cache-capacity results, or
+    a prefill's, depth's or sweep's run.json."""
+    if answers:
+        return "capacity"
+    if held:
+        return "cache-capacity"
+    return next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep")
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:
@@ -382,7 +395,7 @@ def who_wins(cells: Sequence[CellSummary]) -> list[str]:
     """One line per question: which cell wins on single-stream speed, peak throughput, every level's
     throughput and the top level's latency. A lead between cells of a single run each is said to be
     untested (no spread to test it against); with repeats, one inside the spread is said so."""
-    if any(c.measure == "capacity" for c in cells):
+    if any(c.measure in ("capacity", "cache-capacity") for c in cells):
         return [best_cell([c.capacity or CellCapacity(c.name, ()) for c in cells]).sentence]
     ok = [c for c in cells if c.runs_ok]
     if len(ok) < 2:

@@ -21,6 +21,7 @@ from ..core.rundoc import RunDocument
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
 from ..results.reader import load_records, load_run
+from ..results.schema import CACHE_CAPACITY_FILE
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from .help import command
@@ -99,6 +100,6 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     collapsed = collapse_k(levels)
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
                               predicted, collapsed, levels)
-    (out_dir / "cache-capacity.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    (out_dir / CACHE_CAPACITY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)

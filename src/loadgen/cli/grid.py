@@ -13,7 +13,11 @@ today's format. Before the next cell starts, the server is stopped and its pid c
 With `--measure capacity` (and its `--slo`) the measurement is `loadgen capacity`: grid.json keeps
 each run's answer (its capacity.json), the table a capacity column (mean ± sd over the repeats, and
 each run's answer), and `analysis.grid_capacity` names the best cell only where its lead is outside
-the spread of the repeats, else a tie.
+the spread of the repeats, else a tie. With `--measure cache-capacity` it is `loadgen cache-capacity`,
+given the cell's server pid (`--server-pid`) and, when the cell's command line sets `--cache-ram`,
+its value (`--cache-ram-mib`): grid.json keeps each run's result (its cache-capacity.json), the table
+the warm conversations each cell holds beside the prediction, and the best cell is named by the same
+rules.
 
 Exit codes: 0 every run of every cell ran; 1 some cell failed (its server did not start, never got
 healthy, died, or the measurement failed: each is recorded with the reason and its log's tail, and
@@ -36,6 +40,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail
+from ..analysis.grid_capacity import held_answer
 from ..analysis.grid_cells import (
     GridParam,
     cache_flags,
@@ -52,11 +57,20 @@ from ..analysis.grid_cells import (
 from ..analysis.kv import MIB, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
-from ..core.griddoc import BootEntry, GridCell, GridDocument, GridParamEntry, GridRun, KvEstimateEntry, Measure
+from ..core.griddoc import (
+    BootEntry,
+    CacheCapacityEntry,
+    GridCell,
+    GridDocument,
+    GridParamEntry,
+    GridRun,
+    KvEstimateEntry,
+    Measure,
+)
 from ..core.ports import bind_problem
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
-from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_capacity, write_grid
+from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_cache_capacity, read_capacity, write_grid
 from ..results.reader import load_run
 from ..results.writer import command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
@@ -66,13 +80,16 @@ from .help import command
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
-MEASURES = ("sweep", "prefill", "depth", "capacity")
+MEASURES = ("sweep", "prefill", "depth", "capacity", "cache-capacity")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
 # Every cell's target label: compare and gate pair targets by label, so the cells of one grid (and
 # an `ab` run, whose default label this is) compare; the cell's name is in grid.json.
 CELL_LABEL = "server"
 PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
 PROPS = ("total_slots", "model_alias", "model_path", "build_info")  # what a cell's run keeps of /props
+CACHE_RAM_FLAGS = ("--cache-ram", "-cram")  # llama-server's host prompt cache, MiB
+# cache-capacity's options grid sets per cell: the server's pid (its RSS) and its --cache-ram (the prediction)
+CELL_SET = ("--server-pid", "--cache-ram-mib")
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
@@ -140,6 +157,24 @@ def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, f
             return proc.wait()
         finally:
             LATCH.listen(None)
+
+
+def cell_measure_args(kind: str, argv: list[str], pid: int) -> list[str]:
+    """What a cell's measurement is given besides the grid's options: for cache-capacity, the cell's
+    server pid (its resident memory per K) and its --cache-ram, when its command line sets one (the
+    predicted capacity; llama-server's MiB)."""
+    if kind != "cache-capacity":
+        return []
+    cache_ram = flag_value(argv, *CACHE_RAM_FLAGS)
+    return ["--server-pid", str(pid), *(["--cache-ram-mib", cache_ram] if cache_ram is not None else [])]
+
+
+def held_line(entry: CacheCapacityEntry) -> str:
+    """A cache-capacity run in a line: the warm conversations held beside the prediction."""
+    answer = held_answer(entry)
+    held = answer.text if answer else "n/a"
+    predicted = "no prediction" if entry.predicted_capacity is None else f"predicted {entry.predicted_capacity}"
+    return f"holds {held} warm conversation(s) of {entry.conversation_tokens} tokens ({predicted})"
 
 
 class CellRunner:
@@ -218,8 +253,8 @@ class CellRunner:
         entry.boot = msgspec.convert(boot_facts(server.log_path.read_text(errors="replace")).to_dict(), BootEntry)
         entry.props = {k: props.get(k) for k in PROPS}
         entry.run_dir = str((folder / "run").relative_to(self.root))
-        code = measure(self.grid.measure, server.url, CELL_LABEL, tuple(self.grid.measure_args), folder / "run",
-                       folder)
+        args = (*self.grid.measure_args, *cell_measure_args(self.grid.measure, argv, server.pid))
+        code = measure(self.grid.measure, server.url, CELL_LABEL, args, folder / "run", folder)
         entry.measure_exit = code
         died = server.proc.poll()
         if LATCH.received:
@@ -230,14 +265,20 @@ class CellRunner:
             tail = log_tail((folder / f"{self.grid.measure}.err").read_text(errors="replace"), 1)
             entry.status = "failed"
             entry.reason = f"{ended(self.grid.measure, code)}: {tail[0] if tail else '(no message)'}"
-        elif self.grid.measure == "capacity":
-            try:
-                entry.capacity = read_capacity(folder / "run")
-                entry.status = "ok"
-            except ResultsError as exc:
-                entry.status, entry.reason = "failed", str(exc)
         else:
+            self._read_result(entry, folder / "run")
+
+    def _read_result(self, entry: GridRun, run_dir: Path) -> None:
+        """A finished measurement: its answer kept in the entry (capacity, cache-capacity), status ok,
+        or failed when the file with it is missing or damaged."""
+        try:
+            if self.grid.measure == "capacity":
+                entry.capacity = read_capacity(run_dir)
+            elif self.grid.measure == "cache-capacity":
+                entry.cache_capacity = read_cache_capacity(run_dir)
             entry.status = "ok"
+        except ResultsError as exc:
+            entry.status, entry.reason = "failed", str(exc)
 
 
 def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
@@ -255,7 +296,8 @@ def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
         cell.runs = [e for e in cell.runs if e.repeat != repeat] + [entry]
         write_grid(root, grid)
         if entry.status == "ok":
-            line = entry.capacity.verdict if entry.capacity else cell_run_line(root / str(entry.run_dir))
+            line = (entry.capacity.verdict if entry.capacity else held_line(entry.cache_capacity)
+                    if entry.cache_capacity else cell_run_line(root / str(entry.run_dir)))
             err.print(f"  ok: {line}", highlight=False)
         else:
             failed = failed or entry.status == "failed"
@@ -316,6 +358,10 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
     clash = next((a for a in args if a.split("=")[0] in RESERVED), None)
     if clash:
         raise ConfigError(f"{clash.split('=')[0]} is set by grid itself for every cell")
+    clash = next((a for a in args if a.split("=")[0] in CELL_SET), None) if kind == "cache-capacity" else None
+    if clash:
+        raise ConfigError(f"{clash.split('=')[0]} is set by grid for every cell (the cell's server pid, and its "
+                          "--cache-ram when its command line has one)")
     if kind == "capacity" and not any(a.split("=")[0] == "--slo" for a in args):
         raise ConfigError("--measure capacity needs --slo: the latency targets each cell's capacity is measured "
                           "within (e.g. --slo ttft=500ms,tpot=50ms)")

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-Measure = Literal["sweep", "prefill", "depth", "capacity"]  # what runs against each cell's server
+Measure = Literal["sweep", "prefill", "depth", "capacity", "cache-capacity"]  # what runs against each cell's server
 
 
 class KvCacheEntry(msgspec.Struct):
@@ -83,6 +83,32 @@ class CapacityEntry(msgspec.Struct, kw_only=True):
         return min(above) if above else None
 
 
+class CacheCapacityLevelEntry(msgspec.Struct, kw_only=True):
+    """One K of a `--measure cache-capacity` run (analysis/cache.py `CapacityLevel`)."""
+
+    k: int
+    warm_requests: int = 0
+    warm_hit_ratio: float | None = None
+    warm_ttft_ms_p50: float | None = None
+    rss_mib: float | None = None
+
+
+class CacheCapacityEntry(msgspec.Struct, kw_only=True):
+    """A `--measure cache-capacity` run's result, as its cache-capacity.json gives it
+    (cli/cache_capacity.py, analysis/cache.py `CapacitySummary`): the conversations' size, the
+    rounds, the server's slots, the cache RAM and bytes per token it was given, the predicted
+    capacity and the K where reuse collapsed (None: not known, or no collapse), each K."""
+
+    conversation_tokens: int
+    rounds: int
+    slots: int
+    cache_ram_mib: float | None = None
+    bytes_per_token: float | None = None
+    predicted_capacity: int | None = None
+    collapse_k: int | None = None
+    levels: list[CacheCapacityLevelEntry] = []
+
+
 class GridRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One run of a cell: its repeat number, how it ended (`status` ok, failed, interrupted, with
     the `reason`), its server and where its results are (folders relative to the grid's)."""
@@ -106,6 +132,7 @@ class GridRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     finished_utc: str | None = None
     log_tail: list[str] = []  # the server log's last lines, when the run failed
     capacity: CapacityEntry | None = None  # --measure capacity: the run's answer
+    cache_capacity: CacheCapacityEntry | None = None  # --measure cache-capacity: the run's result
 
     @property
     def finished(self) -> bool:

@@ -50,6 +50,8 @@ def grid_table(cells: Sequence[CellSummary], param_names: Sequence[str], measure
         return _size_table(cells, param_names, measure)
     if measure == "capacity":
         return _capacity_table(cells, param_names)
+    if measure == "cache-capacity":
+        return _cache_capacity_table(cells, param_names)
     levels = sorted({lv for c in cells for lv in c.latency_by_level}, key=float)
     grid = Grid("loadgen grid", [
         *(Column(name, "left", key=True) for name in param_names),
@@ -96,6 +98,24 @@ def _capacity_table(cells: Sequence[CellSummary], param_names: Sequence[str]) ->
     return grid
 
 
+def _cache_capacity_table(cells: Sequence[CellSummary], param_names: Sequence[str]) -> Grid:
+    """A cache-capacity grid: the warm conversations each cell holds over its runs
+    (`analysis.grid_capacity.cell_held`) beside the prediction, and the KV cache sizes."""
+    grid = Grid("loadgen grid (cache-capacity)", [
+        *(Column(name, "left", key=True) for name in param_names), Column("runs ok"),
+        Column("warm conversations\nheld"), Column("predicted"),
+        Column("KV MiB (boot log\nvs loadgen kv)"), Column("KV MiB\nper slot")])
+    for c, shown in zip(cells, short_params([c.params for c in cells])):
+        grid.add_row(*(Text(shown.get(n, "")) for n in param_names), f"{c.runs_ok}/{c.runs}",
+                     Text(c.capacity.text if c.capacity else "n/a"),
+                     "n/a" if c.predicted_held is None else str(c.predicted_held), _kv(c), _per_slot(c))
+    return grid
+
+
+CACHE_CAPACITY_KEY = ("warm conversations held: round-robin conversations whose warm turns still reused their "
+                      "prefix, the collapse K - 1 (≥K: no collapse up to the largest K measured; 2–3: between the "
+                      "Ks measured); mean ± sd (each run's answer) over the repeats; predicted: the slots plus "
+                      "--cache-ram / (tokens × --bytes-per-token)")
 CAPACITY_KEY = ("capacity: the most users (req/s) within --slo; mean ± sd (each run's answer) over the repeats; "
                 "3–4: between 3 and 4 (inconclusive at this noise); ≥8: no level failed up to 8")
 
@@ -116,8 +136,9 @@ def print_grid(console: Console, grid: GridDocument | Mapping[str, Any], cells: 
     grid's document, or as much of its content as the table reads (its params' names, its measure)."""
     heading = msgspec.convert(grid, _Heading, from_attributes=True)
     print_table(console, grid_table(cells, [p.name for p in heading.params], heading.measure))
-    if heading.measure == "capacity":
-        console.print(CAPACITY_KEY, style="dim", highlight=False, soft_wrap=True, markup=False)
+    key = {"capacity": CAPACITY_KEY, "cache-capacity": CACHE_CAPACITY_KEY}.get(heading.measure)
+    if key:
+        console.print(key, style="dim", highlight=False, soft_wrap=True, markup=False)
     for c in cells:
         if c.failure:
             console.print(f"{c.name}: {c.failure}", style="yellow", highlight=False, soft_wrap=True, markup=False)

@@ -4,11 +4,14 @@
     GRID/cells/c01/r1/server.log      the server's output (boot log first)
     GRID/cells/c01/r1/run/            the cell's measurement in today's format (analyze, report,
                                       compare and gate read it like any run); with --measure
-                                      capacity also its capacity.json, whose answer grid.json keeps
+                                      capacity also its capacity.json, whose answer grid.json keeps;
+                                      with --measure cache-capacity a cache-capacity folder (k-K/
+                                      runs, cache-capacity.json, whose result grid.json keeps)
 
 grid.json (`schema` "loadgen.grid", `schema_version` 1) is rewritten atomically after every run, so
 an interrupted grid can be resumed from it. Version history: 1, the first (a run's `capacity`,
---measure capacity's answer, was added to it as an optional field: older readers drop it).
+--measure capacity's answer, and `cache_capacity`, --measure cache-capacity's result, were added to
+it as optional fields: older readers drop them).
 
 Every reader (analyze, report, grid --resume) goes through `load_grid`, which checks the file against
 the typed document (`core.griddoc.GridDocument`, msgspec) and the rules types cannot say (cell ids that are folder
@@ -26,9 +29,9 @@ import msgspec
 
 from ..analysis.grid_cells import CellRun, CellSummary, GridParam, check_template, summarize_cell
 from ..core.errors import ConfigError, ResultsError
-from ..core.griddoc import CapacityEntry, GridCell, GridDocument, GridRun
+from ..core.griddoc import CacheCapacityEntry, CapacityEntry, GridCell, GridDocument, GridRun
 from .reader import load_run
-from .schema import CAPACITY_FILE, RUN_FILE
+from .schema import CACHE_CAPACITY_FILE, CAPACITY_FILE, RUN_FILE
 
 SCHEMA = "loadgen.grid"
 SCHEMA_VERSION = 1
@@ -104,6 +107,19 @@ def read_capacity(run_dir: Path) -> CapacityEntry:
         raise ResultsError(f"{path}: missing; the capacity search wrote no answer") from None
     except (OSError, ValueError, KeyError, TypeError, RecursionError, msgspec.ValidationError) as exc:
         raise ResultsError(f"{path}: not a capacity answer ({_first_line(exc)})") from None
+
+
+def read_cache_capacity(run_dir: Path) -> CacheCapacityEntry:
+    """A cache-capacity run's result from its cache-capacity.json (`loadgen cache-capacity`'s file).
+    Raises ResultsError with a one-line reason when it is missing or not one."""
+    path = run_dir / CACHE_CAPACITY_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        return msgspec.convert(doc, CacheCapacityEntry)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing; the cache-capacity run wrote no result") from None
+    except (OSError, ValueError, TypeError, RecursionError, msgspec.ValidationError) as exc:
+        raise ResultsError(f"{path}: not a cache-capacity result ({_first_line(exc)})") from None
 
 
 def _reject_constant(name: str) -> None:

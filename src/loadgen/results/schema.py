@@ -55,6 +55,7 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 RUN_FILE = "run.json"
 CAPACITY_FILE = "capacity.json"  # `loadgen capacity`'s answer, beside its run.json
+CACHE_CAPACITY_FILE = "cache-capacity.json"  # `loadgen cache-capacity`'s result, beside its k-K/ runs
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
 
