@@ -64,3 +64,43 @@ def test_report_and_export_show_the_turns(chat_run, loadgen, tmp_path):
     assert code == 0, err
     turns = json.loads((tmp_path / "json" / "levels.json").read_text())["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3]
+
+
+def test_chat_messages_of_a_turn():
+    from loadgen.run.conversation_apis import chat_messages
+    assert chat_messages("s", [], "hi") == [{"role": "user", "content": "[s] hi"}]
+    assert chat_messages("s", [("m1", "a1"), ("m2", "a2")], "m3") == [
+        {"role": "user", "content": "[s] m1"}, {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "m2"}, {"role": "assistant", "content": "a2"}, {"role": "user", "content": "m3"}]
+
+
+def test_chat_over_the_chat_completions_api_reuses_its_history(sim, loadgen, tmp_path):
+    """--api chat: the history as messages to /v1/chat/completions. The simulator renders them with
+    a ChatML template and reports `timings` and `usage`; turn k's whole prompt (cache_n + prompt_n)
+    is usage.prompt_tokens, and from turn 2 on the server reuses the previous turn's whole prompt but
+    its last token or so (the generation prompt's last newline, which the answer's text tokenizes
+    into differently once it follows)."""
+    from loadgen.analysis.cache import turn_of
+    from loadgen.results.reader import load_records, load_run
+    out = tmp_path / "chat-api"
+    code, stdout, err = loadgen("chat", "--url", sim.url, "--api", "chat", "--users", USERS, "--turns", TURNS,
+                                "--message-tokens", 16, "--n-predict", 4, "--output", out)
+    assert code == 0, err
+    assert "per turn" in stdout
+    assert load_run(out)["config"]["api"] == "chat"
+    records = load_records(out)
+    assert len(records) == USERS * TURNS and all(r.ok and r.finish_reason == "length" for r in records)
+    for user in range(USERS):
+        mine = sorted((r for r in records if r.worker == user), key=lambda r: r.seq)
+        whole = [r.cache_n + r.prompt_n for r in mine]
+        assert whole == [r.usage.prompt_tokens for r in mine]
+        assert whole[0] < whole[1] < whole[2] and mine[0].cache_n == 0
+        for before, r in zip(mine, mine[1:]):
+            assert turn_of(r, USERS) == turn_of(before, USERS) + 1
+            assert before.cache_n + before.prompt_n - 2 <= r.cache_n < r.cache_n + r.prompt_n, (before, r)
+
+
+def test_chat_refuses_the_other_apis_in_one_line(loadgen, tmp_path):
+    code, _, err = loadgen("chat", "--url", "http://127.0.0.1:9", "--api", "responses", "--model", "m",
+                           "--output", tmp_path / "x")
+    assert code == 2 and "--api chat" in err and len(err.strip().splitlines()) == 1, err

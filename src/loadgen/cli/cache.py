@@ -73,6 +73,9 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
                            records_format=records_format))
 
 
+CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
+
+
 @command()
 @target_options
 @click.option("--users", type=click.IntRange(min=1, max=1024), default=4, show_default=True,
@@ -99,12 +102,13 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
                  timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                  server_urls=()) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
-    if api != "llamacpp":
-        raise ConfigError("loadgen chat talks to llama-server's /completion; drop --api")
+    if api not in CHAT_APIS:
+        raise ConfigError(f"loadgen chat speaks llama-server's /completion (--api llamacpp) or /v1/chat/completions "
+                          f"(--api chat), not --api {api}")
     mode = MultiTurn(users, turns, message_tokens, think_s, think_jitter_s, pin_slots, cache_prompt, conversation_seed)
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(users,), model=model,
-        api_key=api_key, api=api,
+        api_key=api_key, api=check_api(api, model, api_key),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
         requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,

@@ -1,13 +1,14 @@
 """Multi-turn conversations: `users` users, each holding a conversation of `turns` turns.
 
 Each turn re-sends the whole history as a chat client does: every earlier message and the
-server's own answer to it (the streamed text, exactly as it came), then a new message, to
-llama-server's /completion with `cache_prompt: true` (the mode's switch). So the reuse measured is
+server's own answer to it (the streamed text, exactly as it came), then a new message, with
+`cache_prompt: true` (the mode's switch): to llama-server's /completion as raw text, or to
+/v1/chat/completions as messages (run/conversation_apis.py, `--api chat`). So the reuse measured is
 what a chat client causes; the server re-evaluates what its tokenizer splits differently when its
 own answer comes back as text (and always the last prompt token).
 
     turn k's prompt = "[<salt>] " + Σ_{j<k} ("User: " + m_j + "\nAssistant:" + a_j + "\n")
-                      + "User: " + m_k + "\nAssistant:"
+                      + "User: " + m_k + "\nAssistant:"                              (/completion)
 
 The salt (one per user) comes first, so users never share a prefix with each other. Messages are
 synthetic prose of about `message_tokens` tokens, seeded per user and turn. Between a user's
@@ -21,15 +22,16 @@ record's turn (0-based) is seq // users (analysis/cache.py `turn_of`).
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 
 import aiohttp
+import msgspec
 
 from ..core.cache_mode import MultiTurn
 from ..core.clock import now_ns
 from ..core.records import CONNECT_ERROR, LevelRun, RequestRecord
+from .conversation_apis import TURN_APIS, TurnApi
 from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
@@ -39,19 +41,13 @@ from .target_setup import prepare_targets
 CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
 
 
-def turn_prompt(salt: str, history: list[tuple[str, str]], message: str) -> str:
-    """The prompt of a turn: the salt, the earlier (message, answer) pairs, the new message."""
-    past = "".join(f"User: {m}\nAssistant:{a}\n" for m, a in history)
-    return f"[{salt}] {past}User: {message}\nAssistant:"
-
-
-async def _turn(session: aiohttp.ClientSession, url: str, body: dict, record: dict) -> str | None:
-    """One streamed /completion: fills `record` (times, timings, slot); the answer text, or None
-    on failure (record's error set)."""
+async def _turn(session: aiohttp.ClientSession, url: str, api: TurnApi, body: dict, record: dict) -> str | None:
+    """One streamed turn: fills `record` (times, timings, slot); the answer text, or None on failure
+    (record's error set)."""
     text: list[str] = []
     record["send_ns"] = now_ns()
     try:
-        async with session.post(f"{url}/completion", json=body) as resp:
+        async with session.post(f"{url}{api.path}", json=body) as resp:
             record["status"] = resp.status
             if resp.status != 200:
                 record["error_kind"] = f"http_{resp.status}"
@@ -61,19 +57,13 @@ async def _turn(session: aiohttp.ClientSession, url: str, body: dict, record: di
                 line = raw.strip()
                 if not line.startswith(b"data:"):
                     continue
-                event = json.loads(line[5:])
-                if event.get("content"):
+                piece = api.read(line[5:], record)
+                if piece:
                     stamp = now_ns()
                     record.setdefault("first_token_ns", stamp)
                     record["last_token_ns"] = stamp
-                    text.append(event["content"])
-                if event.get("stop"):
-                    timings = event.get("timings") or {}
-                    record.update(tokens_predicted=event.get("tokens_predicted"), stop_type=event.get("stop_type"),
-                                  id_slot=event.get("id_slot"), cache_n=timings.get("cache_n"),
-                                  prompt_n=timings.get("prompt_n"), prompt_ms=timings.get("prompt_ms"),
-                                  predicted_n=timings.get("predicted_n"), predicted_ms=timings.get("predicted_ms"))
-    except (TimeoutError, aiohttp.ClientError, OSError, json.JSONDecodeError) as exc:
+                    text.append(piece)
+    except (TimeoutError, aiohttp.ClientError, OSError, msgspec.DecodeError) as exc:
         record["error_kind"] = CONNECT_ERROR if "status" not in record else "disconnected"
         record["error_message"] = str(exc)[:200] or type(exc).__name__
         return None
@@ -84,24 +74,23 @@ async def _turn(session: aiohttp.ClientSession, url: str, body: dict, record: di
 
 async def _user(run: Run, t: TargetRun, level: LevelRun, mode: MultiTurn, user: int,
                 session: aiohttp.ClientSession, slots: int | None) -> None:
-    g = run.config.generation
+    g, api = run.config.generation, TURN_APIS[run.config.api]
     rng = random.Random(mode.seed * 1_000_003 + user)
     salt = new_decimal_salt()
     history: list[tuple[str, str]] = []
     for turn in range(mode.turns):
         message = synthetic_text(mode.message_tokens * CHARS_PER_TOKEN, 7919 * user + turn).strip()
         message = message[:mode.message_tokens * CHARS_PER_TOKEN]
-        body = {"prompt": turn_prompt(salt, history, message), "n_predict": g.n_predict, "temperature": g.temperature,
-                "ignore_eos": g.ignore_eos, "cache_prompt": mode.cache_prompt, "stream": True}
-        if g.seed is not None:
-            body["seed"] = g.seed
-        if mode.pin_slots and slots:
-            body["id_slot"] = user % slots
-        fields: dict = {}
-        answer = await _turn(session, t.target.url.rstrip("/"), body, fields)
+        fields = {"max_tokens": g.n_predict, "temperature": g.temperature, "ignore_eos": g.ignore_eos,
+                  "cache_prompt": mode.cache_prompt, "stream": True,
+                  **({"model": run.config.model} if run.config.model is not None else {}),
+                  **({"seed": g.seed} if g.seed is not None else {}),
+                  **({"id_slot": user % slots} if mode.pin_slots and slots else {})}
+        record: dict = {}
+        answer = await _turn(session, t.target.url.rstrip("/"), api, api.body(salt, history, message, fields), record)
         level.records.append(RequestRecord(target=t.label, level=mode.users, worker=user,
                                            seq=turn * mode.users + user, salt=salt,
-                                           intended_ns=fields["send_ns"], **fields))
+                                           intended_ns=record["send_ns"], **record))
         if answer is None:
             return
         history.append((message, answer))
