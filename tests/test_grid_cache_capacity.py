@@ -75,6 +75,8 @@ def test_analyze_prints_the_grid_again(cache_grid, loadgen):
     code, stdout, err = loadgen("analyze", out)
     assert code == 0, err
     assert "warm conversations" in stdout and "lead outside the noise" in stdout
+    code, stdout, err = loadgen("analyze", out / "cells" / "c04" / "r1")  # a cell's run: its table per K
+    assert code == 0 and "reuse collapsed at K = 4" in stdout and "predicted: 5" in stdout, err
 
 
 @pytest.mark.parametrize("args", [("--server-pid", "1"), ("--cache-ram-mib=8",)])

@@ -12,12 +12,14 @@ import click
 from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
-from ..output.cache import kept_records
+from ..output.cache import cache_capacity_table, kept_records
 from ..output.grid_table import print_grid
+from ..output.layout import print_table
 from ..output.tables import print_run
-from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid
+from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
 from ..results.percentiles import with_percentiles
 from ..results.reader import load_probe, load_records, load_run
+from ..results.schema import CACHE_CAPACITY_FILE
 from ..results.unfinished import summarise_killed_levels
 from .options import PERCENTILES
 from .shared import console as _console
@@ -51,6 +53,11 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         print_grid(_console(), grid, grid_summaries(path, grid))
         return
     path = one_run_in_grid(path)  # a grid's cell named by id or name: its one run (or the runs to choose from)
+    # a cache-capacity run (or a grid's cell run of one, GRID/cells/c01/r1): its per-K table
+    capacity_dir = next((d for d in (path, path / "run") if (d / CACHE_CAPACITY_FILE).is_file()), None)
+    if capacity_dir is not None:
+        print_table(_console(), cache_capacity_table(read_cache_capacity(capacity_dir)))
+        return
     doc = load_run(path)
     if RunDocument.of(doc).kind in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK):
         print_run(doc, _console(), _console(stderr=True), output_format)

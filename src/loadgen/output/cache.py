@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..analysis.cache import CapacitySummary, TurnFigures, conversation_turns
+from ..core.griddoc import CacheCapacityEntry
 from ..core.records import RequestRecord
 from ..core.rundoc import CacheMode, Distribution, RunDocument
 from .layout import Column, Grid, Num
@@ -94,8 +95,8 @@ def kept_records(doc: RunDocument | dict[str, Any], records: Sequence[RequestRec
     return list(records) if config is None or config.records == "all" else []
 
 
-def cache_capacity_table(summary: CapacitySummary) -> Grid:
-    """A cache-capacity run (cache-capacity.json): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
+def cache_capacity_table(summary: CapacitySummary | CacheCapacityEntry) -> Grid:
+    """A cache-capacity run (cache-capacity.json, as the run made it or as read back): per K, the warm rounds' hit ratio and TTFT, the server's RSS;
     the K where reuse collapsed beside the predicted capacity, in the footnotes."""
     grid = Grid(f"prompt-cache capacity: conversations of {summary.conversation_tokens} tokens, "
                 f"{summary.slots} slots, cache_prompt ON",
