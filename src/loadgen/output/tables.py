@@ -85,6 +85,10 @@ def sweep_table(doc: Doc) -> Grid:
     reasoning = any(lv.reasoning_tokens is not None for t in targets for lv in t.levels)
     if reasoning:
         columns += [Column("reasoning\nshare"), Column("first answer\nms p50")]
+    # The machine (--environment): energy when any level has counters, a mark where it changed.
+    energy = any(lv.energy for t in targets for lv in t.levels)
+    changed = any(lv.machine_changed for t in targets for lv in t.levels)
+    columns += [*ENERGY_COLUMNS * energy, *[Column("machine")] * changed]
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0].label} ÷ {pair[1].label}"
@@ -115,10 +119,31 @@ def sweep_table(doc: Doc) -> Grid:
                 row += _drafting_cells(t, lv)
             if reasoning:
                 row += _reasoning_cells(lv)
+            row += [*_energy_cells(lv) * energy, *[_changed_cell(lv)] * changed]
             grid.add_row(*row)
             first = False
         grid.end_section()
     return grid
+
+
+ENERGY_COLUMNS = [Column("J/token"), Column("net\nJ/token"), Column("mean W")]
+
+
+def _energy_cells(lv: Level) -> list[Cell]:
+    """A level's gross and net J per output token and its mean power (core/rundoc.py `headline_energy`:
+    the "total" source, else the only one; the lines under the table give each source)."""
+    e = lv.headline_energy
+    if e is None:
+        return [Num(None), Num(None), Num(None)]
+    return [Num(e.j_per_token, 3), Num(e.net_j_per_token, 3), Num(e.mean_w, 1)]
+
+
+def _changed_cell(lv: Level) -> Cell:
+    """"changed" for a level whose machine changed during it (the warnings below say what); n/a for
+    a level the machine was not sampled through."""
+    if lv.environment_changed is None:
+        return "n/a"
+    return Text("changed", style="yellow") if lv.machine_changed else ""
 
 
 def _speculates(t: Target) -> bool | None:
