@@ -162,7 +162,7 @@ def test_where_reuse_collapses(ratios, expected):
 
 
 # (slots, slot ctx, prompt tokens, answer tokens, cache_ram MiB, bytes per token[, cache_idle_slots,
-# kv_unified]) -> conversations predicted warm. Worked by hand before the code: an entry is the slot's
+# kv_unified, shared tokens]) -> conversations predicted warm. Worked by hand before the code: an entry is the slot's
 # cells (prompt + answer - 1) x (bytes per token + 12) + 2,048; the host cache holds C = floor(limit /
 # entry) of them; warm = max(slots, C + 1) with idle slots saved (the default), slots + C - 1 without,
 # C + 1 on a unified KV cache; the slots alone when C = 0.
@@ -182,6 +182,9 @@ PREDICTION_CASES = [
     ((4, 1024, 500, 4, 8, 23040.0, True, True), 1),  # ... saved or not: only the slot just used
     ((1, 4096, 264, 4, 32, 23040.0), 5),  # 1 slot: it + C - 1
     ((1, 4096, 500, 4, 8, 23040.0), 1),
+    ((2, 2048, 80, 4, 16, 23040.0), 9),  # 83-cell entries: 8 fit
+    ((2, 2048, 80, 4, 16, 23040.0, True, False, 17), 2),  # ... but 17 shared < a quarter of 83: never restored
+    ((2, 2048, 86, 4, 16, 23040.0, True, False, 23), 9),  # 23 of 89 is a quarter: restored
 ]
 
 

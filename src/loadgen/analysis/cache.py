@@ -182,6 +182,8 @@ def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
 # allowance up to 80 layers and 8 slots.
 CELL_META_BYTES = 12
 ENTRY_HEADER_BYTES = 2048
+# server_prompt_cache::load restores no entry of which less than this share matches the new prompt.
+RESTORE_MIN_KEEP = 0.25
 
 
 def prompt_cache_entry_bytes(cells: int, bytes_per_token: float) -> int:
@@ -214,17 +216,21 @@ def warm_conversations(slots: int, entries: int, cache_idle_slots: bool = True, 
 
 
 def predicted_capacity(slots: int, slot_ctx: int | None, prompt_tokens: int, answer_tokens: int,
-                       cache_ram_mib: float | None, bytes_per_token: float | None,
-                       cache_idle_slots: bool = True, kv_unified: bool = False) -> int | None:
+                       cache_ram_mib: float | None, bytes_per_token: float | None, cache_idle_slots: bool = True,
+                       kv_unified: bool = False, shared_tokens: int | None = None) -> int | None:
     """How many conversations of `prompt_tokens` answered with `answer_tokens` stay warm in a
     round-robin: none when one does not fit a slot's context, the slots when the host cache is off,
-    else warm_conversations over the entries `--cache-ram` holds. None when the host cache is on but
-    its share cannot be computed (no bytes per token)."""
+    else warm_conversations over the entries `--cache-ram` holds; none of them count when the
+    `shared_tokens` a turn has in common with its entry are under RESTORE_MIN_KEEP of it. None when
+    the host cache is on but its share cannot be computed (no bytes per token)."""
     if slot_ctx is not None and prompt_tokens + answer_tokens > slot_ctx:
         return 0
     if not cache_ram_mib:
         return slots
     if not bytes_per_token:
         return None
-    entry = prompt_cache_entry_bytes(prompt_tokens + max(answer_tokens - 1, 0), bytes_per_token)
-    return warm_conversations(slots, prompt_cache_entries(cache_ram_mib, entry), cache_idle_slots, kv_unified)
+    cells = prompt_tokens + max(answer_tokens - 1, 0)
+    entries = prompt_cache_entries(cache_ram_mib, prompt_cache_entry_bytes(cells, bytes_per_token))
+    if shared_tokens is not None and shared_tokens < RESTORE_MIN_KEEP * cells:
+        entries = 0
+    return warm_conversations(slots, entries, cache_idle_slots, kv_unified)

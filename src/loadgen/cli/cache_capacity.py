@@ -100,7 +100,8 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     slots = (server.total_slots if server is not None else None) or 1
     n_ctx = ((server.props if server is not None else None) or {}).get("n_ctx")
     predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
-                                   n_predict, cache_ram_mib, bytes_per_token, cache_idle_slots, kv_unified)
+                                   n_predict, cache_ram_mib, bytes_per_token, cache_idle_slots, kv_unified,
+                                   shared_tokens=conversation_tokens + 1)  # + BOS
     collapsed = collapse_k(levels)
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
                               predicted, collapsed, levels)
