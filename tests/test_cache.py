@@ -225,3 +225,22 @@ def test_capacity_on_the_simulator_collapses_past_its_slots_and_host_cache():
     assert figures[1].warm_hit_ratio == pytest.approx(121 / 170)
     assert figures[2].warm_hit_ratio == pytest.approx(121 / 170)
     assert figures[6].warm_hit_ratio < 0.05
+
+
+# (slots, host cache tokens, K) -> whether every warm round-robin request hits, written before the
+# run from the rule of docs/cache.md: an entry is 173 tokens (170 + 3 of the 4 answer tokens), so
+# 400 tokens hold C = 2 and 600 hold 3; with idle slots saved max(slots, C + 1) stay warm (without
+# that saving 4 slots and C = 2 would keep 5).
+HOST_RULE_CASES = [
+    (2, 400, 3, True), (2, 400, 4, False), (4, 400, 4, True), (4, 400, 5, False),
+    (2, 600, 4, True), (2, 600, 5, False),
+]
+
+
+@pytest.mark.parametrize("slots,cache_ram_tokens,k,warm", HOST_RULE_CASES)
+def test_the_simulators_host_cache_keeps_what_the_rule_predicts(slots, cache_ram_tokens, k, warm):
+    from loadgen.analysis.cache import capacity_level, warm_conversations
+    assert (k <= warm_conversations(slots, cache_ram_tokens // 173)) == warm
+    records = _shared_prefix_run(SharedPrefix(120, k, 170, True), slots, 3 * k, cache_ram_tokens=cache_ram_tokens)
+    ratio = capacity_level(k, records).warm_hit_ratio
+    assert ratio == pytest.approx(121 / 170) if warm else ratio < 0.05
