@@ -141,14 +141,17 @@ def capacity_level(k: int, records: Iterable[RequestRecord], rss_mib: float | No
 @dataclass(frozen=True, slots=True)
 class CapacitySummary:
     """A cache-capacity run as cache-capacity.json holds it (`to_dict`, field order = file order):
-    the conversations' size, the rounds, the server's slots, the cache RAM and bytes per token it
-    was given, the predicted capacity and the K where reuse collapsed (None: not known), each K."""
+    the conversations' size, the rounds, the server's slots, the cache RAM, bytes per token and
+    server modes it was given, the predicted capacity and the K where reuse collapsed (None: not
+    known), each K."""
 
     conversation_tokens: int
     rounds: int
     slots: int
     cache_ram_mib: float | None
     bytes_per_token: float | None
+    cache_idle_slots: bool
+    kv_unified: bool
     predicted_capacity: int | None
     collapse_k: int | None
     levels: list[CapacityLevel]

@@ -104,7 +104,7 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
                                    shared_tokens=conversation_tokens + 1)  # + BOS
     collapsed = collapse_k(levels)
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
-                              predicted, collapsed, levels)
+                              cache_idle_slots, kv_unified, predicted, collapsed, levels)
     (out_dir / "cache-capacity.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)
