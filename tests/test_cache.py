@@ -161,13 +161,30 @@ def test_where_reuse_collapses(ratios, expected):
     assert collapse_k([_level(k, r) for k, r in ratios.items()]) == expected
 
 
-# (slots, slot ctx, tokens, cache_ram MiB, bytes per token) -> conversations predicted warm.
+# (slots, slot ctx, prompt tokens, answer tokens, cache_ram MiB, bytes per token[, cache_idle_slots,
+# kv_unified, shared tokens]) -> conversations predicted warm. Worked by hand before the code: an entry is the slot's
+# cells (prompt + answer - 1) x (bytes per token + 12) + 2,048; the host cache holds C = floor(limit /
+# entry) of them; warm = max(slots, C + 1) with idle slots saved (the default), slots + C - 1 without,
+# C + 1 on a unified KV cache; the slots alone when C = 0.
 PREDICTION_CASES = [
-    ((4, 1024, 500, None, None), 4),
-    ((4, 1024, 500, 0, 1000.0), 4),
-    ((4, 400, 500, None, None), 0),  # a conversation fits no slot
-    ((2, 1024, 512, 1, 1024.0), 4),  # 1 MiB / (512 × 1 KiB) = 2 more
-    ((2, None, 512, 1, None), None),  # host cache on, its share unknown
+    ((4, 1024, 500, 4, None, None), 4),
+    ((4, 1024, 500, 4, 0, 1000.0), 4),
+    ((4, 400, 500, 4, None, None), 0),  # a conversation fits no slot
+    ((2, None, 512, 4, 1, None), None),  # host cache on, its share unknown
+    ((2, 1024, 512, 1, 1, 1024.0), 2),  # 532,480-byte entries: 1 fits in 1 MiB (the KV alone said 2)
+    ((2, 2048, 264, 4, 16, 23040.0), 3),  # the test bed, 2026-12-02: 6,156,932-byte entries, C = 2
+    ((2, 2048, 184, 4, 8, 23040.0), 2),  # the real test: 4,312,772-byte entries, C = 1
+    ((2, 2048, 500, 4, 8, 23040.0), 2),  # an 11.1 MiB entry is over the 8 MiB limit: never saved
+    ((4, 1024, 264, 4, 32, 23040.0), 6),  # C = 5; the 4 slots' copies count among them
+    ((4, 1024, 264, 4, 32, 23040.0, False), 8),  # --no-cache-idle-slots: 4 slots + 5 - 1
+    ((4, 1024, 264, 4, 16, 23040.0), 4),  # C = 2: the slots decide
+    ((4, 1024, 264, 4, 16, 23040.0, True, True), 3),  # unified KV: idle slots cleared, C + 1
+    ((4, 1024, 500, 4, 8, 23040.0, True, True), 1),  # ... saved or not: only the slot just used
+    ((1, 4096, 264, 4, 32, 23040.0), 5),  # 1 slot: it + C - 1
+    ((1, 4096, 500, 4, 8, 23040.0), 1),
+    ((2, 2048, 80, 4, 16, 23040.0), 9),  # 83-cell entries: 8 fit
+    ((2, 2048, 80, 4, 16, 23040.0, True, False, 17), 2),  # ... but 17 shared < a quarter of 83: never restored
+    ((2, 2048, 86, 4, 16, 23040.0, True, False, 23), 9),  # 23 of 89 is a quarter: restored
 ]
 
 
@@ -175,6 +192,23 @@ PREDICTION_CASES = [
 def test_the_predicted_capacity(args, expected):
     from loadgen.analysis.cache import predicted_capacity
     assert predicted_capacity(*args) == expected
+
+
+# (cells, bytes per token) -> a host-cache entry's bytes; (cache_ram MiB, entry bytes) -> entries held.
+ENTRY_CASES = [((267, 23040.0), 6_156_932), ((512, 1024.0), 532_480), ((1, 0.5), 2_061)]
+HELD_CASES = [((16, 6_156_932), 2), ((8, 4_312_772), 1), ((8, 11_597_204), 0), ((1, 2**20), 1), ((0, 10), 0)]
+
+
+@pytest.mark.parametrize("args,expected", ENTRY_CASES)
+def test_a_host_cache_entry_holds_the_slot_state(args, expected):
+    from loadgen.analysis.cache import prompt_cache_entry_bytes
+    assert prompt_cache_entry_bytes(*args) == expected
+
+
+@pytest.mark.parametrize("args,expected", HELD_CASES)
+def test_entries_the_host_cache_holds(args, expected):
+    from loadgen.analysis.cache import prompt_cache_entries
+    assert prompt_cache_entries(*args) == expected
 
 
 def test_capacity_on_the_simulator_collapses_past_its_slots_and_host_cache():
@@ -191,3 +225,22 @@ def test_capacity_on_the_simulator_collapses_past_its_slots_and_host_cache():
     assert figures[1].warm_hit_ratio == pytest.approx(121 / 170)
     assert figures[2].warm_hit_ratio == pytest.approx(121 / 170)
     assert figures[6].warm_hit_ratio < 0.05
+
+
+# (slots, host cache tokens, K) -> whether every warm round-robin request hits, written before the
+# run from the rule of docs/cache.md: an entry is 173 tokens (170 + 3 of the 4 answer tokens), so
+# 400 tokens hold C = 2 and 600 hold 3; with idle slots saved max(slots, C + 1) stay warm (without
+# that saving 4 slots and C = 2 would keep 5).
+HOST_RULE_CASES = [
+    (2, 400, 3, True), (2, 400, 4, False), (4, 400, 4, True), (4, 400, 5, False),
+    (2, 600, 4, True), (2, 600, 5, False),
+]
+
+
+@pytest.mark.parametrize("slots,cache_ram_tokens,k,warm", HOST_RULE_CASES)
+def test_the_simulators_host_cache_keeps_what_the_rule_predicts(slots, cache_ram_tokens, k, warm):
+    from loadgen.analysis.cache import capacity_level, warm_conversations
+    assert (k <= warm_conversations(slots, cache_ram_tokens // 173)) == warm
+    records = _shared_prefix_run(SharedPrefix(120, k, 170, True), slots, 3 * k, cache_ram_tokens=cache_ram_tokens)
+    ratio = capacity_level(k, records).warm_hit_ratio
+    assert ratio == pytest.approx(121 / 170) if warm else ratio < 0.05

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.core.environment import EnvSample, GpuFacts, RaplZone
 from loadgen.core.errors import ConfigError
 from loadgen.core.records import LevelRun, ProbeSample, ServerOutcome, make_record
 from loadgen.run.live.endpoint import LiveEndpoint
@@ -70,7 +71,18 @@ def _fed() -> LiveMetrics:
     live.request_done(make_record("a", 2, 0, 2, "s", 0, 5 * MS, 503, ServerOutcome(error_kind="http_503")))
     level.in_flight[3] = (1, "s", 0, None)
     level.probe_samples.append(ProbeSample("a", 2, 0, busy_slots=1, slot_context_tokens=[40, 0]))
+    # The machine over the level: RAPL package-0 +20 J and GPU 0 +100 J in 2 s (a psys zone overlaps
+    # the packages and counts in nothing).
+    level.environment += [_machine(10.0, cpu_uj=1_000_000, gpu_mj=0), _machine(12.0, cpu_uj=21_000_000, gpu_mj=100_000)]
     return live
+
+
+def _machine(at_s: float, cpu_uj: int, gpu_mj: int) -> EnvSample:
+    return EnvSample(at_s=at_s, rapl=(RaplZone(zone="intel-rapl:0", name="package-0", energy_uj=cpu_uj,
+                                               max_energy_range_uj=None),
+                                      RaplZone(zone="intel-rapl:1", name="psys", energy_uj=cpu_uj * 3,
+                                               max_energy_range_uj=None)),
+                     gpus=(GpuFacts(index=0, name="GPU", energy_mj=gpu_mj),))
 
 
 # (series, labels, value): written down from the records above before the test was first run.
@@ -101,7 +113,28 @@ EXPECTED = [
     ("loadgen_slots_total", dict(target="a"), 2),
     ("loadgen_slot_context_tokens", dict(target="a", slot="0"), 40),
     ("loadgen_slot_context_tokens", dict(target="a", slot="1"), 0),
+    # energy over the level's 2 s and its 10 output tokens
+    ("loadgen_energy_joules_total", dict(target="a", level="2", source="cpu"), 20),
+    ("loadgen_energy_joules_total", dict(target="a", level="2", source="gpu"), 100),
+    ("loadgen_energy_joules_total", dict(target="a", level="2", source="total"), 120),
+    ("loadgen_power_watts", dict(target="a", level="2", source="cpu"), 10),
+    ("loadgen_power_watts", dict(target="a", level="2", source="total"), 60),
+    ("loadgen_joules_per_token", dict(target="a", level="2", source="cpu"), 2),
+    ("loadgen_joules_per_token", dict(target="a", level="2", source="gpu"), 10),
+    ("loadgen_joules_per_token", dict(target="a", level="2", source="total"), 12),
 ]
+
+
+def test_a_level_without_two_machine_samples_or_without_tokens_has_no_energy_figure():
+    live = LiveMetrics(levels=(1,))
+    level = LevelRun(target="a", concurrency=1)
+    live.level_started(level, 1, None)
+    level.environment.append(_machine(0.0, cpu_uj=0, gpu_mj=0))
+    assert not any(name.startswith(("loadgen_energy", "loadgen_power", "loadgen_joules")) for name, _ in _samples(live))
+    level.environment.append(_machine(1.0, cpu_uj=5_000_000, gpu_mj=0))  # 5 J, no token yet
+    samples = _samples(live)
+    assert samples[_key("loadgen_energy_joules_total", target="a", level="1", source="cpu")] == 5
+    assert not any(name == "loadgen_joules_per_token" for name, _ in samples)
 
 
 @pytest.mark.parametrize("name, labels, value", EXPECTED)

@@ -33,8 +33,8 @@ FIELD_REPORT_PANELS = ["Requests processing vs deferred", "Generated tokens/s", 
 LOADGEN_PANELS = ["Throughput per target (loadgen)", "Latency percentiles", "Queue wait", "Errors by kind",
                   "In flight vs slots", "Level"]
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-PROMQL_WORDS = {"rate", "sum", "by", "le", "target", "error_kind", "histogram_quantile", "changes", "and", "on",
-                "max_over_time", "increase"}
+PROMQL_WORDS = {"rate", "sum", "by", "le", "target", "error_kind", "source", "histogram_quantile", "changes", "and",
+                "on", "max_over_time", "increase"}
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ Requests without timings (an OpenAI-style server without them) count in none of 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -151,14 +152,17 @@ def capacity_level(k: int, records: Iterable[RequestRecord], rss_mib: float | No
 @dataclass(frozen=True, slots=True)
 class CapacitySummary:
     """A cache-capacity run as cache-capacity.json holds it (`to_dict`, field order = file order):
-    the conversations' size, the rounds, the server's slots, the cache RAM and bytes per token it
-    was given, the predicted capacity and the K where reuse collapsed (None: not known), each K."""
+    the conversations' size, the rounds, the server's slots, the cache RAM, bytes per token and
+    server modes it was given, the predicted capacity and the K where reuse collapsed (None: not
+    known), each K."""
 
     conversation_tokens: int
     rounds: int
     slots: int
     cache_ram_mib: float | None
     bytes_per_token: float | None
+    cache_idle_slots: bool
+    kv_unified: bool
     predicted_capacity: int | None
     collapse_k: int | None
     levels: list[CapacityLevel]
@@ -183,14 +187,64 @@ def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
     return None
 
 
-def predicted_capacity(slots: int, slot_ctx: int | None, conversation_tokens: int, cache_ram_mib: float | None,
-                       bytes_per_token: float | None) -> int | None:
-    """How many conversations of `conversation_tokens` stay warm: one per slot (when one fits a
-    slot's context), plus as many as the host cache holds, floor(cache_ram / (tokens × bytes per
-    token)). None when the host cache is on but its share cannot be computed (no bytes per token)."""
-    in_slots = slots if slot_ctx is None or conversation_tokens <= slot_ctx else 0
+# llama-server's host-memory prompt cache (`--cache-ram`), as build 11434's source has it
+# (tools/server/server-task.cpp, server_prompt_cache; tools/server/server-context.cpp, server_slot's
+# prompt_save and get_available_slot): an entry is a slot's whole saved sequence state
+# (llama_state_seq_get_size_ext), its prompt and the answer tokens decoded after it. Per cell the KV
+# rows plus its position, seq-id count and seq id (src/llama-kv-cache.cpp, state_write_meta); per entry
+# a header of 4 bytes per stream and 24 per layer (state_write, state_write_data), under this
+# allowance up to 80 layers and 8 slots.
+CELL_META_BYTES = 12
+ENTRY_HEADER_BYTES = 2048
+# server_prompt_cache::load restores no entry of which less than this share matches the new prompt.
+RESTORE_MIN_KEEP = 0.25
+
+
+def prompt_cache_entry_bytes(cells: int, bytes_per_token: float) -> int:
+    """A host-cache entry's bytes for a slot holding `cells` tokens (prompt + answer - 1: the last
+    answer token is sampled, never decoded): cells x (KV bytes per token + CELL_META_BYTES) + the
+    header allowance."""
+    return math.ceil(cells * (bytes_per_token + CELL_META_BYTES)) + ENTRY_HEADER_BYTES
+
+
+def prompt_cache_entries(cache_ram_mib: float, entry_bytes: int) -> int:
+    """How many entries of `entry_bytes` the host cache holds under `--cache-ram` (MiB): it evicts the
+    oldest until the new entry fits beside the rest, and never saves one larger than the limit."""
+    return int(cache_ram_mib * 2**20 // entry_bytes) if entry_bytes > 0 else 0
+
+
+def warm_conversations(slots: int, entries: int, cache_idle_slots: bool = True, kv_unified: bool = False) -> int:
+    """Round-robin conversations kept warm by `slots` and a host cache of `entries`. A slot taking a
+    new conversation saves its own before restoring the next one (the restored entry leaves the
+    cache), so the entry needed next is the oldest and is evicted first: slots + entries - 1. With
+    cache_idle_slots (llama-server's default) every idle slot is saved when a task starts, so the
+    cache holds copies of what the slots hold: all conversations but the one just served must fit,
+    entries + 1, or the slots alone; on a unified KV cache the idle slots are also cleared (saved or
+    not), so only the cache and the slot just used keep any: entries + 1."""
+    saves_idle = cache_idle_slots and slots > 1
+    if saves_idle and kv_unified:
+        return entries + 1
+    if entries == 0:
+        return slots
+    return max(slots, entries + 1) if saves_idle else slots + entries - 1
+
+
+def predicted_capacity(slots: int, slot_ctx: int | None, prompt_tokens: int, answer_tokens: int,
+                       cache_ram_mib: float | None, bytes_per_token: float | None, cache_idle_slots: bool = True,
+                       kv_unified: bool = False, shared_tokens: int | None = None) -> int | None:
+    """How many conversations of `prompt_tokens` answered with `answer_tokens` stay warm in a
+    round-robin: none when one does not fit a slot's context, the slots when the host cache is off,
+    else warm_conversations over the entries `--cache-ram` holds; none of them count when the
+    `shared_tokens` a turn has in common with its entry are under RESTORE_MIN_KEEP of it. None when
+    the host cache is on but its share cannot be computed (no bytes per token)."""
+    if slot_ctx is not None and prompt_tokens + answer_tokens > slot_ctx:
+        return 0
     if not cache_ram_mib:
-        return in_slots
+        return slots
     if not bytes_per_token:
         return None
-    return in_slots + int(cache_ram_mib * 2**20 // (conversation_tokens * bytes_per_token))
+    cells = prompt_tokens + max(answer_tokens - 1, 0)
+    entries = prompt_cache_entries(cache_ram_mib, prompt_cache_entry_bytes(cells, bytes_per_token))
+    if shared_tokens is not None and shared_tokens < RESTORE_MIN_KEEP * cells:
+        entries = 0
+    return warm_conversations(slots, entries, cache_idle_slots, kv_unified)

@@ -62,10 +62,15 @@ def _rss_mib(pid: int | None) -> float | None:
               help="The server's --cache-ram (MiB; 0: off), for the predicted capacity.")
 @click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True),
               help="KV bytes per token (`loadgen kv MODEL`), for the predicted capacity's host-cache share.")
+@click.option("--cache-idle-slots/--no-cache-idle-slots", default=True, show_default=True,
+              help="Whether the server saves idle slots to its prompt cache (its default), for the prediction.")
+@click.option("--kv-unified", is_flag=True,
+              help="The server shares one KV buffer among its slots (its default without --parallel), for the prediction.")
 @request_options
 @format_option
 def cache_capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, conversation_tokens,
-                           ks, rounds, n_predict, server_pid, cache_ram_mib, bytes_per_token, temperature, seed,
+                           ks, rounds, n_predict, server_pid, cache_ram_mib, bytes_per_token, cache_idle_slots,
+                           kv_unified, temperature, seed,
                            timeout_s, wait_ready_s, output, force, output_format, server_urls=()) -> None:
     """How many conversations the prompt cache keeps warm: K round-robin, K raised level by level."""
     targets = build_targets(host, ports, urls, labels, server_urls)
@@ -96,10 +101,11 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     slots = (server.total_slots if server is not None else None) or 1
     n_ctx = ((server.props if server is not None else None) or {}).get("n_ctx")
     predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
-                                   cache_ram_mib, bytes_per_token)
+                                   n_predict, cache_ram_mib, bytes_per_token, cache_idle_slots, kv_unified,
+                                   shared_tokens=conversation_tokens + 1)  # + BOS
     collapsed = collapse_k(levels)
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
-                              predicted, collapsed, levels)
+                              cache_idle_slots, kv_unified, predicted, collapsed, levels)
     (out_dir / CACHE_CAPACITY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)

@@ -96,14 +96,16 @@ class CacheCapacityLevelEntry(msgspec.Struct, kw_only=True):
 class CacheCapacityEntry(msgspec.Struct, kw_only=True):
     """A `--measure cache-capacity` run's result, as its cache-capacity.json gives it
     (cli/cache_capacity.py, analysis/cache.py `CapacitySummary`): the conversations' size, the
-    rounds, the server's slots, the cache RAM and bytes per token it was given, the predicted
-    capacity and the K where reuse collapsed (None: not known, or no collapse), each K."""
+    rounds, the server's slots, the cache RAM, bytes per token and server modes it was given, the
+    predicted capacity and the K where reuse collapsed (None: not known, or no collapse), each K."""
 
     conversation_tokens: int
     rounds: int
     slots: int
     cache_ram_mib: float | None = None
     bytes_per_token: float | None = None
+    cache_idle_slots: bool | None = None  # the server modes the prediction assumed (None: an older file)
+    kv_unified: bool | None = None
     predicted_capacity: int | None = None
     collapse_k: int | None = None
     levels: list[CacheCapacityLevelEntry] = []

@@ -249,6 +249,8 @@ class EnergyFigures(msgspec.Struct, frozen=True):
     """A level's energy by one source, as run.json stores it (analysis/energy.py)."""
 
     source: str | None = None
+    seconds: float | None = None
+    energy_j: float | None = None
     j_per_token: float | None = None
     net_j_per_token: float | None = None
     tokens_per_j: float | None = None
@@ -284,6 +286,18 @@ class Level(LevelSummary, frozen=True, kw_only=True):
     def energy_figures(self) -> list[EnergyFigures]:
         """`energy` typed, per source ([] without counters)."""
         return msgspec.convert(self.energy or [], list[EnergyFigures], strict=False)
+
+    @property
+    def headline_energy(self) -> EnergyFigures | None:
+        """The figures the tables, the report and the grid show of a level: its "total" source (cpu +
+        gpu), else its only one; None without counters (the per-source lines say the rest)."""
+        figures = self.energy_figures
+        return next((e for e in figures if e.source == "total"), figures[0] if len(figures) == 1 else None)
+
+    @property
+    def machine_changed(self) -> bool:
+        """Whether anything changed in the machine during the level (`environment_changed` not empty)."""
+        return bool(self.environment_changed)
 
     @property
     def slo_judgement(self) -> SloJudgement | None:

@@ -110,7 +110,7 @@ def cache_capacity_table(summary: CapacitySummary | CacheCapacityEntry) -> Grid:
     collapsed, predicted = summary.collapse_k, summary.predicted_capacity
     grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
                           else "reuse did not collapse at any K measured")
-    grid.footnotes.append(f"predicted: {predicted} conversations stay warm (slots + --cache-ram / (tokens × bytes "
-                          "per token)), so collapse at K = " + str(predicted + 1) if predicted is not None
+    grid.footnotes.append(f"predicted: {predicted} conversations stay warm (the slots and the saved slot states "
+                          "--cache-ram holds), so collapse at K = " + str(predicted + 1) if predicted is not None
                           else "no prediction: give --cache-ram-mib and --bytes-per-token")
     return grid

@@ -20,7 +20,15 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from ..analysis import metrics
 from ..core.records import level_short
 from ..core.rundoc import Level
-from .report_model import attainment_points, has_slo, has_soak_slo, level_extras, percentile_curve
+from .report_model import (
+    attainment_points,
+    energy_points,
+    has_energy,
+    has_slo,
+    has_soak_slo,
+    level_extras,
+    percentile_curve,
+)
 
 if TYPE_CHECKING:
     from .report_model import TargetSeries
@@ -356,6 +364,40 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     return fig
 
 
+def _none_nan(values: Sequence[float | None]) -> list[float]:
+    return [np.nan if v is None else v for v in values]
+
+
+def energy_figure(series: Sequence[TargetSeries]) -> Figure:
+    """Top: J per output token per level, gross (solid) and net of idle power (dashed); bottom: mean
+    power. A level during which the machine changed gets a red ×."""
+    fig, (top, bottom) = _figure(6.5, rows=2)
+    for i, s in enumerate(series):
+        p = energy_points(s)
+        if not p.levels:
+            continue
+        top.plot(p.levels, _none_nan(p.j_per_token), marker="o", color=colour(i), label=f"{s.label} gross")
+        if any(v is not None for v in p.net_j_per_token):
+            top.plot(p.levels, _none_nan(p.net_j_per_token), marker="s", linestyle="--", color=colour(i),
+                     label=f"{s.label} net of idle")
+        bottom.plot(p.levels, _none_nan(p.mean_w), marker="o", color=colour(i), label=s.label)
+        for ax, ys in ((top, p.j_per_token), (bottom, p.mean_w)):
+            marked = [(x, y) for x, y, c in zip(p.levels, ys, p.changed) if c and y is not None]
+            if marked:
+                ax.scatter(*zip(*marked), marker="x", s=90, color="#c0392b", zorder=3,
+                           label="machine changed" if ax is top and i == 0 else None)
+    for ax, label in ((top, "J per output token"), (bottom, "mean power (W)")):
+        _concurrency_axis(ax, series)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        if ax.lines:
+            ax.legend(fontsize="small")
+        else:
+            _empty(ax, "no energy counters")
+    top.set_title("Energy per level")
+    return fig
+
+
 def slo_figure(series: Sequence[TargetSeries]) -> Figure:
     """Per level, the attainment (% of judged requests meeting every latency target) of each series
     judged against an SLO, and the required attainment (--attainment) as a dashed line."""
@@ -382,12 +424,14 @@ def slo_figure(series: Sequence[TargetSeries]) -> Figure:
 
 def sweep_charts(series: Sequence[TargetSeries]) -> dict[str, Callable[[Sequence[TargetSeries]], Figure]]:
     """A sweep's charts: the attainment chart when a level was judged against an SLO, the
-    speculation chart when a level drafted or reasoned."""
+    speculation chart when a level drafted or reasoned, the energy chart when a level has energy figures."""
     charts: dict[str, Callable[[Sequence[TargetSeries]], Figure]] = dict(CHARTS)
     if has_slo(series):
         charts["slo"] = slo_figure
     if any(level_extras(series)):
         charts["speculation"] = speculation_figure
+    if has_energy(series):
+        charts["energy"] = energy_figure
     return charts
 
 

@@ -143,6 +143,15 @@ LOADGEN_PANELS = (
           (Query(f"sum by (target) (rate(loadgen_requests_good_total[{RATE}]))", "{{target}} good"),
            Query(f"sum by (target) (rate(loadgen_requests_completed_total[{RATE}]))", "{{target}} completed")),
           unit="reqps", source="loadgen"),
+    Panel("Energy per token (--environment)",
+          "Machines with RAPL or NVML energy counters: each level's joules per output token so far "
+          "(loadgen_joules_per_token, gross) by energy source; at the level's end it equals run.json's.",
+          (Query("loadgen_joules_per_token", "{{target}} level {{level}} {{source}}"),), source="loadgen"),
+    Panel("Power (--environment)",
+          "rate() of loadgen_energy_joules_total: the watts the machine drew while loadgen ran, by energy "
+          "source (cpu: RAPL packages, gpu: NVML, total: both).",
+          (Query(f"sum by (target, source) (rate(loadgen_energy_joules_total[{RATE}]))", "{{target}} {{source}}"),),
+          unit="watt", source="loadgen"),
     Panel("Client load",
           "Is loadgen itself the bottleneck? rate() of loadgen_client_cpu_seconds_total (1 = a whole core) "
           "and the p99 of loadgen_event_loop_lag_seconds.",

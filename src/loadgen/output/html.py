@@ -4,7 +4,9 @@ A report overlays every target of every run given as a `TargetSeries` (one line 
 chart; the view model, `report_model.py`). A report of soak runs has its own sections
 (`SOAK_SECTIONS`: the windows over time, the probe, the soak table); a sweep's level table gains
 the attainment and goodput columns (and an attainment chart) when a level was judged against
-latency targets (--slo), the speculation and reasoning columns when any level has them. The charts come from `charts.py` as PNG images, always
+latency targets (--slo), the speculation and reasoning columns when any level has them, energy per
+token (and an energy chart) when a level has energy figures and a "machine" column when the machine
+changed during a level. The charts come from `charts.py` as PNG images, always
 written next to the HTML file (for papers and CI summaries). The page draws them with Plotly
 (`interactive.py`: hover, legend toggles, zoom) with plotly.js inlined, or, static, inlines the PNGs
 as data URIs; either way the file needs no network and no other file.
@@ -26,7 +28,16 @@ from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, grids_markdown, text_of
-from .report_model import INCOMPLETE, TargetSeries, has_slo, has_soak_slo, level_extras, level_slo
+from .report_model import (
+    INCOMPLETE,
+    TargetSeries,
+    has_energy,
+    has_machine_changes,
+    has_slo,
+    has_soak_slo,
+    level_extras,
+    level_slo,
+)
 
 # (section id, heading, what the chart shows); the order of the report.
 SECTIONS = [
@@ -73,6 +84,11 @@ SLO_SECTION = (
     "slo", "SLO attainment per level",
     "The share of each level's judged requests that met every latency target (--slo; errors always miss), "
     "against the share a level must reach (--attainment, dashed). A level below the line fails.")
+ENERGY_SECTION = (
+    "energy", "Energy per level",
+    "Joules per output token, gross (solid) and net of idle power (dashed), and mean power per level, of the "
+    "\"total\" energy source (RAPL packages + NVML GPUs), else the only one; a level during which the machine "
+    "changed is marked ×.")
 SPECULATION_SECTION = (
     "speculation", "Speculation and reasoning per level",
     "Draft acceptance (Σ draft_n_accepted / Σ draft_n of the level's successful requests) and the reasoning "
@@ -81,11 +97,12 @@ SPECULATION_SECTION = (
 
 def sections(series: Sequence[TargetSeries]) -> list[tuple[str, str, str]]:
     """The report's sections: a soak's, or a sweep's with the attainment chart when a level was judged
-    against latency targets and the speculation chart when a level drafted or reasoned."""
+    against latency targets, the speculation chart when a level drafted or reasoned and the energy
+    chart when a level has energy figures."""
     if is_soak(series):
         return SOAK_SECTIONS[:2] + [SOAK_SLO_SECTION] * has_soak_slo(series) + SOAK_SECTIONS[2:]
     return (SECTIONS[:-1] + [SLO_SECTION] * has_slo(series) + [SPECULATION_SECTION] * any(level_extras(series))
-            + SECTIONS[-1:])
+            + [ENERGY_SECTION] * has_energy(series) + SECTIONS[-1:])
 
 
 # Where an interactive chart shows something other than its PNG twin, the note says what it shows.
@@ -122,6 +139,10 @@ SLO_COLUMNS = ["attainment", "goodput req/s", "goodput tok/s", "most missed"]
 # Shown only when a level of the report has them (analysis/speculation.py, analysis/reasoning.py).
 DRAFT_COLUMNS = ["draft accepted", "drafted per out tok"]
 REASONING_COLUMNS = ["reasoning share", f"{TTFA.header.removesuffix(' ms')} p50 ms"]
+# Shown only when a level has energy figures (--environment with RAPL or NVML counters; analysis/energy.py),
+# and when the machine changed during a level (analysis/env_drift.py).
+ENERGY_COLUMNS = ["J/token", "net J/token", "mean W"]
+CHANGED_COLUMNS = ["machine"]
 
 
 @dataclass(frozen=True)
@@ -132,14 +153,18 @@ class Extras:
     drafting: bool = False
     reasoning: bool = False
     slo: bool = False
+    energy: bool = False
+    changed: bool = False  # the machine changed during a level
 
     @classmethod
     def of(cls, series: Sequence[TargetSeries]) -> Extras:
-        return cls(*level_extras(series), slo=has_slo(series))
+        return cls(*level_extras(series), slo=has_slo(series), energy=has_energy(series),
+                   changed=has_machine_changes(series))
 
     def columns(self) -> list[str]:
         return (TABLE_COLUMNS[:-1] + SLO_COLUMNS * self.slo + DRAFT_COLUMNS * self.drafting
-                + REASONING_COLUMNS * self.reasoning + TABLE_COLUMNS[-1:])
+                + REASONING_COLUMNS * self.reasoning + ENERGY_COLUMNS * self.energy + CHANGED_COLUMNS * self.changed
+                + TABLE_COLUMNS[-1:])
 
 
 def slo_cells(level: Level) -> list[str]:
@@ -164,6 +189,20 @@ def extra_cells(level: Level, extras: Extras, speculative: bool | None = None) -
     if extras.reasoning:
         share = level.reasoning_share
         cells += ["none" if share is None else f"{share:.0%}", _fmt(_dist(level, TTFA, "p50"))]
+    return cells + machine_cells(level, extras)
+
+
+def machine_cells(level: Level, extras: Extras) -> list[str]:
+    """With energy figures, a level's gross and net J per output token and mean W (core/rundoc.py
+    `headline_energy`: the "total" source, else the only one); where the machine changed during a
+    level, "changed:" and what changed."""
+    cells = []
+    if extras.energy:
+        e = level.headline_energy
+        cells += ["–"] * len(ENERGY_COLUMNS) if e is None else [
+            _fmt(e.j_per_token, 3), _fmt(e.net_j_per_token, 3), _fmt(e.mean_w, 1)]
+    if extras.changed:
+        cells.append("changed: " + "; ".join(level.environment_changed or []) if level.machine_changed else "")
     return cells
 
 

@@ -19,7 +19,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import level_short
-from .report_model import attainment_points, has_slo, has_soak_slo, level_extras, percentile_curve
+from .report_model import (
+    attainment_points,
+    energy_points,
+    has_energy,
+    has_slo,
+    has_soak_slo,
+    level_extras,
+    percentile_curve,
+)
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
@@ -314,6 +322,32 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
                    yaxis={"title": "% of drafted / of output tokens", "range": [0, 105]})
 
 
+def energy_figure(series: Sequence[TargetSeries]) -> Figure:
+    """J per output token per level, gross (solid) and net of idle power (dashed), on the left axis;
+    mean power (dotted) on the right; a level during which the machine changed gets a red ×."""
+    go = _go()
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        p = energy_points(s)
+        for ys, name, dash, unit, axis in ((p.j_per_token, "J/token", "solid", "J/token", "y"),
+                                           (p.net_j_per_token, "net J/token", "dash", "J/token", "y"),
+                                           (p.mean_w, "mean W", "dot", "W", "y2")):
+            if any(y is not None for y in ys):
+                fig.add_trace(go.Scatter(
+                    x=p.levels, y=ys, mode="lines+markers", name=f"{s.label} {name}", yaxis=axis,
+                    line={"color": colour(i), "dash": dash},
+                    hovertemplate=f"%{{x}}: %{{y:.4g}} {unit}<extra>%{{fullData.name}}</extra>"))
+        marked = [(x, y) for x, y, c in zip(p.levels, p.j_per_token, p.changed) if c and y is not None]
+        if marked:
+            fig.add_trace(go.Scatter(
+                x=[x for x, _ in marked], y=[y for _, y in marked], mode="markers", name=f"{s.label} machine changed",
+                marker={"symbol": "x", "size": 12, "color": "#c0392b"},
+                hovertemplate="%{x}: the machine changed during this level<extra>%{fullData.name}</extra>"))
+    return _layout(fig, "Energy per level", xaxis=_level_axis(series),
+                   yaxis={"title": "J per output token", "rangemode": "tozero"},
+                   yaxis2={"title": "mean power (W)", "overlaying": "y", "side": "right", "rangemode": "tozero"})
+
+
 def slo_figure(series: Sequence[TargetSeries]) -> Figure:
     """Per level, the attainment in % of each series judged against an SLO, and the required
     attainment (--attainment) as a dashed line."""
@@ -337,11 +371,12 @@ def slo_figure(series: Sequence[TargetSeries]) -> Figure:
 
 def charts_for(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, Any]:
     """The charts of a report: a soak's, or a sweep's with the attainment chart when a level was
-    judged against an SLO and the speculation chart when it has something to draw."""
+    judged against an SLO, the speculation chart and the energy chart when they have something to draw."""
     if soak:
         return SOAK_CHARTS | ({"attainment-over-time": soak_attainment_figure} if has_soak_slo(series) else {})
     return (CHARTS | ({"slo": slo_figure} if has_slo(series) else {})
-            | ({"speculation": speculation_figure} if any(level_extras(series)) else {}))
+            | ({"speculation": speculation_figure} if any(level_extras(series)) else {})
+            | ({"energy": energy_figure} if has_energy(series) else {}))
 
 
 SOAK_CHARTS = {

@@ -206,6 +206,36 @@ def attainment_points(s: TargetSeries) -> tuple[list[int | float], list[float | 
             100 * judged[0][1].required if judged else None)
 
 
+def has_energy(series: Sequence[TargetSeries]) -> bool:
+    """Whether any level has energy figures (--environment on a machine with RAPL or NVML counters):
+    the report then shows energy per token in its level table and the energy chart."""
+    return any(lv.energy for s in series for lv in s.levels)
+
+
+def has_machine_changes(series: Sequence[TargetSeries]) -> bool:
+    """Whether the machine changed during any level: the level table then marks those levels."""
+    return any(lv.machine_changed for s in series for lv in s.levels)
+
+
+@dataclass(frozen=True)
+class EnergyPoints:
+    """One series' levels with energy figures (core/rundoc.py `headline_energy`), as columns; None
+    where a level has no such figure (no output tokens, or no idle power for the net one)."""
+
+    levels: list[int | float]
+    j_per_token: list[float | None]
+    net_j_per_token: list[float | None]
+    mean_w: list[float | None]
+    changed: list[bool]  # the machine changed during the level
+
+
+def energy_points(s: TargetSeries) -> EnergyPoints:
+    measured = [(lv, e) for lv in s.levels if (e := lv.headline_energy) is not None]
+    return EnergyPoints(levels=[lv.level for lv, _ in measured], j_per_token=[e.j_per_token for _, e in measured],
+                        net_j_per_token=[e.net_j_per_token for _, e in measured],
+                        mean_w=[e.mean_w for _, e in measured], changed=[lv.machine_changed for lv, _ in measured])
+
+
 def has_soak_slo(series: Sequence[TargetSeries]) -> bool:
     """Whether any soak was judged against latency targets: its report then draws attainment per window."""
     return any(s.soak is not None and s.soak.slo is not None for s in series)

@@ -3,7 +3,7 @@ computes nothing new."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -72,19 +72,9 @@ def sweep_table(doc: Doc) -> Grid:
                Column("latency ms\nmean"), *[Column(label) for label in chosen or ("p50", "p99", "max")],
                Column("queue wait\nms mean"), Column("decode tok/s\nper req"), Column("out tok"), Column("wall s"),
                Column("predicted_ms\nmean"), Column("ok\nreq/s"), Column("in tok"), Column("total\ntok/s")]
-    judged = any(lv.slo for t in targets for lv in t.levels)
-    if judged:  # --slo: each level's attainment and goodput (analysis/slo.py)
-        columns += [Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")]
     caption = None
-    # Speculative decoding: shown when any level drafted or any server said it speculates (a level
-    # that did not draft says "no speculation", or 0% on a server that speculates).
-    drafting = any(lv.draft_n is not None for t in targets for lv in t.levels) or any(_speculates(t) for t in targets)
-    if drafting:
-        columns += [Column("draft\naccepted"), Column("drafted\nper out tok")]
-    # Reasoning: shown when any level's requests thought before answering.
-    reasoning = any(lv.reasoning_tokens is not None for t in targets for lv in t.levels)
-    if reasoning:
-        columns += [Column("reasoning\nshare"), Column("first answer\nms p50")]
+    optional = _optional_columns(targets)
+    columns += [c for group, _ in optional for c in group]
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0].label} ÷ {pair[1].label}"
@@ -109,16 +99,54 @@ def sweep_table(doc: Doc) -> Grid:
             row += [Num(_dist(lv, metric_defs.QUEUE_WAIT, "mean")), Num(lv.decode_tok_s_mean, 1),
                     Num(lv.output_tokens), Num(lv.wall_s, 2), Num(lv.predicted_ms_mean),
                     Num(lv.request_rate, 2), Num(lv.input_tokens), Num(lv.total_tok_s, 1)]
-            if judged:
-                row += _slo_cells(lv.slo_judgement)
-            if drafting:
-                row += _drafting_cells(t, lv)
-            if reasoning:
-                row += _reasoning_cells(lv)
+            for _, cells in optional:
+                row += cells(t, lv)
             grid.add_row(*row)
             first = False
         grid.end_section()
     return grid
+
+
+def _optional_columns(targets: Sequence[Target]) -> list[tuple[list[Column], Callable[[Target, Level], list[Cell]]]]:
+    """The sweep table's column groups shown only when a level has their figures, each with its cells
+    of a level, in table order."""
+    levels = [lv for t in targets for lv in t.levels]
+    groups: list[tuple[list[Column], Callable[[Target, Level], list[Cell]]]] = []
+    if any(lv.slo for lv in levels):  # --slo: each level's attainment and goodput (analysis/slo.py)
+        groups.append(([Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")],
+                       lambda t, lv: _slo_cells(lv.slo_judgement)))
+    # Speculative decoding: shown when any level drafted or any server said it speculates (a level
+    # that did not draft says "no speculation", or 0% on a server that speculates).
+    if any(lv.draft_n is not None for lv in levels) or any(_speculates(t) for t in targets):
+        groups.append(([Column("draft\naccepted"), Column("drafted\nper out tok")], _drafting_cells))
+    if any(lv.reasoning_tokens is not None for lv in levels):  # any level's requests thought before answering
+        groups.append(([Column("reasoning\nshare"), Column("first answer\nms p50")], lambda t, lv: _reasoning_cells(lv)))
+    # The machine (--environment): energy when any level has counters, a mark where it changed.
+    if any(lv.energy for lv in levels):
+        groups.append((ENERGY_COLUMNS, lambda t, lv: _energy_cells(lv)))
+    if any(lv.machine_changed for lv in levels):
+        groups.append(([Column("machine")], lambda t, lv: [_changed_cell(lv)]))
+    return groups
+
+
+ENERGY_COLUMNS = [Column("J/token"), Column("net\nJ/token"), Column("mean W")]
+
+
+def _energy_cells(lv: Level) -> list[Cell]:
+    """A level's gross and net J per output token and its mean power (core/rundoc.py `headline_energy`:
+    the "total" source, else the only one; the lines under the table give each source)."""
+    e = lv.headline_energy
+    if e is None:
+        return [Num(None), Num(None), Num(None)]
+    return [Num(e.j_per_token, 3), Num(e.net_j_per_token, 3), Num(e.mean_w, 1)]
+
+
+def _changed_cell(lv: Level) -> Cell:
+    """"changed" for a level whose machine changed during it (the warnings below say what); n/a for
+    a level the machine was not sampled through."""
+    if lv.environment_changed is None:
+        return "n/a"
+    return Text("changed", style="yellow") if lv.machine_changed else ""
 
 
 def _speculates(t: Target) -> bool | None:

@@ -40,7 +40,7 @@ from .server import start_simulator
               help="Seconds an idle keep-alive connection keeps its HTTP thread (with --threads-http).")
 @click.option("--cache-ram-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="A host-memory prompt cache of this many tokens, as llama-server's --cache-ram keeps one "
-                   "(idle slots' prompts saved, the best match restored, least recently used evicted); 0: none.")
+                   "(slots' tokens saved, the best match restored and removed, oldest evicted first); 0: none.")
 @click.option("--reasoning-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking, "
                    "streamed as those APIs' reasoning deltas.")

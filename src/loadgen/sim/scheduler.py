@@ -41,6 +41,8 @@ from .tokenizer import EOS_TOKEN, TextSource
 LATE_LIMIT_NS = 50 * NS_PER_MS
 # llama-server's --slot-prompt-similarity default.
 SLOT_PROMPT_SIMILARITY = 0.1
+# A slot chosen by similarity that would keep less than this share of its tokens saves them first.
+SAVE_BELOW_KEEP = 0.5
 
 
 class SlotState(Enum):
@@ -248,7 +250,8 @@ class Scheduler:
             }))
             return
         if self.host_cache is not None and task.params.cache_prompt:
-            self._swap_with_host(slot, prompt)
+            self._swap_with_host(slot, task)
+            self._save_idle_slots(slot)
         n_cached = _common_prefix(slot.cache, prompt) if task.params.cache_prompt else 0
         # The last prompt token is always computed: its logits give the first generated token.
         n_cached = min(n_cached, len(prompt) - 1)
@@ -261,17 +264,33 @@ class Scheduler:
         slot.text, slot.n_sent, slot.tokens, slot.pending_token = "", 0, [], -1
         slot.source, slot.has_new_line = TextSource(task.rng), False
 
-    def _swap_with_host(self, slot: Slot, prompt: tuple[int, ...]) -> None:
-        """llama-server with --cache-ram: a slot about to lose tokens to a prompt that does not
-        continue them saves them to the host cache, then loads the host's best match for the prompt
-        when it shares more than the slot's own cache."""
+    def _swap_with_host(self, slot: Slot, task: Task) -> None:
+        """llama-server with --cache-ram (get_available_slot): a slot taken as the least recently
+        used, or by similarity but keeping under half of its tokens, saves them to the host cache,
+        then restores the host's entry for the prompt when it beats the slot's own (host_cache.py).
+        A slot requested by id that shares too little of the prompt does neither."""
         assert self.host_cache is not None
+        prompt = task.params.prompt_tokens
         own = _common_prefix(slot.cache, prompt)
-        if own < len(slot.cache):
-            self.host_cache.save(slot.cache)
-        restored = self.host_cache.best(prompt, own)
+        if slot.cache and own / len(prompt) > SLOT_PROMPT_SIMILARITY:
+            update = own / len(slot.cache) < SAVE_BELOW_KEEP
+        else:
+            update = not 0 <= task.params.id_slot < len(self.slots)
+        if not update:
+            return
+        self.host_cache.save(slot.cache)
+        restored = self.host_cache.take(prompt, slot.cache)
         if restored is not None:
             slot.cache = restored
+
+    def _save_idle_slots(self, taken: Slot) -> None:
+        """--cache-idle-slots (llama-server's default with --cache-ram): when a task starts, every
+        other idle slot's tokens are saved to the host cache too; the slots keep them (separate KV per
+        slot, as with --parallel; a unified KV cache would also clear them)."""
+        assert self.host_cache is not None
+        for slot in self.slots:
+            if slot is not taken and not slot.is_processing and slot.cache:
+                self.host_cache.save(slot.cache)
 
     def _build_batch(self) -> Batch:
         generating = tuple(slot for slot in self.slots if slot.state is SlotState.GENERATING)

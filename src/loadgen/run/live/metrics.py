@@ -28,6 +28,9 @@ definitions in seconds:
 | `loadgen_inter_token_latency_seconds` (histogram) | target, level | each gap between content chunks, streaming only (`itl_ms`) |
 | `loadgen_queue_wait_seconds` (histogram) | target, level | latency − prompt_ms − predicted_ms (`queue_wait_ms`) |
 | `loadgen_<name>` (histogram) | target, level | any other metric of analysis/metric_defs.py with a `Live` part |
+| `loadgen_energy_joules_total` (counter) | target, level, source | the level's energy from its first machine sample to its latest, by source (cpu, gpu, total; analysis/energy.py) |
+| `loadgen_power_watts` (gauge) | target, level, source | the level's mean power so far: that energy / the seconds between those samples |
+| `loadgen_joules_per_token` (gauge) | target, level, source | that energy / the level's output tokens so far (gross); no sample before a token |
 | `loadgen_requests_in_flight` (gauge) | target | sent and not yet answered, now |
 | `loadgen_level` (gauge) | target | the level running now: its concurrency, or its rate in req/s (open loop) |
 | `loadgen_slots_busy` (gauge) | target | slots processing at the probe's last look at `/slots` |
@@ -36,7 +39,9 @@ definitions in seconds:
 | `loadgen_event_loop_lag_seconds` (histogram) | | how late a timer due every 100 ms ran on the client's event loop |
 | `loadgen_client_cpu_seconds_total` (counter) | | CPU time of the loadgen process (all threads) |
 
-The `--slo` series exist only in a run with latency targets; the misses of each target, "error"
+The energy series exist only in a run that samples the machine (--environment, the default) on a
+machine with RAPL or NVML counters; at a level's end they equal run.json's `energy` (gross figures;
+the net ones need the idle power, measured before the run, and are in run.json only). The `--slo` series exist only in a run with latency targets; the misses of each target, "error"
 and "unjudged" start at 0 like the rest. Series of every level of the run and of every fixed error kind are made at 0 when a target's
 first level starts, so Prometheus sees them start from zero and `increase()` counts every request.
 Counters never decrease and nothing is reset by a scrape: any number of scrapers see the same.
@@ -60,6 +65,7 @@ import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ...analysis import metric_defs
+from ...analysis.energy import level_energy
 from ...analysis.metric_defs import Batch
 from ...analysis.slo import ERROR, UNJUDGED, Slo, judge
 from ...analysis.speculation import Acceptance
@@ -265,6 +271,7 @@ class LiveMetrics:
         if self.slo is not None:
             yield from _slo_families(series, self.slo)
         yield from _histograms(series)
+        yield from _energy_families(series)
         yield from self._gauges()
         yield _histogram("event_loop_lag_seconds", "How late a timer due every 100 ms ran on loadgen's event loop",
                          [], [([], self.loop_lag)])
@@ -365,6 +372,28 @@ def _drafting_and_reasoning(series: list[LevelSeries]) -> Iterator[Metric]:
         if s.reasoned and s.output_tokens:
             share.add_metric(key, s.reasoning_tokens / s.output_tokens)
     yield from (drafted, accepted, acceptance, reasoning, share)
+
+
+def _energy_families(series: list[LevelSeries]) -> Iterator[Metric]:
+    """--environment on a machine with energy counters: each level's energy by source from its first
+    machine sample to its latest (analysis/energy.py `level_energy`, gross: no idle power here), its
+    mean power and its joules per output token so far; no sample before a level's second machine sample."""
+    labels = ["target", "level", "source"]
+    joules = CounterMetricFamily(PREFIX + "energy_joules", "Energy the level used so far, from its first machine "
+                                 "sample to its latest (RAPL packages: cpu, NVML: gpu, both: total)", labels=labels)
+    watts = GaugeMetricFamily(PREFIX + "power_watts", "The level's mean power so far: its energy / the seconds "
+                              "between those samples", labels=labels)
+    per_token = GaugeMetricFamily(PREFIX + "joules_per_token", "The level's energy so far / its output tokens "
+                                  "(gross; no sample before a token)", labels=labels)
+    for s in series:
+        samples = list(s.run.environment) if s.run is not None else []
+        for e in level_energy(samples, s.output_tokens):
+            key = [s.target, s.level, e.source]
+            joules.add_metric(key, e.energy_j)
+            watts.add_metric(key, e.mean_w)
+            if e.j_per_token is not None:
+                per_token.add_metric(key, e.j_per_token)
+    yield from (joules, watts, per_token)
 
 
 def _slo_families(series: list[LevelSeries], slo: Slo) -> Iterator[Metric]:
