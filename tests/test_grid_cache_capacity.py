@@ -22,20 +22,17 @@ from servers import GRID_SERVER, grid, grid_pids
 RATIO = 101 / 164  # a warm turn that reuses BOS + the 100-token prefix of its 164-token prompt
 
 # (parallel, cache_ram MiB) -> (warm conversations held, predicted), written before the run from the
-# simulator's rules (sim/scheduler.py, sim/host_cache.py). Conversations of 100 + 64 = 164 tokens,
-# a saved state of about 168 (the prompt and the 4-token answer); 12 MiB = 546 tokens: 3 states.
-# - No host cache: a slot per conversation; K = slots + 1 round-robin over LRU slots takes the slot
-#   of the conversation needed next, so none hits: held = slots.
-# - Host cache: each request's state is its own (its salt follows the prefix), so the slot taking a
-#   prompt saves a new entry every request, and a restored entry stays in the host, moved to the top
-#   (a hit leaves a stale copy). One slot: request r needs state r-K. K = 2: state r-2, saved at r-1,
-#   is among the 3 newest entries: every warm turn hits. K = 3: state r-3, saved at r-2, is pushed
-#   out by the saves at r-1 and r and the copy restored at r-1: one warm turn in three hits (ratio
-#   0.21, below half of 0.62): collapse at 3, held 2. Two slots (the LRU slot holds state r-2): K = 3
-#   needs state r-3, saved at r-1, still there: all hit; K = 4 needs state r-4, pushed out likewise:
-#   collapse at 4, held 3.
-# - predicted (analysis/cache.py): slots + floor(12 × 2²⁰ / (164 × 23,040)) = slots + 3.
-EXPECTED = {("1", "0"): (1, 1), ("1", "12"): (2, 4), ("2", "0"): (2, 2), ("2", "12"): (3, 5)}
+# simulator's rules (sim/scheduler.py, sim/host_cache.py; docs/cache.md's table). Conversations of
+# 100 + 64 = 164 tokens, an entry of 164 + 3 answer tokens = 167; 12 MiB = 546 tokens: C = 3 entries.
+# - No host cache: a slot per conversation; K = S + 1 round-robin over LRU slots takes the slot of
+#   the conversation needed next, so none hits: held = S.
+# - One slot: it saves its conversation before the next is restored, and the one needed next is the
+#   oldest entry, evicted first: S + C - 1 = 3.
+# - Two slots, idle slots saved (the simulator's default, as llama-server's): the cache holds every
+#   conversation but the one just served, the idle slot's copy among them: max(S, C + 1) = 4.
+# The prediction (analysis/cache.py, from --bytes-per-token 23,040 and 12 MiB: entries of 167 cells
+# × 23,052 bytes + a header, C = 3) says the same; the collapse is at held + 1.
+EXPECTED = {("1", "0"): (1, 1), ("1", "12"): (3, 3), ("2", "0"): (2, 2), ("2", "12"): (4, 4)}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +40,7 @@ def cache_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("cachegrid") / "grid"
     proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}} --cache-ram {{cache_ram}}",
                 "--param", "parallel=1,2", "--param", "cache_ram=0,12", "--repeat", "2",
-                "--measure", "cache-capacity", "--conversation-tokens", "100", "--k", "1,2,3,4", "--rounds", "3",
+                "--measure", "cache-capacity", "--conversation-tokens", "100", "--k", "1,2,3,4,5", "--rounds", "3",
                 "--bytes-per-token", "23040", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     return out, proc
@@ -65,9 +62,9 @@ def test_each_cell_holds_what_the_simulator_keeps_warm(cache_grid):
             assert all(lv.rss_mib and lv.rss_mib > 0 for lv in result.levels), result  # --server-pid: the cell's
             assert (out / run["run_dir"] / "cache-capacity.json").is_file()
     assert not any(pid_alive(p) for p in grid_pids(out))
-    assert ("parallel=2 cache_ram=12 holds 3 warm conversations, the next best (parallel=1 cache_ram=12) "
-            "2 warm conversations; lead outside the noise") in proc.stdout, proc.stdout
-    assert "3 ± 0 (3, 3)" in proc.stdout and "1 ± 0 (1, 1)" in proc.stdout
+    assert ("parallel=2 cache_ram=12 holds 4 warm conversations, the next best (parallel=1 cache_ram=12) "
+            "3 warm conversations; lead outside the noise") in proc.stdout, proc.stdout
+    assert "4 ± 0 (4, 4)" in proc.stdout and "1 ± 0 (1, 1)" in proc.stdout
 
 
 def test_analyze_prints_the_grid_again(cache_grid, loadgen):
@@ -76,7 +73,7 @@ def test_analyze_prints_the_grid_again(cache_grid, loadgen):
     assert code == 0, err
     assert "warm conversations" in stdout and "lead outside the noise" in stdout
     code, stdout, err = loadgen("analyze", out / "cells" / "c04" / "r1")  # a cell's run: its table per K
-    assert code == 0 and "reuse collapsed at K = 4" in stdout and "predicted: 5" in stdout, err
+    assert code == 0 and "reuse collapsed at K = 5" in stdout and "predicted: 4" in stdout, err
 
 
 @pytest.mark.parametrize("args", [("--server-pid", "1"), ("--cache-ram-mib=8",)])

@@ -114,8 +114,8 @@ def _cache_capacity_table(cells: Sequence[CellSummary], param_names: Sequence[st
 
 CACHE_CAPACITY_KEY = ("warm conversations held: round-robin conversations whose warm turns still reused their "
                       "prefix, the collapse K - 1 (≥K: no collapse up to the largest K measured; 2–3: between the "
-                      "Ks measured); mean ± sd (each run's answer) over the repeats; predicted: the slots plus "
-                      "--cache-ram / (tokens × --bytes-per-token)")
+                      "Ks measured); mean ± sd (each run's answer) over the repeats; predicted: from the slots and the "
+                      "saved slot states --cache-ram holds (docs/cache.md)")
 CAPACITY_KEY = ("capacity: the most users (req/s) within --slo; mean ± sd (each run's answer) over the repeats; "
                 "3–4: between 3 and 4 (inconclusive at this noise); ≥8: no level failed up to 8")
 
