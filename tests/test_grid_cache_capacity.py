@@ -76,7 +76,7 @@ def test_analyze_prints_the_grid_again(cache_grid, loadgen):
     assert code == 0 and "reuse collapsed at K = 5" in stdout and "predicted: 4" in stdout, err
 
 
-@pytest.mark.parametrize("args", [("--server-pid", "1"), ("--cache-ram-mib=8",)])
+@pytest.mark.parametrize("args", [("--server-pid", "1"), ("--cache-ram-mib=8",), ("--kv-unified",)])
 def test_what_grid_sets_per_cell_is_refused_in_one_line(loadgen, tmp_path, args):
     code, _, err = loadgen("grid", "--server", "llama-server -np {p}", "--param", "p=1,2",
                            "--measure", "cache-capacity", *args, "--output", tmp_path / "g")
@@ -122,3 +122,22 @@ def test_a_grid_run_without_cache_capacity_reads_as_before():
     """The field is optional: an older grid.json's run has none, and writing one leaves it out."""
     run = msgspec.convert({"repeat": 1, "status": "ok"}, GridRun)
     assert run.cache_capacity is None and "cache_capacity" not in msgspec.to_builtins(run)
+
+
+# (the cell's server argv) -> what grid adds to its cache-capacity run (server pid 7), written first:
+# the pid always; --cache-ram's MiB when set; the modes the prediction needs from the command line
+# (llama-server's KV cache is unified when no --parallel is given).
+CELL_ARGS = [
+    (["llama-server", "--parallel", "2", "--cache-ram", "12"], ["--server-pid", "7", "--cache-ram-mib", "12"]),
+    (["llama-server", "-np", "2", "-cram", "0", "--no-cache-idle-slots"],
+     ["--server-pid", "7", "--cache-ram-mib", "0", "--no-cache-idle-slots"]),
+    (["llama-server", "-m", "x.gguf"], ["--server-pid", "7", "--kv-unified"]),
+    (["llama-server", "-np", "4", "-kvu", "--cache-ram=64"], ["--server-pid", "7", "--cache-ram-mib", "64", "--kv-unified"]),
+]
+
+
+@pytest.mark.parametrize("argv,expected", CELL_ARGS)
+def test_what_grid_gives_each_cells_cache_capacity_run(argv, expected):
+    from loadgen.cli.grid import cell_measure_args
+    assert cell_measure_args("cache-capacity", argv, 7) == expected
+    assert cell_measure_args("sweep", argv, 7) == []

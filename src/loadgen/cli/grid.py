@@ -14,8 +14,8 @@ With `--measure capacity` (and its `--slo`) the measurement is `loadgen capacity
 each run's answer (its capacity.json), the table a capacity column (mean ± sd over the repeats, and
 each run's answer), and `analysis.grid_capacity` names the best cell only where its lead is outside
 the spread of the repeats, else a tie. With `--measure cache-capacity` it is `loadgen cache-capacity`,
-given the cell's server pid (`--server-pid`) and, when the cell's command line sets `--cache-ram`,
-its value (`--cache-ram-mib`): grid.json keeps each run's result (its cache-capacity.json), the table
+given the cell's server pid (`--server-pid`) and what its command line says of the cache (its
+`--cache-ram`, `--no-cache-idle-slots`, a unified KV cache: `cell_measure_args`): grid.json keeps each run's result (its cache-capacity.json), the table
 the warm conversations each cell holds beside the prediction, and the best cell is named by the same
 rules.
 
@@ -88,8 +88,8 @@ CELL_LABEL = "server"
 PORT_TRIES = 3  # ports grid picks itself for one cell before it counts as failed
 PROPS = ("total_slots", "model_alias", "model_path", "build_info")  # what a cell's run keeps of /props
 CACHE_RAM_FLAGS = ("--cache-ram", "-cram")  # llama-server's host prompt cache, MiB
-# cache-capacity's options grid sets per cell: the server's pid (its RSS) and its --cache-ram (the prediction)
-CELL_SET = ("--server-pid", "--cache-ram-mib")
+# cache-capacity's options grid sets per cell: the server's pid (its RSS), its --cache-ram and modes (the prediction)
+CELL_SET = ("--server-pid", "--cache-ram-mib", "--cache-idle-slots", "--no-cache-idle-slots", "--kv-unified")
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
@@ -161,12 +161,19 @@ def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, f
 
 def cell_measure_args(kind: str, argv: list[str], pid: int) -> list[str]:
     """What a cell's measurement is given besides the grid's options: for cache-capacity, the cell's
-    server pid (its resident memory per K) and its --cache-ram, when its command line sets one (the
-    predicted capacity; llama-server's MiB)."""
+    server pid (its resident memory per K) and, for the prediction, its --cache-ram when its command
+    line sets one (llama-server's MiB), --no-cache-idle-slots when it has it, and --kv-unified when
+    its KV cache is unified (-kvu, or no --parallel: llama-server's default; analysis.grid_cells.cache_flags)."""
     if kind != "cache-capacity":
         return []
     cache_ram = flag_value(argv, *CACHE_RAM_FLAGS)
-    return ["--server-pid", str(pid), *(["--cache-ram-mib", cache_ram] if cache_ram is not None else [])]
+    try:
+        unified = cache_flags(argv).unified
+    except ValueError:  # a flag's value that is not a number: the server refuses it, the cell fails there
+        unified = False
+    return ["--server-pid", str(pid), *(["--cache-ram-mib", cache_ram] if cache_ram is not None else []),
+            *(["--no-cache-idle-slots"] if has_flag(argv, "--no-cache-idle-slots") else []),
+            *(["--kv-unified"] if unified else [])]
 
 
 def held_line(entry: CacheCapacityEntry) -> str:
@@ -361,7 +368,7 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
     clash = next((a for a in args if a.split("=")[0] in CELL_SET), None) if kind == "cache-capacity" else None
     if clash:
         raise ConfigError(f"{clash.split('=')[0]} is set by grid for every cell (the cell's server pid, and its "
-                          "--cache-ram when its command line has one)")
+                          "--cache-ram and cache modes from its command line)")
     if kind == "capacity" and not any(a.split("=")[0] == "--slo" for a in args):
         raise ConfigError("--measure capacity needs --slo: the latency targets each cell's capacity is measured "
                           "within (e.g. --slo ttft=500ms,tpot=50ms)")
