@@ -15,7 +15,7 @@ from loadgen.output.layout import filled_rows, text_of
 from loadgen.output.progress import ProgressObserver
 from loadgen.output.report_model import build_series
 from loadgen.output.tables import queue_table
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 
 MS = 1_000_000
 DATA = Path(__file__).parent / "data"
@@ -45,7 +45,7 @@ def _cells(grid) -> list[list[str]]:
 
 @pytest.mark.parametrize("run", ["sweep-smollm2", "sweep-sim-v2"])
 def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
-    doc = load_run(DATA / run)
+    doc = load_run_dict(DATA / run)
     table = queue_table(doc)
     headers = [c.title for c in table.columns]
     p99_column = headers.index("p99")

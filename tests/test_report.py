@@ -498,9 +498,9 @@ def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
     from loadgen.output.report_model import build_series
-    from loadgen.results.reader import load_run
+    from loadgen.results.reader import load_run_dict
 
-    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    series = build_series([{"name": "run", "run": load_run_dict(run), "records": [], "probe": []}])
     drawn = {t.name: list(t.y) for t in interactive.speculation_figure(series).data}
     assert drawn == {f"smollm2 {name}": [None if f.get(key) is None else 100 * f[key] for f in (first, second)]
                      for key, name in (("acceptance", "draft acceptance"), ("reasoning_share", "reasoning share"))
@@ -559,9 +559,9 @@ def test_attainment_and_goodput_per_level_only_when_the_run_has_an_slo(tmp_path,
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
     from loadgen.output.report_model import build_series
-    from loadgen.results.reader import load_run
+    from loadgen.results.reader import load_run_dict
 
-    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    series = build_series([{"name": "run", "run": load_run_dict(run), "records": [], "probe": []}])
     assert ("slo" in interactive.charts_for(series)) == (points is not None)
     figure = interactive.slo_figure(series)
     assert [list(t.y) for t in figure.data] == ([] if points is None else [points])
@@ -594,11 +594,11 @@ def test_a_soak_judged_against_an_slo_draws_attainment_per_window(soak_run, tmp_
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
     from loadgen.output.report_model import build_series
-    from loadgen.results.reader import load_run
+    from loadgen.results.reader import load_run_dict
 
-    series = build_series([{"name": "soak", "run": load_run(copy), "records": [], "probe": []}])
+    series = build_series([{"name": "soak", "run": load_run_dict(copy), "records": [], "probe": []}])
     figure = interactive.soak_attainment_figure(series)
     assert [list(t.y) for t in figure.data] == [[100.0, 50.0, None, 75.0]]
     assert [s["y0"] for s in figure.layout.shapes] == [90.0]
-    plain = build_series([{"name": "soak", "run": load_run(soak_run), "records": [], "probe": []}])
+    plain = build_series([{"name": "soak", "run": load_run_dict(soak_run), "records": [], "probe": []}])
     assert "attainment-over-time" not in interactive.charts_for(plain, soak=True)

@@ -11,13 +11,13 @@ from loadgen.core.records import ProbeSample
 from loadgen.core.rundoc import Level, Server, Target
 from loadgen.output import interactive
 from loadgen.output.report_model import ProbeTimeline, TargetSeries, build_series
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run_dict
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 
 
 def fixture_series() -> list[TargetSeries]:
-    return build_series([{"name": FIXTURE.name, "run": load_run(FIXTURE), "records": load_records(FIXTURE),
+    return build_series([{"name": FIXTURE.name, "run": load_run_dict(FIXTURE), "records": load_records(FIXTURE),
                           "probe": load_probe(FIXTURE)}])
 
 

@@ -15,8 +15,8 @@ import click
 from ..core.errors import InputError
 from ..core.rundoc import RunDocument, RunKind
 from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
-from ..results.reader import load_probe, load_records, load_run
-from ..results.unfinished import summarise_killed_levels
+from ..results.reader import load_probe, load_records, load_run_dict
+from ..results.reread import load_with_records
 from .common import results_dir, user_errors
 from .help import output_option
 
@@ -41,7 +41,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
     from ..output.files import write_files
 
     source = one_run_in_grid(results_dir(results_dir_text))
-    run = load_run(source)
+    run = load_run_dict(source)  # the JSON and CSV exporters pass run.json's summaries on verbatim (ExportData)
     check_exportable(run, output_format)
     data = select(run, load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
@@ -65,8 +65,8 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
 def load_source(path_text: str, name: str | None = None) -> dict[str, Any]:
     path = results_dir(path_text)
-    run, records = load_run(path), load_records(path)
-    summarise_killed_levels(run, records)  # a level run.json lacks because the run was killed in it
+    records = load_records(path)
+    run = load_with_records(path, records)  # a level run.json lacks because the run was killed in it: summarised
     return {"name": name or path.resolve().name, "run": run, "records": records, "probe": load_probe(path)}
 
 
