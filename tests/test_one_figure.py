@@ -13,9 +13,9 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.html import TABLE_COLUMNS, level_row
 from loadgen.output.layout import filled_rows, text_of
 from loadgen.output.progress import ProgressObserver
-from loadgen.output.report_model import build_series
+from loadgen.output.report_model import RunSource, build_series
 from loadgen.output.tables import queue_table
-from loadgen.results.reader import load_run_dict
+from loadgen.results.reader import load_run
 
 MS = 1_000_000
 DATA = Path(__file__).parent / "data"
@@ -45,12 +45,12 @@ def _cells(grid) -> list[list[str]]:
 
 @pytest.mark.parametrize("run", ["sweep-smollm2", "sweep-sim-v2"])
 def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
-    doc = load_run_dict(DATA / run)
+    doc = load_run(DATA / run)
     table = queue_table(doc)
     headers = [c.title for c in table.columns]
     p99_column = headers.index("p99")
     rows = _cells(table)
-    series = build_series([{"name": run, "run": doc, "records": [], "probe": []}])
+    series = build_series([RunSource(run, doc, [], [])])
     report_p99 = TABLE_COLUMNS.index("queue wait p99")
     checked = 0
     for s in series:

@@ -233,11 +233,11 @@ def _levels(doc: RunDocument) -> list[Level]:
     return list(doc.targets[0].levels) if doc.targets else []
 
 
-def level_j_per_token(level: Level | dict[str, Any]) -> float | None:
+def level_j_per_token(level: Level) -> float | None:
     """A level's gross J per output token: its "total" energy, else its only source's; None without."""
-    energy = (level.get("energy") if isinstance(level, dict) else level.energy) or []
-    pick = next((e for e in energy if e.get("source") == "total"), energy[0] if len(energy) == 1 else None)
-    return pick.get("j_per_token") if pick else None
+    energy = level.energy_figures
+    pick = next((e for e in energy if e.source == "total"), energy[0] if len(energy) == 1 else None)
+    return pick.j_per_token if pick else None
 
 
 @dataclass(frozen=True, slots=True)

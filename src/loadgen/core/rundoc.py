@@ -236,6 +236,7 @@ class SloJudgement(msgspec.Struct, frozen=True):
     goodput_req_s: float | None = None
     goodput_tok_s: float | None = None
     most_missed: str | None = None
+    ratio: dict[str, float | None] = {}  # per target, the value over it at the attainment quantile
 
 
 class SloTargets(msgspec.Struct, frozen=True):
