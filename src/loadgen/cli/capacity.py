@@ -239,14 +239,13 @@ def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudg
     612 ms because its 3 slots are full and requests queue (median 410 ms)"."""
     within = f"within {slo.text()} for {slo.attainment:.0%} of requests"
     lo, hi = answer.feasible_max, answer.bracket_hi
-    if lo is None and hi is None:
-        return f"no level finished ({ended or 'stopped'}): no answer"
+    if hi is None:
+        if lo is None:
+            return f"no level finished ({ended or 'stopped'}): no answer"
+        limit = "the most allowed (--max-concurrency)" if lo >= settings.max_level else f"the search stopped ({ended})"
+        return f"serves {_unit(by_rate, lo, users=True)} {within}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     head = (f"serves {_unit(by_rate, lo, users=True)} {within}" if lo is not None
             else f"cannot serve even {_unit(by_rate, hi, users=True)} {within}")
-    if hi is None:
-        limit = "the most allowed (--max-concurrency)" if lo is not None and lo >= settings.max_level else \
-            f"the search stopped ({ended})"
-        return f"{head}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     if hi in answer.inconclusive:
         fail = answer.infeasible_min
         if lo is None:
