@@ -62,6 +62,6 @@ def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
             checked += 1
     assert checked
     # the golden run had a c=1 overhead, so the corrected figure would differ from the level's
-    differs = [lv for t in doc["targets"] for lv, v in zip(t["levels"], t["verdict"]["levels"])
-               if round(lv["queue_wait_ms"]["p99"]) != round(v["queue_wait_ms"]["p99"])]
+    differs = [lv for t in doc.targets for lv, v in zip(t.levels, t.verdict.levels)
+               if round(lv.queue_wait_ms.p99) != round(v.queue_wait_ms.p99)]
     assert differs or run != "sweep-smollm2"
