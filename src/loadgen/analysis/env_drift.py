@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core.environment import EnvSample, Fingerprint, GpuFacts, PciLink, fingerprint_from, samples_from
 from ..core.rundoc import RunDocument
+from ..core.server_props import ServerProps
 
 STEAL_LIMIT = 0.02  # more than 2% of the CPU time stolen by the hypervisor: another tenant competes
 THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -200,7 +201,7 @@ def _static_facts(fp: Fingerprint) -> dict[str, Any]:
 def _server_builds(fp: Fingerprint | None) -> dict[str, Any]:
     """label -> the server's build (/props build_info): what a comparison often compares, so a
     difference is said, never refused."""
-    return {label: props.get("build_info") for label, props in sorted(((fp.server if fp else None) or {}).items())
+    return {label: ServerProps.of(props).build_info for label, props in sorted(((fp.server if fp else None) or {}).items())
             if isinstance(props, Mapping)}
 
 

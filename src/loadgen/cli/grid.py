@@ -54,6 +54,7 @@ from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
 from ..core.griddoc import BootEntry, GridCell, GridDocument, GridParamEntry, GridRun, KvEstimateEntry, Measure
 from ..core.ports import bind_problem
+from ..core.server_props import ServerProps
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
 from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_capacity, write_grid
@@ -210,7 +211,7 @@ class CellRunner:
             reason = f"the server exited with code {exit_code} before it was healthy"
         if reason is None or exit_code is not None:
             reason = not_the_cells_server(f"{host}:{port}", port_holder(server, host, port), exit_code is None,
-                                          props.get("total_slots"),
+                                          ServerProps.of(props).total_slots,
                                           asked_slots(flag_value(argv, "-np", "--parallel"))) or reason
         if reason:
             entry.status, entry.reason = "interrupted" if LATCH.received else "failed", reason

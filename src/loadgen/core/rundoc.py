@@ -7,7 +7,7 @@ against it on load. Fields a version-1 file or a damaged one may lack have defau
 must be there for `report`, `export`, `compare` and `gate` to read the file.
 
 `RunDocument.of(doc)` converts run.json's content (the checked, upgraded dict `results.reader.
-load_run` gives) into msgspec Structs that every reader reads by attribute: the run's kind as a
+load_run_dict` gives; `load_run` gives it typed) into msgspec Structs that every reader reads by attribute: the run's kind as a
 `RunKind`, `open_loop` a property (`is_open_loop`, the one rule), per target its levels
 (`LevelSummary` plus the --workers parts), its verdict, and its prefill, depth or soak section,
 each typed. Every field a reader may find absent (an older file, a kind without it) has a default;
@@ -236,6 +236,7 @@ class SloJudgement(msgspec.Struct, frozen=True):
     goodput_req_s: float | None = None
     goodput_tok_s: float | None = None
     most_missed: str | None = None
+    ratio: dict[str, float | None] = {}  # per target, the value over it at the attainment quantile
 
 
 class SloTargets(msgspec.Struct, frozen=True):

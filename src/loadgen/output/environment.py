@@ -6,6 +6,7 @@ from typing import Any
 
 from ..core.environment import Fingerprint, GpuFacts
 from ..core.rundoc import RunDocument
+from ..core.server_props import ServerProps
 
 
 def _mhz(value: float | None) -> str:
@@ -53,10 +54,11 @@ def fingerprint_lines(fp: Fingerprint) -> list[str]:
             out.append(f"PCI {link.address} ({link.name or 'class ' + link.pci_class}): {link.describe()}")
     out += [_gpu_line(g) for g in s.gpus] or ["no GPU (neither NVML nor nvidia-smi answered)"
                                                if fp.gpu_source is None else "no GPU"]
-    for label, props in sorted((fp.server or {}).items()):
-        if isinstance(props, dict):
-            out.append(f"server {label}: build {props.get('build_info')}, model {props.get('model_path')}, "
-                       f"{props.get('total_slots')} slots of {props.get('n_ctx')} tokens")
+    for label, answer in sorted((fp.server or {}).items()):
+        if isinstance(answer, dict):
+            props = ServerProps.of(answer)
+            out.append(f"server {label}: build {props.build_info}, model {props.model_path}, "
+                       f"{props.total_slots} slots of {props.n_ctx} tokens")
     return out
 
 

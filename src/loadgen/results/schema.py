@@ -34,7 +34,7 @@ Version history (SCHEMA_VERSION):
        (--trim: the records its figures left out, core.rundoc.LevelTrim).
        --rate inf: a level's "level" and "rate", the config's "rates" (and the verdict's levels)
        may be the string "inf" (JSON has no infinity; core.rundoc.json_safe / read_rates), and a
-       record's or probe sample's "level" too; `load_run` reads them back as math.inf.
+       record's or probe sample's "level" too; `load_run_dict` reads them back as math.inf.
        Added since, without a bump (docs/workloads.md): config "classes", per level "request_class"
        and "phase", per target "interference" (a run of request classes); per record
        "request_class"; per target "dataset" (entries and skipped, --n-predict dataset).
