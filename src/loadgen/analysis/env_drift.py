@@ -209,7 +209,7 @@ def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]
     the lowest generation and width its samples saw."""
     out: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for t in doc.targets:
-        for lv in t.levels:
+        for lv in t.machine_levels():
             seen: dict[str, tuple[list[int], list[int], str]] = {}
             for s in samples_from(lv.environment):
                 for addr, (gen, width, name) in _accelerator_links(s).items():
@@ -218,7 +218,7 @@ def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]
                     widths += [width] if width is not None else []
             for gens, widths, name in seen.values():
                 out.setdefault((t.label, name), []).append(
-                    (str(lv.level), _gen_width(min(gens, default=None), min(widths, default=None))))
+                    (lv.name, _gen_width(min(gens, default=None), min(widths, default=None))))
     return out
 
 
@@ -301,9 +301,9 @@ def changed_levels(docs: Iterable[RunDocument | dict[str, Any]]) -> list[str]:
     out = []
     for doc in docs:
         for t in RunDocument.of(doc).targets:
-            for lv in t.levels:
+            for lv in t.machine_levels():
                 for change in lv.environment_changed or level_changes(samples_from(lv.environment)):
-                    out.append(f"{t.label} at level {lv.level}: {change}")
+                    out.append(f"{t.label} at level {lv.name}: {change}")
     return out
 
 

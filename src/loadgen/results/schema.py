@@ -28,7 +28,9 @@ Version history (SCHEMA_VERSION):
        metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
-       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py); later the
+       same in prefill, depth and soak runs (run "environment"; per prefill/depth row
+       "environment", "environment_changed", "energy"; a soak's in its one level).
        Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
        (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
        (--trim: the records its figures left out, core.rundoc.LevelTrim).
