@@ -53,6 +53,10 @@ def fingerprint_lines(fp: Fingerprint) -> list[str]:
             out.append(f"PCI {link.address} ({link.name or 'class ' + link.pci_class}): {link.describe()}")
     out += [_gpu_line(g) for g in s.gpus] or ["no GPU (neither NVML nor nvidia-smi answered)"
                                                if fp.gpu_source is None else "no GPU"]
+    chips: dict[str, list[str]] = {}
+    for t in s.temperatures:
+        chips.setdefault(t.chip, []).append(f"{t.sensor} {t.celsius:g} °C")
+    out += [f"temperatures {chip}: {', '.join(sensors)}" for chip, sensors in chips.items()]
     for label, props in sorted((fp.server or {}).items()):
         if isinstance(props, dict):
             out.append(f"server {label}: build {props.get('build_info')}, model {props.get('model_path')}, "

@@ -36,7 +36,7 @@ from ..analysis.trim import Trim, Trimmed, trim_level
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
-from ..core.environment import thinned
+from ..core.environment import ServerBoot, thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
@@ -364,6 +364,24 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     if run.environment is not None:
         doc["environment"] = run.environment.to_dict()
     return doc
+
+
+def add_server_boot(run_dir: Path, label: str, boot: ServerBoot) -> bool:
+    """Add what loadgen saw of a server it started itself (`loadgen grid`, after the measurement:
+    the flags and boot decisions, analysis/bootlog.py) to the run's fingerprint under the target's
+    `label`, rewriting run.json atomically. False, and nothing written, when the run recorded no
+    environment (--no-environment) or its run.json cannot be read."""
+    path = run_dir / RUN_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    environment = doc.get("environment") if isinstance(doc, dict) else None
+    if not isinstance(environment, dict):
+        return False
+    environment["boot"] = {**(environment.get("boot") or {}), label: msgspec.to_builtins(boot)}
+    _atomic_write(path, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    return True
 
 
 def prepare_dir(out_dir: Path, force: bool) -> Path:
