@@ -12,13 +12,21 @@ from loadgen.analysis.bootlog import compared_flags, server_boot
 from loadgen.analysis.env_drift import environment_differences
 from machine_tree import build_tree
 
-# The test bed's boot log (llama-server 11434, SmolLM2-135M, -c 2048 --parallel 2 -lv 4): no flash
-# attention or --fit line at this verbosity on a CPU build, the slots and HTTP threads.
+# Lines of the test bed's boot log (llama-server 11434 on this CPU-only machine, SmolLM2-135M,
+# -c 2048 --parallel 2 -lv 4), captured for this test: flash attention resolved from auto, --fit
+# with nothing to do, no offload line (no GPU).
 BUILD_11434 = """\
-0.00.003.507 I cmn  common_param: common_params_print_info: build 0 (unknown) with GNU 12.2.0 for Linux x86_64
-0.00.005.410 I srv          init: using 5 threads for HTTP server
-0.00.172.582 I llama_context: n_seq_max             = 2
-0.00.240.163 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'
+0.00.007.620 I cmn  common_param: common_params_print_info: build 0 (unknown) with GNU 12.2.0 for Linux x86_64
+0.00.012.084 I srv          init: using 6 threads for HTTP server
+0.00.449.268 I common_params_fit_impl: projected to use 152 MiB of host memory vs. 24105 MiB of total host memory
+0.00.449.333 I common_params_fit_impl: will leave 23952 >= 1024 MiB of system memory, no changes needed
+0.00.449.359 I common_fit_params: successfully fit params to free device memory
+0.00.613.627 I load_tensors:   CPU_Mapped model buffer size =    92.10 MiB
+0.00.615.122 I llama_context: flash_attn            = auto
+0.00.615.123 I llama_context: kv_unified            = false
+0.00.687.487 I resolve_fused_ops: Flash Attention enabled
+0.01.601.697 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'
+0.01.601.724 I slot   load_model: id  0 | task -1 | new slot, n_ctx = 1024
 """
 # Lines later builds print (quoted from logs users published), one decision each.
 NO_CHANGE = ("0.00.759.587 I common_params_fit_impl: will leave 2086 >= 1024 MiB of free device memory, "
@@ -45,7 +53,7 @@ LATER_SLOTS = ("0.09.988.810 I srv    load_model: initializing slots, n_slots = 
 
 # (log, expected (n_slots, n_ctx_slot, flash_attn, fit, offloaded_layers, http_threads)), written before running
 CASES = [
-    (BUILD_11434, (2, 1024, None, None, None, 5)),
+    (BUILD_11434, (2, 1024, True, ("no changes needed",), None, 6)),
     (NO_CHANGE, (None, None, None, ("no changes needed",), None, None)),
     (FITTED_LAYERS, (None, None, None, ("Vulkan0: 20 layers",), "20/41", 11)),
     (CONTEXT_CUT, (None, None, None, ("context 262144 → 4096",), None, None)),

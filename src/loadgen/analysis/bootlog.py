@@ -11,9 +11,9 @@ The lines, as llama.cpp prints them (matched with loose whitespace, any log pref
 A second cache (sliding window) prints its own `llama_kv_cache: size` line: the sizes add up.
 
 The decisions the server takes at boot (`server_boot`, the fingerprint's `boot`; docs/environment.md):
-- flash attention: `... Flash Attention was auto, set to enabled|disabled` (`llama_context:` or, in
-  later builds, `sched_reserve:`) when `--flash-attn auto` resolved it, else what was asked,
-  `llama_context: flash_attn = on|off|enabled|disabled`;
+- flash attention: as `--flash-attn auto` resolved it, `resolve_fused_ops: Flash Attention enabled`
+  (build 11434) or `... Flash Attention was auto, set to enabled|disabled` (`llama_context:` or
+  `sched_reserve:` in other builds), else what was asked, `llama_context: flash_attn = on|off`;
 - `--fit` (on by default; `common_params_fit_impl:`, `llama_params_fit_impl:` in older builds):
   `context size reduced from A to B`, a device's `- DEV (name): N layers, ...`, `will leave X >= Y
   MiB of free device memory, no changes needed`, `failed to fit params to free device memory: why`;
@@ -45,7 +45,7 @@ _KV = re.compile(r"llama_kv_cache:\s+size\s*=\s*([\d.]+)\s*MiB\s*\(\s*(\d+)\s+ce
 _RECURRENT = re.compile(r"llama_memory_recurrent:\s+size\s*=\s*([\d.]+)\s*MiB")
 _BUILD = re.compile(r"\bbuild[:\s]+(\d+\s*\([^)]*\))")
 _SLOT_CTX = re.compile(r"new slot,\s*n_ctx\s*=\s*(\d+)")  # a later build's per-slot context
-_FLASH_DECIDED = re.compile(r"Flash Attention was \w+, set to (enabled|disabled)")
+_FLASH_DECIDED = re.compile(r"Flash Attention (?:was \w+, set to )?(enabled|disabled)")
 _FLASH_ASKED = re.compile(r"llama_context:\s+flash_attn\s*=\s*(\w+)")
 _FLASH_WORDS = {"enabled": True, "on": True, "1": True, "true": True,
                 "disabled": False, "off": False, "0": False, "false": False}
