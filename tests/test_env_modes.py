@@ -58,6 +58,9 @@ def test_a_step_run_records_the_machine_and_flags_the_step_it_changed_under(tmp_
         "PCI 0000:01:00.0: PCIe Gen4 x16 → Gen3 x16"]
     assert [c.split(": PCIe")[0] for c in changed_levels([doc])] == [
         f"{doc['targets'][0]['label']} at level 256: PCI 0000:01:00.0"]
+    code, _, err = loadgen("analyze", tmp_path / "run")
+    flagged = [line for line in err.splitlines() if "the machine changed during the level" in line]
+    assert code == 0 and len(flagged) == 1 and "at level 256" in flagged[0] and "Gen3 x16" in flagged[0], err
 
 
 def test_prefill_energy_per_step_is_exact_and_the_drift_guard_reads_steps(tmp_path, loadgen):
@@ -77,6 +80,8 @@ def test_prefill_energy_per_step_is_exact_and_the_drift_guard_reads_steps(tmp_pa
         (cpu,) = row["energy"]
         assert cpu["energy_j"] == pytest.approx(6.0) and cpu["j_per_token"] == pytest.approx(2.0)
         assert cpu["net_j_per_token"] == pytest.approx(2.0)
+    code, out, _ = loadgen("analyze", tmp_path / "run")
+    assert code == 0 and "at level 256 (cpu): 2 J/token, net 2 J/token, 0.5 tokens/J" in out
     slow = build_tree(tmp_path / "slow", gpu_link=(3, 16))
     with SimThread(slots=2) as sim:
         other = run_steps(loadgen, "prefill", sim.url, slow, tmp_path / "other")

@@ -501,10 +501,10 @@ class Target(msgspec.Struct, frozen=True):
     def machine_levels(self) -> list[MachineLevel]:
         """Every level the machine was read through, whatever the run's kind: a sweep's or soak's
         levels (named by their level), a prefill's or depth's steps (by their size in tokens)."""
-        out = [MachineLevel(str(lv.level), lv.environment, lv.environment_changed) for lv in self.levels]
-        out += [MachineLevel(str(r.prompt_tokens), r.environment, r.environment_changed)
+        out = [MachineLevel(str(lv.level), lv.environment, lv.environment_changed, lv.energy) for lv in self.levels]
+        out += [MachineLevel(str(r.prompt_tokens), r.environment, r.environment_changed, r.energy)
                 for r in (self.prefill.rows if self.prefill else [])]
-        out += [MachineLevel(str(r.depth), r.environment, r.environment_changed)
+        out += [MachineLevel(str(r.depth), r.environment, r.environment_changed, r.energy)
                 for r in (self.depth.rows if self.depth else [])]
         return out
 
@@ -516,6 +516,12 @@ class MachineLevel(msgspec.Struct, frozen=True):
     name: str
     environment: Any = None
     environment_changed: list[str] | None = None
+    energy: list[dict[str, Any]] | None = None
+
+    @property
+    def energy_figures(self) -> list[EnergyFigures]:
+        """`energy` typed, per source ([] without counters)."""
+        return msgspec.convert(self.energy or [], list[EnergyFigures], strict=False)
 
 
 class WorkloadReplay(msgspec.Struct, frozen=True):
