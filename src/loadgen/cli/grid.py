@@ -35,7 +35,7 @@ import msgspec
 from click.core import ParameterSource
 from rich.console import Console
 
-from ..analysis.bootlog import boot_facts, log_tail
+from ..analysis.bootlog import boot_facts, log_tail, server_boot
 from ..analysis.grid_cells import (
     GridParam,
     cache_flags,
@@ -59,7 +59,7 @@ from ..core.signals import LATCH
 from ..output.grid_table import print_grid
 from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_capacity, write_grid
 from ..results.reader import load_run
-from ..results.writer import command_line, default_dir, prepare_dir, utc_now
+from ..results.writer import add_server_boot, command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
 from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
 from .common import die_with_parent, user_errors
@@ -188,8 +188,11 @@ class CellRunner:
             entry.server_exit = stop(server)
             entry.server_gone = True  # stop() raises otherwise
         entry.finished_utc = utc_now().isoformat()
-        if entry.status != "ok":
-            entry.log_tail = log_tail(server.log_path.read_text(errors="replace"))
+        log = server.log_path.read_text(errors="replace")
+        if entry.status == "ok":  # the run's fingerprint gets what the grid alone saw: flags, boot decisions
+            add_server_boot(folder / "run", CELL_LABEL, server_boot(log, argv))
+        else:
+            entry.log_tail = log_tail(log)
         return entry, entry.status == "failed" and entry.reason == bind_failure(address)
 
     def _measure(self, entry: GridRun, cell: GridCell, server: ServerProcess, folder: Path, argv: list[str],

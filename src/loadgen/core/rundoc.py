@@ -358,6 +358,10 @@ class PrefillRow(msgspec.Struct, frozen=True):
     ttft_ms: MeanSd | None = None
     note: str | None = None
     skipped: str | None = None
+    # The machine through the step, as a sweep's level has it (`Level`); absent without --environment.
+    energy: list[dict[str, Any]] | None = None
+    environment_changed: list[str] | None = None
+    environment: Any = None
 
 
 class DepthRow(msgspec.Struct, frozen=True):
@@ -370,6 +374,10 @@ class DepthRow(msgspec.Struct, frozen=True):
     reference_depth: int | None = None
     note: str | None = None
     skipped: str | None = None
+    # The machine through the step, as a sweep's level has it (`Level`); absent without --environment.
+    energy: list[dict[str, Any]] | None = None
+    environment_changed: list[str] | None = None
+    environment: Any = None
 
 
 class PrefillSection(msgspec.Struct, frozen=True):
@@ -504,6 +512,31 @@ class Target(msgspec.Struct, frozen=True):
 
     def level(self, level: int | float) -> Level | None:
         return next((lv for lv in self.levels if lv.level == level), None)
+
+    def machine_levels(self) -> list[MachineLevel]:
+        """Every level the machine was read through, whatever the run's kind: a sweep's or soak's
+        levels (named by their level), a prefill's or depth's steps (by their size in tokens)."""
+        out = [MachineLevel(str(lv.level), lv.environment, lv.environment_changed, lv.energy) for lv in self.levels]
+        out += [MachineLevel(str(r.prompt_tokens), r.environment, r.environment_changed, r.energy)
+                for r in (self.prefill.rows if self.prefill else [])]
+        out += [MachineLevel(str(r.depth), r.environment, r.environment_changed, r.energy)
+                for r in (self.depth.rows if self.depth else [])]
+        return out
+
+
+class MachineLevel(msgspec.Struct, frozen=True):
+    """A level or step as the drift guard reads it (analysis/env_drift.py): its name, its machine
+    samples as stored, and what changed during it."""
+
+    name: str
+    environment: Any = None
+    environment_changed: list[str] | None = None
+    energy: list[dict[str, Any]] | None = None
+
+    @property
+    def energy_figures(self) -> list[EnergyFigures]:
+        """`energy` typed, per source ([] without counters)."""
+        return msgspec.convert(self.energy or [], list[EnergyFigures], strict=False)
 
 
 class WorkloadReplay(msgspec.Struct, frozen=True):

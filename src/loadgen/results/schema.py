@@ -28,7 +28,12 @@ Version history (SCHEMA_VERSION):
        metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
-       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py); later the
+       same in prefill, depth and soak runs (run "environment"; per prefill/depth row
+       "environment", "environment_changed", "energy"; a soak's in its one level).
+       Later still: per sample "temperatures" (hwmon: chip, sensor, celsius), and the
+       fingerprint's "boot" (label -> the flags and boot decisions of a server `loadgen grid`
+       started, core.environment.ServerBoot); absent from older runs, which read as before.
        Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
        (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
        (--trim: the records its figures left out, core.rundoc.LevelTrim).
