@@ -10,6 +10,7 @@ the power limit at completion 9, so every figure is known exactly:
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import sys
@@ -84,7 +85,8 @@ class _Scraper:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """(run.json, the sweep's tables as JSON, the last live scrape, the report as Markdown and as HTML)."""
+    """(run.json, the sweep's tables as JSON, the last live scrape, the report as Markdown and as HTML,
+    the export's levels.csv rows)."""
     tmp = tmp_path_factory.mktemp("energy")
     sysfs, procfs = build_tree(tmp / "m", rapl_uj=0, rapl_limit_w=241, rapl_max_w=241)
     counter = {"uj": 0}
@@ -107,8 +109,12 @@ def measured(tmp_path_factory):
     assert code == 0, err
     code, _, err = _run("report", tmp / "run", "--static", "--output", tmp / "report.html")
     assert code == 0, err
+    code, _, err = _run("export", tmp / "run", "--format", "csv", "--output", tmp / "csv")
+    assert code == 0, err
     doc = json.loads((tmp / "run" / "run.json").read_text())
-    return doc, json.loads(out), scraper.last(), markdown, (tmp / "report.html").read_text()
+    with (tmp / "csv" / "levels.csv").open(newline="") as f:
+        levels_csv = list(csv.DictReader(f))
+    return doc, json.loads(out), scraper.last(), markdown, (tmp / "report.html").read_text(), levels_csv
 
 
 def _levels(doc: dict) -> list[dict]:
@@ -143,6 +149,18 @@ def test_the_sweep_table_shows_each_levels_energy_and_marks_the_changed_one(meas
     assert [line for line in tables["warnings"] if "machine changed" in line] == [
         "warning: s at level 2: the machine changed during the level: RAPL package-0 limits long_term 241 W → "
         "long_term 100 W"]
+
+
+def test_levels_csv_holds_each_levels_energy_and_what_changed(measured):
+    doc, rows = measured[0], measured[5]
+    assert len(rows) == 2
+    for row, lv in zip(rows, _levels(doc), strict=True):
+        (cpu,) = lv["energy"]
+        assert row["energy_source"] == "cpu"
+        for key in ("energy_j", "mean_w", "j_per_token", "net_j_per_token", "tokens_per_j"):
+            assert float(row[f"energy_{key}"]) == pytest.approx(cpu[key], rel=1e-12), key
+        assert row["environment_changed"] == "; ".join(lv["environment_changed"])
+    assert rows[1]["environment_changed"].startswith("RAPL package-0 limits long_term 241 W")
 
 
 def _markdown_rows(text: str) -> list[dict]:

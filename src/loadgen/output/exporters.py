@@ -348,15 +348,22 @@ def level_fields() -> list[str]:
 
 
 TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-level "trimmed", as trimmed_<field>
+# A level's headline energy (core.rundoc Level.headline_energy: "total", else the only source), as the tables show it.
+ENERGY_FIELDS = ("source", "energy_j", "mean_w", "j_per_token", "net_j_per_token", "tokens_per_j")
 
 
 def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
-    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>."""
-    config = RunDocument.of(run).config
+    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>; with energy
+    counters, energy_<field> of each level's headline energy; environment_changed when the machine changed."""
+    doc = RunDocument.of(run)
+    config = doc.config
     labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
     trimmed = [f"trimmed_{k}" for k in TRIM_FIELDS] if config is not None and config.trim else []
-    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed
+    levels = [lv for t in doc.targets for lv in t.levels]
+    energy = [f"energy_{k}" for k in ENERGY_FIELDS] if any(lv.headline_energy for lv in levels) else []
+    changed = ["environment_changed"] if any(lv.machine_changed for lv in levels) else []
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + changed
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -399,6 +406,9 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                        peak_deferred=verdict.peak_deferred if verdict else None,
                        peak_busy_slots=verdict.peak_busy_slots if verdict else None,
                        batching_gain=verdict.batching_gain if verdict else None)
+            energy = typed.headline_energy
+            row.update({f"energy_{k}": getattr(energy, k) for k in ENERGY_FIELDS} if energy is not None else {},
+                       environment_changed="; ".join(typed.environment_changed or ()))
             rows.append(row)
     return rows
 
