@@ -158,7 +158,7 @@ def test_levels_csv_holds_each_levels_energy_and_what_changed(measured):
         (cpu,) = lv["energy"]
         assert row["energy_source"] == "cpu"
         for key in ("energy_j", "mean_w", "j_per_token", "net_j_per_token", "tokens_per_j"):
-            assert float(row[f"energy_{key}"]) == pytest.approx(cpu[key], rel=1e-12), key
+            assert float(row[key]) == pytest.approx(cpu[key], rel=1e-12), key
         assert row["environment_changed"] == "; ".join(lv["environment_changed"])
     assert rows[1]["environment_changed"].startswith("RAPL package-0 limits long_term 241 W")
 

@@ -349,19 +349,21 @@ def level_fields() -> list[str]:
 
 TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-level "trimmed", as trimmed_<field>
 # A level's headline energy (core.rundoc Level.headline_energy: "total", else the only source), as the tables show it.
-ENERGY_FIELDS = ("source", "energy_j", "mean_w", "j_per_token", "net_j_per_token", "tokens_per_j")
+# Columns as run.json names the fields, the source as energy_source.
+ENERGY_COLUMNS = {"source": "energy_source", "energy_j": "energy_j", "mean_w": "mean_w", "j_per_token": "j_per_token",
+                  "net_j_per_token": "net_j_per_token", "tokens_per_j": "tokens_per_j"}
 
 
 def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
     (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>; with energy
-    counters, energy_<field> of each level's headline energy; environment_changed when the machine changed."""
+    counters, each level's headline energy (ENERGY_COLUMNS); environment_changed when the machine changed."""
     doc = RunDocument.of(run)
     config = doc.config
     labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
     trimmed = [f"trimmed_{k}" for k in TRIM_FIELDS] if config is not None and config.trim else []
     levels = [lv for t in doc.targets for lv in t.levels]
-    energy = [f"energy_{k}" for k in ENERGY_FIELDS] if any(lv.headline_energy for lv in levels) else []
+    energy = list(ENERGY_COLUMNS.values()) if any(lv.headline_energy for lv in levels) else []
     changed = ["environment_changed"] if any(lv.machine_changed for lv in levels) else []
     return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + changed
 
@@ -407,7 +409,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                        peak_busy_slots=verdict.peak_busy_slots if verdict else None,
                        batching_gain=verdict.batching_gain if verdict else None)
             energy = typed.headline_energy
-            row.update({f"energy_{k}": getattr(energy, k) for k in ENERGY_FIELDS} if energy is not None else {},
+            row.update({c: getattr(energy, k) for k, c in ENERGY_COLUMNS.items()} if energy is not None else {},
                        environment_changed="; ".join(typed.environment_changed or ()))
             rows.append(row)
     return rows
