@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import SimProcess, in_process_cli, start_llama_server, sweep
 
 
@@ -32,7 +32,7 @@ def two_server_sweep(real_servers, tmp_path_factory):
     proc = sweep("--ports", f"{four.port},{one.port}", "--concurrency", "1,2,4", "--n-predict", "16",
                  "--output", str(out))
     assert proc.returncode == 0, proc.stderr
-    return proc, load_run(out), load_records(out)
+    return proc, load_run_dict(out), load_records(out)
 
 
 

@@ -2,15 +2,17 @@
 
     python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
                                 [--reuse-port] [--bind-after FILE] [--profile NAME|FILE] [--time-scale X]
-                                [--cache-ram MIB]
+                                [-fa on|off|auto] [--set-link SYSFS:GEN] [--link-drop N] [--cache-ram MIB]
 
 It prints the boot-log lines loadgen reads (as llama-server does at -lv 4), refuses an unknown
 flag as llama-server does (exit 1), can exit with code 3 after N completion requests (a server that
 dies mid-sweep) or never finish loading (/health 503 forever). It binds with SO_REUSEPORT when
 asked (as llama-server's HTTP library does), waits for FILE to exist before it binds (a test
-takes its port meanwhile), and exits 1 with llama-server's line when it cannot bind. `--cache-ram
-MIB` gives the simulator a host prompt cache of MIB × 2²⁰ / 23,040 tokens (the boot log's 22.5 KiB
-of KV per cell).
+takes its port meanwhile), and exits 1 with llama-server's line when it cannot bind. `--set-link`
+sets the GPU link of a built sysfs tree (tests/machine_tree.py) to PCIe generation GEN x16 as it
+boots (the machine of a cell); `--link-drop N` lowers it a generation once N completion requests
+came (a change during one of its levels). `--cache-ram MIB` gives the simulator a host prompt cache
+of MIB × 2²⁰ / 23,040 tokens (the boot log's 22.5 KiB of KV per cell).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 from loadgen.sim import load_profile, start_simulator
+from machine_tree import set_link
 
 BYTES_PER_TOKEN = 23_040  # the boot log's KV per cell below (22.5 KiB: SmolLM2-135M's K+V per token)
 
@@ -45,6 +49,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--bind-after", default=None)
     p.add_argument("--profile", default="smoke")  # the simulator's profile (a built-in name or a .toml file)
     p.add_argument("--time-scale", type=float, default=0.05)
+    p.add_argument("--set-link", default=None)
+    p.add_argument("--link-drop", type=int, default=0)
+    p.add_argument("--flash-attn", "-fa", choices=("on", "off", "auto"), default="auto")
     p.add_argument("--cache-ram", "-cram", type=float, default=0)  # MiB, as llama-server's
     return p.parse_args(argv)
 
@@ -56,11 +63,31 @@ def boot_log(args: argparse.Namespace) -> None:
               f"llama_context: n_ctx_seq     = {per_slot}\nllama_context: kv_unified    = false\n"
               f"llama_kv_cache: size = {args.c * BYTES_PER_TOKEN / 2**20:7.2f} MiB ({per_slot:6d} cells,  30 layers, "
               f"{args.parallel:2d}/{args.parallel} seqs), K (f16): 0.00 MiB, V (f16): 0.00 MiB")
+        print(f"llama_context: flash_attn    = {args.flash_attn}")
+        if args.flash_attn == "auto":  # as a later build resolves it
+            print("sched_reserve: Flash Attention was auto, set to enabled")
     print(f"srv    load_model: initializing, n_slots = {args.parallel}, n_ctx_slot = {per_slot}, kv_unified = 'false'",
           flush=True)
 
 
+def drop_link_at(server, set_link_arg: str, n: int) -> None:
+    """Lower the tree's link a generation as the n-th completion request arrives, before it is answered
+    (so the level that request belongs to is the one whose machine changed)."""
+    sysfs, gen = set_link_arg.rsplit(":", 1)
+    serve = server.completion
+
+    async def completion(request, api):
+        if server._n_requests + 1 == n:
+            set_link(Path(sysfs), int(gen) - 1, 16)
+        return await serve(request, api)
+
+    server.completion = completion
+
+
 async def serve(args: argparse.Namespace) -> None:
+    if args.set_link:
+        sysfs, gen = args.set_link.rsplit(":", 1)
+        set_link(Path(sysfs), int(gen), 16)
     if args.bind_after:
         print(f"waiting for {args.bind_after} before binding", flush=True)
         while not os.path.exists(args.bind_after):
@@ -75,6 +102,8 @@ async def serve(args: argparse.Namespace) -> None:
         print(f"couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}", flush=True)
         sys.exit(1)
     print(f"main: server is listening on http://{args.host}:{args.port}", flush=True)
+    if args.set_link and args.link_drop:
+        drop_link_at(sim.server, args.set_link, args.link_drop)
     seen = 0
     while True:
         await asyncio.sleep(0.01)

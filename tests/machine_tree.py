@@ -81,3 +81,15 @@ def set_cpu_times(procfs: Path, total: int, steal: int) -> None:
 
 def set_rapl_limit(sysfs: Path, watts: float) -> None:
     _write(sysfs / "class/powercap/intel-rapl:0/constraint_0_power_limit_uw", str(int(watts * 1e6)))
+
+
+def set_temperature(sysfs: Path, hwmon: int, k: int, celsius: float, *, chip: str | None = None,
+                    label: str | None = None) -> None:
+    """hwmon`hwmon`'s temp`k`_input at `celsius` (in m°C, as the kernel writes it), its chip's `name`
+    and the sensor's label when given."""
+    d = sysfs / f"class/hwmon/hwmon{hwmon}"
+    _write(d / f"temp{k}_input", str(round(celsius * 1000)))
+    if chip is not None:
+        _write(d / "name", chip)
+    if label is not None:
+        _write(d / f"temp{k}_label", label)

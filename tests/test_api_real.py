@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import sweep
 
 pytestmark = pytest.mark.real
@@ -36,7 +36,7 @@ def test_every_api_records_the_servers_token_counts(real_servers, tmp_path, api,
             assert metrics.tpot_ms(r) > 0
         else:
             assert r.chunks is None and r.first_token_ns is None
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["config"]["api"] == api and doc["config"]["stream"] == (stream == "--stream")
     level = doc["targets"][0]["levels"][0]
     assert level["output_tokens"] == 16

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import start_llama_server, sweep
 
 pytestmark = pytest.mark.real
@@ -39,7 +39,7 @@ def test_output_tokens_per_level_equal_the_servers_counter(two_slots, tmp_path, 
         assert r.usage.prompt_tokens > 0
         assert 0 < metrics.ttft_ms(r) < metrics.latency_ms(r) and metrics.tpot_ms(r) > 0
         assert r.chunks and len(r.chunk_gaps_us) == r.chunks - 1
-    for level in load_run(out)["targets"][0]["levels"]:
+    for level in load_run_dict(out)["targets"][0]["levels"]:
         predicted = level["server_metrics_delta"]["llamacpp:tokens_predicted_total"]
         assert level["output_tokens"] == predicted, level
         if api == "responses":

@@ -87,7 +87,7 @@ def test_chat_over_the_chat_completions_api_reuses_its_history(sim, loadgen, tmp
                                 "--message-tokens", 16, "--n-predict", 4, "--output", out)
     assert code == 0, err
     assert "per turn" in stdout
-    assert load_run(out)["config"]["api"] == "chat"
+    assert load_run(out).config.api == "chat"
     records = load_records(out)
     assert len(records) == USERS * TURNS and all(r.ok and r.finish_reason == "length" for r in records)
     for user in range(USERS):

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from loadgen.analysis.cache import is_hit, turn_figures
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
@@ -47,12 +47,12 @@ def test_a_shared_prefix_is_reused_after_each_groups_first_request_and_not_with_
     later = records[GROUPS:]
     assert all(r.cache_n >= PREFIX - GRANULARITY for r in later), [r.cache_n for r in later]
     assert all(is_hit(r.cache_n, r.prompt_n) for r in later)
-    level = load_run(tmp_path / "on")["targets"][0]["levels"][0]
+    level = load_run_dict(tmp_path / "on")["targets"][0]["levels"][0]
     assert level["ttft_cache_hit_ms"]["p50"] < level["ttft_cache_miss_ms"]["p50"]
     assert level["cache_hit_ratio"] > 0.5
     off = _prefix_run(server, tmp_path / "off", "--no-cache")
     assert {r.cache_n for r in off} == {0}
-    assert load_run(tmp_path / "off")["config"]["cache_prompt"] is False
+    assert load_run_dict(tmp_path / "off")["config"]["cache_prompt"] is False
 
 
 @pytest.mark.timeout(900)

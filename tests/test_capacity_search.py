@@ -133,11 +133,12 @@ def test_why_names_the_evidence(binding, hi, verdict, slots, expected):
 def test_the_verdict_sentence_says_answer_value_cause_and_inconclusive():
     from loadgen.analysis.slo import parse_slo
     from loadgen.cli.capacity import verdict_sentence
+    from loadgen.core.rundoc import SloJudgement
     from loadgen.run.capacity import CapacitySettings
 
     slo = parse_slo("ttft=500ms,tpot=50ms")
     settings = CapacitySettings(max_level=64)
-    hi = {"slo": {"ratio": {"ttft": 1.224, "tpot": 0.5}}}
+    hi = SloJudgement(ratio={"ttft": 1.224, "tpot": 0.5})
     cliff = conclude({1: [p(.2)], 2: [p(.3)], 3: [p(.4)], 4: [p(1.224, ttft=1.224, tpot=.5)]}, repeat=1)
     assert verdict_sentence(cliff, slo, False, hi, "its 3 slots are full and requests queue (median 410 ms)",
                             settings, None) == (

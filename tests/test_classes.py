@@ -9,7 +9,6 @@ import pytest
 
 from loadgen.core.errors import ConfigError
 from loadgen.core.request_class import parse_class, parse_class_flag
-from loadgen.core.rundoc import RunDocument
 from loadgen.results.reader import load_records, load_run
 from servers import SimThread
 
@@ -127,7 +126,7 @@ def test_two_classes_on_one_slot_the_chat_waits_behind_the_agents_prefills(loadg
     assert code == 0, err
     records = load_records(out)
     by = {}
-    doc = RunDocument.of(load_run(out))
+    doc = load_run(out)
     t = doc.targets[0]
     assert [(lv.request_class, lv.phase) for lv in t.levels] == [
         ("agent", "alone"), ("chat", "alone"), ("agent", "together"), ("chat", "together")]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.core.rundoc import RunDocument
 from loadgen.results.reader import load_records, load_run
 from servers import LOADGEN, start_llama_server
 
@@ -30,7 +29,7 @@ def test_the_interference_scenario_names_the_agents_prefills_on_one_slot(tmp_pat
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr
-    doc = RunDocument.of(load_run(out))
+    doc = load_run(out)
     t = doc.targets[0]
     levels = {(lv.request_class, lv.phase): lv for lv in t.levels}
     assert set(levels) == {("agent", "alone"), ("chat", "alone"), ("agent", "together"), ("chat", "together")}

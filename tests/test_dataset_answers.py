@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from loadgen.core.rundoc import DatasetFit, RunDocument
+from loadgen.core.rundoc import DatasetFit
 from loadgen.results.reader import load_records, load_run
 from loadgen.run.dataset_answers import read_dataset_entries
 from loadgen.sim.tokenizer import tokenize
@@ -48,7 +48,7 @@ def test_each_request_asks_for_its_entrys_answer_and_long_entries_are_skipped(lo
     assert code == 0, err
     assert "1 entries without an answer left out" in err
     assert "1 of 7 dataset entries skipped" in err + stdout
-    assert RunDocument.of(load_run(out)).targets[0].dataset == DatasetFit(entries=7, skipped=1)
+    assert load_run(out).targets[0].dataset == DatasetFit(entries=7, skipped=1)
     # The answers' lengths on the simulator's tokenizer (no BOS on an answer), six entries in turn.
     answers = {len(tokenize(it["conversations"][2]["value"])) for it in items[:6]}
     records = load_records(out)

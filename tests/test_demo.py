@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run_dict
 from servers import LOADGEN
 
 
@@ -12,7 +12,7 @@ def test_demo_sweeps_two_simulators_and_gives_a_verdict_for_each(tmp_path):
     proc = subprocess.run([*LOADGEN, "demo", "--output", str(tmp_path / "demo")], capture_output=True, text=True,
                           timeout=180)
     assert proc.returncode == 0, proc.stderr
-    doc = load_run(tmp_path / "demo")
+    doc = load_run_dict(tmp_path / "demo")
     assert doc["kind"] == "demo" and doc["complete"] is True
     moe, dense = doc["targets"]
     assert (moe["label"], dense["label"]) == ("moe-35b-a3b", "dense-27b")

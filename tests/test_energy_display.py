@@ -10,6 +10,7 @@ the power limit at completion 9, so every figure is known exactly:
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import sys
@@ -21,9 +22,16 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.core.rundoc import RunDocument
+from loadgen.output.report_model import RunSource, build_series
 from machine_tree import build_tree, set_energy, set_rapl_limit
 from servers import free_port
 from test_env_sweep import StandIn
+
+
+def _series(doc):
+    """A report's series of one run (a run.json dict or the typed document), without records."""
+    return build_series([RunSource("r", doc if isinstance(doc, RunDocument) else RunDocument.of(doc), [], [])])
 
 JOULES = {1: 21.0, 2: 57.0}  # Σ n over each level's completions
 TOKENS = 6 * 16
@@ -77,7 +85,8 @@ class _Scraper:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """(run.json, the sweep's tables as JSON, the last live scrape, the report as Markdown and as HTML)."""
+    """(run.json, the sweep's tables as JSON, the last live scrape, the report as Markdown and as HTML,
+    the export's levels.csv rows)."""
     tmp = tmp_path_factory.mktemp("energy")
     sysfs, procfs = build_tree(tmp / "m", rapl_uj=0, rapl_limit_w=241, rapl_max_w=241)
     counter = {"uj": 0}
@@ -100,8 +109,12 @@ def measured(tmp_path_factory):
     assert code == 0, err
     code, _, err = _run("report", tmp / "run", "--static", "--output", tmp / "report.html")
     assert code == 0, err
+    code, _, err = _run("export", tmp / "run", "--format", "csv", "--output", tmp / "csv")
+    assert code == 0, err
     doc = json.loads((tmp / "run" / "run.json").read_text())
-    return doc, json.loads(out), scraper.last(), markdown, (tmp / "report.html").read_text()
+    with (tmp / "csv" / "levels.csv").open(newline="") as f:
+        levels_csv = list(csv.DictReader(f))
+    return doc, json.loads(out), scraper.last(), markdown, (tmp / "report.html").read_text(), levels_csv
 
 
 def _levels(doc: dict) -> list[dict]:
@@ -136,6 +149,18 @@ def test_the_sweep_table_shows_each_levels_energy_and_marks_the_changed_one(meas
     assert [line for line in tables["warnings"] if "machine changed" in line] == [
         "warning: s at level 2: the machine changed during the level: RAPL package-0 limits long_term 241 W → "
         "long_term 100 W"]
+
+
+def test_levels_csv_holds_each_levels_energy_and_what_changed(measured):
+    doc, rows = measured[0], measured[5]
+    assert len(rows) == 2
+    for row, lv in zip(rows, _levels(doc), strict=True):
+        (cpu,) = lv["energy"]
+        assert row["energy_source"] == "cpu"
+        for key in ("energy_j", "mean_w", "j_per_token", "net_j_per_token", "tokens_per_j"):
+            assert float(row[key]) == pytest.approx(cpu[key], rel=1e-12), key
+        assert row["environment_changed"] == "; ".join(lv["environment_changed"])
+    assert rows[1]["environment_changed"].startswith("RAPL package-0 limits long_term 241 W")
 
 
 def _markdown_rows(text: str) -> list[dict]:
@@ -188,14 +213,13 @@ def _with_energy(doc: dict, energies: list) -> dict:
 def test_the_columns_show_the_total_source_else_the_only_one(measured):
     from loadgen.output.html import markdown
     from loadgen.output.layout import grids_json
-    from loadgen.output.report_model import build_series
     from loadgen.output.tables import sweep_table
 
     doc = _with_energy(measured[0], [energy for energy, _ in SOURCES])
     table = json.loads(grids_json([sweep_table(doc)], {}))["tables"][0]
     assert [(r["J/token"], r["net J/token"], r["mean W"]) for r in _rows(table)] == [want for _, want in SOURCES]
     assert "machine" not in table["columns"]  # nothing changed: no column
-    rows = _markdown_rows(markdown(build_series([{"name": "r", "run": doc, "records": [], "probe": []}])))
+    rows = _markdown_rows(markdown(_series(doc)))
     shown = [[r["J/token"], r["net J/token"], r["mean W"]] for r in rows]
     assert shown == [["1.500", "1.100", "120.0"], ["1.000", "–", "80.0"], ["–", "–", "–"]]
 
@@ -205,24 +229,22 @@ def test_a_run_without_energy_shows_no_energy_column():
 
     from loadgen.output.html import Extras
     from loadgen.output.layout import grids_json
-    from loadgen.output.report_model import build_series
     from loadgen.output.tables import sweep_table
     from loadgen.results.reader import load_run
 
     doc = load_run(Path(__file__).parent / "data" / "sweep-sim-v2")
     columns = json.loads(grids_json([sweep_table(doc)], {}))["tables"][0]["columns"]
     assert columns[-3:] == ["ok req/s", "in tok", "total tok/s"]
-    extras = Extras.of(build_series([{"name": "r", "run": doc, "records": [], "probe": []}]))
+    extras = Extras.of(_series(doc))
     assert (extras.energy, extras.changed) == (False, False)
 
 
 def test_the_energy_charts_plot_run_jsons_figures_and_mark_the_changed_level(measured):
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import charts, interactive
-    from loadgen.output.report_model import build_series
 
     doc = measured[0]
-    series = build_series([{"name": "r", "run": doc, "records": [], "probe": []}])
+    series = _series(doc)
     assert "energy" in interactive.charts_for(series) and "energy" in charts.sweep_charts(series)
     traces = {t.name: t for t in interactive.energy_figure(series).data}
     cpu = [lv["energy"][0] for lv in _levels(doc)]
@@ -234,5 +256,4 @@ def test_the_energy_charts_plot_run_jsons_figures_and_mark_the_changed_level(mea
     assert list(top.lines[0].get_ydata()) == [e["j_per_token"] for e in cpu]
     assert list(bottom.lines[0].get_ydata()) == [e["mean_w"] for e in cpu]
     without = _with_energy(doc, [None])
-    assert "energy" not in interactive.charts_for(build_series([{"name": "r", "run": without, "records": [],
-                                                                 "probe": []}]))
+    assert "energy" not in interactive.charts_for(_series(without))

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from loadgen.analysis.env_drift import level_changes, preflight_warnings
 from loadgen.cli.main import cli
 from loadgen.client.machine_facts import MachineReader, Roots, parse_smi_csv
-from machine_tree import build_tree, set_cpu_times, set_link
+from machine_tree import build_tree, set_cpu_times, set_link, set_temperature
 
 
 def run_env(*args: str):
@@ -40,6 +40,30 @@ def test_a_built_tree_reads_back(tmp_path):
     assert [(z.name, z.energy_uj, z.limits_w, z.max_w) for z in fp.sample.rapl] == \
         [("package-0", 5_000_000, {"long_term": 100.0}, {"long_term": 125.0})]
     assert fp.sample.gpus == () and fp.gpu_source is None  # a tree's GPUs are never the live machine's
+
+
+def build_hwmon(sysfs) -> None:
+    """Three chips as a desktop has them (the numbering is the kernel's load order, not the names')."""
+    set_temperature(sysfs, 0, 1, 45.5, chip="coretemp", label="Package id 0")
+    set_temperature(sysfs, 0, 2, 44.0, label="Core 0")
+    set_temperature(sysfs, 0, 10, 43.0, label="Core 8")
+    set_temperature(sysfs, 1, 1, 38.85, chip="nvme")
+    set_temperature(sysfs, 10, 1, 27.8, chip="acpitz")
+
+
+# By chip name, then K of tempK (temp10 after temp2); a sensor without a label is "tempK".
+HWMON = [("acpitz", "temp1", 27.8), ("coretemp", "Package id 0", 45.5), ("coretemp", "Core 0", 44.0),
+         ("coretemp", "Core 8", 43.0), ("nvme", "temp1", 38.85)]
+
+
+def test_hwmon_temperatures_are_read_through_the_sysfs_root(tmp_path, loadgen):
+    sysfs, procfs = build_tree(tmp_path)
+    assert MachineReader(Roots(sysfs, procfs)).sample(0.0).temperatures == ()  # a VM has no hwmon
+    build_hwmon(sysfs)
+    sample = MachineReader(Roots(sysfs, procfs)).sample(0.0)
+    assert [(t.chip, t.sensor, t.celsius) for t in sample.temperatures] == HWMON
+    code, out, err = loadgen("env", "--sysfs", sysfs, "--procfs", procfs, "--interval", "0")
+    assert code == 0 and "temperatures coretemp: Package id 0 45.5 °C, Core 0 44 °C, Core 8 43 °C" in out, err
 
 
 # Each row: tree settings, then the warnings expected (by a word each), written before running.

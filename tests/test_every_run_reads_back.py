@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from loadgen.core.errors import EXIT_NOT_ENFORCED
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import LOADGEN, SimProcess, free_port
 
 SWEEPS = ("closed", "open_knee", "open_calm", "stream", "interrupted", "down")
@@ -80,10 +80,10 @@ def read(loadgen, *args) -> tuple[int, str, str]:
 
 
 def test_the_runs_are_what_they_claim(runs):
-    assert load_run(runs["open_knee"])["targets"][0]["verdict"]["saturated_at"] is not None
-    assert load_run(runs["open_calm"])["targets"][0]["verdict"]["saturated_at"] is None
-    assert load_run(runs["interrupted"])["interrupted"] is True
-    assert load_run(runs["down"])["targets"][0]["error"]
+    assert load_run_dict(runs["open_knee"])["targets"][0]["verdict"]["saturated_at"] is not None
+    assert load_run_dict(runs["open_calm"])["targets"][0]["verdict"]["saturated_at"] is None
+    assert load_run_dict(runs["interrupted"])["interrupted"] is True
+    assert load_run_dict(runs["down"])["targets"][0]["error"]
 
 
 @pytest.mark.parametrize("kind", SWEEPS + MODES)

@@ -12,7 +12,7 @@ from hdrh.log import HistogramLogReader
 
 from loadgen.analysis import metrics
 from loadgen.cli.report import export_command
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 
@@ -23,7 +23,7 @@ def export(*args: str):
 
 @pytest.fixture(scope="module")
 def run():
-    return load_run(FIXTURE)
+    return load_run_dict(FIXTURE)
 
 
 def run_levels(run):

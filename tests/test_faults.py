@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run_dict
 from loadgen.sim import FaultConfig, start_simulator
 from servers import RawListener, SimProcess, SimThread, refused_port
 
@@ -115,7 +115,7 @@ def test_fault_table(loadgen, tmp_path, spec, extra, kind):
         sent = sim.completion_requests()
     assert code == 0, stderr  # failed requests are counted, not fatal
     assert "Traceback" not in stderr
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     assert doc["complete"] is True
     total = PER_LEVEL * len(LEVELS)
     assert len(records) == total == sent  # one record per request the server saw
@@ -148,7 +148,7 @@ def test_a_level_with_only_failures_makes_no_tokens_and_no_knee(loadgen, tmp_pat
     with SimThread(faults=["http_500:1"]) as sim:
         code, stdout, stderr = loadgen(*sweep_args(sim.url, out))
     assert code == 0, stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     for lv in doc["targets"][0]["levels"]:
         assert (lv["requests_ok"], lv["requests_failed"], lv["output_tokens"]) == (0, PER_LEVEL, 0)
         assert lv["throughput_tok_s"] == 0 and lv["latency_ms"] is None
@@ -165,7 +165,7 @@ def test_metrics_that_are_not_prometheus_are_not_called_off(loadgen, tmp_path):
     with SimThread(faults=["garbage_metrics:1"]) as sim:
         code, stdout, stderr = loadgen(*sweep_args(sim.url, out))
     assert code == 0, stderr
-    server = load_run(out)["targets"][0]["server"]
+    server = load_run_dict(out)["targets"][0]["server"]
     assert server["metrics_enabled"] is False and server["endpoints"]["/metrics"] == 200
     assert server["notes"] == ["/metrics answered but is not Prometheus text, so it is not used"]
     assert len(load_records(out)) == PER_LEVEL * len(LEVELS)
@@ -209,7 +209,7 @@ def test_server_gone_mid_level(loadgen, tmp_path, restart):
         watcher.join(10)
     assert code == 1, stderr
     assert "Traceback" not in stderr
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     assert doc["complete"] is False and doc["interrupted"] is False
     dying_doc, healthy_doc = doc["targets"]
     assert "target down" in dying_doc["error"] and "at concurrency 4" in dying_doc["error"]
@@ -261,7 +261,7 @@ def test_a_target_that_is_not_a_llama_server(loadgen, tmp_path, case):
     told = [line for line in stderr.splitlines() if UNREACHABLE[case] in line]
     # said once, naming the target once (not "127.0.0.1:9: http://127.0.0.1:9: connection refused by 127.0.0.1:9")
     assert len(told) == 1 and told[0].count(hostport) == 1 and len(told[0]) < 300, stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     bad_doc, good_doc = doc["targets"]
     assert UNREACHABLE[case] in bad_doc["error"] and hostport in bad_doc["error"] and "\n" not in bad_doc["error"]
     assert bad_doc["levels"] == []

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run_dict
 from servers import SimProcess, reverse_proxy, start_nginx, sweep
 
 PREFIX = "/team-a/llama"
@@ -92,7 +92,7 @@ def test_a_sweep_through_the_gateway_gives_the_records_of_a_direct_one(upstream,
     # the key is in no file; the URL is shown masked
     text = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert "gw-secret-123" not in text and "gw-secret-123" not in proc.stdout + proc.stderr
-    urls = {t["label"]: t["url"] for t in load_run(out)["targets"]}
+    urls = {t["label"]: t["url"] for t in load_run_dict(out)["targets"]}
     assert urls["query"] == f"{gateway.url}{PREFIX}?api-version=2024-06-01&subscription-key=***"
     assert urls["v1"] == gateway.url + PREFIX + "/v1"
 
@@ -105,7 +105,7 @@ def test_server_url_reads_slots_and_metrics_the_gateway_does_not_forward(upstrea
                  "--server-url", f",{server}", "--api", "chat", "--concurrency", "1,2", "--requests", "4",
                  "--n-predict", "8", "--probe-interval", "0.05", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
-    targets = {t["label"]: t for t in load_run(out)["targets"]}
+    targets = {t["label"]: t for t in load_run_dict(out)["targets"]}
     assert not targets["blind"]["server"]["metrics_enabled"] and targets["blind"]["server"]["total_slots"] is None
     seeing = targets["seeing"]
     assert seeing["server"]["metrics_enabled"] and seeing["server"]["total_slots"] == (4 if kind == "real" else 2)

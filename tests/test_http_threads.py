@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import SimProcess, sweep
 
 
@@ -16,7 +16,7 @@ def run(tmp_path, sim, *args):
     proc = sweep("--url", sim.url, "--n-predict", "16", "--warmup", "1", "--no-histograms", "--output", str(out),
                  *args, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return load_run(out)["targets"][0]["verdict"], proc.stdout
+    return load_run_dict(out)["targets"][0]["verdict"], proc.stdout
 
 
 def test_requests_held_by_the_http_layer_are_named_and_kept_out_of_the_knee(tmp_path):

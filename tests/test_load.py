@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.cli.sweep import execute_sweep
 from loadgen.client.backends import GenerationParams
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from loadgen.run.config import SweepConfig, Target
 from servers import SimProcess
 
@@ -93,7 +93,7 @@ def test_10000_requests_at_concurrency_512(big_sim, tmp_path, capsys):
     capsys.readouterr()
 
     assert code == 0
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     level = doc["targets"][0]["levels"][0]
     assert len(records) == REQUESTS and sorted(r.seq for r in records) == list(range(REQUESTS))
     assert level["requests_ok"] == REQUESTS and level["errors_by_kind"] == {}, level["errors_by_kind"]

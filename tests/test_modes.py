@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import SimThread
 
 
@@ -13,7 +13,7 @@ def test_prefill_reports_each_length_and_skips_one_beyond_the_context(loadgen, s
     code, stdout, err = loadgen("prefill", "--url", simulator, "--prompt-tokens", "64,512,3000", "--repeat", "2",
                                 "--output", out)
     assert code == 0, err
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["kind"] == "prefill" and doc["complete"] is True
     section = doc["targets"][0]["prefill"]
     assert section["n_ctx"] == 2048
@@ -35,7 +35,7 @@ def test_depth_reports_the_change_against_depth_zero(loadgen, simulator, tmp_pat
     code, stdout, err = loadgen("depth", "--url", simulator, "--depths", "0,1024,4096", "--n-predict", "8",
                                 "--repeat", "1", "--output", out)
     assert code == 0, err
-    rows = load_run(out)["targets"][0]["depth"]["rows"]
+    rows = load_run_dict(out)["targets"][0]["depth"]["rows"]
     assert [r["depth"] for r in rows] == [0, 1024, 4096]
     assert rows[0]["change"] == 0 and rows[0]["note"] == "the shortest prompt there is: the uuid salt alone"
     assert rows[1]["prompt_n"]["mean"] == 1024 and rows[1]["change"] is not None
@@ -51,7 +51,7 @@ def test_a_short_soak_writes_its_summary(loadgen, simulator, tmp_path):
     code, stdout, err = loadgen("soak", "--url", simulator, "--concurrency", "2", "--duration", "3s",
                                 "--checkpoint-interval", "1s", "--n-predict", "8", "--output", out)
     assert code == 0, err
-    doc = load_run(out)
+    doc = load_run_dict(out)
     soak = doc["targets"][0]["soak"]
     assert doc["kind"] == "soak" and doc["complete"] is True
     assert soak["requests_failed"] == 0 and soak["requests_ok"] > 10
@@ -71,7 +71,7 @@ def test_soak_against_a_server_failing_30_percent_offers_the_load_of_a_sweep(loa
         code, _, err = loadgen("sweep", "--url", sim.url, "--concurrency", "2", "--duration", "3",
                                "--n-predict", "8", "--warmup", "0", "--no-histograms", "--output", tmp_path / "sweep")
         assert code == 0, err
-    doc = load_run(tmp_path / "soak")
+    doc = load_run_dict(tmp_path / "soak")
     soak = doc["targets"][0]["soak"]
     records = load_records(tmp_path / "soak")
     assert soak["requests_failed"] > 5 and set(soak["errors_by_kind"]) == {"http_500"}
@@ -83,7 +83,7 @@ def test_soak_against_a_server_failing_30_percent_offers_the_load_of_a_sweep(loa
         by_worker.setdefault(r.worker, []).append(r)
     gaps = [(b.send_ns - a.complete_ns) / 1e9 for rs in by_worker.values() for a, b in zip(rs, rs[1:]) if not a.ok]
     assert gaps and max(gaps) < 0.5, gaps
-    sweep_tok_s = load_run(tmp_path / "sweep")["targets"][0]["levels"][0]["throughput_tok_s"]
+    sweep_tok_s = load_run_dict(tmp_path / "sweep")["targets"][0]["levels"][0]["throughput_tok_s"]
     assert soak["throughput_tok_s"] > 0.6 * sweep_tok_s, (soak["throughput_tok_s"], sweep_tok_s)
     code, out, _ = loadgen("analyze", tmp_path / "soak")
     assert code == 0 and "offered" in out and f"{soak['offered_req_s']:,.2f}" in out
@@ -95,7 +95,7 @@ def test_a_soak_with_an_slo_reports_attainment_and_goodput_per_window_and_overal
                                 "--checkpoint-interval", "1s", "--n-predict", "8", "--slo", "ttft=10s,e2e=30s",
                                 "--attainment", "0.95", "--output", out)
     assert code == 0, err
-    doc = load_run(out)
+    doc = load_run_dict(out)
     soak, level = doc["targets"][0]["soak"], doc["targets"][0]["levels"][0]
     # A simulator answers 8 tokens in far less than 10 s: every judged request is good.
     assert soak["slo"]["judged"] == soak["slo"]["good"] == soak["requests_ok"] > 10

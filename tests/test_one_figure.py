@@ -13,7 +13,7 @@ from loadgen.core.records import LevelRun, RequestRecord
 from loadgen.output.html import TABLE_COLUMNS, level_row
 from loadgen.output.layout import filled_rows, text_of
 from loadgen.output.progress import ProgressObserver
-from loadgen.output.report_model import build_series
+from loadgen.output.report_model import RunSource, build_series
 from loadgen.output.tables import queue_table
 from loadgen.results.reader import load_run
 
@@ -50,7 +50,7 @@ def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
     headers = [c.title for c in table.columns]
     p99_column = headers.index("p99")
     rows = _cells(table)
-    series = build_series([{"name": run, "run": doc, "records": [], "probe": []}])
+    series = build_series([RunSource(run, doc, [], [])])
     report_p99 = TABLE_COLUMNS.index("queue wait p99")
     checked = 0
     for s in series:
@@ -62,6 +62,6 @@ def test_queue_wait_p99_is_one_figure_in_terminal_and_reports(run):
             checked += 1
     assert checked
     # the golden run had a c=1 overhead, so the corrected figure would differ from the level's
-    differs = [lv for t in doc["targets"] for lv, v in zip(t["levels"], t["verdict"]["levels"])
-               if round(lv["queue_wait_ms"]["p99"]) != round(v["queue_wait_ms"]["p99"])]
+    differs = [lv for t in doc.targets for lv, v in zip(t.levels, t.verdict.levels)
+               if round(lv.queue_wait_ms.p99) != round(v.queue_wait_ms.p99)]
     assert differs or run != "sweep-smollm2"

@@ -12,7 +12,7 @@ import pytest
 from loadgen.analysis.aggregate import summarize_level
 from loadgen.analysis.metric_defs import parse_percentiles, percentile_label
 from loadgen.core.records import RequestRecord
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import SimThread
 
 
@@ -81,7 +81,7 @@ def test_sweep_keeps_the_chosen_percentiles_in_run_json_tables_and_exports(loadg
     assert "max" not in sweep["columns"] and "p99.9" in sweep["columns"]
     detail = tables["latency detail (ms)"]
     assert {"TTFT ms p99.9", "TPOT ms p95", "ITL ms p99.9", "E2E ms p95"} <= set(detail["columns"])
-    load_run(out)  # the contract still reads it
+    load_run_dict(out)  # the contract still reads it
 
     code, _, err = loadgen("export", out, "--format", "csv", "--output", tmp_path / "csv")
     assert code == 0, err
@@ -107,7 +107,7 @@ def test_analyze_computes_the_chosen_percentiles_from_the_records_as_the_sweep_k
             code, _, err = loadgen("sweep", "--url", sim.url, "--concurrency", "1,2", "--requests", "6",
                                    "--n-predict", "6", "--warmup", "0", "--stream", *more, "--output", where)
             assert code == 0, err
-    doc = load_run(out)
+    doc = load_run_dict(out)
     again = with_percentiles(copy.deepcopy(doc), load_records(out), (90, 99.9))
     assert [lv["percentiles"] for lv in again["targets"][0]["levels"]] == \
         [lv["percentiles"] for lv in doc["targets"][0]["levels"]]  # streamed and from the records: the same

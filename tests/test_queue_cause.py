@@ -117,7 +117,7 @@ def test_too_short_to_tell_is_said_instead_of_a_side():
 
 
 def _short_sweep_verdict(url, out):
-    from loadgen.results.reader import load_run
+    from loadgen.results.reader import load_run_dict
     from servers import sweep
     # 32 tokens: ~80 ms a request at 2 slots, so a request queued at c=4 waits ~80 ms for one, minus
     # the client's turnaround after the previous response. At 16 tokens (~40 ms) a turnaround of
@@ -126,7 +126,7 @@ def _short_sweep_verdict(url, out):
     proc = sweep("--url", url, "--concurrency", "2,4", "--requests", "16", "--n-predict", "32", "--warmup", "1",
                  "--no-histograms", "--output", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return load_run(out)["targets"][0]["verdict"]
+    return load_run_dict(out)["targets"][0]["verdict"]
 
 
 @pytest.mark.parametrize("slots,full_levels", [(2, [4]), (6, [])])

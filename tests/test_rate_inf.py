@@ -12,7 +12,7 @@ import pytest
 from loadgen.core.errors import ConfigError
 from loadgen.core.records import RequestRecord, encode_lines, level_name, level_short
 from loadgen.core.rundoc import json_safe, read_rates
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from loadgen.run.config import parse_rate_list
 from loadgen.run.schedule import arrival_offsets_ns, connections_ahead
 from servers import SimThread
@@ -93,7 +93,7 @@ def test_sweep_at_rate_inf_sends_at_once_and_every_reader_reads_it(loadgen, tmp_
     assert stored["config"]["rates"] == [2.0, "inf"]
     level = stored["targets"][0]["levels"][1]
     assert (level["level"], level["rate"]) == ("inf", "inf")
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["targets"][0]["levels"][1]["level"] == math.inf
     records = [r for r in load_records(out) if r.level == math.inf]
     assert len(records) == 6 and len({r.intended_ns for r in records}) == 1  # all meant to leave at once

@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.analysis.metrics import ttft_ms
 from loadgen.analysis.reasoning import answer_tokens, reasoning_share, ttfa_ms
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import SimThread
 
 THINK = 4
@@ -45,7 +45,7 @@ def test_first_answer_token_and_the_token_split_are_exact(api, sim, loadgen, tmp
         assert 0 <= (r.first_answer_ns - r.first_token_ns) - gap_ns < THINK * 1000
         assert ttfa_ms(r) > ttft_ms(r) or gap_ns == 0
     assert reasoning_share(recs) == pytest.approx(0.4)
-    for level in load_run(out)["targets"][0]["levels"]:
+    for level in load_run_dict(out)["targets"][0]["levels"]:
         assert level["reasoning_tokens"] == 4 * THINK and level["reasoning_share"] == pytest.approx(0.4)
         assert level["ttfa_ms"]["count"] == 4
         assert level["ttfa_ms"]["mean"] >= level["ttft_ms"]["mean"]
@@ -57,7 +57,7 @@ def test_a_stream_that_never_stops_thinking_has_no_first_answer(sim, loadgen, tm
     sweep(loadgen, sim, out, "chat", 3)
     recs = load_records(out)
     assert all(r.reasoning_tokens == 3 and r.first_answer_ns is None and ttfa_ms(r) is None for r in recs)
-    level = load_run(out)["targets"][0]["levels"][0]
+    level = load_run_dict(out)["targets"][0]["levels"][0]
     assert level["reasoning_share"] == 1.0 and level["ttfa_ms"] is None
 
 
@@ -67,4 +67,4 @@ def test_without_reasoning_the_first_answer_is_the_first_token(loadgen, tmp_path
         sweep(loadgen, plain, out, "chat", 6)
     recs = load_records(out)
     assert all(r.reasoning_tokens is None and r.first_answer_ns is None and ttfa_ms(r) == ttft_ms(r) for r in recs)
-    assert "reasoning_tokens" not in load_run(out)["targets"][0]["levels"][0]  # run.json keeps its old shape
+    assert "reasoning_tokens" not in load_run_dict(out)["targets"][0]["levels"][0]  # run.json keeps its old shape

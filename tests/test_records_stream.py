@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.core.records import ServerOutcome, make_record
 from loadgen.core.recordsink import RecordSink
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, InstantServer
 
 REQUESTS = 200_000
@@ -76,7 +76,7 @@ def test_a_long_run_holds_flat_memory_and_writes_one_record_per_request(tmp_path
     records = load_records(out)
     assert seen == REQUESTS and len(records) == REQUESTS
     assert len({r.seq for r in records}) == REQUESTS and all(r.ok for r in records)
-    level = load_run(out)["targets"][0]["levels"][0]
+    level = load_run_dict(out)["targets"][0]["levels"][0]
     assert level["requests_ok"] == REQUESTS and level["concurrency_reached"] == 64
 
 
@@ -94,7 +94,7 @@ def test_a_killed_run_reads_up_to_its_last_complete_record_and_analyze_says_inco
             os.kill(proc.pid, signal.SIGKILL)
         finally:
             proc.wait()
-    assert load_run(out)["complete"] is False
+    assert load_run_dict(out)["complete"] is False
     records = load_records(out)
     assert len(records) > 100
     whole = path.read_bytes()
@@ -140,7 +140,7 @@ def test_records_none_still_summarises_every_request(tmp_path):
                               capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (out / "requests.jsonl").read_bytes() == b""
-    level = load_run(out)["targets"][0]["levels"][0]
+    level = load_run_dict(out)["targets"][0]["levels"][0]
     assert level["requests_ok"] == 500 and level["latency_ms"]["count"] == 500
     assert (out / "histograms" / "instant-c4-latency.hgrm").is_file()
 

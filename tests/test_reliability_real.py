@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
@@ -56,7 +56,7 @@ def test_llama_server_killed_mid_level(tmp_path, stream):
             proc.wait()
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     assert doc["complete"] is False and doc["interrupted"] is False
     target = doc["targets"][0]
     assert "target down" in target["error"] and target["error"].endswith("at concurrency 1")

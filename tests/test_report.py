@@ -355,12 +355,11 @@ def test_a_soak_and_a_sweep_are_not_drawn_together(soak_run, tmp_path):
 
 def test_the_soak_timeline_matches_run_json_and_cuts_the_records_by_window(soak_run):
     from loadgen.analysis.metric_defs import TTFT
-    from loadgen.output.report_model import build_series
-    from loadgen.results.reader import load_probe, load_records
+    from loadgen.output.report_model import RunSource, build_series
+    from loadgen.results.reader import load_probe, load_records, load_run
 
     records = load_records(soak_run)
-    (series,) = build_series([{"name": "soak", "run": json.loads((soak_run / "run.json").read_text()),
-                               "records": records, "probe": load_probe(soak_run)}])
+    (series,) = build_series([RunSource("soak", load_run(soak_run), records, load_probe(soak_run))])
     timeline = series.soak_timeline()
     windows = json.loads((soak_run / "run.json").read_text())["targets"][0]["soak"]["windows"]
     assert timeline.throughput_tok_s == [w["throughput_tok_s"] for w in windows]
@@ -497,10 +496,10 @@ def test_acceptance_and_reasoning_share_per_level_only_when_a_level_has_them(tmp
     assert out.with_name("page-speculation.png").is_file() == bool(columns)
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
-    from loadgen.output.report_model import build_series
+    from loadgen.output.report_model import RunSource, build_series
     from loadgen.results.reader import load_run
 
-    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    series = build_series([RunSource("run", load_run(run), [], [])])
     drawn = {t.name: list(t.y) for t in interactive.speculation_figure(series).data}
     assert drawn == {f"smollm2 {name}": [None if f.get(key) is None else 100 * f[key] for f in (first, second)]
                      for key, name in (("acceptance", "draft acceptance"), ("reasoning_share", "reasoning share"))
@@ -558,10 +557,10 @@ def test_attainment_and_goodput_per_level_only_when_the_run_has_an_slo(tmp_path,
     assert out.with_name("page-slo.png").is_file() == (points is not None)
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
-    from loadgen.output.report_model import build_series
+    from loadgen.output.report_model import RunSource, build_series
     from loadgen.results.reader import load_run
 
-    series = build_series([{"name": "run", "run": load_run(run), "records": [], "probe": []}])
+    series = build_series([RunSource("run", load_run(run), [], [])])
     assert ("slo" in interactive.charts_for(series)) == (points is not None)
     figure = interactive.slo_figure(series)
     assert [list(t.y) for t in figure.data] == ([] if points is None else [points])
@@ -593,12 +592,12 @@ def test_a_soak_judged_against_an_slo_draws_attainment_per_window(soak_run, tmp_
     assert "75% ✗" in text and "100% → 75% (within noise)" in text  # the soak table's SLO cells
     pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
     from loadgen.output import interactive
-    from loadgen.output.report_model import build_series
+    from loadgen.output.report_model import RunSource, build_series
     from loadgen.results.reader import load_run
 
-    series = build_series([{"name": "soak", "run": load_run(copy), "records": [], "probe": []}])
+    series = build_series([RunSource("soak", load_run(copy), [], [])])
     figure = interactive.soak_attainment_figure(series)
     assert [list(t.y) for t in figure.data] == [[100.0, 50.0, None, 75.0]]
     assert [s["y0"] for s in figure.layout.shapes] == [90.0]
-    plain = build_series([{"name": "soak", "run": load_run(soak_run), "records": [], "probe": []}])
+    plain = build_series([RunSource("soak", load_run(soak_run), [], [])])
     assert "attainment-over-time" not in interactive.charts_for(plain, soak=True)

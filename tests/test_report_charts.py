@@ -10,15 +10,14 @@ import pytest
 from loadgen.core.records import ProbeSample
 from loadgen.core.rundoc import Level, Server, Target
 from loadgen.output import interactive
-from loadgen.output.report_model import ProbeTimeline, TargetSeries, build_series
+from loadgen.output.report_model import ProbeTimeline, RunSource, TargetSeries, build_series
 from loadgen.results.reader import load_probe, load_records, load_run
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 
 
 def fixture_series() -> list[TargetSeries]:
-    return build_series([{"name": FIXTURE.name, "run": load_run(FIXTURE), "records": load_records(FIXTURE),
-                          "probe": load_probe(FIXTURE)}])
+    return build_series([RunSource(FIXTURE.name, load_run(FIXTURE), load_records(FIXTURE), load_probe(FIXTURE))])
 
 
 # (levels of successive samples, expected (second, level) starts); written before the code ran.

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from loadgen import cli
 from loadgen.core.errors import ResultsError
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run, load_run_dict
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 GOOD_DOC = json.loads((FIXTURE / "run.json").read_text())
@@ -63,7 +63,7 @@ def assert_clean(code: int, err: str) -> None:
 
 
 def _reads(path: Path) -> None:
-    for load in (load_run, load_records, load_probe):
+    for load in (load_run, load_run_dict, load_records, load_probe):
         try:
             load(path)
         except ResultsError as exc:

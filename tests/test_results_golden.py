@@ -15,7 +15,7 @@ import pytest
 from loadgen.analysis.aggregate import summarize_level
 from loadgen.analysis.saturation import target_verdict
 from loadgen.core.rundoc import LevelSummary, is_open_loop
-from loadgen.results.reader import load_probe, load_records, load_run
+from loadgen.results.reader import load_probe, load_records, load_run_dict
 
 DATA = Path(__file__).parent / "data"
 V2 = ["sweep-sim-v2", "rate-sim-v2"]
@@ -35,13 +35,13 @@ def as_golden(written: dict, golden: dict) -> dict:
 @pytest.mark.parametrize("name", V2)
 def test_a_version_2_run_reads_back_byte_for_byte(name):
     path = DATA / name / "run.json"
-    doc = load_run(path.parent)
+    doc = load_run_dict(path.parent)
     assert json.dumps(doc, indent=2, allow_nan=False) + "\n" == path.read_text(encoding="utf-8")
 
 
 def test_a_version_1_run_reads_as_before_with_its_level_keys_filled_in():
     raw = json.loads((DATA / "sweep-smollm2" / "run.json").read_text(encoding="utf-8"))
-    doc = load_run(DATA / "sweep-smollm2")
+    doc = load_run_dict(DATA / "sweep-smollm2")
     assert doc["schema_version"] == 1 and not is_open_loop(doc)
     for raw_target, target in zip(raw["targets"], doc["targets"]):
         for raw_level, level in zip(raw_target["levels"], target["levels"]):
@@ -50,7 +50,7 @@ def test_a_version_1_run_reads_as_before_with_its_level_keys_filled_in():
 
 @pytest.mark.parametrize("name", V2)
 def test_every_level_round_trips_through_the_one_level_schema(name):
-    for target in load_run(DATA / name)["targets"]:
+    for target in load_run_dict(DATA / name)["targets"]:
         for level in target["levels"]:
             read = msgspec.convert(level, LevelSummary).to_dict(client_load=True)
             assert all(read[k] is None for k in set(read) - set(level))  # a newer field: its default
@@ -59,7 +59,7 @@ def test_every_level_round_trips_through_the_one_level_schema(name):
 
 @pytest.mark.parametrize("name", V2)
 def test_the_writers_figures_rebuild_every_level_and_verdict(name):
-    doc = load_run(DATA / name)
+    doc = load_run_dict(DATA / name)
     records, samples = load_records(DATA / name), load_probe(DATA / name)
     open_loop = is_open_loop(doc)
     assert open_loop == (name == "rate-sim-v2")

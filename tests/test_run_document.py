@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from loadgen.core.rundoc import RunDocument, RunKind, is_open_loop
-from loadgen.results.reader import load_document, load_run
+from loadgen.results.reader import load_run, load_run_dict
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = sorted(p.name for p in DATA.iterdir() if (p / "run.json").is_file())
@@ -17,7 +17,7 @@ GOLDEN = sorted(p.name for p in DATA.iterdir() if (p / "run.json").is_file())
 
 @pytest.mark.parametrize("name", GOLDEN)
 def test_a_golden_run_reads_back_typed_with_every_figure_it_holds(name):
-    raw, doc = load_run(DATA / name), load_document(DATA / name)
+    raw, doc = load_run_dict(DATA / name), load_run(DATA / name)
     assert doc.kind is RunKind(raw["kind"]) and doc.kind.has_levels
     assert doc.open_loop == is_open_loop(raw)
     assert [t.label for t in doc.targets] == [t["label"] for t in raw["targets"]]

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from loadgen.results.reader import load_probe, load_run
+from loadgen.results.reader import load_probe, load_run_dict
 from servers import LOADGEN, start_llama_server, sweep
 
 pytestmark = pytest.mark.real
@@ -43,7 +43,7 @@ def test_four_slot_server_at_1_and_2_does_not_queue(real_servers, tmp_path):
     four, _ = real_servers
     proc = sweep("--ports", str(four.port), "--concurrency", "1,2", "--n-predict", "16", "--output", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
-    v = verdict(load_run(tmp_path / "r"), "smollm2-4slot")
+    v = verdict(load_run_dict(tmp_path / "r"), "smollm2-4slot")
     # No request waited for a slot: the server deferred none and never had more than 2 busy.
     assert all(lv["peak_deferred"] == 0 for lv in v["levels"])
     assert all(lv["peak_busy_slots"] <= 2 for lv in v["levels"])
@@ -69,7 +69,7 @@ def test_without_metrics_queuing_is_still_judged_and_the_gap_is_said(tmp_path):
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr
-    doc = load_run(tmp_path / "r")
+    doc = load_run_dict(tmp_path / "r")
     assert doc["targets"][0]["server"]["metrics_enabled"] is False
     assert proc.stderr.count("/metrics is off") == 1  # said once
     v = verdict(doc, "nometrics")
@@ -99,7 +99,7 @@ def test_four_slot_server_on_a_doubling_ladder_shows_its_full_slots(real_servers
     proc = sweep("--ports", str(four.port), "--concurrency", "1,2,4,8", "--n-predict", "32",
                  "--output", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
-    v = verdict(load_run(tmp_path / "r"), "smollm2-4slot")
+    v = verdict(load_run_dict(tmp_path / "r"), "smollm2-4slot")
     c8 = next(lv for lv in v["levels"] if lv["level"] == 8)
     assert c8["peak_busy_slots"] == 4 and c8["peak_deferred"] >= 1
     assert v["verdict"][0].startswith("smollm2-4slot ")

@@ -22,7 +22,7 @@ from contextlib import ExitStack
 import pytest
 
 from loadgen.analysis.saturation import LevelPoint, find_knee
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import SimProcess, sweep
 
 
@@ -104,7 +104,7 @@ def test_the_rule_against_simulated_servers(sims, tmp_path, slots, ladder, expec
                  "--requests", str(max(24, 3 * max(ladder))), "--warmup", "1", "--no-histograms",
                  "--output", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr
-    verdict = load_run(out)["targets"][0]["verdict"]
+    verdict = load_run_dict(out)["targets"][0]["verdict"]
     knee = verdict["knee"]
     got = None if knee is None else (("at_or_below", knee["at"]) if knee["at_or_below"] else
                                      ("between", *knee["between"]) if knee["between"] else ("at", knee["at"]))

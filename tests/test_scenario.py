@@ -12,7 +12,7 @@ import pytest
 from loadgen import cli
 from loadgen.cli.run import MODES
 from loadgen.cli.scenario import keys_of
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
@@ -107,7 +107,7 @@ def test_set_overrides_the_file_and_smoke_runs_on_a_simulator(simulator, tmp_pat
                            "--set", "n_predict=5", "--set", f"output={out}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["config"]["n_predict"] == 5 and doc["config"]["prompt_tokens"] == 64  # --set / the file
     assert [t["url"] for t in doc["targets"]] == [simulator]
     assert [lv["concurrency"] for lv in doc["targets"][0]["levels"]] == [1]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.core import records as record_kinds
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
@@ -42,7 +42,7 @@ def test_prefill_reports_a_longer_prompt_taking_longer(real_servers, tmp_path):
     proc = loadgen("prefill", "--url", one.url, "--prompt-tokens", "128,512", "--repeat", "1", "--warmup", "0",
                    "--output", out)
     assert proc.returncode == 0, proc.stderr
-    rows = {r["prompt_tokens"]: r for r in load_run(out)["targets"][0]["prefill"]["rows"]}
+    rows = {r["prompt_tokens"]: r for r in load_run_dict(out)["targets"][0]["prefill"]["rows"]}
     for n in (128, 512):
         assert rows[n]["requests_ok"] == 1 and abs(rows[n]["prompt_n"]["mean"] - n) <= 1
         assert rows[n]["prompt_tok_s"]["mean"] > 0 and rows[n]["ttft_ms"]["mean"] >= rows[n]["prompt_ms"]["mean"]
@@ -56,7 +56,7 @@ def test_depth_reports_both_depths_and_skips_one_past_a_slots_context(real_serve
     proc = loadgen("depth", "--url", one.url, "--url", four.url, "--depths", "0,1024", "--n-predict", "16",
                    "--repeat", "1", "--warmup", "0", "--output", out)
     assert proc.returncode == 0, proc.stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     by_label = {t["label"]: t["depth"] for t in doc["targets"]}
     deep = {r["depth"]: r for r in by_label[one.alias]["rows"]}
     assert by_label[one.alias]["n_ctx"] == 4096
@@ -106,7 +106,7 @@ def test_a_soak_checkpoints_and_rides_out_a_server_restart(tmp_path):
         server.stop()
     assert proc.returncode == 0, stderr
     assert len(checkpoints) >= 2, checkpoints  # written while it ran, not only at the end
-    doc = load_run(out)
+    doc = load_run_dict(out)
     soak = doc["targets"][0]["soak"]
     assert doc["complete"] is True and doc["targets"][0]["error"] is None
     assert soak["requests_failed"] >= 1

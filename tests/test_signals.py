@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, SimProcess
 
 N_PREDICT = 16
@@ -71,7 +71,7 @@ def sweep_until(url: str, out: Path, after: int, signals: list[signal.Signals], 
 
 def check_incomplete_run(out: Path, at_least: int) -> tuple[dict, list]:
     doc = json.loads((out / "run.json").read_text())  # valid JSON, and a valid loadgen run:
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     assert doc["complete"] is False and doc["interrupted"] is True
     level = doc["targets"][0]["levels"][0]
     assert level["stopped_reason"] == "interrupted"
@@ -103,7 +103,7 @@ def test_a_signal_before_the_first_answer_still_writes_a_valid_file(sim_url, tmp
     proc = sweep_until(sim_url, out, 0, [signal.SIGINT])
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["complete"] is False and doc["interrupted"] is True
 
 
@@ -170,7 +170,7 @@ def test_signals_after_the_run_ended_are_loadgens_until_exit(sim_url, tmp_path, 
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     level = doc["targets"][0]["levels"][0]
     assert level["requests_ok"] == 4 and level["requests_cancelled"] == 0
 

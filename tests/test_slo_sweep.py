@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.analysis.slo import judge_level, parse_slo
 from loadgen.core.records import RequestRecord
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import SimThread
 
 
@@ -33,7 +33,7 @@ def test_sweep_judges_every_level_as_its_records_say(loadgen, tmp_path):
     table = printed["tables"][0]
     assert "attain" in table["columns"] and "goodput req/s" in table["columns"]
     assert any(line.startswith("SLO: ttft≤40 ms, e2e≤2 s") for line in printed["notes"])
-    load_run(out)  # the file still reads back
+    load_run_dict(out)  # the file still reads back
 
 
 @pytest.mark.parametrize("args, message", [

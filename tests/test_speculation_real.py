@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.analysis.speculation import NO_SPECULATION
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import start_llama_server, sweep
 from servers import testbed_paths as server_and_model  # not collected as a test
 
@@ -50,7 +50,7 @@ def test_each_levels_acceptance_is_the_token_weighted_ratio_of_its_records(serve
     proc = sweep(*(a for s in servers for a in ("--url", s.url)), "--concurrency", "1,2", "--requests", "4",
                  "--n-predict", "24", "--temperature", "0", "--prompt", PROMPT, "--output", str(out), timeout=240)
     assert proc.returncode == 0, proc.stderr
-    doc, records = load_run(out), load_records(out)
+    doc, records = load_run_dict(out), load_records(out)
     *drafting, plain_doc = doc["targets"]
     for target in drafting:
         assert target["server"]["speculative"] is True, target["server"]

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from loadgen.analysis import metrics
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import LOADGEN, start_llama_server
 
 pytestmark = pytest.mark.real
@@ -102,7 +102,7 @@ def test_killing_a_server_mid_sweep_keeps_the_other_targets_levels(real_servers,
         victim.stop()
     assert proc.returncode == 1, stderr
     assert victim.url in stderr and "Traceback" not in stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["complete"] is False
     dead, alive = doc["targets"]
     assert dead["error"] and victim.url in dead["error"]
@@ -129,7 +129,7 @@ def test_a_signal_cancels_in_flight_requests_and_keeps_a_valid_incomplete_run(re
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
     assert "Traceback" not in stderr
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["complete"] is False and doc["interrupted"] is True
     levels = doc["targets"][0]["levels"]
     assert levels[0]["requests_ok"] == 40

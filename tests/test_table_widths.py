@@ -28,7 +28,7 @@ from loadgen.output.comparison import comparison_table
 from loadgen.output.grid_table import grid_table
 from loadgen.output.layout import Grid, Num, rich_tables, text_of
 from loadgen.output.tables import run_grids
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from loadgen.results.sides import load_side
 
 DATA = Path(__file__).parent / "data"
@@ -105,7 +105,7 @@ def grid_summary_grid() -> Grid:
 
 
 def every_grid() -> list[tuple[str, Grid]]:
-    docs = {name: load_run(DATA / name) for name in GOLDEN}
+    docs = {name: load_run_dict(DATA / name) for name in GOLDEN}
     docs |= {"prefill": prefill_doc(), "depth": depth_doc(), "soak": soak_doc()}
     docs |= {f"{name} (wide)": widened(doc) for name, doc in list(docs.items())}
     grids = [(f"{name}: {g.title}", g) for name, doc in docs.items() for g in run_grids(doc)]

@@ -15,9 +15,10 @@ import pytest
 from loadgen.client.telemetry import sample_from_metrics
 from machine_tree import build_tree, set_energy
 from servers import _missing, free_port, in_process_cli, terminate
+from test_env import HWMON, build_hwmon
 from test_env_sweep import StandIn, sweep
 
-COLLECTORS = ("cpu", "cpufreq", "rapl", "meminfo", "uname")
+COLLECTORS = ("cpu", "cpufreq", "rapl", "meminfo", "uname", "hwmon")
 
 
 def start_node_exporter(sysfs: Path, procfs: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -53,6 +54,7 @@ def loadgen(monkeypatch, capsys):
 def test_node_exporter_gives_the_figures_the_tree_gives(tmp_path, loadgen):
     sysfs, procfs = build_tree(tmp_path / "m", rapl_uj=123_456_789, steal=3_000, total=200_000,
                                swap_used_kb=1024 * 1024)
+    build_hwmon(sysfs)
     proc, url = start_node_exporter(sysfs, procfs, tmp_path / "ne.log")
     try:
         code, direct, err = loadgen("env", "--sysfs", sysfs, "--procfs", procfs, "--interval", "0", "--format", "json")
@@ -72,6 +74,8 @@ def test_node_exporter_gives_the_figures_the_tree_gives(tmp_path, loadgen):
     assert far["memory"]["total_mib"] == local["memory"]["total_mib"] == 16384
     assert far["cpu"]["logical_cores"] == 1  # /proc/stat of the tree has one cpuN line
     assert (far["cpu"]["min_mhz"], far["cpu"]["max_mhz"]) == (local["cpu"]["min_mhz"], local["cpu"]["max_mhz"])
+    temperatures = [(t["chip"], t["sensor"], t["celsius"]) for t in far["sample"]["temperatures"]]
+    assert temperatures == [(t["chip"], t["sensor"], t["celsius"]) for t in local["sample"]["temperatures"]] == HWMON
 
 
 def test_energy_per_token_through_node_exporter(tmp_path, loadgen):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from loadgen.core.errors import ConfigError
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from loadgen.run.trace_replay import TraceRequest, plan_replay, read_trace
 from servers import SimThread
 
@@ -82,7 +82,7 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
     for r, shape, offset in zip(records, plan.shapes, plan.offsets_ns):
         assert (r.prompt_n, r.predicted_n) == (shape.prompt_tokens, shape.n_predict)
         assert r.intended_ns - records[0].intended_ns == offset  # each request due at its trace time
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["config"]["mode"] == "rate" and doc["config"]["workload"]["replay"]["trace"] == "t.jsonl"
     level = doc["targets"][0]["levels"][0]
     assert level["requests_ok"] == 4 and level["schedule_lag_ms"] is not None

@@ -499,7 +499,7 @@ async def llama_like(request, writer):
 
 @pytest.mark.parametrize("transport", ["fast", "aiohttp"])
 def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, tmp_path, transport):
-    from loadgen.results.reader import load_records, load_run
+    from loadgen.results.reader import load_records, load_run_dict
 
     context, _ = self_signed_tls(tmp_path)
     with ThreadedServer(llama_like, tls=context) as server:
@@ -510,7 +510,7 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
         assert "certificate verification failed" in err and "--insecure" in err
         code, _, err = loadgen(*args, "--insecure", "--output", tmp_path / "ok")
         assert code == 0, err
-    doc = load_run(tmp_path / "ok")
+    doc = load_run_dict(tmp_path / "ok")
     assert doc["config"]["transport"] == transport and doc["config"]["insecure"] is True
     assert doc["targets"][0]["read_clock"] == "loop"  # TLS reads are timed by the loop
     assert [lv["requests_ok"] for lv in doc["targets"][0]["levels"]] == [3, 3]
@@ -520,14 +520,14 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
 @pytest.mark.parametrize("transport,clock", [("fast", "kernel"), ("aiohttp", "loop")])
 def test_run_json_says_how_reads_were_timed(loadgen, tmp_path, transport, clock):
-    from loadgen.results.reader import load_run
+    from loadgen.results.reader import load_run_dict
 
     with ThreadedServer(llama_like) as server:
         code, _, err = loadgen("sweep", "--url", server.url, "--concurrency", "1", "--requests", "2", "--warmup", "0",
                                "--transport", transport, "--no-histograms", "--wait-ready", "1",
                                "--output", tmp_path / "run")
     assert code == 0, err
-    assert load_run(tmp_path / "run")["targets"][0]["read_clock"] == clock
+    assert load_run_dict(tmp_path / "run")["targets"][0]["read_clock"] == clock
 
 
 def test_unknown_transport_is_a_usage_error(loadgen):

@@ -12,7 +12,7 @@ from loadgen.analysis.aggregate import summarize_level
 from loadgen.analysis.trim import Trim, trim_level
 from loadgen.core import records
 from loadgen.core.records import RequestRecord
-from loadgen.results.reader import load_run
+from loadgen.results.reader import load_run_dict
 from servers import SimThread
 
 S = 1_000_000_000
@@ -88,7 +88,7 @@ def test_sweep_trims_the_figures_and_keeps_the_records(loadgen, tmp_path):
     assert lv["wall_s"] == pytest.approx(summarize_level(2, expected.kept).wall_s)
     notes = json.loads(stdout)["notes"]
     assert any(n.startswith("--trim 20%:") and f"c=2 {expected.head} + {expected.tail} left out" in n for n in notes), notes
-    load_run(out)
+    load_run_dict(out)
     code, _, err = loadgen("export", out, "--format", "csv", "--output", tmp_path / "csv")
     assert code == 0, err
     row = next(csv.DictReader((tmp_path / "csv" / "levels.csv").open()))

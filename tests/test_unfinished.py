@@ -61,10 +61,10 @@ def test_analyze_summarises_the_level_a_kill_left_unsummarised(tmp_path, levels,
     path = _run_dir(tmp_path, levels, C1 + C4, complete)
     result = CliRunner().invoke(analyze, [str(path), "--format", "json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    run = load_source(str(path))["run"]
-    got = {lv["level"]: (lv["requests_ok"], lv["requests_failed"], lv.get("requests_lost", 0),
-                         "killed" if lv.get("stopped_reason") == "incomplete: the run was killed during this level"
-                         else lv.get("stopped_reason")) for lv in run["targets"][0]["levels"]}
+    run = load_source(str(path)).run
+    got = {lv.level: (lv.requests_ok, lv.requests_failed, lv.requests_lost,
+                      "killed" if lv.stopped_reason == "incomplete: the run was killed during this level"
+                      else lv.stopped_reason) for lv in run.targets[0].levels}
     assert got == expected  # what `report` reads
     said = result.stderr if hasattr(result, "stderr") else result.output
     killed = [k for k, v in expected.items() if v[3] == "killed"]

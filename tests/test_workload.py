@@ -16,7 +16,7 @@ from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.errors import ConfigError
 from loadgen.core.records import RequestRecord
 from loadgen.core.workload import LengthSpec, RequestShape, Workload, lognormal_params, parse_length_spec
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from servers import SimThread
 
 stats = pytest.importorskip("scipy.stats")
@@ -185,7 +185,7 @@ def test_a_drawn_sweep_asks_each_request_for_its_shape_and_gets_it(loadgen, tmp_
         assert (r.prompt_tokens_target, r.n_predict_target) == (shape.prompt_tokens, shape.n_predict)
         # The simulator tokenizes as its /tokenize does: the drawn length is the prompt, salt included.
         assert (r.prompt_n, r.predicted_n) == (shape.prompt_tokens, shape.n_predict)
-    doc = load_run(out)
+    doc = load_run_dict(out)
     assert doc["config"]["workload"] == {"prompt_tokens": "uniform:40:300", "n_predict": "normal:12,4,min=2,max=30",
                                          "seed": 5, "shapes": 256}
     level = doc["targets"][0]["levels"][0]

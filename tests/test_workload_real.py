@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from loadgen.core.workload import Workload, parse_length_spec
-from loadgen.results.reader import load_records, load_run
+from loadgen.results.reader import load_records, load_run_dict
 from loadgen.run.trace_replay import plan_replay, read_trace
 from servers import LOADGEN, start_llama_server
 
@@ -51,7 +51,7 @@ def test_each_prompt_n_is_its_drawn_length_and_each_answer_its_drawn_n_predict(s
     sent = [r.prompt_n for r in records]
     if api == "llamacpp":
         assert stats.kstest(sent, stats.uniform(79.5, 161).cdf).pvalue > 0.01
-    level = load_run(out)["targets"][0]["levels"][0]
+    level = load_run_dict(out)["targets"][0]["levels"][0]
     assert level["prompt_n"]["max"] == max(sent) and level["prompt_n"]["count"] == requests
 
 

@@ -9,13 +9,27 @@ The lines, as llama.cpp prints them (matched with loose whitespace, any log pref
   `srv  init: using N threads for HTTP server` (the HTTP threads: `--threads-http`, or by default
   max(n_parallel + 4, cores − 1) in build 11434, which also adds threads on demand).
 A second cache (sliding window) prints its own `llama_kv_cache: size` line: the sizes add up.
+
+The decisions the server takes at boot (`server_boot`, the fingerprint's `boot`; docs/environment.md):
+- flash attention: as `--flash-attn auto` resolved it, `resolve_fused_ops: Flash Attention enabled`
+  (build 11434) or `... Flash Attention was auto, set to enabled|disabled` (`llama_context:` or
+  `sched_reserve:` in other builds), else what was asked, `llama_context: flash_attn = on|off`;
+- `--fit` (on by default; `common_params_fit_impl:`, `llama_params_fit_impl:` in older builds):
+  `context size reduced from A to B`, a device's `- DEV (name): N layers, ...`, `will leave X >= Y
+  MiB of free device memory, no changes needed`, `failed to fit params to free device memory: why`;
+- offloaded layers: `load_tensors: offloaded N/M layers to GPU`;
+- slots and their context: the `initializing` line above, or a later build's `initializing slots,
+  n_slots = N` with `slot load_model: id 0 | task -1 | new slot, n_ctx = M`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ..core.environment import ServerBoot
 
 _INT = {
     "n_seq_max": re.compile(r"llama_context:\s+n_seq_max\s*=\s*(\d+)"),
@@ -30,6 +44,20 @@ _KV = re.compile(r"llama_kv_cache:\s+size\s*=\s*([\d.]+)\s*MiB\s*\(\s*(\d+)\s+ce
                  r"\s+seqs\)(?:,\s*K\s*\((\w+)\):\s*[\d.]+\s*MiB,\s*V\s*\((\w+)\))?")
 _RECURRENT = re.compile(r"llama_memory_recurrent:\s+size\s*=\s*([\d.]+)\s*MiB")
 _BUILD = re.compile(r"\bbuild[:\s]+(\d+\s*\([^)]*\))")
+_SLOT_CTX = re.compile(r"new slot,\s*n_ctx\s*=\s*(\d+)")  # a later build's per-slot context
+_FLASH_DECIDED = re.compile(r"Flash Attention (?:was \w+, set to )?(enabled|disabled)")
+_FLASH_ASKED = re.compile(r"llama_context:\s+flash_attn\s*=\s*(\w+)")
+_FLASH_WORDS = {"enabled": True, "on": True, "1": True, "true": True,
+                "disabled": False, "off": False, "0": False, "false": False}
+_OFFLOADED = re.compile(r"offloaded\s+(\d+)/(\d+)\s+layers\s+to\s+GPU")
+_FIT_LINES = (  # (pattern, what the decision is called): each line of --fit that says what it did
+    (re.compile(r"params_fit_impl:.*context size reduced from (\d+) to (\d+)"), "context {} → {}"),
+    (re.compile(r"params_fit_impl:\s+-\s+(\S+)(?:\s+\([^)]*\))?:\s+(\d+)\s+layers"), "{}: {} layers"),
+    (re.compile(r"params_fit_impl:.*(no changes needed)"), "{}"),
+    (re.compile(r"(?:fit_params|params_fit):.*failed to fit params to free device memory:\s*(.*?)\s*$"), "not applied: {}"),
+)
+# Flags of a command line that loadgen chose for the run (a free port) or that change no figure.
+_UNCOMPARED_FLAGS = ("--port", "--host")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +112,54 @@ def boot_facts(text: str) -> BootFacts:
     m = _BUILD.search(text)
     values["build"] = m.group(1).strip() if m else None
     return BootFacts(**values)
+
+
+def flash_attn(text: str) -> bool | None:
+    """Whether the server runs with flash attention: as `auto` resolved it, else as asked; None: not said."""
+    m = _FLASH_DECIDED.search(text)
+    if m:
+        return m.group(1) == "enabled"
+    m = _FLASH_ASKED.search(text)
+    return _FLASH_WORDS.get(m.group(1).lower()) if m else None
+
+
+def fit_decisions(text: str) -> tuple[str, ...] | None:
+    """What `--fit` did, in the log's order ("context 262144 → 4096", "CUDA0: 20 layers", "no changes
+    needed", "not applied: n_gpu_layers already set by user to 99, abort"); None: the log says nothing of it."""
+    out = []
+    for line in text.splitlines():
+        for pattern, said in _FIT_LINES:
+            m = pattern.search(line)
+            if m:
+                out.append(said.format(*m.groups()))
+                break
+    return tuple(out) if out else None
+
+
+def compared_flags(argv: Sequence[str]) -> tuple[str, ...]:
+    """A server's command line as runs compare it: without the program (its build is recorded) and
+    without the flags loadgen picks per run (`--port`, `--host`)."""
+    out, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in _UNCOMPARED_FLAGS:
+            skip = True
+        elif arg.partition("=")[0] not in _UNCOMPARED_FLAGS:
+            out.append(arg)
+    return tuple(out)
+
+
+def server_boot(text: str, argv: Sequence[str]) -> ServerBoot:
+    """What a server loadgen started decided at boot, from its log and its command line."""
+    facts = boot_facts(text)
+    m = _SLOT_CTX.search(text)
+    offloaded = _OFFLOADED.search(text)
+    return ServerBoot(flags=compared_flags(argv), build=facts.build, n_slots=facts.n_slots,
+                      n_ctx_slot=facts.n_ctx_slot if facts.n_ctx_slot is not None else (int(m.group(1)) if m else None),
+                      kv_unified=facts.kv_unified, flash_attn=flash_attn(text), fit=fit_decisions(text),
+                      offloaded_layers=f"{offloaded.group(1)}/{offloaded.group(2)}" if offloaded else None,
+                      http_threads=facts.http_threads)
 
 
 # Lines llama-server prints as it exits (any exit, a clean stop included): a table of memory use

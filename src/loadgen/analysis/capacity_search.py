@@ -38,6 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
 
 PASS, FAIL, INCONCLUSIVE, REPEAT = "pass", "fail", "inconclusive", "repeat"
 CLIFF, SMOOTH = "cliff", "smooth"
@@ -198,10 +201,37 @@ def conclude(history: Mapping[int | float, Sequence[Probe]], repeat: int = DEFAU
 DECODE_SLOWER = 0.85
 
 
-def why(binding: str | None, lo: Mapping[str, object] | None, hi: Mapping[str, object] | None,
-        hi_verdict: Mapping[str, object] | None, total_slots: int | None) -> str:
+_F = TypeVar("_F", bound=msgspec.Struct)
+
+
+class _Wait(msgspec.Struct, frozen=True):
+    p50: float | None = None
+
+
+class _LevelFacts(msgspec.Struct, frozen=True):
+    """What `why` reads of a level's summary (`core.rundoc.Level`, or its dict as run.json holds it)."""
+
+    errors_by_kind: dict[str, int] = {}
+    decode_tok_s_mean: float | None = None
+
+
+class _VerdictFacts(msgspec.Struct, frozen=True):
+    """What `why` reads of a level of the saturation verdict (`core.rundoc.LevelVerdict`, or its dict)."""
+
+    queue_cause: str | None = None
+    slot_wait_ms: _Wait | None = None
+    queued_wait_ms: _Wait | None = None
+    queue_wait_ms: _Wait | None = None
+
+
+def _facts(value: Any, cls: type[_F]) -> _F | None:
+    return None if value is None else msgspec.convert(value, cls, from_attributes=True, strict=False)
+
+
+def why(binding: str | None, lo: Any, hi: Any, hi_verdict: Any, total_slots: int | None) -> str:
     """Why the first failing level fails, from its run.json summary (`hi`), its saturation verdict
-    level (`hi_verdict`: queue_cause, queue waits) and the last passing level's summary (`lo`):
+    level (`hi_verdict`: queue_cause, queue waits) and the last passing level's summary (`lo`), each
+    typed (`core.rundoc.Level`, `LevelVerdict`) or as run.json holds it, or None:
     - requests failed (binding "error"): how many and of which kind;
     - its queued requests waited for a slot (queue_cause "slots"): the slots are full, with the
       median wait of the requests that queued;
@@ -209,28 +239,26 @@ def why(binding: str | None, lo: Mapping[str, object] | None, hi: Mapping[str, o
     - behind another request's prompt (queue_cause "prefill");
     - else per-request decode speed fell by more than 15% from lo: decode slows with the batch;
     - else "" (nothing in the evidence explains it)."""
-    if hi is None:
+    after = _facts(hi, _LevelFacts)
+    if after is None:
         return ""
     if binding == "error":
-        errors = hi.get("errors_by_kind")
-        kinds = ", ".join(f"{n} {k}" for k, n in sorted(errors.items())) if isinstance(errors, Mapping) else ""
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(after.errors_by_kind.items()))
         return f"requests fail ({kinds})" if kinds else "requests fail"
-    v = hi_verdict or {}
-    cause = v.get("queue_cause")
-    waits = v.get("slot_wait_ms") or v.get("queued_wait_ms") or v.get("queue_wait_ms")
-    median = waits.get("p50") if isinstance(waits, Mapping) else None
-    wait = f" (median {median:,.0f} ms)" if isinstance(median, (int, float)) else ""
-    if cause == "slots":
+    v = _facts(hi_verdict, _VerdictFacts) or _VerdictFacts()
+    waits = v.slot_wait_ms or v.queued_wait_ms or v.queue_wait_ms
+    median = waits.p50 if waits is not None else None
+    wait = f" (median {median:,.0f} ms)" if median is not None else ""
+    if v.queue_cause == "slots":
         slots = ("its slot is" if total_slots == 1 else f"its {total_slots} slots are") if total_slots else \
             "its slots are"
         return f"{slots} full and requests queue{wait}"
-    if cause == "outside":
+    if v.queue_cause == "outside":
         return f"requests wait outside the server with a slot free{wait}: its HTTP threads (--threads-http)"
-    if cause == "prefill":
+    if v.queue_cause == "prefill":
         return f"requests wait behind other requests' prompts{wait}"
-    before = lo.get("decode_tok_s_mean") if lo else None
-    after = hi.get("decode_tok_s_mean")
-    if isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0 \
-            and after < DECODE_SLOWER * before:
-        return f"decode slows with the batch ({before:,.1f} → {after:,.1f} tok/s per request)"
+    before = (_facts(lo, _LevelFacts) or _LevelFacts()).decode_tok_s_mean
+    decode = after.decode_tok_s_mean
+    if before is not None and decode is not None and before > 0 and decode < DECODE_SLOWER * before:
+        return f"decode slows with the batch ({before:,.1f} → {decode:,.1f} tok/s per request)"
     return ""

@@ -15,7 +15,9 @@ Three rules, each over recorded `core.environment` records:
   link *under load* (the lowest generation and width its samples saw: GPUs lower the link at idle,
   so only a level's samples tell). Differences are lines such as
   "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16". A server build that
-  differs is a note, not a difference: comparing builds is what a gate is for.
+  differs is a note, not a difference: comparing builds is what a gate is for; so is a flag or a
+  boot decision (slots, context per slot, flash attention, --fit, offloaded layers, HTTP threads)
+  of a server loadgen started (`Fingerprint.boot`, `loadgen grid`).
 
 `compare`, `gate` and `ab` refuse (core.errors.EXIT_ENV_CHANGED) when the two sides differ, unless
 --allow-env-change, and warn about every level that changed during it (not a refusal: steal on a
@@ -34,6 +36,7 @@ from typing import Any
 
 from ..core.environment import EnvSample, Fingerprint, GpuFacts, PciLink, fingerprint_from, samples_from
 from ..core.rundoc import RunDocument
+from ..core.server_props import ServerProps
 
 STEAL_LIMIT = 0.02  # more than 2% of the CPU time stolen by the hypervisor: another tenant competes
 THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
@@ -200,8 +203,27 @@ def _static_facts(fp: Fingerprint) -> dict[str, Any]:
 def _server_builds(fp: Fingerprint | None) -> dict[str, Any]:
     """label -> the server's build (/props build_info): what a comparison often compares, so a
     difference is said, never refused."""
-    return {label: props.get("build_info") for label, props in sorted(((fp.server if fp else None) or {}).items())
+    return {label: ServerProps.of(props).build_info for label, props in sorted(((fp.server if fp else None) or {}).items())
             if isinstance(props, Mapping)}
+
+
+_BOOT_NAMES = {"flags": "flags", "n_slots": "slots", "n_ctx_slot": "context per slot", "kv_unified": "unified KV cache",
+               "flash_attn": "flash attention", "fit": "--fit", "offloaded_layers": "offloaded layers",
+               "http_threads": "HTTP threads"}  # the build is the /props note's
+
+
+def _boot_notes(base: Fingerprint | None, cand: Fingerprint | None) -> list[str]:
+    """A note per boot decision (or the flags) of a server loadgen started that differs between the
+    sides' first runs: said, never refused (a grid's cells differ in exactly these)."""
+    base_boot, cand_boot = ((fp.boot or {}) if fp else {} for fp in (base, cand))
+    out = []
+    for label in sorted(base_boot.keys() & cand_boot.keys()):
+        for field, name in _BOOT_NAMES.items():
+            a, b = getattr(base_boot[label], field), getattr(cand_boot[label], field)
+            if a != b:
+                shown = [f"`{' '.join(v)}`" if field == "flags" else _show(v) for v in (a, b)]
+                out.append(f"{label}: server {name} {shown[0]} in the baseline, {shown[1]} in the candidate")
+    return out
 
 
 def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -209,7 +231,7 @@ def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]
     the lowest generation and width its samples saw."""
     out: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for t in doc.targets:
-        for lv in t.levels:
+        for lv in t.machine_levels():
             seen: dict[str, tuple[list[int], list[int], str]] = {}
             for s in samples_from(lv.environment):
                 for addr, (gen, width, name) in _accelerator_links(s).items():
@@ -218,7 +240,7 @@ def _level_links(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]
                     widths += [width] if width is not None else []
             for gens, widths, name in seen.values():
                 out.setdefault((t.label, name), []).append(
-                    (str(lv.level), _gen_width(min(gens, default=None), min(widths, default=None))))
+                    (lv.name, _gen_width(min(gens, default=None), min(widths, default=None))))
     return out
 
 
@@ -275,6 +297,7 @@ def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
         if base_builds[label] != cand_builds[label]:
             notes.append(f"{label}: server build {_show(base_builds[label])} in the baseline, "
                          f"{_show(cand_builds[label])} in the candidate")
+    notes += _boot_notes(base.fingerprints[0], cand.fingerprints[0])
     out = []
     first = base.facts[0]
     for key, value in first.items():
@@ -301,9 +324,9 @@ def changed_levels(docs: Iterable[RunDocument | dict[str, Any]]) -> list[str]:
     out = []
     for doc in docs:
         for t in RunDocument.of(doc).targets:
-            for lv in t.levels:
+            for lv in t.machine_levels():
                 for change in lv.environment_changed or level_changes(samples_from(lv.environment)):
-                    out.append(f"{t.label} at level {lv.level}: {change}")
+                    out.append(f"{t.label} at level {lv.name}: {change}")
     return out
 
 
@@ -312,4 +335,6 @@ def _show(value: Any) -> str:
         return "unknown"
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, tuple | list):
+        return "; ".join(map(str, value)) if value else "none"
     return str(value)

@@ -22,6 +22,7 @@ import msgspec
 from ..core.errors import ConfigError
 from ..core.griddoc import BootEntry, CacheCapacityEntry, CapacityEntry, GridRun, KvEstimateEntry
 from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
+from .env_drift import changed_levels, environment_differences
 from .grid_capacity import CellCapacity, best_cell, cell_capacity, cell_held
 from .metrics import MeanSd, mean_sd
 
@@ -192,6 +193,8 @@ class CellSummary:
     binding: str | None = None  # capacity: the target that bound most runs' answers
     # cache-capacity: the warm conversations predicted from the slots and --cache-ram (the runs' first)
     predicted_held: int | None = None
+    # The runs that finished ok, as read: what `machine_lines` compares between cells.
+    run_docs: tuple[RunDocument, ...] = field(default=(), compare=False, repr=False)
 
 
 def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
@@ -312,7 +315,22 @@ def summarize_cell(name: str, params: dict[str, str], runs: Sequence[CellRun | M
         predicted_held=next((h.predicted_capacity for h in held if h.predicted_capacity is not None), None),
         binding=max(bindings, key=bindings.count) if bindings else None,
         prompt_tok_s_by_length=_by_size(docs, "prompt_tok_s"), ttft_by_length=_by_size(docs, "ttft_ms"),
-        decode_by_depth=_by_size(docs, "decode_tok_s"))
+        decode_by_depth=_by_size(docs, "decode_tok_s"), run_docs=tuple(docs))
+
+
+def machine_lines(cells: Sequence[CellSummary]) -> list[str]:
+    """One line per way the machine under the cells differed (analysis/env_drift.py): each cell's
+    recorded environment against the first cell's (a link generation, a power limit, a governor:
+    what `compare` would refuse), and each level of a cell whose machine changed during it. The
+    flags and boot decisions that differ between cells are the grid's point, so they are not said."""
+    measured = [c for c in cells if c.run_docs]
+    lines: list[str] = []
+    for cell in measured[1:]:
+        differences, _ = environment_differences(measured[0].run_docs, cell.run_docs)
+        lines += [f"{cell.name} against {measured[0].name}: {d}" for d in differences]
+    for cell in measured:
+        lines += [f"{cell.name}: the machine changed during {line}" for line in changed_levels(cell.run_docs)]
+    return list(dict.fromkeys(lines))  # a difference inside the first cell's repeats is said once
 
 
 def _measure(answers: Sequence[CapacityEntry], held: Sequence[CacheCapacityEntry], docs: Sequence[RunDocument]) -> str:

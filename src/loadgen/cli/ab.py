@@ -27,12 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 from rich.console import Console
 
 from ..analysis.gate import run_gate
+from ..analysis.grid_cells import run_line
 from ..core.baseurl import BaseUrl, BaseUrlError
-from ..core.errors import EXIT_FAILED, InputError
+from ..core.errors import EXIT_FAILED, InputError, ResultsError
 from ..core.signals import LATCH
+from ..results.reader import load_run
 from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
@@ -83,8 +86,8 @@ def check_side(which: str, url: str, label: str, sweep_args: tuple[str, ...]) ->
 def done(out: Path) -> bool:
     """A run of an earlier ab that finished: its run.json says complete."""
     try:
-        return json.loads((out / "run.json").read_text()).get("complete") is True
-    except (OSError, ValueError, AttributeError):
+        return load_run(out).complete
+    except ResultsError:
         return False
 
 
@@ -97,7 +100,7 @@ def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, out
     if given:
         raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
     saved = load_ab(root)
-    return saved["baseline_url"], saved["candidate_url"], saved["repeat"], saved["label"], tuple(saved["sweep_args"])
+    return saved.baseline_url, saved.candidate_url, saved.repeat, saved.label, tuple(saved.sweep_args)
 
 
 def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
@@ -113,13 +116,22 @@ def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
     return root
 
 
-def load_ab(root: Path) -> dict[str, Any]:
+class AbPlan(msgspec.Struct, frozen=True):
+    """ab.json as `--resume` reads it (keys it does not read are ignored)."""
+
+    baseline_url: str
+    candidate_url: str
+    repeat: int
+    label: str
+    sweep_args: list[str]
+
+
+def load_ab(root: Path) -> AbPlan:
     try:
-        saved = json.loads((root / AB_FILE).read_text())
-        return {key: saved[key] for key in ("baseline_url", "candidate_url", "repeat", "label", "sweep_args")}
+        return msgspec.json.decode((root / AB_FILE).read_bytes(), type=AbPlan)
     except FileNotFoundError:
         raise InputError(f"{root}: no {AB_FILE}; give a folder written by `loadgen ab`") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, msgspec.DecodeError) as exc:
         raise InputError(f"{root / AB_FILE} is damaged ({exc}); start the A/B again") from None
 
 
@@ -134,11 +146,9 @@ def order(repeat: int) -> list[tuple[int, str]]:
 def run_summary(out: Path) -> str:
     """"12.3 tok/s at c=1, 20.1 at c=2" from a finished run's run.json."""
     try:
-        doc = json.loads((out / "run.json").read_text())
-        levels = doc["targets"][0]["levels"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return run_line(load_run(out))  # a sweep's levels: "12.3 tok/s at 1, 20.1 at 2"
+    except ResultsError:
         return "no levels"
-    return ", ".join(f"{lv['throughput_tok_s']:.1f} tok/s at {lv.get('level')}" for lv in levels) or "no levels"
 
 
 def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> subprocess.CompletedProcess:

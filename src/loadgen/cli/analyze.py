@@ -1,6 +1,6 @@
 """`loadgen analyze RESULTS_DIR`: reprint a saved run's tables and verdicts, no server needed.
 
-Reads through results/reader.py only, so it loads neither the engine nor an HTTP client.
+Reads through results/ only, so it loads neither the engine nor an HTTP client.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from ..analysis.saturation import target_verdict
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
 from ..output.cache import cache_capacity_table, kept_records
@@ -17,18 +16,17 @@ from ..output.grid_table import print_grid
 from ..output.layout import print_table
 from ..output.tables import print_run
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
-from ..results.percentiles import with_percentiles
 from ..results.reader import load_probe, load_records, load_run
+from ..results.reread import reanalyse
 from ..results.schema import CACHE_CAPACITY_FILE
-from ..results.unfinished import summarise_killed_levels
 from .options import PERCENTILES
 from .shared import console as _console
 from .shared import format_option
 
 
-def check_all_records(doc: dict, option: str) -> None:
+def check_all_records(doc: RunDocument, option: str) -> None:
     """ConfigError (one sentence) unless the run kept every request's record (--records all)."""
-    config = RunDocument.of(doc).config
+    config = doc.config
     kept = config.records if config is not None else "all"
     if kept != "all":
         raise ConfigError(f"{option} needs every request's record and this run kept {kept} (--records {kept}); "
@@ -59,29 +57,16 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         print_table(_console(), cache_capacity_table(read_cache_capacity(capacity_dir)))
         return
     doc = load_run(path)
-    if RunDocument.of(doc).kind in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK):
+    if doc.kind in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK):
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
     if percentiles:
         check_all_records(doc, "--percentiles")
-        with_percentiles(doc, records, percentiles)
-    summarise_killed_levels(doc, records)  # a level run.json lacks because the run was killed in it
-    typed = RunDocument.of(doc)
-    if not typed.complete and not any(t.levels for t in typed.targets):
+    doc = reanalyse(path, records, samples, percentiles, knee_gain, knee_latency)
+    if not doc.complete and not any(t.levels for t in doc.targets):
         # Killed before its first summary (run.json is rewritten every few seconds): say so.
-        _console().print(f"loadgen {typed.kind}  [incomplete]: stopped before a level was summarised; "
+        _console().print(f"loadgen {doc.kind}  [incomplete]: stopped before a level was summarised; "
                          f"{len(records)} request records were written", markup=False, highlight=False)
         return
-    config = typed.config
-    gain = next(g for g in (knee_gain, config.knee_gain if config is not None else None, 0.10) if g is not None)
-    latency = next(v for v in (knee_latency, config.knee_latency if config is not None else None, 0.50) if v is not None)
-    ladder = config is None or not config.classes  # request classes side by side are no ladder: no verdict
-    # The verdict reads the target as run.json holds it (its server's slots_enabled, which the
-    # typed document drops) and replaces the stored one.
-    for t, stored in zip(typed.targets, doc["targets"], strict=True):
-        if t.levels and ladder:
-            stored.update(verdict=target_verdict(stored, [r for r in records if r.target == t.label],
-                                                 [s for s in samples if s.target == t.label], gain, latency,
-                                                 typed.open_loop))
-    print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(typed, records))
+    print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(doc, records))

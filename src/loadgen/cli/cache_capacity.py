@@ -17,7 +17,7 @@ from ..analysis.cache import CapacitySummary, capacity_level, collapse_k, predic
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import EXIT_OK, ConfigError
-from ..core.rundoc import RunDocument
+from ..core.server_props import ServerProps
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
 from ..results.reader import load_records, load_run
@@ -95,12 +95,12 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
         code = execute_sweep(config, sub, _console(stderr=True), histograms=False, output_format=output_format)
         if code != EXIT_OK:
             sys.exit(code)
-        doc = RunDocument.of(load_run(sub))
+        doc = load_run(sub)
         levels.append(capacity_level(k, load_records(sub), _rss_mib(server_pid)))
     server = doc.targets[0].server if doc is not None and doc.targets else None
     slots = (server.total_slots if server is not None else None) or 1
-    n_ctx = ((server.props if server is not None else None) or {}).get("n_ctx")
-    predicted = predicted_capacity(slots, n_ctx if isinstance(n_ctx, int) else None, conversation_tokens + OWN_TOKENS,
+    n_ctx = ServerProps.of(server.props if server is not None else None).n_ctx
+    predicted = predicted_capacity(slots, n_ctx, conversation_tokens + OWN_TOKENS,
                                    n_predict, cache_ram_mib, bytes_per_token, cache_idle_slots, kv_unified,
                                    shared_tokens=conversation_tokens + 1)  # + BOS
     collapsed = collapse_k(levels)

@@ -23,7 +23,7 @@ from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, wh
 from ..analysis.slo import Slo, SloLevel
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import Level, RunDocument
+from ..core.rundoc import Level, RunDocument, SloJudgement
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
@@ -198,11 +198,6 @@ def _probe(level: Level, decision: str | None) -> dict[str, Any]:
     return {"level": level.level, **{name: getattr(judged, name, None) for name in PROBE_FIELDS}, "decision": decision}
 
 
-def _as_read(level: Any) -> dict[str, Any] | None:
-    """A typed level (or verdict level) as the mappings `why` and `verdict_sentence` read."""
-    return None if level is None else msgspec.to_builtins(level)
-
-
 def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Slo | None, settings: CapacitySettings,
                       search: CapacitySearch) -> dict[str, Any]:
     """capacity.json's content (and --format json's): the answer, every probe, and the verdict sentence."""
@@ -214,14 +209,14 @@ def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Sl
     total_slots = target.server.total_slots if target and target.server else None
     by_rate = settings.by_rate
 
-    def summary_at(level: int | float | None) -> dict[str, Any] | None:
-        return _as_read(next((lv for lv in summaries if lv.level == level), None))
+    def summary_at(level: int | float | None) -> Level | None:
+        return next((lv for lv in summaries if lv.level == level), None)
 
     # the level whose failure is explained: the first that did not pass, or past an inconclusive one the first failure
     hi = answer.bracket_hi
     if hi in answer.inconclusive and answer.infeasible_min is not None:
         hi = answer.infeasible_min
-    hi_verdict = _as_read(next((v for v in verdict_levels if v.level == hi), None))
+    hi_verdict = next((v for v in verdict_levels if v.level == hi), None)
     reason = why(answer.binding, summary_at(answer.feasible_max), summary_at(hi), hi_verdict, total_slots)
     levels = [_probe(lv, answer.decisions.get(lv.level)) for lv in summaries]
     return {
@@ -230,24 +225,27 @@ def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Sl
         "why": reason or None, "by": "rate" if by_rate else "concurrency", "slo": slo.to_dict(),
         "settings": settings.to_dict(), "requests": sum(lv.requests_ok + lv.requests_failed for lv in summaries),
         "wall_s": sum(lv.wall_s for lv in summaries), "ended": search.ended, "levels": levels,
-        "verdict": verdict_sentence(answer, slo, by_rate, summary_at(hi), reason, settings, search.ended),
+        "verdict": verdict_sentence(answer, slo, by_rate, _judged(summary_at(hi)), reason, settings, search.ended),
     }
 
 
-def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_summary: dict[str, Any] | None, reason: str,
+def _judged(level: Level | None) -> SloJudgement | None:
+    return level.slo_judgement if level is not None else None
+
+
+def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | None, reason: str,
                      settings: CapacitySettings, ended: str | None) -> str:
     """"serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is
     612 ms because its 3 slots are full and requests queue (median 410 ms)"."""
     within = f"within {slo.text()} for {slo.attainment:.0%} of requests"
     lo, hi = answer.feasible_max, answer.bracket_hi
-    if lo is None and hi is None:
-        return f"no level finished ({ended or 'stopped'}): no answer"
+    if hi is None:
+        if lo is None:
+            return f"no level finished ({ended or 'stopped'}): no answer"
+        limit = "the most allowed (--max-concurrency)" if lo >= settings.max_level else f"the search stopped ({ended})"
+        return f"serves {_unit(by_rate, lo, users=True)} {within}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     head = (f"serves {_unit(by_rate, lo, users=True)} {within}" if lo is not None
             else f"cannot serve even {_unit(by_rate, hi, users=True)} {within}")
-    if hi is None:
-        limit = "the most allowed (--max-concurrency)" if lo is not None and lo >= settings.max_level else \
-            f"the search stopped ({ended})"
-        return f"{head}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     if hi in answer.inconclusive:
         fail = answer.infeasible_min
         if lo is None:
@@ -262,7 +260,7 @@ def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_summary: dict[s
     value = ""
     binding = answer.binding
     q = f"p{slo.attainment * 100:g}"
-    ratio = ((hi_summary or {}).get("slo") or {}).get("ratio", {}).get(binding) if binding else None
+    ratio = hi_judged.ratio.get(binding) if hi_judged is not None and binding else None
     targets = dict(slo.targets_ms)
     if binding in targets and isinstance(ratio, (int, float)):
         value = f" {binding.upper() if binding != 'queue' else 'queue wait'} {q} is {ratio * targets[binding]:,.0f} ms"

@@ -17,6 +17,7 @@ from ..analysis.env_drift import preflight_warnings
 from ..client.machine_facts import MachineReader, Roots
 from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
+from ..core.server_props import ServerProps
 from ..output.environment import fingerprint_lines
 from ..run.config import MachineOptions
 from ..run.machine_sampling import server_props
@@ -68,7 +69,7 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
             raise ConfigError(f"{exc}; is the exporter running there?") from None
         threads = threads_http
         if threads is None and server:
-            threads = min(filter(None, (default_http_threads(p.get("total_slots"), fp.cpu.logical_cores)
+            threads = min(filter(None, (default_http_threads(ServerProps.of(p).total_slots, fp.cpu.logical_cores)
                                         for p in server.values())), default=None)
         planned = connections + PROBE_CONNECTIONS if connections else None
         warnings = preflight_warnings(fp, later, connections=planned, http_threads=threads)

@@ -48,7 +48,7 @@ from ..output.comparison import (
 from ..output.layout import print_table
 from ..results.grid_file import runs_in_grid
 from ..results.noise import write_noise
-from ..results.sides import calibration_runs, load_side, run_dirs, side_noise
+from ..results.sides import calibration_runs, load_side, run_dirs, side_noise, without_levels
 from .common import results_dir, user_errors
 from .help import output_option
 from .shared import console as _console
@@ -74,12 +74,7 @@ def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Co
         if not spoiled:
             out.append(run)
             continue
-        # run.json's own dicts, less the spoiled levels (the typed document has the same targets and
-        # levels, in order)
-        doc = {**run.doc, "targets": [{**stored, "levels": [kept for kept, lv in zip(stored.get("levels") or [], t.levels, strict=True)
-                                                            if (t.label, lv.level) not in spoiled]}
-                                      for stored, t in zip(run.doc["targets"], run.typed.targets, strict=True)]}
-        out.append(RunData(doc, [r for r in run.records if (r.target, r.level) not in spoiled]))
+        out.append(without_levels(run, spoiled))
     return out
 
 

@@ -39,7 +39,7 @@ import msgspec
 from click.core import ParameterSource
 from rich.console import Console
 
-from ..analysis.bootlog import boot_facts, log_tail
+from ..analysis.bootlog import boot_facts, log_tail, server_boot
 from ..analysis.grid_capacity import held_answer
 from ..analysis.grid_cells import (
     GridParam,
@@ -68,11 +68,12 @@ from ..core.griddoc import (
     Measure,
 )
 from ..core.ports import bind_problem
+from ..core.server_props import ServerProps
 from ..core.signals import LATCH
 from ..output.grid_table import print_grid
 from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_cache_capacity, read_capacity, write_grid
 from ..results.reader import load_run
-from ..results.writer import command_line, default_dir, prepare_dir, utc_now
+from ..results.writer import add_server_boot, command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
 from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
 from .common import die_with_parent, user_errors
@@ -229,8 +230,11 @@ class CellRunner:
             entry.server_exit = stop(server)
             entry.server_gone = True  # stop() raises otherwise
         entry.finished_utc = utc_now().isoformat()
-        if entry.status != "ok":
-            entry.log_tail = log_tail(server.log_path.read_text(errors="replace"))
+        log = server.log_path.read_text(errors="replace")
+        if entry.status == "ok":  # the run's fingerprint gets what the grid alone saw: flags, boot decisions
+            add_server_boot(folder / "run", CELL_LABEL, server_boot(log, argv))
+        else:
+            entry.log_tail = log_tail(log)
         return entry, entry.status == "failed" and entry.reason == bind_failure(address)
 
     def _measure(self, entry: GridRun, cell: GridCell, server: ServerProcess, folder: Path, argv: list[str],
@@ -252,7 +256,7 @@ class CellRunner:
             reason = f"the server exited with code {exit_code} before it was healthy"
         if reason is None or exit_code is not None:
             reason = not_the_cells_server(f"{host}:{port}", port_holder(server, host, port), exit_code is None,
-                                          props.get("total_slots"),
+                                          ServerProps.of(props).total_slots,
                                           asked_slots(flag_value(argv, "-np", "--parallel"))) or reason
         if reason:
             entry.status, entry.reason = "interrupted" if LATCH.received else "failed", reason

@@ -65,23 +65,24 @@ def parse_size(text: str) -> int:
 def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_batch, flash_attn, swa_full, memory,
                output_format) -> None:
     """Print which layers hold KV, bytes per token, and the KV cache and recurrent state llama.cpp allocates."""
+    type_k, type_v = type_k.lower(), type_v.lower()
     with user_errors():
         budget = parse_size(memory) if memory is not None else None
         facts = read_gguf(model)
         try:
             shape = model_shape(facts.metadata)
-            cache = {"type_k": type_k.lower(), "type_v": type_v.lower(), "n_ubatch": n_ubatch, "n_batch": n_batch,
+            cache = {"type_k": type_k, "type_v": type_v, "n_ubatch": n_ubatch, "n_batch": n_batch,
                      "flash_attn": flash_attn, "swa_full": swa_full}
             rows = [estimate(shape, c, parallel, unified=unified, **cache) for c in contexts]
             fits = [] if budget is None else [slots_that_fit(shape, budget - facts.weights_bytes, c, **cache)
                                               for c in contexts]
         except ModelShapeError as exc:
             raise ConfigError(f"{model}: {exc}") from None
-    per_token = bytes_per_token(shape, cache["type_k"], cache["type_v"], flash_attn)
+    per_token = bytes_per_token(shape, type_k, type_v, flash_attn)
     if output_format == "json":
         click.echo(json.dumps(kv_dict(shape, per_token, rows, cache=cache, fits=fits,
                                       budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes,
                                       asked=contexts), indent=2))
         return
-    print_kv(console(), shape, per_token, rows, type_k=cache["type_k"], type_v=cache["type_v"], fits=fits,
+    print_kv(console(), shape, per_token, rows, type_k=type_k, type_v=type_v, fits=fits,
              budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes, asked=contexts)

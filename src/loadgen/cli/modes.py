@@ -25,13 +25,14 @@ from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
 from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SoakSettings, SweepConfig, build_targets, check_api
+from ..run.config import DEFAULT_PROMPT, MachineOptions, SoakSettings, SweepConfig, build_targets, check_api
 from ..run.level_runner import LevelRunner
 from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
 from ..run.soak import run_soak
 from ..run.state import Run, RunObserver
 from ..run.steps import run_steps
 from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
+from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DEPTHS, DURATION, PROMPT_LENGTHS
@@ -54,14 +55,17 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
                 api: str, model: str | None, api_key: str | None, transport: str, insecure: bool,
                 temperature: float, seed: int | None,
                 timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
-                stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25) -> SweepConfig:
-    """Targets, API and request settings as a sweep would hold them (one level)."""
+                stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25,
+                machine: MachineOptions | None = None) -> SweepConfig:
+    """Targets, API and request settings as a sweep would hold them (one level); `machine`: what
+    the run reads of the machine under it (None: the defaults)."""
     return SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(concurrency,),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
-        wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure)
+        wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure,
+        machine=machine or MachineOptions())
 
 
 def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
@@ -111,17 +115,21 @@ def _out_dir(output: str | None, force: bool, kind: str) -> Path:
               help="Unrecorded requests per target first, with the shortest prompt.")
 @prompt_source_options
 @request_options
+@machine_options
 def prefill_command(ports, host, urls, labels, server_urls,
                     api, model, api_key, transport, insecure, prompt_tokens, repeat,
                     warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
-                    seed, timeout_s, wait_ready_s, output, force) -> None:
+                    seed, timeout_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
+                    telemetry_urls, record_environment) -> None:
     """Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-                       warmup=warmup, n_predict=1)
+                       warmup=warmup, n_predict=1,
+                       machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
+                                              record_environment))
     run = Run(base, "prefill", {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
                                     "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
@@ -150,17 +158,21 @@ def prefill_command(ports, host, urls, labels, server_urls,
               help="Unrecorded requests per target first, at the lowest depth.")
 @prompt_source_options
 @request_options
+@machine_options
 def depth_command(ports, host, urls, labels, server_urls,
                   api, model, api_key, transport, insecure, depths, n_predict, repeat,
                   warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
-                  seed, timeout_s, wait_ready_s, output, force) -> None:
+                  seed, timeout_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
+                  telemetry_urls, record_environment) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-                       warmup=warmup, n_predict=n_predict)
+                       warmup=warmup, n_predict=n_predict,
+                       machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
+                                              record_environment))
     run = Run(base, "depth", {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
                                   "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
@@ -202,12 +214,14 @@ def depth_command(ports, host, urls, labels, server_urls,
 @slo_options
 @prometheus_options
 @workers_option
+@machine_options
 def soak_command(ports, host, urls, labels, server_urls,
                  api, model, api_key, transport, insecure, concurrency, duration_s,
                  checkpoint_interval_s, n_predict, ignore_eos, stream, prompt_tokens, warmup, probe_interval_s, prompt,
                  prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature, seed, timeout_s,
                  wait_ready_s, output, force, slo_text, attainment, prometheus_port, prometheus_host,
-                 prometheus_linger_s, workers, ray_address, records_kept, records_format) -> None:
+                 prometheus_linger_s, workers, ray_address, records_kept, records_format, sysfs, procfs,
+                 env_interval_s, idle_s, telemetry_urls, record_environment) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
@@ -216,7 +230,9 @@ def soak_command(ports, host, urls, labels, server_urls,
                        transport=transport, insecure=insecure,
                        temperature=temperature, seed=seed, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
                        warmup=warmup, n_predict=n_predict, ignore_eos=ignore_eos, stream=stream,
-                       concurrency=concurrency, probe_interval_s=probe_interval_s)
+                       concurrency=concurrency, probe_interval_s=probe_interval_s,
+                       machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
+                                              record_environment))
     if not prompt_tokens and not source.synthetic:
         base = replace(base, generation=replace(base.generation, prompt=source.texts[0], prompts=source.texts))
     base = resolve_workers(workers, ray_address, replace(base, slo=slo))

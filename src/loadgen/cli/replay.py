@@ -15,7 +15,6 @@ import click
 
 from ..client.backends import GenerationParams
 from ..core.errors import ConfigError
-from ..core.rundoc import RunDocument
 from ..results.reader import load_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
@@ -74,7 +73,7 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "replay"), force)
     code = execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
                          records_format=records_format)
-    lag = next((lv.schedule_lag_ms for t in RunDocument.of(load_run(out_dir)).targets for lv in t.levels), None)
+    lag = next((lv.schedule_lag_ms for t in load_run(out_dir).targets for lv in t.levels), None)
     if lag:
         click.echo(f"send lag (actual send − trace time): p50 {lag.p50:.1f} ms, p99 {lag.p99:.1f} ms, "
                    f"max {lag.max:.1f} ms", err=True)

@@ -8,17 +8,21 @@ commands that measure never pay for it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import InputError
-from ..core.rundoc import RunDocument, RunKind
+from ..core.rundoc import RunKind
 from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
-from ..results.reader import load_probe, load_records, load_run
-from ..results.unfinished import summarise_killed_levels
+from ..results.reader import load_probe, load_records, load_run_dict
+from ..results.reread import load_with_records
 from .common import results_dir, user_errors
 from .help import output_option
+
+if TYPE_CHECKING:
+    from ..output.report_model import RunSource
 
 EXPORT_FORMATS = ("hgrm", "hlog", "csv", "json", "jsonl", "parquet", "trace")
 REPORT_FORMATS = ("html", "markdown")
@@ -41,7 +45,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
     from ..output.files import write_files
 
     source = one_run_in_grid(results_dir(results_dir_text))
-    run = load_run(source)
+    run = load_run_dict(source)  # the JSON and CSV exporters pass run.json's summaries on verbatim (ExportData)
     check_exportable(run, output_format)
     data = select(run, load_records(source), target=target, metric=metric)
     out = Path(out_dir) if out_dir else source
@@ -63,17 +67,19 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
         click.echo("nothing to export: no successful request has this metric", err=True)
 
 
-def load_source(path_text: str, name: str | None = None) -> dict[str, Any]:
+def load_source(path_text: str, name: str | None = None) -> RunSource:
+    from ..output.report_model import RunSource
+
     path = results_dir(path_text)
-    run, records = load_run(path), load_records(path)
-    summarise_killed_levels(run, records)  # a level run.json lacks because the run was killed in it
-    return {"name": name or path.resolve().name, "run": run, "records": records, "probe": load_probe(path)}
+    records = load_records(path)
+    run = load_with_records(path, records)  # a level run.json lacks because the run was killed in it: summarised
+    return RunSource(name or path.resolve().name, run, records, load_probe(path))
 
 
 MODE_KINDS = (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)
 
 
-def load_sources(path_text: str) -> list[dict[str, Any]]:
+def load_sources(path_text: str) -> list[RunSource]:
     """A run folder's source, or a grid folder's: each cell's finished runs, named by cell (a grid's
     cell, GRID/c01: its runs, named by repeat)."""
     path = results_dir(path_text)
@@ -126,9 +132,9 @@ def report_command(results_dirs: tuple[str, ...], out_file: str | None, force: b
 ROW_KINDS = ("prefill", "depth")  # a run of these kinds has rows, not levels or windows: no charts
 
 
-def check_drawable(found: list[tuple[str, dict[str, Any]]]) -> None:
+def check_drawable(found: list[tuple[str, RunSource]]) -> None:
     """The charts draw sweeps (and grids of them) or soaks, one kind per report; anything else is told in one line."""
-    kinds = [(d, RunDocument.of(s["run"]).kind) for d, s in found]
+    kinds = [(d, s.run.kind) for d, s in found]
     for where, kind in kinds:
         if kind in ROW_KINDS:
             raise InputError(f"{where} is a {kind} run and the report draws sweeps and soaks; "
@@ -151,13 +157,13 @@ def report_path(results_dirs: tuple[str, ...], out_file: str | None, force: bool
     return out
 
 
-def _markdown(html_report: Any, sources: list[dict[str, Any]]) -> str:
+def _markdown(html_report: ModuleType, sources: list[RunSource]) -> str:
     """The sweeps' level tables and verdicts, and the table of each prefill, depth or soak run."""
     from ..output.layout import grids_markdown
     from ..output.report_model import build_series
     from ..output.tables import run_grids, run_lines
 
-    docs = [RunDocument.of(s["run"]) for s in sources]
+    docs = [s.run for s in sources]
     sweeps = [s for s, doc in zip(sources, docs, strict=True) if doc.kind not in MODE_KINDS]
     parts = [html_report.markdown(build_series(sweeps))] if sweeps else []
     for doc in docs:

@@ -262,7 +262,7 @@ def sweep_lengths(source: PromptSource, workload: Workload, dataset: str | None,
         raise ConfigError("--prompt-tokens dataset: a dataset gives answer lengths; write --n-predict dataset")
     if workload.varies:
         return source, None, max(s.n_predict for s in workload.draw()), workload, ()
-    return source, prompt_tokens and prompt_tokens.fixed, n_predict.fixed, None, ()
+    return source, prompt_tokens and prompt_tokens.fixed, n_predict.low, None, ()  # not varying: low is the fixed length
 
 
 def dataset_answers(workload: Workload, dataset: str | None, field: str, answer_field: str | None,

@@ -17,7 +17,8 @@ What is read, and where (paths under the roots):
     sys/class/powercap/intel-rapl:N/{name,energy_uj,max_energy_range_uj,constraint_K_name,
     constraint_K_power_limit_uw,
     constraint_K_max_power_uw} (top-level zones only: sub-zones are part of their package);
-    sys/bus/pci/devices/ADDR/{class,current_link_speed,current_link_width,max_link_speed,max_link_width}.
+    sys/bus/pci/devices/ADDR/{class,current_link_speed,current_link_width,max_link_speed,max_link_width};
+    sys/class/hwmon/hwmonN/{name,tempK_input (m°C),tempK_label}.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ..core.environment import (
     MemoryFacts,
     PciLink,
     RaplZone,
+    Temperature,
     pcie_generation,
 )
 
@@ -183,6 +185,40 @@ def read_rapl(roots: Roots) -> tuple[RaplZone, ...]:
                             max_energy_range_uj=_int(z / "max_energy_range_uj"), limits_w=limits,
                             max_w=maxima))
     return tuple(out)
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """"hwmon10" after "hwmon9"; "temp10_input" after "temp9_input"."""
+    m = re.match(r"(\D*)(\d+)", name)
+    return (m.group(1), int(m.group(2))) if m else (name, -1)
+
+
+def read_hwmon(roots: Roots) -> tuple[Temperature, ...]:
+    """Every hwmon temperature sensor, chip by chip (node_exporter's hwmon collector reads the same files)."""
+    base = roots.sysfs / "class/hwmon"
+    try:
+        chips = sorted(base.iterdir(), key=lambda p: _natural(p.name))
+    except OSError:
+        return ()
+    out = []
+    for chip in chips:
+        name = _text(chip / "name") or chip.name
+        try:
+            inputs = [p for p in chip.iterdir() if re.fullmatch(r"temp\d+_input", p.name)]
+        except OSError:
+            continue
+        for path in inputs:
+            millidegrees = _int(path)
+            if millidegrees is not None:
+                sensor = path.name.removesuffix("_input")
+                out.append((name, _natural(sensor)[1], Temperature(
+                    chip=name, sensor=_text(chip / f"{sensor}_label") or sensor, celsius=millidegrees / 1000)))
+    return sorted_temperatures(out)
+
+
+def sorted_temperatures(found: list[tuple[str, int, Temperature]]) -> tuple[Temperature, ...]:
+    """(chip, K of tempK, reading) in the one order both readers give: by chip name, then K."""
+    return tuple(t for _, _, t in sorted(found, key=lambda f: f[:2]))
 
 
 def _width(path: Path) -> int | None:
@@ -372,7 +408,8 @@ class MachineReader:
         links = tuple(msgspec.structs.replace(link, name=names.get(_bus_key(link.address))) for link in links)
         return EnvSample(at_s=at_s, links=links, governors=governors, cur_mhz_mean=cur, turbo=_turbo(roots),
                          rapl=read_rapl(roots), cpu_times=read_cpu_times(roots),
-                         swap_used_mib=read_memory(roots).swap_used_mib, gpus=gpus)
+                         swap_used_mib=read_memory(roots).swap_used_mib, gpus=gpus,
+                         temperatures=read_hwmon(roots))
 
     def fingerprint(self, server: dict | None = None) -> Fingerprint:
         roots = self.roots

@@ -1,6 +1,7 @@
 """The machine of a remote server, from the Prometheus exporters already running beside it (`--telemetry-url`).
 
-Prometheus node_exporter gives the host (its collectors `cpu`, `cpufreq`, `rapl`, `meminfo`, `uname`),
+Prometheus node_exporter gives the host (its collectors `cpu`, `cpufreq`, `rapl`, `meminfo`, `uname`,
+`hwmon`),
 NVIDIA's DCGM exporter the GPUs; each URL is scraped (a GET of its /metrics text) and the figures of
 all of them are merged into one `EnvSample`, the same record as a local sysfs reading, so the drift
 guard and energy per token work unchanged. `sample_from_metrics` is the pure part (text in, record
@@ -12,6 +13,9 @@ node_exporter metric -> field:
     node_cpu_scaling_governor{governor} == 1     -> governors (node_exporter ≥ 1.6)
     node_cpu_seconds_total{cpu,mode}             -> cpu_times (× 100: USER_HZ jiffies; steal = mode "steal")
     node_memory_Swap{Total,Free}_bytes           -> swap_used_mib
+    node_hwmon_temp_celsius{chip,sensor}         -> temperatures (Temperature: the chip's name from
+        node_hwmon_chip_names{chip_name}, the sensor's from node_hwmon_sensor_label{label}, as the
+        local reading names them from the `name` and `tempK_label` files)
 DCGM exporter metric (label `gpu`) -> GpuFacts:
     DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ), DCGM_FI_DEV_POWER_USAGE (W), DCGM_FI_DEV_POWER_MGMT_LIMIT (W),
     DCGM_FI_DEV_SM_CLOCK, DCGM_FI_DEV_MEM_CLOCK (MHz), DCGM_FI_DEV_GPU_TEMP (°C), DCGM_FI_DEV_FB_USED (MiB),
@@ -28,8 +32,8 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..core.environment import CpuFacts, CpuTimes, EnvSample, GpuFacts, MemoryFacts, RaplZone
-from .machine_facts import THROTTLE_BITS
+from ..core.environment import CpuFacts, CpuTimes, EnvSample, GpuFacts, MemoryFacts, RaplZone, Temperature
+from .machine_facts import THROTTLE_BITS, sorted_temperatures
 
 USER_HZ = 100  # node_exporter divides /proc/stat's jiffies by it
 _RAPL = re.compile(r"node_rapl_(\w+?)_joules_total")
@@ -49,10 +53,14 @@ def sample_from_metrics(texts: list[str], at_s: float) -> EnvSample:
     cpu_seconds: dict[str, float] = defaultdict(float)
     memory: dict[str, float] = {}
     gpus: dict[int, dict] = {}
+    hwmon = _Hwmon()
     for text in texts:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 name, labels, value = s.name, s.labels, s.value
+                if name.startswith("node_hwmon_"):
+                    hwmon.add(name, labels, value)
+                    continue
                 m = _RAPL.fullmatch(name)
                 if m:
                     index = labels.get("index", "0")
@@ -86,7 +94,35 @@ def sample_from_metrics(texts: list[str], at_s: float) -> EnvSample:
     return EnvSample(at_s=at_s, governors=tuple(sorted(governors)),
                      cur_mhz_mean=sum(freqs) / len(freqs) if freqs else None, rapl=tuple(rapl), cpu_times=times,
                      swap_used_mib=swap,
-                     gpus=tuple(GpuFacts(index=i, source="dcgm-exporter", **g) for i, g in sorted(gpus.items())))
+                     gpus=tuple(GpuFacts(index=i, source="dcgm-exporter", **g) for i, g in sorted(gpus.items())),
+                     temperatures=hwmon.temperatures())
+
+
+class _Hwmon:
+    """node_exporter's hwmon collector: temperatures by (chip, sensor), and the names it gives them."""
+
+    def __init__(self) -> None:
+        self.celsius: dict[tuple[str, str], float] = {}
+        self.labels: dict[tuple[str, str], str] = {}
+        self.chip_names: dict[str, str] = {}
+
+    def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        key = (labels.get("chip", ""), labels.get("sensor", ""))
+        if name == "node_hwmon_temp_celsius":
+            self.celsius[key] = value
+        elif name == "node_hwmon_sensor_label" and labels.get("label"):
+            self.labels[key] = labels["label"]
+        elif name == "node_hwmon_chip_names" and labels.get("chip_name"):
+            self.chip_names[key[0]] = labels["chip_name"]
+
+    def temperatures(self) -> tuple[Temperature, ...]:
+        found = []
+        for (chip, sensor), celsius in self.celsius.items():
+            name = self.chip_names.get(chip, chip)
+            k = int(sensor[4:]) if sensor[4:].isdigit() else -1
+            found.append((name, k, Temperature(chip=name, sensor=self.labels.get((chip, sensor), sensor),
+                                               celsius=celsius)))
+        return sorted_temperatures(found)
 
 
 def facts_from_metrics(texts: list[str]) -> tuple[str | None, CpuFacts, MemoryFacts]:

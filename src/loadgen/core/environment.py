@@ -117,6 +117,15 @@ class CpuTimes(msgspec.Struct, frozen=True, kw_only=True):
     steal_jiffies: int
 
 
+class Temperature(msgspec.Struct, frozen=True, kw_only=True):
+    """One hwmon temperature sensor (sysfs class/hwmon/hwmonN/tempK_input): its chip (the `name`
+    file: coretemp, k10temp, nvme, amdgpu), its sensor (the `tempK_label` file, else "tempK") and °C."""
+
+    chip: str
+    sensor: str
+    celsius: float
+
+
 class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     """What can change under a run, read at one moment. `at_s`: seconds since the run's start."""
 
@@ -129,6 +138,23 @@ class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     cpu_times: CpuTimes | None = None
     swap_used_mib: int | None = None
     gpus: tuple[GpuFacts, ...] = ()
+    temperatures: tuple[Temperature, ...] = ()  # hwmon's (absent from runs before they were read)
+
+
+class ServerBoot(msgspec.Struct, frozen=True, kw_only=True):
+    """What a server that loadgen started itself (`loadgen grid`) was told and decided at boot: its
+    flags (without the program and the port loadgen picked) and what its boot log states
+    (analysis/bootlog.py `server_boot`); None: the log does not say."""
+
+    flags: tuple[str, ...] = ()
+    build: str | None = None
+    n_slots: int | None = None
+    n_ctx_slot: int | None = None
+    kv_unified: bool | None = None
+    flash_attn: bool | None = None
+    fit: tuple[str, ...] | None = None  # what --fit did ("context 65536 → 4096", "no changes needed")
+    offloaded_layers: str | None = None  # "N/M" layers on the GPU
+    http_threads: int | None = None
 
 
 class Fingerprint(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,6 +171,8 @@ class Fingerprint(msgspec.Struct, frozen=True, kw_only=True):
     server: dict[str, Any] | None = None  # /props's build_info, model_path, total_slots, n_ctx per target
     idle_power_w: dict[str, float] | None = None  # measured before the first level (analysis/energy.py)
     telemetry: tuple[str, ...] = ()  # the exporters read instead of this machine (--telemetry-url)
+    # label -> the boot of a server loadgen started (`loadgen grid` adds it after the measurement)
+    boot: dict[str, ServerBoot] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

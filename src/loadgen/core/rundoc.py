@@ -7,7 +7,7 @@ against it on load. Fields a version-1 file or a damaged one may lack have defau
 must be there for `report`, `export`, `compare` and `gate` to read the file.
 
 `RunDocument.of(doc)` converts run.json's content (the checked, upgraded dict `results.reader.
-load_run` gives) into msgspec Structs that every reader reads by attribute: the run's kind as a
+load_run_dict` gives; `load_run` gives it typed) into msgspec Structs that every reader reads by attribute: the run's kind as a
 `RunKind`, `open_loop` a property (`is_open_loop`, the one rule), per target its levels
 (`LevelSummary` plus the --workers parts), its verdict, and its prefill, depth or soak section,
 each typed. Every field a reader may find absent (an older file, a kind without it) has a default;
@@ -236,6 +236,7 @@ class SloJudgement(msgspec.Struct, frozen=True):
     goodput_req_s: float | None = None
     goodput_tok_s: float | None = None
     most_missed: str | None = None
+    ratio: dict[str, float | None] = {}  # per target, the value over it at the attainment quantile
 
 
 class SloTargets(msgspec.Struct, frozen=True):
@@ -357,6 +358,10 @@ class PrefillRow(msgspec.Struct, frozen=True):
     ttft_ms: MeanSd | None = None
     note: str | None = None
     skipped: str | None = None
+    # The machine through the step, as a sweep's level has it (`Level`); absent without --environment.
+    energy: list[dict[str, Any]] | None = None
+    environment_changed: list[str] | None = None
+    environment: Any = None
 
 
 class DepthRow(msgspec.Struct, frozen=True):
@@ -369,6 +374,10 @@ class DepthRow(msgspec.Struct, frozen=True):
     reference_depth: int | None = None
     note: str | None = None
     skipped: str | None = None
+    # The machine through the step, as a sweep's level has it (`Level`); absent without --environment.
+    energy: list[dict[str, Any]] | None = None
+    environment_changed: list[str] | None = None
+    environment: Any = None
 
 
 class PrefillSection(msgspec.Struct, frozen=True):
@@ -503,6 +512,31 @@ class Target(msgspec.Struct, frozen=True):
 
     def level(self, level: int | float) -> Level | None:
         return next((lv for lv in self.levels if lv.level == level), None)
+
+    def machine_levels(self) -> list[MachineLevel]:
+        """Every level the machine was read through, whatever the run's kind: a sweep's or soak's
+        levels (named by their level), a prefill's or depth's steps (by their size in tokens)."""
+        out = [MachineLevel(str(lv.level), lv.environment, lv.environment_changed, lv.energy) for lv in self.levels]
+        out += [MachineLevel(str(r.prompt_tokens), r.environment, r.environment_changed, r.energy)
+                for r in (self.prefill.rows if self.prefill else [])]
+        out += [MachineLevel(str(r.depth), r.environment, r.environment_changed, r.energy)
+                for r in (self.depth.rows if self.depth else [])]
+        return out
+
+
+class MachineLevel(msgspec.Struct, frozen=True):
+    """A level or step as the drift guard reads it (analysis/env_drift.py): its name, its machine
+    samples as stored, and what changed during it."""
+
+    name: str
+    environment: Any = None
+    environment_changed: list[str] | None = None
+    energy: list[dict[str, Any]] | None = None
+
+    @property
+    def energy_figures(self) -> list[EnergyFigures]:
+        """`energy` typed, per source ([] without counters)."""
+        return msgspec.convert(self.energy or [], list[EnergyFigures], strict=False)
 
 
 class WorkloadReplay(msgspec.Struct, frozen=True):

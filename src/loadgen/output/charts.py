@@ -425,14 +425,10 @@ def slo_figure(series: Sequence[TargetSeries]) -> Figure:
 def sweep_charts(series: Sequence[TargetSeries]) -> dict[str, Callable[[Sequence[TargetSeries]], Figure]]:
     """A sweep's charts: the attainment chart when a level was judged against an SLO, the
     speculation chart when a level drafted or reasoned, the energy chart when a level has energy figures."""
-    charts: dict[str, Callable[[Sequence[TargetSeries]], Figure]] = dict(CHARTS)
-    if has_slo(series):
-        charts["slo"] = slo_figure
-    if any(level_extras(series)):
-        charts["speculation"] = speculation_figure
-    if has_energy(series):
-        charts["energy"] = energy_figure
-    return charts
+    slo = {"slo": slo_figure} if has_slo(series) else {}
+    speculation = {"speculation": speculation_figure} if any(level_extras(series)) else {}
+    energy = {"energy": energy_figure} if has_energy(series) else {}
+    return {**CHARTS, **slo, **speculation, **energy}
 
 
 CHARTS = {

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..core.environment import Fingerprint, GpuFacts
 from ..core.rundoc import RunDocument
+from ..core.server_props import ServerProps
 
 
 def _mhz(value: float | None) -> str:
@@ -53,10 +54,15 @@ def fingerprint_lines(fp: Fingerprint) -> list[str]:
             out.append(f"PCI {link.address} ({link.name or 'class ' + link.pci_class}): {link.describe()}")
     out += [_gpu_line(g) for g in s.gpus] or ["no GPU (neither NVML nor nvidia-smi answered)"
                                                if fp.gpu_source is None else "no GPU"]
-    for label, props in sorted((fp.server or {}).items()):
-        if isinstance(props, dict):
-            out.append(f"server {label}: build {props.get('build_info')}, model {props.get('model_path')}, "
-                       f"{props.get('total_slots')} slots of {props.get('n_ctx')} tokens")
+    chips: dict[str, list[str]] = {}
+    for t in s.temperatures:
+        chips.setdefault(t.chip, []).append(f"{t.sensor} {t.celsius:g} °C")
+    out += [f"temperatures {chip}: {', '.join(sensors)}" for chip, sensors in chips.items()]
+    for label, answer in sorted((fp.server or {}).items()):
+        if isinstance(answer, dict):
+            props = ServerProps.of(answer)
+            out.append(f"server {label}: build {props.build_info}, model {props.model_path}, "
+                       f"{props.total_slots} slots of {props.n_ctx} tokens")
     return out
 
 
@@ -65,19 +71,20 @@ def _per_token(value: float | None, unit: str) -> str:
 
 
 def energy_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
-    """One line per level and energy source of a run (analysis/energy.py's figures in run.json)."""
+    """One line per level (a prefill's or depth's step: its size) and energy source of a run
+    (analysis/energy.py's figures in run.json)."""
     out = []
     for t in RunDocument.of(doc).targets:
-        for lv in t.levels:
+        for lv in t.machine_levels():
             for e in lv.energy_figures:
                 net = f", net {_per_token(e.net_j_per_token, 'J/token')}" if e.net_j_per_token is not None else ""
-                out.append(f"energy {t.label} at level {lv.level} ({e.source}): "
+                out.append(f"energy {t.label} at level {lv.name} ({e.source}): "
                            f"{_per_token(e.j_per_token, 'J/token')}{net}, "
                            f"{_per_token(e.tokens_per_j, 'tokens/J')}, {e.mean_w:.1f} W mean")
     return out
 
 
 def environment_change_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
-    """'warning: the machine changed during ...' for each level flagged in run.json."""
-    return [f"warning: {t.label} at level {lv.level}: the machine changed during the level: {c}"
-            for t in RunDocument.of(doc).targets for lv in t.levels for c in lv.environment_changed or []]
+    """'warning: the machine changed during ...' for each level (or step) flagged in run.json."""
+    return [f"warning: {t.label} at level {lv.name}: the machine changed during the level: {c}"
+            for t in RunDocument.of(doc).targets for lv in t.machine_levels() for c in lv.environment_changed or []]

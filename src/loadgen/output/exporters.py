@@ -75,7 +75,7 @@ HISTOGRAM_FORMATS = ("hgrm", "hlog")
 RECORD_FORMATS = ("jsonl", "parquet")
 
 
-def records_kept(run: dict[str, Any]) -> str:
+def records_kept(run: RunDocument | dict[str, Any]) -> str:
     """Which request records the run kept (--records: all, errors or none)."""
     config = RunDocument.of(run).config
     return config.records if config else "all"
@@ -96,7 +96,7 @@ def check_exportable(run: dict[str, Any], fmt: str) -> None:
                           "of successful requests; --format csv or json exports its summaries")
 
 
-def requests_sent(run: dict[str, Any]) -> int:
+def requests_sent(run: RunDocument | dict[str, Any]) -> int:
     """Every request run.json counts (ok and failed), over its levels or table rows."""
     doc = RunDocument.of(run)
     rows: list[Any] = []
@@ -108,12 +108,41 @@ def requests_sent(run: dict[str, Any]) -> int:
 
 def records_note(data: ExportData, fmt: str) -> str | None:
     """The line that says the records exported are filtered (`--records errors`), or None."""
-    kept = records_kept(data.run)
+    kept = records_kept(data.doc)
     if kept == "all" or fmt not in ("csv", *RECORD_FORMATS):
         return None
     what = "only failed requests" if kept == "errors" else "no request records"
     return (f"records: this run kept {what} (--records {kept}): the export has {len(data.records)} of "
-            f"{requests_sent(data.run)} requests; its summaries count every request")
+            f"{requests_sent(data.doc)} requests; its summaries count every request")
+
+
+class VerbatimSection(msgspec.Struct, frozen=True):
+    """A prefill or depth section as run.json holds it: its rows passed on as written."""
+
+    n_ctx: Any = None
+    rows: list[dict[str, Any]] | None = None
+
+
+class VerbatimTarget(msgspec.Struct, frozen=True):
+    """A target as the JSON and CSV exporters pass it on: its level summaries, verdict and sections
+    as run.json holds them (each value as written: a stored 0 stays 0, a field the file lacks stays out)."""
+
+    levels: list[dict[str, Any]] | None = None
+    verdict: Any = None
+    prefill: VerbatimSection | None = None
+    depth: VerbatimSection | None = None
+
+    def section(self, kind: RunKind) -> VerbatimSection:
+        return (self.prefill if kind == RunKind.PREFILL else self.depth) or VerbatimSection()
+
+
+class VerbatimRun(msgspec.Struct, frozen=True):
+    """run.json as passed on: its targets, and its kind and completeness as the file has them (null
+    where it lacks them, where the typed document would say "sweep" and true)."""
+
+    targets: list[VerbatimTarget]
+    kind: Any = None
+    complete: Any = None
 
 
 @dataclass(frozen=True)
@@ -121,16 +150,16 @@ class ExportData:
     """What every exporter reads: one run, narrowed to the chosen targets and metrics.
 
     `doc` and `targets` are the typed run (core/rundoc.py), what exporters read by attribute.
-    `run` and `verbatim` (run.json's dict of each chosen target, in `targets`' order) are run.json's
-    content as read, for what the JSON and CSV exporters pass on verbatim: level summaries, verdicts
+    `run` and `verbatim` (each chosen target, in `targets`' order) are run.json's content as read
+    (`VerbatimRun`), for what the JSON and CSV exporters pass on verbatim: level summaries, verdicts
     and table rows keep their fields, their order and their numbers as written (a typed float
     would turn a stored 0 into 0.0, a typed default would fill a field the file lacks)."""
 
-    run: dict[str, Any]
+    run: VerbatimRun
     records: list[RequestRecord]
     doc: RunDocument
     targets: list[Target]
-    verbatim: list[dict[str, Any]]
+    verbatim: list[VerbatimTarget]
     metric_names: list[str]
 
     def records_of(self, label: str, level: int | float | None = None) -> list[RequestRecord]:
@@ -140,8 +169,8 @@ class ExportData:
 def select(run: dict[str, Any], records: list[RequestRecord], target: str | None = None,
            metric: str | None = None) -> ExportData:
     """Narrow a run to one target and/or one metric; raise ExportError naming what exists."""
-    doc = RunDocument.of(run)
-    chosen = list(zip(doc.targets, run["targets"], strict=True))  # RunDocument.of took every target
+    doc, verbatim = RunDocument.of(run), msgspec.convert(run, VerbatimRun, strict=False)
+    chosen = list(zip(doc.targets, verbatim.targets, strict=True))  # RunDocument.of took every target
     if target is not None:
         labels = [t.label for t, _ in chosen]
         if target not in labels:
@@ -159,7 +188,7 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
     kept = [r for r in records if r.target in chosen_labels]
     if metric is None:  # every metric the run has values for (no TTFT without streaming, ...)
         names = [m for m in names if metric_histogram(kept, m).get_total_count()]
-    return ExportData(run=run, records=kept, doc=doc, targets=[t for t, _ in chosen],
+    return ExportData(run=verbatim, records=kept, doc=doc, targets=[t for t, _ in chosen],
                       verbatim=[raw for _, raw in chosen], metric_names=[metric] if metric else names)
 
 
@@ -323,15 +352,24 @@ def level_fields() -> list[str]:
 
 
 TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-level "trimmed", as trimmed_<field>
+# A level's headline energy (core.rundoc Level.headline_energy: "total", else the only source), as the tables show it.
+# Columns as run.json names the fields, the source as energy_source.
+ENERGY_COLUMNS = {"source": "energy_source", "energy_j": "energy_j", "mean_w": "mean_w", "j_per_token": "j_per_token",
+                  "net_j_per_token": "net_j_per_token", "tokens_per_j": "tokens_per_j"}
 
 
-def chosen_fields(run: dict[str, Any]) -> list[str]:
+def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
-    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>."""
-    config = RunDocument.of(run).config
+    (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>; with energy
+    counters, each level's headline energy (ENERGY_COLUMNS); environment_changed when the machine changed."""
+    doc = RunDocument.of(run)
+    config = doc.config
     labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
     trimmed = [f"trimmed_{k}" for k in TRIM_FIELDS] if config is not None and config.trim else []
-    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed
+    levels = [lv for t in doc.targets for lv in t.levels]
+    energy = list(ENERGY_COLUMNS.values()) if any(lv.headline_energy for lv in levels) else []
+    changed = ["environment_changed"] if any(lv.machine_changed for lv in levels) else []
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + changed
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -374,18 +412,16 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
                        peak_deferred=verdict.peak_deferred if verdict else None,
                        peak_busy_slots=verdict.peak_busy_slots if verdict else None,
                        batching_gain=verdict.batching_gain if verdict else None)
+            energy = typed.headline_energy
+            row.update({c: getattr(energy, k) for k, c in ENERGY_COLUMNS.items()} if energy is not None else {},
+                       environment_changed="; ".join(typed.environment_changed or ()))
             rows.append(row)
     return rows
 
 
-def _verbatim_levels(target: dict[str, Any]) -> list[dict[str, Any]]:
+def _verbatim_levels(target: VerbatimTarget) -> list[dict[str, Any]]:
     """A target's level summaries as run.json holds them (the typed document has the same, in order)."""
-    return target.get("levels") or []
-
-
-def _verbatim_section(target: dict[str, Any], kind: RunKind) -> dict[str, Any]:
-    """A target's prefill or depth section as run.json holds it (its table rows, passed on verbatim)."""
-    return target.get(kind.value) or {}
+    return target.levels or []
 
 
 def table_rows(data: ExportData) -> list[dict[str, Any]]:
@@ -393,7 +429,7 @@ def table_rows(data: ExportData) -> list[dict[str, Any]]:
     KEY_sd and KEY_n columns, the error counts one "kind=n;..." cell."""
     rows = []
     for target, verbatim in zip(data.targets, data.verbatim, strict=True):
-        for row in _verbatim_section(verbatim, data.doc.kind).get("rows") or []:
+        for row in verbatim.section(data.doc.kind).rows or []:
             flat: dict[str, Any] = {"target": target.label}
             for key, value in row.items():
                 if isinstance(value, dict) and key != "errors_by_kind":
@@ -445,7 +481,7 @@ class CsvExporter:
             writer.writerows(rows)
             return [("requests.csv", requests.getvalue().encode("utf-8")),
                     (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
-        writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.run), extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.doc), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8")),
@@ -461,15 +497,15 @@ class JsonExporter:
         kind = data.doc.kind
         if kind in TABLE_KINDS:
             table = {"schema": f"loadgen.{kind}", "schema_version": 1, **_verbatim_head(data),
-                     "targets": [{**_target_head(t), "n_ctx": _verbatim_section(raw, kind).get("n_ctx"),
-                                  "rows": _verbatim_section(raw, kind).get("rows") or []}
+                     "targets": [{**_target_head(t), "n_ctx": raw.section(kind).n_ctx,
+                                  "rows": raw.section(kind).rows or []}
                                  for t, raw in zip(data.targets, data.verbatim, strict=True)]}
             return [(f"{kind}.json", (json.dumps(json_safe(table), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {
             "schema": "loadgen.levels",
             "schema_version": 1,
             **_verbatim_head(data),
-            "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.get("verdict")}
+            "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.verdict}
                         for t, raw in zip(data.targets, data.verbatim, strict=True)],
             **({"turns": turns} if (turns := turn_rows(data)) else {}),  # a multi-turn run: its per-turn figures
         }
@@ -479,7 +515,7 @@ class JsonExporter:
 def _verbatim_head(data: ExportData) -> dict[str, Any]:
     """The run's kind and completeness as run.json has them (null where a file lacks them, where the
     typed document would say "sweep" and true), and its start."""
-    return {"kind": data.run.get("kind"), "complete": data.run.get("complete"), "started_utc": data.doc.started_utc}
+    return {"kind": data.run.kind, "complete": data.run.complete, "started_utc": data.doc.started_utc}
 
 
 def _target_head(target: Target) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.grid_cells import CellSummary, kv_warnings, short_params, who_wins
+from ..analysis.grid_cells import CellSummary, kv_warnings, machine_lines, short_params, who_wins
 from ..analysis.metrics import MeanSd
 from ..core.griddoc import GridDocument
 from .layout import Column, Grid, print_table
@@ -146,3 +146,5 @@ def print_grid(console: Console, grid: GridDocument | Mapping[str, Any], cells: 
         console.print(f"warning: {line}", style="yellow", highlight=False, soft_wrap=True, markup=False)
     for line in who_wins(cells):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+    for line in machine_lines(cells):
+        console.print(f"environment: {line}", style="yellow", highlight=False, soft_wrap=True, markup=False)

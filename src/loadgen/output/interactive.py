@@ -64,10 +64,8 @@ def _x_title(series: Sequence[TargetSeries]) -> str:
 def _level_axis(series: Sequence[TargetSeries]) -> dict[str, Any]:
     """An x-axis with a tick at every level; log2 when the levels span 8× or more."""
     levels = sorted({lv.level for s in series for lv in s.levels})
-    axis: dict[str, Any] = {"title": _x_title(series), "tickvals": levels, "ticktext": [str(c) for c in levels]}
-    if levels and levels[-1] / max(levels[0], 1) >= 8:
-        axis["type"] = "log"
-    return axis
+    log2 = {"type": "log"} if levels and levels[-1] / max(levels[0], 1) >= 8 else {}
+    return {"title": _x_title(series), "tickvals": levels, "ticktext": [str(c) for c in levels], **log2}
 
 
 # Under the plot; beside it where a range slider takes the space below (there it would be cut off).

@@ -7,7 +7,7 @@ import asyncio
 import statistics
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.live import Live
@@ -38,7 +38,7 @@ class ProgressObserver:
         # (target, level, request class) -> [completed, failed, flushed]
         self._done: dict[tuple[str, int | float, str | None], list[int]] = {}
 
-    def __enter__(self) -> ProgressObserver:
+    def __enter__(self) -> Self:
         self.progress.start()
         return self
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -249,22 +248,32 @@ def percentile_curve(values_ms: Sequence[float], points: int = 200) -> tuple[np.
     return 1 / (1 - quantiles), ys
 
 
-def build_series(sources: Sequence[dict[str, Any]]) -> list[TargetSeries]:
-    """sources: {"name", "run", "records", "probe"} per results directory, in the order given."""
+@dataclass(frozen=True)
+class RunSource:
+    """One results directory as a report reads it: its name, its run (typed), its records and probe samples."""
+
+    name: str
+    run: RunDocument
+    records: Sequence[RequestRecord]
+    probe: Sequence[ProbeSample]
+
+
+def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
+    """One series per target of each results directory, in the order given."""
     several = len(sources) > 1
     series = []
     for source in sources:
-        run = RunDocument.of(source["run"])
+        run = source.run
         complete = run.complete
         for target in run.targets:
             name = target.label
-            records = [r for r in source["records"] if r.target == name]
-            label = f"{source['name']}: {name}" if several else name
+            records = [r for r in source.records if r.target == name]
+            label = f"{source.name}: {name}" if several else name
             if not complete:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
-                label=label, run_name=source["name"], target=target, complete=complete, open_loop=run.open_loop,
+                label=label, run_name=source.name, target=target, complete=complete, open_loop=run.open_loop,
                 kind=run.kind,
-                records=records, probe=[s for s in source["probe"] if s.target == name],
+                records=records, probe=[s for s in source.probe if s.target == name],
                 tables=turn_tables(run, kept_records(run, records))))
     return series

@@ -16,7 +16,7 @@ from typing import Any
 from ..core.errors import ConfigError, ResultsError
 from ..core.griddoc import GridCell, GridDocument, GridRun
 from .grid_file import load_grid
-from .reader import load_run
+from .reader import load_run_dict
 
 
 def _cell(grid: GridDocument, param: str, value: str, others: dict[str, str] | None) -> GridCell:
@@ -56,7 +56,7 @@ def _levels(root: Path, entry: GridRun) -> dict[Any, float]:
     if not entry.finished:
         return {}
     try:
-        run = load_run(root / str(entry.run_dir))
+        run = load_run_dict(root / str(entry.run_dir))
     except ResultsError:
         return {}
     levels = (run.get("targets") or [{}])[0].get("levels") or []

@@ -41,8 +41,24 @@ def _check_contract(doc: dict[str, Any], path: Path) -> None:
         raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
 
 
-def load_run(results_dir: Path) -> dict[str, Any]:
-    """Read and check run.json. Raises ResultsError with a one-line reason."""
+def load_run(results_dir: Path) -> RunDocument:
+    """run.json as the typed document every reader reads by attribute (`core.rundoc.RunDocument`):
+    read, checked and upgraded (`load_run_dict`), then typed. Raises ResultsError with a one-line reason."""
+    path = Path(results_dir) / RUN_FILE
+    try:
+        return RunDocument.of(load_run_dict(results_dir))
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
+
+
+def load_run_dict(results_dir: Path) -> dict[str, Any]:
+    """run.json's content as a dict, read and checked (the schema, `schema.RunFile`) and upgraded.
+
+    For results/ alone, which amends a run before it is typed (a level killed mid-run, `analyze
+    --percentiles`, a verdict drawn again: `results/reread.py`), and for the writers that pass
+    run.json on verbatim (the JSON and CSV exporters: a typed float turns a stored 0 into 0.0, a
+    default fills a field the file lacks). Every other reader reads `load_run`'s typed document.
+    Raises ResultsError with a one-line reason."""
     path = Path(results_dir) / RUN_FILE
     if not path.is_file():
         raise ResultsError(f"{path} not found: give a directory written by `loadgen sweep`")
@@ -62,16 +78,6 @@ def load_run(results_dir: Path) -> dict[str, Any]:
         upgrade_v1(doc)
     _check_contract(doc, path)
     return doc
-
-
-def load_document(results_dir: Path) -> RunDocument:
-    """run.json as the typed document every reader reads by attribute (`core.rundoc.RunDocument`):
-    `load_run`, then typed. Raises ResultsError with a one-line reason."""
-    path = Path(results_dir) / RUN_FILE
-    try:
-        return RunDocument.of(load_run(results_dir))
-    except msgspec.ValidationError as exc:
-        raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
 
 
 def upgrade_v1(doc: dict[str, Any]) -> None:

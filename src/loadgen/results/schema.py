@@ -28,13 +28,18 @@ Version history (SCHEMA_VERSION):
        metrics registered beyond the built-in ones (analysis/metric_defs.py), by name.
        Added since, without a bump (docs/environment.md): run "environment" (the machine's
        fingerprint, core.environment.Fingerprint), per level "environment" (its samples),
-       "environment_changed" (what changed during it) and "energy" (analysis/energy.py).
+       "environment_changed" (what changed during it) and "energy" (analysis/energy.py); later the
+       same in prefill, depth and soak runs (run "environment"; per prefill/depth row
+       "environment", "environment_changed", "energy"; a soak's in its one level).
+       Later still: per sample "temperatures" (hwmon: chip, sensor, celsius), and the
+       fingerprint's "boot" (label -> the flags and boot decisions of a server `loadgen grid`
+       started, core.environment.ServerBoot); absent from older runs, which read as before.
        Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
        (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
        (--trim: the records its figures left out, core.rundoc.LevelTrim).
        --rate inf: a level's "level" and "rate", the config's "rates" (and the verdict's levels)
        may be the string "inf" (JSON has no infinity; core.rundoc.json_safe / read_rates), and a
-       record's or probe sample's "level" too; `load_run` reads them back as math.inf.
+       record's or probe sample's "level" too; `load_run_dict` reads them back as math.inf.
        Added since, without a bump (docs/workloads.md): config "classes", per level "request_class"
        and "phase", per target "interference" (a run of request classes); per record
        "request_class"; per target "dataset" (entries and skipped, --n-predict dataset).

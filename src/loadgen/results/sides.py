@@ -9,7 +9,7 @@ from ..analysis.compare import NoiseFloors, RunData
 from ..core.errors import ResultsError
 from .grid_file import runs_in_grid
 from .noise import NOISE_FILE, load_noise
-from .reader import load_records, load_run
+from .reader import load_records, load_run_dict
 from .schema import RUN_FILE
 
 
@@ -30,7 +30,7 @@ def run_dirs(path: Path) -> list[Path]:
 
 
 def load_side(path: Path) -> list[RunData]:
-    return [RunData(load_run(p), load_records(p)) for p in run_dirs(path)]
+    return [RunData(load_run_dict(p), load_records(p)) for p in run_dirs(path)]
 
 
 def calibration_runs(path: Path) -> list[tuple[str, RunData]]:
@@ -41,7 +41,7 @@ def calibration_runs(path: Path) -> list[tuple[str, RunData]]:
     else:
         folders = run_dirs(path)
     return [(p.relative_to(path).as_posix() if p.is_relative_to(path) and p != path else p.parent.name
-             if p.name == "run" else p.name, RunData(load_run(p), load_records(p))) for p in folders]
+             if p.name == "run" else p.name, RunData(load_run_dict(p), load_records(p))) for p in folders]
 
 
 def side_noise(path: Path, explicit: Path | None = None) -> NoiseFloors | None:
@@ -51,3 +51,13 @@ def side_noise(path: Path, explicit: Path | None = None) -> NoiseFloors | None:
     if (path / NOISE_FILE).is_file():
         return load_noise(path / NOISE_FILE)
     return None
+
+
+def without_levels(run: RunData, left_out: set[tuple[str, int | float]]) -> RunData:
+    """The run less its levels `left_out` ((target, level)) and their records. The dict is run.json's
+    own (`RunData.doc`: `compare` reads every config key of it), the typed document has the same
+    targets and levels, in order."""
+    doc = {**run.doc, "targets": [{**stored, "levels": [kept for kept, lv in zip(stored.get("levels") or [], t.levels, strict=True)
+                                                        if (t.label, lv.level) not in left_out]}
+                                  for stored, t in zip(run.doc["targets"], run.typed.targets, strict=True)]}
+    return RunData(doc, [r for r in run.records if (r.target, r.level) not in left_out])

@@ -36,7 +36,7 @@ from ..analysis.trim import Trim, Trimmed, trim_level
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
-from ..core.environment import thinned
+from ..core.environment import ServerBoot, thinned
 from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
@@ -72,11 +72,16 @@ def host_facts(event_loop: str) -> dict[str, Any]:
     }
 
 
+def _idle_w(run: Run) -> dict[str, float] | None:
+    """The idle power measured before the first level (the baseline of net J/token), by source."""
+    return run.environment.idle_power_w if run.environment is not None else None
+
+
 def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json's content: metadata plus per-target level summaries (a pure function)."""
     targets = []
     config = run.config
-    idle_w = run.environment.idle_power_w if run.environment is not None else None
+    idle_w = _idle_w(run)
     for t in run.targets:
         levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim)
         target = {
@@ -235,7 +240,7 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),
             trimmed=None if trimmed is None else LevelTrim(trimmed.head, trimmed.tail, round(trimmed.cut_s, 6),
                                                            trimmed.too_short),
-        ).to_dict(client_load=True), lv), lv, idle_w))
+        ).to_dict(client_load=True), lv), lv, idle_w, summary.output_tokens))
     return out
 
 
@@ -262,15 +267,17 @@ def _slo_of(lv: LevelRun, slo: Slo | None, wall_s: float, trimmed: Trimmed | Non
     return tally.result(wall_s).to_dict()
 
 
-def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, float] | None) -> dict[str, Any]:
-    """A level the machine was sampled through also holds its samples, what changed during it
-    (analysis/env_drift.level_changes) and its energy (analysis/energy.level_energy), both from every
-    sample, while at most STORED_SAMPLES of them are stored; absent otherwise."""
+def _with_environment(summary: dict[str, Any], lv: LevelRun, idle_w: dict[str, float] | None,
+                      output_tokens: int) -> dict[str, Any]:
+    """A level (or a prefill's or depth's step) the machine was sampled through also holds its
+    samples, what changed during it (analysis/env_drift.level_changes) and its energy
+    (analysis/energy.level_energy: per output token), both from every sample, while at most
+    STORED_SAMPLES of them are stored; absent otherwise."""
     if lv.environment:
         samples = list(lv.environment)
         summary["environment"] = msgspec.to_builtins(thinned(samples))
         summary["environment_changed"] = level_changes(samples)
-        energy = level_energy(samples, summary["output_tokens"], idle_w)
+        energy = level_energy(samples, output_tokens, idle_w)
         if energy:
             summary["energy"] = [e.to_dict() for e in energy]
     return summary
@@ -296,7 +303,8 @@ def class_interference(t: TargetRun, levels: list[dict[str, Any]]) -> list[Inter
     return interference([ClassPhases(name, p.get(ALONE), p.get(TOGETHER)) for name, p in phases.items()], slots)
 
 
-def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:
+def _step_rows(kind: str, t: TargetRun, idle_w: dict[str, float] | None) -> list[dict[str, Any]]:
+    """A prefill's or depth's rows, each with its step's machine samples as a sweep's level has them."""
     rows = []
     for step in t.steps:
         rs = list(step.level.records) if step.level else []
@@ -313,7 +321,9 @@ def _step_rows(kind: str, t: TargetRun) -> list[dict[str, Any]]:
         rows.append(row)
     if kind == "depth":
         rows = with_change(rows)
-    return [r.to_dict() for r in rows]
+    return [r.to_dict() if step.level is None else
+            _with_environment(r.to_dict(), step.level, idle_w, of_level(step.level).output_tokens)
+            for r, step in zip(rows, t.steps)]
 
 
 def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
@@ -327,8 +337,8 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
-            target["levels"] = _level_summaries(t.levels, run.config.slo, percentiles=run.config.percentiles,
-                                                 trim=run.config.trim)
+            target["levels"] = _level_summaries(t.levels, run.config.slo, _idle_w(run),
+                                                 percentiles=run.config.percentiles, trim=run.config.trim)
             lv = t.levels[0] if t.levels else None
             if lv is not None and lv.start_ns:
                 end = lv.end_ns if lv.finished else now_ns()
@@ -338,9 +348,9 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             else:
                 target["soak"] = None
         else:
-            target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t)}
+            target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}
         targets.append(target)
-    return {
+    doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "loadgen_version": __version__,
@@ -351,6 +361,27 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         "config": {**run.config.to_dict(), **run.settings_dict()},
         "targets": targets,
     }
+    if run.environment is not None:
+        doc["environment"] = run.environment.to_dict()
+    return doc
+
+
+def add_server_boot(run_dir: Path, label: str, boot: ServerBoot) -> bool:
+    """Add what loadgen saw of a server it started itself (`loadgen grid`, after the measurement:
+    the flags and boot decisions, analysis/bootlog.py) to the run's fingerprint under the target's
+    `label`, rewriting run.json atomically. False, and nothing written, when the run recorded no
+    environment (--no-environment) or its run.json cannot be read."""
+    path = run_dir / RUN_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    environment = doc.get("environment") if isinstance(doc, dict) else None
+    if not isinstance(environment, dict):
+        return False
+    environment["boot"] = {**(environment.get("boot") or {}), label: msgspec.to_builtins(boot)}
+    _atomic_write(path, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    return True
 
 
 def prepare_dir(out_dir: Path, force: bool) -> Path:

@@ -28,6 +28,8 @@ from ..core.environment import EnvSample, Fingerprint
 from ..core.errors import ConfigError
 from ..core.records import LevelRun
 from .config import MachineOptions
+from .level_runner import LevelRunner, TargetLoad
+from .state import Run, TargetRun
 
 
 class MachineWatch:
@@ -90,14 +92,31 @@ class MachineWatch:
             await self._add(level)
 
 
-@asynccontextmanager
-async def level_sampling(watch: MachineWatch | None, level: LevelRun) -> AsyncIterator[None]:
-    """`watch.sampling(level)`, or nothing when the run does not read the machine (--no-environment)."""
-    if watch is None:
-        yield
-    else:
-        async with watch.sampling(level):
-            yield
+class SampledRunner:
+    """A `LevelRunner` whose every level is sampled by `watch` while the inner runner sends it: the
+    one place every run kind (sweep, prefill, depth, soak) gets its per-level machine samples."""
+
+    def __init__(self, runner: LevelRunner, watch: MachineWatch):
+        self.runner, self.watch = runner, watch
+
+    async def connect_ahead(self, load: TargetLoad, level: LevelRun, latency_s: float | None) -> None:
+        await self.runner.connect_ahead(load, level, latency_s)
+
+    async def run(self, load: TargetLoad, level: LevelRun) -> str | None:
+        async with self.watch.sampling(level):
+            return await self.runner.run(load, level)
+
+
+async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
+    """Before the first level of any run kind: the machine's fingerprint into `run.environment`
+    (with the servers' /props, and its idle power) and `runner` wrapped so that each level is
+    sampled; `runner` as it is when the run does not read the machine (--no-environment) or no
+    target answered."""
+    if not run.config.machine.enabled or not live:
+        return runner
+    watch = MachineWatch(run.config.machine, run.start_ns)
+    run.environment = await watch.fingerprint(server_facts(live))
+    return SampledRunner(runner, watch)
 
 
 def server_props(urls: tuple[str, ...]) -> dict[str, dict[str, Any]]:

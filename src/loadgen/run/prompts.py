@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.errors import ConfigError
 
@@ -154,7 +154,10 @@ def read_dataset(path: str, field: str = DEFAULT_FIELD) -> list[str]:
     return prompts
 
 
-def sample_prompts(prompts: list[str], count: int | None, seed: int) -> list[str]:
+T = TypeVar("T")  # a prompt, or a dataset entry with its answer
+
+
+def sample_prompts(prompts: list[T], count: int | None, seed: int) -> list[T]:
     """Shuffle with `seed`, keep the first `count` (all when None): the same seed, the same draw."""
     order = list(prompts)
     random.Random(seed).shuffle(order)

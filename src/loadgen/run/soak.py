@@ -11,6 +11,7 @@ from ..core.records import LevelRun
 from .config import SoakSettings
 from .engine import EngineOptions
 from .level_runner import LevelRunner
+from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
@@ -38,9 +39,11 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, settings: S
     The engine pauses a worker that could not connect for PAUSE_AFTER_CONNECT_ERROR_S (a failed
     answer is followed by the next request at once). Checkpoints are the session's
     (run/session.py, every `settings.checkpoint_interval_s`), so a crash loses at most that much.
+    The machine is read before and sampled through the soak, as a sweep's level is.
     """
     live = await prepare_targets(run, obs)
     refuse_prompts_beyond_context(live, settings.prompt_tokens, run.config.generation.n_predict)
+    runner = await sampled_runner(run, live, runner)  # the fingerprint, and the machine through the soak
     await asyncio.gather(*(_soak_target(run, t, obs, source, settings, runner, transport_factory) for t in live))
 
 

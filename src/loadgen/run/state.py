@@ -9,7 +9,7 @@ gathered so far can still be written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..client.probe import ServerInfo
 from ..core.clock import now_ns
@@ -77,13 +77,13 @@ class Run:
         return self.settings.to_dict() if isinstance(self.settings, SoakSettings) else dict(self.settings)
 
 
-class RunObserver(Observer):
+class RunObserver(Observer, Protocol):
     def message(self, text: str) -> None: ...
 
     def level_done(self, run: Run, target: TargetRun, level: LevelRun) -> None: ...
 
 
-class StepObserver(RunObserver):
+class StepObserver(RunObserver, Protocol):
     def step_started(self, target: TargetRun, step: Step) -> None: ...
 
     def step_done(self, run: Run, target: TargetRun, step: Step) -> None: ...

@@ -15,6 +15,7 @@ from ..core.records import LevelRun
 from .engine import EngineOptions
 from .exact_prompt import FittedPrompt, PromptTooShort, fit_prompts
 from .level_runner import LevelRunner, TargetLoad
+from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import stream_level
 from .salts import new_decimal_salt
@@ -34,11 +35,13 @@ async def run_steps(run: Run, obs: StepObserver, source: PromptSource, sizes: tu
 
     A size the server's per-slot context cannot hold is skipped with a reason. A size too small to
     hold the salt is skipped too, or, with `salt_only_below` (depth 0), sent as the salt alone. The
-    target's warm-up (target_setup.py's skeleton) sends the first prompt that fits.
+    target's warm-up (target_setup.py's skeleton) sends the first prompt that fits. The machine is
+    read before the first step and sampled through each, as a sweep's levels are.
     """
     # A step is a closed loop of one, `repeat` requests long.
     config = replace(run.config, requests_per_level=repeat, duration_s=None)
     live = await prepare_targets(run, obs)
+    runner = await sampled_runner(run, live, runner)  # the fingerprint, and each step's machine samples
     for t in live:
         to_cut = [n for n in sizes if n > 0]
         obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in to_cut)} tokens with its tokenizer")

@@ -18,7 +18,7 @@ from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
 from .level_runner import LevelRunner, TargetLoad
-from .machine_sampling import MachineWatch, level_sampling, server_facts
+from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import stream_level
 from .state import Run, RunObserver, TargetRun
@@ -54,12 +54,12 @@ def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
 
 
 async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Probe, runner: LevelRunner,
-                       latency_s: float | None, watch: MachineWatch | None) -> LevelRun:
+                       latency_s: float | None) -> LevelRun:
     """One level on one target: its connections opened before its clock starts (`latency_s`, the
     latency seen so far, sizes an open-loop level's), the server's counters before and after, its
     /metrics and /slots sampled during, the requests sent by the `runner` (which measures the
-    client's own load), figures moved to simulated time (demo). With a `watch` the machine is
-    sampled through the level too (run/machine_sampling.py)."""
+    client's own load), figures moved to simulated time (demo). The machine is sampled through the
+    level when the runner samples it (run/machine_sampling.py's `SampledRunner`)."""
     config, t, obs = run.config, load.target, load.obs
     level = _new_level(run, load, key)
     await runner.connect_ahead(load, level, latency_s)
@@ -68,7 +68,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
     t.levels.append(level)
     warning = None
     try:
-        async with probe_sampling(probe, t, key, config.probe_interval_s, level), level_sampling(watch, level):
+        async with probe_sampling(probe, t, key, config.probe_interval_s, level):
             warning = await runner.run(load, level)
     finally:
         if config.time_scale != 1.0:
@@ -82,8 +82,7 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
 
 
 async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelRunner,
-                        transport_factory: TransportFactory | None, plan: LevelPlan | None,
-                        watch: MachineWatch | None) -> None:
+                        transport_factory: TransportFactory | None, plan: LevelPlan | None) -> None:
     config = run.config
     async with target_load(config, t, obs, source=config.prompt_source or PromptSource(),
                            prompt_tokens=config.prompt_tokens, options=DEFAULT_OPTIONS,
@@ -93,7 +92,7 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
         async with target_probe(config, t) as probe:
             latency_s = load.warm_latency_s
             for key in config.levels if plan is None else plan(t):
-                level = await _sweep_level(run, load, key, probe, runner, latency_s, watch)
+                level = await _sweep_level(run, load, key, probe, runner, latency_s)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
@@ -118,12 +117,9 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:
         refuse_shapes_beyond_context(live, run.config.replay.shapes)
-    watch = None
-    if run.config.machine.enabled and live:
-        watch = MachineWatch(run.config.machine, run.start_ns)
-        run.environment = await watch.fingerprint(server_facts(live))
+    runner = await sampled_runner(run, live, runner)
     if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan, watch) for t in live))
+        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan) for t in live))
     else:
         for t in live:
-            await _sweep_target(run, t, obs, runner, transport_factory, plan, watch)
+            await _sweep_target(run, t, obs, runner, transport_factory, plan)
