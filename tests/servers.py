@@ -161,6 +161,28 @@ def in_process_cli(monkeypatch: Any, capsys: Any) -> Callable[..., tuple[int, st
     return run
 
 
+def run_cli(*args: Any) -> tuple[int, str, str]:
+    """`loadgen ARGS` in-process through cli.main with its own capture of stdout and stderr (where no
+    capsys is at hand: a module's fixture, inside hypothesis's @given); returns (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from loadgen import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["loadgen", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    finally:
+        sys.argv = argv
+    return int(code), out.getvalue(), err.getvalue()
+
+
 class SimProcess:
     """`with SimProcess("--profile", "smoke", ...) as sim:` `loadgen sim` in its own process at `sim.url`.
 

@@ -9,11 +9,8 @@ the power limit at completion 9, so every figure is known exactly:
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
-import sys
 import threading
 import time
 import urllib.error
@@ -25,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.core.rundoc import RunDocument
 from loadgen.output.report_model import RunSource, build_series
 from machine_tree import build_tree, set_energy, set_rapl_limit
-from servers import free_port
+from servers import free_port, run_cli
 from test_env_sweep import StandIn
 
 
@@ -37,22 +34,6 @@ JOULES = {1: 21.0, 2: 57.0}  # Σ n over each level's completions
 TOKENS = 6 * 16
 
 
-def _run(*args: object) -> tuple[int, str, str]:
-    """`loadgen ARGS` in-process, its stdout and stderr caught (a module's fixture has no capsys)."""
-    from loadgen import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["loadgen", *map(str, args)]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = argv
-    return int(code), out.getvalue(), err.getvalue()
 
 
 class _Scraper:
@@ -99,17 +80,17 @@ def measured(tmp_path_factory):
 
     port = free_port()
     with StandIn(spend) as server, _Scraper(port) as scraper:
-        code, out, err = _run("sweep", "--url", server.origin, "--label", "s", "--concurrency", "1,2",
+        code, out, err = run_cli("sweep", "--url", server.origin, "--label", "s", "--concurrency", "1,2",
                               "--requests", "6", "--warmup", "0", "--probe-interval", "0", "--sysfs", sysfs,
                               "--procfs", procfs, "--env-interval", "0.05", "--idle-power", "0.2",
                               "--output", tmp / "run", "--format", "json", "--prometheus-port", port,
                               "--prometheus-linger", "120")
     assert code == 0, err
-    code, markdown, err = _run("report", tmp / "run", "--format", "markdown")
+    code, markdown, err = run_cli("report", tmp / "run", "--format", "markdown")
     assert code == 0, err
-    code, _, err = _run("report", tmp / "run", "--static", "--output", tmp / "report.html")
+    code, _, err = run_cli("report", tmp / "run", "--static", "--output", tmp / "report.html")
     assert code == 0, err
-    code, _, err = _run("export", tmp / "run", "--format", "csv", "--output", tmp / "csv")
+    code, _, err = run_cli("export", tmp / "run", "--format", "csv", "--output", tmp / "csv")
     assert code == 0, err
     doc = json.loads((tmp / "run" / "run.json").read_text())
     with (tmp / "csv" / "levels.csv").open(newline="") as f:

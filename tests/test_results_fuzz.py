@@ -4,11 +4,8 @@ as a `ResultsError` (one line, exit 2 from every command that reads them), never
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from hypothesis import strategies as st
 from loadgen import cli
 from loadgen.core.errors import ResultsError
 from loadgen.results.reader import load_probe, load_records, load_run, load_run_dict
+from servers import run_cli
 
 FIXTURE = Path(__file__).parent / "data" / "sweep-smollm2"
 GOOD_DOC = json.loads((FIXTURE / "run.json").read_text())
@@ -31,20 +29,6 @@ json_values = st.recursive(
     max_leaves=8)
 
 
-def run_command(*args) -> tuple[int, str, str]:
-    """`loadgen ARGS` in-process through cli.main, as the `loadgen` fixture does (usable inside @given)."""
-    out, err = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["loadgen", *map(str, args)]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +96,7 @@ def test_a_run_file_damaged_anywhere_is_one_line_for_every_reader(dirs, path, va
         doc.setdefault("schema", GOOD_DOC["schema"])
         doc.setdefault("schema_version", GOOD_DOC["schema_version"])
     (bad / "run.json").write_text(json.dumps(doc))
-    code, out, err = run_command(*COMMANDS[command](good, bad))
+    code, out, err = run_cli(*COMMANDS[command](good, bad))
     assert code in (0, 1, 2, 3), (code, err)  # 3: a gate that could enforce nothing
     assert_clean(code, err)
 
@@ -129,7 +113,7 @@ def test_a_request_record_damaged_anywhere_is_one_line_for_every_reader(dirs, li
     record[field] = value
     lines[line % len(lines)] = json.dumps(record)
     (bad / "requests.jsonl").write_text("\n".join(lines) + "\n")
-    code, out, err = run_command(*COMMANDS[command](good, bad))
+    code, out, err = run_cli(*COMMANDS[command](good, bad))
     assert code in (0, 1, 2, 3), (code, err)  # 3: a gate that could enforce nothing
     assert_clean(code, err)
     shutil.copy(FIXTURE / "requests.jsonl", bad / "requests.jsonl")
@@ -175,7 +159,7 @@ toml_values = st.recursive(
 def test_any_bytes_as_a_scenario_file_is_one_line(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("scenario") / "s.toml"
     path.write_bytes(data)
-    code, out, err = run_command("run", path, "--check")
+    code, out, err = run_cli("run", path, "--check")
     assert code in (0, 2), (code, err)
     assert_clean(code, err)
 
@@ -188,6 +172,6 @@ def test_any_keys_and_values_in_a_scenario_file_are_one_line(tmp_path_factory, m
     path = tmp_path_factory.mktemp("scenario") / "s.toml"
     lines = [f'mode = "{mode}"'] + [f"{key} = {_toml(value)}" for key, value in settings.items() if key != "mode"]
     path.write_text("\n".join(lines) + "\n")
-    code, out, err = run_command("run", path, "--check", *(a for o in overrides for a in ("--set", o)))
+    code, out, err = run_cli("run", path, "--check", *(a for o in overrides for a in ("--set", o)))
     assert code in (0, 2), (code, err)
     assert_clean(code, err)
