@@ -119,19 +119,23 @@ async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -
     return SampledRunner(runner, watch)
 
 
-def server_props(urls: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """url -> what each server's /props says of its build, model and slots, read one after another
-    on an event loop of its own (`loadgen env --url` sends no load); ConfigError when one does not answer."""
-    async def read() -> dict[str, dict[str, Any]]:
-        out = {}
+def server_props(urls: tuple[str, ...]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(url -> what each server's /props says of its build, model and slots, url -> why it did not
+    answer at all), read one after another on an event loop of its own (`loadgen env --url` sends no load)."""
+    async def read() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        out, silent = {}, {}
         for url in urls:
             try:
                 async with Probe(url, timeout_s=5) as probe:
                     info = await probe.server_info()
             except (TargetUnreachable, OSError) as exc:
-                raise ConfigError(f"{url}: cannot read /props ({exc}); is the server up?") from None
-            out[url] = info.props or {}
-        return out
+                silent[url] = str(exc)
+                continue
+            if info.endpoints and all(status is None for status in info.endpoints.values()):
+                silent[url] = info.notes[0] if info.notes else "no answer"
+            else:
+                out[url] = info.props or {}
+        return out, silent
 
     return asyncio.run(read())
 
