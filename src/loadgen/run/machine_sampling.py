@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +107,27 @@ class SampledRunner:
             return await self.runner.run(load, level)
 
 
-async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
-    """Before the first level of any run kind: the machine's fingerprint into `run.environment`
-    (with the servers' /props, and its idle power) and `runner` wrapped so that each level is
-    sampled; `runner` as it is when the run does not read the machine (--no-environment) or no
-    target answered."""
+async def machine_watch(run: Run, live: list[TargetRun]) -> MachineWatch | None:
+    """Before the first level of any run kind: the machine's fingerprint into `run.environment` (with
+    the servers' /props, and its idle power) and the watch that samples each level; None when the
+    run does not read the machine (--no-environment) or no target answered."""
     if not run.config.machine.enabled or not live:
-        return runner
+        return None
     watch = MachineWatch(run.config.machine, run.start_ns)
     run.environment = await watch.fingerprint(server_facts(live))
-    return SampledRunner(runner, watch)
+    return watch
+
+
+def level_sampling(watch: MachineWatch | None, level: LevelRun) -> AbstractAsyncContextManager[None]:
+    """`watch.sampling(level)`, or nothing when the run does not read the machine (a run kind that
+    sends its levels itself, as `loadgen chat` does, rather than through a `LevelRunner`)."""
+    return nullcontext() if watch is None else watch.sampling(level)
+
+
+async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
+    """`machine_watch`, and `runner` wrapped so that each level is sampled (as it is without a watch)."""
+    watch = await machine_watch(run, live)
+    return runner if watch is None else SampledRunner(runner, watch)
 
 
 def server_props(urls: tuple[str, ...]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
