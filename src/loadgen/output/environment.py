@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.energy import within_idle_noise
 from ..core.environment import Fingerprint, GpuFacts
 from ..core.rundoc import RunDocument
 from ..core.server_props import ServerProps
 
-
 UNKNOWN = "unknown"  # a value the machine did not give (docs/environment.md)
+IDLE_NOISE = "≤0 (within idle noise)"  # a net energy at or below zero (analysis/energy.within_idle_noise)
+
+
+def shown_net(value: float | None) -> float | str | None:
+    """A net energy as the tables, the report and the lines show it: the figure, or IDLE_NOISE when it is
+    at or below zero (run.json keeps the figure)."""
+    return IDLE_NOISE if within_idle_noise(value) else value
 
 
 def _mhz(value: float | None) -> str:
@@ -89,7 +96,8 @@ def energy_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
     for t in RunDocument.of(doc).targets:
         for lv in t.machine_levels():
             for e in lv.energy_figures:
-                net = f", net {_per_token(e.net_j_per_token, 'J/token')}" if e.net_j_per_token is not None else ""
+                shown = shown_net(e.net_j_per_token)
+                net = "" if shown is None else f", net {shown if isinstance(shown, str) else _per_token(shown, 'J/token')}"
                 out.append(f"energy {t.label} at level {lv.name} ({e.source}): "
                            f"{_per_token(e.j_per_token, 'J/token')}{net}, "
                            f"{_per_token(e.tokens_per_j, 'tokens/J')}, {e.mean_w:.1f} W mean")
