@@ -91,3 +91,36 @@ def test_the_grid_names_the_cell_that_serves_a_token_for_the_least_energy():
     none = summarize_cell("C", {}, [{"status": "ok", "run": {"targets": [{"label": "t", "levels": [
         _level(1, throughput_tok_s=5.0)]}]}}])
     assert none.least_j_per_token is None and not any("energy" in line for line in who_wins([a, none]))
+
+
+# (net J/token as run.json keeps it, what the tables, the report and the energy lines show):
+# written before running. A net at or below zero is the idle reading's noise, never a figure.
+NET_SHOWN = [(0.25, "0.250"), (0.0004, "0.000"), (0.0, "≤0 (within idle noise)"),
+             (-0.007, "≤0 (within idle noise)"), (None, None)]
+
+
+@pytest.mark.parametrize("net,shown", NET_SHOWN)
+def test_a_net_energy_at_or_below_zero_is_shown_as_idle_noise(net, shown):
+    from loadgen.core.rundoc import RunDocument
+    from loadgen.output.environment import energy_lines
+    from loadgen.output.html import Extras, machine_cells
+    from loadgen.output.report_model import RunSource, build_series, energy_points
+    from loadgen.output.tables import _energy_cells
+    energy = {"source": "cpu", "seconds": 2.0, "energy_j": 10.0, "j_per_token": 0.25, "net_j_per_token": net,
+              "tokens_per_j": 4.0, "mean_w": 5.0}
+    raw = {"targets": [{"label": "t", "levels": [_level(1, energy=[energy])]}]}
+    doc = RunDocument.of(raw)
+    level = doc.targets[0].levels[0]
+    assert level.headline_energy.net_j_per_token == net  # the raw value stays in run.json
+    table = str(_energy_cells(level)[1])
+    html = machine_cells(level, Extras(energy=True, changed=False))[1]
+    (line,) = energy_lines(doc)
+    (series,) = build_series([RunSource("r", doc, [], [])])
+    plotted = energy_points(series).net_j_per_token[0]
+    if shown is None:
+        assert table == "n/a" and html == "–" and "net" not in line and plotted is None
+    else:
+        assert table == html == shown
+        assert f"net {shown}," in line if net <= 0 else f"net {net:.4g} J/token," in line
+        assert plotted == (net if net > 0 else None)  # the charts draw no point for noise
+        assert "-" not in table + html + line

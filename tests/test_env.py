@@ -139,3 +139,58 @@ def test_nvml_reads_without_a_gpu():
     from loadgen.client.machine_facts import read_nvml
     gpus = read_nvml()
     assert gpus is None or all(g.source == "nvml" for g in gpus)
+
+
+def test_a_server_that_does_not_answer_is_one_warning_not_none_fields(loadgen):
+    code, out, err = loadgen("env", "--interval", "0", "--url", "http://127.0.0.1:1")
+    assert code == 0 and "None" not in out and "server http://127.0.0.1:1" not in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "http://127.0.0.1:1 did not answer" in warnings[0], err
+    assert "is the server up" in warnings[0]
+
+
+def serve_metrics(text: str):
+    """A /metrics of `text` on a free loopback port, in a thread: (server, its URL)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+LLAMA_METRICS = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+                 "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 42\n")
+
+
+def test_a_telemetry_url_without_exporter_metrics_is_one_warning(loadgen):
+    server, url = serve_metrics(LLAMA_METRICS)
+    try:
+        code, out, err = loadgen("env", "--interval", "0", "--telemetry-url", url)
+    finally:
+        server.shutdown()
+    assert code == 0 and "None" not in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and url in warnings[0] and "no node_exporter or DCGM" in warnings[0], err
+
+
+def test_an_empty_tree_prints_unknown_never_none_or_zero(tmp_path, loadgen):
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "proc").mkdir()
+    code, out, err = loadgen("env", "--sysfs", tmp_path / "sys", "--procfs", tmp_path / "proc", "--interval", "0")
+    assert code == 0, err
+    assert "None" not in out and "0 logical cores" not in out
+    assert "CPU: unknown, unknown logical cores" in out
+    assert "memory: unknown, unknown available; swap unknown, unknown used" in out

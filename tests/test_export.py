@@ -194,3 +194,35 @@ def test_force_replaces_the_previous_runs_histograms_and_keeps_other_files(loadg
     names = sorted(p.name for p in (out / "histograms").iterdir())
     assert not any("-c2-" in n for n in names), names  # the earlier run's level is gone
     assert "sim-c1-latency.hgrm" in names and {"notes.txt", "mine.hgrm"} <= set(names)
+
+
+def test_export_help_names_every_exported_metric_from_their_definitions():
+    from loadgen.analysis import metric_defs
+    result = CliRunner().invoke(export_command, ["--help"], terminal_width=400)
+    names = [m.name for m in metric_defs.all_metrics() if m.export]
+    assert {"ttfa", "ttft_queue", "latency", "itl"} <= set(names)
+    text = " ".join(result.output.split())
+    assert "hgrm/hlog only: " + ", ".join(names[:-1]) + " or " + names[-1] in text, text
+
+
+def test_no_ttfa_histogram_without_a_request_that_reasoned(loadgen, tmp_path):
+    import msgspec
+
+    from loadgen.output.exporters import metric_histogram
+    from servers import SimThread
+
+    out = tmp_path / "run"
+    with SimThread(slots=2) as sim:  # a model that does not think: its TTFA would be its TTFT
+        code, _, err = loadgen("sweep", "--url", sim.url, "--label", "sim", "--requests", "2", "--n-predict", "4",
+                               "--warmup", "0", "--concurrency", "1", "--stream", "--histograms", "--output", out)
+    assert code == 0, err
+    code, _, err = loadgen("export", out, "--format", "hgrm", "--output", tmp_path / "hgrm")
+    assert code == 0, err
+    for folder in (out / "histograms", tmp_path / "hgrm"):
+        names = sorted(p.name for p in folder.iterdir())
+        assert "sim-c1-ttft.hgrm" in names and "sim-c1-ttft_queue.hgrm" in names, names
+        assert not any(n.endswith("-ttfa.hgrm") for n in names), names
+    records = load_records(out)
+    assert metric_histogram(records, "ttfa").get_total_count() == 0
+    reasoned = [msgspec.structs.replace(r, reasoning_tokens=0) for r in records]  # the server said how many
+    assert metric_histogram(reasoned, "ttfa").get_total_count() == metric_histogram(records, "ttft").get_total_count()

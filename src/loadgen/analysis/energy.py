@@ -12,7 +12,9 @@ within a run). Per source ("cpu": RAPL, "gpu": NVML), over a level from its firs
     net_j_per_token  = net_energy_j / output_tokens
     tokens_per_j     = output_tokens / energy_j
 
-and the same over all sources together ("total"). The level's span is its samples' (start and end
+and the same over all sources together ("total"). A net figure at or below zero
+(`within_idle_noise`: the idle power read a little above the level's) is kept as computed in run.json,
+but shown as "≤0 (within idle noise)", never as a figure. The level's span is its samples' (start and end
 of the level, read right before and after it), not the request clock: the counters are read then.
 """
 
@@ -40,6 +42,13 @@ class Energy:
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def within_idle_noise(net: float | None) -> bool:
+    """Whether a net figure (`net_energy_j`, `net_j_per_token`) is at or below zero: the load added no
+    more than the spread of the idle reading it subtracts (a level at the idle power, with the idle
+    measured slightly higher), so there is no energy above idle to show."""
+    return net is not None and net <= 0
 
 
 def counters_j(sample: EnvSample) -> dict[str, dict[str, tuple[float, float | None]]]:

@@ -277,6 +277,19 @@ class _Side:
         return _level_links(self.docs[0])
 
 
+def _why_unrecorded(side: _Side) -> str:
+    """Why a side's first run without a fingerprint has none, as its config tells: turned off, a chat run
+    (`loadgen chat` recorded none before it sampled the machine as a sweep does), else an older loadgen."""
+    doc = next((d for d, fp in zip(side.docs, side.fingerprints) if fp is None), None)
+    config = doc.config if doc is not None else None
+    if config is not None and not config.environment:
+        return "recorded with --no-environment"
+    mode = config.cache_mode if config is not None else None
+    if mode is not None and mode.kind == "multi_turn":
+        return "a loadgen chat run from before chat recorded it"
+    return "a run from before loadgen recorded it"
+
+
 def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
                             candidate: Iterable[RunDocument | dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(differences, notes) between two sides' run documents (each side one or more runs).
@@ -288,8 +301,8 @@ def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
                   for name, docs in (("baseline", baseline), ("candidate", candidate)))
     if not any(fp is not None for side in (base, cand) for fp in side.fingerprints):
         return [], []  # runs from before the record on both sides: nothing to say
-    notes = [f"the {side.name} has no recorded environment (a run from before loadgen recorded it, or "
-             f"--no-environment): the drift guard cannot compare it" for side in (base, cand) if not side.recorded]
+    notes = [f"the {side.name} has no recorded environment ({_why_unrecorded(side)}): the drift guard "
+             f"cannot compare it" for side in (base, cand) if not side.recorded]
     if notes:  # nothing to compare
         return [], notes
     base_builds, cand_builds = _server_builds(base.fingerprints[0]), _server_builds(cand.fingerprints[0])

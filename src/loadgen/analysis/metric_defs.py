@@ -351,7 +351,8 @@ class Metric:
     keeps a histogram of every metric (exports and --metric read it). `table`: the latency detail table's columns, (header,
     statistic). `csv`: the levels.csv statistics (columns <key>_<stat>). `export`: a --metric of
     hgrm and hlog. `open_loop`: only an open-loop level has it (in closed loop the intended send is
-    the actual one). `many`: several values per request (per_record gives a list). `tokens`: the values are token counts."""
+    the actual one). `kept_if`: whether a level's records have the metric at all, where values alone
+    do not say (a TTFA is a TTFT unless a request reported reasoning). `many`: several values per request (per_record gives a list). `tokens`: the values are token counts."""
 
     name: str
     unit: str
@@ -371,6 +372,17 @@ class Metric:
     many: bool = False
     live: Live | None = None
     tokens: bool = False  # values are token counts: kept exact in the histogram (aggregate._TokenSeries)
+    kept_if: Callable[[Sequence[RequestRecord]], bool] | None = None
+
+    def kept(self, records: Sequence[RequestRecord]) -> bool:
+        """Whether these records (a level's, a run's) have this metric to export (`kept_if`)."""
+        return self.kept_if is None or self.kept_if(records)
+
+    @staticmethod
+    def names_text(metrics: Sequence[Metric]) -> str:
+        """"a, b or c": the names of `metrics`, as a help text lists them."""
+        names = [m.name for m in metrics]
+        return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -462,7 +474,8 @@ SCHEDULE_LAG = register(Metric(
     "schedule_lag", "ms", "send lag ms", "send lag", "actual send − intended send, of every "
     "request the server saw (failed ones too).",
     _counted(schedule_lag_ms), _v_schedule_lag, table=(("send lag\nms p99", "p99"),), table_digits=1,
-    table_order=7, csv=("mean", "p50", "p99"), open_loop=True))
+    table_order=7, csv=("mean", "p50", "p99"), open_loop=True,
+    kept_if=lambda rs: any(r.intended_ns not in (None, r.send_ns) for r in rs)))
 ITL = register(Metric(
     "itl", "ms", "ITL ms", "ITL", "each gap between two successive content chunks (streaming). A chunk may carry "
     "more than one token, so ITL is per chunk and TPOT per token. Never negative: a read whose kernel receive "
@@ -505,7 +518,8 @@ TTFA = register(Metric(
     "ttfa", "ms", "TTFA ms", "TTFA", "time to the first answer token: the first answer content event − start "
     "(streaming); a request that reasoned first waits for its answer, one that did not equals its TTFT. Kept in "
     "run.json only for levels where a request reasoned.",
-    _ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99")))
+    _ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99"),
+    kept_if=lambda rs: any(r.reasoning_tokens is not None for r in rs)))
 
 
 # --- token counts per request (docs/workloads.md) and the prompt cache (analysis/cache.py)

@@ -21,6 +21,7 @@ from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.multiturn import run_multiturn
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
+from .env import machine_config, machine_options
 from .help import command
 from .options import LEVELS
 from .shared import checking_only, format_option, records_options, request_options, target_options
@@ -94,11 +95,13 @@ CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
               help="Tokens each answer has (the answer then joins the history).")
 @click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
               help="Send cache_prompt true (reuse the history) or false (the comparison run).")
+@machine_options
 @request_options
 @records_options
 @format_option
 def chat_command(ports, host, urls, labels, api, model, api_key, transport, insecure, users, turns, message_tokens,
-                 think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, temperature, seed,
+                 think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, sysfs, procfs,
+                 env_interval_s, idle_s, telemetry_urls, record_environment, temperature, seed,
                  timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                  server_urls=()) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
@@ -112,7 +115,8 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
         requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        transport=transport, insecure=insecure, multi_turn=mode)
+        transport=transport, insecure=insecure, multi_turn=mode,
+        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment))
     ensure_open_files(users)
     if checking_only():
         return

@@ -58,11 +58,11 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
             if not Path(path).is_dir():
                 raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
-        reader = MachineReader(Roots(Path(sysfs), Path(procfs)),
-                               telemetry=TelemetryReader(telemetry_urls) if telemetry_urls else None)
-        server = server_props(urls) if urls else None
+        telemetry = TelemetryReader(telemetry_urls) if telemetry_urls else None
+        reader = MachineReader(Roots(Path(sysfs), Path(procfs)), telemetry=telemetry)
+        server, silent = server_props(urls) if urls else (None, {})
         try:
-            fp = reader.fingerprint(server=server)
+            fp = reader.fingerprint(server=server or None)
             time.sleep(interval)
             later = reader.sample(interval)
         except TelemetryError as exc:
@@ -72,7 +72,8 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
             threads = min(filter(None, (default_http_threads(ServerProps.of(p).total_slots, fp.cpu.logical_cores)
                                         for p in server.values())), default=None)
         planned = connections + PROBE_CONNECTIONS if connections else None
-        warnings = preflight_warnings(fp, later, connections=planned, http_threads=threads)
+        warnings = unanswered_warnings(silent, telemetry) + \
+            preflight_warnings(fp, later, connections=planned, http_threads=threads)
     if output_format == "json":
         click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings}, indent=2))
         return
@@ -80,6 +81,15 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         click.echo(line)
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
+
+
+def unanswered_warnings(silent: dict[str, str], telemetry: TelemetryReader | None) -> list[str]:
+    """One line for each --url that did not answer and each --telemetry-url that is no exporter loadgen reads."""
+    out = [f"the server at {url} did not answer ({why}): is the server up, and is the URL its address "
+           f"(scheme, host, port)?" for url, why in silent.items()]
+    return out + [f"--telemetry-url {url} exposes no node_exporter or DCGM exporter metrics loadgen reads "
+                  f"(node_*, DCGM_FI_DEV_*): give the /metrics of node_exporter or dcgm-exporter on the "
+                  f"server's machine" for url in (telemetry.foreign() if telemetry else [])]
 
 
 def machine_options(command):

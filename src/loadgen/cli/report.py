@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..analysis.metric_defs import Metric, all_metrics
 from ..core.errors import InputError
 from ..core.rundoc import RunKind
 from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
@@ -32,8 +33,8 @@ REPORT_FORMATS = ("html", "markdown")
 @click.argument("results_dir_text", metavar="RESULTS_DIR")
 @click.option("--format", "output_format", required=True, type=click.Choice(EXPORT_FORMATS),
               help="What to write: HdrHistogram files, tables, or the records themselves.")
-@click.option("--metric", help="hgrm/hlog only: latency, latency_uncorrected, queue_wait, predicted_ms, ttft, tpot, "
-                                 "schedule_lag or itl.  [default: every one the run has values for]")
+@click.option("--metric", help=f"hgrm/hlog only: {Metric.names_text([m for m in all_metrics() if m.export])}.  "
+                                 "[default: every one the run has values for]")
 @click.option("--target", help="Export only the target with this label.")
 @output_option("out_dir", "Directory to write into.  [default: RESULTS_DIR]", type=click.Path(file_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite files of the same names in the --output directory.")

@@ -45,6 +45,16 @@ DCGM = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_mj", "DCGM_FI_DEV_POWER_
 INT_FIELDS = {"energy_mj", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "memory_used_mib", "pcie_gen",
               "pcie_width"}
 FETCH_TIMEOUT_S = 5
+READ_PREFIXES = ("node_", "DCGM_FI_DEV_")  # the exporters' metrics read here (node_exporter's, DCGM's)
+
+
+def reads_nothing(text: str) -> bool:
+    """Whether an exposition text holds no metric of node_exporter or the DCGM exporter (another
+    program's /metrics, a llama-server's): nothing of the machine would be read from it."""
+    try:
+        return not any(f.name.startswith(READ_PREFIXES) for f in text_string_to_metric_families(text))
+    except ValueError:
+        return True
 
 
 def sample_from_metrics(texts: list[str], at_s: float) -> EnvSample:
@@ -166,16 +176,20 @@ class TelemetryReader:
         self.urls = tuple(u if "://" in u else f"http://{u}" for u in urls)
         self.urls = tuple(u if urllib.parse.urlsplit(u).path not in ("", "/") else u.rstrip("/") + "/metrics"
                           for u in self.urls)
+        self.last: dict[str, str] = {}  # url -> the text it gave last
 
     def texts(self) -> list[str]:
-        out = []
         for url in self.urls:
             try:
                 with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:  # noqa: S310 (the user's URL)
-                    out.append(resp.read().decode("utf-8", errors="replace"))
+                    self.last[url] = resp.read().decode("utf-8", errors="replace")
             except (OSError, ValueError) as exc:
                 raise TelemetryError(f"--telemetry-url {url}: no answer ({exc})") from None
-        return out
+        return [self.last[url] for url in self.urls]
+
+    def foreign(self) -> list[str]:
+        """The URLs whose last answer held no node_exporter or DCGM exporter metric (`reads_nothing`)."""
+        return [url for url, text in self.last.items() if reads_nothing(text)]
 
     def sample(self, at_s: float) -> EnvSample:
         return sample_from_metrics(self.texts(), at_s)

@@ -585,6 +585,7 @@ class Config(msgspec.Struct, frozen=True):
     cache: dict[str, Any] | None = None  # a cache mode (core/cache_mode.py); None: a normal run, cache off
     cache_prompt: bool = False  # the run sent cache_prompt: true (a cache mode's run)
     classes: list[ClassSpec] | None = None  # a run of request classes (core/request_class.py)
+    environment: bool = True  # False: the run was told not to record the machine (--no-environment)
     # The saturation rule the verdict was drawn with (analysis/saturation.py; `analyze` draws it again).
     knee_gain: float | None = 0.10
     knee_latency: float | None = 0.50

@@ -195,8 +195,9 @@ def select(run: dict[str, Any], records: list[RequestRecord], target: str | None
 def metric_histogram(records: Iterable[RequestRecord], metric: str) -> HdrHistogram:
     """An HdrHistogram (µs) of one metric over the records that have it (its per-record definition)."""
     m = metric_defs.get(metric)
-    if metric == "schedule_lag" and not any(r.intended_ns not in (None, r.send_ns) for r in records):
-        return metrics.new_histogram()  # closed loop: no schedule, nothing to export
+    records = list(records)
+    if not m.kept(records):
+        return metrics.new_histogram()  # closed loop: no schedule; no request reasoned: TTFA is TTFT
     return metrics.histogram_ms(v for r in records for v in m.values(r))
 
 
@@ -240,8 +241,9 @@ def level_histogram_files(run: dict[str, Any], levels: Iterable[tuple[str, int |
     files = []
     for label, level, aggregate in levels:
         for metric in names:
-            if metric == "schedule_lag" and not aggregate.any_scheduled:
-                continue
+            if (metric == "schedule_lag" and not aggregate.any_scheduled) or \
+                    (metric == "ttfa" and not aggregate.reasoning_counted):
+                continue  # as `metric_histogram` (metric_defs' kept_if), from the aggregate's sums
             histogram = aggregate.histogram(metric)
             if histogram.get_total_count():
                 files.append((f"{file_safe(label)}-{level_tag(level)}-{metric}.hgrm", percentile_distribution(histogram)))

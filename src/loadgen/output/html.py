@@ -26,6 +26,7 @@ from typing import Any
 from ..analysis.metric_defs import DECODE_TOK_S, LATENCY, QUEUE_WAIT, TTFA, Metric
 from ..analysis.speculation import level_acceptance_text
 from ..core.rundoc import Level, RunDocument, RunKind
+from .environment import shown_net
 from .files import ExportFiles, write_files
 from .layout import Grid, filled_rows, grids_markdown, text_of
 from .report_model import (
@@ -200,7 +201,7 @@ def machine_cells(level: Level, extras: Extras) -> list[str]:
     if extras.energy:
         e = level.headline_energy
         cells += ["–"] * len(ENERGY_COLUMNS) if e is None else [
-            _fmt(e.j_per_token, 3), _fmt(e.net_j_per_token, 3), _fmt(e.mean_w, 1)]
+            _fmt(e.j_per_token, 3), _fmt(shown_net(e.net_j_per_token), 3), _fmt(e.mean_w, 1)]
     if extras.changed:
         cells.append("changed: " + "; ".join(level.environment_changed or []) if level.machine_changed else "")
     return cells

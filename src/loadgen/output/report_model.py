@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from ..analysis import metrics
+from ..analysis.energy import within_idle_noise
 from ..analysis.metric_defs import LATENCY, TTFT
 from ..analysis.slo import SloLevel
 from ..core.records import ProbeSample, RequestRecord
@@ -219,7 +220,8 @@ def has_machine_changes(series: Sequence[TargetSeries]) -> bool:
 @dataclass(frozen=True)
 class EnergyPoints:
     """One series' levels with energy figures (core/rundoc.py `headline_energy`), as columns; None
-    where a level has no such figure (no output tokens, or no idle power for the net one)."""
+    where a level has no such figure (no output tokens, or no idle power for the net one; a net at or
+    below zero is idle noise, analysis/energy.within_idle_noise, and draws no point)."""
 
     levels: list[int | float]
     j_per_token: list[float | None]
@@ -231,7 +233,8 @@ class EnergyPoints:
 def energy_points(s: TargetSeries) -> EnergyPoints:
     measured = [(lv, e) for lv in s.levels if (e := lv.headline_energy) is not None]
     return EnergyPoints(levels=[lv.level for lv, _ in measured], j_per_token=[e.j_per_token for _, e in measured],
-                        net_j_per_token=[e.net_j_per_token for _, e in measured],
+                        net_j_per_token=[None if within_idle_noise(e.net_j_per_token) else e.net_j_per_token
+                                         for _, e in measured],
                         mean_w=[e.mean_w for _, e in measured], changed=[lv.machine_changed for lv, _ in measured])
 
 

@@ -28,7 +28,7 @@ from ..core.rundoc import (
 )
 from ..run.labels import about
 from .cache import cache_table, turn_tables
-from .environment import energy_lines, environment_change_lines
+from .environment import energy_lines, environment_change_lines, shown_net
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 from .workload import workload_table
 
@@ -138,7 +138,8 @@ def _energy_cells(lv: Level) -> list[Cell]:
     e = lv.headline_energy
     if e is None:
         return [Num(None), Num(None), Num(None)]
-    return [Num(e.j_per_token, 3), Num(e.net_j_per_token, 3), Num(e.mean_w, 1)]
+    net = shown_net(e.net_j_per_token)  # a net at or below zero is idle noise, not a figure
+    return [Num(e.j_per_token, 3), net if isinstance(net, str) else Num(net, 3), Num(e.mean_w, 1)]
 
 
 def _changed_cell(lv: Level) -> Cell:

@@ -42,7 +42,8 @@ Version history (SCHEMA_VERSION):
        record's or probe sample's "level" too; `load_run_dict` reads them back as math.inf.
        Added since, without a bump (docs/workloads.md): config "classes", per level "request_class"
        and "phase", per target "interference" (a run of request classes); per record
-       "request_class"; per target "dataset" (entries and skipped, --n-predict dataset).
+       "request_class"; per target "dataset" (entries and skipped, --n-predict dataset); config
+       "environment" false (--no-environment; absent: on).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -250,6 +250,8 @@ class SweepConfig:
             **({"percentiles": list(self.percentiles)} if self.percentiles else {}),
             **({"trim": self.trim.text} if self.trim is not None else {}),
             **({"classes": [c.to_dict() for c in self.classes]} if self.classes else {}),
+            # only when off (--no-environment): `compare` then says why a run has no machine record
+            **({"environment": False} if not self.machine.enabled else {}),
         }
 
 

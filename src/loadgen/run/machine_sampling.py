@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,31 +107,46 @@ class SampledRunner:
             return await self.runner.run(load, level)
 
 
-async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
-    """Before the first level of any run kind: the machine's fingerprint into `run.environment`
-    (with the servers' /props, and its idle power) and `runner` wrapped so that each level is
-    sampled; `runner` as it is when the run does not read the machine (--no-environment) or no
-    target answered."""
+async def machine_watch(run: Run, live: list[TargetRun]) -> MachineWatch | None:
+    """Before the first level of any run kind: the machine's fingerprint into `run.environment` (with
+    the servers' /props, and its idle power) and the watch that samples each level; None when the
+    run does not read the machine (--no-environment) or no target answered."""
     if not run.config.machine.enabled or not live:
-        return runner
+        return None
     watch = MachineWatch(run.config.machine, run.start_ns)
     run.environment = await watch.fingerprint(server_facts(live))
-    return SampledRunner(runner, watch)
+    return watch
 
 
-def server_props(urls: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """url -> what each server's /props says of its build, model and slots, read one after another
-    on an event loop of its own (`loadgen env --url` sends no load); ConfigError when one does not answer."""
-    async def read() -> dict[str, dict[str, Any]]:
-        out = {}
+def level_sampling(watch: MachineWatch | None, level: LevelRun) -> AbstractAsyncContextManager[None]:
+    """`watch.sampling(level)`, or nothing when the run does not read the machine (a run kind that
+    sends its levels itself, as `loadgen chat` does, rather than through a `LevelRunner`)."""
+    return nullcontext() if watch is None else watch.sampling(level)
+
+
+async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
+    """`machine_watch`, and `runner` wrapped so that each level is sampled (as it is without a watch)."""
+    watch = await machine_watch(run, live)
+    return runner if watch is None else SampledRunner(runner, watch)
+
+
+def server_props(urls: tuple[str, ...]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(url -> what each server's /props says of its build, model and slots, url -> why it did not
+    answer at all), read one after another on an event loop of its own (`loadgen env --url` sends no load)."""
+    async def read() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+        out, silent = {}, {}
         for url in urls:
             try:
                 async with Probe(url, timeout_s=5) as probe:
                     info = await probe.server_info()
             except (TargetUnreachable, OSError) as exc:
-                raise ConfigError(f"{url}: cannot read /props ({exc}); is the server up?") from None
-            out[url] = info.props or {}
-        return out
+                silent[url] = str(exc)
+                continue
+            if info.endpoints and all(status is None for status in info.endpoints.values()):
+                silent[url] = info.notes[0] if info.notes else "no answer"
+            else:
+                out[url] = info.props or {}
+        return out, silent
 
     return asyncio.run(read())
 

@@ -32,6 +32,7 @@ from ..core.cache_mode import MultiTurn
 from ..core.clock import now_ns
 from ..core.records import CONNECT_ERROR, LevelRun, RequestRecord
 from .conversation_apis import TURN_APIS, TurnApi
+from .machine_sampling import level_sampling, machine_watch
 from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
@@ -101,7 +102,9 @@ async def _user(run: Run, t: TargetRun, level: LevelRun, mode: MultiTurn, user: 
 async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
     """Fill `run`: per reachable target, one level of `mode.users` conversations at once."""
     config = run.config
-    for t in await prepare_targets(run, obs):
+    live = await prepare_targets(run, obs)
+    watch = await machine_watch(run, live)  # the fingerprint, and each conversation level's machine samples
+    for t in live:
         level = stream_level(LevelRun(target=t.label, concurrency=mode.users), run.sink, keep=True,
                              time_scale=config.time_scale, origin_ns=run.start_ns)
         t.levels.append(level)
@@ -112,7 +115,8 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
         # llama-server closes a connection after a streamed answer (client/probe.py: closes_streams); a
         # kept-alive one would fail the next turn's write, so each turn opens its own.
         connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers(), connector=connector) as session:
+        async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers(), connector=connector) as session, \
+                level_sampling(watch, level):
             level.start_ns = now_ns()
             try:
                 await asyncio.gather(*(_user(run, t, level, mode, u, session, slots) for u in range(mode.users)))
