@@ -24,6 +24,7 @@ from loadgen.run.level_runner import LocalRunner
 from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
+from servers import SimThread
 
 SMOKE = load_profile("smoke")
 
@@ -141,6 +142,8 @@ def test_compare_refuses_a_cached_run_against_an_uncached_one_in_one_line():
 
 def _level(k, ratio):
     from loadgen.analysis.cache import CapacityLevel
+    if ratio == "failed":  # no warm request succeeded
+        return CapacityLevel(k, 0, None, None)
     return CapacityLevel(k, 2 * k, ratio, None)
 
 
@@ -152,6 +155,8 @@ COLLAPSE_CASES = [
     ({1: 0.0, 2: 0.0}, None),
     ({1: None, 2: 0.8, 3: 0.1}, 3),
     ({}, None),
+    ({1: 0.9, 2: "failed", 3: 0.8}, None),  # a K where nothing succeeded tells nothing
+    ({1: 0.9, 2: "failed", 3: 0.1}, 3),
 ]
 
 
@@ -244,3 +249,24 @@ def test_the_simulators_host_cache_keeps_what_the_rule_predicts(slots, cache_ram
     records = _shared_prefix_run(SharedPrefix(120, k, 170, True), slots, 3 * k, cache_ram_tokens=cache_ram_tokens)
     ratio = capacity_level(k, records).warm_hit_ratio
     assert ratio == pytest.approx(121 / 170) if warm else ratio < 0.05
+
+
+# ---------------------------------------------------------------- through the CLI, on a simulator
+
+def test_a_prompt_longer_than_a_slots_context_is_refused_before_any_request(loadgen, tmp_path):
+    with SimThread(slots=2) as sim:  # smoke: 2,048 tokens per slot
+        for args in (("prefix", "--prefix-tokens", "3000"), ("cache-capacity", "--conversation-tokens", "3000")):
+            code, _, err = loadgen(*args, "--url", sim.url, "--output", tmp_path / args[0])
+            assert code == 2, err
+            assert "3064 tokens" in err and "n_ctx 2,048" in err and len([ln for ln in err.splitlines() if "error" in ln]) == 1
+
+
+def test_a_level_where_every_request_failed_shows_na_and_exits_1(loadgen, tmp_path):
+    with SimThread(slots=2, faults=["http_500:1.0"]) as sim:
+        code, out, err = loadgen("prefix", "--prefix-tokens", "100", "--url", sim.url, "--requests", "4",
+                                 "--output", tmp_path / "p")
+    assert code == 1, err
+    assert "no request succeeded" in err
+    cache = out[out.index("prompt cache"):].splitlines()
+    row = [cell for cell in next(line for line in cache if "smoke" in line).split() if cell != "│"]
+    assert row[2:5] == ["n/a", "n/a", "n/a"]  # hit ratio, cache_n, prompt_n: nothing known, not 0

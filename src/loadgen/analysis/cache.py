@@ -166,9 +166,12 @@ COLLAPSE_SHARE = 0.5
 
 def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
     """The smallest K whose warm hit ratio is below COLLAPSE_SHARE × the highest ratio of the
-    smaller Ks (None: no K collapsed, or no K reused anything)."""
+    smaller Ks (None: no K collapsed, or no K reused anything). A K without a successful warm
+    request tells nothing and is passed over."""
     best = 0.0
     for level in sorted(levels, key=lambda lv: lv.k):
+        if level.warm_requests == 0:
+            continue
         ratio = level.warm_hit_ratio or 0.0
         if best > 0 and ratio < COLLAPSE_SHARE * best:
             return level.k

@@ -19,6 +19,7 @@ from ..output.cache import turn_table
 from ..output.layout import print_table
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
+from ..results.reader import load_run
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.multiturn import run_multiturn, turn_of
@@ -72,8 +73,20 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "prefix"), force)
-    sys.exit(execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
-                           records_format=records_format))
+    code = execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
+                         records_format=records_format)
+    sys.exit(refuse_empty_levels(load_run(out_dir)) if code == EXIT_OK else code)
+
+
+def refuse_empty_levels(doc: RunDocument) -> int:
+    """EXIT_FAILED, said in one line, when a level had no successful request (its cache figures
+    are n/a, not a result); else EXIT_OK."""
+    empty = [f"{t.label} at {lv.level:g}" for t in doc.targets for lv in t.levels if lv.requests_ok == 0]
+    if not empty:
+        return EXIT_OK
+    _console(stderr=True).print(f"error: no request succeeded at {', '.join(empty)}: those levels have no cache "
+                                "figures (see the errors above)", highlight=False, style="red")
+    return EXIT_FAILED
 
 
 @command()
@@ -146,4 +159,4 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     typed = RunDocument.of(doc)
     if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
-    return EXIT_OK
+    return refuse_empty_levels(typed)

@@ -16,7 +16,7 @@ import click
 from ..analysis.cache import CapacitySummary, capacity_level, collapse_k, predicted_capacity
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
-from ..core.errors import EXIT_OK, ConfigError
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from ..core.server_props import ServerProps
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
@@ -108,3 +108,8 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     (out_dir / "cache-capacity.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)
+    empty = [str(lv.k) for lv in levels if lv.warm_requests == 0]
+    if empty:
+        err.print(f"error: no warm request succeeded at K = {', '.join(empty)}: no figures there "
+                  "(see the errors above)", highlight=False, style="red")
+        sys.exit(EXIT_FAILED)

@@ -40,11 +40,13 @@ def cache_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
     for t in doc.targets:
         for lv in t.levels:
             ratio, saved = lv.cache_hit_ratio, lv.prefill_saved_ms
-            # No cache figures at all: nothing was reused (cache off, or every request missed).
+            # No cache figures at all: nothing was reused (cache off, or every request missed), unless
+            # no request succeeded: then nothing is known (n/a).
+            none = 0.0 if lv.requests_ok else None
             miss = lv.ttft_cache_miss_ms if ratio is not None else lv.ttft_ms
             grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
-                         Num(0.0 if ratio is None else ratio * 100, 1),
-                         Num(lv.cache_n.p50 if lv.cache_n is not None else (0 if ratio is None else None), 0),
+                         Num(none if ratio is None else ratio * 100, 1),
+                         Num(lv.cache_n.p50 if lv.cache_n is not None else (none if ratio is None else None), 0),
                          Num(_p50(lv.prompt_n), 0), Num(_p50(lv.ttft_cache_hit_ms), 1), Num(_p50(miss), 1),
                          Num(None if saved is None else saved / 1000, 2))
             last = t.label

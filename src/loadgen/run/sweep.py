@@ -112,6 +112,10 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     (run/machine_sampling.py).
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
+    shared = run.config.shared_prefix
+    if shared is not None:  # the prefix, the salt and the request's own text: every prompt that long
+        refuse_prompts_beyond_context(live, shared.total_tokens, run.config.generation.n_predict,
+                                      "prompts of {n} tokens (a shared prefix, the salt and the request's own text)")
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
