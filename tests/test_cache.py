@@ -87,6 +87,31 @@ def test_shared_prefix_hits_on_the_simulator(groups, slots, cache_prompt, reques
         assert {r.cache_n for r in records} == {0}
 
 
+def test_each_level_and_each_run_starts_cold():
+    """Written before the run: 2 groups over 4 slots, levels C = 1 and 2, twice on one simulator.
+    Each level's prefixes are new to the server, so each level has exactly its groups' first
+    requests as misses (at C = 2 the two groups' first requests go together, both cold), the rest hit."""
+    async def main() -> list[list[RequestRecord]]:
+        levels = []
+        async with await start_simulator(SMOKE, slots=4, seed=3) as sim:
+            for _ in range(2):
+                config = SweepConfig(targets=(Target(sim.url, "smoke"),),
+                                     generation=GenerationParams(prompt="hi", n_predict=4, seed=1, stream=True),
+                                     concurrency=(1, 2), requests_per_level=8, warmup=0, wait_ready_s=5,
+                                     probe_interval_s=0, shared_prefix=SharedPrefix(120, 2, 170, True))
+                run = Run(config)
+                await run_sweep(run, Quiet(), LocalRunner())
+                assert run.targets[0].error is None, run.targets[0].error
+                levels += [lv.records for lv in run.targets[0].levels]
+        return levels
+    levels = uvloop.run(main())
+    assert len(levels) == 4
+    for records in levels:
+        assert all(r.ok and r.cache_n + r.prompt_n == 170 for r in records)
+        misses = sorted(r.seq for r in records if not is_hit(r.cache_n, r.prompt_n))
+        assert misses == [0, 1]
+
+
 def _record(cache_n, prompt_n, prompt_ms=10.0, *, slot=0, ttft_ms=None, error=None) -> RequestRecord:
     return RequestRecord(target="t", level=1, worker=0, seq=0, salt="s", send_ns=0, complete_ns=50_000_000,
                          status=200 if error is None else 500, error_kind=error, cache_n=cache_n, prompt_n=prompt_n,

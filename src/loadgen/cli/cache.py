@@ -34,7 +34,7 @@ from .sweep import ensure_open_files, execute_sweep
 
 @command()
 @target_options
-@click.option("--prefix-tokens", type=click.IntRange(min=8), required=True,
+@click.option("--prefix-tokens", type=click.IntRange(min=16), required=True,
               help="Tokens of the system prompt a group's requests share, exact per server (BOS not counted).")
 @click.option("--groups", type=click.IntRange(min=1), default=1, show_default=True,
               help="Groups of requests, each with its own prefix; request i is of group i mod groups.")
@@ -49,7 +49,7 @@ from .sweep import ensure_open_files, execute_sweep
 @click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
               help="Send cache_prompt true (reuse the shared prefix) or false (the same prompts, computed in full).")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Unrecorded requests per target first (they warm group 0's prefix).")
+              help="Unrecorded requests per target first (they warm the server, not the levels' prefixes: each level's are new).")
 @request_options
 @records_options
 @format_option
