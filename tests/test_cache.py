@@ -295,3 +295,24 @@ def test_a_level_where_every_request_failed_shows_na_and_exits_1(loadgen, tmp_pa
     cache = out[out.index("prompt cache"):].splitlines()
     row = [cell for cell in next(line for line in cache if "smoke" in line).split() if cell != "│"]
     assert row[2:5] == ["n/a", "n/a", "n/a"]  # hit ratio, cache_n, prompt_n: nothing known, not 0
+
+
+def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_path, monkeypatch):
+    import json
+
+    from loadgen.cli import cache_capacity
+    real, calls = cache_capacity.execute_sweep, []
+
+    def interrupted_at_the_second_k(config, out_dir, *args, **kwargs):
+        calls.append(out_dir.name)
+        return real(config, out_dir, *args, **kwargs) if len(calls) == 1 else 130  # as Ctrl-C during a run
+
+    monkeypatch.setattr(cache_capacity, "execute_sweep", interrupted_at_the_second_k)
+    with SimThread(slots=2) as sim:
+        code, out, err = loadgen("cache-capacity", "--url", sim.url, "--conversation-tokens", "100", "--k", "1,2,4",
+                                 "--rounds", "2", "--output", tmp_path / "cc")
+    assert code == 130, err
+    assert calls == ["k-1", "k-2"]
+    summary = json.loads((tmp_path / "cc" / "cache-capacity.json").read_text())
+    assert summary["complete"] is False and [lv["k"] for lv in summary["levels"]] == [1]
+    assert "incomplete" in out and "stopped during K = 2" in err

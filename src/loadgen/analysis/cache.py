@@ -143,7 +143,8 @@ class CapacitySummary:
     """A cache-capacity run as cache-capacity.json holds it (`to_dict`, field order = file order):
     the conversations' size, the rounds, the server's slots, the cache RAM, bytes per token and
     server modes it was given, the predicted capacity and the K where reuse collapsed (None: not
-    known), each K."""
+    known), each K; `complete` False when the run stopped early (Ctrl-C, the server down) and holds
+    the finished Ks only."""
 
     conversation_tokens: int
     rounds: int
@@ -155,6 +156,7 @@ class CapacitySummary:
     predicted_capacity: int | None
     collapse_k: int | None
     levels: list[CapacityLevel]
+    complete: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

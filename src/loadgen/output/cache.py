@@ -83,6 +83,8 @@ def cache_capacity_table(summary: CapacitySummary) -> Grid:
                      Num(None if ratio is None else ratio * 100, 1), Num(lv.warm_ttft_ms_p50, 1),
                      Num(lv.rss_mib, 0))
     collapsed, predicted = summary.collapse_k, summary.predicted_capacity
+    if not summary.complete:
+        grid.footnotes.append("incomplete: the run stopped early; these are the Ks that finished")
     grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
                           else "reuse did not collapse at any K measured")
     grid.footnotes.append(f"predicted: {predicted} conversations stay warm (the slots and the saved slot states "
