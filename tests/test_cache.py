@@ -316,3 +316,24 @@ def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_pa
     summary = json.loads((tmp_path / "cc" / "cache-capacity.json").read_text())
     assert summary["complete"] is False and [lv["k"] for lv in summary["levels"]] == [1]
     assert "incomplete" in out and "stopped during K = 2" in err
+
+
+# (cache_ram_mib given) -> what the prediction says it counted
+PREDICTION_BASIS_CASES = [(None, "slots only: no --cache-ram-mib given"), (0.0, "slots only: --cache-ram-mib 0"),
+                          (16.0, "the slots and the saved slot states --cache-ram holds")]
+
+
+@pytest.mark.parametrize("cache_ram_mib,basis", PREDICTION_BASIS_CASES)
+def test_the_prediction_says_what_it_counted(cache_ram_mib, basis):
+    from loadgen.analysis.cache import CapacitySummary
+    from loadgen.output.cache import cache_capacity_table
+    summary = CapacitySummary(164, 2, 2, cache_ram_mib, 23040.0, True, False, 2, None, [_level(1, 0.7)])
+    assert f"predicted: 2 conversations stay warm ({basis}), so collapse at K = 3" in \
+        cache_capacity_table(summary).footnotes
+
+
+def test_cache_capacity_refuses_a_server_pid_of_no_process(loadgen, tmp_path):
+    code, _, err = loadgen("cache-capacity", "--url", "http://127.0.0.1:9", "--server-pid", "4194305",
+                           "--output", tmp_path / "cc")
+    assert code == 2 and "--server-pid 4194305: no such process" in err
+    assert not (tmp_path / "cc").exists()

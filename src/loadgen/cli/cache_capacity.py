@@ -8,6 +8,7 @@ Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,16 @@ from .sweep import execute_sweep
 
 # A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
 OWN_TOKENS = 64
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: asks only whether the process is there
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def _rss_mib(pid: int | None) -> float | None:
@@ -75,6 +86,8 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     targets = build_targets(host, ports, urls, labels, server_urls)
     if len(targets) != 1:
         raise ConfigError("cache-capacity measures one server at a time: give one --url or --ports")
+    if server_pid is not None and not _process_exists(server_pid):
+        raise ConfigError(f"--server-pid {server_pid}: no such process (give the server's own process id)")
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "cache-capacity"), force)

@@ -87,7 +87,16 @@ def cache_capacity_table(summary: CapacitySummary) -> Grid:
         grid.footnotes.append("incomplete: the run stopped early; these are the Ks that finished")
     grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
                           else "reuse did not collapse at any K measured")
-    grid.footnotes.append(f"predicted: {predicted} conversations stay warm (the slots and the saved slot states "
-                          "--cache-ram holds), so collapse at K = " + str(predicted + 1) if predicted is not None
+    grid.footnotes.append(f"predicted: {predicted} conversations stay warm ({_prediction_basis(summary)}), "
+                          f"so collapse at K = {predicted + 1}" if predicted is not None
                           else "no prediction: give --cache-ram-mib and --bytes-per-token")
     return grid
+
+
+def _prediction_basis(summary: CapacitySummary) -> str:
+    """What the predicted capacity counted: the slots alone unless a host cache was given."""
+    if summary.cache_ram_mib is None:
+        return "slots only: no --cache-ram-mib given"
+    if summary.cache_ram_mib == 0:
+        return "slots only: --cache-ram-mib 0"
+    return "the slots and the saved slot states --cache-ram holds"
