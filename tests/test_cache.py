@@ -337,3 +337,19 @@ def test_cache_capacity_refuses_a_server_pid_of_no_process(loadgen, tmp_path):
                            "--output", tmp_path / "cc")
     assert code == 2 and "--server-pid 4194305: no such process" in err
     assert not (tmp_path / "cc").exists()
+
+
+def test_a_prompt_too_short_for_the_salt_after_the_prefix_is_refused_naming_the_value_that_fits(loadgen, tmp_path):
+    import re
+    with SimThread(slots=2) as sim:
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", "102", "--url", sim.url,
+                               "--output", tmp_path / "short")
+        assert code == 2, err
+        least = int(re.search(r"give --prompt-tokens (\d+) or more", err).group(1))
+        assert "--prompt-tokens 102 leaves 2 tokens after the 100-token prefix" in err
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", least - 1, "--url", sim.url,
+                               "--output", tmp_path / "one-less")
+        assert code == 2 and f"give --prompt-tokens {least} or more" in err
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", least, "--url", sim.url,
+                               "--requests", "2", "--output", tmp_path / "enough")
+        assert code == 0, err

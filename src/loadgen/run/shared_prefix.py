@@ -25,6 +25,7 @@ from dataclasses import replace
 from ..client.backends import GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from ..core.cache_mode import SharedPrefix
+from ..core.errors import ConfigError
 from .config import SweepConfig
 from .engine import EngineOptions
 from .exact_prompt import PromptTooShort, fit_prompt
@@ -63,6 +64,22 @@ async def exact_prefix(tokenizer: Tokenizer, n_tokens: int, seed: int, lead: str
     raise PromptTooShort(f"no text of exactly {n_tokens} tokens found for the shared prefix")
 
 
+async def _own_part(tokenizer: Tokenizer, t: TargetRun, mode: SharedPrefix, group: int, template: int) -> str:
+    """Group `group`'s body after its prefix: the salt and its own text. A --prompt-tokens too short
+    to hold them is bad input, refused before any request (ConfigError) with the value that fits."""
+    try:
+        fit = await fit_prompt(tokenizer, lambda m: synthetic_text(m, group),
+                               mode.total_tokens - mode.prefix_tokens, template_tokens=template)
+    except PromptTooShort as exc:
+        if not exc.least:
+            raise
+        raise ConfigError(f"{t.label} ({t.target.display}): --prompt-tokens {mode.total_tokens} leaves "
+                          f"{mode.total_tokens - mode.prefix_tokens} tokens after the {mode.prefix_tokens}-token "
+                          f"prefix, and the salt and the request's own text need {exc.least}: give --prompt-tokens "
+                          f"{mode.prefix_tokens + exc.least} or more") from None
+    return fit.body
+
+
 async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
                                    mode: SharedPrefix) -> tuple[GenerationParams, EngineOptions] | None:
     """One body per group for this target (prefix, salt, own text), exact in tokens; None, and the
@@ -76,9 +93,7 @@ async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunOb
             lead = _level_salt() + "\n"
             for g in range(mode.groups):
                 prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g, lead))
-                fit = await fit_prompt(tokenizer, lambda m, g=g: synthetic_text(m, g),
-                                       mode.total_tokens - mode.prefix_tokens, template_tokens=template)
-                bodies.append(fit.body)
+                bodies.append(await _own_part(tokenizer, t, mode, g, template))
     except TokenizeUnavailable:
         t.error = f"{t.target.display}: a shared prefix is cut with the server's /tokenize, which it does not answer"
         return None
