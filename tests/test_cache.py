@@ -165,6 +165,18 @@ def test_compare_refuses_a_cached_run_against_an_uncached_one_in_one_line():
         check_comparable(cached, _doc({"cache_prompt": False}))
 
 
+def test_compare_says_two_cache_modes_in_words():
+    from loadgen.core.cache_mode import MultiTurn
+    prefix = _doc({"cache_prompt": True, "cache": SharedPrefix(100, 2).to_dict()})
+    chat = _doc({"cache_prompt": True, "cache": MultiTurn(4, 5).to_dict()})
+    with pytest.raises(CompareError) as caught:
+        check_comparable(prefix, chat)
+    assert str(caught.value) == (
+        "the runs are not comparable: their cache modes differ (baseline: shared prefix (2 group(s), a 100-token "
+        "prefix, prompts of 164 tokens); candidate: multi-turn chat (4 users × 5 turns)); rerun the candidate with "
+        "the baseline's settings")
+
+
 def _level(k, ratio):
     from loadgen.analysis.cache import CapacityLevel
     if ratio == "failed":  # no warm request succeeded

@@ -1,6 +1,6 @@
 """Cache-aware runs: `loadgen prefix` (groups sharing a system prompt) and `loadgen chat`
-(multi-turn conversations). Both send `cache_prompt: true` (`--no-cache`: false, the comparison
-run) and say so in run.json's config (`cache_prompt`, `cache`) and above their tables. docs/cache.md.
+(multi-turn conversations). Both send `cache_prompt: true` (`--no-cache`: false, a run to read beside
+the cached one) and say so in run.json's config (`cache_prompt`, `cache`) and above their tables. docs/cache.md.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def refuse_empty_levels(doc: RunDocument) -> int:
 @click.option("--n-predict", type=click.IntRange(min=1), default=32, show_default=True,
               help="Tokens each answer has (the answer then joins the history).")
 @click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
-              help="Send cache_prompt true (reuse the history) or false (the comparison run).")
+              help="Send cache_prompt true (reuse the history) or false (a run to read beside the cached one).")
 @request_options
 @records_options
 @format_option

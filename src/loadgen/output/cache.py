@@ -16,7 +16,7 @@ from .layout import Column, Grid, Num
 
 def cache_title(cache: CacheMode) -> str:
     """The mode in one line, cache_prompt said first."""
-    state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (comparison run)"
+    state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (the uncached run to read beside a cached one)"
     if cache.kind == "shared_prefix":
         return (f"{state}: {cache.groups} group(s) sharing a {cache.prefix_tokens}-token prefix, "
                 f"prompts of {cache.prompt_tokens} tokens")
