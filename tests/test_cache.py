@@ -365,3 +365,26 @@ def test_a_prompt_too_short_for_the_salt_after_the_prefix_is_refused_naming_the_
         code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", least, "--url", sim.url,
                                "--requests", "2", "--output", tmp_path / "enough")
         assert code == 0, err
+
+
+def test_cache_runs_say_their_command_sort_ks_and_export_their_cache_columns(loadgen, tmp_path):
+    import csv
+    with SimThread(slots=2) as sim:
+        code, out, err = loadgen("prefix", "--prefix-tokens", "100", "--groups", "2", "--requests", "4", "--url",
+                                 sim.url, "--output", tmp_path / "p")
+        assert code == 0, err
+        assert "loadgen prefix" in out and "loadgen sweep" not in out
+        code, out, err = loadgen("cache-capacity", "--url", sim.url, "--conversation-tokens", "100", "--k", "2,1",
+                                 "--rounds", "2", "--output", tmp_path / "cc")
+        assert code == 0, err
+    table = out[out.index("prompt-cache capacity"):]
+    ks = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert ks == ["1", "2"]
+    code, _, err = loadgen("analyze", tmp_path / "cc")
+    assert code == 2 and "cache-capacity" in err and "k-1, k-2" in err
+    assert loadgen("export", tmp_path / "p", "--format", "csv", "--output", tmp_path / "csv")[0] == 0
+    with (tmp_path / "csv" / "levels.csv").open(newline="") as f:
+        row = next(csv.DictReader(f))
+    # 4 requests over 2 groups, one at a time: each group's second request reuses BOS + the prefix.
+    assert float(row["cache_hit_ratio"]) == pytest.approx(2 * 101 / (4 * 164))
+    assert float(row["cache_n_p50"]) > 0 and row["ttft_cache_miss_ms_p50"] and row["prefill_saved_ms"]

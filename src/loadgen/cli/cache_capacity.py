@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 
-from ..analysis.cache import CapacitySummary, capacity_level, collapse_k, predicted_capacity
+from ..analysis.cache import CapacityLevel, CapacitySummary, capacity_level, collapse_k, predicted_capacity
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
@@ -103,8 +104,9 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
             transport=transport, insecure=insecure,
             shared_prefix=SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True))
 
-    levels, server, code = [], None, EXIT_OK
-    for k in ks:
+    levels: list[CapacityLevel] = []
+    server, code = None, EXIT_OK
+    for k in sorted(set(ks)):  # K raised level by level, whatever the order given
         sub = prepare_dir(out_dir / f"k-{k}", True)
         err.print(f"K = {k}: {k} conversations of {conversation_tokens} tokens, {rounds} rounds", highlight=False)
         try:
@@ -133,7 +135,7 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     sys.exit(code if code != EXIT_OK else _refuse_empty_ks(levels, err))
 
 
-def _refuse_empty_ks(levels: list, err) -> int:
+def _refuse_empty_ks(levels: list[CapacityLevel], err: Console) -> int:
     """EXIT_FAILED, said in one line, when a K had no successful warm request; else EXIT_OK."""
     empty = [str(lv.k) for lv in levels if lv.warm_requests == 0]
     if not empty:
