@@ -9,7 +9,8 @@ request's prompt is then
 
 The level salt is drawn anew for every level (`new_level_salt`): a run of the same digit count
 tokenizes to the same count, so the prefix stays exact, and no level starts warm from what an
-earlier level or run left in the server's cache; within a level, every group's requests share it.
+earlier level or run left in the server's cache; within a level, each group's requests share their
+group's.
 
 with body(g) cut (run/exact_prompt.fit_prompt) so the salted part, with the BOS token, is
 `total − prefix_tokens` tokens: the whole prompt is exactly `total` tokens. Request i is of group
@@ -42,9 +43,9 @@ def _level_salt() -> str:
 
 
 def new_level_salt(generation: GenerationParams) -> GenerationParams:
-    """The same bodies with a new level salt at the head of every prefix (the same digits for all)."""
-    salt = _level_salt()
-    return replace(generation, prefixes=tuple(salt + p[LEVEL_SALT_DIGITS:] for p in generation.prefixes))
+    """The same bodies with a new level salt at the head of every group's prefix (one per group, so
+    two groups share no more than BOS)."""
+    return replace(generation, prefixes=tuple(_level_salt() + p[LEVEL_SALT_DIGITS:] for p in generation.prefixes))
 
 
 async def exact_prefix(tokenizer: Tokenizer, n_tokens: int, seed: int, lead: str = "") -> str:
@@ -90,9 +91,8 @@ async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunOb
                                     insecure=config.insecure) as tokenizer:
             # --api chat: the template's tokens are inside the whole prompt's count, as a sweep's.
             template = await tokenizer.template_overhead() if config.api == "chat" else 0
-            lead = _level_salt() + "\n"
             for g in range(mode.groups):
-                prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g, lead))
+                prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g, _level_salt() + "\n"))
                 bodies.append(await _own_part(tokenizer, t, mode, g, template))
     except TokenizeUnavailable:
         t.error = f"{t.target.display}: a shared prefix is cut with the server's /tokenize, which it does not answer"
