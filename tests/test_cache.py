@@ -24,6 +24,7 @@ from loadgen.run.level_runner import LocalRunner
 from loadgen.run.state import Run
 from loadgen.run.sweep import run_sweep
 from loadgen.sim import load_profile, start_simulator
+from servers import SimThread
 
 SMOKE = load_profile("smoke")
 
@@ -86,6 +87,31 @@ def test_shared_prefix_hits_on_the_simulator(groups, slots, cache_prompt, reques
         assert {r.cache_n for r in records} == {0}
 
 
+def test_each_level_and_each_run_starts_cold():
+    """Written before the run: 2 groups over 4 slots, levels C = 1 and 2, twice on one simulator.
+    Each level's prefixes are new to the server, so each level has exactly its groups' first
+    requests as misses (at C = 2 the two groups' first requests go together, both cold), the rest hit."""
+    async def main() -> list[list[RequestRecord]]:
+        levels = []
+        async with await start_simulator(SMOKE, slots=4, seed=3) as sim:
+            for _ in range(2):
+                config = SweepConfig(targets=(Target(sim.url, "smoke"),),
+                                     generation=GenerationParams(prompt="hi", n_predict=4, seed=1, stream=True),
+                                     concurrency=(1, 2), requests_per_level=8, warmup=0, wait_ready_s=5,
+                                     probe_interval_s=0, shared_prefix=SharedPrefix(120, 2, 170, True))
+                run = Run(config)
+                await run_sweep(run, Quiet(), LocalRunner())
+                assert run.targets[0].error is None, run.targets[0].error
+                levels += [lv.records for lv in run.targets[0].levels]
+        return levels
+    levels = uvloop.run(main())
+    assert len(levels) == 4
+    for records in levels:
+        assert all(r.ok and r.cache_n + r.prompt_n == 170 for r in records)
+        misses = sorted(r.seq for r in records if not is_hit(r.cache_n, r.prompt_n))
+        assert misses == [0, 1]
+
+
 def _record(cache_n, prompt_n, prompt_ms=10.0, *, slot=0, ttft_ms=None, error=None) -> RequestRecord:
     return RequestRecord(target="t", level=1, worker=0, seq=0, salt="s", send_ns=0, complete_ns=50_000_000,
                          status=200 if error is None else 500, error_kind=error, cache_n=cache_n, prompt_n=prompt_n,
@@ -139,8 +165,22 @@ def test_compare_refuses_a_cached_run_against_an_uncached_one_in_one_line():
         check_comparable(cached, _doc({"cache_prompt": False}))
 
 
+def test_compare_says_two_cache_modes_in_words():
+    from loadgen.core.cache_mode import MultiTurn
+    prefix = _doc({"cache_prompt": True, "cache": SharedPrefix(100, 2).to_dict()})
+    chat = _doc({"cache_prompt": True, "cache": MultiTurn(4, 5).to_dict()})
+    with pytest.raises(CompareError) as caught:
+        check_comparable(prefix, chat)
+    assert str(caught.value) == (
+        "the runs are not comparable: their cache modes differ (baseline: shared prefix (2 group(s), a 100-token "
+        "prefix, prompts of 164 tokens); candidate: multi-turn chat (4 users × 5 turns)); rerun the candidate with "
+        "the baseline's settings")
+
+
 def _level(k, ratio):
     from loadgen.analysis.cache import CapacityLevel
+    if ratio == "failed":  # no warm request succeeded
+        return CapacityLevel(k, 0, None, None)
     return CapacityLevel(k, 2 * k, ratio, None)
 
 
@@ -152,6 +192,8 @@ COLLAPSE_CASES = [
     ({1: 0.0, 2: 0.0}, None),
     ({1: None, 2: 0.8, 3: 0.1}, 3),
     ({}, None),
+    ({1: 0.9, 2: "failed", 3: 0.8}, None),  # a K where nothing succeeded tells nothing
+    ({1: 0.9, 2: "failed", 3: 0.1}, 3),
 ]
 
 
@@ -244,3 +286,107 @@ def test_the_simulators_host_cache_keeps_what_the_rule_predicts(slots, cache_ram
     records = _shared_prefix_run(SharedPrefix(120, k, 170, True), slots, 3 * k, cache_ram_tokens=cache_ram_tokens)
     ratio = capacity_level(k, records).warm_hit_ratio
     assert ratio == pytest.approx(121 / 170) if warm else ratio < 0.05
+
+
+# ---------------------------------------------------------------- through the CLI, on a simulator
+
+def test_a_prompt_longer_than_a_slots_context_is_refused_before_any_request(loadgen, tmp_path):
+    with SimThread(slots=2) as sim:  # smoke: 2,048 tokens per slot
+        for args in (("prefix", "--prefix-tokens", "3000"), ("cache-capacity", "--conversation-tokens", "3000")):
+            code, _, err = loadgen(*args, "--url", sim.url, "--output", tmp_path / args[0])
+            assert code == 2, err
+            assert "3064 tokens" in err and "n_ctx 2,048" in err and len([ln for ln in err.splitlines() if "error" in ln]) == 1
+
+
+def test_a_level_where_every_request_failed_shows_na_and_exits_1(loadgen, tmp_path):
+    with SimThread(slots=2, faults=["http_500:1.0"]) as sim:
+        code, out, err = loadgen("prefix", "--prefix-tokens", "100", "--url", sim.url, "--requests", "4",
+                                 "--output", tmp_path / "p")
+    assert code == 1, err
+    assert "no request succeeded" in err
+    cache = out[out.index("prompt cache"):].splitlines()
+    row = [cell for cell in next(line for line in cache if "smoke" in line).split() if cell != "│"]
+    assert row[2:5] == ["n/a", "n/a", "n/a"]  # hit ratio, cache_n, prompt_n: nothing known, not 0
+
+
+def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_path, monkeypatch):
+    import json
+
+    from loadgen.cli import cache_capacity
+    real, calls = cache_capacity.execute_sweep, []
+
+    def interrupted_at_the_second_k(config, out_dir, *args, **kwargs):
+        calls.append(out_dir.name)
+        return real(config, out_dir, *args, **kwargs) if len(calls) == 1 else 130  # as Ctrl-C during a run
+
+    monkeypatch.setattr(cache_capacity, "execute_sweep", interrupted_at_the_second_k)
+    with SimThread(slots=2) as sim:
+        code, out, err = loadgen("cache-capacity", "--url", sim.url, "--conversation-tokens", "100", "--k", "1,2,4",
+                                 "--rounds", "2", "--output", tmp_path / "cc")
+    assert code == 130, err
+    assert calls == ["k-1", "k-2"]
+    summary = json.loads((tmp_path / "cc" / "cache-capacity.json").read_text())
+    assert summary["complete"] is False and [lv["k"] for lv in summary["levels"]] == [1]
+    assert "incomplete" in out and "stopped during K = 2" in err
+
+
+# (cache_ram_mib given) -> what the prediction says it counted
+PREDICTION_BASIS_CASES = [(None, "slots only: no --cache-ram-mib given"), (0.0, "slots only: --cache-ram-mib 0"),
+                          (16.0, "the slots and the saved slot states --cache-ram holds")]
+
+
+@pytest.mark.parametrize("cache_ram_mib,basis", PREDICTION_BASIS_CASES)
+def test_the_prediction_says_what_it_counted(cache_ram_mib, basis):
+    from loadgen.analysis.cache import CapacitySummary
+    from loadgen.output.cache import cache_capacity_table
+    summary = CapacitySummary(164, 2, 2, cache_ram_mib, 23040.0, True, False, 2, None, [_level(1, 0.7)])
+    assert f"predicted: 2 conversations stay warm ({basis}), so collapse at K = 3" in \
+        cache_capacity_table(summary).footnotes
+
+
+def test_cache_capacity_refuses_a_server_pid_of_no_process(loadgen, tmp_path):
+    code, _, err = loadgen("cache-capacity", "--url", "http://127.0.0.1:9", "--server-pid", "4194305",
+                           "--output", tmp_path / "cc")
+    assert code == 2 and "--server-pid 4194305: no such process" in err
+    assert not (tmp_path / "cc").exists()
+
+
+def test_a_prompt_too_short_for_the_salt_after_the_prefix_is_refused_naming_the_value_that_fits(loadgen, tmp_path):
+    import re
+    with SimThread(slots=2) as sim:
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", "102", "--url", sim.url,
+                               "--output", tmp_path / "short")
+        assert code == 2, err
+        least = int(re.search(r"give --prompt-tokens (\d+) or more", err).group(1))
+        assert "--prompt-tokens 102 leaves 2 tokens after the 100-token prefix" in err
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", least - 1, "--url", sim.url,
+                               "--output", tmp_path / "one-less")
+        assert code == 2 and f"give --prompt-tokens {least} or more" in err
+        code, _, err = loadgen("prefix", "--prefix-tokens", "100", "--prompt-tokens", least, "--url", sim.url,
+                               "--requests", "2", "--output", tmp_path / "enough")
+        assert code == 0, err
+
+
+def test_cache_runs_say_their_command_sort_ks_and_export_their_cache_columns(loadgen, tmp_path):
+    import csv
+    with SimThread(slots=2) as sim:
+        code, out, err = loadgen("prefix", "--prefix-tokens", "100", "--groups", "2", "--requests", "4", "--url",
+                                 sim.url, "--output", tmp_path / "p")
+        assert code == 0, err
+        assert "loadgen prefix" in out and "loadgen sweep" not in out
+        code, out, err = loadgen("cache-capacity", "--url", sim.url, "--conversation-tokens", "100", "--k", "2,1",
+                                 "--rounds", "2", "--output", tmp_path / "cc")
+        assert code == 0, err
+    table = out[out.index("prompt-cache capacity"):]
+    ks = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+    assert ks == ["1", "2"]
+    code, out, err = loadgen("analyze", tmp_path / "cc")  # its per-K table again, from cache-capacity.json
+    assert code == 0 and out.count("prompt-cache capacity") == 1, err
+    code, _, err = loadgen("export", tmp_path / "cc", "--format", "csv", "--output", tmp_path / "cc-csv")
+    assert code == 2 and "cache-capacity" in err and "k-1, k-2" in err
+    assert loadgen("export", tmp_path / "p", "--format", "csv", "--output", tmp_path / "csv")[0] == 0
+    with (tmp_path / "csv" / "levels.csv").open(newline="") as f:
+        row = next(csv.DictReader(f))
+    # 4 requests over 2 groups, one at a time: each group's second request reuses BOS + the prefix.
+    assert float(row["cache_hit_ratio"]) == pytest.approx(2 * 101 / (4 * 164))
+    assert float(row["cache_n_p50"]) > 0 and row["ttft_cache_miss_ms_p50"] and row["prefill_saved_ms"]

@@ -154,7 +154,8 @@ class CapacitySummary:
     """A cache-capacity run as cache-capacity.json holds it (`to_dict`, field order = file order):
     the conversations' size, the rounds, the server's slots, the cache RAM, bytes per token and
     server modes it was given, the predicted capacity and the K where reuse collapsed (None: not
-    known), each K."""
+    known), each K; `complete` False when the run stopped early (Ctrl-C, the server down) and holds
+    the finished Ks only."""
 
     conversation_tokens: int
     rounds: int
@@ -166,6 +167,7 @@ class CapacitySummary:
     predicted_capacity: int | None
     collapse_k: int | None
     levels: list[CapacityLevel]
+    complete: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,9 +179,12 @@ COLLAPSE_SHARE = 0.5
 
 def collapse_k(levels: Sequence[CapacityLevel]) -> int | None:
     """The smallest K whose warm hit ratio is below COLLAPSE_SHARE × the highest ratio of the
-    smaller Ks (None: no K collapsed, or no K reused anything)."""
+    smaller Ks (None: no K collapsed, or no K reused anything). A K without a successful warm
+    request tells nothing and is passed over."""
     best = 0.0
     for level in sorted(levels, key=lambda lv: lv.k):
+        if level.warm_requests == 0:
+            continue
         ratio = level.warm_hit_ratio or 0.0
         if best > 0 and ratio < COLLAPSE_SHARE * best:
             return level.k

@@ -37,7 +37,7 @@ from scipy import stats
 
 from ..core.errors import UserError
 from ..core.records import CLIENT_SIDE, RequestRecord
-from ..core.rundoc import Config, RunDocument, RunKind
+from ..core.rundoc import CacheMode, Config, RunDocument, RunKind
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
@@ -354,6 +354,19 @@ def _typed(doc: RunDocument | Mapping[str, Any], which: str) -> RunDocument:
         raise CompareError(f"the {which} run.json has a malformed target entry") from None
 
 
+def cache_words(cache: CacheMode | None) -> str:
+    """A run's cache mode in words: what a refusal names instead of run.json's object."""
+    if cache is None:
+        return "no cache mode"
+    state = "" if cache.cache_prompt else ", cache_prompt off"
+    if cache.kind == "shared_prefix":
+        return (f"shared prefix ({cache.groups} group(s), a {cache.prefix_tokens}-token prefix, prompts of "
+                f"{cache.prompt_tokens} tokens{state})")
+    if cache.kind == "multi_turn":
+        return f"multi-turn chat ({cache.users} users × {cache.turns} turns{state})"
+    return f"{cache.kind}{state}"
+
+
 def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDocument | Mapping[str, Any]) -> list[str]:
     """Refuse (CompareError) runs whose numbers cannot be compared; return warnings for the rest."""
     base, cand = _typed(baseline, "baseline"), _typed(candidate, "candidate")
@@ -372,6 +385,10 @@ def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDo
         cached = "baseline" if base_config.cache_prompt else "candidate"
         raise CompareError(f"the runs are not comparable: the {cached} reused the server's prompt cache "
                            "(cache_prompt true) and the other did not; compare cached runs with cached runs")
+    if msgspec.to_builtins(base_config.cache) != msgspec.to_builtins(cand_config.cache):
+        raise CompareError(f"the runs are not comparable: their cache modes differ (baseline: "
+                           f"{cache_words(base_config.cache_mode)}; candidate: {cache_words(cand_config.cache_mode)}); "
+                           "rerun the candidate with the baseline's settings")
     for key in CONFIG_MUST_MATCH:
         # as stored: a typed value (a class) shown as run.json holds it
         base_value, cand_value = (msgspec.to_builtins(getattr(c, key)) for c in (base_config, cand_config))

@@ -1,6 +1,6 @@
 """Cache-aware runs: `loadgen prefix` (groups sharing a system prompt) and `loadgen chat`
-(multi-turn conversations). Both send `cache_prompt: true` (`--no-cache`: false, the comparison
-run) and say so in run.json's config (`cache_prompt`, `cache`) and above their tables. docs/cache.md.
+(multi-turn conversations). Both send `cache_prompt: true` (`--no-cache`: false, a run to read beside
+the cached one) and say so in run.json's config (`cache_prompt`, `cache`) and above their tables. docs/cache.md.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
+from ..results.reader import load_run
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.multiturn import run_multiturn
@@ -31,7 +32,7 @@ from .sweep import ensure_open_files, execute_sweep
 
 @command()
 @target_options
-@click.option("--prefix-tokens", type=click.IntRange(min=8), required=True,
+@click.option("--prefix-tokens", type=click.IntRange(min=16), required=True,
               help="Tokens of the system prompt a group's requests share, exact per server (BOS not counted).")
 @click.option("--groups", type=click.IntRange(min=1), default=1, show_default=True,
               help="Groups of requests, each with its own prefix; request i is of group i mod groups.")
@@ -46,7 +47,7 @@ from .sweep import ensure_open_files, execute_sweep
 @click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
               help="Send cache_prompt true (reuse the shared prefix) or false (the same prompts, computed in full).")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Unrecorded requests per target first (they warm group 0's prefix).")
+              help="Unrecorded requests per target first (they warm the server, not the levels' prefixes: each level's are new).")
 @request_options
 @records_options
 @format_option
@@ -70,8 +71,20 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "prefix"), force)
-    sys.exit(execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
-                           records_format=records_format))
+    code = execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
+                         records_format=records_format)
+    sys.exit(refuse_empty_levels(load_run(out_dir)) if code == EXIT_OK else code)
+
+
+def refuse_empty_levels(doc: RunDocument) -> int:
+    """EXIT_FAILED, said in one line, when a level had no successful request (its cache figures
+    are n/a, not a result); else EXIT_OK."""
+    empty = [f"{t.label} at {lv.level:g}" for t in doc.targets for lv in t.levels if lv.requests_ok == 0]
+    if not empty:
+        return EXIT_OK
+    _console(stderr=True).print(f"error: no request succeeded at {', '.join(empty)}: those levels have no cache "
+                                "figures (see the errors above)", highlight=False, style="red")
+    return EXIT_FAILED
 
 
 CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
@@ -94,7 +107,7 @@ CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
 @click.option("--n-predict", type=click.IntRange(min=1), default=32, show_default=True,
               help="Tokens each answer has (the answer then joins the history).")
 @click.option("--cache/--no-cache", "cache_prompt", default=True, show_default=True,
-              help="Send cache_prompt true (reuse the history) or false (the comparison run).")
+              help="Send cache_prompt true (reuse the history) or false (a run to read beside the cached one).")
 @machine_options
 @request_options
 @records_options
@@ -148,4 +161,4 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     typed = RunDocument.of(doc)
     if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
-    return EXIT_OK
+    return refuse_empty_levels(typed)

@@ -8,15 +8,17 @@ Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 
-from ..analysis.cache import CapacitySummary, capacity_level, collapse_k, predicted_capacity
+from ..analysis.cache import CapacityLevel, CapacitySummary, capacity_level, collapse_k, predicted_capacity
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
-from ..core.errors import EXIT_OK, ConfigError
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
 from ..core.server_props import ServerProps
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
@@ -32,6 +34,16 @@ from .sweep import execute_sweep
 
 # A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
 OWN_TOKENS = 64
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: asks only whether the process is there
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def _rss_mib(pid: int | None) -> float | None:
@@ -76,36 +88,59 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     targets = build_targets(host, ports, urls, labels, server_urls)
     if len(targets) != 1:
         raise ConfigError("cache-capacity measures one server at a time: give one --url or --ports")
+    if server_pid is not None and not _process_exists(server_pid):
+        raise ConfigError(f"--server-pid {server_pid}: no such process (give the server's own process id)")
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "cache-capacity"), force)
     err = _console(stderr=True)
-    levels, doc = [], None
-    for k in ks:
+
+    def k_config(k: int) -> SweepConfig:
         # K conversations, each its own exact prefix, one request at a time in turn (i mod K).
-        mode = SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True)
-        config = SweepConfig(
+        return SweepConfig(
             targets=targets, concurrency=(1,), model=model, api_key=api_key, api=check_api(api, model, api_key),
             generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                         ignore_eos=True, seed=seed, stream=True),
             requests_per_level=k * rounds, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-            transport=transport, insecure=insecure, shared_prefix=mode)
+            transport=transport, insecure=insecure,
+            shared_prefix=SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True))
+
+    levels: list[CapacityLevel] = []
+    server, code = None, EXIT_OK
+    for k in sorted(set(ks)):  # K raised level by level, whatever the order given
         sub = prepare_dir(out_dir / f"k-{k}", True)
         err.print(f"K = {k}: {k} conversations of {conversation_tokens} tokens, {rounds} rounds", highlight=False)
-        code = execute_sweep(config, sub, _console(stderr=True), histograms=False, output_format=output_format)
-        if code != EXIT_OK:
-            sys.exit(code)
+        try:
+            code = execute_sweep(k_config(k), sub, _console(stderr=True), histograms=False,
+                                 output_format=output_format)
+        except KeyboardInterrupt:  # between two Ks, outside a run's own handling
+            code = EXIT_SIGINT
+        if code != EXIT_OK:  # interrupted, or the server went down: the finished Ks are kept
+            err.print(f"stopped during K = {k}: cache-capacity.json and the table hold the "
+                      f"{len(levels)} finished K(s) only, marked incomplete", highlight=False, style="yellow")
+            break
         doc = load_run(sub)
+        server = doc.targets[0].server if doc.targets else server
         levels.append(capacity_level(k, load_records(sub), _rss_mib(server_pid)))
-    server = doc.targets[0].server if doc is not None and doc.targets else None
     slots = (server.total_slots if server is not None else None) or 1
     n_ctx = ServerProps.of(server.props if server is not None else None).n_ctx
     predicted = predicted_capacity(slots, n_ctx, conversation_tokens + OWN_TOKENS,
                                    n_predict, cache_ram_mib, bytes_per_token, cache_idle_slots, kv_unified,
                                    shared_tokens=conversation_tokens + 1)  # + BOS
-    collapsed = collapse_k(levels)
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
-                              cache_idle_slots, kv_unified, predicted, collapsed, levels)
+                              cache_idle_slots, kv_unified, predicted, collapse_k(levels), levels,
+                              complete=code == EXIT_OK)
     (out_dir / CACHE_CAPACITY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)
+    sys.exit(code if code != EXIT_OK else _refuse_empty_ks(levels, err))
+
+
+def _refuse_empty_ks(levels: list[CapacityLevel], err: Console) -> int:
+    """EXIT_FAILED, said in one line, when a K had no successful warm request; else EXIT_OK."""
+    empty = [str(lv.k) for lv in levels if lv.warm_requests == 0]
+    if not empty:
+        return EXIT_OK
+    err.print(f"error: no warm request succeeded at K = {', '.join(empty)}: no figures there "
+              "(see the errors above)", highlight=False, style="red")
+    return EXIT_FAILED

@@ -6,8 +6,8 @@ prompts so that reuse is what a real client would cause:
 
 - `SharedPrefix`: requests in `groups` groups; a group's requests share a system prompt of exactly
   `prefix_tokens` tokens (per server) and differ after it (the salt follows the shared part).
-  Request i belongs to group i mod groups. `cache_prompt` False keeps the shapes, cache off: the
-  comparison run.
+  Request i belongs to group i mod groups. `cache_prompt` False keeps the shapes, cache off: a run to read
+  beside the cached one (compare refuses the pair).
 - `MultiTurn`: `users` conversations of `turns` turns each (run/multiturn.py); each turn re-sends
   the whole history (the earlier prompts and the server's own answers) plus a new message.
 """

@@ -109,6 +109,7 @@ class CacheCapacityEntry(msgspec.Struct, kw_only=True):
     predicted_capacity: int | None = None
     collapse_k: int | None = None
     levels: list[CacheCapacityLevelEntry] = []
+    complete: bool = True  # False: the run stopped before its last K (written since cache-capacity kept the Ks it finished)
 
 
 class GridRun(msgspec.Struct, kw_only=True, omit_defaults=True):

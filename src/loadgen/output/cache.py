@@ -19,7 +19,7 @@ from .layout import Column, Grid, Num
 
 def cache_title(cache: CacheMode) -> str:
     """The mode in one line, cache_prompt said first."""
-    state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (comparison run)"
+    state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (the uncached run to read beside a cached one)"
     if cache.kind == "shared_prefix":
         return (f"{state}: {cache.groups} group(s) sharing a {cache.prefix_tokens}-token prefix, "
                 f"prompts of {cache.prompt_tokens} tokens")
@@ -43,11 +43,13 @@ def cache_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
     for t in doc.targets:
         for lv in t.levels:
             ratio, saved = lv.cache_hit_ratio, lv.prefill_saved_ms
-            # No cache figures at all: nothing was reused (cache off, or every request missed).
+            # No cache figures at all: nothing was reused (cache off, or every request missed), unless
+            # no request succeeded: then nothing is known (n/a).
+            none = 0.0 if lv.requests_ok else None
             miss = lv.ttft_cache_miss_ms if ratio is not None else lv.ttft_ms
             grid.add_row(t.label if t.label != last else "", Num(lv.level, None),
-                         Num(0.0 if ratio is None else ratio * 100, 1),
-                         Num(lv.cache_n.p50 if lv.cache_n is not None else (0 if ratio is None else None), 0),
+                         Num(none if ratio is None else ratio * 100, 1),
+                         Num(lv.cache_n.p50 if lv.cache_n is not None else (none if ratio is None else None), 0),
                          Num(_p50(lv.prompt_n), 0), Num(_p50(lv.ttft_cache_hit_ms), 1), Num(_p50(miss), 1),
                          Num(None if saved is None else saved / 1000, 2))
             last = t.label
@@ -108,9 +110,20 @@ def cache_capacity_table(summary: CapacitySummary | CacheCapacityEntry) -> Grid:
                      Num(None if ratio is None else ratio * 100, 1), Num(lv.warm_ttft_ms_p50, 1),
                      Num(lv.rss_mib, 0))
     collapsed, predicted = summary.collapse_k, summary.predicted_capacity
+    if not summary.complete:
+        grid.footnotes.append("incomplete: the run stopped early; these are the Ks that finished")
     grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
                           else "reuse did not collapse at any K measured")
-    grid.footnotes.append(f"predicted: {predicted} conversations stay warm (the slots and the saved slot states "
-                          "--cache-ram holds), so collapse at K = " + str(predicted + 1) if predicted is not None
+    grid.footnotes.append(f"predicted: {predicted} conversations stay warm ({_prediction_basis(summary)}), "
+                          f"so collapse at K = {predicted + 1}" if predicted is not None
                           else "no prediction: give --cache-ram-mib and --bytes-per-token")
     return grid
+
+
+def _prediction_basis(summary: CapacitySummary | CacheCapacityEntry) -> str:
+    """What the predicted capacity counted: the slots alone unless a host cache was given."""
+    if summary.cache_ram_mib is None:
+        return "slots only: no --cache-ram-mib given"
+    if summary.cache_ram_mib == 0:
+        return "slots only: --cache-ram-mib 0"
+    return "the slots and the saved slot states --cache-ram holds"

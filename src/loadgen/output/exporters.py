@@ -359,11 +359,16 @@ TRIM_FIELDS = ("head", "tail", "cut_s", "too_short")  # --trim: run.json's per-l
 ENERGY_COLUMNS = {"source": "energy_source", "energy_j": "energy_j", "mean_w": "mean_w", "j_per_token": "j_per_token",
                   "net_j_per_token": "net_j_per_token", "tokens_per_j": "tokens_per_j"}
 
+# A cache mode's per-level figures (core.rundoc CACHE_FIELDS; analysis/cache.py), as run.json names them.
+CACHE_COLUMNS = ("cache_hit_ratio", "cache_n_p50", "cache_n_mean", "ttft_cache_hit_ms_p50", "ttft_cache_hit_ms_p99",
+                 "ttft_cache_miss_ms_p50", "ttft_cache_miss_ms_p99", "prefill_saved_ms")
+
 
 def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     """levels.csv's columns of what the run chose: --percentiles, <key>_<label> per percentile metric
     (analysis/metric_defs.PERCENTILE_METRICS, e.g. ttft_ms_p99.9); --trim, trimmed_<field>; with energy
-    counters, each level's headline energy (ENERGY_COLUMNS); environment_changed when the machine changed."""
+    counters, each level's headline energy (ENERGY_COLUMNS); a cache mode's figures (CACHE_COLUMNS);
+    environment_changed when the machine changed."""
     doc = RunDocument.of(run)
     config = doc.config
     labels = [_D.percentile_label(q) for q in (config.percentiles if config is not None else None) or ()]
@@ -371,7 +376,8 @@ def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     levels = [lv for t in doc.targets for lv in t.levels]
     energy = list(ENERGY_COLUMNS.values()) if any(lv.headline_energy for lv in levels) else []
     changed = ["environment_changed"] if any(lv.machine_changed for lv in levels) else []
-    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + changed
+    cache = list(CACHE_COLUMNS) if config is not None and config.cache_mode is not None else []
+    return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + cache + changed
 
 
 def request_row(r: RequestRecord) -> dict[str, Any]:
@@ -393,7 +399,7 @@ def level_rows(data: ExportData) -> list[dict[str, Any]]:
         for typed, level in zip(target.levels, _verbatim_levels(verbatim), strict=True):
             row: dict[str, Any] = {"target": target.label, "requests_lost": 0}  # absent from run.json: none
             for key, value in level.items():
-                if isinstance(value, dict) and key.endswith("_ms"):
+                if isinstance(value, dict) and (key.endswith("_ms") or key == "cache_n"):
                     row.update({f"{key}_{k}": v for k, v in value.items()})
                 elif key == "metrics":  # registered metrics beyond the built-in ones: <name>_<unit>_<stat>
                     keys = {m.name: m.key for m in metric_defs.all_metrics()}

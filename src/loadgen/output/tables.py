@@ -78,7 +78,7 @@ def sweep_table(doc: Doc) -> Grid:
     if len(pair) == 2:
         columns.insert(5 if open_loop else 4, Column("tok/s\nratio"))
         caption = f"tok/s ratio: {pair[0].label} ÷ {pair[1].label}"
-    grid = Grid(_title("sweep", doc), columns, caption=caption)
+    grid = Grid(_title(_sweep_command(doc), doc), columns, caption=caption)
     levels = sorted({lv.level for t in targets for lv in t.levels})
     # A level run more than once (loadgen capacity repeats one near the line) gets a row per run.
     runs = [(c, k) for c in levels for k in range(max(sum(lv.level == c for lv in t.levels) for t in targets))]
@@ -417,6 +417,12 @@ def _pm(stat: MeanSd | None, digits: int = 1) -> str:
 
 def _okf(ok: int, failed: int) -> Text:
     return Text(f"{ok}/{failed}", style="red" if failed else "")
+
+
+def _sweep_command(doc: RunDocument) -> str:
+    """The command that wrote a sweep-kind run: a cache mode's own (prefix, chat), else sweep."""
+    cache = doc.config.cache_mode if doc.config is not None else None
+    return {"shared_prefix": "prefix", "multi_turn": "chat"}.get(cache.kind or "", "sweep") if cache else "sweep"
 
 
 def _title(kind: str, doc: RunDocument) -> str:

@@ -51,6 +51,16 @@ def load_run(results_dir: Path) -> RunDocument:
         raise ResultsError(f"{path} is damaged or not written by this loadgen ({_first_line(exc)})") from None
 
 
+def _not_a_run(folder: Path) -> str:
+    """Why `folder` holds no run.json, in one line: a cache-capacity folder's runs are its k-K folders."""
+    if (folder / "cache-capacity.json").is_file():
+        runs = sorted((p.name for p in folder.glob("k-*") if (p / RUN_FILE).is_file()),
+                      key=lambda name: int(name[2:]) if name[2:].isdigit() else 0)
+        return (f"{folder} is a `loadgen cache-capacity` folder (its summary: cache-capacity.json); its runs are "
+                f"{', '.join(runs) or 'none yet'}: give one of those")
+    return f"{folder / RUN_FILE} not found: give a directory written by `loadgen sweep`"
+
+
 def load_run_dict(results_dir: Path) -> dict[str, Any]:
     """run.json's content as a dict, read and checked (the schema, `schema.RunFile`) and upgraded.
 
@@ -61,7 +71,7 @@ def load_run_dict(results_dir: Path) -> dict[str, Any]:
     Raises ResultsError with a one-line reason."""
     path = Path(results_dir) / RUN_FILE
     if not path.is_file():
-        raise ResultsError(f"{path} not found: give a directory written by `loadgen sweep`")
+        raise ResultsError(_not_a_run(Path(results_dir)))
     try:
         doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except (OSError, UnicodeDecodeError, ValueError) as exc:

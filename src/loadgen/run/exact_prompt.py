@@ -77,7 +77,11 @@ def too_short(wanted: int, salt_tokens: int, template_tokens: int) -> str:
 
 
 class PromptTooShort(ValueError):
-    pass
+    """`least`: the fewest tokens that would have fit, when known (0: not known)."""
+
+    def __init__(self, message: str, least: int = 0):
+        super().__init__(message)
+        self.least = least
 
 
 async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_tokens: int,
@@ -95,7 +99,8 @@ async def fit_prompt(tokenizer: Tokenizer, source: Callable[[int], str], n_token
     prefix_pieces = len(await tokenizer.pieces(prefix.rstrip(" ")))
     need = n_tokens - specials  # pieces of "[salt] body"
     if need <= prefix_pieces:
-        raise PromptTooShort(too_short(wanted, prefix_pieces + specials, template_tokens))
+        raise PromptTooShort(too_short(wanted, prefix_pieces + specials, template_tokens),
+                             least=prefix_pieces + specials + template_tokens + 1)
     chars = max(64, (need - prefix_pieces) * 6)
     while True:
         pieces = await tokenizer.pieces(prefix + source(chars))

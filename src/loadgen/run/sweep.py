@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from ..analysis.aggregate import typical_latency_s
 from ..analysis.slo import SloTally
+from ..client.backends import make_backend
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
@@ -21,6 +23,7 @@ from .level_runner import LevelRunner, TargetLoad
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import stream_level
+from .shared_prefix import new_level_salt
 from .state import Run, RunObserver, TargetRun
 from .target_setup import (
     TransportFactory,
@@ -92,13 +95,21 @@ async def _sweep_target(run: Run, t: TargetRun, obs: RunObserver, runner: LevelR
         async with target_probe(config, t) as probe:
             latency_s = load.warm_latency_s
             for key in config.levels if plan is None else plan(t):
-                level = await _sweep_level(run, load, key, probe, runner, latency_s)
+                level = await _sweep_level(run, _level_load(load), key, probe, runner, latency_s)
                 latency_s = max(filter(None, (latency_s, typical_latency_s(level))), default=None)
                 if level.stopped_reason:
                     t.error = f"{t.target.display}: {level.stopped_reason} at {level.name}"
                     return
                 if refuse_non_llm(t, level, load.backend):
                     return
+
+
+def _level_load(load: TargetLoad) -> TargetLoad:
+    """A shared-prefix run's level starts cold: its prefixes get a new level salt (run/shared_prefix.py)."""
+    if load.config.shared_prefix is None:
+        return load
+    generation = new_level_salt(load.generation)
+    return replace(load, generation=generation, backend=make_backend(load.config.api, generation, load.target.model))
 
 
 async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
@@ -112,6 +123,10 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     (run/machine_sampling.py).
     """
     live = await prepare_targets(run, obs, note_metrics_off=True)
+    shared = run.config.shared_prefix
+    if shared is not None:  # the prefix, the salt and the request's own text: every prompt that long
+        refuse_prompts_beyond_context(live, shared.total_tokens, run.config.generation.n_predict,
+                                      "prompts of {n} tokens (a shared prefix, the salt and the request's own text)")
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())

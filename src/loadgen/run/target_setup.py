@@ -235,15 +235,17 @@ async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver,
     return bodies
 
 
-def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int | None, n_predict: int) -> None:
+def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int | None, n_predict: int,
+                                  what: str = "--prompt-tokens {n}") -> None:
     """--prompt-tokens in a sweep or soak, before the first level: every request has that length, so
     a target whose per-slot context cannot hold it and its n_predict tokens would answer each one with
     an error (or cut it short). Refused as bad input (ConfigError, exit 2), naming the target; the
-    check is prefill's and depth's (`analysis.context`), which skip such a size instead."""
+    check is prefill's and depth's (`analysis.context`), which skip such a size instead. `what` names
+    the length in the message ({n}: the tokens)."""
     if not prompt_tokens:
         return
     for t in targets:
         problem = context_overflow(prompt_tokens, n_predict, slot_context(t))
         if problem:
-            raise ConfigError(f"{t.label} ({t.target.display}) cannot take --prompt-tokens {prompt_tokens}: {problem}; "
+            raise ConfigError(f"{t.label} ({t.target.display}) cannot take {what.format(n=prompt_tokens)}: {problem}; "
                               "ask for fewer tokens, or restart the server with a larger -c or fewer --parallel slots")
