@@ -70,7 +70,13 @@ def set_link(sysfs: Path, gen: int, width: int, max_gen: int = 4, max_width: int
 
 
 def set_energy(sysfs: Path, uj: int) -> None:
-    _write(sysfs / "class/powercap/intel-rapl:0/energy_uj", str(uj))
+    """The counter at `uj`, replaced whole (a reader never sees the file empty, as the kernel's never is:
+    a soak's sampler reads it while hundreds of requests a second advance it)."""
+    path = sysfs / "class/powercap/intel-rapl:0/energy_uj"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name("energy_uj.new")
+    staged.write_text(f"{uj}\n")
+    staged.replace(path)
 
 
 def set_cpu_times(procfs: Path, total: int, steal: int) -> None:

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from loadgen.analysis import soak_machine
 from loadgen.analysis.env_drift import changed_levels, environment_differences
+from loadgen.analysis.soak_machine import WINDOW_MARKS, SoakMachine
 from loadgen.results.reader import load_run_dict
 from machine_tree import build_tree, set_energy, set_link
 from servers import SimThread
@@ -100,8 +102,96 @@ def test_a_soak_records_the_machine_through_its_level(tmp_path, loadgen):
     doc = load_run_dict(tmp_path / "soak")
     assert doc["environment"]["kernel"] == "6.1.0-test"
     (level,) = doc["targets"][0]["levels"]
-    assert len(level["environment"]) >= 10  # 2 s at 0.05 s, thinned to at most 100
+    assert len(level["environment"]) >= 3  # its first sample, each window's last, where the link changed
     assert [c.split(" at ")[0] for c in level["environment_changed"]] == ["PCI 0000:01:00.0: PCIe Gen4 x16 → Gen3 x16"]
+    windows = doc["targets"][0]["soak"]["windows"]
+    assert sum(bool(w["environment_changed"]) for w in windows) == 1  # the one the link dropped in
+
+
+class Watched(SoakMachine):
+    """The soak's machine, kept by the test: every one made, and the most samples each held."""
+
+    made: list[Watched] = []
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.appended, self.peak = 0, 0
+        Watched.made.append(self)
+
+    def append(self, sample: Any) -> None:
+        super().append(sample)
+        self.appended += 1
+        self.peak = max(self.peak, self.in_memory())
+
+
+def soak(loadgen, url: str, tree: tuple[Path, Path], out: Path, duration: str, interval: str) -> dict:
+    code, _, err = loadgen("soak", "--url", url, "--concurrency", "2", "--duration", duration,
+                           "--checkpoint-interval", "1s", "--n-predict", "8", "--sysfs", tree[0],
+                           "--procfs", tree[1], "--env-interval", interval, "--idle-power", "0", "--output", out)
+    assert code == 0, err
+    return load_run_dict(out)
+
+
+def test_a_soak_flags_the_window_its_link_dropped_in_and_gives_each_window_its_energy(tmp_path, loadgen, monkeypatch):
+    """3 windows of 1 s (a short 4th when the soak ends late). Every request adds 2 J to RAPL's
+    counter; the link drops 0.5 s into window 1 (as the soak's own clock says), so a sample every
+    0.02 s sees it there. Only window 1 is flagged (window 2 starts on Gen3 and stays), the drift,
+    which compares it, says so, and the windows' joules add up to the soak's."""
+    monkeypatch.setattr(Watched, "made", [])
+    monkeypatch.setattr("loadgen.run.soak.SoakMachine", Watched)
+    tree = build_tree(tmp_path / "m", gpu_link=(4, 16), rapl_uj=1_000_000)
+    state = {"uj": 1_000_000, "dropped": False}
+
+    def act(n: int) -> None:
+        state["uj"] += 2_000_000
+        set_energy(tree[0], state["uj"])
+        machine = Watched.made[0] if Watched.made else None
+        start = machine.start_s() if machine else None
+        if machine and machine.open and start is not None and not state["dropped"] \
+                and machine.open.last.at_s - start >= 0.5:
+            set_link(tree[0], 3, 16)
+            state["dropped"] = True
+    with SimThread(slots=2) as sim:
+        on_completion(sim, act)
+        doc = soak(loadgen, sim.url, tree, tmp_path / "soak", "3s", "0.02")
+    section = doc["targets"][0]["soak"]
+    windows = section["windows"]
+    assert len(windows) >= 3 and state["dropped"]
+    assert [bool(w["environment_changed"]) for w in windows] == [True] + [False] * (len(windows) - 1)
+    assert [c.split(" at ")[0] for c in windows[0]["environment_changed"]] == [
+        "PCI 0000:01:00.0: PCIe Gen4 x16 → Gen3 x16"]
+    (level,) = doc["targets"][0]["levels"]
+    (soak_j,) = level["energy"]
+    # A short last window may end before any sample fell in it: then it has no machine figures.
+    sampled = [(w, w["energy"][0]) for w in windows if "energy" in w]
+    assert [w["start_s"] for w, _ in sampled][:3] == [0.0, 1.0, 2.0]
+    assert sum(e["energy_j"] for _, e in sampled) == pytest.approx(soak_j["energy_j"])
+    assert soak_j["j_per_token"] == pytest.approx(2 / 8)  # 2 J a request of 8 tokens
+    for w, e in sampled:
+        assert e["energy_j"] / 2 == pytest.approx(round(e["energy_j"] / 2))  # whole requests' 2 J each
+        tokens = w["output_tokens"]
+        assert e["j_per_token"] == (pytest.approx(e["energy_j"] / tokens, abs=1e-6) if tokens else None)  # rounded to 6
+    code, out, err = loadgen("analyze", tmp_path / "soak")
+    assert code == 0 and "machine changed in window 1" in out, out  # the drift's cell
+    warned = [line for line in err.splitlines() if "soak window 1 " in line]
+    assert len(warned) == 1 and "the drift compares this window" in warned[0], err
+
+
+def test_a_long_soak_holds_a_bounded_number_of_samples(tmp_path, loadgen, monkeypatch):
+    """10 windows sampled every 0.01 s: far more samples read than the level may store, while the
+    soak's machine never holds more than its store (20 here) and one open window's."""
+    monkeypatch.setattr(Watched, "made", [])
+    monkeypatch.setattr("loadgen.run.soak.SoakMachine", Watched)
+    monkeypatch.setattr(soak_machine, "STORED_SAMPLES", 20)
+    tree = build_tree(tmp_path / "m", gpu_link=(4, 16))
+    with SimThread(slots=2) as sim:
+        doc = soak(loadgen, sim.url, tree, tmp_path / "soak", "10s", "0.01")
+    (machine,) = Watched.made
+    assert machine.appended > 3 * (20 + WINDOW_MARKS + 2)
+    assert machine.peak <= 20 + WINDOW_MARKS + 2
+    windows = doc["targets"][0]["soak"]["windows"]
+    assert len(windows) >= 10 and all(w["environment_changed"] == [] for w in windows)
+    assert len(doc["targets"][0]["levels"][0]["environment"]) <= 20 + 1
 
 
 def test_no_environment_records_none_in_a_step_run(tmp_path, loadgen):

@@ -90,9 +90,14 @@ def level_energy(samples: Sequence[EnvSample], output_tokens: int,
     several; [] without two samples or without counters."""
     if len(samples) < 2 or samples[-1].at_s <= samples[0].at_s:
         return []
-    seconds = samples[-1].at_s - samples[0].at_s
-    per = energy_between(samples[0], samples[-1])
-    if not per:
+    return energy_of(energy_between(samples[0], samples[-1]), samples[-1].at_s - samples[0].at_s, output_tokens, idle_w)
+
+
+def energy_of(per: dict[str, float], seconds: float, output_tokens: int,
+              idle_w: dict[str, float] | None = None) -> list[Energy]:
+    """`level_energy`'s figures from joules per source over `seconds` (a soak window's, folded as it
+    closed: analysis/soak_machine.py); [] without joules or without time."""
+    if not per or seconds <= 0:
         return []
     idle_w = idle_w or {}
     rows = [(source, joules, idle_w.get(source)) for source, joules in sorted(per.items())]

@@ -286,8 +286,9 @@ class LevelRun:
     # --workers: each process's part of the level and its own load (run/workers/parent.py); None: one process.
     workers: list[dict[str, Any]] | None = None
     # The machine under the level: `core.environment.EnvSample`s at its start, during and at its end
-    # (run/machine_sampling.py); empty when the run does not read the machine.
-    environment: list[Any] = field(default_factory=list)
+    # (run/machine_sampling.py); empty when the run does not read the machine. A soak's is an
+    # `analysis.soak_machine.SoakMachine` (appended to and iterated as a list, folded per window).
+    environment: Any = field(default_factory=list)
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False

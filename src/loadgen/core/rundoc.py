@@ -406,6 +406,9 @@ class SoakWindow(msgspec.Struct, frozen=True):
     attainment: float | None = None
     goodput_req_s: float | None = None
     goodput_tok_s: float | None = None
+    # The machine under it (analysis/soak_machine.py; absent: not sampled in it, or an older run)
+    environment_changed: list[str] | None = None
+    energy: list[dict[str, Any]] | None = None  # per source (analysis/energy.py)
 
 
 class SoakAttainment(msgspec.Struct, frozen=True):
@@ -443,6 +446,17 @@ class SoakSection(msgspec.Struct, frozen=True):
     window_s: float | None = None
     windows: list[SoakWindow] = []
     slo: SoakAttainment | None = None  # --slo
+
+    def changed_windows(self) -> list[tuple[int, SoakWindow]]:
+        """(number from 1, window) of each window the machine changed during (analysis/soak_machine.py)."""
+        return [(i, w) for i, w in enumerate(self.windows, 1) if w.environment_changed]
+
+    def drift_compared(self) -> set[int]:
+        """The numbers (from 1) of the windows the drift compares: the first and last k full ones
+        (analysis/soak.py `summarize_tally`)."""
+        k, length = self.drift_windows or 0, self.window_s or 0.0
+        full = [i for i, w in enumerate(self.windows, 1) if w.end_s - w.start_s >= length * 0.999]
+        return set(full[:k] + full[-k:]) if k and len(full) >= 2 else set()
 
 
 class Server(msgspec.Struct, frozen=True):

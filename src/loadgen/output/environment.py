@@ -108,3 +108,18 @@ def environment_change_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
     """'warning: the machine changed during ...' for each level (or step) flagged in run.json."""
     return [f"warning: {t.label} at level {lv.name}: the machine changed during the level: {c}"
             for t in RunDocument.of(doc).targets for lv in t.machine_levels() for c in lv.environment_changed or []]
+
+
+def soak_window_lines(doc: RunDocument | dict[str, Any]) -> list[str]:
+    """'warning: ... soak window N: the machine changed during it' for each soak window flagged in
+    run.json, saying when the drift (first against last windows) compares that window."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        if t.soak is None:
+            continue
+        compared = t.soak.drift_compared()
+        for n, w in t.soak.changed_windows():
+            spoils = "; the drift compares this window, so it is not the server's alone" if n in compared else ""
+            out += [f"warning: {t.label} soak window {n} ({w.start_s:.0f}–{w.end_s:.0f} s): the machine changed "
+                    f"during it: {c}{spoils}" for c in w.environment_changed or []]
+    return out

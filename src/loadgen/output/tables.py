@@ -28,7 +28,7 @@ from ..core.rundoc import (
 )
 from ..run.labels import about
 from .cache import cache_table, turn_tables
-from .environment import energy_lines, environment_change_lines, shown_net
+from .environment import energy_lines, environment_change_lines, shown_net, soak_window_lines
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 from .workload import workload_table
 
@@ -505,14 +505,17 @@ _DRIFT = {True: "more than noise", False: "within noise", None: "too few windows
 
 def soak_table(doc: Doc) -> Grid:
     """Per target: requests, errors by kind, the load offered, throughput, error-free time and drift;
-    with --slo also the attainment and goodput over the soak, and the attainment's drift."""
+    with --slo also the attainment and goodput over the soak, and the attainment's drift; when the
+    machine was sampled, the windows it changed during (the drift says so when it compares one)."""
     doc = RunDocument.of(doc)
     judged = any(t.soak is not None and t.soak.slo is not None for t in doc.targets)
+    sampled = any(w.environment_changed is not None for t in doc.targets if t.soak for w in t.soak.windows)
     slo_columns = [Column("attain\n(--slo)"), Column("goodput\nreq/s"), Column("first → last\nattain")]
     grid = Grid(_title("soak", doc), [
         Column("target", "left", key=True), Column("duration"), Column("ok/failed"),
         Column("offered\nreq/s"), Column("tok/s"), Column("error-free"), Column("longest\nerror-free"),
         Column("first → last\nwindow tok/s"), Column("drift"), *slo_columns * judged,
+        *[Column("machine changed\n(windows)")] * sampled,
         Column("errors", "left", wrap=True)])
     for t in doc.targets:
         s = t.soak
@@ -520,12 +523,16 @@ def soak_table(doc: Doc) -> Grid:
             continue
         errors = ", ".join(f"{k} ×{n}" for k, n in s.errors_by_kind.items()) or "none"
         drift = "n/a (too short)" if s.drift is None else f"{s.drift:+.1%} ({_DRIFT[s.drift_significant]})"
+        spoiled = sorted(n for n, _ in s.changed_windows() if n in s.drift_compared())
+        if spoiled and s.drift is not None:  # the first or last windows ran on a machine that changed
+            drift += f"; machine changed in window {', '.join(map(str, spoiled))}"
         first, last = s.first_throughput_tok_s, s.last_throughput_tok_s
         grid.add_row(t.label, _hours(s.duration_s), _okf(s.requests_ok, s.requests_failed),
                      Num(s.offered_req_s, 2), Num(s.throughput_tok_s, 2),  # offered: None in older files
                      f"{_hours(s.error_free_s)} of {_hours(s.duration_s)}", _hours(s.longest_error_free_s),
                      "n/a" if first is None else f"{first:,.1f} → {last:,.1f}", drift,
                      *(_soak_slo_cells(s.slo) if judged else []),
+                     *([", ".join(str(n) for n, _ in s.changed_windows()) or "none"] if sampled else []),
                      Text(errors, style="red" if s.requests_failed else ""))
     return grid
 
@@ -598,7 +605,7 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
     notes += energy_lines(doc)  # output/environment.py
     return RunLines(notes=notes, verdicts=verdict_lines(doc),
                     warnings=killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
-                    + soak_attainment_lines(doc),
+                    + soak_attainment_lines(doc) + soak_window_lines(doc),
                     errors=error_lines(doc, told))
 
 

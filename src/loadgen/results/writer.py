@@ -24,7 +24,7 @@ import msgspec
 from .. import __version__
 from ..analysis.aggregate import LevelAggregate, of_level
 from ..analysis.depth import summarize_depth, with_change
-from ..analysis.energy import level_energy
+from ..analysis.energy import energy_of, level_energy
 from ..analysis.env_drift import level_changes
 from ..analysis.interference import ClassPhases, Interference, interference
 from ..analysis.metrics import counter_delta
@@ -32,6 +32,7 @@ from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
 from ..analysis.slo import Slo, SloTally
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
+from ..analysis.soak_machine import SoakMachine, per_window
 from ..analysis.trim import Trim, Trimmed, trim_level
 from ..core.baseurl import masked
 from ..core.clock import now_ns
@@ -326,6 +327,31 @@ def _step_rows(kind: str, t: TargetRun, idle_w: dict[str, float] | None) -> list
             for r, step in zip(rows, t.steps)]
 
 
+def _soak_section(lv: LevelRun | None, settings: SoakSettings, slo: Slo | None,
+                  idle_w: dict[str, float] | None) -> dict[str, Any] | None:
+    """A soak's section: its windows, each with the machine under it when it was sampled."""
+    if lv is None or not lv.start_ns:
+        return None
+    end = lv.end_ns if lv.finished else now_ns()
+    section = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
+               summarize_soak(list(lv.records), lv.start_ns, end, window_seconds(settings.duration_s), slo)).to_dict()
+    if isinstance(lv.environment, SoakMachine):
+        _with_window_machines(section["windows"], lv.environment, idle_w)
+    return section
+
+
+def _with_window_machines(windows: list[dict[str, Any]], machine: SoakMachine, idle_w: dict[str, float] | None) -> None:
+    """Each soak window the machine was sampled in gains what changed during it and its energy
+    (per its output tokens), as folded when it closed (analysis/soak_machine.py)."""
+    for window, folded in zip(windows, per_window(machine.windows(), len(windows))):
+        if folded is None:
+            continue
+        window["environment_changed"] = folded.changes
+        energy = energy_of(folded.energy_j, folded.seconds, window["output_tokens"], idle_w)
+        if energy:
+            window["energy"] = [e.to_dict() for e in energy]
+
+
 def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
     named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
@@ -339,14 +365,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
             target["levels"] = _level_summaries(t.levels, run.config.slo, _idle_w(run),
                                                  percentiles=run.config.percentiles, trim=run.config.trim)
-            lv = t.levels[0] if t.levels else None
-            if lv is not None and lv.start_ns:
-                end = lv.end_ns if lv.finished else now_ns()
-                target["soak"] = (summarize_tally(lv.tally, lv.start_ns, end) if lv.tally is not None else
-                                  summarize_soak(list(lv.records), lv.start_ns, end,
-                                                 window_seconds(run.settings.duration_s), run.config.slo)).to_dict()
-            else:
-                target["soak"] = None
+            target["soak"] = _soak_section(t.levels[0] if t.levels else None, run.settings, run.config.slo, _idle_w(run))
         else:
             target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}
         targets.append(target)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ..analysis.slo import SloTally
 from ..analysis.soak import SoakTally, window_seconds
+from ..analysis.soak_machine import SoakMachine
 from ..core.records import LevelRun
 from .config import SoakSettings
 from .engine import EngineOptions
@@ -39,7 +40,8 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, settings: S
     The engine pauses a worker that could not connect for PAUSE_AFTER_CONNECT_ERROR_S (a failed
     answer is followed by the next request at once). Checkpoints are the session's
     (run/session.py, every `settings.checkpoint_interval_s`), so a crash loses at most that much.
-    The machine is read before and sampled through the soak, as a sweep's level is.
+    The machine is read before and sampled through the soak, as a sweep's level is, its samples folded
+    per window as each closes (analysis/soak_machine.py).
     """
     live = await prepare_targets(run, obs)
     refuse_prompts_beyond_context(live, settings.prompt_tokens, run.config.generation.n_predict)
@@ -57,6 +59,9 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
         if load is None:
             return
         level = LevelRun(target=t.label, concurrency=concurrency, prompt_tokens=settings.prompt_tokens)
+        # The machine folded per window as each closes (a bounded number of samples, however long).
+        level.environment = SoakMachine(window_seconds(settings.duration_s), lambda: (
+            (level.start_ns - run.start_ns) / 1e9 if level.start_ns else None))
         await runner.connect_ahead(load, level, None)  # before the soak's clock starts
         if run.sink is not None:
             tally = level.tally = SoakTally(window_seconds(settings.duration_s), config.slo)
