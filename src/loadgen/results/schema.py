@@ -44,6 +44,10 @@ Version history (SCHEMA_VERSION):
        and "phase", per target "interference" (a run of request classes); per record
        "request_class"; per target "dataset" (entries and skipped, --n-predict dataset); config
        "environment" false (--no-environment; absent: on).
+       Added since, without a bump (docs/environment.md): per soak window ("soak.windows[]")
+       "environment_changed" and "energy" (the machine under it, analysis/soak_machine.py); a soak's
+       level "environment" now holds each window's last sample and its change samples (at most
+       100), not every sample. Absent from older runs, which read as before.
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
