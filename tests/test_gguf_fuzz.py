@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from test_results_fuzz import FUZZ, assert_clean, run_command
+from servers import run_cli
+from test_results_fuzz import FUZZ, assert_clean
 
 SMOLLM2 = {"block_count": 30, "context_length": 8192, "embedding_length": 576, "attention.head_count": 9,
            "attention.head_count_kv": 3}
@@ -61,7 +62,7 @@ def model(tmp_path_factory) -> bytes:
 def kv(tmp_path_factory, data: bytes) -> tuple[int, str, str]:
     path = tmp_path_factory.mktemp("gguf") / "bad.gguf"
     path.write_bytes(data)
-    return run_command("kv", path, "--ctx", "4096", "--memory", "1GiB")
+    return run_cli("kv", path, "--ctx", "4096", "--memory", "1GiB")
 
 
 def test_the_undamaged_model_reads(tmp_path_factory, model):
@@ -144,6 +145,6 @@ metadata_values = (st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=True, wi
 def test_metadata_of_any_kind_is_one_line(tmp_path_factory, changes):
     """A GGUF the reader reads, whose counts are strings, negative, enormous or lists of the wrong length."""
     path = write_model(tmp_path_factory.mktemp("gguf") / "odd.gguf", {**SMOLLM2, **changes})
-    code, _, err = run_command("kv", path, "--ctx", "4096", "--memory", "1GiB")
+    code, _, err = run_cli("kv", path, "--ctx", "4096", "--memory", "1GiB")
     assert code in (0, 2), err
     assert_clean(code, err)

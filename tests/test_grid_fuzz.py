@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from loadgen.core.errors import ResultsError
 from loadgen.results.grid_file import load_grid
-from test_results_fuzz import FIXTURE, FUZZ, assert_clean, json_values, run_command
+from servers import run_cli
+from test_results_fuzz import FIXTURE, FUZZ, assert_clean, json_values
 
 TEMPLATE = "loadgen-fuzz-no-such-server -np {parallel} -c 2048"
 
@@ -68,7 +69,7 @@ def write(root: Path, doc: object) -> None:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_the_undamaged_grid_reads(grid_dir, command):
     write(grid_dir, GOOD)
-    code, out, err = run_command(*COMMANDS[command](grid_dir))
+    code, out, err = run_cli(*COMMANDS[command](grid_dir))
     assert code == (1 if command == "resume" else 0), err  # resume: nothing left to run, one run had failed
     assert ("c01 r1" if command == "report" else "parallel") in out
 
@@ -117,7 +118,7 @@ DAMAGED = [
 @pytest.mark.parametrize("name, doc, reason", DAMAGED, ids=[d[0] for d in DAMAGED])
 def test_a_damaged_grid_is_one_line_naming_the_field(grid_dir, command, name, doc, reason):
     write(grid_dir, doc)
-    code, _, err = run_command(*COMMANDS[command](grid_dir))
+    code, _, err = run_cli(*COMMANDS[command](grid_dir))
     assert code == 2, err
     assert_clean(code, err)
     assert "grid.json is damaged or not written by this loadgen" in err and reason in err, err
@@ -155,7 +156,7 @@ def test_a_grid_damaged_anywhere_is_one_line_for_every_reader(grid_dir, path, va
         doc.setdefault("schema", GOOD["schema"])
         doc.setdefault("schema_version", GOOD["schema_version"])
     write(grid_dir, doc)
-    code, _, err = run_command(*COMMANDS[command](grid_dir))
+    code, _, err = run_cli(*COMMANDS[command](grid_dir))
     assert code in (0, 1, 2), (code, err)  # 1: a --resume that found work left, and its server could not start
     assert_clean(code, err)
 
@@ -166,6 +167,6 @@ def test_a_grid_file_cut_or_overwritten_is_one_line(grid_dir, cut, patch, comman
     text = json.dumps(GOOD).encode()
     cut %= len(text)
     (grid_dir / "grid.json").write_bytes(text[:cut] + patch + (text[cut + len(patch):] if patch else b""))
-    code, _, err = run_command(*COMMANDS[command](grid_dir))
+    code, _, err = run_cli(*COMMANDS[command](grid_dir))
     assert code in (0, 1, 2), (code, err)
     assert_clean(code, err)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from loadgen.core.errors import ConfigError
 from loadgen.run.workers.ray_actors import RAY_CLIENT_PORT, ray_endpoint, reach_ray
-from test_results_fuzz import FUZZ, assert_clean, run_command
+from servers import run_cli
+from test_results_fuzz import FUZZ, assert_clean
 
 try:
     import ray  # noqa: F401
@@ -99,7 +100,7 @@ def test_any_text_is_an_endpoint_or_one_line(address):
 
 def test_bogus_is_refused_before_ray_is_imported(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # importing it now would fail with "needs Ray"
-    code, _, err = run_command("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", "bogus://x",
+    code, _, err = run_cli("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", "bogus://x",
                                "--output", tmp_path / "r")
     assert code == 2, err
     assert_clean(code, err)
@@ -111,7 +112,7 @@ def test_bogus_is_refused_before_ray_is_imported(tmp_path, monkeypatch):
 @pytest.mark.parametrize("scheme", ["", "ray://"])
 def test_a_closed_port_is_one_line_and_ray_never_connects(tmp_path, scheme):
     port = closed_port()
-    code, out, err = run_command("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray",
+    code, out, err = run_cli("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray",
                                  f"{scheme}127.0.0.1:{port}", "--output", tmp_path / "r")
     assert code == 2, err
     assert_clean(code, err)  # one line: none of Ray's retries
@@ -136,7 +137,7 @@ def test_auto_without_a_cluster_is_one_line(tmp_path, monkeypatch):
     """RAY_ADDRESS is what `auto` finds first: a closed port there is checked like one given."""
     port = closed_port()
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-    code, _, err = run_command("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", "auto",
+    code, _, err = run_cli("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", "auto",
                                "--output", tmp_path / "r")
     assert code == 2, err
     assert_clean(code, err)
@@ -153,7 +154,7 @@ def test_any_loopback_address_on_the_command_line_is_one_line(tmp_path_factory, 
         pytest.skip("Ray is not installed")
     address = f"{scheme}{host}:{port.format(closed=closed_port())}"
     out = tmp_path_factory.mktemp("ray") / "r"
-    code, _, err = run_command("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", address,
+    code, _, err = run_cli("sweep", "--url", "http://127.0.0.1:9", "--workers", "2", "--ray", address,
                                "--output", out)
     assert code == 2, err
     assert_clean(code, err)
