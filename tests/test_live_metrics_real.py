@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from machine_tree import build_tree, set_energy
 from servers import LOADGEN, free_port, prometheus_binary, start_llama_server, start_prometheus
 
 pytestmark = pytest.mark.real
@@ -75,12 +77,30 @@ def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
         prometheus.wait_for("a scrape of both servers", lambda: sorted(
             s["metric"]["alias"] for s in prometheus.query('up{alias!=""} == 1')) == ["one-slot", "two-slot"])
 
+        # A built machine whose RAPL counter draws 20 W, so the energy panels have data (this host may have no RAPL).
+        sysfs, procfs = build_tree(tmp_path / "machine", rapl_uj=0)
+        drawing = threading.Event()
+
+        def draw() -> None:
+            uj = 0
+            while not drawing.wait(0.05):
+                uj += 1_000_000
+                set_energy(sysfs, uj)
+
+        meter = threading.Thread(target=draw, daemon=True)
+        meter.start()
         started = time.time()
         run_dir = tmp_path / "run"
-        swept = subprocess.run([*LOADGEN, "sweep", "--url", one.url, "--url", two.url, "--concurrency", "1,3",
-                                "--duration", "5", "--warmup", "0", "--stream", "--n-predict", "16",
-                                "--parallel-targets", "--slo", "ttft=5s,e2e=60s", "--prometheus-port", str(live_port), "--prometheus-linger", "60",
-                                "--output", str(run_dir)], capture_output=True, text=True, timeout=300)
+        try:
+            swept = subprocess.run([*LOADGEN, "sweep", "--url", one.url, "--url", two.url, "--concurrency", "1,3",
+                                    "--duration", "5", "--warmup", "0", "--stream", "--n-predict", "16",
+                                    "--parallel-targets", "--slo", "ttft=5s,e2e=60s", "--prometheus-port", str(live_port),
+                                    "--prometheus-linger", "60", "--sysfs", str(sysfs), "--procfs", str(procfs),
+                                    "--env-interval", "0.2", "--output", str(run_dir)],
+                                   capture_output=True, text=True, timeout=300)
+        finally:
+            drawing.set()
+            meter.join()
         ended = time.time()
         assert swept.returncode == 0, swept.stderr
         doc = json.loads((run_dir / "run.json").read_text())
