@@ -172,7 +172,7 @@ def test_compare_says_two_cache_modes_in_words():
     with pytest.raises(CompareError) as caught:
         check_comparable(prefix, chat)
     assert str(caught.value) == (
-        "the runs are not comparable: their cache modes differ (baseline: shared prefix (2 group(s), a 100-token "
+        "the runs are not comparable: their cache modes differ (baseline: shared prefix (2 group(s) sharing a 100-token "
         "prefix, prompts of 164 tokens); candidate: multi-turn chat (4 users × 5 turns)); rerun the candidate with "
         "the baseline's settings")
 

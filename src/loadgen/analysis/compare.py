@@ -359,12 +359,8 @@ def cache_words(cache: CacheMode | None) -> str:
     if cache is None:
         return "no cache mode"
     state = "" if cache.cache_prompt else ", cache_prompt off"
-    if cache.kind == "shared_prefix":
-        return (f"shared prefix ({cache.groups} group(s), a {cache.prefix_tokens}-token prefix, prompts of "
-                f"{cache.prompt_tokens} tokens{state})")
-    if cache.kind == "multi_turn":
-        return f"multi-turn chat ({cache.users} users × {cache.turns} turns{state})"
-    return f"{cache.kind}{state}"
+    name = {"shared_prefix": "shared prefix", "multi_turn": "multi-turn chat"}.get(cache.kind or "", cache.kind)
+    return f"{name} ({cache.shape}{state})"
 
 
 def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDocument | Mapping[str, Any]) -> list[str]:

@@ -580,6 +580,16 @@ class CacheMode(msgspec.Struct, frozen=True):
     users: int | None = None
     turns: int | None = None
 
+    @property
+    def shape(self) -> str:
+        """What the mode sends, in words (the table's title and compare's refusal both say it)."""
+        if self.kind == "shared_prefix":
+            return (f"{self.groups} group(s) sharing a {self.prefix_tokens}-token prefix, "
+                    f"prompts of {self.prompt_tokens} tokens")
+        if self.kind == "multi_turn":
+            return f"{self.users} users × {self.turns} turns"
+        return str(self.kind)
+
 
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"

@@ -20,12 +20,7 @@ from .layout import Column, Grid, Num
 def cache_title(cache: CacheMode) -> str:
     """The mode in one line, cache_prompt said first."""
     state = "cache_prompt ON" if cache.cache_prompt else "cache_prompt OFF (the uncached run to read beside a cached one)"
-    if cache.kind == "shared_prefix":
-        return (f"{state}: {cache.groups} group(s) sharing a {cache.prefix_tokens}-token prefix, "
-                f"prompts of {cache.prompt_tokens} tokens")
-    if cache.kind == "multi_turn":
-        return f"{state}: {cache.users} users × {cache.turns} turns"
-    return state
+    return f"{state}: {cache.shape}" if cache.kind in ("shared_prefix", "multi_turn") else state
 
 
 def cache_table(doc: RunDocument | dict[str, Any]) -> Grid | None:
