@@ -105,3 +105,26 @@ def test_four_slot_server_on_a_doubling_ladder_shows_its_full_slots(real_servers
     assert v["verdict"][0].startswith("smollm2-4slot ")
     if v["knee"] is not None and v["knee"]["next_level"] == 8:
         assert any("deferred" in line for line in v["verdict"][:3]), v["verdict"]  # the knee's own lines
+
+
+def test_a_two_slot_server_offered_three_times_its_rate_is_overloaded(tmp_path):
+    """Issue #46: one open-loop level above what the server serves is never "keeps up". Its service
+    rate is measured first (two workers on its two slots), then it is offered three times that."""
+    server = start_llama_server("smollm2-2slot", 2, tmp_path)
+    try:
+        closed = sweep("--url", server.url, "--concurrency", "2", "--requests", "8", "--n-predict", "24",
+                       "--ignore-eos", "--output", str(tmp_path / "closed"))
+        assert closed.returncode == 0, closed.stderr
+        mu = load_run_dict(tmp_path / "closed")["targets"][0]["levels"][0]["request_rate"]
+        rate = round(3 * mu, 3)
+        proc = sweep("--url", server.url, "--rate", str(rate), "--requests", "24", "--n-predict", "24",
+                     "--ignore-eos", "--output", str(tmp_path / "open"))
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    v = verdict(load_run_dict(tmp_path / "open"), "smollm2-2slot")
+    judged = v["levels"][0]["open_loop"]
+    assert judged["verdict"] == "overloaded", (mu, judged)
+    assert judged["served_rate"] < 0.75 * judged["offered_rate"]
+    assert v["verdict"][0].startswith(f"smollm2-2slot is overloaded at {rate:g} req/s: served ")
+    assert "keeps up" not in proc.stdout

@@ -50,6 +50,8 @@ class LevelFigures(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: Figures | None = None
     latency_uncorrected_ms: Figures | None = None  # open loop only
     schedule_lag_ms: Figures | None = None  # open loop only
+    rate: float | None = None  # open loop: the offered rate (None: none recorded)
+    concurrency_reached: int | None = None  # the most requests in flight at once
 
     @classmethod
     def of(cls, level: Any) -> LevelFigures:

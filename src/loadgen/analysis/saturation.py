@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -58,6 +58,7 @@ from .occupancy import (
     level_occupancy,
     scrape_evidence,
 )
+from .open_loop import AT_LIMIT, KEEPS_UP, KEEPS_UP_SHARE, OVERLOADED, OpenLoopLevel, judge_level
 
 UNTRUSTED_FAILURE_SHARE = 0.05
 # A request the server had not taken in for longer than this (the probe's default interval) while a
@@ -123,6 +124,7 @@ class LevelQueueing:
     outside_wait_mean_ms: float | None = None  # records: the mean outside wait over the completed requests
     batch_queued: int = 0  # queued requests that waited mostly behind another request's prompt
     batch_wait_max_ms: float | None = None  # the longest such wait
+    open_loop: OpenLoopLevel | None = None  # open loop: offered vs served and the backlog (open_loop.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,7 @@ class LevelQueueing:
             "held_outside_longest_s": self.held_outside_longest_s, "scrapes": self.scrapes,
             "unheld_longest_s": self.unheld_longest_s, "batch_queued": self.batch_queued,
             "batch_wait_max_ms": self.batch_wait_max_ms,
+            **({"open_loop": self.open_loop.to_dict()} if self.open_loop is not None else {}),
         }
 
 
@@ -358,11 +361,13 @@ def analyze_target(label: str, summaries: Sequence[LevelSummary | LevelFigures |
                    records: Sequence[RequestRecord],
                    samples: Sequence[ProbeSample], total_slots: int | None, metrics_available: bool,
                    knee_gain: float = 0.10, knee_latency: float = 0.50, open_loop: bool = False,
-                   slots_available: bool | None = None) -> TargetVerdict:
+                   slots_available: bool | None = None, trace: bool = False) -> TargetVerdict:
     """Verdicts for one target from its level summaries (run.json), records and probe samples.
 
-    Open loop (levels are offered request rates) the same knee rule applies to rate instead of
-    concurrency; slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
+    Open loop (levels are offered request rates): each level is judged on its own, from what was
+    offered and what was served (open_loop.py), and the knee is the lowest level that did not keep
+    up (`open_loop_knee`); slot and HTTP-overhead reasoning, which needs concurrency 1, is skipped.
+    `trace`: the one level is a trace's replay, and is said so.
     """
     levels = [LevelFigures.of(lv) for lv in summaries]
     if not completed_any(levels):  # no evidence, no verdict: say why there is none
@@ -392,12 +397,20 @@ def analyze_target(label: str, summaries: Sequence[LevelSummary | LevelFigures |
               for lv in levels if not lv.stopped_reason and has_completed(lv)]
     slots_full = {q.level for q in queueing if slots_exhausted(q, total_slots)}
     slots_free = {q.level for q in queueing if q.evidence == "records" and not q.slot_queued}
-    knee = find_knee(points, knee_gain, knee_latency, slots_full, None if open_loop else total_slots, slots_free)
     if open_loop:
-        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available)
-    else:
-        lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
-                               max(concurrencies, default=0), [p.level for p in points], slots_full)
+        queueing = tuple(replace(q, open_loop=judge_level(
+            q.level, lv.rate, by_level.get(q.level, []), requests_ok=lv.requests_ok,
+            peak_in_flight=lv.concurrency_reached,
+            queue_wait_max_ms=q.queue_wait_ms.max if q.queue_wait_ms else None))
+            for q, lv in zip(queueing, levels))
+        knee = open_loop_knee(points, [q.open_loop for q in queueing if q.open_loop is not None],
+                              {lv.key for lv in levels if lv.stopped_reason or not has_completed(lv)})
+        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available, trace)
+        lines += _failure_lines(label, queueing, open_loop)
+        return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
+    knee = find_knee(points, knee_gain, knee_latency, slots_full, total_slots, slots_free)
+    lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
+                           max(concurrencies, default=0), [p.level for p in points], slots_full)
     lines += _failure_lines(label, queueing, open_loop)
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
 
@@ -578,23 +591,86 @@ def _at_rate(rate: float) -> str:
     return "with every request at once" if math.isinf(rate) else f"at {rate:g} req/s"
 
 
+def open_loop_knee(points: Sequence[LevelPoint], judged: Sequence[OpenLoopLevel],
+                   unjudged: Collection[int | float] = ()) -> Knee | None:
+    """Open loop: the lowest fully run level that does not keep up (overloaded or at its limit,
+    open_loop.py) is saturated; the highest level below it that kept up bounds the knee from below
+    (`between`), else it is at or below the lowest offered rate. The knee and the levels' verdicts
+    so never contradict each other. Throughput gain and latency ratio are those of that step."""
+    full = sorted((j for j in judged if j.level not in unjudged), key=lambda j: j.level)
+    bad = next((j for j in full if j.verdict in (OVERLOADED, AT_LIMIT)), None)
+    if bad is None:
+        return None
+    kept = [j.level for j in full if j.level < bad.level and j.verdict == KEEPS_UP]
+    low = kept[-1] if kept else None
+    by_level = {p.level: p for p in points}
+    here, there = by_level.get(low) if low is not None else None, by_level.get(bad.level)
+    below = [p.throughput_tok_s for p in points if p.level < bad.level]
+    gain = there.throughput_tok_s / max(below) - 1 if there is not None and below and max(below) > 0 else 0.0
+    ratio = (there.latency_mean_ms / here.latency_mean_ms
+             if here is not None and there is not None and here.latency_mean_ms and there.latency_mean_ms else 1.0)
+    if low is None:
+        return Knee(bad.level, bad.level, gain, ratio, None, at_or_below=not isinstance(bad.level, int) or bad.level != 1)
+    return Knee(bad.level, bad.level, gain, ratio, (low, bad.level))
+
+
+def _served(j: OpenLoopLevel) -> str:
+    """"served 0.133 of 1.56 req/s offered"."""
+    return f"served {j.served_rate:.3g} of {j.offered_rate:.3g} req/s offered"
+
+
+def _backlog(j: OpenLoopLevel) -> list[str]:
+    facts = []
+    if j.latency_first_ms is not None and j.latency_last_ms is not None and j.backlog_grew:
+        facts.append(f"latency rose from {_secs(j.latency_first_ms)} to {_secs(j.latency_last_ms)} through the level")
+    if j.peak_in_flight:
+        facts.append(f"up to {j.peak_in_flight} request{'' if j.peak_in_flight == 1 else 's'} in flight")
+    if j.queue_wait_max_ms is not None and j.queue_wait_max_ms >= QUEUED_MIN_MS:
+        facts.append(f"requests queued up to {_secs(j.queue_wait_max_ms)}")
+    return facts
+
+
+def _judged_line(label: str, j: OpenLoopLevel, trace: bool) -> str | None:
+    """One level's open-loop verdict in words; None for a level that kept up (said together)."""
+    where = "replaying the trace" if trace else _at_rate(j.level)
+    if j.verdict == OVERLOADED:
+        return f"{label} is overloaded {where}: " + "; ".join([_served(j), *_backlog(j)]) + "."
+    if j.verdict == AT_LIMIT:
+        why = ("but its backlog grew" if j.backlog_grew
+               else f"under the {KEEPS_UP_SHARE:.0%} of the offer that keeping up takes")
+        return f"{label} is at its limit {where}: " + "; ".join([f"{_served(j)}, {why}", *_backlog(j)]) + "."
+    if j.verdict == KEEPS_UP:
+        return None
+    if j.offered_rate is None:  # every request at once: no rate to keep up with, only what it served
+        return (f"{label} {where}: served {j.served_rate:.3g} req/s." if j.served_rate is not None
+                else None)
+    return f"{label} {where}: too few answers ({j.requests_ok}) to tell whether it keeps up."
+
+
 def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueueing],
-                     levels: Sequence[LevelFigures], metrics_available: bool) -> list[str]:
+                     levels: Sequence[LevelFigures], metrics_available: bool, trace: bool = False) -> list[str]:
     lines: list[str] = []
-    by_level = {q.level: q for q in queueing}
-    if knee is not None:
-        after = by_level[knee.next_level]
-        facts = [f"throughput {_pct(knee.throughput_gain)}", f"latency ×{knee.latency_ratio:.1f}"]
-        if after.peak_deferred:
-            facts.append(f"up to {after.peak_deferred:g} deferred")
+    judged = [q.open_loop for q in queueing if q.open_loop is not None]
+    stopped = {lv.key for lv in levels if lv.stopped_reason}
+    kept = [j for j in judged if j.verdict == KEEPS_UP and j.level not in stopped]
+    if kept and trace:
+        lines.append(f"{label} keeps up with the trace: {_served(kept[0])}, no backlog.")
+    elif kept and len(kept) == len([j for j in judged if j.level not in stopped]):
+        top = max(j.level for j in kept)
+        lines.append(f"{label} keeps up with every offered rate (up to {_rate(top)}): it served what was "
+                     "offered and no backlog grew.")
+    elif kept:
+        rates = ", ".join(f"{j.level:g}" for j in kept)
+        lines.append(f"{label} keeps up at {rates} req/s: it served what was offered and no backlog grew.")
+    for j in judged:  # the levels it did not keep up with, lowest first
+        line = _judged_line(label, j, trace) if j.level not in stopped else None
+        if line:
+            lines.append(line)
+    if knee is not None and not trace and len(judged) > 1:  # one level: its own line said it all
         where = (f"between {_rate(knee.between[0])} and {_rate(knee.between[1])}" if knee.between
                  else f"at or below {_rate(knee.at)}, the lowest offered rate" if knee.at_or_below
                  else _at_rate(knee.at))
-        lines.append(f"{label} saturates {where}: requests arrive faster than it finishes them.")
-        lines.append(f"{label} {_at_rate(knee.next_level)}: " + ", ".join(facts) + ".")
-    elif levels:
-        top = max(lv.key for lv in levels)
-        lines.append(f"{label} keeps up with every offered rate (up to {_rate(top)}).")
+        lines.append(f"{label} saturates {where}: requests arrive faster than it answers them.")
     for lv in levels:
         lag = lv.schedule_lag_ms.p99 if lv.schedule_lag_ms else None
         if lag is not None and lag > SCHEDULE_LAG_P99_MS:
@@ -627,10 +703,11 @@ class _TargetFacts(msgspec.Struct, frozen=True):
 
 
 def target_verdict(target: Any, records: list[RequestRecord], samples: list[ProbeSample],
-                   knee_gain: float, knee_latency: float, open_loop: bool = False) -> dict[str, Any]:
+                   knee_gain: float, knee_latency: float, open_loop: bool = False,
+                   trace: bool = False) -> dict[str, Any]:
     """The saturation verdict of one target of a run document (pure)."""
     facts = msgspec.convert(target, _TargetFacts, from_attributes=True, strict=False)
     server = facts.server or _ServerFacts()
     return analyze_target(facts.label, facts.levels, records, samples, server.total_slots,
                           bool(server.metrics_enabled), knee_gain, knee_latency, open_loop,
-                          bool(server.slots_enabled)).to_dict()
+                          bool(server.slots_enabled), trace).to_dict()

@@ -306,6 +306,22 @@ class Level(LevelSummary, frozen=True, kw_only=True):
         return msgspec.convert(self.slo, SloJudgement, strict=False) if self.slo else None
 
 
+class OpenLoopVerdict(msgspec.Struct, frozen=True):
+    """An open-loop level judged alone (analysis/open_loop.py): what was offered and served, the
+    backlog's growth and the verdict ("keeps_up", "at_limit", "overloaded", "too_short")."""
+
+    level: int | float
+    verdict: str
+    offered_rate: float | None = None
+    served_rate: float | None = None
+    requests_ok: int = 0
+    latency_first_ms: float | None = None
+    latency_last_ms: float | None = None
+    backlog_grew: bool = False
+    peak_in_flight: int | None = None
+    queue_wait_max_ms: float | None = None
+
+
 class LevelVerdict(msgspec.Struct, frozen=True):
     """A level of the saturation verdict (analysis/saturation.py, analysis/occupancy.py)."""
 
@@ -324,6 +340,7 @@ class LevelVerdict(msgspec.Struct, frozen=True):
     slot_queued: int | None = None
     held_outside: int | None = None
     held_outside_max_ms: float | None = None
+    open_loop: OpenLoopVerdict | None = None  # open loop only; absent from files before it
 
 
 class Verdict(msgspec.Struct, frozen=True):

@@ -49,8 +49,14 @@ def reanalyse(results_dir: Path, records: list[RequestRecord], samples: list[Pro
         if t.levels:
             stored["verdict"] = target_verdict(stored, [r for r in records if r.target == t.label],
                                                [s for s in samples if s.target == t.label], gain, latency,
-                                               typed.open_loop)
+                                               typed.open_loop, trace=_is_replay(config))
     return RunDocument.of(doc)
+
+
+def _is_replay(config: Any) -> bool:
+    """Whether the run replayed a trace (its config's workload names one)."""
+    spec = config.workload_spec if config is not None else None
+    return spec is not None and spec.replay is not None
 
 
 def _first(*values: Any) -> Any:

@@ -70,6 +70,22 @@ REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
 
 
+class OpenLoopVerdict(msgspec.Struct):
+    """An open-loop level judged alone (analysis/open_loop.py): what was offered and served, the
+    backlog's growth and the verdict ("keeps_up", "at_limit", "overloaded", "too_short")."""
+
+    level: int | float
+    verdict: str
+    offered_rate: float | None = None
+    served_rate: float | None = None
+    requests_ok: int = 0
+    latency_first_ms: float | None = None
+    latency_last_ms: float | None = None
+    backlog_grew: bool = False
+    peak_in_flight: int | None = None
+    queue_wait_max_ms: float | None = None
+
+
 class LevelVerdict(msgspec.Struct):
     level: int | float
     requests: int
@@ -88,6 +104,7 @@ class LevelVerdict(msgspec.Struct):
     slot_wait_ms: Distribution | None = None
     held_outside: int | None = None
     held_outside_max_ms: float | None = None
+    open_loop: OpenLoopVerdict | None = None  # open loop only; absent from files before it
 
 
 class Verdict(msgspec.Struct):

@@ -102,7 +102,8 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             target["verdict"] = target_verdict(
                 target, [r for lv in t.levels for r in _verdict_records(lv)],
                 [s for lv in t.levels for s in lv.probe_samples],
-                config.knee_gain, config.knee_latency, config.open_loop) if levels else None
+                config.knee_gain, config.knee_latency, config.open_loop,
+                trace=config.replay is not None) if levels else None
         targets.append(target)
     doc = {
         "schema": SCHEMA,
