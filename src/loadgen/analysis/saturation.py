@@ -619,7 +619,7 @@ def _served(j: OpenLoopLevel) -> str:
     return f"served {j.served_rate:.3g} of {j.offered_rate:.3g} req/s offered"
 
 
-def _backlog(j: OpenLoopLevel) -> list[str]:
+def _backlog(j: OpenLoopLevel, deferred: float | None = None) -> list[str]:
     facts = []
     if j.latency_first_ms is not None and j.latency_last_ms is not None and j.backlog_grew:
         facts.append(f"latency rose from {_secs(j.latency_first_ms)} to {_secs(j.latency_last_ms)} through the level")
@@ -627,18 +627,21 @@ def _backlog(j: OpenLoopLevel) -> list[str]:
         facts.append(f"up to {j.peak_in_flight} request{'' if j.peak_in_flight == 1 else 's'} in flight")
     if j.queue_wait_max_ms is not None and j.queue_wait_max_ms >= QUEUED_MIN_MS:
         facts.append(f"requests queued up to {_secs(j.queue_wait_max_ms)}")
+    if deferred:
+        facts.append(f"up to {deferred:g} deferred by the server")
     return facts
 
 
-def _judged_line(label: str, j: OpenLoopLevel, trace: bool) -> str | None:
-    """One level's open-loop verdict in words; None for a level that kept up (said together)."""
+def _judged_line(label: str, j: OpenLoopLevel, trace: bool, deferred: float | None = None) -> str | None:
+    """One level's open-loop verdict in words; None for a level that kept up (said together).
+    `deferred`: the most requests the server's /metrics showed deferred during the level."""
     where = "replaying the trace" if trace else _at_rate(j.level)
     if j.verdict == OVERLOADED:
-        return f"{label} is overloaded {where}: " + "; ".join([_served(j), *_backlog(j)]) + "."
+        return f"{label} is overloaded {where}: " + "; ".join([_served(j), *_backlog(j, deferred)]) + "."
     if j.verdict == AT_LIMIT:
         why = ("but its backlog grew" if j.backlog_grew
                else f"under the {KEEPS_UP_SHARE:.0%} of the offer that keeping up takes")
-        return f"{label} is at its limit {where}: " + "; ".join([f"{_served(j)}, {why}", *_backlog(j)]) + "."
+        return f"{label} is at its limit {where}: " + "; ".join([f"{_served(j)}, {why}", *_backlog(j, deferred)]) + "."
     if j.verdict == KEEPS_UP:
         return None
     if j.offered_rate is None:  # every request at once: no rate to keep up with, only what it served
@@ -651,6 +654,7 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
                      levels: Sequence[LevelFigures], metrics_available: bool, trace: bool = False) -> list[str]:
     lines: list[str] = []
     judged = [q.open_loop for q in queueing if q.open_loop is not None]
+    deferred = {q.level: q.peak_deferred for q in queueing}
     stopped = {lv.key for lv in levels if lv.stopped_reason}
     kept = [j for j in judged if j.verdict == KEEPS_UP and j.level not in stopped]
     if kept and trace:
@@ -663,7 +667,7 @@ def _open_loop_lines(label: str, knee: Knee | None, queueing: Sequence[LevelQueu
         rates = ", ".join(f"{j.level:g}" for j in kept)
         lines.append(f"{label} keeps up at {rates} req/s: it served what was offered and no backlog grew.")
     for j in judged:  # the levels it did not keep up with, lowest first
-        line = _judged_line(label, j, trace) if j.level not in stopped else None
+        line = _judged_line(label, j, trace, deferred.get(j.level)) if j.level not in stopped else None
         if line:
             lines.append(line)
     if knee is not None and not trace and len(judged) > 1:  # one level: its own line said it all
