@@ -292,6 +292,9 @@ class LevelRun:
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False
+    # Open loop: how many requests its schedule holds (None: closed loop). Those without a record
+    # when the level ends were never sent (`not_sent`: stopped first); a count, not records.
+    scheduled: int | None = None
     # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
     in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
 

@@ -237,12 +237,21 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
                                     percentiles=percentiles)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
-            summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
+            summary, **_schedule_counts(lv), loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),
             trimmed=None if trimmed is None else LevelTrim(trimmed.head, trimmed.tail, round(trimmed.cut_s, 6),
                                                            trimmed.too_short),
         ).to_dict(client_load=True), lv), lv, idle_w, summary.output_tokens))
     return out
+
+
+def _schedule_counts(lv: LevelRun) -> dict[str, int | None]:
+    """An open-loop level's scheduled requests and, once it ended, those never sent: the schedule
+    less every request sent (each has a record, whatever became of it; --trim leaves none out here)."""
+    if lv.scheduled is None:
+        return {}
+    not_sent = max(0, lv.scheduled - of_level(lv).sent) if lv.finished else None
+    return {"requests_scheduled": lv.scheduled, "requests_not_sent": not_sent}
 
 
 def _trimmed(lv: LevelRun, trim: Trim | None) -> tuple[Trimmed | None, LevelAggregate]:

@@ -272,12 +272,17 @@ async def run_open_level(
     monotonic clock): worker processes sharing one schedule share its start (run/workers/merge.py).
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
-    skipped, and its latency still counts from its intended time."""
+    skipped, and its latency still counts from its intended time.
+
+    Cancelled (Ctrl-C), every request in flight is recorded as `cancelled` before the level's last
+    records are handed on; those never sent are the schedule's remainder (`level.scheduled` minus
+    the records: `not_sent`, counted in the level's summary, never records)."""
     obs = observer or NullObserver()
     obs.level_started(level, len(offsets_ns), None)
     sender = _Sender(level, transport, backend, obs, options)
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     in_flight: set[asyncio.Task] = set()
+    level.scheduled = len(offsets_ns)
     level.start_ns = start = now_ns() if start_ns is None else start_ns
 
     async def one(seq: int, intended_ns: int) -> None:
@@ -288,32 +293,41 @@ async def run_open_level(
                 gate.release()
 
     async def dispatch() -> None:
-        for seq, offset in enumerate(offsets_ns):
-            intended = start + int(offset)
-            delay = intended - now_ns()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            if gate is not None:
-                await gate.acquire()
-            if level.stopped_reason is not None:
-                return
-            if stop is not None and stop.is_set():
-                break  # what is in flight still finishes and is recorded
-            task = asyncio.ensure_future(one(seq, intended))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-        if in_flight:
-            await asyncio.gather(*in_flight)
+        try:
+            for seq, offset in enumerate(offsets_ns):
+                intended = start + int(offset)
+                delay = intended - now_ns()
+                if delay > 0:
+                    await asyncio.sleep(delay / 1e9)
+                if gate is not None:
+                    await gate.acquire()
+                if level.stopped_reason is not None:
+                    return
+                if stop is not None and stop.is_set():
+                    break  # what is in flight still finishes and is recorded
+                task = asyncio.ensure_future(one(seq, intended))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            if in_flight:
+                await asyncio.gather(*in_flight)
+        finally:
+            # Cancelled (or the level given up): each send still out records itself as cancelled
+            # here, before `_run_tasks` hands on the level's last records (after that an appended
+            # record would wait for a flush that never comes: a Ctrl-C lost every one of them).
+            await _cancel_all(in_flight)
 
-    dispatcher = asyncio.ensure_future(dispatch())
-    try:
-        await _run_tasks(level, [dispatcher])
-    finally:
-        for t in list(in_flight):
-            t.cancel()
-        if in_flight:
-            await asyncio.gather(*in_flight, return_exceptions=True)
+    await _run_tasks(level, [asyncio.ensure_future(dispatch())])
     return level
+
+
+async def _cancel_all(tasks: set[asyncio.Task]) -> None:
+    """Cancel `tasks` and wait until each has ended, even when the caller itself is being cancelled."""
+    while tasks:
+        pending = list(tasks)
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending)
+        tasks.difference_update(pending)
 
 
 async def _run_tasks(level: LevelRun, tasks: list[asyncio.Future]) -> None:
