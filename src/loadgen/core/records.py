@@ -337,8 +337,7 @@ class LevelRun:
         """
         if isinstance(self.records, list):  # a streamed level's records were moved as they came
             self.records[:] = [simulated_record(r, time_scale, origin_ns) for r in self.records]
-        self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=_stretch(s.t_ns, time_scale, origin_ns))
-                                 for s in self.probe_samples]
+        self.probe_samples[:] = [simulated_sample(s, time_scale, origin_ns) for s in self.probe_samples]
         self.start_ns = _stretch_ns(self.start_ns, time_scale, origin_ns)
         self.end_ns = _stretch_ns(self.end_ns, time_scale, origin_ns)
 
@@ -349,6 +348,11 @@ def _stretch_ns(ns: int, time_scale: float, origin_ns: int) -> int:
 
 def _stretch(ns: int | None, time_scale: float, origin_ns: int) -> int | None:
     return None if ns is None else _stretch_ns(ns, time_scale, origin_ns)
+
+
+def simulated_sample(s: ProbeSample, time_scale: float, origin_ns: int) -> ProbeSample:
+    """One probe sample moved to simulated time (see `LevelRun.to_simulated_time`)."""
+    return msgspec.structs.replace(s, t_ns=_stretch_ns(s.t_ns, time_scale, origin_ns))
 
 
 def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> RequestRecord:
