@@ -67,11 +67,14 @@ def test_a_stopped_open_loop_records_every_sent_request_and_counts_the_unsent(tm
         level = _stopped_level(out, cap)
         records = load_records(out)
         kinds = Counter(r.error_kind for r in records)
-        assert kinds == {None: ANSWERED, "cancelled": 5}, kinds  # before the fix: the 5 were lost
-        assert sorted(r.seq for r in records) == list(range(ANSWERED + 5))
+        # five or more hang when it is stopped (one more may leave before the cancel lands)
+        assert set(kinds) == {None, "cancelled"} and kinds[None] == ANSWERED, kinds
+        assert kinds["cancelled"] >= 5, kinds  # before the fix: 0, each one lost
+        assert sorted(r.seq for r in records) == list(range(len(records)))
         summary = _level_summaries([level])[0]
         assert summary["requests_scheduled"] == SCHEDULED
-        assert summary["requests_not_sent"] == SCHEDULED - ANSWERED - 5
+        assert summary["requests_cancelled"] == kinds["cancelled"]
+        assert summary["requests_not_sent"] == SCHEDULED - len(records)
         assert summary["requests_ok"] + summary["requests_failed"] + summary["requests_cancelled"] \
             + summary["requests_not_sent"] == SCHEDULED
         assert summary["requests_failed"] == 0 and summary["stopped_reason"] == "interrupted"

@@ -272,11 +272,8 @@ async def run_open_level(
     monotonic clock): worker processes sharing one schedule share its start (run/workers/merge.py).
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
-    skipped, and its latency still counts from its intended time.
-
-    Cancelled (Ctrl-C), every request in flight is recorded as `cancelled` before the level's last
-    records are handed on; those never sent are the schedule's remainder (`level.scheduled` minus
-    the records: `not_sent`, counted in the level's summary, never records)."""
+    skipped, and its latency still counts from its intended time. Stopped, every request in flight
+    is recorded as `cancelled`; the unsent are `level.scheduled` less the records (`not_sent`)."""
     obs = observer or NullObserver()
     obs.level_started(level, len(offsets_ns), None)
     sender = _Sender(level, transport, backend, obs, options)
@@ -311,17 +308,17 @@ async def run_open_level(
             if in_flight:
                 await asyncio.gather(*in_flight)
         finally:
-            # Cancelled (or the level given up): each send still out records itself as cancelled
-            # here, before `_run_tasks` hands on the level's last records (after that an appended
-            # record would wait for a flush that never comes: a Ctrl-C lost every one of them).
-            await _cancel_all(in_flight)
+            await _cancel_all(in_flight)  # before `_run_tasks` hands on the level's last records
 
     await _run_tasks(level, [asyncio.ensure_future(dispatch())])
     return level
 
 
 async def _cancel_all(tasks: set[asyncio.Task]) -> None:
-    """Cancel `tasks` and wait until each has ended, even when the caller itself is being cancelled."""
+    """Cancel `tasks` and wait until each has ended (each send records itself as cancelled), even
+    when the caller itself is being cancelled. A level's dispatcher does it before the level hands
+    on its last records: a record appended after that waited for a flush that never came (a
+    Ctrl-C in an open loop lost every request in flight)."""
     while tasks:
         pending = list(tasks)
         for t in pending:
