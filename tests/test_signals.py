@@ -238,7 +238,7 @@ def test_a_signal_in_an_open_loop_keeps_every_request_sent(slow_sim_url, tmp_pat
     kinds = {r.error_kind for r in records}
     assert kinds <= {None, "cancelled"}, kinds
     # two or more were queued on the server, one in its slot: all sent, none answered, cancelled
-    assert level["requests_cancelled"] >= 3, level  # before the fix: 0, and their records lost
+    assert level["requests_cancelled"] >= 2, level  # before the fix: 0, and their records lost
     assert level["requests_failed"] == 0
     assert level["requests_ok"] + level["requests_cancelled"] == len(records)
     assert sorted(r.seq for r in records) == list(range(len(records)))  # sent in order, none lost

@@ -111,6 +111,7 @@ class _Sender:
         try:
             response = await self._request(backend.method, backend.path, body)
         except TransportError as exc:
+            self._client_limit(exc)
             return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, None,
                               ServerOutcome(error_kind=exc.kind, error_message=exc.message))
         except asyncio.CancelledError:
@@ -131,6 +132,7 @@ class _Sender:
         try:
             response = await self._request(backend.method, backend.path, body, stream.on_chunk)
         except TransportError as exc:
+            self._client_limit(exc)
             return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, stream,
                               ServerOutcome(error_kind=exc.kind, error_message=exc.message))
         except asyncio.CancelledError:
@@ -144,6 +146,12 @@ class _Sender:
             outcome = stream.finish(complete_ns)
         return self._done(worker, seq, salt, send_ns, complete_ns, status, response.headers_ns, intended_ns,
                           stream, outcome, response.connect_us, response.tls_us)
+
+    def _client_limit(self, exc: TransportError) -> None:
+        """A request that failed on this client's own limit (open files, local ports) ends the level
+        at once, its message the reason (what to do included), so it is never "target down"."""
+        if exc.client_limit and self.level.stopped_reason is None:
+            self.level.stopped_reason = exc.message
 
     def _cancelled(self, worker: int, seq: int, salt: str, send_ns: int, intended_ns: int | None,
                    stream: StreamReader | None) -> None:
