@@ -186,3 +186,61 @@ def test_a_second_signal_at_any_delay_exits_with_the_signals_code(sim_url, tmp_p
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
     check_incomplete_run(out, 5)
+
+
+# An open loop stopped (issue 46, item 4): a 1-slot simulator slowed 20 times answers ~1 request a
+# second at most, so at 4 req/s requests queue on it; once two wait (its /metrics), the signal comes.
+@pytest.fixture(scope="module")
+def slow_sim_url():
+    with SimProcess("--profile", "smoke", "--slots", "1", "--time-scale", "20") as sim:
+        yield sim.url
+
+
+def _open_loop_until_queued(url: str, out: Path, command: list[str], sig: signal.Signals) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([*LOADGEN, *command, "--url", url, "--warmup", "0", "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while server_metric(url, "requests_deferred") < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no request queued on the server"
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # the simulator finishes what it holds: the next run starts on an idle server
+    deadline = time.monotonic() + 60
+    while requests_started(url):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("kind", ["rate", "rate-workers", "replay"])
+def test_a_signal_in_an_open_loop_keeps_every_request_sent(slow_sim_url, tmp_path, kind):
+    out = tmp_path / "run"
+    scheduled = 40
+    if kind == "replay":
+        trace = tmp_path / "trace.jsonl"
+        trace.write_text("".join(json.dumps({"timestamp": i * 250, "input_length": 64, "output_length": N_PREDICT}) + "\n"
+                                 for i in range(scheduled)))
+        command = ["replay", str(trace)]
+    else:
+        command = ["sweep", "--rate", "4", "--requests", str(scheduled), "--n-predict", str(N_PREDICT),
+                   "--ignore-eos", "--no-histograms", *(["--workers", "2"] if kind == "rate-workers" else [])]
+    proc = _open_loop_until_queued(slow_sim_url, out, command, signal.SIGINT)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc, records = load_run_dict(out), load_records(out)
+    level = doc["targets"][0]["levels"][0]
+    kinds = {r.error_kind for r in records}
+    assert kinds <= {None, "cancelled"}, kinds
+    # two or more were queued on the server, one in its slot: all sent, none answered, cancelled
+    assert level["requests_cancelled"] >= 2, level  # before the fix: 0, and their records lost
+    assert level["requests_failed"] == 0
+    assert level["requests_ok"] + level["requests_cancelled"] == len(records)
+    assert sorted(r.seq for r in records) == list(range(len(records)))  # sent in order, none lost
+    assert level["requests_scheduled"] == scheduled
+    assert level["requests_ok"] + level["requests_cancelled"] + level["requests_not_sent"] == scheduled

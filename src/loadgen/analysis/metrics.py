@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.ctypeslib  # noqa: F401  # at import: numpy loads it lazily, which fails once the sockets of a run hold every open file
 from hdrh.histogram import HdrHistogram
 
 from ..core.records import RequestRecord

@@ -20,7 +20,7 @@ from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.trace_replay import plan_replay, read_trace
 from .shared import checking_only, format_option, records_options, request_options, target_options
-from .sweep import ensure_open_files, execute_sweep
+from .sweep import connections_needed, ensure_open_files, execute_sweep
 
 # The smallest prompt a replay cuts: the uuid salt takes about 40 tokens on usual tokenizers.
 MIN_PROMPT_TOKENS = 48
@@ -65,7 +65,7 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
         transport=transport, insecure=insecure, replay=plan)
     if len(config.targets) > 1:
         raise ConfigError("replay one target at a time: a trace's times are one server's load")
-    ensure_open_files(max_in_flight or 0)
+    ensure_open_files(connections_needed(config), open_loop=True, workers=False)
     if checking_only():
         return
     click.echo(f"replaying {len(plan.shapes)} requests over {plan.offsets_ns[-1] / 1e9:.1f} s "

@@ -185,7 +185,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                           "drop --workers/--ray")
     if stop_at_knee and len(config.targets) != 1:
         raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
-    ensure_open_files(connections_needed(config))
+    ensure_open_files(connections_needed(config), config.open_loop and not config.classes)
     if checking_only():
         return show_classes(config.classes)
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
@@ -317,13 +317,15 @@ FD_RESERVE = 64
 
 
 def connections_needed(config: SweepConfig) -> int:
-    """The most connections the sweep holds open at once (0 when an open loop sets no bound)."""
-    return config.connections_per_target * (len(config.targets) if config.parallel_targets else 1)
+    """The most connections the sweep may hold open at once in one process (`most_in_flight`)."""
+    return config.most_in_flight * (len(config.targets) if config.parallel_targets else 1)
 
 
-def ensure_open_files(connections: int) -> None:
+def ensure_open_files(connections: int, open_loop: bool = False, workers: bool = True) -> None:
     """Make room for `connections` sockets: raise the soft RLIMIT_NOFILE up to the hard limit if it
-    is too low, or refuse (ConfigError) before the sweep rather than fail requests with EMFILE."""
+    is too low, or refuse (ConfigError) before the sweep rather than fail requests with EMFILE.
+    `open_loop`: the count is the requests a schedule holds (`SweepConfig.most_in_flight`), and the
+    advice names the in-flight cap and (`workers`: the command takes --workers) worker processes."""
     try:
         import resource
     except ImportError:  # not on Windows
@@ -338,8 +340,16 @@ def ensure_open_files(connections: int) -> None:
             return
         except (ValueError, OSError):
             pass
-    raise ConfigError(f"{connections} connections need about {need} open files, but this process may open "
-                      f"{soft} (hard limit {hard}); raise the limit (ulimit -n {need}) or lower the concurrency")
+    if not open_loop:
+        raise ConfigError(f"{connections} connections need about {need} open files, but this process may open "
+                          f"{soft} (hard limit {hard}); raise the limit (ulimit -n {need}) or lower the concurrency")
+    cap = max(1, min(soft, hard if hard != resource.RLIM_INFINITY else soft) - FD_RESERVE)
+    raise ConfigError(f"{connections} requests may be in flight at once (every request the schedule holds: "
+                      f"how many stay in flight depends on the server's latency), each on its own connection, "
+                      f"which needs about {need} open files, but this process may open {soft} (hard limit {hard}); "
+                      f"raise the limit (ulimit -n {need})" + (", " if workers else " or ")
+                      + f"cap the requests in flight (--max-in-flight {cap})"
+                      + (" or spread them over processes (--workers)" if workers else ""))
 
 
 def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",

@@ -18,7 +18,15 @@ from yarl import URL
 from ..core import records
 from ..core.baseurl import BaseUrl
 from ..core.clock import now_ns
-from .transport import ChunkCallback, HttpResponse, TransportError, connect_reason, reason_of, tls_context
+from .transport import (
+    ChunkCallback,
+    HttpResponse,
+    TransportError,
+    connect_error,
+    connect_reason,
+    reason_of,
+    tls_context,
+)
 
 _CLOSE = {"Connection": "close"}
 
@@ -139,7 +147,7 @@ class AiohttpTransport:
         if isinstance(exc, aiohttp.ClientConnectorCertificateError):
             return TransportError(records.CONNECT_ERROR, connect_reason(exc.certificate_error, self._hostport))
         if isinstance(exc, aiohttp.ClientConnectorError):
-            return TransportError(records.CONNECT_ERROR, connect_reason(exc.os_error, self._hostport))
+            return connect_error(exc.os_error, self._hostport)
         return TransportError(records.DISCONNECTED, reason_of(exc))
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ from urllib.parse import SplitResult
 from ..core import records
 from ..core.clock import now_ns
 from .connections import OWN_SOCKETS, READ_SIZE, Connection, SocketConnection, StreamConnection
-from .transport import TransportError, connect_reason, tls_context
+from .transport import TransportError, connect_error, tls_context
 
 # connect_ahead opens this many connections at once.
 CONNECT_AHEAD_AT_ONCE = 32
@@ -140,7 +140,7 @@ class ConnectionPool:
                 raise TransportError(records.CONNECT_ERROR,
                                      f"could not connect to {self._hostport} within the timeout") from None
             if isinstance(exc, (OSError, ssl.SSLError)):
-                raise TransportError(records.CONNECT_ERROR, connect_reason(exc, self._hostport)) from None
+                raise connect_error(exc, self._hostport) from None
             raise
         conn.connect_us = (now_ns() - start) // 1000
         return conn

@@ -259,9 +259,11 @@ class Probe(SessionClient):
                            scrape_us=(now_ns() - t_ns) // 1000)
 
     async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
-                                     out: list[ProbeSample]) -> None:
+                                     out: list[ProbeSample],
+                                     on_sample: Callable[[ProbeSample], None] | None = None) -> None:
         """Append samples until cancelled, on an absolute schedule (no drift): dense at first, then
-        every interval_s, never costing the server more than PROBE_COST_SHARE (`scrape_delay_s`)."""
+        every interval_s, never costing the server more than PROBE_COST_SHARE (`scrape_delay_s`).
+        Each is also handed to `on_sample` as it comes (to stream it to disk)."""
         if not (info.metrics_enabled or info.slots_enabled):
             return
         next_ns = now_ns()
@@ -269,6 +271,8 @@ class Probe(SessionClient):
         while True:
             sample = await self.sample(target, level, info)
             out.append(sample)
+            if on_sample is not None:
+                on_sample(sample)
             next_ns += int(scrape_delay_s(index, interval_s, (sample.scrape_us or 0) / 1e6) * 1e9)
             index += 1
             delay = (next_ns - now_ns()) / 1e9

@@ -10,20 +10,46 @@ picks one for a target.
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..core.records import CONNECT_ERROR
+
 
 class TransportError(Exception):
-    """A request that got no complete HTTP response. `kind` is one of the records' error kinds."""
+    """A request that got no complete HTTP response. `kind` is one of the records' error kinds;
+    `client_limit`: it failed on this client's own limit (open files, local ports), not the server's."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, client_limit: bool = False):
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.client_limit = client_limit
+
+
+# A connect that failed on this machine's limits, not the target's: the process's or the system's
+# open files, or the local ports to connect from.
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
+_OUT_OF_PORTS = (errno.EADDRNOTAVAIL,)
+CLIENT_LIMIT_ADVICE = ("cap the requests in flight (--max-in-flight) or spread them over processes "
+                       "(--workers)")
+
+
+def connect_error(exc: BaseException, hostport: str) -> TransportError:
+    """The `TransportError` of a connect that raised `exc`: the client's own limit said as the
+    client's, in one line with what to do (never "target down"), else `connect_reason`."""
+    code = getattr(exc, "errno", None)
+    if code in _OUT_OF_FILES:
+        return TransportError(CONNECT_ERROR, f"this client ran out of open files ({exc.strerror}) connecting to "  # type: ignore[attr-defined]  # an OSError by its errno
+                              f"{hostport}: raise the limit (ulimit -n), or {CLIENT_LIMIT_ADVICE}", True)
+    if code in _OUT_OF_PORTS:
+        return TransportError(CONNECT_ERROR, f"this client ran out of local ports ({exc.strerror}) connecting to "  # type: ignore[attr-defined]  # an OSError by its errno
+                              f"{hostport}: {CLIENT_LIMIT_ADVICE}", True)
+    return TransportError(CONNECT_ERROR, connect_reason(exc, hostport))
 
 
 @dataclass(slots=True)

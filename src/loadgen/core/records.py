@@ -292,6 +292,9 @@ class LevelRun:
     # Its requests run in other processes (--workers), so a record may arrive after later-sent ones
     # and `in_flight` knows none of them: a streamed aggregate settles nothing before the level ends.
     remote: bool = False
+    # Open loop: how many requests its schedule holds (None: closed loop). Those without a record
+    # when the level ends were never sent (`not_sent`: stopped first); a count, not records.
+    scheduled: int | None = None
     # Sent and not yet recorded: seq -> (worker, salt, send_ns, intended_ns). Read only by `abandon`.
     in_flight: dict[int, tuple[int, str, int, int | None]] = field(default_factory=dict)
 
@@ -334,8 +337,7 @@ class LevelRun:
         """
         if isinstance(self.records, list):  # a streamed level's records were moved as they came
             self.records[:] = [simulated_record(r, time_scale, origin_ns) for r in self.records]
-        self.probe_samples[:] = [msgspec.structs.replace(s, t_ns=_stretch(s.t_ns, time_scale, origin_ns))
-                                 for s in self.probe_samples]
+        self.probe_samples[:] = [simulated_sample(s, time_scale, origin_ns) for s in self.probe_samples]
         self.start_ns = _stretch_ns(self.start_ns, time_scale, origin_ns)
         self.end_ns = _stretch_ns(self.end_ns, time_scale, origin_ns)
 
@@ -346,6 +348,11 @@ def _stretch_ns(ns: int, time_scale: float, origin_ns: int) -> int:
 
 def _stretch(ns: int | None, time_scale: float, origin_ns: int) -> int | None:
     return None if ns is None else _stretch_ns(ns, time_scale, origin_ns)
+
+
+def simulated_sample(s: ProbeSample, time_scale: float, origin_ns: int) -> ProbeSample:
+    """One probe sample moved to simulated time (see `LevelRun.to_simulated_time`)."""
+    return msgspec.structs.replace(s, t_ns=_stretch_ns(s.t_ns, time_scale, origin_ns))
 
 
 def simulated_record(r: RequestRecord, time_scale: float, origin_ns: int) -> RequestRecord:

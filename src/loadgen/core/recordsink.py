@@ -22,14 +22,14 @@ import errno
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from .clock import now_ns
-from .records import RequestRecord, encode_lines
+from .records import ProbeSample, RequestRecord, encode_lines
 
 BATCH_RECORDS = 4096
 BATCH_SECONDS = 0.5
@@ -83,6 +83,12 @@ class RecordSink:
             batch = [_redacted(r, secret) for r in batch]
         self.written += len(batch)
         self._queue.put(self._columns.table(batch) if self._columns is not None else encode_lines(self._encoder.encode_lines, batch))
+
+    def write_samples(self, samples: Sequence[ProbeSample]) -> None:
+        """Append probe samples (a probe sink's: run.json's facts' companion, probe.jsonl) as JSON
+        lines, at once: one scrape's samples are one write, so a killed run keeps every scrape."""
+        if samples:
+            self._queue.put(encode_lines(self._encoder.encode_lines, samples))
 
     @property
     def takes_lines(self) -> bool:

@@ -69,6 +69,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     requests_cancelled: int = 0
     # In flight in a worker process that died (error kind "lost"); absent from files without any.
     requests_lost: int = 0
+    # Open loop: the requests its schedule held, and of those the ones never sent (the level was
+    # stopped first: Ctrl-C, the target down); ok + failed + cancelled + lost + not_sent = scheduled.
+    # Not records, and not failures. None (absent) in closed loop and in files written before them.
+    requests_scheduled: int | None = None
+    requests_not_sent: int | None = None
     errors_by_kind: dict[str, int] = {}
     output_tokens: int
     wall_s: float
@@ -145,6 +150,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if not out["requests_lost"]:
             del out["requests_lost"]
+        for key in ("requests_scheduled", "requests_not_sent"):  # open loop only
+            if out[key] is None:
+                del out[key]
         for key in CACHE_FIELDS:  # only a run that reused cached tokens has them
             if out[key] is None:
                 del out[key]

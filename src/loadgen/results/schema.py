@@ -48,6 +48,8 @@ Version history (SCHEMA_VERSION):
        "environment_changed" and "energy" (the machine under it, analysis/soak_machine.py); a soak's
        level "environment" now holds each window's last sample and its change samples (at most
        100), not every sample. Absent from older runs, which read as before.
+       Added since, without a bump (issue 46): per open-loop level "requests_scheduled" and
+       "requests_not_sent" (core.rundoc.LevelSummary; absent in closed loop and older runs).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

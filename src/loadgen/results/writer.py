@@ -171,7 +171,8 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
         for secret in secrets:
             all_records = (_redact_record(r, secret) for r in all_records)
         _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
-    _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
+    if run.probe_sink is None:  # else the samples go to the file as they are scraped
+        _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
     _atomic_write(out_dir / RUN_FILE, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
     return doc
 
@@ -185,7 +186,8 @@ def start_results(out_dir: Path, run: Run, *, meta: dict[str, Any]) -> None:
 class RunFiles:
     """A results folder as a run's session writes it (run/session.py's `ResultsWriter`): the records
     file the levels stream into (`records`: which ones, see core/recordsink.py; `records_format`:
-    jsonl or parquet), run.json at the start, at each checkpoint and at the end."""
+    jsonl or parquet), probe.jsonl streamed as the probe scrapes, run.json at the start, at each
+    checkpoint (the first once the targets' facts are known, before the first level) and at the end."""
 
     def __init__(self, out_dir: Path, records: str = "all", records_format: str = "jsonl"):
         self.out_dir, self.records, self.records_format = out_dir, records, records_format
@@ -198,6 +200,9 @@ class RunFiles:
         name = PARQUET_FILE if self.records_format == "parquet" else REQUESTS_FILE
         run.sink = RecordSink(self.out_dir / name, keep=self.records, secrets=run.config.secrets,
                               format=self.records_format)
+        # probe.jsonl grows scrape by scrape (a run killed in a level keeps what the probe saw);
+        # the final write rewrites it whole, in simulated time for the demo (run/session.py)
+        run.probe_sink = RecordSink(self.out_dir / PROBE_FILE)
         start_results(self.out_dir, run, meta=self.meta)
 
     def checkpoint(self, run: Run) -> None:
@@ -238,12 +243,21 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
                                     percentiles=percentiles)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
-            summary, loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
+            summary, **_schedule_counts(lv), loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),
             trimmed=None if trimmed is None else LevelTrim(trimmed.head, trimmed.tail, round(trimmed.cut_s, 6),
                                                            trimmed.too_short),
         ).to_dict(client_load=True), lv), lv, idle_w, summary.output_tokens))
     return out
+
+
+def _schedule_counts(lv: LevelRun) -> dict[str, int | None]:
+    """An open-loop level's scheduled requests and, once it ended, those never sent: the schedule
+    less every request sent (each has a record, whatever became of it; --trim leaves none out here)."""
+    if lv.scheduled is None:
+        return {}
+    not_sent = max(0, lv.scheduled - of_level(lv).sent) if lv.finished else None
+    return {"requests_scheduled": lv.scheduled, "requests_not_sent": not_sent}
 
 
 def _trimmed(lv: LevelRun, trim: Trim | None) -> tuple[Trimmed | None, LevelAggregate]:

@@ -162,6 +162,32 @@ class SweepConfig:
         return (self.max_in_flight or 0) if self.open_loop else max(self.concurrency)
 
     @property
+    def most_in_flight(self) -> int:
+        """The most requests one sending process may hold in flight at once, each on a connection of
+        its own (0: no bound known): what the open-file check up front counts (cli/sweep.py).
+        Closed loop: `connections_per_target`. Open loop: the most requests a level's schedule
+        holds (a replay: the trace's), at most the --max-in-flight cap: how many of them stay in
+        flight depends on the server's latency, unknowable before the run, so every one may; with
+        --workers each process holds its share of them."""
+        if self.classes or not self.open_loop or self.ray_address is not None:
+            return self.connections_per_target
+        if self.replay is not None:
+            scheduled = len(self.replay.offsets_ns)
+        else:
+            scheduled = max(self._scheduled(rate) for rate in self.rates)
+        if self.max_in_flight:
+            scheduled = min(scheduled, self.max_in_flight)
+        return math.ceil(scheduled / max(1, self.workers))
+
+    def _scheduled(self, rate: float) -> int:
+        """How many requests a level at `rate` schedules (run/schedule.py's count, from the budget)."""
+        requests, duration_s = self.budget(rate)
+        if duration_s is None or math.isinf(rate):
+            return requests or 0
+        in_span = math.ceil(duration_s * rate)
+        return in_span if requests is None else min(requests, in_span)
+
+    @property
     def several_processes(self) -> bool:
         """The levels are sent by worker processes or Ray actors, not by this process alone."""
         return self.workers != 1 or self.ray_address is not None

@@ -111,6 +111,7 @@ class _Sender:
         try:
             response = await self._request(backend.method, backend.path, body)
         except TransportError as exc:
+            self._client_limit(exc)
             return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, None,
                               ServerOutcome(error_kind=exc.kind, error_message=exc.message))
         except asyncio.CancelledError:
@@ -131,6 +132,7 @@ class _Sender:
         try:
             response = await self._request(backend.method, backend.path, body, stream.on_chunk)
         except TransportError as exc:
+            self._client_limit(exc)
             return self._done(worker, seq, salt, send_ns, now_ns(), None, None, intended_ns, stream,
                               ServerOutcome(error_kind=exc.kind, error_message=exc.message))
         except asyncio.CancelledError:
@@ -144,6 +146,12 @@ class _Sender:
             outcome = stream.finish(complete_ns)
         return self._done(worker, seq, salt, send_ns, complete_ns, status, response.headers_ns, intended_ns,
                           stream, outcome, response.connect_us, response.tls_us)
+
+    def _client_limit(self, exc: TransportError) -> None:
+        """A request that failed on this client's own limit (open files, local ports) ends the level
+        at once, its message the reason (what to do included), so it is never "target down"."""
+        if exc.client_limit and self.level.stopped_reason is None:
+            self.level.stopped_reason = exc.message
 
     def _cancelled(self, worker: int, seq: int, salt: str, send_ns: int, intended_ns: int | None,
                    stream: StreamReader | None) -> None:
@@ -272,12 +280,14 @@ async def run_open_level(
     monotonic clock): worker processes sharing one schedule share its start (run/workers/merge.py).
     Each record keeps its intended send time, so latency counts from when the request should have
     left. With `max_in_flight`, a due request waits for a free place; it is sent late, never
-    skipped, and its latency still counts from its intended time."""
+    skipped, and its latency still counts from its intended time. Stopped, every request in flight
+    is recorded as `cancelled`; the unsent are `level.scheduled` less the records (`not_sent`)."""
     obs = observer or NullObserver()
     obs.level_started(level, len(offsets_ns), None)
     sender = _Sender(level, transport, backend, obs, options)
     gate = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     in_flight: set[asyncio.Task] = set()
+    level.scheduled = len(offsets_ns)
     level.start_ns = start = now_ns() if start_ns is None else start_ns
 
     async def one(seq: int, intended_ns: int) -> None:
@@ -288,32 +298,41 @@ async def run_open_level(
                 gate.release()
 
     async def dispatch() -> None:
-        for seq, offset in enumerate(offsets_ns):
-            intended = start + int(offset)
-            delay = intended - now_ns()
-            if delay > 0:
-                await asyncio.sleep(delay / 1e9)
-            if gate is not None:
-                await gate.acquire()
-            if level.stopped_reason is not None:
-                return
-            if stop is not None and stop.is_set():
-                break  # what is in flight still finishes and is recorded
-            task = asyncio.ensure_future(one(seq, intended))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-        if in_flight:
-            await asyncio.gather(*in_flight)
+        try:
+            for seq, offset in enumerate(offsets_ns):
+                intended = start + int(offset)
+                delay = intended - now_ns()
+                if delay > 0:
+                    await asyncio.sleep(delay / 1e9)
+                if gate is not None:
+                    await gate.acquire()
+                if level.stopped_reason is not None:
+                    return
+                if stop is not None and stop.is_set():
+                    break  # what is in flight still finishes and is recorded
+                task = asyncio.ensure_future(one(seq, intended))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            if in_flight:
+                await asyncio.gather(*in_flight)
+        finally:
+            await _cancel_all(in_flight)  # before `_run_tasks` hands on the level's last records
 
-    dispatcher = asyncio.ensure_future(dispatch())
-    try:
-        await _run_tasks(level, [dispatcher])
-    finally:
-        for t in list(in_flight):
-            t.cancel()
-        if in_flight:
-            await asyncio.gather(*in_flight, return_exceptions=True)
+    await _run_tasks(level, [asyncio.ensure_future(dispatch())])
     return level
+
+
+async def _cancel_all(tasks: set[asyncio.Task]) -> None:
+    """Cancel `tasks` and wait until each has ended (each send records itself as cancelled), even
+    when the caller itself is being cancelled. A level's dispatcher does it before the level hands
+    on its last records: a record appended after that waited for a flush that never came (a
+    Ctrl-C in an open loop lost every request in flight)."""
+    while tasks:
+        pending = list(tasks)
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending)
+        tasks.difference_update(pending)
 
 
 async def _run_tasks(level: LevelRun, tasks: list[asyncio.Future]) -> None:

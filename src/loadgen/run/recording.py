@@ -1,4 +1,5 @@
-"""A run's levels stream their records: to the run's records file, and into each level's aggregate.
+"""A run's levels stream their records: to the run's records file, and into each level's aggregate;
+the probe's samples stream to theirs (`probe_stream`).
 
 `stream_level` is called for every level a run records (sweep levels, soak, prefill and depth
 steps). Without a sink (a run driven from Python, as tests do) a level keeps a plain list.
@@ -10,7 +11,7 @@ from collections.abc import Callable
 
 from ..analysis.aggregate import LevelAggregate
 from ..core.clock import now_ns
-from ..core.records import LevelRun, simulated_record
+from ..core.records import LevelRun, ProbeSample, simulated_record, simulated_sample
 from ..core.recordsink import Batch, LevelRecords, RecordSink
 
 
@@ -45,3 +46,15 @@ def stream_level(level: LevelRun, sink: RecordSink | None, *, keep: bool = False
     direct = sink.takes_lines and not keep and not extra and not scaled
     level.records = LevelRecords(consumers, keep=keep, encoded=sink if direct else None)
     return level
+
+
+def probe_stream(sink: RecordSink | None, *, time_scale: float = 1.0,
+                 origin_ns: int = 0) -> Callable[[ProbeSample], None] | None:
+    """Where each probe sample goes as it is scraped: to `sink` (probe.jsonl), one write per scrape
+    (a scrape every 25 ms at the densest: one small write on the sink's thread); in simulated time
+    when `time_scale` is not 1 (demo). None without a sink."""
+    if sink is None:
+        return None
+    if time_scale == 1.0:
+        return lambda sample: sink.write_samples((sample,))
+    return lambda sample: sink.write_samples((simulated_sample(sample, time_scale, origin_ns),))

@@ -53,6 +53,13 @@ async def _ticking(work: Coroutine[Any, Any, None], interval_s: float, call: Cal
         ticks.cancel()
 
 
+def close_probe_sink(run: Run) -> None:
+    """Close the probe's sink (its samples written); from then on run.json's writer writes them."""
+    sink, run.probe_sink = run.probe_sink, None
+    if sink is not None:
+        sink.close()
+
+
 class FinalWriteError(Exception):
     """The results could not be written at the end; the message says where and why."""
 
@@ -109,6 +116,8 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
     def checkpoint() -> None:
         writer.submit(save)
 
+    run.checkpoint = checkpoint
+
     state: dict[str, Any] = {"loop": None, "task": None, "leaving": False}
 
     def leave_now() -> None:
@@ -119,6 +128,8 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
                 lv.abandon(now_ns())
         with contextlib.suppress(OSError):
             run.sink.close()
+        with contextlib.suppress(OSError):
+            close_probe_sink(run)
         save()
         os._exit(SIGNAL_EXIT.get(received[0], 130))
 
@@ -161,8 +172,10 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
         LATCH.listen(None)  # from here a signal is only recorded: the final write is never cut short
         loop.close()
         writer.shutdown(wait=True)
+    run.checkpoint = None
     try:
         run.sink.close()
+        close_probe_sink(run)
         doc = results.final(run)
     except (OSError, ValueError) as exc:
         raise FinalWriteError(f"could not write the results to {results.where} ({exc})") from None

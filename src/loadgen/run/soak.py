@@ -14,7 +14,7 @@ from .engine import EngineOptions
 from .level_runner import LevelRunner
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
-from .recording import stream_level
+from .recording import probe_stream, stream_level
 from .state import Run, RunObserver, TargetRun
 from .target_setup import (
     TransportFactory,
@@ -72,7 +72,8 @@ async def _soak_target(run: Run, t: TargetRun, obs: RunObserver, source: PromptS
             stream_level(level, run.sink, extra=extra)
         t.levels.append(level)
         async with target_probe(config, t) as probe:
-            async with probe_sampling(probe, t, concurrency, settings.probe_interval_s, level):
+            async with probe_sampling(probe, t, concurrency, settings.probe_interval_s, level,
+                                      probe_stream(run.probe_sink)):
                 warning = await runner.run(load, level)
         if warning:
             obs.message(f"warning: {t.label} at {level.name}: {warning}")

@@ -8,6 +8,7 @@ gathered so far can still be written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +59,12 @@ class Run:
     end_ns: int | None = None
     # Where the levels' records stream (the session's results writer opens it, run/session.py); None: each level keeps a list.
     sink: RecordSink | None = None
+    # Where the probe's samples stream as they are scraped (probe.jsonl; `RecordSink.write_samples`);
+    # None: they are written with run.json (a run driven from Python).
+    probe_sink: RecordSink | None = None
+    # The session's checkpoint (run/session.py): run.json rewritten soon, off the event loop; set
+    # while a session runs. Called once the targets' facts are known, before the first level.
+    checkpoint: Callable[[], None] | None = None
     # The machine's fingerprint read before the first level (`core.environment.Fingerprint`), with
     # its idle power; None when the run does not read the machine (run/machine_sampling.py).
     environment: Any = None

@@ -22,7 +22,7 @@ from .engine import DEFAULT_OPTIONS
 from .level_runner import LevelRunner, TargetLoad
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
-from .recording import stream_level
+from .recording import probe_stream, stream_level
 from .shared_prefix import new_level_salt
 from .state import Run, RunObserver, TargetRun
 from .target_setup import (
@@ -71,7 +71,8 @@ async def _sweep_level(run: Run, load: TargetLoad, key: int | float, probe: Prob
     t.levels.append(level)
     warning = None
     try:
-        async with probe_sampling(probe, t, key, config.probe_interval_s, level):
+        samples = probe_stream(run.probe_sink, time_scale=config.time_scale, origin_ns=run.start_ns)
+        async with probe_sampling(probe, t, key, config.probe_interval_s, level, samples):
             warning = await runner.run(load, level)
     finally:
         if config.time_scale != 1.0:

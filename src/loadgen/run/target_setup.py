@@ -23,7 +23,7 @@ from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.transport import Transport
 from ..core.errors import ConfigError
-from ..core.records import LevelRun
+from ..core.records import LevelRun, ProbeSample
 from ..core.workload import RequestShape
 from .config import SweepConfig, Target
 from .dataset_answers import dataset_generation
@@ -80,6 +80,8 @@ async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool 
             # may be no LLM server at all, which the warm-up tells first and alone
             obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
                         "queuing is judged from /slots and per-request timings")
+    if run.checkpoint is not None:  # the servers' facts on disk before the first level (a kill -9 keeps them)
+        run.checkpoint()
     return [t for t in run.targets if t.error is None]
 
 
@@ -204,14 +206,16 @@ def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:
 
 @contextlib.asynccontextmanager
 async def probe_sampling(probe: Probe, t: TargetRun, key: int | float, interval_s: float,
-                         level: LevelRun) -> AsyncIterator[None]:
+                         level: LevelRun, on_sample: Callable[[ProbeSample], None] | None = None
+                         ) -> AsyncIterator[None]:
     """Scrape the server's /metrics and /slots every `interval_s` into `level.probe_samples` while
-    inside; an interval of 0 scrapes nothing."""
+    inside, each sample also handed to `on_sample` (run/recording.py `probe_stream`); an interval
+    of 0 scrapes nothing."""
     if interval_s <= 0:
         yield
         return
     sampler = asyncio.ensure_future(probe.sample_until_cancelled(
-        t.label, key, t.info or ServerInfo(), interval_s, level.probe_samples))
+        t.label, key, t.info or ServerInfo(), interval_s, level.probe_samples, on_sample))
     try:
         yield
     finally:

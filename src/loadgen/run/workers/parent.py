@@ -523,6 +523,8 @@ class WorkerPool:
         config, t, generation, options, obs = load.config, load.target, load.generation, load.options, load.obs
         level.remote = True
         shares, requests, duration_s = self.shares(config, level)
+        if level.rate is not None:
+            level.scheduled = requests  # the whole schedule, shared out
         pool = config.connections_per_target
         procs = [self.processes[k] if (p := self.processes[k]) is not None and p.alive else await self._start(k)
                  for k in range(len(shares))]
