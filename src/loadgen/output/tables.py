@@ -287,6 +287,28 @@ def killed_lines(doc: Doc) -> list[str]:
     return lines
 
 
+def stopped_lines(doc: Doc) -> list[str]:
+    """One warning per level stopped before its end (Ctrl-C, SIGTERM, a target that went down) whose
+    requests did not all complete: what became of them, so its figures are read for what they are
+    (in open loop the schedule's count: ok + failed + cancelled + not sent = scheduled)."""
+    doc = RunDocument.of(doc)
+    lines = []
+    for t in doc.targets:
+        for lv in t.levels:
+            if not lv.stopped_reason or lv.stopped_reason == KILLED_DURING_LEVEL:
+                continue
+            parts = []
+            if lv.requests_cancelled:
+                parts.append(f"{lv.requests_cancelled} in flight cancelled")
+            if lv.requests_not_sent:
+                parts.append(f"{lv.requests_not_sent} of {lv.requests_scheduled} scheduled not sent")
+            if parts:
+                lines.append(f"warning: {t.label} {level_short(lv.level, doc.open_loop)}: stopped "
+                             f"({lv.stopped_reason}) after {lv.requests_ok} answers; " + ", ".join(parts)
+                             + "; its figures are those of the answered requests")
+    return lines
+
+
 def queue_table(doc: Doc) -> Grid | None:
     """Per target and level: queued requests, queue wait, the deferred queue, busy slots, gain.
 
@@ -604,7 +626,7 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
     return RunLines(notes=notes, verdicts=verdict_lines(doc),
-                    warnings=killed_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
+                    warnings=killed_lines(doc) + stopped_lines(doc) + reach_lines(doc) + worker_death_lines(doc) + environment_change_lines(doc)
                     + soak_attainment_lines(doc) + soak_window_lines(doc),
                     errors=error_lines(doc, told))
 
