@@ -20,8 +20,10 @@ Choosing the next level (`next_probe`), levels as integers from 1 (concurrency),
    up to `max_level`; stop when `max_level` passed (the answer is at least that);
 3. else the bracket: hi = the lowest level that did not pass, lo = the highest passing level
    below it; while they are more than one step apart, probe the middle ((lo + hi) // 2; for
-   rates the midpoint, until hi / lo <= 1 + `rate_resolution`); when nothing passed below hi and
-   hi is above `start`, probe `start`... else stop.
+   rates the midpoint, until hi / lo <= 1 + `rate_resolution`); when nothing passed below hi: by
+   rate, halve hi (three significant digits) until a rate passes or the next would be below
+   `min_rate`; by concurrency, probe `start` when hi is above it, else stop.
+The first level is `start`, or `max_level` when that is lower: no level is ever above the cap.
 
 The answer (`conclude`): feasible_max = lo (None when nothing passed), infeasible_min = the lowest
 FAIL level (None if none failed), inconclusive = the levels decided INCONCLUSIVE. When hi itself is
@@ -48,6 +50,7 @@ CLIFF_FACTOR = 2.0
 DEFAULT_NOISE = 0.10
 DEFAULT_REPEAT = 3
 RATE_RESOLUTION = 0.10
+MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one request every 100 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,9 @@ class Probe:
     score: float | None
     ratio: Mapping[str, float | None] = field(default_factory=dict)
     attainment: float | None = None
+    # Open loop: the level's own verdict (analysis/open_loop.py); a rate the server did not keep up
+    # with never passes, whatever its latencies did in a short level.
+    open_loop: str | None = None
 
 
 def _score(p: Probe) -> float:
@@ -102,13 +108,14 @@ def decisions_of(history: Mapping[int | float, Sequence[Probe]], repeat: int, no
 
 def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int | float, repeat: int = DEFAULT_REPEAT,
                noise: float = DEFAULT_NOISE, start: int | float = 1, by_rate: bool = False,
-               rate_resolution: float = RATE_RESOLUTION) -> Next:
+               rate_resolution: float = RATE_RESOLUTION, min_rate: float = MIN_RATE) -> Next:
     """The next level to run (module docstring, "Choosing the next level")."""
     decisions = decisions_of(history, repeat, noise)
     again = sorted(lv for lv, d in decisions.items() if d == REPEAT)
     if again:
         return Next(again[0], f"{_name(again[0], by_rate)} is within the noise of the target: repeating it")
     lo, hi = _bracket(decisions)
+    start = min(start, max_level)  # never a level above the cap, the first one included
     if hi is None:
         if lo is None:
             return Next(start, "first level")
@@ -116,6 +123,12 @@ def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int
             return Next(None, f"{_name(max_level, by_rate)} (the most allowed) passes")
         nxt = min(lo * 2, max_level)
         return Next(nxt, f"{_name(lo, by_rate)} passes: doubling")
+    if lo is None and by_rate:  # nothing passed yet: halve downwards until a rate passes
+        lower = _round_rate(hi / 2)
+        if lower < min_rate:
+            return Next(None, f"{_name(hi, True)} does not pass and nothing down to {_name(min_rate, True)} was found "
+                              "that does")
+        return Next(lower, f"{_name(hi, True)} does not pass: halving")
     if lo is None:
         if hi > start and start not in decisions:
             return Next(start, f"{_name(hi, by_rate)} does not pass: trying {_name(start, by_rate)}")
@@ -123,10 +136,15 @@ def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int
     if by_rate:
         if hi / lo <= 1 + rate_resolution:
             return Next(None, f"bracketed within {rate_resolution:.0%}")
-        return Next(round((lo + hi) / 2, 3), f"bisecting between {_name(lo, True)} and {_name(hi, True)}")
+        return Next(_round_rate((lo + hi) / 2), f"bisecting between {_name(lo, True)} and {_name(hi, True)}")
     if hi - lo <= 1:
         return Next(None, f"bracketed: {_name(lo, False)} passes, {_name(hi, False)} does not")
     return Next((lo + hi) // 2, f"bisecting between {_name(lo, False)} and {_name(hi, False)}")
+
+
+def _round_rate(rate: float) -> float:
+    """A rate to three significant digits (0.0625 -> 0.0625, 0.3333 -> 0.333): a level's name stays short."""
+    return float(f"{rate:.3g}")
 
 
 def _name(level: int | float, by_rate: bool) -> str:

@@ -75,6 +75,9 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
               help="Search concurrent users (closed loop) or request rates (open loop, Poisson arrivals).")
 @click.option("--max-concurrency", "max_level", type=float, default=64, show_default=True,
               help="The highest level the search may try (users, or req/s with --by rate).")
+@click.option("--start", "start", type=float, default=1, show_default=True,
+              help="The first level (users, or req/s with --by rate); by rate the search halves downwards from it "
+                   "until a rate passes.")
 @click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
                                               "much time has passed (90s, 10m); the answer so far is given.")
 @click.option("--repeat", type=click.IntRange(min=1), default=DEFAULT_REPEAT, show_default=True,
@@ -99,7 +102,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @records_options
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
-                     attainment, by, max_level, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
+                     attainment, by, max_level, start, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, n_predict,
                      ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format) -> None:
@@ -116,8 +119,16 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         if requests_per_level is not None and requests_per_level < max_level:
             raise ConfigError(f"--requests {requests_per_level} is fewer than --max-concurrency {max_level}: that "
                               f"level could never have {max_level} requests in flight; give more, or --duration")
-    elif not max_level > 0:
-        raise ConfigError("--max-concurrency (the highest rate with --by rate) must be above 0")
+    elif not (0 < max_level < math.inf):
+        raise ConfigError("--max-concurrency (the highest rate with --by rate) must be a number above 0")
+    if by_rate and not (0 < start < math.inf):
+        raise ConfigError(f"--start {start:g}: give a rate above 0 req/s")
+    if not by_rate and (start != int(start) or start < 1):
+        raise ConfigError(f"--start {start:g}: give a whole number of users, 1 or more")
+    if start > max_level:
+        raise ConfigError(f"--start {start:g} is above --max-concurrency {max_level:g}: the search never runs a level "
+                          "above the cap; lower --start or raise the cap")
+    start = start if by_rate else int(start)
     budget_requests, budget_s = parse_budget(budget_text)
     targets = build_targets(host, ports, urls, labels, server_urls)
     if len(targets) != 1:
@@ -125,14 +136,14 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
-        targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(1.0,) if by_rate else (),
+        targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(float(start),) if by_rate else (),
         model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
         prompt_source=source, transport=transport, insecure=insecure, slo=slo)
-    settings = CapacitySettings(by_rate=by_rate, max_level=max_level, repeat=repeat, noise=noise,
+    settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,
                                 budget_requests=budget_requests, budget_s=budget_s)
     ensure_open_files(connections_needed(config))
     if checking_only():
@@ -217,8 +228,17 @@ def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Sl
     if hi in answer.inconclusive and answer.infeasible_min is not None:
         hi = answer.infeasible_min
     hi_verdict = next((v for v in verdict_levels if v.level == hi), None)
-    reason = why(answer.binding, summary_at(answer.feasible_max), summary_at(hi), hi_verdict, total_slots)
-    levels = [_probe(lv, answer.decisions.get(lv.level)) for lv in summaries]
+    reason = _not_kept_up(search, hi) or why(answer.binding, summary_at(answer.feasible_max), summary_at(hi),
+                                             hi_verdict, total_slots)
+    seed = run.config.arrival_seed if run.config is not None and run.config.arrival_seed is not None else 0
+    runs: dict[int | float, int] = {}
+    levels = []
+    for lv in summaries:
+        repeat = runs[lv.level] = runs.get(lv.level, -1) + 1
+        probes = search.history.get(lv.level, [])
+        levels.append({**_probe(lv, answer.decisions.get(lv.level)),
+                       **({"arrival_seed": seed + repeat,
+                           "open_loop": probes[repeat].open_loop if repeat < len(probes) else None} if by_rate else {})})
     return {
         "feasible_max": answer.feasible_max, "infeasible_min": answer.infeasible_min,
         "binding": answer.binding, "inconclusive": list(answer.inconclusive), "shape": answer.shape,
@@ -227,6 +247,17 @@ def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Sl
         "wall_s": sum(lv.wall_s for lv in summaries), "ended": search.ended, "levels": levels,
         "verdict": verdict_sentence(answer, slo, by_rate, _judged(summary_at(hi)), reason, settings, search.ended),
     }
+
+
+def _not_kept_up(search: CapacitySearch, level: int | float | None) -> str:
+    """Why a rate failed when the server did not keep up with it (its probes' open-loop verdicts)."""
+    probes = search.history.get(level, []) if level is not None else []
+    behind = [p.open_loop for p in probes if p.open_loop in ("overloaded", "at_limit")]
+    if not behind:
+        return ""
+    return (f"it did not keep up with the offered rate in {len(behind)} of {len(probes)} run"
+            f"{'s' if len(probes) != 1 else ''}: its queue grew through the level "
+            f"({', '.join(sorted(set(b.replace('_', ' ') for b in behind)))})")
 
 
 def _judged(level: Level | None) -> SloJudgement | None:

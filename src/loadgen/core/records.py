@@ -256,6 +256,10 @@ class LevelRun:
     target: str
     concurrency: int  # closed loop: workers; open loop: the in-flight cap (0: none)
     rate: float | None = None  # open loop: requests/s; None: closed loop
+    # Open loop: added to the run's arrival seed for this level's schedule: the level's repeat on its
+    # target (0 the first time a rate runs, 1 the second, ...), so a level run again (a capacity
+    # search's repeats) draws new arrivals instead of replaying the same send times.
+    seed_offset: int = 0
     prompt_tokens: int | None = None  # every request's prompt is this many tokens (exact-length prompts)
     # A workload's shapes (core/workload.py): request seq asks for shapes[seq % len] (empty: none)
     shapes: tuple[RequestShape, ...] = ()

@@ -638,6 +638,7 @@ class Config(msgspec.Struct, frozen=True):
     # The saturation rule the verdict was drawn with (analysis/saturation.py; `analyze` draws it again).
     knee_gain: float | None = 0.10
     knee_latency: float | None = 0.50
+    arrival_seed: int | None = None  # open loop: the arrival schedule's seed (a level's repeat k draws seed + k)
 
     @property
     def workload_spec(self) -> WorkloadSpec | None:

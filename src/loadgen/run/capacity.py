@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from ..analysis.aggregate import of_level
 from ..analysis.capacity_search import Answer, Probe, conclude, next_probe
+from ..analysis.open_loop import AT_LIMIT, OVERLOADED, judge_level
 from ..core.clock import now_ns
 from ..core.records import LevelRun
 from .level_runner import LevelRunner
@@ -43,12 +44,20 @@ class CapacitySettings:
 
 
 def probe_of(level: LevelRun) -> Probe:
-    """A finished level as the search reads it: judged by its streamed SLO tally."""
+    """A finished level as the search reads it: judged by its streamed SLO tally and, at a rate, by
+    whether the server kept up with it (analysis/open_loop.py): a level that ended overloaded or at
+    its limit fails, since its queue was still growing when the level ended and a longer run at that
+    rate would miss the target."""
     assert level.slo_tally is not None, "a capacity run judges every level"
-    summary = of_level(level).summary(level.concurrency, rate=level.rate)
+    aggregate = of_level(level)
+    summary = aggregate.summary(level.concurrency, rate=level.rate)
     judged = level.slo_tally.result(summary.wall_s)
-    return Probe(level=level.level, passed=judged.passed, score=judged.score, ratio=dict(judged.ratio),
-                 attainment=judged.attainment)
+    kept: str | None = None
+    if level.rate is not None:
+        kept = judge_level(level.level, level.rate, aggregate.sample, requests_ok=summary.requests_ok).verdict
+    passed = judged.passed and kept not in (OVERLOADED, AT_LIMIT)
+    return Probe(level=level.level, passed=passed, score=judged.score, ratio=dict(judged.ratio),
+                 attainment=judged.attainment, open_loop=kept)
 
 
 @dataclass(slots=True)

@@ -97,6 +97,6 @@ async def send_level(config: SweepConfig, level: LevelRun, transport: Transport,
         # A trace replay sends each request at its trace time; a rate at the arrival schedule's.
         offsets = config.replay.offsets_ns if config.replay is not None else arrival_offsets_ns(
             level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
-            burstiness=config.burstiness, seed=config.arrival_seed)
+            burstiness=config.burstiness, seed=config.arrival_seed + level.seed_offset)
         await run_open_level(level, transport, backend, offsets, max_in_flight=config.max_in_flight, observer=obs,
                              options=options)

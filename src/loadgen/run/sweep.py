@@ -44,7 +44,8 @@ LevelPlan = Callable[[TargetRun], Iterable[int | float]]
 def _new_level(run: Run, load: TargetLoad, key: int | float) -> LevelRun:
     config, t = run.config, load.target
     if config.open_loop:
-        level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key,
+        repeat = sum(1 for done in t.levels if done.rate == key)  # this rate's earlier runs on the target
+        level = LevelRun(target=t.label, concurrency=config.max_in_flight or 0, rate=key, seed_offset=repeat,
                          prompt_tokens=config.prompt_tokens, shapes=load.shapes)
     else:
         level = LevelRun(target=t.label, concurrency=int(key), prompt_tokens=config.prompt_tokens, shapes=load.shapes)

@@ -510,7 +510,7 @@ class WorkerPool:
             return closed_shares(level.concurrency, self.size, requests if duration_s is None else None,
                                  config.stagger_s), requests, duration_s
         offsets = arrival_offsets_ns(level.rate, requests=requests, duration_s=duration_s, arrival=config.arrival,
-                                     burstiness=config.burstiness, seed=config.arrival_seed)
+                                     burstiness=config.burstiness, seed=config.arrival_seed + level.seed_offset)
         return open_shares(offsets, self.size, config.max_in_flight), len(offsets), None
 
     async def connect_ahead(self, load: TargetLoad, level: LevelRun, latency_s: float | None) -> None:
