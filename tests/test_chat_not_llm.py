@@ -52,4 +52,12 @@ def test_chat_against_an_html_page_is_not_an_llm_server(loadgen, tmp_path):
     assert code == 1, (code, out, err)
     lines = [ln for ln in err.splitlines() if "not an LLM server" in ln]
     assert len(lines) == 1 and "a body that is not JSON" in lines[0] and "an HTML page" in lines[0], err
-    assert "4 ok" not in out and "ok" not in out.split("results:")[0].split("\n")[-1], out
+    assert "4 ok" not in out, out
+
+
+def test_prefix_against_an_html_page_is_given_up(loadgen, tmp_path):
+    """prefix stops before any completion: the page does not answer /tokenize (one line, exit 1)."""
+    with html_server() as url:
+        code, out, err = loadgen("prefix", "--url", url, "--prefix-tokens", "64", "--output", tmp_path / "run")
+    assert code == 1, (code, out, err)
+    assert "/tokenize, which it does not answer" in err, (out, err)

@@ -28,9 +28,9 @@ import time
 import aiohttp
 import msgspec
 
+from ..analysis.evidence import not_an_llm_server
 from ..core.cache_mode import MultiTurn
 from ..core.clock import now_ns
-from ..analysis.evidence import not_an_llm_server
 from ..core.records import CONNECT_ERROR, INVALID_JSON, NOT_JSON_MESSAGE, LevelRun, RequestRecord
 from .conversation_apis import TURN_APIS, TurnApi
 from .machine_sampling import level_sampling, machine_watch
