@@ -67,3 +67,28 @@ LEVEL = [
 def test_level_changes(first, later, expected):
     assert level_changes([first, later]) == expected
     assert level_changes([msgspec.convert(msgspec.to_builtins(first), EnvSample)]) == []  # one sample: no change
+
+
+def _with(d: dict, **facts) -> dict:
+    return {**d, "environment": {**d["environment"], **facts}}
+
+
+# (baseline OS, candidate OS, baseline kernel, candidate kernel, differences, notes): written before the run.
+# A missing fact (None: the reader did not know it) is not a changed fact: it is a note, never a difference.
+UNKNOWN_CASES = [
+    ("same", "Debian 12", "Debian 12", "6.1", "6.1", [], []),
+    ("different", "Debian 12", "Ubuntu 24.04", "6.1", "6.1", ["OS: baseline Debian 12; candidate Ubuntu 24.04"], []),
+    ("unknown candidate", "Debian 12", None, "6.1", "6.1", [], ["not compared (unknown on a side): OS"]),
+    ("unknown baseline", None, "Debian 12", "6.1", "6.1", [], ["not compared (unknown on a side): OS"]),
+    ("unknown both", None, None, "6.1", "6.1", [], []),
+    ("unknown OS, kernel changed", "Debian 12", None, "6.1", "6.8", ["kernel: baseline 6.1; candidate 6.8"],
+     ["not compared (unknown on a side): OS"]),
+]
+
+
+@pytest.mark.parametrize("base_os,cand_os,base_kernel,cand_kernel,differences,notes",
+                         [c[1:] for c in UNKNOWN_CASES], ids=[c[0] for c in UNKNOWN_CASES])
+def test_an_unknown_fact_is_not_compared(tmp_path, base_os, cand_os, base_kernel, cand_kernel, differences, notes):
+    base = _with(doc(tmp_path, "a"), os=base_os, kernel=base_kernel)
+    cand = _with(doc(tmp_path, "b"), os=cand_os, kernel=cand_kernel)
+    assert environment_differences([base], [cand]) == (differences, notes)

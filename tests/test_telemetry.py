@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
 import time
@@ -18,7 +19,8 @@ from servers import _missing, free_port, in_process_cli, terminate
 from test_env import HWMON, build_hwmon
 from test_env_sweep import StandIn, sweep
 
-COLLECTORS = ("cpu", "cpufreq", "rapl", "meminfo", "uname", "hwmon")
+COLLECTORS = ("cpu", "cpufreq", "rapl", "meminfo", "uname", "os", "hwmon")
+OS_RELEASE = 'NAME="Test Linux"\nVERSION_ID="7"\nPRETTY_NAME="Test Linux 7 (tree)"\nID=testlinux\n'
 
 
 def start_node_exporter(sysfs: Path, procfs: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -27,7 +29,11 @@ def start_node_exporter(sysfs: Path, procfs: Path, log: Path) -> tuple[subproces
     if binary is None:
         _missing("prometheus-node-exporter", "apt-get install -y prometheus-node-exporter")
     port = free_port()
+    rootfs = log.parent / "rootfs"  # the os collector reads <rootfs>/etc/os-release
+    (rootfs / "etc").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/os-release").write_text(OS_RELEASE)
     proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}", f"--path.sysfs={sysfs}",
+                             f"--path.rootfs={rootfs}",
                              f"--path.procfs={procfs}", "--collector.disable-defaults",
                              *(f"--collector.{c}" for c in COLLECTORS)],
                             stdout=subprocess.DEVNULL, stderr=log.open("w"))
@@ -65,6 +71,9 @@ def test_node_exporter_gives_the_figures_the_tree_gives(tmp_path, loadgen):
         terminate(proc)
     local, far = json.loads(direct)["fingerprint"], json.loads(remote)["fingerprint"]
     assert far["telemetry"] == [url]
+    # node_os_info and node_uname_info (the exporter's own uname(2)): the facts a local reading gives
+    assert far["os"] == "Test Linux 7 (tree)"
+    assert far["kernel"] == platform.release()
     (zone,) = far["sample"]["rapl"]
     assert (zone["name"], zone["energy_uj"]) == ("package-0", local["sample"]["rapl"][0]["energy_uj"])
     assert far["sample"]["cur_mhz_mean"] == local["sample"]["cur_mhz_mean"] == 3000

@@ -295,7 +295,8 @@ def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
     """(differences, notes) between two sides' run documents (each side one or more runs).
 
     A difference is a line naming the fact and both values; notes say what could not be compared
-    (a side without a recorded environment, when the other has one; neither: nothing is said). Runs within one side are compared against the side's
+    (a side without a recorded environment, when the other has one; neither: nothing is said; a fact
+    unknown to any run of either side is "not compared", a note when another run knows it, never a difference). Runs within one side are compared against the side's
     first run too, so a folder of runs taken across a change is caught."""
     base, cand = (_Side(name, [RunDocument.of(d) for d in docs])
                   for name, docs in (("baseline", baseline), ("candidate", candidate)))
@@ -313,15 +314,23 @@ def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
     notes += _boot_notes(base.fingerprints[0], cand.fingerprints[0])
     out = []
     first = base.facts[0]
-    for key, value in first.items():
-        differ = [v for f in cand.facts if (v := f.get(key)) != value]
-        inner = [v for f in base.facts if (v := f.get(key)) != value]
+    unknown: set[str] = set()
+    for key in list(first) + sorted(set(cand.facts[0]) - set(first)):
+        value = first.get(key)
+        # A missing fact is not a changed fact: a side (or a run) that does not know it is not compared.
+        differ = [v for f in cand.facts if (v := f.get(key)) != value and v is not None]
+        inner = [v for f in base.facts if (v := f.get(key)) != value and v is not None]
+        values = [f.get(key) for f in (*base.facts, *cand.facts)]
+        if None in values:
+            if any(v is not None for v in values):  # unknown everywhere: nothing to say, as for no record
+                unknown.add(key)
+            continue
         if differ or inner:
             other = (differ or inner)[0]
             out.append(f"{key}: baseline {_show(value)}; "
                        f"{'candidate' if differ else 'another baseline run'} {_show(other)}")
-    for key in sorted(set(cand.facts[0]) - set(first)):
-        out.append(f"{key}: baseline none; candidate {_show(cand.facts[0][key])}")
+    if unknown:
+        notes.append(f"not compared (unknown on a side): {', '.join(sorted(unknown))}")
     for (target, device), base_levels in sorted(base.links.items()):
         usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
         differ_levels = [lv for lv, v in cand.links.get((target, device), []) if v != usual]

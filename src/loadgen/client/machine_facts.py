@@ -415,8 +415,8 @@ class MachineReader:
         roots = self.roots
         sample = self.sample(0.0)
         if self.telemetry is not None:
-            kernel, cpu, memory = self.telemetry.facts()
-            return Fingerprint(loadgen=__version__, python=_python(), os=None, kernel=kernel,
+            os_name, kernel, cpu, memory = self.telemetry.facts()
+            return Fingerprint(loadgen=__version__, python=_python(), os=os_name, kernel=kernel,
                                cpu=cpu, memory=memory, sample=sample,
                                gpu_source="dcgm-exporter" if sample.gpus else None, server=server,
                                telemetry=self.telemetry.urls)

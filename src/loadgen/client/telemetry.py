@@ -1,7 +1,7 @@
 """The machine of a remote server, from the Prometheus exporters already running beside it (`--telemetry-url`).
 
 Prometheus node_exporter gives the host (its collectors `cpu`, `cpufreq`, `rapl`, `meminfo`, `uname`,
-`hwmon`),
+`os`, `hwmon`; the OS from node_os_info and the kernel from node_uname_info, see `facts_from_metrics`),
 NVIDIA's DCGM exporter the GPUs; each URL is scraped (a GET of its /metrics text) and the figures of
 all of them are merged into one `EnvSample`, the same record as a local sysfs reading, so the drift
 guard and energy per token work unchanged. `sample_from_metrics` is the pure part (text in, record
@@ -135,16 +135,20 @@ class _Hwmon:
         return sorted_temperatures(found)
 
 
-def facts_from_metrics(texts: list[str]) -> tuple[str | None, CpuFacts, MemoryFacts]:
-    """(kernel, CPU, memory) of the exporters' machine: node_uname_info's `release`, node_cpu_info's
+def facts_from_metrics(texts: list[str]) -> tuple[str | None, str | None, CpuFacts, MemoryFacts]:
+    """(OS, kernel, CPU, memory) of the exporters' machine: node_os_info's `pretty_name` (as the local
+    reading's os-release PRETTY_NAME; else `name` and `version_id`), node_uname_info's `release`, node_cpu_info's
     `model_name` (node_exporter --collector.cpu.info), the CPUs of node_cpu_seconds_total,
     node_cpu_frequency_{min,max}_hertz, node_memory_{MemTotal,MemAvailable,SwapTotal,SwapFree}_bytes."""
-    kernel, model, cpus, mins, maxs, mem = None, None, set(), [], [], {}
+    os_name, kernel, model, cpus, mins, maxs, mem = None, None, None, set(), [], [], {}
     for text in texts:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name == "node_uname_info":
-                    kernel = s.labels.get("release")
+                    kernel = s.labels.get("release") or kernel
+                elif s.name == "node_os_info":
+                    named = " ".join(v for v in (s.labels.get("name"), s.labels.get("version_id")) if v)
+                    os_name = s.labels.get("pretty_name") or named or os_name
                 elif s.name == "node_cpu_info":
                     model = s.labels.get("model_name") or model
                 elif s.name == "node_cpu_seconds_total":
@@ -159,7 +163,7 @@ def facts_from_metrics(texts: list[str]) -> tuple[str | None, CpuFacts, MemoryFa
     def mib(key: str) -> int | None:
         return int(mem[key]) // 2**20 if key in mem else None
     swap_used = int(mem["SwapTotal"] - mem["SwapFree"]) // 2**20 if {"SwapTotal", "SwapFree"} <= mem.keys() else None
-    return kernel, CpuFacts(model=model, logical_cores=len(cpus), min_mhz=min(mins, default=None),
+    return os_name, kernel, CpuFacts(model=model, logical_cores=len(cpus), min_mhz=min(mins, default=None),
                             max_mhz=max(maxs, default=None)), \
         MemoryFacts(total_mib=mib("MemTotal"), available_mib=mib("MemAvailable"), swap_total_mib=mib("SwapTotal"),
                     swap_used_mib=swap_used)
@@ -194,5 +198,5 @@ class TelemetryReader:
     def sample(self, at_s: float) -> EnvSample:
         return sample_from_metrics(self.texts(), at_s)
 
-    def facts(self) -> tuple[str | None, CpuFacts, MemoryFacts]:
+    def facts(self) -> tuple[str | None, str | None, CpuFacts, MemoryFacts]:
         return facts_from_metrics(self.texts())

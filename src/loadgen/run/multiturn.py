@@ -28,9 +28,10 @@ import time
 import aiohttp
 import msgspec
 
+from ..analysis.evidence import not_an_llm_server
 from ..core.cache_mode import MultiTurn
 from ..core.clock import now_ns
-from ..core.records import CONNECT_ERROR, LevelRun, RequestRecord
+from ..core.records import CONNECT_ERROR, INVALID_JSON, NOT_JSON_MESSAGE, LevelRun, RequestRecord
 from .conversation_apis import TURN_APIS, TurnApi
 from .machine_sampling import level_sampling, machine_watch
 from .prompts import synthetic_text
@@ -46,6 +47,7 @@ async def _turn(session: aiohttp.ClientSession, url: str, api: TurnApi, body: di
     """One streamed turn: fills `record` (times, timings, slot); the answer text, or None on failure
     (record's error set)."""
     text: list[str] = []
+    events, head = 0, b""
     record["send_ns"] = now_ns()
     try:
         async with session.post(f"{url}{api.path}", json=body) as resp:
@@ -57,7 +59,9 @@ async def _turn(session: aiohttp.ClientSession, url: str, api: TurnApi, body: di
             async for raw in resp.content:
                 line = raw.strip()
                 if not line.startswith(b"data:"):
+                    head = head if len(head) >= 200 else (head + line)[:200]
                     continue
+                events += 1
                 piece = api.read(line[5:], record)
                 if piece:
                     stamp = now_ns()
@@ -70,6 +74,10 @@ async def _turn(session: aiohttp.ClientSession, url: str, api: TurnApi, body: di
         return None
     finally:
         record["complete_ns"] = now_ns()
+    if not events:  # a 200 without one event (an HTML page): what analysis/evidence.py calls no completion
+        record["error_kind"] = INVALID_JSON
+        record["error_message"] = f"{NOT_JSON_MESSAGE}: {head.decode('utf-8', errors='replace')}"
+        return None
     return "".join(text)
 
 
@@ -126,5 +134,9 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
             finally:
                 level.records_done()
                 level.end_ns, level.finished = now_ns(), True
+        answer = not_an_llm_server(level.records, f"POST {TURN_APIS[config.api].path}")  # sweep's one rule
+        if answer is not None:
+            t.error = f"{t.target.display}: {answer}"
+            continue
         obs.message(f"{t.label}: {mode.users} users × {mode.turns} turns in {time.monotonic() - started:.1f} s")
         obs.level_done(run, t, level)
