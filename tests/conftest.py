@@ -64,7 +64,7 @@ NOT_QUICK_NAMES = frozenset({
     "start_prometheus", "sweep", "grid", "real_servers", "two_server_sweep", "simulator",
     # servers in a thread of the test's own process, on a loopback socket
     "SimThread", "AppThread", "RewritingProxy", "RawListener", "LoopThread", "FixtureServer", "RawHttpServer",
-    "InstantServer", "start_simulator", "refused_port", "free_port",
+    "InstantServer", "start_simulator", "refused_port", "free_port", "serve_handler",
     # property searches: hundreds of examples a test
     "hypothesis", "given",
 })

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 
 import pytest
 
-from servers import in_process_cli
+from servers import in_process_cli, serve_handler
 
 
 @pytest.fixture
@@ -36,14 +35,8 @@ def html_server():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(Html) as url:
+        yield url
 
 
 def test_chat_against_an_html_page_is_not_an_llm_server(loadgen, tmp_path):

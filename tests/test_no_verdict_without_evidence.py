@@ -6,14 +6,13 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import threading
 
 import pytest
 
 from loadgen.analysis.evidence import not_an_llm_server
 from loadgen.analysis.saturation import analyze_target
 from loadgen.core.records import RequestRecord
-from servers import SimThread
+from servers import SimThread, serve_handler
 
 MS = 1_000_000
 
@@ -26,14 +25,8 @@ def plain_web_server():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(Quiet) as url:
+        yield url
 
 
 @pytest.mark.parametrize("warmup", ["2", "0"])

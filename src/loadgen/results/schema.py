@@ -60,7 +60,7 @@ from typing import Any
 
 import msgspec
 
-from ..core.rundoc import Distribution, LevelSummary
+from ..core.rundoc import Distribution, LevelSummary, OpenLoopVerdict  # one shape of an open-loop level's verdict
 
 SCHEMA = "loadgen.run"
 SCHEMA_VERSION = 3
@@ -70,22 +70,6 @@ CAPACITY_FILE = "capacity.json"  # `loadgen capacity`'s answer, beside its run.j
 CACHE_CAPACITY_FILE = "cache-capacity.json"  # `loadgen cache-capacity`'s result, beside its k-K/ runs
 REQUESTS_FILE = "requests.jsonl"
 PROBE_FILE = "probe.jsonl"
-
-
-class OpenLoopVerdict(msgspec.Struct):
-    """An open-loop level judged alone (analysis/open_loop.py): what was offered and served, the
-    backlog's growth and the verdict ("keeps_up", "at_limit", "overloaded", "too_short")."""
-
-    level: int | float
-    verdict: str
-    offered_rate: float | None = None
-    served_rate: float | None = None
-    requests_ok: int = 0
-    latency_first_ms: float | None = None
-    latency_last_ms: float | None = None
-    backlog_grew: bool = False
-    peak_in_flight: int | None = None
-    queue_wait_max_ms: float | None = None
 
 
 class LevelVerdict(msgspec.Struct):
