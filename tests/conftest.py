@@ -104,7 +104,26 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+# ---------------------------------------------------------------- workers
+# scripts/test runs the suite on pytest-xdist workers (`--dist loadgroup`: tests go to whichever
+# worker is free). A file with a module-scoped fixture (a run of minutes, several servers) keeps all
+# its tests on one worker, so the fixture is made once: its tests carry an xdist_group named for the
+# file, again by a rule that reads the file rather than a list. Session fixtures (real_servers) are
+# made once per worker.
+@functools.cache
+def has_module_fixture(path: Path) -> bool:
+    """Whether a test file defines a fixture with scope="module"."""
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Call) and any(k.arg == "scope" and isinstance(k.value, ast.Constant)
+                                              and k.value.value == "module" for k in node.keywords):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if is_quick_file(Path(str(item.path))) and not any(item.get_closest_marker(m) for m in ("real", "slow")):
+        path = Path(str(item.path))
+        if is_quick_file(path) and not any(item.get_closest_marker(m) for m in ("real", "slow")):
             item.add_marker(pytest.mark.quick)
+        if has_module_fixture(path):
+            item.add_marker(pytest.mark.xdist_group(path.stem))

@@ -116,8 +116,12 @@ def test_prometheus_sees_every_panel_and_every_token(tmp_path: Path):
         live_acceptance = {s["metric"]["level"]: float(s["value"][1])
                            for s in prometheus.query('loadgen_spec_decode_acceptance_ratio{target="two-slot"}')}
         two_doc = next(t for t in doc["targets"] if t["label"] == "two-slot")
-        assert live_acceptance.keys() == {str(lv["level"]) for lv in two_doc["levels"]}, live_acceptance
-        for lv in two_doc["levels"]:
+        # A level that drafted nothing has no acceptance in run.json and no sample live (an n-gram
+        # draft needs a repeat in the answer: 16-token answers at c=3 for 5 s may hold none).
+        drafted = [lv for lv in two_doc["levels"] if lv.get("acceptance") is not None]
+        assert drafted, two_doc["levels"]
+        assert live_acceptance.keys() == {str(lv["level"]) for lv in drafted}, (live_acceptance, two_doc["levels"])
+        for lv in drafted:
             assert live_acceptance[str(lv["level"])] == pytest.approx(lv["acceptance"]), (lv["level"], live_acceptance)
         assert not prometheus.query('loadgen_spec_decode_acceptance_ratio{target="one-slot"}')
         print(f"two-slot acceptance per level, live and run.json: {live_acceptance}")
