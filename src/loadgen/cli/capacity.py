@@ -29,7 +29,7 @@ from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
 from ..results.schema import CAPACITY_FILE
 from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.capacity import CapacitySearch, CapacitySettings, run_capacity
+from ..run.capacity import RATE_LEVEL_LEAST, CapacitySearch, CapacitySettings, run_capacity
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.session import FinalWriteError, execute
 from ..run.state import Run
@@ -86,7 +86,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
               help="A level within this share of its target (at the attainment quantile) is near the line: "
                    "the run-to-run noise (see `loadgen calibrate`).")
 @click.option("--requests", "requests_per_level", type=click.IntRange(min=1),
-              help="Requests per level [default: max(8, 4×concurrency); by rate max(16, 20 s worth)].")
+              help="Requests per level [default: max(8, 4×concurrency); by rate max(40, 30 s worth)].")
 @click.option("--duration", "duration_s", type=DURATION, help="Time per level instead of a request count.")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests before the first level.")
@@ -142,7 +142,8 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
-        prompt_source=source, transport=transport, insecure=insecure, slo=slo)
+        prompt_source=source, transport=transport, insecure=insecure, slo=slo,
+        open_loop_least=RATE_LEVEL_LEAST)  # only a rate (open-loop) level reads it
     settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,
                                 budget_requests=budget_requests, budget_s=budget_s)
     ensure_open_files(connections_needed(config))

@@ -24,6 +24,13 @@ from .level_runner import LevelRunner
 from .state import Run, RunObserver, TargetRun
 from .sweep import run_sweep
 
+# A rate level without --requests/--duration: max(40 requests, 30 s worth). At a rate a share ε
+# above what the server finishes, the backlog grows by ε·rate requests a second, so over D seconds
+# the last request waits about ε·D seconds longer than the first: at 30 s a 10% overload adds 3 s,
+# which the open-loop verdict (analysis/open_loop.py) and a target of seconds both see, where 20 s
+# of 16 requests let such a rate pass. 40 requests judge a 90% attainment on 4 allowed misses.
+RATE_LEVEL_LEAST: tuple[int, float] = (40, 30.0)
+
 
 @dataclass(frozen=True, slots=True)
 class CapacitySettings:

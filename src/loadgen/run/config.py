@@ -96,6 +96,10 @@ class SweepConfig:
     # 0 starts them all at once, as in the field report's script.
     stagger_s: float = 0.0
     duration_s: float | None = None
+    # An open-loop level without --requests or --duration: at least this many requests, and this
+    # many seconds' worth of the rate if that is more. A sweep's (16, 20 s); capacity's rate search
+    # runs longer levels, (40, 30 s), so an overloaded rate's queue shows within the level (docs/capacity.md).
+    open_loop_least: tuple[int, float] = (16, 20.0)
     warmup: int = 2
     timeout_s: float = 600.0
     wait_ready_s: float = 60.0
@@ -207,14 +211,15 @@ class SweepConfig:
 
     def budget(self, level: int | float) -> tuple[int | None, float | None]:
         """(requests, seconds) for one level: the explicit ones, else max(8, 4×C) requests
-        (closed loop) or max(16, 20 s worth) requests (open loop)."""
+        (closed loop) or max(16, 20 s worth) requests (open loop; `open_loop_least`)."""
         if self.duration_s is not None:
             return self.requests_per_level, self.duration_s
         if self.requests_per_level is not None:
             return self.requests_per_level, None
         if self.open_loop and math.isinf(level):  # --rate inf has no "20 s worth" (cli/sweep.py asks --requests)
             raise ConfigError("--rate inf sends a level's requests all at once: give how many with --requests")
-        return (max(16, math.ceil(20 * level)) if self.open_loop else max(8, 4 * int(level))), None
+        least, seconds = self.open_loop_least
+        return (max(least, math.ceil(seconds * level)) if self.open_loop else max(8, 4 * int(level))), None
 
     @property
     def secrets(self) -> tuple[str, ...]:
