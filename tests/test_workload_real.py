@@ -56,14 +56,15 @@ def test_each_prompt_n_is_its_drawn_length_and_each_answer_its_drawn_n_predict(s
 
 
 @pytest.mark.timeout(900)
-def test_a_mooncake_trace_replays_with_each_prompt_exact_and_reads_back(server, tmp_path):
+@pytest.mark.parametrize("api", ["llamacpp", "chat"])  # chat: the template's tokens inside the length, as sweep's
+def test_a_mooncake_trace_replays_with_each_prompt_exact_and_reads_back(server, tmp_path, api):
     trace = tmp_path / "trace.jsonl"
     rows = [{"timestamp": 400 * i, "input_length": 3000 + 700 * i, "output_length": 100 + 50 * i,
              "hash_ids": list(range(i + 1))} for i in range(6)]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "replay"
     proc = subprocess.run([*LOADGEN, "replay", str(trace), "--url", server.url, "--scale-lengths", "0.03",
-                           "--max-n-predict", "8", "--warmup", "1", "--output", str(out)],
+                           "--max-n-predict", "8", "--warmup", "1", "--api", api, "--output", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "send lag (actual send − trace time): p50" in proc.stderr

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ..client.backends import GenerationParams
+from ..client.backends import CHAT_TEMPLATE_APIS, GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import ConfigError
@@ -89,8 +89,9 @@ async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunOb
     try:
         async with server_tokenizer(t.target.probe_url, headers=config.auth_headers(), timeout_s=config.timeout_s,
                                     insecure=config.insecure) as tokenizer:
-            # --api chat: the template's tokens are inside the whole prompt's count, as a sweep's.
-            template = await tokenizer.template_overhead() if config.api == "chat" else 0
+            # A chat template (--api chat, responses, messages): its tokens are inside the whole
+            # prompt's count, as a sweep's.
+            template = await tokenizer.template_overhead() if config.api in CHAT_TEMPLATE_APIS else 0
             for g in range(mode.groups):
                 prefixes.append(await exact_prefix(tokenizer, mode.prefix_tokens, g, _level_salt() + "\n"))
                 bodies.append(await _own_part(tokenizer, t, mode, g, template))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..client.backends import GenerationParams
+from ..client.backends import CHAT_TEMPLATE_APIS, GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from .config import SweepConfig
 from .engine import EngineOptions
@@ -55,14 +55,17 @@ class _Blocks:
 
 
 async def _prompt(blocks: _Blocks, hash_ids: tuple[int, ...], length: int, salt_tokens: int,
-                  filler) -> tuple[str, str]:
-    """(prefix, body) of one request: its leading blocks and the filler after the salt."""
-    k = min(len(hash_ids), max(0, (length - salt_tokens - 1) // blocks.block_tokens))
-    while k and await blocks.tokens(hash_ids[:k]) + salt_tokens + 1 > length:
+                  filler, template_tokens: int = 0) -> tuple[str, str]:
+    """(prefix, body) of one request: its leading blocks and the filler after the salt. With a chat
+    template (`template_tokens`, --api chat, responses, messages) its tokens are inside `length`, as
+    a sweep's --prompt-tokens counts them, so the server's prompt_n is the trace's length."""
+    room = length - template_tokens
+    k = min(len(hash_ids), max(0, (room - salt_tokens - 1) // blocks.block_tokens))
+    while k and await blocks.tokens(hash_ids[:k]) + salt_tokens + 1 > room:
         k -= 1
     prefix_tokens = await blocks.tokens(hash_ids[:k]) if k else 0
     prefix = "".join([await blocks.text(h) for h in hash_ids[:k]])
-    fit = await fit_prompt(blocks.tokenizer, filler, length - prefix_tokens)
+    fit = await fit_prompt(blocks.tokenizer, filler, length - prefix_tokens, template_tokens=template_tokens)
     return prefix, fit.body
 
 
@@ -80,11 +83,12 @@ async def trace_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
             specials = await tokenizer.specials()
             # "[<salt>] x" without the BOS: the salt's room, one token of filler to spare.
             salt_tokens = await tokenizer.count(salted(new_decimal_salt(), "x")) - specials
+            template = await tokenizer.template_overhead() if config.api in CHAT_TEMPLATE_APIS else 0
             blocks = _Blocks(tokenizer, replay.block_tokens)
             for shape, hash_ids in zip(replay.shapes, replay.hash_ids):
                 assert shape.prompt_tokens is not None
                 prefix, body = await _prompt(blocks, hash_ids, shape.prompt_tokens, salt_tokens,
-                                             lambda m: synthetic_text(m, 0))
+                                             lambda m: synthetic_text(m, 0), template)
                 prefixes.append(prefix)
                 bodies.append(body)
     except TokenizeUnavailable:
