@@ -47,3 +47,16 @@ def test_a_rate_the_server_cannot_keep_up_with_fails_and_the_search_halves_below
     for lv in levels:
         by_level.setdefault(lv["level"], []).append(lv["arrival_seed"])
     assert all(len(set(seeds)) == len(seeds) for seeds in by_level.values()), by_level
+
+
+@pytest.mark.parametrize("args,says", [
+    # the cap is the highest rate it may run: a start above it is refused, not run (it ran 1 req/s)
+    (("--max-concurrency", "0.001"), "--start 1 is above --max-concurrency 0.001"),
+    (("--start", "0"), "--start 0: give a rate above 0 req/s"),
+    (("--max-concurrency", "inf"), "must be a number above 0"),
+])
+def test_a_rate_search_outside_its_cap_is_refused_before_any_request(loadgen, tmp_path, args, says):
+    code, _, err = loadgen("capacity", "--url", "http://127.0.0.1:9", "--by", "rate", "--slo", "e2e=1s", *args,
+                           "--output", tmp_path / "cap")
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "cap").exists()
