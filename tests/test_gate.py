@@ -32,13 +32,16 @@ PROMPT = "Describe mixture of experts routing in exactly three sentences."
 
 def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int, *, label: str = LABEL,
                       service_ms: float = 200.0, slowdown: float = 1.0, tail_share: float = 0.0,
-                      tail_factor: float = 1.0, n_predict: int = 16, failures: int = 0) -> list[RequestRecord]:
-    """One level: `requests` requests from `concurrency` workers; the last `failures` ones fail (http_500)."""
+                      tail_factor: float = 1.0, n_predict: int = 16, failures: int = 0,
+                      streamed: bool = False, prefill_slowdown: float = 1.0) -> list[RequestRecord]:
+    """One level: `requests` requests from `concurrency` workers; the last `failures` ones fail (http_500).
+    `streamed`: with first and last token times (the first after the prefill, `prefill_slowdown` times
+    as long, and the overhead; the last at the end)."""
     clock = [0.0] * concurrency
     out = []
     for seq in range(requests):
         worker = min(range(concurrency), key=clock.__getitem__)
-        prompt_ms = 10.0 * rng.lognormal(0, 0.15)
+        prompt_ms = 10.0 * prefill_slowdown * rng.lognormal(0, 0.15)
         predicted_ms = service_ms * slowdown * rng.lognormal(0, 0.15)
         if rng.random() < tail_share:
             predicted_ms *= tail_factor
@@ -50,6 +53,8 @@ def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int,
         out.append(RequestRecord(
             target=label, level=concurrency, worker=worker, seq=seq, salt=f"s{seq}", send_ns=int(send * MS),
             complete_ns=int(done * MS), status=500 if failed else 200, error_kind="http_500" if failed else None,
+            **({} if failed or not streamed else dict(first_token_ns=int((send + prompt_ms + overhead_ms) * MS),
+                                                         last_token_ns=int(done * MS))),
             **({} if failed else dict(prompt_n=20, prompt_ms=prompt_ms, predicted_n=n_predict,
                                       predicted_ms=predicted_ms, tokens_predicted=n_predict,
                                       predicted_per_second=n_predict / predicted_ms * 1000, stop_type="limit",
@@ -309,7 +314,8 @@ def test_disjoint_levels_are_refused():
 
 def test_limits_parse_bare_and_keyed_forms():
     assert gate.parse_limits("10%", "x", gate.RISE_KEYS) == {
-        "latency_p50": 0.10, "latency_p99": 0.10, "queue_wait_p50": 0.10}
+        "latency_p50": 0.10, "latency_p99": 0.10, "queue_wait_p50": 0.10, "queue_wait_p99": 0.10, "ttft_p50": 0.10,
+        "ttft_p99": 0.10, "tpot_p50": 0.10, "tpot_p99": 0.10}
     assert gate.parse_limits("p99:10%,p50:5%", "x", gate.RISE_KEYS) == {"latency_p99": 0.10, "latency_p50": 0.05}
     assert gate.parse_limits({"decode": 0.2}, "x", gate.DROP_KEYS) == {"decode_tok_s": 0.2}
     assert gate.parse_share("0", "x") == 0.0 and gate.parse_share(0.05, "x") == 0.05
@@ -395,6 +401,33 @@ def test_gate_exits_1_naming_each_regression_and_writes_the_step_summary(loadgen
     assert lines[-1].startswith("gate: FAILED")
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "### loadgen gate: FAILED" in text and "**REGRESSION**" in text
+
+
+# (metric, candidate's change, expected exit) written before running: a streaming server's gate on
+# TTFT and TPOT (they were "unknown metric"). Prefill 3x as long: TTFT ~12 -> ~32 ms, far past its
+# limit, while each token's time is unchanged; decode 1.5x: TPOT fails, TTFT does not move.
+STREAMED_GATES = [
+    ("ttft_p99", {"prefill_slowdown": 3.0}, 1),
+    ("ttft_p50", {"prefill_slowdown": 3.0}, 1),
+    ("tpot_p50", {"prefill_slowdown": 3.0}, 0),
+    ("tpot_p50", {"slowdown": 1.5}, 1),
+    ("tpot_p99", {"slowdown": 1.5}, 1),
+    ("ttft_p50", {"slowdown": 1.5}, 0),
+    ("ttft_p99", {}, 0),
+]
+
+
+@pytest.mark.parametrize("metric,change,code", STREAMED_GATES)
+def test_a_streaming_runs_gate_checks_ttft_and_tpot(loadgen, tmp_path, metric, change, code):
+    rng = np.random.default_rng(13)
+    shape = {1: 40, 4: 80}
+    for name, first, kw in (("baseline", 0, {}), ("candidate", 1, change)):
+        for i in range(4):
+            write_run(tmp_path / name / f"{i + 1:02d}", {c: closed_loop_level(rng, c, n, streamed=True, **kw)
+                                                         for c, n in shape.items()}, started=first + 2 * i)
+    got, out, err = loadgen("gate", tmp_path / "baseline", tmp_path / "candidate", "--metric", metric)
+    assert got == code, out + err
+    assert (f"REGRESSION: {metric} " in out) == (code == 1), out
 
 
 def test_gate_exits_0_on_a_rerun_of_the_same_configuration(loadgen, runs):

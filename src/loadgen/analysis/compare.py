@@ -6,7 +6,8 @@ run gives one value per target, level and metric, recomputed from its records wi
 definitions in analysis/metrics.py (requests cancelled by the user left out):
 
 - throughput      output tokens per second of the level (`metrics.throughput_tok_s`).
-- latency_p50, latency_p99, queue_wait_p50, decode_tok_s (median per request): the percentile
+- latency_p50, latency_p99, queue_wait_p50, decode_tok_s (median per request), and asked by name
+  ttft_p50, ttft_p99, tpot_p50, tpot_p99, queue_wait_p99 (streaming runs): the percentile
                   of the run's successful requests, rank round(q * n) (HdrHistogram's definition,
                   so the figures agree with run.json and `report`).
 - error_rate      failed / (ok + failed) over the side's runs; significance from Fisher's exact
@@ -64,7 +65,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("queue_wait_p50", "queue wait p50", "ms", False),
     Metric("decode_tok_s", "decode tok/s p50", "tok/s", True),
     Metric("error_rate", "error rate", "", False),
+    # streaming runs: asked by name (gate --metric ttft_p99, compare --metric), not compared by default
+    Metric("ttft_p50", "TTFT p50", "ms", False),
+    Metric("ttft_p99", "TTFT p99", "ms", False),
+    Metric("tpot_p50", "TPOT p50", "ms", False),
+    Metric("tpot_p99", "TPOT p99", "ms", False),
+    Metric("queue_wait_p99", "queue wait p99", "ms", False),
 )}
+# What compare and calibrate check when no metric is named: the first six (one Bonferroni share
+# each); the rest are there to be asked for.
+DEFAULT_COMPARED = ("throughput", "latency_p50", "latency_p99", "queue_wait_p50", "decode_tok_s", "error_rate")
 
 
 # the per-request figure behind each per-request metric (successful requests only)
@@ -73,6 +83,11 @@ PER_REQUEST: dict[str, Callable[[RequestRecord], float | None]] = {
     "latency_p99": metrics.latency_ms,
     "queue_wait_p50": metrics.queue_wait_ms,
     "decode_tok_s": metrics.decode_tok_s,
+    "ttft_p50": metrics.ttft_ms,
+    "ttft_p99": metrics.ttft_ms,
+    "tpot_p50": metrics.tpot_ms,
+    "tpot_p99": metrics.tpot_ms,
+    "queue_wait_p99": metrics.queue_wait_ms,
 }
 
 
@@ -218,7 +233,8 @@ def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
     target and level, and per metric over all of them: between_runs.calibrate over the runs in
     the order they ran (successive differences)."""
     ordered = sorted(runs, key=lambda r: r.started)
-    chosen = [n for n in METRICS if n != "error_rate" and (only is None or n in set(only))]
+    chosen = [n for n in (DEFAULT_COMPARED if only is None else METRICS)
+              if n != "error_rate" and (only is None or n in set(only))]
     by_level = [_by_level(r.records) for r in ordered]
     keys = sorted({key for levels in by_level for key in levels}, key=lambda k: (k[0], k[1]))
     exact: dict[tuple[str, str, int | float], Floor] = {}
@@ -246,7 +262,7 @@ def level_value(metric: str, records: Sequence[RequestRecord]) -> float | None:
     values = _values(records, PER_REQUEST[metric])
     if not values:
         return None
-    return quantile(values, 0.99 if metric == "latency_p99" else 0.5)
+    return quantile(values, 0.99 if metric.endswith("_p99") else 0.5)
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
@@ -316,7 +332,7 @@ def compare_level(base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequen
     level's records."""
     chosen = None if only is None else set(only)
     compared = []
-    for name in (n for n in METRICS if chosen is None or n in chosen):
+    for name in (n for n in (DEFAULT_COMPARED if chosen is None else METRICS) if chosen is None or n in chosen):
         if name == "error_rate":
             compared.append(compare_error_rate([r for rs in base for r in rs], [r for rs in cand for r in rs],
                                                target=target, concurrency=concurrency, alpha=alpha))
@@ -486,7 +502,7 @@ def compare_sides(baseline: Sequence[RunData], candidate: Sequence[RunData], *, 
     plan, warnings = plan_sides(baseline, candidate)
     if not plan.pairs:
         raise CompareError("no level has request records in both runs: " + "; ".join(plan.skipped))
-    chosen = [n for n in METRICS if only is None or n in set(only)]
+    chosen = [n for n in (DEFAULT_COMPARED if only is None else METRICS) if only is None or n in set(only)]
     tested = [n for n in chosen if error_rate_tested or n != "error_rate"]
     per_check = 1.0 - (1.0 - confidence) / max(1, len(plan.pairs) * len(tested))
     paired = interleaved([_start_s(r) for r in baseline], [_start_s(r) for r in candidate])
