@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,7 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
         raise UserError(str(exc), EXIT_FAILED) from None
     remove_worker_files(out_dir)
     doc = execution.doc
+    search.settle(signal.Signals(execution.signals[0]).name if execution.signals else None)
     answer = search.answer()
     result = capacity_document(answer, doc, config.slo, settings, search)
     try:
@@ -245,7 +247,8 @@ def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Sl
         "why": reason or None, "by": "rate" if by_rate else "concurrency", "slo": slo.to_dict(),
         "settings": settings.to_dict(), "requests": sum(lv.requests_ok + lv.requests_failed for lv in summaries),
         "wall_s": sum(lv.wall_s for lv in summaries), "ended": search.ended, "levels": levels,
-        "verdict": verdict_sentence(answer, slo, by_rate, _judged(summary_at(hi)), reason, settings, search.ended),
+        "verdict": verdict_sentence(answer, slo, by_rate, _judged(summary_at(hi)), reason, settings, search.ended,
+                                    search.cut_short),
     }
 
 
@@ -265,15 +268,24 @@ def _judged(level: Level | None) -> SloJudgement | None:
 
 
 def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | None, reason: str,
-                     settings: CapacitySettings, ended: str | None) -> str:
+                     settings: CapacitySettings, ended: str | None, cut_short: bool = False) -> str:
     """"serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is
-    612 ms because its 3 slots are full and requests queue (median 410 ms)"."""
+    612 ms because its 3 slots are full and requests queue (median 410 ms)". A search the run cut short
+    (`cut_short`: a signal, the server, a level that stopped) says so, and why (`ended`)."""
+    sentence = _verdict(answer, slo, by_rate, hi_judged, reason, settings, ended)
+    if cut_short and ended and ended not in sentence:
+        sentence += f"; the search was cut short: {ended}"
+    return sentence
+
+
+def _verdict(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | None, reason: str,
+             settings: CapacitySettings, ended: str | None) -> str:
     within = f"within {slo.text()} for {slo.attainment:.0%} of requests"
     lo, hi = answer.feasible_max, answer.bracket_hi
     if hi is None:
         if lo is None:
             return f"no level finished ({ended or 'stopped'}): no answer"
-        limit = "the most allowed (--max-concurrency)" if lo >= settings.max_level else f"the search stopped ({ended})"
+        limit = "the most allowed (--max-concurrency)" if lo >= settings.max_level else f"the search stopped: {ended}"
         return f"serves {_unit(by_rate, lo, users=True)} {within}; no level failed up to {_unit(by_rate, lo)} ({limit})"
     head = (f"serves {_unit(by_rate, lo, users=True)} {within}" if lo is not None
             else f"cannot serve even {_unit(by_rate, hi, users=True)} {within}")

@@ -8,6 +8,9 @@ so run.json reads as the sweep it was and a finished search is a complete run.
 
 It stops by itself: when the search is done, at `max_level`, or before a level that would take
 the requests past `budget_requests`, or once `budget_s` seconds have passed since the first level.
+It is stopped when a signal interrupts the run, when the server stops answering (a level ends as
+"target down") or a level ends early for another reason: then the plan is never asked again, and
+`CapacitySearch.settle` reads why from the run (`stop_reason`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from ..analysis.aggregate import of_level
-from ..analysis.capacity_search import Answer, Probe, conclude, next_probe
+from ..analysis.capacity_search import Answer, Probe, conclude, level_name, next_probe
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED, judge_level
 from ..core.clock import now_ns
 from ..core.records import LevelRun
@@ -69,6 +72,7 @@ class CapacitySearch:
     history: dict[int | float, list[Probe]] = field(default_factory=dict)
     order: list[int | float] = field(default_factory=list)  # the levels run, in order
     ended: str | None = None
+    cut_short: bool = False  # ended by the run (a signal, the server, a level that stopped), not the plan
     requests_sent: int = 0
 
     def plan(self, t: TargetRun) -> Iterator[int | float]:
@@ -97,6 +101,19 @@ class CapacitySearch:
                 return
             self.history.setdefault(nxt.level, []).append(probe_of(level))
 
+    def settle(self, signal_name: str | None = None) -> str:
+        """Why the search ended, once the run is over: the plan's own reason, or else what stopped the
+        run (`stop_reason`; `signal_name`: the first signal received, e.g. "SIGINT"). Kept in `ended`."""
+        if self.ended is None:
+            self.cut_short = True
+            t = self.run.targets[0] if self.run.targets else None
+            last = t.levels[-1] if t is not None and t.levels else None
+            self.ended = stop_reason(
+                level_name(last.level, self.settings.by_rate) if last is not None else None,
+                last.stopped_reason if last is not None else None, interrupted=self.run.interrupted,
+                signal_name=signal_name, target_error=t.error if t is not None else None)
+        return self.ended
+
     def _config_levels(self) -> None:
         """The run's config lists the levels run so far (run.json's config, `Run.complete`)."""
         if self.settings.by_rate:
@@ -106,6 +123,28 @@ class CapacitySearch:
 
     def answer(self) -> Answer:
         return conclude(self.history, self.settings.repeat, self.settings.noise)
+
+
+TARGET_DOWN = "target down: "  # how run/engine.py begins a level's stop when the server stops answering
+
+
+def stop_reason(level: str | None, stopped: str | None, *, interrupted: bool, signal_name: str | None = None,
+                target_error: str | None = None) -> str:
+    """Why a search stopped that its plan did not end, in words: interrupted (by which signal, at or
+    after which level), the server stopped answering at a level, a level that ended early, or the
+    target's error before any level. `level`: the last level started ("c=4"), None before the first;
+    `stopped`: that level's stopped_reason."""
+    if interrupted or stopped == "interrupted":
+        how = {"SIGINT": " (SIGINT, Ctrl-C)", None: ""}.get(signal_name, f" ({signal_name})")
+        where = " before the first level" if level is None else (f" at {level}" if stopped else f" after {level}")
+        return f"interrupted{how}{where}"
+    if stopped and stopped.startswith(TARGET_DOWN):
+        return f"the server died or stopped answering at {level}: {stopped.removeprefix(TARGET_DOWN)}"
+    if stopped:
+        return f"the level at {level} stopped: {stopped}"
+    if target_error:
+        return f"the server could not be searched: {target_error}"
+    return "stopped before the search was done"
 
 
 async def run_capacity(run: Run, obs: RunObserver, search: CapacitySearch, runner: LevelRunner) -> None:
