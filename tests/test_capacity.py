@@ -141,3 +141,18 @@ def _levels(out: Path) -> list:
         return json.loads((out / "run.json").read_text())["targets"][0]["levels"]
     except (OSError, ValueError, KeyError, IndexError):
         return []
+
+
+def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_path, sim3):
+    out = tmp_path / "cap"
+    code, stdout, err = loadgen("capacity", "--url", sim3.url, *COMMON, "--max-concurrency", "8", "--format", "json",
+                                "--output", out)
+    assert code == 0, err
+    verdict = json.loads(stdout)["capacity"]["verdict"]
+    assert verdict.startswith("serves 3 concurrent users"), verdict
+    code, printed, err = loadgen("analyze", out)
+    assert code == 0 and verdict in printed.splitlines(), printed  # capacity.json's answer, as it said it
+    (out / "capacity.json").unlink()
+    code, printed, err = loadgen("analyze", out)
+    assert code == 0, err
+    assert f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)" in printed.splitlines(), printed

@@ -189,3 +189,18 @@ def test_a_search_cut_short_says_so_in_its_verdict():
     assert verdict_sentence(failed, slo, False, None, "", settings, "interrupted (SIGINT, Ctrl-C) at c=3",
                             True).endswith("; the search was cut short: interrupted (SIGINT, Ctrl-C) at c=3")
     assert "cut short" not in verdict_sentence(failed, slo, False, None, "", settings, "bracketed", False)
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["loadgen", "capacity", "--url", "u", "--slo", "e2e=1s"], (False, 64, 1, 3, 0.10)),
+    (["loadgen", "capacity", "--by", "rate", "--max-concurrency", "5", "--start=2.5", "--repeat", "1", "--noise=0.2"],
+     (True, 5.0, 2.5, 1, 0.2)),
+    (["loadgen", "capacity", "--max-concurrency=16", "--start", "2"], (False, 16, 2, 3, 0.10)),
+    (["loadgen", "sweep", "--concurrency", "1,2"], None),  # not a capacity run
+    (["loadgen", "capacity", "--repeat", "many"], None),  # unreadable
+    (None, None),
+])
+def test_the_search_settings_are_read_back_from_the_runs_command(command, expected):
+    from loadgen.output.capacity_answer import settings_of_command
+    s = settings_of_command(command)
+    assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected

@@ -54,6 +54,24 @@ MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one 
 
 
 @dataclass(frozen=True, slots=True)
+class CapacitySettings:
+    """How the search runs (cli/capacity.py builds it once)."""
+
+    by_rate: bool = False
+    max_level: int | float = 64
+    start: int | float = 1
+    repeat: int = 3
+    noise: float = 0.10
+    budget_requests: int | None = None
+    budget_s: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
+                "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
+                "budget_s": self.budget_s}
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     """One run of a level, judged: did it pass, its score (None: infinite) and per-target ratios."""
 

@@ -11,6 +11,9 @@ the requests past `budget_requests`, or once `budget_s` seconds have passed sinc
 It is stopped when a signal interrupts the run, when the server stops answering (a level ends as
 "target down") or a level ends early for another reason: then the plan is never asked again, and
 `CapacitySearch.settle` reads why from the run (`stop_reason`).
+
+`CapacitySettings` lives with the search's rules (analysis/capacity_search.py), so a reader of a run
+folder can rebuild the answer without this driver; it is named here too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from ..analysis.aggregate import of_level
-from ..analysis.capacity_search import Answer, Probe, conclude, level_name, next_probe
+from ..analysis.capacity_search import Answer, CapacitySettings, Probe, conclude, level_name, next_probe
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED, judge_level
 from ..core.clock import now_ns
 from ..core.records import LevelRun
@@ -27,23 +30,7 @@ from .level_runner import LevelRunner
 from .state import Run, RunObserver, TargetRun
 from .sweep import run_sweep
 
-
-@dataclass(frozen=True, slots=True)
-class CapacitySettings:
-    """How the search runs (cli/capacity.py builds it once)."""
-
-    by_rate: bool = False
-    max_level: int | float = 64
-    start: int | float = 1
-    repeat: int = 3
-    noise: float = 0.10
-    budget_requests: int | None = None
-    budget_s: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
-                "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
-                "budget_s": self.budget_s}
+__all__ = ["CapacitySearch", "CapacitySettings", "probe_of", "run_capacity", "stop_reason"]
 
 
 def probe_of(level: LevelRun) -> Probe:
