@@ -153,7 +153,7 @@ def test_the_figures_formulas_on_records_worked_by_hand():
     assert (f.requests, f.hits, f.cache_n_total, f.prompt_n_total) == (3, 2, 180, 120)
     assert f.hit_ratio == pytest.approx(0.6)
     assert f.prefill_saved_ms == pytest.approx(90.0)
-    assert hit_ratio(0, 0) is None and prefill_saved_ms(10, 0, 5) is None
+    assert hit_ratio(0, 0) is None and prefill_saved_ms(10, None) is None
 
 
 def test_turn_figures_keep_each_turn_apart():

@@ -5,11 +5,16 @@ level is a normal sweep level that analyze reads; budgets and refusals."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from servers import CAPACITY_SIM, SimProcess
+from servers import CAPACITY_SIM, LOADGEN, SimProcess, terminate
 
 # A decode step of 20 ms: 16 tokens take ~0.3 s, so a request that waits for a slot has a TTFT of a
 # whole answer (~300 ms), one that does not a few ms: with 3 slots, c=3 meets ttft<=150ms, c=4 not.
@@ -60,7 +65,7 @@ def test_a_request_budget_stops_the_search_with_the_answer_so_far(loadgen, tmp_p
     assert [lv["level"] for lv in result["levels"]] == [1, 2]
     assert result["feasible_max"] == 2 and result["infeasible_min"] is None
     assert result["ended"].startswith("budget: 16 requests sent")
-    assert "no level failed up to 2 (the search stopped (budget" in result["verdict"]
+    assert "no level failed up to 2 (the search stopped: budget: 16 requests sent" in result["verdict"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -75,3 +80,79 @@ def test_capacity_refuses_in_one_line(loadgen, tmp_path, args, message):
     code, _, err = loadgen("capacity", *args, "--output", tmp_path / "x")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not Path(tmp_path / "x").exists()
+
+
+def _kill_after_first_level(sim: SimProcess, run_json: Path, stop: threading.Event) -> None:
+    """SIGKILL the simulator once run.json holds a finished level (the search goes on to the next)."""
+    while not stop.wait(0.02):
+        try:
+            levels = json.loads(run_json.read_text())["targets"][0]["levels"]
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if levels:
+            sim.proc.kill()
+            return
+
+
+def test_a_server_killed_mid_search_is_named_with_the_level_it_died_at(loadgen, tmp_path):
+    profile = tmp_path / "capsim.toml"
+    profile.write_text(CAPACITY_SIM)
+    out, stop = tmp_path / "cap", threading.Event()
+    with SimProcess("--profile", str(profile), "--slots", "3") as sim:
+        killer = threading.Thread(target=_kill_after_first_level, args=(sim, out / "run.json", stop))
+        killer.start()
+        try:
+            code, stdout, err = loadgen("capacity", "--url", sim.url, *COMMON, "--format", "json", "--output", out)
+        finally:
+            stop.set()
+            killer.join()
+    assert code == 1, err
+    assert "Traceback" not in err
+    result = json.loads(stdout)["capacity"]
+    assert re.fullmatch(r"the server died or stopped answering at c=\d+: .+", result["ended"]), result["ended"]
+    assert "None" not in result["verdict"] and result["ended"] in result["verdict"], result["verdict"]
+    assert json.loads((out / "capacity.json").read_text())["capacity"]["ended"] == result["ended"]
+
+
+def test_ctrl_c_mid_search_is_named_in_capacity_json(tmp_path):
+    profile = tmp_path / "capsim.toml"
+    profile.write_text(CAPACITY_SIM)
+    out = tmp_path / "cap"
+    with SimProcess("--profile", str(profile), "--slots", "3") as sim:
+        proc = subprocess.Popen([*LOADGEN, "capacity", "--url", sim.url, *COMMON, "--output", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not _levels(out) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            stdout, err = proc.communicate(timeout=60)
+        finally:
+            terminate(proc)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    ended = json.loads((out / "capacity.json").read_text())["capacity"]["ended"]
+    assert re.fullmatch(r"interrupted \(SIGINT, Ctrl-C\) (at|after) c=\d+", ended), ended
+    assert f"search ended: {ended}" in err
+
+
+def _levels(out: Path) -> list:
+    try:
+        return json.loads((out / "run.json").read_text())["targets"][0]["levels"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return []
+
+
+def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_path, sim3):
+    out = tmp_path / "cap"
+    code, stdout, err = loadgen("capacity", "--url", sim3.url, *COMMON, "--max-concurrency", "8", "--format", "json",
+                                "--output", out)
+    assert code == 0, err
+    verdict = json.loads(stdout)["capacity"]["verdict"]
+    assert verdict.startswith("serves 3 concurrent users"), verdict
+    code, printed, err = loadgen("analyze", out)
+    assert code == 0 and verdict in printed.splitlines(), printed  # capacity.json's answer, as it said it
+    (out / "capacity.json").unlink()
+    code, printed, err = loadgen("analyze", out)
+    assert code == 0, err
+    assert f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)" in printed.splitlines(), printed

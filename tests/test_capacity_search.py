@@ -151,3 +151,56 @@ def test_the_verdict_sentence_says_answer_value_cause_and_inconclusive():
     everything = conclude({1: [p(.2)], 2: [p(.3)], 4: [p(.5)]}, repeat=1)
     assert verdict_sentence(everything, slo, False, None, "", CapacitySettings(max_level=4), None).endswith(
         "no level failed up to 4 (the most allowed (--max-concurrency))")
+
+
+DOWN = "target down: cannot connect to 127.0.0.1:9 (Connection refused)"
+
+
+@pytest.mark.parametrize("level, stopped, interrupted, signal_name, target_error, expected", [
+    ("c=2", "interrupted", True, "SIGINT", None, "interrupted (SIGINT, Ctrl-C) at c=2"),
+    ("1.25 req/s", "interrupted", True, "SIGTERM", None, "interrupted (SIGTERM) at 1.25 req/s"),
+    ("c=2", None, True, "SIGINT", None, "interrupted (SIGINT, Ctrl-C) after c=2"),  # between levels
+    (None, None, True, "SIGINT", None, "interrupted (SIGINT, Ctrl-C) before the first level"),
+    ("c=4", "interrupted", False, None, None, "interrupted at c=4"),  # a level interrupted without a signal
+    ("c=4", DOWN, False, None, "s: " + DOWN + " at c=4",
+     "the server died or stopped answering at c=4: cannot connect to 127.0.0.1:9 (Connection refused)"),
+    ("c=4", "too many open files: raise ulimit -n", False, None, "x",
+     "the level at c=4 stopped: too many open files: raise ulimit -n"),
+    (None, None, False, None, "s: not an LLM server", "the server could not be searched: s: not an LLM server"),
+    ("c=2", None, False, None, None, "stopped before the search was done"),
+])
+def test_a_search_the_run_stopped_says_why(level, stopped, interrupted, signal_name, target_error, expected):
+    from loadgen.run.capacity import stop_reason
+    assert stop_reason(level, stopped, interrupted=interrupted, signal_name=signal_name,
+                       target_error=target_error) == expected
+
+
+def test_a_search_cut_short_says_so_in_its_verdict():
+    from loadgen.analysis.slo import parse_slo
+    from loadgen.cli.capacity import verdict_sentence
+    from loadgen.run.capacity import CapacitySettings
+
+    slo, settings = parse_slo("e2e=1s"), CapacitySettings(max_level=64)
+    ended = "the server died or stopped answering at c=4: cannot connect"
+    passed = conclude({1: [p(.2)], 2: [p(.3)]}, repeat=1)
+    assert verdict_sentence(passed, slo, False, None, "", settings, ended, True).endswith(
+        "no level failed up to 2 (the search stopped: the server died or stopped answering at c=4: cannot connect)")
+    failed = conclude({1: [p(.2)], 2: [p(.3)], 4: [p(2.0)]}, repeat=1)
+    assert verdict_sentence(failed, slo, False, None, "", settings, "interrupted (SIGINT, Ctrl-C) at c=3",
+                            True).endswith("; the search was cut short: interrupted (SIGINT, Ctrl-C) at c=3")
+    assert "cut short" not in verdict_sentence(failed, slo, False, None, "", settings, "bracketed", False)
+
+
+@pytest.mark.parametrize("command, expected", [
+    (["loadgen", "capacity", "--url", "u", "--slo", "e2e=1s"], (False, 64, 1, 3, 0.10)),
+    (["loadgen", "capacity", "--by", "rate", "--max-concurrency", "5", "--start=2.5", "--repeat", "1", "--noise=0.2"],
+     (True, 5.0, 2.5, 1, 0.2)),
+    (["loadgen", "capacity", "--max-concurrency=16", "--start", "2"], (False, 16, 2, 3, 0.10)),
+    (["loadgen", "sweep", "--concurrency", "1,2"], None),  # not a capacity run
+    (["loadgen", "capacity", "--repeat", "many"], None),  # unreadable
+    (None, None),
+])
+def test_the_search_settings_are_read_back_from_the_runs_command(command, expected):
+    from loadgen.output.capacity_answer import settings_of_command
+    s = settings_of_command(command)
+    assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected

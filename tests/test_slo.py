@@ -40,6 +40,10 @@ def test_parse_slo(text, expected):
     ("ttft=500ms,ttft=400ms", 0.9, "ttft given twice"),
     ("ttft=fast", 0.9, "cannot read 'ttft=fast'"),
     ("ttft=0ms", 0.9, "must be above 0"),
+    ("e2e=1e-400s", 0.9, "e2e must be above 0"),  # underflows to 0
+    ("e2e=1e400", 0.9, "'e2e=1e400' is not a finite time"),
+    ("ttft=500ms, e2e=1e400s", 0.9, "'e2e=1e400s' is not a finite time"),
+    ("e2e=1e306m", 0.9, "'e2e=1e306m' is not a finite time"),  # finite as written, infinite in ms
     ("", 0.9, "no target given"),
     ("ttft=500ms", 1.5, "--attainment 1.5 is not a share"),
     ("ttft=500ms", 0.0, "--attainment 0 is not a share"),

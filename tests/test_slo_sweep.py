@@ -74,3 +74,12 @@ def test_the_level_table_has_a_row_per_run_of_a_repeated_level_with_its_attainme
     at = names.index("attain")
     assert [(r[0], r[at]) for r in rows] == [(1, "100%"), (3, "100%"), (3, "50%")]
     assert [r[names.index("in tok")] for r in rows] == [40, 40, 40]
+
+
+@pytest.mark.parametrize("command", [("sweep",), ("capacity", "--stream"), ("soak", "--duration", "5")])
+@pytest.mark.parametrize("slo", ["e2e=1e400", "e2e=1e306m"])
+def test_an_infinite_target_is_refused_up_front_by_every_command_taking_slo(loadgen, tmp_path, command, slo):
+    """Port 9 has no server: a refusal that came after the run would say so instead."""
+    code, _, err = loadgen(*command, "--ports", "9", "--slo", slo, "--output", tmp_path / "run")
+    assert code == 2 and f"'{slo}' is not a finite time" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()

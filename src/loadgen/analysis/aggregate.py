@@ -390,9 +390,11 @@ class LevelAggregate:
 
     def summary(self, concurrency: int, stopped_reason: str | None = None,
                 server_metrics_delta: dict[str, float] | None = None, rate: float | None = None,
-                percentiles: Sequence[float] = ()) -> LevelSummary:
+                percentiles: Sequence[float] = (), prefill_ms_per_token: float | None = None) -> LevelSummary:
         """The level's `LevelSummary` (see `summarize_level` for what counts where); `percentiles`
-        (--percentiles): those of each of metric_defs.PERCENTILE_METRICS too, under "percentiles"."""
+        (--percentiles): those of each of metric_defs.PERCENTILE_METRICS too, under "percentiles";
+        `prefill_ms_per_token`: the run's lowest level's prefill cost, which prices the prefill the
+        cache saved (analysis/cache.py; None: this level's own)."""
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
@@ -411,7 +413,7 @@ class LevelAggregate:
                 figures[m.key] = value
             elif value is not None:
                 others[m.name] = value
-        self._cache_fields(figures)
+        self._cache_fields(figures, prefill_ms_per_token)
         ttfa = figures.pop("ttfa_ms", None)  # kept only where a request reasoned (`_reasoning`)
         assert ttfa is None or isinstance(ttfa, Distribution)
         return LevelSummary(
@@ -439,9 +441,15 @@ class LevelAggregate:
         chosen = {m.key: self.series[m.name].percentiles(qs) for m in metric_defs.PERCENTILE_METRICS}
         return {key: at for key, at in chosen.items() if at is not None}
 
-    def _cache_fields(self, figures: dict[str, object]) -> None:
+    def prefill_totals(self) -> tuple[float, float]:
+        """(Σ prompt_n, Σ prompt_ms) of the level: what its prefill cost per computed token is made of
+        (analysis/cache.py)."""
+        return self.series["prompt_n"].total * 1000, self.series["prompt_ms"].total  # token counts kept as µs
+
+    def _cache_fields(self, figures: dict[str, object], ms_per_token: float | None) -> None:
         """The cache figures (analysis/cache.py) into `figures` when any request reused a token; else
-        none, so a run with the cache off keeps its summary's shape (its requests' cache_n are all 0)."""
+        none, so a run with the cache off keeps its summary's shape (its requests' cache_n are all 0).
+        Prefill saved is priced at `ms_per_token` (the run's lowest level's), else this level's own."""
         s = self.series
         cached = s["cache_n"].total * 1000  # a _TokenSeries keeps counts as µs
         if not s["cache_n"].count or cached <= 0:
@@ -450,7 +458,8 @@ class LevelAggregate:
             return
         computed = s["prompt_n"].total * 1000
         figures["cache_hit_ratio"] = cache.hit_ratio(cached, computed)
-        figures["prefill_saved_ms"] = cache.prefill_saved_ms(cached, computed, s["prompt_ms"].total)
+        own = cache.prefill_ms_per_token(computed, s["prompt_ms"].total)
+        figures["prefill_saved_ms"] = cache.prefill_saved_ms(cached, own if ms_per_token is None else ms_per_token)
 
     def _reasoning(self, ttfa: Distribution | None) -> dict[str, Any]:
         """Reasoning's sums (analysis/reasoning.py); none when no request reasoned, so a level of a

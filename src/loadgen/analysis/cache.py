@@ -7,9 +7,19 @@ answer token). A request's whole prompt is therefore `cache_n + prompt_n`.
 
     hit ratio (token-weighted) = Σ cache_n / Σ (cache_n + prompt_n)     over successful requests
     a cache hit                = a request with cache_n ≥ HIT_SHARE × (cache_n + prompt_n)
-    prefill saved (ms)         = Σ cache_n × Σ prompt_ms / Σ prompt_n
-                                 (the reused tokens at the level's own measured prefill cost per
-                                 computed token: an estimate, since prefill cost grows with depth)
+    prefill cost per token     = Σ prompt_ms / Σ prompt_n      at the run's lowest level
+    prefill saved (ms)         = Σ cache_n × prefill cost per token
+                                 (the reused tokens at the prefill cost per computed token measured
+                                 at the run's lowest level, its runs pooled: an estimate, since
+                                 prefill cost grows with depth)
+
+Why the lowest level's cost: llama-server batches the prompts of requests that arrive together,
+and each request's `prompt_ms` is the whole batch's prefill time, so above c=1 Σ prompt_ms counts
+a batched prefill once per request in it (two prompts batched at c=2 report twice the time they
+took). Priced at its own level's cost the same cached tokens "saved" twice as much at c=2 as at
+c=1; priced at the lowest level's (c=1: a prompt prefilled alone), they save the same at every
+level. A summary of one level alone (`cache_figures`, a level summarised by itself) is its own
+lowest level.
 
 Requests without timings (an OpenAI-style server without them) count in none of these.
 """
@@ -41,12 +51,29 @@ def hit_ratio(cache_total: float, computed_total: float) -> float | None:
     return None if whole <= 0 else cache_total / whole
 
 
-def prefill_saved_ms(cache_total: float, computed_total: float, prompt_ms_total: float) -> float | None:
-    """The prefill time the reused tokens would have cost at this level's measured cost per computed
-    token (Σ prompt_ms / Σ prompt_n); None without computed tokens."""
+def prefill_ms_per_token(computed_total: float, prompt_ms_total: float) -> float | None:
+    """Σ prompt_ms / Σ prompt_n: the measured prefill cost of a computed token; None without one."""
     if computed_total <= 0:
         return None
-    return cache_total * prompt_ms_total / computed_total
+    return prompt_ms_total / computed_total
+
+
+def lowest_level_prefill_ms_per_token(levels: Iterable[tuple[int | float, float, float]]) -> float | None:
+    """The run's prefill cost per computed token, from (level, Σ prompt_n, Σ prompt_ms) of each level
+    run (a repeated level once per run): that of the lowest level that computed a token, its runs
+    pooled; None when no level did."""
+    measured = [(level, computed, ms) for level, computed, ms in levels if computed > 0]
+    if not measured:
+        return None
+    lowest = min(level for level, _, _ in measured)
+    return prefill_ms_per_token(sum(c for lv, c, _ in measured if lv == lowest),
+                                sum(ms for lv, _, ms in measured if lv == lowest))
+
+
+def prefill_saved_ms(cache_total: float, ms_per_token: float | None) -> float | None:
+    """The prefill time the reused tokens would have cost at `ms_per_token` (the run's lowest level's,
+    `lowest_level_prefill_ms_per_token`); None without a measured cost."""
+    return None if ms_per_token is None else cache_total * ms_per_token
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +96,7 @@ def cache_figures(records: Iterable[RequestRecord]) -> CacheFigures:
     computed = sum(r.prompt_n or 0 for r in timed)
     prompt_ms = sum(r.prompt_ms or 0.0 for r in timed)
     return CacheFigures(len(timed), sum(1 for r in timed if is_hit(r.cache_n, r.prompt_n)), cache, computed,
-                        hit_ratio(cache, computed), prefill_saved_ms(cache, computed, prompt_ms))
+                        hit_ratio(cache, computed), prefill_saved_ms(cache, prefill_ms_per_token(computed, prompt_ms)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,24 @@ MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one 
 
 
 @dataclass(frozen=True, slots=True)
+class CapacitySettings:
+    """How the search runs (cli/capacity.py builds it once)."""
+
+    by_rate: bool = False
+    max_level: int | float = 64
+    start: int | float = 1
+    repeat: int = 3
+    noise: float = 0.10
+    budget_requests: int | None = None
+    budget_s: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
+                "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
+                "budget_s": self.budget_s}
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     """One run of a level, judged: did it pass, its score (None: infinite) and per-target ratios."""
 
@@ -113,33 +131,33 @@ def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int
     decisions = decisions_of(history, repeat, noise)
     again = sorted(lv for lv, d in decisions.items() if d == REPEAT)
     if again:
-        return Next(again[0], f"{_name(again[0], by_rate)} is within the noise of the target: repeating it")
+        return Next(again[0], f"{level_name(again[0], by_rate)} is within the noise of the target: repeating it")
     lo, hi = _bracket(decisions)
     start = min(start, max_level)  # never a level above the cap, the first one included
     if hi is None:
         if lo is None:
             return Next(start, "first level")
         if lo >= max_level:
-            return Next(None, f"{_name(max_level, by_rate)} (the most allowed) passes")
+            return Next(None, f"{level_name(max_level, by_rate)} (the most allowed) passes")
         nxt = min(lo * 2, max_level)
-        return Next(nxt, f"{_name(lo, by_rate)} passes: doubling")
+        return Next(nxt, f"{level_name(lo, by_rate)} passes: doubling")
     if lo is None and by_rate:  # nothing passed yet: halve downwards until a rate passes
         lower = _round_rate(hi / 2)
         if lower < min_rate:
-            return Next(None, f"{_name(hi, True)} does not pass and nothing down to {_name(min_rate, True)} was found "
+            return Next(None, f"{level_name(hi, True)} does not pass and nothing down to {level_name(min_rate, True)} was found "
                               "that does")
-        return Next(lower, f"{_name(hi, True)} does not pass: halving")
+        return Next(lower, f"{level_name(hi, True)} does not pass: halving")
     if lo is None:
         if hi > start and start not in decisions:
-            return Next(start, f"{_name(hi, by_rate)} does not pass: trying {_name(start, by_rate)}")
-        return Next(None, f"{_name(hi, by_rate)} does not pass and nothing below it does")
+            return Next(start, f"{level_name(hi, by_rate)} does not pass: trying {level_name(start, by_rate)}")
+        return Next(None, f"{level_name(hi, by_rate)} does not pass and nothing below it does")
     if by_rate:
         if hi / lo <= 1 + rate_resolution:
             return Next(None, f"bracketed within {rate_resolution:.0%}")
-        return Next(_round_rate((lo + hi) / 2), f"bisecting between {_name(lo, True)} and {_name(hi, True)}")
+        return Next(_round_rate((lo + hi) / 2), f"bisecting between {level_name(lo, True)} and {level_name(hi, True)}")
     if hi - lo <= 1:
-        return Next(None, f"bracketed: {_name(lo, False)} passes, {_name(hi, False)} does not")
-    return Next((lo + hi) // 2, f"bisecting between {_name(lo, False)} and {_name(hi, False)}")
+        return Next(None, f"bracketed: {level_name(lo, False)} passes, {level_name(hi, False)} does not")
+    return Next((lo + hi) // 2, f"bisecting between {level_name(lo, False)} and {level_name(hi, False)}")
 
 
 def _round_rate(rate: float) -> float:
@@ -147,7 +165,8 @@ def _round_rate(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
-def _name(level: int | float, by_rate: bool) -> str:
+def level_name(level: int | float, by_rate: bool) -> str:
+    """A level as the search's words name it: "c=4", "1.25 req/s"."""
     return f"{level:g} req/s" if by_rate else f"c={level:g}"
 
 

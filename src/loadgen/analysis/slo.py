@@ -89,7 +89,8 @@ def _ms_text(ms: float) -> str:
 
 def parse_slo(text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:
     """"ttft=500ms,tpot=50ms,e2e=8s" -> Slo, in TARGETS order. A bare number is milliseconds.
-    Raises SloError on an unknown name, a repeated one, a missing or non-positive value."""
+    Raises SloError on an unknown name, a repeated one, a missing, non-positive or non-finite value
+    (1e400 reads as infinity: a target nothing can miss, so no level could fail it)."""
     if not 0 < attainment <= 1:
         raise SloError(f"--attainment {attainment:g} is not a share in (0, 1]; give e.g. 0.9")
     found: dict[str, float] = {}
@@ -107,6 +108,9 @@ def parse_slo(text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:
         ms = value * _UNITS_MS[unit]
         if not ms > 0:
             raise SloError(f"--slo: {name} must be above 0")
+        if not math.isfinite(ms):
+            raise SloError(f"--slo: {item.strip()!r} is not a finite time; give a target a request can miss, "
+                           f"e.g. {name}=8s")
         found[name] = ms
     if not found:
         raise SloError("--slo: no target given; e.g. --slo ttft=500ms,tpot=50ms")

@@ -5,20 +5,23 @@ Reads through results/ only, so it loads neither the engine nor an HTTP client.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
+from rich.console import Console
 
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
 from ..output.cache import cache_capacity_table, kept_records
+from ..output.capacity_answer import rebuilt_capacity, settings_of_command
 from ..output.grid_table import print_grid
 from ..output.layout import print_table
-from ..output.tables import print_run
+from ..output.tables import print_run, say
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
-from ..results.reader import load_probe, load_records, load_run
+from ..results.reader import load_probe, load_records, load_run, load_run_dict
 from ..results.reread import reanalyse
-from ..results.schema import CACHE_CAPACITY_FILE
+from ..results.schema import CACHE_CAPACITY_FILE, CAPACITY_FILE
 from .options import PERCENTILES
 from .shared import console as _console
 from .shared import format_option
@@ -70,3 +73,23 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
                          f"{len(records)} request records were written", markup=False, highlight=False)
         return
     print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(doc, records))
+    if output_format in ("table", "markdown"):
+        _capacity_answer(path, doc, _console())
+
+
+def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:
+    """A `loadgen capacity` run's answer: capacity.json's verdict, or when that file is missing the
+    answer rebuilt from run.json's levels and --slo (output/capacity_answer.py), said to be rebuilt."""
+    settings = settings_of_command(load_run_dict(path).get("command"))
+    if settings is None:
+        return
+    try:
+        saved = json.loads((path / CAPACITY_FILE).read_text(encoding="utf-8"))["capacity"]["verdict"]
+    except (OSError, ValueError, KeyError, TypeError):
+        saved = None
+    if isinstance(saved, str):
+        say(console, saved)
+        return
+    rebuilt = rebuilt_capacity(doc, settings)
+    if rebuilt is not None:
+        say(console, f"{rebuilt['verdict']} (rebuilt from run.json: {CAPACITY_FILE} is missing or unreadable)")

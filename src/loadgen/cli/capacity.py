@@ -11,19 +11,18 @@ from __future__ import annotations
 import functools
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
-import msgspec
 
-from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, why
-from ..analysis.slo import Slo, SloLevel
+from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import Level, RunDocument, SloJudgement
+from ..core.rundoc import RunDocument
+from ..output.capacity_answer import capacity_document, verdict_sentence
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
@@ -48,6 +47,8 @@ from .shared import (
 from .shared import console as _console
 from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files
+
+__all__ = ["capacity_command", "execute_capacity", "parse_budget", "verdict_sentence"]
 
 
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:
@@ -173,8 +174,9 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
         raise UserError(str(exc), EXIT_FAILED) from None
     remove_worker_files(out_dir)
     doc = execution.doc
+    search.settle(signal.Signals(execution.signals[0]).name if execution.signals else None)
     answer = search.answer()
-    result = capacity_document(answer, doc, config.slo, settings, search)
+    result = capacity_document(answer, doc, config.slo, settings, search.history, search.ended, search.cut_short)
     try:
         (out_dir / CAPACITY_FILE).write_text(json.dumps({"capacity": result}, indent=2, allow_nan=False) + "\n")
     except OSError as exc:
@@ -193,111 +195,3 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
     if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK
-
-
-def _unit(by_rate: bool, level: int | float, users: bool = False) -> str:
-    if by_rate:
-        return f"{level:g} req/s"
-    return f"{level:g} concurrent user{'s' if level != 1 else ''}" if users else f"{level:g}"
-
-
-PROBE_FIELDS = ("passed", "attainment", "score", "goodput_req_s", "goodput_tok_s", "most_missed")  # of SloLevel
-
-
-def _probe(level: Level, decision: str | None) -> dict[str, Any]:
-    """A probed level in capacity.json: its level, how --slo judged it, and the search's decision."""
-    judged = msgspec.convert(level.slo, SloLevel) if level.slo else None
-    return {"level": level.level, **{name: getattr(judged, name, None) for name in PROBE_FIELDS}, "decision": decision}
-
-
-def capacity_document(answer: Answer, doc: RunDocument | dict[str, Any], slo: Slo | None, settings: CapacitySettings,
-                      search: CapacitySearch) -> dict[str, Any]:
-    """capacity.json's content (and --format json's): the answer, every probe, and the verdict sentence."""
-    assert slo is not None
-    run = RunDocument.of(doc)
-    target = run.targets[0] if run.targets else None
-    summaries = target.levels if target else []
-    verdict_levels = target.verdict.levels if target and target.verdict else []
-    total_slots = target.server.total_slots if target and target.server else None
-    by_rate = settings.by_rate
-
-    def summary_at(level: int | float | None) -> Level | None:
-        return next((lv for lv in summaries if lv.level == level), None)
-
-    # the level whose failure is explained: the first that did not pass, or past an inconclusive one the first failure
-    hi = answer.bracket_hi
-    if hi in answer.inconclusive and answer.infeasible_min is not None:
-        hi = answer.infeasible_min
-    hi_verdict = next((v for v in verdict_levels if v.level == hi), None)
-    reason = _not_kept_up(search, hi) or why(answer.binding, summary_at(answer.feasible_max), summary_at(hi),
-                                             hi_verdict, total_slots)
-    seed = run.config.arrival_seed if run.config is not None and run.config.arrival_seed is not None else 0
-    runs: dict[int | float, int] = {}
-    levels = []
-    for lv in summaries:
-        repeat = runs[lv.level] = runs.get(lv.level, -1) + 1
-        probes = search.history.get(lv.level, [])
-        levels.append({**_probe(lv, answer.decisions.get(lv.level)),
-                       **({"arrival_seed": seed + repeat,
-                           "open_loop": probes[repeat].open_loop if repeat < len(probes) else None} if by_rate else {})})
-    return {
-        "feasible_max": answer.feasible_max, "infeasible_min": answer.infeasible_min,
-        "binding": answer.binding, "inconclusive": list(answer.inconclusive), "shape": answer.shape,
-        "why": reason or None, "by": "rate" if by_rate else "concurrency", "slo": slo.to_dict(),
-        "settings": settings.to_dict(), "requests": sum(lv.requests_ok + lv.requests_failed for lv in summaries),
-        "wall_s": sum(lv.wall_s for lv in summaries), "ended": search.ended, "levels": levels,
-        "verdict": verdict_sentence(answer, slo, by_rate, _judged(summary_at(hi)), reason, settings, search.ended),
-    }
-
-
-def _not_kept_up(search: CapacitySearch, level: int | float | None) -> str:
-    """Why a rate failed when the server did not keep up with it (its probes' open-loop verdicts)."""
-    probes = search.history.get(level, []) if level is not None else []
-    behind = [p.open_loop for p in probes if p.open_loop in ("overloaded", "at_limit")]
-    if not behind:
-        return ""
-    return (f"it did not keep up with the offered rate in {len(behind)} of {len(probes)} run"
-            f"{'s' if len(probes) != 1 else ''}: its queue grew through the level "
-            f"({', '.join(sorted(set(b.replace('_', ' ') for b in behind)))})")
-
-
-def _judged(level: Level | None) -> SloJudgement | None:
-    return level.slo_judgement if level is not None else None
-
-
-def verdict_sentence(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | None, reason: str,
-                     settings: CapacitySettings, ended: str | None) -> str:
-    """"serves 3 concurrent users within ttft≤500 ms, tpot≤50 ms for 90% of requests; at 4 TTFT p90 is
-    612 ms because its 3 slots are full and requests queue (median 410 ms)"."""
-    within = f"within {slo.text()} for {slo.attainment:.0%} of requests"
-    lo, hi = answer.feasible_max, answer.bracket_hi
-    if hi is None:
-        if lo is None:
-            return f"no level finished ({ended or 'stopped'}): no answer"
-        limit = "the most allowed (--max-concurrency)" if lo >= settings.max_level else f"the search stopped ({ended})"
-        return f"serves {_unit(by_rate, lo, users=True)} {within}; no level failed up to {_unit(by_rate, lo)} ({limit})"
-    head = (f"serves {_unit(by_rate, lo, users=True)} {within}" if lo is not None
-            else f"cannot serve even {_unit(by_rate, hi, users=True)} {within}")
-    if hi in answer.inconclusive:
-        fail = answer.infeasible_min
-        if lo is None:
-            head = (f"whether it serves even {_unit(by_rate, hi, users=True)} {within} cannot be told: its repeats "
-                    f"disagree (inconclusive at this noise)")
-        else:
-            head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity "
-                     f"is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
-        if fail is None:
-            return head
-        hi = fail
-    value = ""
-    binding = answer.binding
-    q = f"p{slo.attainment * 100:g}"
-    ratio = hi_judged.ratio.get(binding) if hi_judged is not None and binding else None
-    targets = dict(slo.targets_ms)
-    if binding in targets and isinstance(ratio, (int, float)):
-        value = f" {binding.upper() if binding != 'queue' else 'queue wait'} {q} is {ratio * targets[binding]:,.0f} ms"
-    elif binding == "error":
-        value = " requests fail"
-    shape = f" ({answer.shape})" if answer.shape else ""
-    because = f" because {reason}" if reason and binding != "error" else (f": {reason}" if reason else "")
-    return f"{head}; at {_unit(by_rate, hi)}{value}{because}{shape}"

@@ -23,6 +23,7 @@ import msgspec
 
 from .. import __version__
 from ..analysis.aggregate import LevelAggregate, of_level
+from ..analysis.cache import lowest_level_prefill_ms_per_token
 from ..analysis.depth import summarize_depth, with_change
 from ..analysis.energy import energy_of, level_energy
 from ..analysis.env_drift import level_changes
@@ -237,11 +238,14 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
 def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dict[str, float] | None = None,
                      percentiles: tuple[float, ...] = (), trim: Trim | None = None) -> list[dict[str, Any]]:
     out = []
-    for lv in levels:
-        trimmed, aggregate = _trimmed(lv, trim)
+    aggregates = [_trimmed(lv, trim) for lv in levels]
+    # the prefill the cache saved, priced at the lowest level's cost per token (analysis/cache.py)
+    ms_per_token = lowest_level_prefill_ms_per_token(
+        (lv.level, *aggregate.prefill_totals()) for lv, (_, aggregate) in zip(levels, aggregates, strict=True))
+    for lv, (trimmed, aggregate) in zip(levels, aggregates, strict=True):
         summary = aggregate.summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
-                                    percentiles=percentiles)
+                                    percentiles=percentiles, prefill_ms_per_token=ms_per_token)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
             summary, **_schedule_counts(lv), loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),

@@ -8,6 +8,12 @@ so run.json reads as the sweep it was and a finished search is a complete run.
 
 It stops by itself: when the search is done, at `max_level`, or before a level that would take
 the requests past `budget_requests`, or once `budget_s` seconds have passed since the first level.
+It is stopped when a signal interrupts the run, when the server stops answering (a level ends as
+"target down") or a level ends early for another reason: then the plan is never asked again, and
+`CapacitySearch.settle` reads why from the run (`stop_reason`).
+
+`CapacitySettings` lives with the search's rules (analysis/capacity_search.py), so a reader of a run
+folder can rebuild the answer without this driver; it is named here too.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from ..analysis.aggregate import of_level
-from ..analysis.capacity_search import Answer, Probe, conclude, next_probe
+from ..analysis.capacity_search import Answer, CapacitySettings, Probe, conclude, level_name, next_probe
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED, judge_level
 from ..core.clock import now_ns
 from ..core.records import LevelRun
@@ -31,23 +37,7 @@ from .sweep import run_sweep
 # of 16 requests let such a rate pass. 40 requests judge a 90% attainment on 4 allowed misses.
 RATE_LEVEL_LEAST: tuple[int, float] = (40, 30.0)
 
-
-@dataclass(frozen=True, slots=True)
-class CapacitySettings:
-    """How the search runs (cli/capacity.py builds it once)."""
-
-    by_rate: bool = False
-    max_level: int | float = 64
-    start: int | float = 1
-    repeat: int = 3
-    noise: float = 0.10
-    budget_requests: int | None = None
-    budget_s: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
-                "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
-                "budget_s": self.budget_s}
+__all__ = ["RATE_LEVEL_LEAST", "CapacitySearch", "CapacitySettings", "probe_of", "run_capacity", "stop_reason"]
 
 
 def probe_of(level: LevelRun) -> Probe:
@@ -76,6 +66,7 @@ class CapacitySearch:
     history: dict[int | float, list[Probe]] = field(default_factory=dict)
     order: list[int | float] = field(default_factory=list)  # the levels run, in order
     ended: str | None = None
+    cut_short: bool = False  # ended by the run (a signal, the server, a level that stopped), not the plan
     requests_sent: int = 0
 
     def plan(self, t: TargetRun) -> Iterator[int | float]:
@@ -104,6 +95,19 @@ class CapacitySearch:
                 return
             self.history.setdefault(nxt.level, []).append(probe_of(level))
 
+    def settle(self, signal_name: str | None = None) -> str:
+        """Why the search ended, once the run is over: the plan's own reason, or else what stopped the
+        run (`stop_reason`; `signal_name`: the first signal received, e.g. "SIGINT"). Kept in `ended`."""
+        if self.ended is None:
+            self.cut_short = True
+            t = self.run.targets[0] if self.run.targets else None
+            last = t.levels[-1] if t is not None and t.levels else None
+            self.ended = stop_reason(
+                level_name(last.level, self.settings.by_rate) if last is not None else None,
+                last.stopped_reason if last is not None else None, interrupted=self.run.interrupted,
+                signal_name=signal_name, target_error=t.error if t is not None else None)
+        return self.ended
+
     def _config_levels(self) -> None:
         """The run's config lists the levels run so far (run.json's config, `Run.complete`)."""
         if self.settings.by_rate:
@@ -113,6 +117,28 @@ class CapacitySearch:
 
     def answer(self) -> Answer:
         return conclude(self.history, self.settings.repeat, self.settings.noise)
+
+
+TARGET_DOWN = "target down: "  # how run/engine.py begins a level's stop when the server stops answering
+
+
+def stop_reason(level: str | None, stopped: str | None, *, interrupted: bool, signal_name: str | None = None,
+                target_error: str | None = None) -> str:
+    """Why a search stopped that its plan did not end, in words: interrupted (by which signal, at or
+    after which level), the server stopped answering at a level, a level that ended early, or the
+    target's error before any level. `level`: the last level started ("c=4"), None before the first;
+    `stopped`: that level's stopped_reason."""
+    if interrupted or stopped == "interrupted":
+        how = {"SIGINT": " (SIGINT, Ctrl-C)", None: ""}.get(signal_name, f" ({signal_name})")
+        where = " before the first level" if level is None else (f" at {level}" if stopped else f" after {level}")
+        return f"interrupted{how}{where}"
+    if stopped and stopped.startswith(TARGET_DOWN):
+        return f"the server died or stopped answering at {level}: {stopped.removeprefix(TARGET_DOWN)}"
+    if stopped:
+        return f"the level at {level} stopped: {stopped}"
+    if target_error:
+        return f"the server could not be searched: {target_error}"
+    return "stopped before the search was done"
 
 
 async def run_capacity(run: Run, obs: RunObserver, search: CapacitySearch, runner: LevelRunner) -> None:
