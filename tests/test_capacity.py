@@ -156,3 +156,20 @@ def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_
     code, printed, err = loadgen("analyze", out)
     assert code == 0, err
     assert f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)" in printed.splitlines(), printed
+
+
+def test_capacity_takes_the_sweeps_workload_drawn_lengths_included(loadgen, tmp_path, sim3):
+    # "how many users at these prompt and answer lengths within this TTFT": capacity takes sweep's
+    # --prompt-tokens and --n-predict distributions (it took neither); every request has its drawn
+    # length on the server, and the answer is still the slot count (a prefill of ~100 tokens is fast).
+    code, out, err = loadgen("capacity", "--url", sim3.url, "--stream", "--slo", "ttft=150ms", "--warmup", "1",
+                             "--prompt-tokens", "uniform:64:128", "--n-predict", "normal:16,2,min=12,max=20",
+                             "--max-concurrency", "8", "--format", "json", "--output", tmp_path / "cap")
+    assert code == 0, err
+    assert json.loads(out)["capacity"]["feasible_max"] == 3
+    config = json.loads((tmp_path / "cap" / "run.json").read_text())["config"]
+    assert str(config["workload"]["prompt_tokens"]).startswith("uniform"), config["workload"]
+    records = [json.loads(line) for line in (tmp_path / "cap" / "requests.jsonl").read_text().splitlines()]
+    assert records and all(64 <= r["prompt_n"] + (r.get("cache_n") or 0) <= 128 for r in records)
+    assert all(12 <= r["predicted_n"] <= 20 for r in records)
+    assert len({r["prompt_n"] + (r.get("cache_n") or 0) for r in records}) > 5  # drawn, not one length

@@ -22,6 +22,7 @@ from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument
+from ..core.workload import Workload
 from ..output.capacity_answer import capacity_document, verdict_sentence
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
@@ -38,6 +39,7 @@ from .options import DURATION
 from .shared import (
     checking_only,
     format_option,
+    length_options,
     prompt_source,
     prompt_source_options,
     records_options,
@@ -46,7 +48,7 @@ from .shared import (
 )
 from .shared import console as _console
 from .slo import build_slo, slo_options
-from .sweep import connections_needed, ensure_open_files
+from .sweep import connections_needed, ensure_open_files, sweep_lengths
 
 __all__ = ["capacity_command", "execute_capacity", "parse_budget", "verdict_sentence"]
 
@@ -94,7 +96,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE): needed for ttft, tpot and itl targets.")
 @prompt_source_options
-@click.option("--n-predict", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens to generate.")
+@length_options
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens.")
 @request_options
@@ -104,8 +106,8 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
                      attainment, by, max_level, start, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
-                     stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, n_predict,
-                     ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
+                     stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
+                     n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format) -> None:
     """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
     slo = build_slo(slo_text, attainment, stream=stream, required=True)
@@ -135,6 +137,9 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     if len(targets) != 1:
         raise ConfigError("capacity searches one server at a time; give one --ports or --url")
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
+    source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
+        source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
+        dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
     config = SweepConfig(
         targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(float(start),) if by_rate else (),
@@ -143,6 +148,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
+        prompt_tokens=prompt_tokens, workload=workload, dataset_entries=entries,
         prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         open_loop_least=RATE_LEVEL_LEAST)  # only a rate (open-loop) level reads it
     settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,

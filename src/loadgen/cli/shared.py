@@ -17,7 +17,7 @@ from ..client.registry import TRANSPORT_NAMES
 from ..core.errors import ConfigError
 from ..output.layout import FORMATS
 from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
-from .options import PORTS
+from .options import LENGTH, PORTS
 
 
 def _apply(f: Callable, options: list[Callable]) -> Callable:
@@ -76,6 +76,26 @@ def prompt_source_options(f: Callable) -> Callable:
         click.option("--dataset-seed", type=int, default=0, show_default=True,
                      help="Seed of the draw from --dataset (and of synthetic text): the same seed, the same "
                           "prompts in the same order."),
+    ])
+
+
+def length_options(f: Callable) -> Callable:
+    """A run's prompt and answer lengths, fixed or drawn per request (docs/workloads.md), for every
+    kind that sends a workload (sweep, capacity); read with cli/sweep.py's `sweep_lengths`."""
+    return _apply(f, [
+        click.option("--prompt-tokens", type=LENGTH,
+                     help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
+                          "from the prompt source or synthetic text; or a distribution drawn per request: "
+                          "uniform:64:256, normal:200,50,min=32,max=512, lognormal:MEAN,SD[,max=N], "
+                          "file:lengths.txt (docs/workloads.md)."),
+        click.option("--n-predict", type=LENGTH, default="96", show_default=True,
+                     help="Tokens to generate; or a distribution drawn per request, as --prompt-tokens."),
+        click.option("--dataset-answer-field", help="With --n-predict dataset: the field of each --dataset entry "
+                                                    "that holds its answer, a token count or the text [default: a "
+                                                    "ShareGPT conversation's first answer turn]."),
+        click.option("--workload-seed", type=int, default=0, show_default=True,
+                     help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every "
+                          "target."),
     ])
 
 

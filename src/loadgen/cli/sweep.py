@@ -49,10 +49,11 @@ from ..run.workers.policy import open_level_runner, remove_worker_files
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LENGTH, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
+from .options import DURATION, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
 from .shared import (
     checking_only,
     format_option,
+    length_options,
     prompt_source,
     prompt_source_options,
     records_options,
@@ -88,23 +89,12 @@ from .workers import resolve_workers, workers_option
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
 @prompt_source_options
-@click.option("--prompt-tokens", type=LENGTH,
-              help="Cut every prompt to exactly this many tokens for each server (with its /tokenize), "
-                   "from the prompt source or synthetic text; or a distribution drawn per request: "
-                   "uniform:64:256, normal:200,50,min=32,max=512, lognormal:MEAN,SD[,max=N], file:lengths.txt "
-                   "(docs/workloads.md).")
-@click.option("--n-predict", type=LENGTH, default="96", show_default=True,
-              help="Tokens to generate; or a distribution drawn per request, as --prompt-tokens.")
-@click.option("--dataset-answer-field", help="With --n-predict dataset: the field of each --dataset entry that "
-                                             "holds its answer, a token count or the text [default: a ShareGPT "
-                                             "conversation's first answer turn].")
+@length_options
 @click.option("--class", "request_classes", type=REQUEST_CLASS, multiple=True,
               metavar="name=N,prompt_tokens=T,n_predict=P,concurrency=C|rate=R[,requests=K][,slo=...]",
               help="A request class (repeatable; a scenario file's [[class]] tables): classes replace the "
                    "levels; each runs alone, then all together against the same server, and each is "
                    "compared with itself alone (docs/workloads.md).")
-@click.option("--workload-seed", type=int, default=0, show_default=True,
-              help="Seed of the drawn lengths: the same seed, the same lengths in the same order on every target.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens, so throughput is comparable.")
 @click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
