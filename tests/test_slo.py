@@ -3,6 +3,7 @@ attainment, goodput, misses and margins. Expected answers were written before th
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from loadgen.analysis.slo import Slo, SloError, SloTally, judge, parse_slo
@@ -81,6 +82,23 @@ def test_judge_itl_and_queue(gaps, prompt_ms, predicted_ms, missed):
     slo = parse_slo("itl=100ms,queue=800ms")
     r = rec(ttft_ms=50, e2e_ms=1000, gaps_ms=gaps, prompt_ms=prompt_ms, predicted_ms=predicted_ms)
     assert judge(r, slo) == missed
+
+
+# (first token, first answer token, reasoning tokens) -> missed, against ttft=500ms,ttfa=2s, written
+# first: a reasoning model's first token is its thinking; the answer comes later (TTFA, which --slo
+# did not know). Without reasoning the first answer token is the first token.
+@pytest.mark.parametrize("ttft_ms, answer_ms, reasoning, missed", [
+    (300, 1500, 40, ()),
+    (300, 2500, 40, ("ttfa",)),  # quick to think, slow to answer
+    (600, 1500, 40, ("ttft",)),
+    (600, None, None, ("ttft",)),  # no reasoning: TTFA = TTFT = 600 ms, within 2 s
+    (300, None, 40, ("unjudged",)),  # reasoned, and no answer token came
+])
+def test_judge_ttfa(ttft_ms, answer_ms, reasoning, missed):
+    r = msgspec.structs.replace(rec(ttft_ms=ttft_ms, e2e_ms=3000), reasoning_tokens=reasoning,
+                                first_answer_ns=None if answer_ms is None else int(answer_ms * MS))
+    assert judge(r, parse_slo("ttfa=2s,ttft=500ms")) == missed
+    assert parse_slo("ttfa=2s,ttft=500ms").names == ("ttft", "ttfa")  # TARGETS order
 
 
 def test_level_attainment_goodput_and_margins():

@@ -499,7 +499,7 @@ DECODE_TOK_S = register(Metric(
     "(tokens after the first / `predicted_ms`).",
     decode_tok_s, _v_decode_tok_s, summary="mean", export=False))
 
-def _ttfa_ms(r: RequestRecord) -> float | None:
+def ttfa_ms(r: RequestRecord) -> float | None:
     """Time to the first answer token (analysis/reasoning.py's rule), for successful streamed requests."""
     if not r.ok or r.first_token_ns is None:
         return None
@@ -518,7 +518,7 @@ TTFA = register(Metric(
     "ttfa", "ms", "TTFA ms", "TTFA", "time to the first answer token: the first answer content event − start "
     "(streaming); a request that reasoned first waits for its answer, one that did not equals its TTFT. Kept in "
     "run.json only for levels where a request reasoned.",
-    _ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99"),
+    ttfa_ms, _v_ttfa, csv=("mean", "p50", "p99"),
     kept_if=lambda rs: any(r.reasoning_tokens is not None for r in rs)))
 
 

@@ -64,6 +64,7 @@ from .metric_defs import (  # noqa: F401  # re-exported: the one-record readers 
     schedule_lag_ms,
     service_ms,
     tpot_ms,
+    ttfa_ms,
     ttft_ms,
     ttft_queue_ms,
 )

@@ -5,6 +5,7 @@ Pure functions over recorded data: no I/O, no clock.
 Targets (`--slo ttft=500ms,tpot=50ms,e2e=8s,itl=100ms,queue=1s`, any subset), per request, each
 from analysis/metrics.py's definition:
 - ttft  = metrics.ttft_ms(r)           (needs --stream)
+- ttfa  = metrics.ttfa_ms(r)           (needs --stream: the first answer token, after any reasoning)
 - tpot  = metrics.tpot_ms(r)           (needs --stream and 2+ generated tokens)
 - e2e   = metrics.latency_ms(r)
 - itl   = max(metrics.itl_ms(r)): the request's longest gap between content chunks, so "itl=100ms"
@@ -45,12 +46,12 @@ from ..core.records import CLIENT_SIDE, RequestRecord
 from . import metrics
 
 # Target names in the order tables show them, each with its per-request value.
-TARGETS = ("ttft", "tpot", "itl", "e2e", "queue")
+TARGETS = ("ttft", "ttfa", "tpot", "itl", "e2e", "queue")
 DEFAULT_ATTAINMENT = 0.9
 ERROR = "error"
 UNJUDGED = "unjudged"
 # Targets whose value exists only for a streamed response.
-STREAM_TARGETS = frozenset({"ttft", "tpot", "itl"})
+STREAM_TARGETS = frozenset({"ttft", "ttfa", "tpot", "itl"})
 
 _UNITS_MS = {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 _ITEM = re.compile(r"^\s*([a-z][a-z0-9]*)\s*[=:]\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(us|µs|ms|s|m)?\s*$", re.IGNORECASE)
@@ -121,6 +122,8 @@ def value_ms(r: RequestRecord, name: str) -> float | None:
     """The request's value for target `name` (see the module docstring), None when unknown."""
     if name == "ttft":
         return metrics.ttft_ms(r)
+    if name == "ttfa":
+        return metrics.ttfa_ms(r)
     if name == "tpot":
         return metrics.tpot_ms(r)
     if name == "itl":

@@ -94,7 +94,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
               help="Unrecorded requests before the first level.")
 @click.option("--stream/--no-stream", default=False, show_default=True,
-              help="Stream the responses (SSE): needed for ttft, tpot and itl targets.")
+              help="Stream the responses (SSE): needed for ttft, ttfa, tpot and itl targets.")
 @prompt_source_options
 @length_options
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,

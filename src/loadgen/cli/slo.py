@@ -16,7 +16,7 @@ def slo_options(f: Callable) -> Callable:
                      help="With --slo: the share of a level's requests that must meet every target for it to pass.")(f)
     return click.option("--slo", "slo_text", metavar="TARGETS",
                         help="Latency targets each request is judged against, any subset of "
-                             "ttft, tpot, itl, e2e, queue: e.g. ttft=500ms,tpot=50ms,e2e=8s. Each level then "
+                             "ttft, ttfa, tpot, itl, e2e, queue: e.g. ttft=500ms,tpot=50ms,e2e=8s. Each level then "
                              "reports its attainment and goodput; errors always miss.")(f)
 
 
