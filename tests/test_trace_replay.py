@@ -100,6 +100,23 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
                                                                        for s in plan.shapes]
 
 
+def test_a_replay_is_judged_against_latency_targets(loadgen, tmp_path):
+    # --slo on a replay (it took none): each request judged as a sweep's; an e2e target no request can
+    # meet (1 µs) and one every request meets (1 min) give attainments 0 and 1.
+    trace = _mooncake(tmp_path / "t.jsonl")
+    with SimThread() as sim:
+        for name, slo, attained in (("never", "e2e=1us", 0.0), ("always", "e2e=1m", 1.0)):
+            code, _, err = loadgen("replay", trace, "--url", sim.url, "--scale-lengths", "0.05", "--max-prompt-tokens",
+                                   "200", "--max-n-predict", "16", "--warmup", "0", "--slo", slo,
+                                   "--output", tmp_path / name)
+            assert code == 0, err
+            judged = load_run_dict(tmp_path / name)["targets"][0]["levels"][0]["slo"]
+            assert judged["judged"] == 4 and judged["attainment"] == attained, judged
+    code, _, err = loadgen("replay", trace, "--url", "http://127.0.0.1:9", "--slo", "ttft=1s", "--output",
+                           tmp_path / "nostream")
+    assert code == 2 and "add --stream" in err
+
+
 def test_replay_takes_one_target(loadgen, tmp_path):
     code, _, err = loadgen("replay", _mooncake(tmp_path / "t.jsonl"), "--ports", "9,10", "--output", tmp_path / "r")
     assert code == 2 and "one target at a time" in err

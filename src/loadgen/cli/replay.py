@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import GenerationParams
 from ..core.errors import ConfigError
 from ..results.reader import load_run
@@ -20,6 +21,7 @@ from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.trace_replay import plan_replay, read_trace
 from .shared import checking_only, format_option, records_options, request_options, target_options
+from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files, execute_sweep
 
 # The smallest prompt a replay cuts: the uuid salt takes about 40 tokens on usual tokenizers.
@@ -46,13 +48,15 @@ MIN_PROMPT_TOKENS = 48
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly each request's answer length.")
 @request_options
+@slo_options
 @records_options
 @format_option
 def replay_command(trace, ports, host, urls, labels, api, model, api_key, transport, insecure, speed, scale_lengths,
                    max_prompt_tokens, max_n_predict, limit, max_in_flight, stream, warmup, ignore_eos, temperature,
                    seed, timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
-                   server_urls=()) -> None:
+                   server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop."""
+    slo = build_slo(slo_text, attainment, stream=stream)
     plan = plan_replay(read_trace(trace), name=Path(trace).name, speed=speed, scale_lengths=scale_lengths,
                        max_prompt=max_prompt_tokens, max_output=max_n_predict, min_prompt=MIN_PROMPT_TOKENS,
                        limit=limit)
@@ -62,7 +66,7 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=max(s.n_predict for s in plan.shapes),
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
         requests_per_level=len(plan.offsets_ns), warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        transport=transport, insecure=insecure, replay=plan)
+        transport=transport, insecure=insecure, replay=plan, slo=slo)
     if len(config.targets) > 1:
         raise ConfigError("replay one target at a time: a trace's times are one server's load")
     ensure_open_files(connections_needed(config), open_loop=True, workers=False)
