@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from loadgen.results.reader import load_run_dict
 from servers import SimThread
 
 USERS, TURNS = 2, 3
@@ -104,3 +105,15 @@ def test_chat_refuses_the_other_apis_in_one_line(loadgen, tmp_path):
     code, _, err = loadgen("chat", "--url", "http://127.0.0.1:9", "--api", "responses", "--model", "m",
                            "--output", tmp_path / "x")
     assert code == 2 and "--api chat" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", [("chat", "--users", "2", "--turns", "3"), ("prefix", "--prefix-tokens", "32")])
+def test_chat_and_prefix_are_judged_against_latency_targets(sim, loadgen, tmp_path, command):
+    # --slo on chat and prefix (they took none): both stream, so a TTFT target is judged on every request;
+    # an e2e target of 1 µs is missed by every one.
+    code, _, err = loadgen(*command, "--url", sim.url, "--slo", "ttft=10s,e2e=1us", "--output", tmp_path / "run")
+    assert code == 0, err
+    (level,) = load_run_dict(tmp_path / "run")["targets"][0]["levels"]
+    judged = level["slo"]
+    assert judged["judged"] == level["requests_ok"] > 0 and judged["good"] == 0, judged
+    assert judged["misses"] == {"e2e": judged["judged"]} and judged["ratio"]["ttft"] < 1, judged

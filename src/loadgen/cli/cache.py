@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
@@ -27,6 +28,7 @@ from .help import command
 from .options import LEVELS
 from .shared import checking_only, format_option, records_options, request_options, target_options
 from .shared import console as _console
+from .slo import build_slo, slo_options
 from .sweep import ensure_open_files, execute_sweep
 
 
@@ -49,12 +51,13 @@ from .sweep import ensure_open_files, execute_sweep
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
               help="Unrecorded requests per target first (they warm the server, not the levels' prefixes: each level's are new).")
 @request_options
+@slo_options
 @records_options
 @format_option
 def prefix_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prefix_tokens, groups,
                    prompt_tokens, concurrency, requests_per_level, n_predict, cache_prompt, warmup, temperature, seed,
                    timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
-                   server_urls=()) -> None:
+                   server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."""
     if prompt_tokens is not None and prompt_tokens <= prefix_tokens:
         raise ConfigError(f"--prompt-tokens {prompt_tokens} must be more than --prefix-tokens {prefix_tokens} "
@@ -66,7 +69,8 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True),
         requests_per_level=requests_per_level, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        transport=transport, insecure=insecure, shared_prefix=mode)
+        transport=transport, insecure=insecure, shared_prefix=mode,
+        slo=build_slo(slo_text, attainment, stream=True))  # streamed: every target can be judged
     ensure_open_files(max(concurrency))
     if checking_only():
         return
@@ -110,13 +114,14 @@ CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
               help="Send cache_prompt true (reuse the history) or false (a run to read beside the cached one).")
 @machine_options
 @request_options
+@slo_options
 @records_options
 @format_option
 def chat_command(ports, host, urls, labels, api, model, api_key, transport, insecure, users, turns, message_tokens,
                  think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, sysfs, procfs,
                  env_interval_s, idle_s, telemetry_urls, record_environment, temperature, seed,
                  timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
-                 server_urls=()) -> None:
+                 server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
     if api not in CHAT_APIS:
         raise ConfigError(f"loadgen chat speaks llama-server's /completion (--api llamacpp) or /v1/chat/completions "
@@ -128,7 +133,7 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
         requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
-        transport=transport, insecure=insecure, multi_turn=mode,
+        transport=transport, insecure=insecure, multi_turn=mode, slo=build_slo(slo_text, attainment, stream=True),
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment))
     ensure_open_files(users)
     if checking_only():
