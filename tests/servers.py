@@ -17,7 +17,7 @@
   `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
   lossy gateway without nginx).
 - `CAPACITY_SIM`: the simulator profile the capacity tests share.
-- `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/grid_server.py:
+- `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/fake-llama-server.py:
   the simulator behind llama-server's flags and boot log), `loadgen grid` in a subprocess, and the
   pids of every server a grid folder records (to assert none is left).
 """
@@ -67,7 +67,7 @@ def terminate(proc: subprocess.Popen, grace_s: float = 10) -> None:
             proc.wait(5)
 
 
-GRID_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "grid_server.py")])
+GRID_SERVER = shlex.join([sys.executable, str(ROOT / "tests" / "fake-llama-server.py")])
 
 # A `loadgen sim` profile for capacity: a decode step of 20 ms, so 16 tokens take ~0.3 s and a request
 # that waits for a slot has a TTFT of a whole answer, one that does not a few ms (the capacity,

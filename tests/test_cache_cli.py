@@ -101,6 +101,18 @@ def test_chat_over_the_chat_completions_api_reuses_its_history(sim, loadgen, tmp
             assert before.cache_n + before.prompt_n - 2 <= r.cache_n < r.cache_n + r.prompt_n, (before, r)
 
 
+def test_chat_takes_an_openai_base_url_ending_in_v1_as_sweep_does(sim, loadgen, tmp_path):
+    """`--url http://host:port/v1` (an OpenAI SDK user's base URL): the turns go to /v1/chat/completions,
+    joined by core.baseurl's one rule as sweep's are, not to /v1/v1/chat/completions (HTTP 404)."""
+    from loadgen.results.reader import load_records
+    out = tmp_path / "chat-v1"
+    code, _, err = loadgen("chat", "--url", f"{sim.url}/v1", "--api", "chat", "--users", 1, "--turns", 2,
+                           "--message-tokens", 8, "--n-predict", 2, "--output", out)
+    assert code == 0, err
+    records = load_records(out)
+    assert len(records) == 2 and all(r.ok and r.status == 200 for r in records), records
+
+
 def test_chat_refuses_the_other_apis_in_one_line(loadgen, tmp_path):
     code, _, err = loadgen("chat", "--url", "http://127.0.0.1:9", "--api", "responses", "--model", "m",
                            "--output", tmp_path / "x")

@@ -183,3 +183,28 @@ def test_compare_refuses_a_run_of_classes_beside_a_run_without_them_or_with_othe
     for base, cand in (([chat, agent], None), (None, [chat, agent]), ([chat, agent], [chat])):
         with pytest.raises(CompareError, match="classes"):
             check_comparable(doc(base), doc(cand))
+
+
+def test_csv_export_of_a_run_of_classes_tells_the_rows_apart(loadgen, tmp_path):
+    """levels.csv has each level's class and phase (a class alone and together share a concurrency,
+    so without them two rows read the same), and requests.csv each request's class and phase."""
+    import csv
+
+    out, csv_dir = tmp_path / "run", tmp_path / "csv"
+    with SimThread(slots=2, time_scale=0.05) as sim:
+        code, _, err = loadgen("sweep", "--url", sim.url, "--stream", "--warmup", "0", "--output", out,
+                               "--class", "name=long,prompt_tokens=200,n_predict=4,concurrency=1,requests=3",
+                               "--class", "name=short,prompt_tokens=32,n_predict=2,concurrency=1,requests=5")
+    assert code == 0, err
+    code, _, err = loadgen("export", out, "--format", "csv", "--output", csv_dir)
+    assert code == 0, err
+    levels = list(csv.DictReader((csv_dir / "levels.csv").open()))
+    assert [(r["request_class"], r["phase"], r["concurrency"]) for r in levels] == [
+        ("long", "alone", "1"), ("short", "alone", "1"), ("long", "together", "1"), ("short", "together", "1")]
+    requests = list(csv.DictReader((csv_dir / "requests.csv").open()))
+    counted = {(r["request_class"], r["phase"]): int(r["requests_ok"]) + int(r["requests_failed"])
+               + int(r["requests_cancelled"]) for r in levels}
+    seen: dict[tuple[str, str], int] = {}
+    for r in requests:
+        seen[r["request_class"], r["phase"]] = seen.get((r["request_class"], r["phase"]), 0) + 1
+    assert seen == counted and counted["long", "alone"] == 3 and counted["short", "alone"] == 5

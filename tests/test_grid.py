@@ -1,9 +1,10 @@
 """`loadgen grid`: cells, order, boot-log facts, the summary, and the failure table against a
-stand-in server (tests/grid_server.py): every failure recorded, no server left behind (by pid)."""
+stand-in server (tests/fake-llama-server.py): every failure recorded, no server left behind (by pid)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import time
@@ -168,6 +169,20 @@ def test_failure_table(tmp_path):
     assert "case=--no-such-flag: the server exited with code 1 before it was healthy" in proc.stdout
 
 
+def test_grid_over_loadgen_sim(tmp_path):
+    """A server that is not llama-server (`loadgen sim`) is gridded: grid adds no -lv 4 (the simulator
+    refuses the flag), every cell is measured, and its boot facts are simply absent."""
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{shlex.join(LOADGEN)} sim --profile smoke --time-scale 0.05 --slots {{slots}}",
+                "--param", "slots=1,2", *SWEEP, "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    runs = [c["runs"][0] for c in _grid_doc(out)["cells"]]
+    assert [r["status"] for r in runs] == ["ok", "ok"], runs
+    assert all((r.get("boot") or {}).get("kv_size_mib") is None for r in runs), runs
+    assert all((out / r["run_dir"] / "run.json").is_file() for r in runs)
+    assert not any(pid_alive(p) for p in grid_pids(out))
+
+
 def test_resume_runs_only_what_is_left(tmp_path, loadgen):
     out = tmp_path / "grid"
     proc = grid("--server", f"{GRID_SERVER} --parallel {{parallel}}", "--param", "parallel=1,2,3", *SWEEP,
@@ -253,12 +268,21 @@ def test_real_grid_kv_matches_the_boot_log(tmp_path):
     assert "= est" in proc.stdout
 
 
-# template -> what loadgen adds or keeps: its own loopback port and -lv 4 unless the template sets them.
+# template -> what loadgen adds or keeps: its own loopback port unless the template sets one, and -lv 4
+# where the template runs llama-server (a word's file name holds "llama-server") and sets no verbosity.
 SERVER_ARGV = [
-    ("srv -m m.gguf", lambda argv, url: argv[-2:] == ["-lv", "4"] and "--port" in argv and url.startswith(
+    ("llama-server -m m.gguf", lambda argv, url: argv[-2:] == ["-lv", "4"] and "--port" in argv and url.startswith(
         "http://127.0.0.1:")),
-    ("srv --port 9001 --host=0.0.0.0 -lv 2", lambda argv, url: url == "http://0.0.0.0:9001" and "4" not in argv),
-    ("srv --port=9002 -v", lambda argv, url: url == "http://127.0.0.1:9002" and "-lv" not in argv),
+    ("llama-server --port 9001 --host=0.0.0.0 -lv 2", lambda argv, url: url == "http://0.0.0.0:9001" and
+     "4" not in argv),
+    ("llama-server --port=9002 -v", lambda argv, url: url == "http://127.0.0.1:9002" and "-lv" not in argv),
+    ("/opt/llama.cpp/build/bin/llama-server -m m.gguf", lambda argv, url: argv[-2:] == ["-lv", "4"]),
+    ("taskset -c 0-3 ./llama-server -m m.gguf", lambda argv, url: argv[-2:] == ["-lv", "4"]),
+    ("python3 tests/fake-llama-server.py", lambda argv, url: argv[-2:] == ["-lv", "4"]),
+    ("loadgen sim --slots 2", lambda argv, url: "-lv" not in argv and argv[-4:-2] == ["--port", argv[-3]]),
+    ("vllm serve m --port 9003", lambda argv, url: "-lv" not in argv and url == "http://127.0.0.1:9003"),
+    ("python3 -m sglang.launch_server --model-path m", lambda argv, url: "-lv" not in argv),
+    ("vllm serve m --served-model-name=llama-server", lambda argv, url: "-lv" not in argv),  # a flag's value
 ]
 
 

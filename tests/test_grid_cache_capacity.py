@@ -3,7 +3,7 @@
 conversations each cell holds beside the prediction, and the best cell named by the capacity rules;
 `held_answer`'s rule on a table of cases.
 
-The grid runs the stand-in server (tests/grid_server.py: the simulator, whose `--cache-ram MIB` is a
+The grid runs the stand-in server (tests/fake-llama-server.py: the simulator, whose `--cache-ram MIB` is a
 host prompt cache of MIB × 2²⁰ / 23,040 tokens) over --parallel 1,2 × --cache-ram 0,12."""
 
 from __future__ import annotations

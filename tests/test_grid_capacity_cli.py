@@ -1,7 +1,7 @@
 """`loadgen grid --measure capacity`: each cell's capacity search against its own server, the answers
 typed in grid.json, the table's capacity column and the best cell; --resume; the refusal without --slo.
 
-The fast tests run the stand-in server (tests/grid_server.py) with a profile whose slot count decides
+The fast tests run the stand-in server (tests/fake-llama-server.py) with a profile whose slot count decides
 the answer (a 20 ms decode step: a request that waits for a slot has a TTFT of a whole answer, one that
 does not a few ms), so a cell with N slots serves exactly N users within ttft<=150ms. The `real` one
 runs the test bed."""

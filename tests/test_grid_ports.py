@@ -158,7 +158,7 @@ def test_a_listening_socket_on_this_machine():
 def _foreign_server(port: int, log: Path, *extra: str) -> subprocess.Popen:
     """A stand-in llama-server with 2 slots on `port`, started by the test (stopped by it, by pid)."""
     with log.open("wb") as f:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "grid_server.py"), "--port", str(port),
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake-llama-server.py"), "--port", str(port),
                                  "--parallel", "2", *extra], stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     try:

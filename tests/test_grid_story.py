@@ -1,6 +1,6 @@
 """A new user's grid, end to end (issue 39): every measurement's own table and summary, short cell
 names, and cells that compare, gate, calibrate and export find and accept. Against the stand-in
-server (tests/grid_server.py); expected outputs written before the code that gives them."""
+server (tests/fake-llama-server.py); expected outputs written before the code that gives them."""
 
 from __future__ import annotations
 

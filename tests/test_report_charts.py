@@ -158,3 +158,35 @@ def test_soak_throughput_chart_marks_the_cut_window_and_draws_failures_only_when
     assert any(t.type == "bar" for t in fig.data) is bars
     assert (fig.to_dict()["layout"].get("yaxis2", {}).get("title", {}).get("text") == "failed requests") is bars
     assert fig.layout.xaxis.rangeslider.visible is True
+
+
+# A capacity search's probe order -> the charts' x order; a level run twice keeps both runs, side by
+# side in the order they ran. Written before the code ran.
+PROBE_ORDERS = [
+    ([1, 2, 4, 8, 6, 5], [1, 2, 4, 5, 6, 8]),
+    ([1, 2, 4, 2], [1, 2, 2, 4]),
+    ([0.5, 2.0, 1.0], [0.5, 1.0, 2.0]),  # request rates
+    ([], []),
+]
+
+
+@pytest.mark.parametrize("probed, drawn", PROBE_ORDERS)
+def test_charts_draw_levels_by_value_not_probe_order(probed, drawn):
+    import msgspec
+
+    (series,) = fixture_series()
+    base = series.levels[0]
+    levels = [msgspec.structs.replace(base, level=v, throughput_tok_s=float(k)) for k, v in enumerate(probed)]
+    series.target = msgspec.structs.replace(series.target, levels=levels)
+    assert [lv.level for lv in series.levels] == probed  # the tables keep the order they ran
+    assert [lv.level for lv in series.chart_levels] == drawn
+    runs = [lv.throughput_tok_s for lv in series.chart_levels]  # a repeated level: its runs in the order they ran
+    assert runs == sorted(runs, key=lambda k: (probed[int(k)], k))
+    if not probed:
+        return
+    pytest.importorskip("plotly", reason="the interactive charts need the report extra (plotly)")
+    (trace,) = interactive.throughput_figure([series]).data
+    assert list(trace.x) == drawn and list(trace.y) == runs
+    from loadgen.output import charts
+    line = charts.throughput_figure([series]).axes[0].lines[0]
+    assert list(line.get_xdata()) == drawn and list(line.get_ydata()) == runs

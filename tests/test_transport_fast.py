@@ -517,6 +517,36 @@ def test_sweep_over_https_needs_insecure_for_a_self_signed_certificate(loadgen, 
     assert all(r.ok and r.predicted_n == 4 for r in load_records(tmp_path / "ok"))
 
 
+STREAM = (b'data: {"content":"hi","stop":false}\n\n'
+          b'data: {"content":"","stop":true,"tokens_predicted":1,"stop_type":"limit","id_slot":0}\n\n')
+
+
+async def llama_streaming(request, writer):
+    if request.path == "/completion":
+        writer.write(response(STREAM, headers=("Content-Type: text/event-stream", "Connection: close")))
+    elif request.path == "/health":
+        writer.write(response(b'{"status":"ok"}'))
+    else:
+        writer.write(response(b"not here", "404 Not Found"))
+    await writer.drain()
+    return True
+
+
+def test_chat_over_https_honours_insecure(loadgen, tmp_path):
+    """chat's turns are sent with --insecure's TLS settings, as sweep's: a self-signed certificate is
+    accepted with it (the turns failed on certificate verification before, --insecure or not)."""
+    from loadgen.results.reader import load_records
+
+    context, _ = self_signed_tls(tmp_path)
+    with ThreadedServer(llama_streaming, tls=context) as server:
+        args = ["chat", "--url", server.url, "--users", "1", "--turns", "2", "--message-tokens", "4",
+                "--n-predict", "1", "--wait-ready", "1"]
+        code, _, err = loadgen(*args, "--insecure", "--output", tmp_path / "ok")
+        assert code == 0, err
+    records = load_records(tmp_path / "ok")
+    assert len(records) == 2 and all(r.ok for r in records), records
+
+
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="kernel receive stamps are Linux's")
 @pytest.mark.parametrize("transport,clock", [("fast", "kernel"), ("aiohttp", "loop")])
 def test_run_json_says_how_reads_were_timed(loadgen, tmp_path, transport, clock):

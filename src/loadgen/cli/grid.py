@@ -1,9 +1,11 @@
 """`loadgen grid`: start a server per configuration, measure it, stop it; then one table of the cells.
 
 Each cell's server is started by loadgen on a free loopback port (`run.servers`: its own process
-group, killed with loadgen however loadgen ends), with `--host`, `--port` and `-lv 4` added unless
-the template sets them (`-lv 4` prints the KV cache lines of the boot log; it also logs about 28
-lines per request instead of 7, to a file). A cell measures only its own server: its port must be
+group, killed with loadgen however loadgen ends), with `--host` and `--port` added unless the
+template sets them, and `-lv 4` where the template runs llama-server and sets no verbosity
+(`runs_llama_server`; `-lv 4` prints the KV cache lines of the boot log; it also logs about 28
+lines per request instead of 7, to a file). Other servers (`loadgen sim`, vLLM) get no `-lv`, and
+their cells have no boot-log KV figures. A cell measures only its own server: its port must be
 free before the server starts, and once /health answers, every socket listening on that port must be
 the server's (`core.ports`; /props' slot count where the system cannot tell); otherwise the cell
 fails with "could not bind HOST:PORT (in use)" (a port grid picked itself is tried again with another). The measurement is a fresh `loadgen sweep` (or prefill,
@@ -31,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import click
@@ -94,8 +96,15 @@ CELL_SET = ("--server-pid", "--cache-ram-mib", "--cache-idle-slots", "--no-cache
 VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose")
 
 
+def runs_llama_server(argv: list[str]) -> bool:
+    """Whether the command runs llama-server: a word of it (the program, or the program a wrapper such
+    as `taskset -c 0-7` or `python` runs) has a file name containing "llama-server". Only there does
+    grid add `-lv 4`: other servers (`loadgen sim`, vLLM, SGLang) refuse the flag."""
+    return any("llama-server" in PurePath(word).name for word in argv if not word.startswith("-"))
+
+
 def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
-    """The cell's argv with loadgen's additions (a free loopback port, -lv 4), and its URL."""
+    """The cell's argv with loadgen's additions (a free loopback port; -lv 4 for llama-server), and its URL."""
     argv = render(template, values)
     if not argv:
         raise ConfigError("--server is empty; give the server's command line, e.g. 'llama-server -m {model}'")
@@ -107,7 +116,7 @@ def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
     if host is None:
         host = "127.0.0.1"
         argv += ["--host", host]
-    if not has_flag(argv, *VERBOSITY_FLAGS):
+    if runs_llama_server(argv) and not has_flag(argv, *VERBOSITY_FLAGS):
         argv += ["-lv", "4"]  # the boot log's KV cache lines need it
     return argv, f"http://{host}:{port}"
 

@@ -68,7 +68,7 @@ def _short(lv: Level) -> str:
 
 
 def _concurrency_axis(ax, series: Sequence[TargetSeries]) -> None:
-    levels = sorted({lv.level for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.chart_levels})
     if levels and levels[-1] / max(levels[0], 1) >= 8:
         ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(levels or [1]))
@@ -82,8 +82,8 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     """Throughput (tok/s) vs concurrency, one line per series, the slot count as a dotted line."""
     fig, (ax,) = _figure(4.5)
     for i, s in enumerate(series):
-        xs = [lv.level for lv in s.levels]
-        ys = [lv.throughput_tok_s or 0.0 for lv in s.levels]
+        xs = [lv.level for lv in s.chart_levels]
+        ys = [lv.throughput_tok_s or 0.0 for lv in s.chart_levels]
         ax.plot(xs, ys, marker="o", color=colour(i), label=s.label)
         if s.total_slots and not _open_loop(series):  # slots are a concurrency, not a rate
             ax.axvline(s.total_slots, color=colour(i), linestyle=":", linewidth=1.5,
@@ -102,17 +102,17 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
 def latency_figure(series: Sequence[TargetSeries]) -> Figure:
     """p50/p99 lines on top; below, stacked bars of mean server work and mean queue wait per level."""
     fig, (top, bottom) = _figure(7.5, rows=2)
-    levels = sorted({lv.level for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.chart_levels})
     slot = {c: k for k, c in enumerate(levels)}
     width = 0.8 / max(len(series), 1)
     for i, s in enumerate(series):
-        xs = [lv.level for lv in s.levels if lv.latency_ms]
-        top.plot(xs, [lv.latency_ms.p50 for lv in s.levels if lv.latency_ms], marker="o",
+        xs = [lv.level for lv in s.chart_levels if lv.latency_ms]
+        top.plot(xs, [lv.latency_ms.p50 for lv in s.chart_levels if lv.latency_ms], marker="o",
                  color=colour(i), label=f"{s.label} p50")
-        top.plot(xs, [lv.latency_ms.p99 for lv in s.levels if lv.latency_ms], marker="^",
+        top.plot(xs, [lv.latency_ms.p99 for lv in s.chart_levels if lv.latency_ms], marker="^",
                  linestyle="--", color=colour(i), label=f"{s.label} p99")
         positions, service, waiting = [], [], []
-        for lv in s.levels:
+        for lv in s.chart_levels:
             if not lv.latency_ms:
                 continue
             wait = lv.queue_wait_ms.mean if lv.queue_wait_ms else 0.0
@@ -148,13 +148,13 @@ def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
     styles = ["-", "--", "-.", ":"]
     drawn = 0
     for i, s in enumerate(series):
-        for k, lv in enumerate(s.levels):
+        for k, lv in enumerate(s.chart_levels):
             values = [metrics.latency_ms(r) for r in s.records if r.level == lv.level and r.ok]
             if not values:
                 continue
             xs, ys = percentile_curve(values)
             ax.plot(xs, ys, color=colour(i), linestyle=styles[k % len(styles)],
-                    alpha=1.0 - 0.5 * k / max(len(s.levels), 1), label=f"{s.label} {_short(lv)}")
+                    alpha=1.0 - 0.5 * k / max(len(s.chart_levels), 1), label=f"{s.label} {_short(lv)}")
             drawn += 1
     ax.set_xscale("log")
     ax.set_xlim(1, 1e4)
@@ -211,13 +211,13 @@ def probe_figure(series: Sequence[TargetSeries]) -> Figure:
 def decode_figure(series: Sequence[TargetSeries]) -> Figure:
     """Box plots (with the points) of per-request decode tok/s, grouped by level, one colour per series."""
     fig, (ax,) = _figure(4.5)
-    levels = sorted({lv.level for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.chart_levels})
     slot = {c: k for k, c in enumerate(levels)}
     width = 0.8 / max(len(series), 1)
     rng = np.random.default_rng(0)  # fixed jitter: the same data draws the same picture
     drawn = 0
     for i, s in enumerate(series):
-        for lv in s.levels:
+        for lv in s.chart_levels:
             values = [v for r in s.records if r.level == lv.level
                       and (v := metrics.decode_tok_s(r)) is not None]
             if not values:
@@ -228,7 +228,7 @@ def decode_figure(series: Sequence[TargetSeries]) -> Figure:
                        medianprops={"color": colour(i)}, whiskerprops={"color": colour(i)},
                        capprops={"color": colour(i)})
             ax.scatter(x + rng.uniform(-width * 0.25, width * 0.25, len(values)), values, s=10,
-                       color=colour(i), label=s.label if drawn == 0 or lv is s.levels[0] else None, zorder=3)
+                       color=colour(i), label=s.label if drawn == 0 or lv is s.chart_levels[0] else None, zorder=3)
             drawn += 1
     ax.set_xticks(range(len(levels)), [str(c) for c in levels])
     ax.set_xlim(-0.6, max(len(levels), 1) - 0.4)
@@ -347,10 +347,10 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     """Per level, draft acceptance (solid) and reasoning share (dashed), in %, for the series that have them."""
     fig, (ax,) = _figure(4.0)
     for i, s in enumerate(series):
-        xs = [lv.level for lv in s.levels]
+        xs = [lv.level for lv in s.chart_levels]
         for field, name, style, marker in (("acceptance", "draft acceptance", "-", "o"),
                                            ("reasoning_share", "reasoning share", "--", "s")):
-            ys = [np.nan if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            ys = [np.nan if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.chart_levels]
             if not np.all(np.isnan(ys)):
                 ax.plot(xs, ys, marker=marker, linestyle=style, color=colour(i), label=f"{s.label} {name}")
     _concurrency_axis(ax, series)

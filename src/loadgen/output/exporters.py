@@ -9,7 +9,8 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
     hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
            <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
     csv    requests.csv (every field of every record) and levels.csv (one row per level summary);
-           a chat run also turns.csv (its per-turn table, one row per target and turn);
+           a chat run also turns.csv (its per-turn table, one row per target and turn); a run of
+           request classes has request_class and phase after target in both (`request_phases`);
            a prefill or depth run: prefill.csv / depth.csv (its table, one row per length or depth)
     json   levels.json: every level summary with its target and the saturation verdict (a chat run's
            per-turn rows under "turns"); a prefill or depth run: prefill.json / depth.json (its
@@ -42,6 +43,7 @@ from ..analysis.cache import conversation_turns
 from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord, encode_lines
+from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import RunDocument, RunKind, Target, json_safe
 from .cache import kept_records
 from .files import ExportFiles, file_safe, write_files
@@ -380,6 +382,41 @@ def chosen_fields(run: RunDocument | dict[str, Any]) -> list[str]:
     return [f"{m.key}_{label}" for m in _D.PERCENTILE_METRICS for label in labels] + trimmed + energy + cache + changed
 
 
+CLASS_FIELDS = ("request_class", "phase")  # a run of request classes: what tells its rows apart
+
+
+def has_classes(run: RunDocument | dict[str, Any]) -> bool:
+    config = RunDocument.of(run).config
+    return config is not None and bool(config.classes)
+
+
+def with_class_fields(fields: list[str], run: RunDocument | dict[str, Any]) -> list[str]:
+    """A CSV's columns, with a run of classes' class and phase right after the target (a class alone
+    and beside the others share a concurrency, so without them two rows read the same)."""
+    if not has_classes(run):
+        return fields
+    rest = [f for f in fields if f not in CLASS_FIELDS]
+    return rest[:1] + list(CLASS_FIELDS) + rest[1:]
+
+
+def request_phases(data: ExportData) -> list[str | None]:
+    """Each record's phase ("alone" or "together") in a run of classes, None elsewhere. Records carry
+    their class, not their phase; a class's levels run one after another (alone, then together), so
+    its first n records by send time are its alone level's, n the requests that level counted. None
+    for all when the run kept only some records (the counts would not hold)."""
+    if not has_classes(data.doc) or not kept_records(data.doc, data.records):
+        return [None] * len(data.records)
+    phase: dict[int, str] = {}
+    for target in data.targets:
+        for cls in dict.fromkeys(lv.request_class for lv in target.levels if lv.request_class is not None):
+            mine = sorted((i for i, r in enumerate(data.records) if r.target == target.label and r.request_class == cls),
+                          key=lambda i: (data.records[i].start_ns, data.records[i].seq))
+            alone = sum(lv.requests_ok + lv.requests_failed + lv.requests_cancelled for lv in target.levels
+                        if lv.request_class == cls and lv.phase == ALONE)
+            phase.update((i, ALONE if k < alone else TOGETHER) for k, i in enumerate(mine))
+    return [phase.get(i) for i in range(len(data.records))]
+
+
 def request_row(r: RequestRecord) -> dict[str, Any]:
     """A record as flat CSV cells: `usage` spread over three columns, chunk gaps space-separated."""
     row = r.to_dict()
@@ -478,9 +515,13 @@ class CsvExporter:
 
     def render(self, data: ExportData) -> ExportFiles:
         requests, levels = io.StringIO(newline=""), io.StringIO(newline="")
-        writer = csv.DictWriter(requests, fieldnames=REQUEST_FIELDS)
+        writer = csv.DictWriter(requests, fieldnames=with_class_fields(REQUEST_FIELDS, data.doc))
         writer.writeheader()
-        writer.writerows(request_row(r) for r in data.records)
+        if has_classes(data.doc):
+            writer.writerows({**request_row(r), "phase": p} for r, p in zip(data.records, request_phases(data),
+                                                                             strict=True))
+        else:
+            writer.writerows(request_row(r) for r in data.records)
         kind = data.doc.kind
         if kind in TABLE_KINDS:
             rows = table_rows(data)
@@ -489,7 +530,8 @@ class CsvExporter:
             writer.writerows(rows)
             return [("requests.csv", requests.getvalue().encode("utf-8")),
                     (f"{kind}.csv", levels.getvalue().encode("utf-8"))]
-        writer = csv.DictWriter(levels, fieldnames=level_fields() + chosen_fields(data.doc), extrasaction="ignore")
+        writer = csv.DictWriter(levels, fieldnames=with_class_fields(level_fields(), data.doc) + chosen_fields(data.doc),
+                                extrasaction="ignore")
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8")),

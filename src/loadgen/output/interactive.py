@@ -63,7 +63,7 @@ def _x_title(series: Sequence[TargetSeries]) -> str:
 
 def _level_axis(series: Sequence[TargetSeries]) -> dict[str, Any]:
     """An x-axis with a tick at every level; log2 when the levels span 8× or more."""
-    levels = sorted({lv.level for s in series for lv in s.levels})
+    levels = sorted({lv.level for s in series for lv in s.chart_levels})
     log2 = {"type": "log"} if levels and levels[-1] / max(levels[0], 1) >= 8 else {}
     return {"title": _x_title(series), "tickvals": levels, "ticktext": [str(c) for c in levels], **log2}
 
@@ -88,7 +88,7 @@ def throughput_figure(series: Sequence[TargetSeries]) -> Figure:
     axis = _level_axis(series)
     for i, s in enumerate(series):
         fig.add_trace(go.Scatter(
-            x=[lv.level for lv in s.levels], y=[lv.throughput_tok_s or 0.0 for lv in s.levels],
+            x=[lv.level for lv in s.chart_levels], y=[lv.throughput_tok_s or 0.0 for lv in s.chart_levels],
             mode="lines+markers", name=s.label, line={"color": colour(i)},
             hovertemplate="%{x}: %{y:.2f} tok/s<extra>%{fullData.name}</extra>"))
         if s.total_slots and not open_loop:  # slots are a concurrency, not a rate
@@ -107,7 +107,7 @@ def latency_figure(series: Sequence[TargetSeries]) -> Figure:
     go = _go()
     fig = go.Figure()
     for i, s in enumerate(series):
-        levels = [lv for lv in s.levels if lv.latency_ms]
+        levels = [lv for lv in s.chart_levels if lv.latency_ms]
         xs = [lv.level for lv in levels]
         for stat, dash in (("p50", "solid"), ("p99", "dash")):
             fig.add_trace(go.Scatter(
@@ -128,7 +128,7 @@ def percentile_figure(series: Sequence[TargetSeries]) -> Figure:
     fig = go.Figure()
     dashes = ["solid", "dash", "dashdot", "dot"]
     for i, s in enumerate(series):
-        for k, lv in enumerate(s.levels):
+        for k, lv in enumerate(s.chart_levels):
             values = s.latencies_ms(lv.level)
             if not values:
                 continue
@@ -177,7 +177,7 @@ def decode_figure(series: Sequence[TargetSeries]) -> Figure:
     for i, s in enumerate(series):
         xs: list[str] = []
         ys: list[float] = []
-        for lv in s.levels:
+        for lv in s.chart_levels:
             values = s.decode_speeds(lv.level)
             xs += [str(lv.level)] * len(values)
             ys += values
@@ -308,10 +308,10 @@ def speculation_figure(series: Sequence[TargetSeries]) -> Figure:
     go = _go()
     fig = go.Figure()
     for i, s in enumerate(series):
-        xs = [lv.level for lv in s.levels]
+        xs = [lv.level for lv in s.chart_levels]
         for field, name, dash, symbol in (("acceptance", "draft acceptance", "solid", "circle"),
                                           ("reasoning_share", "reasoning share", "dash", "square")):
-            ys = [None if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.levels]
+            ys = [None if getattr(lv, field) is None else 100 * getattr(lv, field) for lv in s.chart_levels]
             if any(y is not None for y in ys):
                 fig.add_trace(go.Scatter(
                     x=xs, y=ys, mode="lines+markers", name=f"{s.label} {name}", line={"color": colour(i), "dash": dash},

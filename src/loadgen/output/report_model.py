@@ -26,6 +26,14 @@ from .layout import Grid
 INCOMPLETE = "incomplete"
 
 
+def levels_by_value(levels: Sequence[Level]) -> list[Level]:
+    """Levels in the order of their value (concurrency or request rate), as a chart's line joins them:
+    a capacity search probes 1, 2, 4, 8, 6, 5, and a line in that order zigzags. A level that ran more
+    than once keeps each run as its own point, side by side at the same value in the order they ran
+    (a sort that is stable), not pooled: each run's figures are run.json's own."""
+    return sorted(levels, key=lambda lv: lv.level)
+
+
 @dataclass
 class TargetSeries:
     """One target of one run, as drawn and tabulated."""
@@ -46,7 +54,13 @@ class TargetSeries:
 
     @property
     def levels(self) -> list[Level]:
+        """The levels in the order they ran (the tables' order)."""
         return list(self.target.levels)
+
+    @property
+    def chart_levels(self) -> list[Level]:
+        """The levels as the charts draw them: `levels_by_value`."""
+        return levels_by_value(self.target.levels)
 
     @property
     def total_slots(self) -> int | None:
@@ -201,7 +215,7 @@ def has_slo(series: Sequence[TargetSeries]) -> bool:
 def attainment_points(s: TargetSeries) -> tuple[list[int | float], list[float | None], float | None]:
     """(levels, attainment in % or None where nothing was judged, the required attainment in % or
     None) of one series' judged levels, for the attainment chart."""
-    judged = [(lv.level, j) for lv in s.levels if (j := level_slo(lv)) is not None]
+    judged = [(lv.level, j) for lv in s.chart_levels if (j := level_slo(lv)) is not None]
     return ([level for level, _ in judged], [None if j.attainment is None else 100 * j.attainment for _, j in judged],
             100 * judged[0][1].required if judged else None)
 
@@ -231,7 +245,7 @@ class EnergyPoints:
 
 
 def energy_points(s: TargetSeries) -> EnergyPoints:
-    measured = [(lv, e) for lv in s.levels if (e := lv.headline_energy) is not None]
+    measured = [(lv, e) for lv in s.chart_levels if (e := lv.headline_energy) is not None]
     return EnergyPoints(levels=[lv.level for lv, _ in measured], j_per_token=[e.j_per_token for _, e in measured],
                         net_j_per_token=[None if within_idle_noise(e.net_j_per_token) else e.net_j_per_token
                                          for _, e in measured],

@@ -29,6 +29,8 @@ import aiohttp
 import msgspec
 
 from ..analysis.evidence import not_an_llm_server
+from ..client.transport import tls_context
+from ..core.baseurl import BaseUrl
 from ..core.cache_mode import MultiTurn
 from ..core.clock import now_ns
 from ..core.records import CONNECT_ERROR, INVALID_JSON, NOT_JSON_MESSAGE, LevelRun, RequestRecord
@@ -43,14 +45,14 @@ from .target_setup import prepare_targets
 CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
 
 
-async def _turn(session: aiohttp.ClientSession, url: str, api: TurnApi, body: dict, record: dict) -> str | None:
-    """One streamed turn: fills `record` (times, timings, slot); the answer text, or None on failure
-    (record's error set)."""
+async def _turn(session: aiohttp.ClientSession, url: str, body: dict, api: TurnApi, record: dict) -> str | None:
+    """One streamed turn to `url` (the endpoint's absolute URL): fills `record` (times, timings, slot);
+    the answer text, or None on failure (record's error set)."""
     text: list[str] = []
     events, head = 0, b""
     record["send_ns"] = now_ns()
     try:
-        async with session.post(f"{url}{api.path}", json=body) as resp:
+        async with session.post(url, json=body) as resp:
             record["status"] = resp.status
             if resp.status != 200:
                 record["error_kind"] = f"http_{resp.status}"
@@ -96,7 +98,9 @@ async def _user(run: Run, t: TargetRun, level: LevelRun, mode: MultiTurn, user: 
                   **({"seed": g.seed} if g.seed is not None else {}),
                   **({"id_slot": user % slots} if mode.pin_slots and slots else {})}
         record: dict = {}
-        answer = await _turn(session, t.target.url.rstrip("/"), api, api.body(salt, history, message, fields), record)
+        # core.baseurl's rule, as sweep's transports join it: a base URL ending in /v1 is the OpenAI one
+        url = BaseUrl.parse(t.target.url).url(api.path)
+        answer = await _turn(session, url, api.body(salt, history, message, fields), api, record)
         level.records.append(RequestRecord(target=t.label, level=mode.users, worker=user,
                                            seq=turn * mode.users + user, salt=salt,
                                            intended_ns=record["send_ns"], **record))
@@ -122,7 +126,8 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
         started = time.monotonic()
         # llama-server closes a connection after a streamed answer (client/probe.py: closes_streams); a
         # kept-alive one would fail the next turn's write, so each turn opens its own.
-        connector = aiohttp.TCPConnector(force_close=True)
+        connector = aiohttp.TCPConnector(force_close=True, ssl=tls_context(config.insecure)
+                                         if t.target.url.startswith("https:") else True)
         async with aiohttp.ClientSession(timeout=timeout, headers=config.auth_headers(), connector=connector) as session, \
                 level_sampling(watch, level):
             level.start_ns = now_ns()

@@ -1,6 +1,6 @@
 """A stand-in llama-server for `loadgen grid` tests: the simulator behind llama-server's flags and boot log.
 
-    python tests/grid_server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
+    python tests/fake-llama-server.py --host H --port P -lv 4 [--parallel N] [-c N] [--die-after N] [--load-forever]
                                 [--reuse-port] [--bind-after FILE] [--profile NAME|FILE] [--time-scale X]
                                 [-fa on|off|auto] [--set-link SYSFS:GEN] [--link-drop N] [--cache-ram MIB]
 
