@@ -50,7 +50,7 @@ def one_run(slots: int, scale: float, checks: int, long_s: float, seed: int, out
               "--start", f"{1 / scale:g}", "--n-predict", "64", "--warmup", "1", "--output", str(out / "capacity"),
               "--force"])
         wall = time.monotonic() - began
-        cap = json.loads((out / "capacity" / "capacity.json").read_text())
+        cap = json.loads((out / "capacity" / "capacity.json").read_text())["capacity"]
         rate = cap["feasible_max"]
         print(f"  slots {slots}, seed {seed}: capacity {rate and rate * scale:.3g} req/s "
               f"({cap['requests']} requests, {wall:.0f} s wall; {cap['verdict']})", flush=True)
