@@ -44,6 +44,22 @@ def test_decide_level(scores, repeat, expected):
     assert decide_level([p(s) for s in scores], repeat=repeat, noise=0.10) == expected
 
 
+# By rate, written first: a pass not far below the line (score >= 0.5) is confirmed on `repeat`
+# arrival schedules; far below it, or by concurrency, one pass decides as before.
+@pytest.mark.parametrize("scores, by_rate, expected", [
+    ([0.7], True, "repeat"),
+    ([0.7], False, "pass"),
+    ([0.3], True, "pass"),
+    ([0.7, 0.8], True, "repeat"),
+    ([0.7, 0.8, 0.6], True, "pass"),
+    ([0.7, 0.8, 1.3], True, "inconclusive"),
+    ([1.5], True, "fail"),
+    ([0.3, 0.6], True, "repeat"),
+])
+def test_a_passing_rate_is_confirmed_on_new_schedules(scores, by_rate, expected):
+    assert decide_level([p(s) for s in scores], repeat=3, noise=0.10, by_rate=by_rate) == expected
+
+
 def H(**levels):
     """history from c1=[...], c2=[...]: level -> scores."""
     return {int(k[1:]): [p(s, int(k[1:])) for s in v] for k, v in levels.items()}

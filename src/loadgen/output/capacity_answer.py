@@ -197,5 +197,5 @@ def rebuilt_capacity(doc: RunDocument, settings: CapacitySettings) -> dict[str, 
     slo = Slo(tuple((name, targets.targets_ms[name]) for name in TARGETS if name in targets.targets_ms),
               targets.attainment)
     history = probes_of_run(doc)
-    answer = conclude(history, settings.repeat, settings.noise)
+    answer = conclude(history, settings.repeat, settings.noise, settings.by_rate)
     return capacity_document(answer, doc, slo, settings, history, "not recorded (capacity.json is missing)")

@@ -116,7 +116,7 @@ class CapacitySearch:
             self.run.config = replace(self.run.config, concurrency=tuple(int(x) for x in self.order))
 
     def answer(self) -> Answer:
-        return conclude(self.history, self.settings.repeat, self.settings.noise)
+        return conclude(self.history, self.settings.repeat, self.settings.noise, self.settings.by_rate)
 
 
 TARGET_DOWN = "target down: "  # how run/engine.py begins a level's stop when the server stops answering
