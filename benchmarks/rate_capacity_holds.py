@@ -47,7 +47,7 @@ def one_run(slots: int, scale: float, checks: int, long_s: float, seed: int, out
                     "--seed", str(seed)) as sim:
         began = time.monotonic()
         _run(["capacity", "--url", sim.url, "--by", "rate", "--slo", slo, "--max-concurrency", f"{100 / scale:g}",
-              "--start", f"{1 / scale:g}", "--n-predict", "64", "--warmup", "1", "--output", str(out / "capacity"),
+              "--start", f"{1 / scale:g}", "--arrival-seed", str(100 * seed), "--n-predict", "64", "--warmup", "1", "--output", str(out / "capacity"),
               "--force"])
         wall = time.monotonic() - began
         cap = json.loads((out / "capacity" / "capacity.json").read_text())["capacity"]

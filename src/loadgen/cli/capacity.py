@@ -81,6 +81,8 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--start", "start", type=float, default=1, show_default=True,
               help="The first level (users, or req/s with --by rate); by rate the search halves downwards from it "
                    "until a rate passes.")
+@click.option("--arrival-seed", type=int, default=0, show_default=True,
+              help="By rate: seed of the first run's arrival schedule; each further run of a level adds 1.")
 @click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
                                               "much time has passed (90s, 10m); the answer so far is given.")
 @click.option("--repeat", type=click.IntRange(min=1), default=DEFAULT_REPEAT, show_default=True,
@@ -105,7 +107,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @records_options
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
-                     attainment, by, max_level, start, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
+                     attainment, by, max_level, start, arrival_seed, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
                      n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format) -> None:
@@ -150,7 +152,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
         prompt_tokens=prompt_tokens, workload=workload, dataset_entries=entries,
         prompt_source=source, transport=transport, insecure=insecure, slo=slo,
-        open_loop_least=RATE_LEVEL_LEAST)  # only a rate (open-loop) level reads it
+        open_loop_least=RATE_LEVEL_LEAST, arrival_seed=arrival_seed)  # only a rate (open-loop) level reads it
     settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,
                                 budget_requests=budget_requests, budget_s=budget_s)
     ensure_open_files(connections_needed(config))
