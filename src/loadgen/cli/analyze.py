@@ -5,10 +5,10 @@ Reads through results/ only, so it loads neither the engine nor an HTTP client.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+import msgspec
 from rich.console import Console
 
 from ..core.errors import ConfigError
@@ -19,7 +19,7 @@ from ..output.grid_table import print_grid
 from ..output.layout import print_table
 from ..output.tables import print_run, say
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
-from ..results.reader import load_probe, load_records, load_run, load_run_dict
+from ..results.reader import load_probe, load_records, load_run
 from ..results.reread import reanalyse
 from ..results.schema import CACHE_CAPACITY_FILE, CAPACITY_FILE
 from .options import PERCENTILES
@@ -77,19 +77,30 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         _capacity_answer(path, doc, _console())
 
 
+class _CapacityAnswer(msgspec.Struct):
+    verdict: str | None = None
+
+
+class _CapacityFile(msgspec.Struct):
+    """What `analyze` reads of capacity.json: the answer's sentence."""
+
+    capacity: _CapacityAnswer
+
+
 def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:
     """A `loadgen capacity` run's answer: capacity.json's verdict, or when that file is missing the
     answer rebuilt from run.json's levels and --slo (output/capacity_answer.py), said to be rebuilt."""
-    settings = settings_of_command(load_run_dict(path).get("command"))
+    settings = settings_of_command(doc.command)
     if settings is None:
         return
     try:
-        saved = json.loads((path / CAPACITY_FILE).read_text(encoding="utf-8"))["capacity"]["verdict"]
-    except (OSError, ValueError, KeyError, TypeError):
+        saved = msgspec.json.decode((path / CAPACITY_FILE).read_bytes(), type=_CapacityFile).capacity.verdict
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         saved = None
     if isinstance(saved, str):
         say(console, saved)
         return
     rebuilt = rebuilt_capacity(doc, settings)
     if rebuilt is not None:
-        say(console, f"{rebuilt['verdict']} (rebuilt from run.json: {CAPACITY_FILE} is missing or unreadable)")
+        answer = msgspec.convert(rebuilt, _CapacityAnswer)
+        say(console, f"{answer.verdict} (rebuilt from run.json: {CAPACITY_FILE} is missing or unreadable)")

@@ -664,6 +664,7 @@ class RunDocument(msgspec.Struct, frozen=True):
     complete: bool = True
     config: Config | None = None
     started_utc: str | None = None
+    command: list[str] | None = None  # the argv that made the run (capacity's settings are read back from it)
     # The machine's fingerprint as stored (core.environment.fingerprint_from reads it: None when
     # absent or unreadable); absent from runs before it was recorded.
     environment: Any = None

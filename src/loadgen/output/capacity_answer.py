@@ -164,6 +164,16 @@ _SETTING_FLAGS = {"--by": "by", "--max-concurrency": "max_level", "--start": "st
                   "--noise": "noise"}
 
 
+class _GivenSettings(msgspec.Struct):
+    """The search's settings as a capacity command line gave them (text read as numbers)."""
+
+    by: str = "concurrency"
+    max_level: float = 64
+    start: float = 1
+    repeat: int = DEFAULT_REPEAT
+    noise: float = DEFAULT_NOISE
+
+
 def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | None:
     """The search's settings from a run's argv (`loadgen capacity ...`); None when another command made
     the run or an option cannot be read."""
@@ -177,12 +187,11 @@ def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | Non
             if not eq:
                 value = args[i + 1] if i + 1 < len(args) else ""
             given[_SETTING_FLAGS[flag]] = value
-    by_rate = given.get("by", "concurrency") == "rate"
     try:
-        max_level, start = float(given.get("max_level", 64)), float(given.get("start", 1))
-        repeat, noise = int(given.get("repeat", DEFAULT_REPEAT)), float(given.get("noise", DEFAULT_NOISE))
-    except ValueError:
+        read = msgspec.convert(given, _GivenSettings, strict=False)
+    except msgspec.ValidationError:
         return None
+    by_rate, max_level, start, repeat, noise = read.by == "rate", read.max_level, read.start, read.repeat, read.noise
     return CapacitySettings(by_rate=by_rate, max_level=max_level if by_rate else int(max_level),
                             start=start if by_rate else int(start), repeat=repeat, noise=noise)
 
