@@ -84,8 +84,11 @@ def test_chat_over_the_chat_completions_api_reuses_its_history(sim, loadgen, tmp
     from loadgen.analysis.cache import turn_of
     from loadgen.results.reader import load_records, load_run
     out = tmp_path / "chat-api"
+    # --pin-slots: user u on slot u, so each turn finds its own history whichever slot the server would
+    # have chosen (unpinned, about one run in ten put a second turn on a slot without it, cache_n 0;
+    # this test is about the messages the chat API re-sends, not the slot choice)
     code, stdout, err = loadgen("chat", "--url", sim.url, "--api", "chat", "--users", USERS, "--turns", TURNS,
-                                "--message-tokens", 16, "--n-predict", 4, "--output", out)
+                                "--message-tokens", 16, "--n-predict", 4, "--pin-slots", "--output", out)
     assert code == 0, err
     assert "per turn" in stdout
     assert load_run(out).config.api == "chat"
