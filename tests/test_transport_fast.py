@@ -486,15 +486,21 @@ class ThreadedServer:
         self._thread.join(10)
 
 
-async def llama_like(request, writer):
-    if request.path == "/completion":
-        writer.write(response(COMPLETION, headers=("Content-Type: application/json",)))
-    elif request.path == "/health":
-        writer.write(response(b'{"status":"ok"}'))
-    else:
-        writer.write(response(b"not here", "404 Not Found"))
-    await writer.drain()
-    return True
+def llama_answering(body: bytes, *headers: str):
+    """A handler that answers /completion with `body` (and these headers), /health ok, else 404."""
+    async def handler(request, writer):
+        if request.path == "/completion":
+            writer.write(response(body, headers=headers))
+        elif request.path == "/health":
+            writer.write(response(b'{"status":"ok"}'))
+        else:
+            writer.write(response(b"not here", "404 Not Found"))
+        await writer.drain()
+        return True
+    return handler
+
+
+llama_like = llama_answering(COMPLETION, "Content-Type: application/json")
 
 
 @pytest.mark.parametrize("transport", ["fast", "aiohttp"])
@@ -521,15 +527,7 @@ STREAM = (b'data: {"content":"hi","stop":false}\n\n'
           b'data: {"content":"","stop":true,"tokens_predicted":1,"stop_type":"limit","id_slot":0}\n\n')
 
 
-async def llama_streaming(request, writer):
-    if request.path == "/completion":
-        writer.write(response(STREAM, headers=("Content-Type: text/event-stream", "Connection: close")))
-    elif request.path == "/health":
-        writer.write(response(b'{"status":"ok"}'))
-    else:
-        writer.write(response(b"not here", "404 Not Found"))
-    await writer.drain()
-    return True
+llama_streaming = llama_answering(STREAM, "Content-Type: text/event-stream", "Connection: close")
 
 
 def test_chat_over_https_honours_insecure(loadgen, tmp_path):
