@@ -67,8 +67,8 @@ class CapacitySettings:
     by_rate: bool = False
     max_level: int | float = 64
     start: int | float = 1
-    repeat: int = 3
-    noise: float = 0.10
+    repeat: int = DEFAULT_REPEAT
+    noise: float = DEFAULT_NOISE
     budget_requests: int | None = None
     budget_s: float | None = None
 
