@@ -9,8 +9,12 @@ GT_S = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/
 
 
 def _write(path: Path, text: str) -> None:
+    """`text` replaced whole: a sampler reading the tree while a test changes it never sees the file
+    empty (the kernel's never are; a partial read once gave a link change of "Gen?" beside the real one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    staged = path.with_name(path.name + ".new")
+    staged.write_text(text + "\n")
+    staged.replace(path)
 
 
 def build_tree(root: Path, *, cores: int = 4, governor: str = "performance", swap_used_kb: int = 0,
@@ -72,11 +76,7 @@ def set_link(sysfs: Path, gen: int, width: int, max_gen: int = 4, max_width: int
 def set_energy(sysfs: Path, uj: int) -> None:
     """The counter at `uj`, replaced whole (a reader never sees the file empty, as the kernel's never is:
     a soak's sampler reads it while hundreds of requests a second advance it)."""
-    path = sysfs / "class/powercap/intel-rapl:0/energy_uj"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name("energy_uj.new")
-    staged.write_text(f"{uj}\n")
-    staged.replace(path)
+    _write(sysfs / "class/powercap/intel-rapl:0/energy_uj", str(uj))
 
 
 def set_cpu_times(procfs: Path, total: int, steal: int) -> None:

@@ -57,7 +57,11 @@ def test_each_cell_holds_what_the_simulator_keeps_warm(cache_grid):
             assert result.slots == int(cell["params"]["parallel"])
             assert result.cache_ram_mib == float(cell["params"]["cache_ram"])  # the cell's --cache-ram
             assert (result.collapse_k, result.predicted_capacity) == (held + 1, predicted), result
-            assert [lv.warm_hit_ratio for lv in result.levels if lv.k <= held] == pytest.approx([RATIO] * held), result
+            # BOS + the prefix, and at most one more token a request: the salt after the prefix may
+            # start with the same token as the cached turn's salt by chance (a shared lead of two
+            # tokens is about one in a million).
+            warm = [lv.warm_hit_ratio for lv in result.levels if lv.k <= held]
+            assert len(warm) == held and all(RATIO - 1e-9 <= r <= RATIO + 1 / 164 for r in warm), result
             assert all(lv.rss_mib and lv.rss_mib > 0 for lv in result.levels), result  # --server-pid: the cell's
             assert (out / run["run_dir"] / "cache-capacity.json").is_file()
     # each server was seen gone when its cell ended (a later pid_alive check can meet a reused pid on a
