@@ -532,6 +532,17 @@ class DatasetFit(msgspec.Struct, frozen=True):
     skipped: int
 
 
+class LengthsChanged(msgspec.Struct, frozen=True):
+    """Prompt lengths loadgen had to change on this target: `floored` of `requests` (a replayed
+    trace's prompts too short to hold the salt) raised to `floor_tokens`, the shortest prompt this
+    server's tokenizer allows (run/trace_prompts.py). Each such record keeps the asked length in
+    `prompt_tokens_target`; its `prompt_n` is what was sent."""
+
+    floored: int
+    requests: int
+    floor_tokens: int
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -544,6 +555,7 @@ class Target(msgspec.Struct, frozen=True):
     soak: SoakSection | None = None
     interference: list[ClassInterference] | None = None  # a run of request classes
     dataset: DatasetFit | None = None  # a dataset-answers run
+    lengths_changed: LengthsChanged | None = None  # prompts loadgen lengthened (absent: none)
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""

@@ -404,6 +404,18 @@ def verdict_lines(doc: Doc) -> list[str]:
         f"{t.label}: {v.line}" for t in targets for v in t.interference or []]
 
 
+def length_lines(doc: Doc) -> list[str]:
+    """One line per target whose prompt lengths loadgen had to change (run.json `lengths_changed`)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        changed = t.lengths_changed
+        if changed is not None and changed.floored:
+            out.append(f"{t.label}: {changed.floored:,} of {changed.requests:,} prompts floored to "
+                       f"{changed.floor_tokens} tokens, the shortest that holds the salt on this server "
+                       "(their asked length is each record's prompt_tokens_target)")
+    return out
+
+
 def overhead_lines(doc: Doc) -> list[str]:
     out = []
     for t in RunDocument.of(doc).targets:
@@ -619,7 +631,7 @@ class RunLines:
 def run_lines(doc: Doc, told: bool = False) -> RunLines:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
-    notes = slo_lines(doc) + trim_lines(doc) + overhead_lines(doc) + connection_lines(doc)
+    notes = slo_lines(doc) + trim_lines(doc) + length_lines(doc) + overhead_lines(doc) + connection_lines(doc)
     sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):

@@ -95,6 +95,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         }
         if t.dataset_fit is not None:  # --n-predict dataset: entries beyond the slot's context, skipped
             target["dataset"] = {"entries": t.dataset_fit[0], "skipped": t.dataset_fit[1]}
+        if t.lengths_floored is not None:  # prompts too short for the salt, raised (run/trace_prompts.py)
+            floored, requests, floor_tokens = t.lengths_floored
+            target["lengths_changed"] = {"floored": floored, "requests": requests, "floor_tokens": floor_tokens}
         if config.classes:  # classes side by side, not a ladder: how each fared beside the others instead
             target["verdict"] = None
             target["interference"] = [v.to_dict() for v in class_interference(t, levels)]
