@@ -3,10 +3,13 @@ table of cases whose expected verdicts were written before the rule (issue 46 it
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from loadgen.analysis.cut_answers import AnswerTally, judge_answer
 from loadgen.core.records import RequestRecord, Usage
+from loadgen.results.reader import load_records, load_run_dict
 
 # (stop_type, finish_reason, tokens, asked) -> verdict: "cut", "short" or None (a full answer, or
 # one that cannot be judged).
@@ -58,3 +61,43 @@ def test_a_tally_judges_records_by_their_own_length_or_the_runs_and_merges():
     assert a.counts(400) == (3, 1)  # 212 and 50 on the limit, and 5 of 8; 30 stopped on EOS
     assert a.counts(None) == (1, 0)  # the run's n_predict unknown: only the records that carry theirs
     assert a.counts(40) == (1, 1)  # asked 40: 212, 400 and 50 are not short of it (30 is)
+
+
+def _small_context_sim(n_ctx: int):
+    import dataclasses
+
+    from servers import SimThread
+
+    sim = SimThread(slots=1)
+    sim.profile = dataclasses.replace(sim.profile, n_ctx=n_ctx)
+    return sim
+
+
+def test_the_default_prompt_that_leaves_no_room_for_its_answer_is_refused_up_front(loadgen, tmp_path):
+    # The default prompt is ~40 tokens on the simulator: with 200 to generate it needs ~240 of a
+    # 128-token slot. Before, only --prompt-tokens was checked, and every answer came back cut.
+    with _small_context_sim(128) as sim:
+        code, _, err = loadgen("sweep", "--url", sim.url, "--concurrency", "1", "--requests", "2", "--n-predict", "200",
+                               "--warmup", "0", "--output", tmp_path / "r")
+    assert code == 2, err
+    assert "cannot take the prompt" in err and "per-slot n_ctx 128" in err
+
+
+def test_answers_cut_by_the_context_are_counted_and_named(loadgen, tmp_path):
+    # Two prompts, one short (fits with its 48 tokens of answer), one long (~90 tokens: its answer
+    # is cut at the slot's 128). The run goes ahead with a note up front; each long one is counted.
+    data = tmp_path / "d.jsonl"
+    long = " ".join(["word"] * 90)
+    data.write_text(json.dumps({"prompt": "Say hi."}) + "\n" + json.dumps({"prompt": long}) + "\n")
+    out = tmp_path / "r"
+    with _small_context_sim(128) as sim:
+        code, stdout, err = loadgen("sweep", "--url", sim.url, "--concurrency", "1", "--requests", "4", "--n-predict", "48",
+                                    "--dataset", data, "--warmup", "0", "--output", out)
+    assert code == 0, err
+    assert "leave no room for n_predict 48" in err
+    level = load_run_dict(out)["targets"][0]["levels"][0]
+    records = load_records(out)
+    cut = [r for r in records if r.output_tokens < 48]
+    assert len(cut) == 2 and all(r.stop_type == "limit" for r in cut)
+    assert level["answers_cut"] == 2 and "answers_short" not in level
+    assert "2 answers cut by the context (2 at c=1)" in stdout

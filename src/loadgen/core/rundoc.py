@@ -69,6 +69,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     requests_cancelled: int = 0
     # In flight in a worker process that died (error kind "lost"); absent from files without any.
     requests_lost: int = 0
+    # Successful answers with fewer tokens than asked (analysis/cut_answers.py): stopped on the context
+    # limit (`stop_type: limit`, `finish_reason: length`), and stopped otherwise (EOS, a stop word:
+    # a warning only under --ignore-eos). Absent from run.json when none.
+    answers_cut: int = 0
+    answers_short: int = 0
     # Open loop: the requests its schedule held, and of those the ones never sent (the level was
     # stopped first: Ctrl-C, the target down); ok + failed + cancelled + lost + not_sent = scheduled.
     # Not records, and not failures. None (absent) in closed loop and in files written before them.
@@ -148,8 +153,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("concurrency_reached", "connections_opened", "input_tokens", "request_rate", "total_tok_s"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
-        if not out["requests_lost"]:
-            del out["requests_lost"]
+        for key in ("requests_lost", "answers_cut", "answers_short"):  # absent: none
+            if not out[key]:
+                del out[key]
         for key in ("requests_scheduled", "requests_not_sent"):  # open loop only
             if out[key] is None:
                 del out[key]
