@@ -26,7 +26,7 @@ def new_salt() -> str:
     differ from every other request's, not resist an attacker, and this is cheap enough for
     thousands of requests/s.
     """
-    return "%016d" % _randbelow(_SALT_SPAN)
+    return f"{_randbelow(_SALT_SPAN):016d}"
 
 
 _salts = random.Random()  # private: nobody's random.seed() makes salts repeat
