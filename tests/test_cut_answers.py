@@ -101,3 +101,18 @@ def test_answers_cut_by_the_context_are_counted_and_named(loadgen, tmp_path):
     assert len(cut) == 2 and all(r.stop_type == "limit" for r in cut)
     assert level["answers_cut"] == 2 and "answers_short" not in level
     assert "2 answers cut by the context (2 at c=1)" in stdout
+
+
+def test_a_workers_part_carries_its_answers_to_the_levels_aggregate_through_msgpack():
+    import msgspec
+
+    from loadgen.analysis.aggregate import LevelAggregate, Partial
+
+    worker, level = LevelAggregate(), LevelAggregate()
+    worker.add_batch([_record(212, "limit"), _record(30, "eos"), _record(5, "limit", n_predict_target=8)])
+    part = msgspec.msgpack.decode(msgspec.msgpack.encode(worker.partial(0)), type=Partial)
+    level.add_batch([_record(100, finish_reason="length", usage=True)])
+    level.merge(part)
+    summary = level.summary(1, n_predict=400)
+    assert (summary.answers_cut, summary.answers_short) == (3, 1)
+    assert "answers_cut" not in LevelAggregate.of([_record(400, "limit")]).summary(1, n_predict=400).to_dict()

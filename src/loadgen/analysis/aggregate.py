@@ -30,7 +30,7 @@ from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 from . import cache, metric_defs, metrics
-from .cut_answers import AnswerTally
+from .cut_answers import AnswerPart, AnswerTally
 from .metric_defs import Batch
 from .speculation import Acceptance
 
@@ -157,7 +157,7 @@ class Partial(msgspec.Struct):
     drafted_counted: int = 0
     reasoning_tokens: int = 0
     reasoning_counted: int = 0
-    answers: dict[str, Any] = {}  # cut and short answers (cut_answers.AnswerTally.part); {} from an older worker
+    answers: AnswerPart = AnswerPart()  # cut and short answers (analysis/cut_answers.py); none from an older worker
 
 
 class Reservoir:

@@ -18,7 +18,9 @@ a worker process's part), so a level judged against the run's n_predict needs no
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+
+import msgspec
 
 from ..core.records import RequestRecord
 
@@ -35,6 +37,15 @@ def judge_answer(stop_type: str | None, finish_reason: str | None, tokens: int |
     if stop_type in LIMIT_STOP_TYPES or finish_reason in LIMIT_FINISH_REASONS:
         return CUT
     return SHORT
+
+
+class AnswerPart(msgspec.Struct, frozen=True):
+    """An `AnswerTally` as a worker process sends it (`AnswerTally.part`, `merge`)."""
+
+    cut: int = 0
+    short: int = 0
+    limit_at: dict[int, int] = {}
+    other_at: dict[int, int] = {}
 
 
 class AnswerTally:
@@ -73,17 +84,15 @@ class AnswerTally:
         return (self.cut + sum(n for tokens, n in self.limit_at.items() if tokens < n_predict),
                 self.short + sum(n for tokens, n in self.other_at.items() if tokens < n_predict))
 
-    def part(self) -> dict[str, object]:
-        """The tally as a worker process sends it (plain data; `merge` adds it)."""
-        return {"cut": self.cut, "short": self.short, "limit_at": dict(self.limit_at),
-                "other_at": dict(self.other_at)}
+    def part(self) -> AnswerPart:
+        """The tally as a worker process sends it (`merge` adds it)."""
+        return AnswerPart(self.cut, self.short, dict(self.limit_at), dict(self.other_at))
 
-    def merge(self, part: Mapping[str, object]) -> None:
-        self.cut += int(part.get("cut", 0))  # type: ignore[call-overload]
-        self.short += int(part.get("short", 0))  # type: ignore[call-overload]
-        for key, into in (("limit_at", self.limit_at), ("other_at", self.other_at)):
-            for tokens, n in dict(part.get(key) or {}).items():  # type: ignore[call-overload]
-                into[int(tokens)] += int(n)
+    def merge(self, part: AnswerPart) -> None:
+        self.cut += part.cut
+        self.short += part.short
+        self.limit_at.update(part.limit_at)  # Counter.update adds
+        self.other_at.update(part.other_at)
 
     def clear(self) -> None:
         self.cut = self.short = 0
