@@ -37,7 +37,7 @@ def test_depth_reports_the_change_against_depth_zero(loadgen, simulator, tmp_pat
     assert code == 0, err
     rows = load_run_dict(out)["targets"][0]["depth"]["rows"]
     assert [r["depth"] for r in rows] == [0, 1024, 4096]
-    assert rows[0]["change"] == 0 and rows[0]["note"] == "the shortest prompt there is: the uuid salt alone"
+    assert rows[0]["change"] == 0 and rows[0]["note"] == "the shortest prompt there is: the salt alone"
     assert rows[1]["prompt_n"]["mean"] == 1024 and rows[1]["change"] is not None
     assert rows[1]["decode_tok_s"]["mean"] > 0 and rows[1]["reference_depth"] == 0
     assert rows[2]["skipped"].startswith("skipped: prompt 4,096 + n_predict 8 > per-slot n_ctx")

@@ -19,11 +19,18 @@ from loadgen.sim.tokenizer import tokenize
 SMOKE = load_profile("smoke")
 
 
-def test_decimal_salt_is_a_version_4_uuid_of_digits():
+def test_decimal_salt_is_sixteen_digits():
     salts = {new_decimal_salt() for _ in range(200)}
     assert len(salts) == 200
     for s in salts:
-        assert re.fullmatch(r"\d{8}-\d{4}-4\d{3}-[89]\d{3}-\d{12}", s)
+        assert re.fullmatch(r"\d{16}", s)
+
+
+def test_the_salt_costs_eight_tokens_on_the_simulators_tokenizer():
+    # "[" + 16 digits in groups of three (6 pieces) + "]"; the space joins the first word after it.
+    # The UUID salt it replaced cost 19 here (38 on SmolLM2), flooring every short prompt.
+    counts = {len(tokenize(salted(new_decimal_salt(), "x"))) - 1 for _ in range(200)}
+    assert counts == {8}
 
 
 def test_synthetic_text_is_seeded_and_long_enough():

@@ -78,11 +78,19 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
     assert code == 0, err
     assert "send lag (actual send − trace time)" in err
     records = sorted(load_records(out), key=lambda r: r.seq)
-    plan = plan_replay(read_trace(str(trace)), scale_lengths=0.05, max_prompt=200, max_output=16, min_prompt=48)
-    for r, shape, offset in zip(records, plan.shapes, plan.offsets_ns):
-        assert (r.prompt_n, r.predicted_n) == (shape.prompt_tokens, shape.n_predict)
-        assert r.intended_ns - records[0].intended_ns == offset  # each request due at its trace time
+    plan = plan_replay(read_trace(str(trace)), scale_lengths=0.05, max_prompt=200, max_output=16)
+    # Lengths (time order) 200 (clamped), 100, 5 and 40: the 40 is sent as 40 (the UUID salt floored it at 48);
+    # the 5 cannot hold the salt, so it is raised to the shortest prompt that can, and said so.
+    assert [s.prompt_tokens for s in plan.shapes] == [200, 100, 5, 40]
     doc = load_run_dict(out)
+    changed = doc["targets"][0]["lengths_changed"]
+    floor = changed["floor_tokens"]
+    assert changed == {"floored": 1, "requests": 4, "floor_tokens": floor} and 5 < floor < 20
+    for r, shape, offset in zip(records, plan.shapes, plan.offsets_ns):
+        assert (r.prompt_n, r.predicted_n) == (max(floor, shape.prompt_tokens), shape.n_predict)
+        assert r.prompt_tokens_target == shape.prompt_tokens  # the length asked for, kept
+        assert r.intended_ns - records[0].intended_ns == offset  # each request due at its trace time
+    assert f"1 of 4 prompts floored to {floor} tokens" in stdout
     assert doc["config"]["mode"] == "rate" and doc["config"]["workload"]["replay"]["trace"] == "t.jsonl"
     level = doc["targets"][0]["levels"][0]
     assert level["requests_ok"] == 4 and level["schedule_lag_ms"] is not None
@@ -166,3 +174,20 @@ def test_requests_that_share_blocks_share_that_prefix_on_the_wire_salt_after():
     n = len(shared.encode())
     assert b"".join(pieces[0])[:n] == b"".join(pieces[1])[:n] == shared.encode()
     assert counts == [s.prompt_tokens for s in plan.shapes]
+
+
+def test_a_short_prompt_of_a_trace_without_blocks_keeps_its_length_and_a_too_short_one_is_named(loadgen, tmp_path):
+    # A 20-token prompt is sent as 20 tokens (the UUID salt floored every prompt at 48); one of 3
+    # tokens cannot hold the salt: raised to the shortest that can, counted and named.
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,input,output\n0,20,4\n0.05,3,4\n")
+    out = tmp_path / "run"
+    with SimThread() as sim:
+        code, stdout, err = loadgen("replay", trace, "--url", sim.url, "--warmup", "0", "--output", out)
+    assert code == 0, err
+    twenty, three = sorted(load_records(out), key=lambda r: r.seq)
+    assert (twenty.prompt_n, twenty.prompt_tokens_target) == (20, 20)
+    changed = load_run_dict(out)["targets"][0]["lengths_changed"]
+    assert changed["floored"] == 1 and changed["requests"] == 2
+    assert (three.prompt_n, three.prompt_tokens_target) == (changed["floor_tokens"], 3)
+    assert f"1 of 2 prompts floored to {changed['floor_tokens']} tokens" in stdout

@@ -19,7 +19,7 @@ stats = pytest.importorskip("scipy.stats")
 pytestmark = pytest.mark.real
 
 # Lengths small enough for a loaded test machine; the lowest above what --api chat's template and
-# the salt take (69 tokens on SmolLM2).
+# the salt take (49 tokens on SmolLM2).
 PROMPTS, ANSWERS, SEED = "uniform:80:240", "normal:6,2,min=1,max=10", 11
 
 

@@ -30,6 +30,7 @@ from ..core import records
 from ..core.records import LevelRun, RequestRecord
 from ..core.rundoc import Distribution, LevelSummary
 from . import cache, metric_defs, metrics
+from .cut_answers import AnswerPart, AnswerTally
 from .metric_defs import Batch
 from .speculation import Acceptance
 
@@ -156,6 +157,7 @@ class Partial(msgspec.Struct):
     drafted_counted: int = 0
     reasoning_tokens: int = 0
     reasoning_counted: int = 0
+    answers: AnswerPart = AnswerPart()  # cut and short answers (analysis/cut_answers.py); none from an older worker
 
 
 class Reservoir:
@@ -238,6 +240,7 @@ class LevelAggregate:
         # speculation and reasoning sums over successful requests, and how many carried the field
         self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
         self.reasoning_tokens = self.reasoning_counted = 0
+        self.answers = AnswerTally()  # answers cut by the context, or short (analysis/cut_answers.py)
         self.first_start_ns: int | None = None  # non-cancelled requests: the level's wall time
         self.last_complete_ns: int | None = None
         self.first_send_ns: int | None = None  # every sent request: the achieved rate
@@ -271,6 +274,7 @@ class LevelAggregate:
             return
         c = Batch(batch)
         self._count(batch, c)
+        self.answers.add(batch)
         for m in self.metrics:
             self.series[m.name].add(m.vectorised(c))
         if sample:
@@ -311,7 +315,7 @@ class LevelAggregate:
             sent=self.sent, ok=self.ok, output_tokens=self.output_tokens, input_tokens=self.input_tokens,
             draft_n=self.draft_n, draft_n_accepted=self.draft_n_accepted, drafted_counted=self.drafted_counted,
             reasoning_tokens=self.reasoning_tokens, reasoning_counted=self.reasoning_counted,
-            errors=dict(self.errors),
+            answers=self.answers.part(), errors=dict(self.errors),
             first_start_ns=self.first_start_ns, last_complete_ns=self.last_complete_ns,
             first_send_ns=self.first_send_ns, last_send_ns=self.last_send_ns, any_scheduled=self.any_scheduled,
             series={name: x.part() for name, x in self.series.items() if x.count},
@@ -328,6 +332,7 @@ class LevelAggregate:
         # speculation and reasoning sums over successful requests, and how many carried the field
         self.draft_n = self.draft_n_accepted = self.drafted_counted = 0
         self.reasoning_tokens = self.reasoning_counted = 0
+        self.answers.clear()
         self.first_start_ns = self.last_complete_ns = self.first_send_ns = self.last_send_ns = None
         self.any_scheduled = False
         self._sends, self._completes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -346,6 +351,7 @@ class LevelAggregate:
         self.drafted_counted += part.drafted_counted
         self.reasoning_tokens += part.reasoning_tokens
         self.reasoning_counted += part.reasoning_counted
+        self.answers.merge(part.answers)
         self.errors.update(part.errors)
         self.first_start_ns = _earliest(self.first_start_ns, part.first_start_ns)
         self.first_send_ns = _earliest(self.first_send_ns, part.first_send_ns)
@@ -390,11 +396,15 @@ class LevelAggregate:
 
     def summary(self, concurrency: int, stopped_reason: str | None = None,
                 server_metrics_delta: dict[str, float] | None = None, rate: float | None = None,
-                percentiles: Sequence[float] = (), prefill_ms_per_token: float | None = None) -> LevelSummary:
+                percentiles: Sequence[float] = (), prefill_ms_per_token: float | None = None,
+                n_predict: int | None = None) -> LevelSummary:
         """The level's `LevelSummary` (see `summarize_level` for what counts where); `percentiles`
         (--percentiles): those of each of metric_defs.PERCENTILE_METRICS too, under "percentiles";
         `prefill_ms_per_token`: the run's lowest level's prefill cost, which prices the prefill the
-        cache saved (analysis/cache.py; None: this level's own)."""
+        cache saved (analysis/cache.py; None: this level's own); `n_predict`: the run's, that answers
+        without their own asked length are judged against (answers_cut, answers_short:
+        analysis/cut_answers.py)."""
+        answers_cut, answers_short = self.answers.counts(n_predict)
         errors = Counter(dict(self.errors))  # a copy in one step: a checkpoint reads from another thread
         cancelled = errors.pop(records.CANCELLED, 0)
         lost = errors.pop(records.LOST, 0)
@@ -420,7 +430,7 @@ class LevelAggregate:
             level=concurrency if rate is None else rate, concurrency=concurrency,
             concurrency_reached=self.concurrency_reached(), requests_ok=self.ok,
             requests_failed=sum(errors.values()), requests_cancelled=cancelled,
-            requests_lost=lost,
+            requests_lost=lost, answers_cut=answers_cut, answers_short=answers_short,
             errors_by_kind=dict(sorted(errors.items())), output_tokens=self.output_tokens, wall_s=wall,
             throughput_tok_s=self.output_tokens / wall if wall > 0 else 0.0,
             input_tokens=self.input_tokens, request_rate=self.ok / wall if wall > 0 else 0.0,

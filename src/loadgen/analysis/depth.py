@@ -1,7 +1,7 @@
 """Depth: decode speed after the context is already filled to D tokens (llama-bench's `-d`).
 
 Per server and depth D, `--repeat` requests one after another with a prompt of exactly D tokens
-(see `exact_prompt`; depth 0 is the shortest prompt there is, the uuid salt alone), `cache_prompt:
+(see `exact_prompt`; depth 0 is the shortest prompt there is, the salt alone), `cache_prompt:
 false` and `--n-predict` tokens with `ignore_eos`:
 - decode tok/s   the server's `timings.predicted_per_second`: tokens after the first / predicted_ms,
                  so the prompt's own cost is not in it; mean ± sd over the repeats

@@ -32,7 +32,7 @@ from .shared import checking_only, format_option, request_options, target_option
 from .shared import console as _console
 from .sweep import execute_sweep
 
-# A capacity conversation's own part after its prefix: the salt (38 tokens on SmolLM2) and some text.
+# A capacity conversation's own part after its prefix: the salt (18 tokens on SmolLM2) and some text.
 OWN_TOKENS = 64
 
 

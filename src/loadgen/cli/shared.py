@@ -64,7 +64,7 @@ format_option = click.option(
 def prompt_source_options(f: Callable) -> Callable:
     """--prompt, --prompt-file, --dataset and how it is read and sampled."""
     return _apply(f, [
-        click.option("--prompt", help="Prompt text (a uuid salt is put in front of it per request)."),
+        click.option("--prompt", help="Prompt text (a salt of 16 random digits is put in front of it per request)."),
         click.option("--prompt-file", type=click.Path(dir_okay=False), help="Read the prompt text from this UTF-8 file."),
         click.option("--dataset", type=click.Path(dir_okay=False), help="Prompts from a JSONL file (one object per line) or a ShareGPT JSON file; "
                                        "request i uses prompt i mod their count."),

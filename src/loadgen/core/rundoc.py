@@ -69,6 +69,11 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     requests_cancelled: int = 0
     # In flight in a worker process that died (error kind "lost"); absent from files without any.
     requests_lost: int = 0
+    # Successful answers with fewer tokens than asked (analysis/cut_answers.py): stopped on the context
+    # limit (`stop_type: limit`, `finish_reason: length`), and stopped otherwise (EOS, a stop word:
+    # a warning only under --ignore-eos). Absent from run.json when none.
+    answers_cut: int = 0
+    answers_short: int = 0
     # Open loop: the requests its schedule held, and of those the ones never sent (the level was
     # stopped first: Ctrl-C, the target down); ok + failed + cancelled + lost + not_sent = scheduled.
     # Not records, and not failures. None (absent) in closed loop and in files written before them.
@@ -148,8 +153,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("concurrency_reached", "connections_opened", "input_tokens", "request_rate", "total_tok_s"):  # a file written before keeps its shape
             if out[key] is None:
                 del out[key]
-        if not out["requests_lost"]:
-            del out["requests_lost"]
+        for key in ("requests_lost", "answers_cut", "answers_short"):  # absent: none
+            if not out[key]:
+                del out[key]
         for key in ("requests_scheduled", "requests_not_sent"):  # open loop only
             if out[key] is None:
                 del out[key]
@@ -532,6 +538,17 @@ class DatasetFit(msgspec.Struct, frozen=True):
     skipped: int
 
 
+class LengthsChanged(msgspec.Struct, frozen=True):
+    """Prompt lengths loadgen had to change on this target: `floored` of `requests` (a replayed
+    trace's prompts too short to hold the salt) raised to `floor_tokens`, the shortest prompt this
+    server's tokenizer allows (run/trace_prompts.py). Each such record keeps the asked length in
+    `prompt_tokens_target`; its `prompt_n` is what was sent."""
+
+    floored: int
+    requests: int
+    floor_tokens: int
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -544,6 +561,7 @@ class Target(msgspec.Struct, frozen=True):
     soak: SoakSection | None = None
     interference: list[ClassInterference] | None = None  # a run of request classes
     dataset: DatasetFit | None = None  # a dataset-answers run
+    lengths_changed: LengthsChanged | None = None  # prompts loadgen lengthened (absent: none)
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""

@@ -404,6 +404,42 @@ def verdict_lines(doc: Doc) -> list[str]:
         f"{t.label}: {v.line}" for t in targets for v in t.interference or []]
 
 
+def answer_lines(doc: Doc) -> list[str]:
+    """One line per target whose answers stopped short of what was asked (run.json per level
+    `answers_cut`, `answers_short`; analysis/cut_answers.py): cut by the server's context, always;
+    short for another reason, only under --ignore-eos (else the model may stop, as asked)."""
+    doc = RunDocument.of(doc)
+    ignore_eos = doc.config is not None and bool(doc.config.ignore_eos)
+    out = []
+    for t in doc.targets:
+        cut = [(lv, lv.answers_cut) for lv in t.levels if lv.answers_cut]
+        if cut:
+            total = sum(n for _, n in cut)
+            where = ", ".join(f"{n:,} at {level_short(lv.level, doc.open_loop)}" for lv, n in cut)
+            out.append(f"{t.label}: {total:,} answers cut by the context ({where}): the server stopped them on its "
+                       "length limit with fewer tokens than asked (answers_cut); their figures are not those of "
+                       "the answer asked for: restart the server with a larger -c, or ask for fewer tokens")
+        short = [(lv, lv.answers_short) for lv in t.levels if lv.answers_short]
+        if ignore_eos and short:
+            total = sum(n for _, n in short)
+            where = ", ".join(f"{n:,} at {level_short(lv.level, doc.open_loop)}" for lv, n in short)
+            out.append(f"warning: {t.label}: {total:,} answers shorter than asked under --ignore-eos ({where}; "
+                       "answers_short): the server stopped them before their length")
+    return out
+
+
+def length_lines(doc: Doc) -> list[str]:
+    """One line per target whose prompt lengths loadgen had to change (run.json `lengths_changed`)."""
+    out = []
+    for t in RunDocument.of(doc).targets:
+        changed = t.lengths_changed
+        if changed is not None and changed.floored:
+            out.append(f"{t.label}: {changed.floored:,} of {changed.requests:,} prompts floored to "
+                       f"{changed.floor_tokens} tokens, the shortest that holds the salt on this server "
+                       "(their asked length is each record's prompt_tokens_target)")
+    return out
+
+
 def overhead_lines(doc: Doc) -> list[str]:
     out = []
     for t in RunDocument.of(doc).targets:
@@ -619,7 +655,8 @@ class RunLines:
 def run_lines(doc: Doc, told: bool = False) -> RunLines:
     """The lines that go with a run's tables: notes, verdicts (both for stdout), warnings and errors."""
     doc = RunDocument.of(doc)
-    notes = slo_lines(doc) + trim_lines(doc) + overhead_lines(doc) + connection_lines(doc)
+    notes = (slo_lines(doc) + trim_lines(doc) + length_lines(doc) + answer_lines(doc) + overhead_lines(doc)
+             + connection_lines(doc))
     sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
                 if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
     if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):

@@ -49,7 +49,11 @@ Version history (SCHEMA_VERSION):
        level "environment" now holds each window's last sample and its change samples (at most
        100), not every sample. Absent from older runs, which read as before.
        Added since, without a bump (issue 46): per open-loop level "requests_scheduled" and
-       "requests_not_sent" (core.rundoc.LevelSummary; absent in closed loop and older runs).
+       "requests_not_sent" (core.rundoc.LevelSummary; absent in closed loop and older runs);
+       per level "answers_cut" and "answers_short" (answers with fewer tokens than asked, stopped on
+       the context limit or otherwise; analysis/cut_answers.py; absent: none);
+       per target "lengths_changed" (floored, requests, floor_tokens: a replayed trace's prompts
+       too short to hold the salt, raised; core.rundoc.LengthsChanged; absent: none changed).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

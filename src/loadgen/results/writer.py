@@ -85,7 +85,8 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     config = run.config
     idle_w = _idle_w(run)
     for t in run.targets:
-        levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim)
+        levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim,
+                                  config.generation.n_predict)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -96,6 +97,9 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         }
         if t.dataset_fit is not None:  # --n-predict dataset: entries beyond the slot's context, skipped
             target["dataset"] = {"entries": t.dataset_fit[0], "skipped": t.dataset_fit[1]}
+        if t.lengths_floored is not None:  # prompts too short for the salt, raised (run/trace_prompts.py)
+            floored, requests, floor_tokens = t.lengths_floored
+            target["lengths_changed"] = {"floored": floored, "requests": requests, "floor_tokens": floor_tokens}
         if config.classes:  # classes side by side, not a ladder: how each fared beside the others instead
             target["verdict"] = None
             target["interference"] = [v.to_dict() for v in class_interference(t, levels)]
@@ -236,7 +240,8 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
 
 
 def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dict[str, float] | None = None,
-                     percentiles: tuple[float, ...] = (), trim: Trim | None = None) -> list[dict[str, Any]]:
+                     percentiles: tuple[float, ...] = (), trim: Trim | None = None,
+                     n_predict: int | None = None) -> list[dict[str, Any]]:
     out = []
     aggregates = [_trimmed(lv, trim) for lv in levels]
     # the prefill the cache saved, priced at the lowest level's cost per token (analysis/cache.py)
@@ -245,7 +250,8 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
     for lv, (trimmed, aggregate) in zip(levels, aggregates, strict=True):
         summary = aggregate.summary(lv.concurrency, lv.stopped_reason or (None if lv.finished else "in progress"),
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
-                                    percentiles=percentiles, prefill_ms_per_token=ms_per_token)
+                                    percentiles=percentiles, prefill_ms_per_token=ms_per_token,
+                                    n_predict=n_predict)
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
             summary, **_schedule_counts(lv), loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),
@@ -383,7 +389,8 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         if run.kind == "soak":
             assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
             target["levels"] = _level_summaries(t.levels, run.config.slo, _idle_w(run),
-                                                 percentiles=run.config.percentiles, trim=run.config.trim)
+                                                 percentiles=run.config.percentiles, trim=run.config.trim,
+                                                 n_predict=run.config.generation.n_predict)
             target["soak"] = _soak_section(t.levels[0] if t.levels else None, run.settings, run.config.slo, _idle_w(run))
         else:
             target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}

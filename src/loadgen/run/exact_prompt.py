@@ -1,8 +1,8 @@
 """Prompts of an exact token count for one server, measured with its own tokenizer.
 
-A request's prompt is "[<salt>] " + body, so the count N includes the salt. The salt is a UUID of
-decimal digits only (`salts.new_decimal_salt`): tokenizers split digit runs by fixed rules, so
-every salt costs the same number of tokens and one body fits every request.
+A request's prompt is "[<salt>] " + body, so the count N includes the salt. The salt is 16 random
+decimal digits (run/salts.py): tokenizers split digit runs by fixed rules, so every salt costs the
+same number of tokens and one body fits every request.
 
 With llama-server's `POST /tokenize` (`add_special` counts the BOS token the server adds):
   1. tokenize "[<salt>] " + source text with pieces, keep the first N - specials pieces;
@@ -28,7 +28,7 @@ from .prompts import PromptSource
 from .salts import new_decimal_salt
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
-SALT_TOKENS_ESTIMATE = 24  # "[<36-char uuid>] " without a tokenizer to ask
+SALT_TOKENS_ESTIMATE = 12  # "[<16 digits>] " without a tokenizer to ask (8 to 18 on usual ones)
 SALT_CHECKS = 3  # other salts the fitted length is confirmed with
 MAX_ADJUST = 8  # re-tokenize rounds before settling for the closest cut
 
@@ -60,14 +60,14 @@ class FittedPrompt:
             return (f"no cut of the text gives exactly {self.target_tokens} tokens on this tokenizer; "
                     f"using {self.measured_tokens}")
         if self.salt_spread:
-            return (f"this tokenizer splits the uuid salt into a varying number of tokens: "
+            return (f"this tokenizer splits the salt into a varying number of tokens: "
                     f"prompt_n may differ from {self.target_tokens} by up to {self.salt_spread}")
         return None
 
 
 def too_short(wanted: int, salt_tokens: int, template_tokens: int) -> str:
     """Why `wanted` tokens cannot hold a prompt, blaming what takes most of them: the chat template
-    (its system prompt and role markers) or the uuid salt."""
+    (its system prompt and role markers) or the salt."""
     least = salt_tokens + template_tokens + 1
     if template_tokens > salt_tokens:
         return (f"{wanted} tokens are too few: the chat template's system prompt takes {template_tokens}; "

@@ -1,7 +1,13 @@
 """The salt every request puts in front of its prompt, so no prompt cache ever fakes a result.
 
-`new_salt` for every request; `new_decimal_salt` where the prompt must be an exact number of tokens
-(`--prompt-tokens`): a salt of decimal digits costs every tokenizer the same number of tokens.
+A salt is SALT_DIGITS random decimal digits, the shortest text that keeps requests apart: 16 digits
+are 53 random bits, so among a million requests the odds that any two share a salt are under 1 in
+10,000 (n² / 2·10¹⁶), and a repeated salt costs one cached prefix, not a wrong result. Decimal
+digits, not hex: tokenizers split digit runs by fixed rules (one token per digit on SmolLM2 and
+Llama 2, groups of up to three on Llama 3, Qwen and the simulator), so every salt is the same number
+of tokens, which exact prompt lengths (`--prompt-tokens`, a replayed trace) need. As "[<salt>] " in
+front of the prompt it costs 18 tokens on the test bed's SmolLM2 and 8 on the simulator's
+tokenizer (docs/results.md "Prompt lengths"), where the UUID it replaced cost 31 to 39.
 """
 
 from __future__ import annotations
@@ -9,31 +15,23 @@ from __future__ import annotations
 import os
 import random
 
+SALT_DIGITS = 16
+_SALT_SPAN = 10**SALT_DIGITS
+
 
 def new_salt() -> str:
-    """A random (version 4, RFC 4122 variant) UUID in its usual text form.
+    """SALT_DIGITS random decimal digits, leading zeros kept (every salt has the same length).
 
     Made by a private `random.Random` seeded from the OS (again in a forked child): a salt must
-    differ from every other request's, not resist an attacker, and this costs a third of
-    uuid.uuid4(), which shows at thousands of requests/s.
+    differ from every other request's, not resist an attacker, and this is cheap enough for
+    thousands of requests/s.
     """
-    h = "%032x" % (_getrandbits(128) & _UUID4_CLEAR | _UUID4_SET)
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return f"{_randbelow(_SALT_SPAN):016d}"
 
 
 _salts = random.Random()  # private: nobody's random.seed() makes salts repeat
 os.register_at_fork(after_in_child=_salts.seed)
-_getrandbits = _salts.getrandbits
-_UUID4_CLEAR = ~(0xF << 76 | 0x3 << 62)  # the version nibble and the variant's two bits
-_UUID4_SET = 0x4 << 76 | 0x2 << 62  # version 4, variant RFC 4122 (binary 10)
+_randbelow = _salts.randrange
 
-
-def new_decimal_salt() -> str:
-    """A random version 4 UUID whose hex digits are all 0-9 (about 100 random bits).
-
-    Tokenizers split runs of decimal digits by fixed rules (one token per digit, or per group of
-    up to three), so every such salt is the same number of tokens, where a hex UUID's letters merge
-    unpredictably (31 to 39 tokens on SmolLM2). Exact prompt lengths (`--prompt-tokens`) need that.
-    """
-    d = "".join(str(b % 10) for b in os.urandom(32))  # 256 % 10 != 0: a bias too small to matter here
-    return f"{d[:8]}-{d[8:12]}-4{d[13:16]}-{'89'[d[16] in '01234']}{d[17:20]}-{d[20:32]}"
+# Every salt is now one of a fixed token count; the name stays for the callers that need exactly that.
+new_decimal_salt = new_salt

@@ -45,6 +45,9 @@ class TargetRun:
     # --n-predict dataset: (entries, of them skipped as longer than this target's per-slot context);
     # None: not a dataset-answers run (run/dataset_answers.py).
     dataset_fit: tuple[int, int] | None = None
+    # Prompt lengths loadgen had to change on this target (a replayed trace's prompts too short to
+    # hold the salt, floored): (requests changed, of requests, the floor in tokens); None: none changed.
+    lengths_floored: tuple[int, int, int] | None = None
 
 
 @dataclass(slots=True)

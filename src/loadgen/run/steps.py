@@ -22,7 +22,7 @@ from .salts import new_decimal_salt
 from .state import Run, Step, StepObserver, slot_context
 from .target_setup import TransportFactory, prepare_targets, target_load
 
-SALT_ONLY_NOTE = "the shortest prompt there is: the uuid salt alone"
+SALT_ONLY_NOTE = "the shortest prompt there is: the salt alone"
 EXACT = EngineOptions(salt=new_decimal_salt)  # salts of a fixed token count, for exact prompt lengths
 
 

@@ -29,6 +29,7 @@ from .target_setup import (
     TransportFactory,
     prepare_targets,
     probe_sampling,
+    refuse_given_prompts_beyond_context,
     refuse_non_llm,
     refuse_prompts_beyond_context,
     target_load,
@@ -130,6 +131,7 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
         refuse_prompts_beyond_context(live, shared.total_tokens, run.config.generation.n_predict,
                                       "prompts of {n} tokens (a shared prefix, the salt and the request's own text)")
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
+    await refuse_given_prompts_beyond_context(run.config, live, obs)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:

@@ -18,9 +18,10 @@ from dataclasses import replace
 from ..analysis.aggregate import typical_latency_s
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
-from ..client.backends import OPENAI_APIS, Backend, GenerationParams, make_backend
+from ..client.backends import CHAT_TEMPLATE_APIS, OPENAI_APIS, Backend, GenerationParams, make_backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
+from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..client.transport import Transport
 from ..core.errors import ConfigError
 from ..core.records import LevelRun, ProbeSample
@@ -28,11 +29,11 @@ from ..core.workload import RequestShape
 from .config import SweepConfig, Target
 from .dataset_answers import dataset_generation
 from .engine import EngineOptions, run_level
-from .exact_prompt import PromptTooShort, exact_prompts
+from .exact_prompt import PromptTooShort, exact_prompts, salted
 from .labels import about
 from .level_runner import TargetLoad
 from .prompts import PromptSource
-from .salts import new_decimal_salt
+from .salts import new_decimal_salt, new_salt
 from .shared_prefix import shared_prefix_generation
 from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
 from .trace_prompts import trace_generation
@@ -253,3 +254,44 @@ def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int |
         if problem:
             raise ConfigError(f"{t.label} ({t.target.display}) cannot take {what.format(n=prompt_tokens)}: {problem}; "
                               "ask for fewer tokens, or restart the server with a larger -c or fewer --parallel slots")
+
+
+# Prompts measured per target for the context check of the run's own texts: the longest by characters.
+MEASURED_PROMPTS = 64
+
+
+async def refuse_given_prompts_beyond_context(config: SweepConfig, targets: list[TargetRun], obs: RunObserver) -> None:
+    """The run's prompts as given (the default prompt, --prompt, a prompt file or dataset), before
+    the first level: their real length on each target (its /tokenize, the salt and, for a chat API,
+    the template counted) with n_predict against the per-slot context. One prompt that leaves no room
+    for the answer is refused as --prompt-tokens is (ConfigError); of several, those that do not fit
+    are named in a note (their answers will be cut, and counted: answers_cut). Runs that cut their
+    prompts to a length (--prompt-tokens, a workload, a replay, a shared prefix, dataset answers,
+    classes) are checked by length elsewhere; a server without /tokenize is not checked here."""
+    if (config.prompt_tokens or config.workload is not None or config.replay is not None
+            or config.shared_prefix is not None or config.dataset_entries or config.classes):
+        return
+    n_predict = config.generation.n_predict
+    texts = sorted(set(config.generation.prompt_list), key=len, reverse=True)[:MEASURED_PROMPTS]
+    for t in targets:
+        n_ctx = slot_context(t)
+        if n_ctx is None or not texts:
+            continue
+        try:
+            async with server_tokenizer(t.target.probe_url, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                        insecure=config.insecure) as tokenizer:
+                template = await tokenizer.template_overhead() if config.api in CHAT_TEMPLATE_APIS else 0
+                lengths = [await tokenizer.count(salted(new_salt(), text)) + template for text in texts]
+        except TokenizeUnavailable:
+            continue
+        over = [n for n in lengths if context_overflow(n, n_predict, n_ctx)]
+        if not over:
+            continue
+        problem = context_overflow(max(over), n_predict, n_ctx)
+        if len(texts) == 1:
+            raise ConfigError(f"{t.label} ({t.target.display}) cannot take the prompt ({max(over):,} tokens with the "
+                              f"salt) and its answer: {problem}; every answer would be cut by the context. Ask for "
+                              "fewer tokens (--n-predict), or restart the server with a larger -c or fewer --parallel slots")
+        obs.message(f"{t.label}: {len(over)} of the {len(texts)} longest prompts leave no room for n_predict "
+                    f"{n_predict} in the per-slot context (e.g. {problem}): their answers will be cut, and counted "
+                    "as answers_cut")

@@ -74,7 +74,7 @@ async def trace_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
     """One body per trace request for this target, shared blocks first; without /tokenize (or a
     trace without hash ids) the prompts are those of drawn lengths (salt first)."""
     if not any(replay.hash_ids):
-        return await workload_generation(config, t, obs, replay.shapes)
+        return await workload_generation(config, t, obs, replay.shapes, floor=True)
     prefixes: list[str] = []
     bodies: list[str] = []
     try:
@@ -85,18 +85,24 @@ async def trace_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
             salt_tokens = await tokenizer.count(salted(new_decimal_salt(), "x")) - specials
             template = await tokenizer.template_overhead() if config.api in CHAT_TEMPLATE_APIS else 0
             blocks = _Blocks(tokenizer, replay.block_tokens)
+            # The fewest tokens a prompt can be: the BOS, the chat template's own tokens and
+            # "[<salt>] x". A shorter trace length is raised to it, counted and named (never silently).
+            least = specials + template + salt_tokens
+            floored = 0
             for shape, hash_ids in zip(replay.shapes, replay.hash_ids):
                 assert shape.prompt_tokens is not None
-                prefix, body = await _prompt(blocks, hash_ids, shape.prompt_tokens, salt_tokens,
+                floored += shape.prompt_tokens < least
+                prefix, body = await _prompt(blocks, hash_ids, max(least, shape.prompt_tokens), salt_tokens,
                                              lambda m: synthetic_text(m, 0), template)
                 prefixes.append(prefix)
                 bodies.append(body)
     except TokenizeUnavailable:
         obs.message(f"{t.label}: the server has no /tokenize: the trace's blocks are not shared, prompts estimated")
-        return await workload_generation(config, t, obs, replay.shapes)
+        return await workload_generation(config, t, obs, replay.shapes, floor=True)
     except PromptTooShort as exc:
         t.error = f"{t.target.display}: a replayed prompt is too short: {exc}; raise --scale-lengths"
         return None
+    t.lengths_floored = (floored, len(replay.shapes), least) if floored else None
     generation = replace(config.generation, prompt=bodies[0], prompts=tuple(bodies), prefixes=tuple(prefixes),
                          n_predicts=tuple(s.n_predict for s in replay.shapes),
                          n_predict=max(s.n_predict for s in replay.shapes))

@@ -37,9 +37,12 @@ def shape_generation(generation: GenerationParams, shapes: tuple[RequestShape, .
 
 
 async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
-                      lengths: list[int], what: str = "--prompt-tokens") -> dict[int, str] | None:
-    """{length: body} cut for this target; None, and the target's error set, when a length cannot
-    hold the salt. One note for the user when some lengths are estimates or not exact."""
+                      lengths: list[int], what: str = "--prompt-tokens", floor: bool = False
+                      ) -> tuple[dict[int, str], int] | None:
+    """({length: body} cut for this target, the floor in tokens or 0); None, and the target's error
+    set, when a length cannot hold the salt. With `floor` (a replayed trace, whose lengths the user
+    did not choose one by one) such a length gets the body of the shortest length that can, and that
+    length is returned as the floor. One note for the user when some lengths are estimates or not exact."""
     source = config.prompt_source or PromptSource()
     variants = source.variants()
     by_variant: dict[int, list[int]] = {}
@@ -47,10 +50,16 @@ async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
         by_variant.setdefault(k % variants, []).append(n)
     bodies: dict[int, str] = {}
     notes: list[str] = []
+    least = 0
     for start, group in by_variant.items():
         fits = await fit_prompts(t.target.probe_url, lambda m, s=start: source.text(m, s), group, api=config.api,
                                  headers=config.auth_headers(), timeout_s=config.timeout_s, insecure=config.insecure)
         for n, fit in fits.items():
+            if floor and not isinstance(fit, FittedPrompt) and fit.least:
+                least = fit.least
+                fit = (await fit_prompts(t.target.probe_url, lambda m, s=start: source.text(m, s), [least],
+                                         api=config.api, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                         insecure=config.insecure))[least]
             if not isinstance(fit, FittedPrompt):
                 t.error = (f"{t.target.display}: {what} draws {n}: {fit}; raise the distribution's "
                            "min= (or its lowest length)")
@@ -60,21 +69,25 @@ async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
                 notes.append(note)
     if notes:
         obs.message(f"{t.label}: {len(notes)} of {len(bodies)} prompt lengths are not exact, e.g.: {notes[0]}")
-    return bodies
+    return bodies, least
 
 
 async def workload_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
-                              shapes: tuple[RequestShape, ...], what: str = "--prompt-tokens"
-                              ) -> tuple[GenerationParams, EngineOptions] | None:
+                              shapes: tuple[RequestShape, ...], what: str = "--prompt-tokens",
+                              floor: bool = False) -> tuple[GenerationParams, EngineOptions] | None:
     """The run's generation with one body per shape for this target, and the engine options its
     salts need (fixed-size decimal salts when prompts are cut); None when the target cannot take it
-    (its error names the lengths' source, `what`)."""
+    (its error names the lengths' source, `what`). With `floor`, a length too short for the salt is
+    raised to the shortest that holds it, and the requests so changed counted (`t.lengths_floored`)."""
     lengths = [s.prompt_tokens for s in shapes if s.prompt_tokens is not None]
     if not lengths:
         return shape_generation(config.generation, shapes, None), DEFAULT_OPTIONS
-    bodies = await fit_lengths(config, t, obs, lengths, what)
-    if bodies is None:
+    fitted = await fit_lengths(config, t, obs, lengths, what, floor)
+    if fitted is None:
         return None
+    bodies, least = fitted
+    floored = sum(n < least for n in lengths)
+    t.lengths_floored = (floored, len(lengths), least) if floored else None
     return shape_generation(config.generation, shapes, bodies), EngineOptions(salt=new_decimal_salt)
 
 
