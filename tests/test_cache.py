@@ -342,6 +342,7 @@ def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_pa
     assert calls == ["k-1", "k-2"]
     summary = json.loads((tmp_path / "cc" / "cache-capacity.json").read_text())
     assert summary["complete"] is False and [lv["k"] for lv in summary["levels"]] == [1]
+    assert json.loads((tmp_path / "cc" / "k-1" / "run.json").read_text())["kind"] == "cache-capacity"
     assert "incomplete" in out and "stopped during K = 2" in err
 
 

@@ -128,7 +128,9 @@ def test_chat_and_prefix_are_judged_against_latency_targets(sim, loadgen, tmp_pa
     # an e2e target of 1 µs is missed by every one.
     code, _, err = loadgen(*command, "--url", sim.url, "--slo", "ttft=10s,e2e=1us", "--output", tmp_path / "run")
     assert code == 0, err
-    (level,) = load_run_dict(tmp_path / "run")["targets"][0]["levels"]
+    doc = load_run_dict(tmp_path / "run")
+    assert doc["kind"] == command[0]  # run.json names the command (schema 4; "sweep" before)
+    (level,) = doc["targets"][0]["levels"]
     judged = level["slo"]
     assert judged["judged"] == level["requests_ok"] > 0 and judged["good"] == 0, judged
     assert judged["misses"] == {"e2e": judged["judged"]} and judged["ratio"]["ttft"] < 1, judged

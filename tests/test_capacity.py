@@ -155,7 +155,19 @@ def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_
     (out / "capacity.json").unlink()
     code, printed, err = loadgen("analyze", out)
     assert code == 0, err
-    assert f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)" in printed.splitlines(), printed
+    rebuilt = f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)"
+    assert rebuilt in printed.splitlines(), printed
+    # run.json names the command, and holds the search's settings (schema 4) that the rebuild read
+    doc = json.loads((out / "run.json").read_text())
+    assert (doc["kind"], doc["schema_version"]) == ("capacity", 4)
+    assert doc["config"]["capacity"] == {"by": "concurrency", "max_level": 8, "start": 1, "repeat": 3, "noise": 0.1,
+                                         "budget_requests": None, "budget_s": None}
+    # a run written before schema 4 said "sweep" and kept the settings only in its command line
+    doc.update(kind="sweep", schema_version=3)
+    del doc["config"]["capacity"]
+    (out / "run.json").write_text(json.dumps(doc))
+    code, printed, err = loadgen("analyze", out)
+    assert code == 0 and rebuilt in printed.splitlines(), printed
 
 
 def test_capacity_takes_the_sweeps_workload_drawn_lengths_included(loadgen, tmp_path, sim3):

@@ -8,6 +8,7 @@ import uvloop
 
 from loadgen.client.backends import GenerationParams
 from loadgen.core.records import LevelRun
+from loadgen.core.rundoc import RunKind
 from loadgen.run.config import SoakSettings, SweepConfig, Target
 from loadgen.run.level_runner import LocalRunner, TargetLoad
 from loadgen.run.prompts import PromptSource
@@ -58,13 +59,13 @@ def _run_kind(kind: str) -> tuple[Run, Counting]:
                 run = Run(_config(sim.url, rates=(20.0,), requests_per_level=4, max_in_flight=3))
                 await run_sweep(run, Quiet(), runner)
             elif kind == "soak":
-                run = Run(_config(sim.url, concurrency=(2,)), "soak")
+                run = Run(_config(sim.url, concurrency=(2,)), RunKind.SOAK)
                 settings = SoakSettings(concurrency=2, duration_s=0.5, checkpoint_interval_s=60, prompt_tokens=None,
                                         probe_interval_s=0, prompt_source="synthetic")
                 run.settings = settings
                 await run_soak(run, Quiet(), PromptSource(), settings, runner)
             else:
-                run = Run(_config(sim.url), "prefill")
+                run = Run(_config(sim.url), RunKind.PREFILL)
                 await run_steps(run, Quiet(), PromptSource(), (8, 32, 64), n_predict=1, repeat=2, salt_only_below=False,
                                 runner=runner)
             return run

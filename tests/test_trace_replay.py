@@ -83,6 +83,7 @@ def test_a_replay_sends_each_request_at_its_trace_time_with_its_lengths(loadgen,
     # the 5 cannot hold the salt, so it is raised to the shortest prompt that can, and said so.
     assert [s.prompt_tokens for s in plan.shapes] == [200, 100, 5, 40]
     doc = load_run_dict(out)
+    assert doc["kind"] == "replay"  # the command, not "sweep" (schema 4)
     changed = doc["targets"][0]["lengths_changed"]
     floor = changed["floor_tokens"]
     assert changed == {"floored": 1, "requests": 4, "floor_tokens": floor} and 5 < floor < 20

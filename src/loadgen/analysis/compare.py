@@ -43,7 +43,6 @@ from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
 
 CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache", "classes")
-SWEEP_KINDS = (RunKind.SWEEP, RunKind.DEMO)  # `loadgen demo` writes a sweep of simulated servers
 
 
 class CompareError(UserError, ValueError):
@@ -384,12 +383,13 @@ def check_comparable(baseline: RunDocument | Mapping[str, Any], candidate: RunDo
     base, cand = _typed(baseline, "baseline"), _typed(candidate, "candidate")
     configs: list[Config] = []
     for which, doc in (("baseline", base), ("candidate", cand)):
-        if doc.kind not in SWEEP_KINDS:
-            raise CompareError(f"the {which} is a {doc.kind.value!r} run; compare reads runs of `loadgen sweep`")
+        if not doc.kind.has_levels:
+            raise CompareError(f"the {which} is a {doc.kind.value!r} run; compare reads runs with levels "
+                               "(sweep, replay, capacity, ...)")
         if doc.config is None:
             raise CompareError(f"the {which} run.json has no config")
         configs.append(doc.config)
-    if base.kind != cand.kind:
+    if (base.kind is RunKind.DEMO) != (cand.kind is RunKind.DEMO):  # levels of any kind compare level by level
         raise CompareError(f"the runs are not comparable: the baseline is a {base.kind} run, the candidate "
                            f"a {cand.kind} run (demo figures are simulated)")
     base_config, cand_config = configs

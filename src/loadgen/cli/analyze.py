@@ -14,7 +14,7 @@ from rich.console import Console
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
 from ..output.cache import cache_capacity_table, kept_records
-from ..output.capacity_answer import rebuilt_capacity, settings_of_command
+from ..output.capacity_answer import rebuilt_capacity, settings_of_run
 from ..output.grid_table import print_grid
 from ..output.layout import print_table
 from ..output.tables import print_run, say
@@ -90,7 +90,7 @@ class _CapacityFile(msgspec.Struct):
 def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:
     """A `loadgen capacity` run's answer: capacity.json's verdict, or when that file is missing the
     answer rebuilt from run.json's levels and --slo (output/capacity_answer.py), said to be rebuilt."""
-    settings = settings_of_command(doc.command)
+    settings = settings_of_run(doc)
     if settings is None:
         return
     try:

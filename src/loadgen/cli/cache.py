@@ -14,7 +14,7 @@ from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import RunDocument
+from ..core.rundoc import RunDocument, RunKind
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
 from ..results.reader import load_run
@@ -75,7 +75,7 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     if checking_only():
         return
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "prefix"), force)
-    code = execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
+    code = execute_sweep(config, out_dir, kind=RunKind.PREFIX, output_format=output_format, records=records_kept,
                          records_format=records_format)
     sys.exit(refuse_empty_levels(load_run(out_dir)) if code == EXIT_OK else code)
 
@@ -146,7 +146,7 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run the conversations, print the run's tables and the per-turn table, write the results."""
     console, err = _console(), _console(stderr=True)
-    run = Run(config, "sweep")
+    run = Run(config, RunKind.CHAT)
 
     async def main(checkpoint) -> None:
         with ProgressObserver(err, on_level_done=checkpoint) as observer:

@@ -19,6 +19,7 @@ from ..analysis.cache import CapacityLevel, CapacitySummary, capacity_level, col
 from ..client.backends import GenerationParams
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
+from ..core.rundoc import RunKind
 from ..core.server_props import ServerProps
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
@@ -111,7 +112,7 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
         sub = prepare_dir(out_dir / f"k-{k}", True)
         err.print(f"K = {k}: {k} conversations of {conversation_tokens} tokens, {rounds} rounds", highlight=False)
         try:
-            code = execute_sweep(k_config(k), sub, _console(stderr=True), histograms=False,
+            code = execute_sweep(k_config(k), sub, _console(stderr=True), kind=RunKind.CACHE_CAPACITY, histograms=False,
                                  output_format=output_format)
         except KeyboardInterrupt:  # between two Ks, outside a run's own handling
             code = EXIT_SIGINT

@@ -21,7 +21,7 @@ import click
 from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import RunDocument
+from ..core.rundoc import RunDocument, RunKind
 from ..core.workload import Workload
 from ..output.capacity_answer import capacity_document, verdict_sentence
 from ..output.progress import ProgressObserver
@@ -166,7 +166,7 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
                      records: str = "all", records_format: str = "jsonl") -> int:
     """Run the search, write its results (run.json as a sweep, capacity.json), print. The exit code."""
     console, err = _console(), _console(stderr=True)
-    run = Run(config, "sweep")
+    run = Run(config, RunKind.CAPACITY, {"capacity": settings.to_dict()})
     search = CapacitySearch(run, settings)
 
     async def main(checkpoint: Callable[[], None]) -> None:

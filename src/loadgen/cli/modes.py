@@ -20,7 +20,7 @@ from rich.console import Console
 from ..client.backends import GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
-from ..core.rundoc import RunDocument
+from ..core.rundoc import RunDocument, RunKind
 from ..output.progress import SoakStatus, StepProgress
 from ..output.tables import print_run
 from ..output.worker_hlog import write_worker_hlog
@@ -130,7 +130,7 @@ def prefill_command(ports, host, urls, labels, server_urls,
                        warmup=warmup, n_predict=1,
                        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
                                               record_environment))
-    run = Run(base, "prefill", {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
+    run = Run(base, RunKind.PREFILL, {"prompt_tokens": list(prompt_tokens), "repeat": repeat, "n_predict": 1,
                                     "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
         return
@@ -173,7 +173,7 @@ def depth_command(ports, host, urls, labels, server_urls,
                        warmup=warmup, n_predict=n_predict,
                        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
                                               record_environment))
-    run = Run(base, "depth", {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
+    run = Run(base, RunKind.DEPTH, {"depths": list(depths), "repeat": repeat, "n_predict": n_predict,
                                   "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
         return
@@ -240,7 +240,7 @@ def soak_command(ports, host, urls, labels, server_urls,
     settings = SoakSettings(concurrency=concurrency, duration_s=duration_s, checkpoint_interval_s=checkpoint_interval_s,
                             prompt_tokens=prompt_tokens, probe_interval_s=probe_interval_s,
                             prompt_source=describe(source))
-    run = Run(base, "soak", settings)
+    run = Run(base, RunKind.SOAK, settings)
     if checking_only():
         return
     out_dir = _out_dir(output, force, "soak")

@@ -16,6 +16,7 @@ import click
 from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..client.backends import GenerationParams
 from ..core.errors import ConfigError
+from ..core.rundoc import RunKind
 from ..results.reader import load_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
@@ -76,7 +77,7 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
     click.echo(f"replaying {len(plan.shapes)} requests over {plan.offsets_ns[-1] / 1e9:.1f} s "
                f"(mean {plan.rate:g} req/s)", err=True)
     out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "replay"), force)
-    code = execute_sweep(config, out_dir, output_format=output_format, records=records_kept,
+    code = execute_sweep(config, out_dir, kind=RunKind.REPLAY, output_format=output_format, records=records_kept,
                          records_format=records_format)
     lag = next((lv.schedule_lag_ms for t in load_run(out_dir).targets for lv in t.levels), None)
     if lag:

@@ -21,7 +21,7 @@ from ..client.backends import REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.request_class import RequestClass, check_classes
-from ..core.rundoc import RunDocument
+from ..core.rundoc import RunDocument, RunKind
 from ..core.workload import LengthSpec, Workload
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run
@@ -342,7 +342,7 @@ def ensure_open_files(connections: int, open_loop: bool = False, workers: bool =
                       + (" or spread them over processes (--workers)" if workers else ""))
 
 
-def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: str = "sweep",
+def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = None, *, kind: RunKind = RunKind.SWEEP,
                   around: Callable[[], AbstractAsyncContextManager] | None = None, histograms: bool = True,
                   output_format: str = "table", live: LiveMetrics | None = None, records: str = "all",
                   records_format: str = "jsonl", stop_at_knee: bool = False) -> int:
@@ -428,5 +428,5 @@ def demo(time_scale, concurrency, output, force) -> None:
             targets=tuple(Target(url, p.name) for url, p in zip(urls, profiles)),
             concurrency=levels, generation=GenerationParams(prompt=DEFAULT_PROMPT), time_scale=time_scale,
             wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
-        code = execute_sweep(config, out_dir, kind="demo")
+        code = execute_sweep(config, out_dir, kind=RunKind.DEMO)
     sys.exit(code)

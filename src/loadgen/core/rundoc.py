@@ -227,10 +227,16 @@ def is_open_loop(doc: Mapping[str, Any]) -> bool:
 
 
 class RunKind(enum.StrEnum):
-    """Which command wrote the run (run.json's "kind")."""
+    """Which command wrote the run (run.json's "kind"; before schema version 4, `capacity`, `replay`,
+    `prefix`, `chat` and `cache-capacity` runs said "sweep")."""
 
     SWEEP = "sweep"
-    DEMO = "demo"
+    DEMO = "demo"  # a sweep of two simulated servers
+    CAPACITY = "capacity"  # the levels a capacity search probed (its answer: capacity.json)
+    REPLAY = "replay"  # one level: a trace's requests at their timestamps
+    PREFIX = "prefix"  # levels of groups sharing a system prompt
+    CHAT = "chat"  # levels of multi-turn conversations
+    CACHE_CAPACITY = "cache-capacity"  # one K's level (the folder's result: cache-capacity.json)
     PREFILL = "prefill"
     DEPTH = "depth"
     SOAK = "soak"
@@ -238,7 +244,7 @@ class RunKind(enum.StrEnum):
     @property
     def has_levels(self) -> bool:
         """Levels and verdicts (a sweep's tables), rather than one section per target."""
-        return self in (RunKind.SWEEP, RunKind.DEMO)
+        return self not in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)
 
 
 class SloJudgement(msgspec.Struct, frozen=True):
@@ -634,6 +640,19 @@ class CacheMode(msgspec.Struct, frozen=True):
         return str(self.kind)
 
 
+class CapacitySearchConfig(msgspec.Struct, frozen=True):
+    """A capacity run's search settings as run.json's config "capacity" holds them (analysis/
+    capacity_search.py `CapacitySettings.to_dict`); every field is written, none defaulted here."""
+
+    by: str
+    max_level: int | float
+    start: int | float
+    repeat: int
+    noise: float
+    budget_requests: int | None = None
+    budget_s: float | None = None
+
+
 class Config(msgspec.Struct, frozen=True):
     mode: str = "concurrency"
     # What two runs must share to be compared (analysis/compare.py CONFIG_MUST_MATCH), as stored;
@@ -657,6 +676,7 @@ class Config(msgspec.Struct, frozen=True):
     knee_gain: float | None = 0.10
     knee_latency: float | None = 0.50
     arrival_seed: int | None = None  # open loop: the arrival schedule's seed (a level's repeat k draws seed + k)
+    capacity: CapacitySearchConfig | None = None  # a capacity run's search settings (schema 4 on)
 
     @property
     def workload_spec(self) -> WorkloadSpec | None:
@@ -682,7 +702,7 @@ class RunDocument(msgspec.Struct, frozen=True):
     complete: bool = True
     config: Config | None = None
     started_utc: str | None = None
-    command: list[str] | None = None  # the argv that made the run (capacity's settings are read back from it)
+    command: list[str] | None = None  # the argv that made the run (before schema 4, capacity's settings)
     # The machine's fingerprint as stored (core.environment.fingerprint_from reads it: None when
     # absent or unreadable); absent from runs before it was recorded.
     environment: Any = None

@@ -13,7 +13,7 @@ import msgspec
 from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, CapacitySettings, Probe, conclude, why
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED
 from ..analysis.slo import TARGETS, Slo, SloLevel
-from ..core.rundoc import Level, RunDocument, SloJudgement
+from ..core.rundoc import Level, RunDocument, RunKind, SloJudgement
 
 
 def probes_of_run(doc: RunDocument) -> dict[int | float, list[Probe]]:
@@ -172,6 +172,18 @@ class _GivenSettings(msgspec.Struct):
     start: float = 1
     repeat: int = DEFAULT_REPEAT
     noise: float = DEFAULT_NOISE
+
+
+def settings_of_run(doc: RunDocument) -> CapacitySettings | None:
+    """A capacity run's search settings: run.json's config "capacity" (schema 4 on), else read from
+    the command line of an older run (`settings_of_command`); None for a run of another command."""
+    stored = doc.config.capacity if doc.config is not None else None
+    if stored is None:
+        return settings_of_command(doc.command) if doc.kind in (RunKind.CAPACITY, RunKind.SWEEP) else None
+    by_rate = stored.by == "rate"
+    return CapacitySettings(by_rate=by_rate, max_level=stored.max_level if by_rate else int(stored.max_level),
+                            start=stored.start if by_rate else int(stored.start), repeat=stored.repeat,
+                            noise=stored.noise, budget_requests=stored.budget_requests, budget_s=stored.budget_s)
 
 
 def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | None:

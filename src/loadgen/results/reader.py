@@ -5,7 +5,9 @@
     requests.jsonl  one `RequestRecord` per line, every request of every level, failed ones too
     probe.jsonl     one `ProbeSample` per line: the server's /metrics and /slots during each level
 
-`kind` says which command wrote it: "sweep" and "demo" (levels and verdicts), "prefill" and "depth"
+`kind` says which command wrote it (core.rundoc.RunKind): "sweep", "demo", "capacity", "replay",
+"prefix", "chat" and "cache-capacity" (levels and verdicts; before schema 4 all of them said
+"sweep" but the demo), "prefill" and "depth"
 (per target a `prefill` or `depth` section: `n_ctx` and one row per prompt length or depth, a
 skipped row saying why), "soak" (its one level in `levels`, and a `soak` section: windows,
 error-free time, drift).

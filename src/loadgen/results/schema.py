@@ -54,6 +54,11 @@ Version history (SCHEMA_VERSION):
        the context limit or otherwise; analysis/cut_answers.py; absent: none);
        per target "lengths_changed" (floored, requests, floor_tokens: a replayed trace's prompts
        too short to hold the salt, raised; core.rundoc.LengthsChanged; absent: none changed).
+    4  "kind" names the command that made the run (core.rundoc.RunKind): "capacity", "replay",
+       "prefix", "chat" and "cache-capacity" runs, which said "sweep" before, say so (their levels
+       read as a sweep's); a capacity run's search settings are in config "capacity" (by,
+       max_level, start, repeat, noise, budget_requests, budget_s), read from "command" before.
+       A reader of version 3 would take those kinds for runs without levels.
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
@@ -67,8 +72,8 @@ import msgspec
 from ..core.rundoc import Distribution, LevelSummary, OpenLoopVerdict  # one shape of an open-loop level's verdict
 
 SCHEMA = "loadgen.run"
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 RUN_FILE = "run.json"
 CAPACITY_FILE = "capacity.json"  # `loadgen capacity`'s answer, beside its run.json
 CACHE_CAPACITY_FILE = "cache-capacity.json"  # `loadgen cache-capacity`'s result, beside its k-K/ runs

@@ -16,15 +16,22 @@ from typing import Any
 
 from ..analysis.aggregate import summarize_level
 from ..core.records import RequestRecord
-from ..core.rundoc import KILLED_DURING_LEVEL, is_open_loop
+from ..core.rundoc import KILLED_DURING_LEVEL, RunKind, is_open_loop
 
 IN_PROGRESS = "in progress"  # how a checkpoint saves a level still running (results/writer.py)
+
+
+def _has_levels(kind: Any) -> bool:
+    try:
+        return RunKind(kind).has_levels
+    except ValueError:  # not a kind: the contract check names it
+        return False
 
 
 def summarise_killed_levels(doc: dict[str, Any], records: Sequence[RequestRecord]) -> list[tuple[str, int | float]]:
     """Summarise, in `doc`, every level of an unfinished run that has records but no finished
     summary; the (target, level) of each (output/tables.py `killed_lines` says them)."""
-    if doc.get("complete", True) is not False or doc.get("kind", "sweep") not in ("sweep", "demo"):
+    if doc.get("complete", True) is not False or not _has_levels(doc.get("kind", "sweep")):
         return []
     open_loop = is_open_loop(doc)
     cap = (doc.get("config") or {}).get("max_in_flight") or 0

@@ -45,7 +45,7 @@ from ..core.recordsink import RecordSink
 from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
-from ..run.state import SWEEP_KINDS, Run, TargetRun, slot_context
+from ..run.state import Run, TargetRun, slot_context
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
@@ -117,7 +117,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         **meta,
         "complete": run.complete,
         "interrupted": run.interrupted,
-        "config": run.config.to_dict(),
+        "config": {**run.config.to_dict(), **run.settings_dict()},
         "targets": targets,
     }
     if run.environment is not None:
@@ -165,7 +165,7 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
     back (an error message, a target's error), so no results file carries it.
     """
     meta = {**meta, "finished_utc": utc_now().isoformat()}
-    doc = run_document(run, meta=meta) if run.kind in SWEEP_KINDS else mode_document(run, meta=meta)
+    doc = run_document(run, meta=meta) if run.kind.has_levels else mode_document(run, meta=meta)
     doc["complete"] = doc["complete"] and final
     doc["config"]["records"] = run.sink.keep if run.sink is not None else "all"  # which records the file has
     secrets = run.config.secrets
@@ -200,7 +200,7 @@ class RunFiles:
         self.meta: dict[str, Any] = {}
 
     def start(self, run: Run, event_loop: str) -> None:
-        self.meta = {"kind": run.kind, "command": command_line(), "started_utc": utc_now().isoformat(),
+        self.meta = {"kind": run.kind.value, "command": command_line(), "started_utc": utc_now().isoformat(),
                      "host": host_facts(event_loop)}
         name = PARQUET_FILE if self.records_format == "parquet" else REQUESTS_FILE
         run.sink = RecordSink(self.out_dir / name, keep=self.records, secrets=run.config.secrets,
@@ -393,14 +393,14 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                                  n_predict=run.config.generation.n_predict)
             target["soak"] = _soak_section(t.levels[0] if t.levels else None, run.settings, run.config.slo, _idle_w(run))
         else:
-            target[run.kind] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}
+            target[run.kind.value] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}
         targets.append(target)
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "loadgen_version": __version__,
         **meta,
-        "kind": run.kind,
+        "kind": run.kind.value,
         "complete": run.complete,
         "interrupted": run.interrupted,
         "config": {**run.config.to_dict(), **run.settings_dict()},

@@ -16,12 +16,10 @@ from ..client.probe import ServerInfo
 from ..core.clock import now_ns
 from ..core.records import LevelRun
 from ..core.recordsink import RecordSink
+from ..core.rundoc import RunKind
 from .config import SoakSettings, SweepConfig, Target
 from .engine import Observer
 from .labels import LabelSource, target_labels
-
-SWEEP_KINDS = ("sweep", "demo")  # a level per concurrency or rate; `demo` sweeps simulated servers
-SOAK = "soak"
 
 
 @dataclass(slots=True)
@@ -53,7 +51,7 @@ class TargetRun:
 @dataclass(slots=True)
 class Run:
     config: SweepConfig  # targets, API, generation settings, timeouts; a sweep's levels
-    kind: str = "sweep"  # one of SWEEP_KINDS, STEP_KINDS or SOAK
+    kind: RunKind = RunKind.SWEEP  # the command that runs it (run.json's "kind")
     # A soak's own settings, typed; prefill's and depth's, a dict: each their part of run.json's config.
     settings: SoakSettings | dict[str, Any] = field(default_factory=dict)
     targets: list[TargetRun] = field(default_factory=list)
@@ -77,7 +75,7 @@ class Run:
         """Nothing was stopped or failed; a sweep also ran every level of its config on every target
         (a prefill or depth run may skip a step that does not fit)."""
         return not self.interrupted and all(t.error is None for t in self.targets) and all(
-            (self.kind not in SWEEP_KINDS or len(t.levels) == self.config.level_count)
+            (not self.kind.has_levels or len(t.levels) == self.config.level_count)
             and all(lv.finished and lv.stopped_reason is None for lv in t.levels)
             for t in self.targets)
 
