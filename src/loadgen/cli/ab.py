@@ -17,7 +17,6 @@ run again.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import socket
@@ -35,6 +34,7 @@ from ..analysis.grid_cells import run_line
 from ..core.baseurl import BaseUrl, BaseUrlError
 from ..core.errors import EXIT_FAILED, InputError, ResultsError
 from ..core.signals import LATCH
+from ..results.atomic import write_json
 from ..results.reader import load_run
 from ..results.sides import load_side, side_noise
 from ..results.writer import default_dir, prepare_dir
@@ -112,7 +112,7 @@ def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
                          "another --output or add --force")
     for folder in earlier:  # --force: the runs of an earlier ab, and nothing else, are replaced
         shutil.rmtree(folder)
-    (root / AB_FILE).write_text(json.dumps(saved, indent=1) + "\n")
+    write_json(root / AB_FILE, saved, indent=1)
     return root
 
 

@@ -7,7 +7,6 @@ Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from ..core.rundoc import RunKind
 from ..core.server_props import ServerProps
 from ..output.cache import cache_capacity_table
 from ..output.layout import print_table
+from ..results.atomic import write_json
 from ..results.reader import load_records, load_run
 from ..results.schema import CACHE_CAPACITY_FILE
 from ..results.writer import default_dir, prepare_dir
@@ -131,7 +131,7 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
     summary = CapacitySummary(conversation_tokens + OWN_TOKENS, rounds, slots, cache_ram_mib, bytes_per_token,
                               cache_idle_slots, kv_unified, predicted, collapse_k(levels), levels,
                               complete=code == EXIT_OK)
-    (out_dir / CACHE_CAPACITY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json(out_dir / CACHE_CAPACITY_FILE, summary.to_dict())
     print_table(_console(), cache_capacity_table(summary))
     err.print(f"results: {out_dir}", highlight=False)
     sys.exit(code if code != EXIT_OK else _refuse_empty_ks(levels, err))

@@ -27,6 +27,7 @@ from ..output.capacity_answer import capacity_document, verdict_sentence
 from ..output.progress import ProgressObserver
 from ..output.tables import print_run, say
 from ..output.worker_hlog import write_worker_hlog
+from ..results.atomic import write_json
 from ..results.schema import CAPACITY_FILE
 from ..results.writer import RunFiles, default_dir, prepare_dir
 from ..run.capacity import RATE_LEVEL_LEAST, CapacitySearch, CapacitySettings, run_capacity
@@ -186,7 +187,7 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
     answer = search.answer()
     result = capacity_document(answer, doc, config.slo, settings, search.history, search.ended, search.cut_short)
     try:
-        (out_dir / CAPACITY_FILE).write_text(json.dumps({"capacity": result}, indent=2, allow_nan=False) + "\n")
+        write_json(out_dir / CAPACITY_FILE, {"capacity": result})
     except OSError as exc:
         err.print(f"warning: could not write {CAPACITY_FILE} ({exc})", style="yellow")
     if output_format == "json":

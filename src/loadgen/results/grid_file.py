@@ -30,6 +30,7 @@ import msgspec
 from ..analysis.grid_cells import CellRun, CellSummary, GridParam, check_template, summarize_cell
 from ..core.errors import ConfigError, ResultsError
 from ..core.griddoc import CacheCapacityEntry, CapacityEntry, GridCell, GridDocument, GridRun
+from .atomic import atomic_write
 from .reader import load_run
 from .schema import CACHE_CAPACITY_FILE, CAPACITY_FILE, RUN_FILE
 
@@ -45,13 +46,7 @@ def is_grid(path: Path) -> bool:
 
 def write_grid(root: Path, grid: GridDocument) -> None:
     text = json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **msgspec.to_builtins(grid)}, indent=1)
-    _write_atomic(root / GRID_FILE, text)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write(root / GRID_FILE, [text])
 
 
 def load_grid(root: Path) -> GridDocument:

@@ -13,9 +13,6 @@ of freedom.
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import msgspec
@@ -23,6 +20,7 @@ import msgspec
 from ..analysis.between_runs import Floor
 from ..analysis.compare import NoiseFloors
 from ..core.errors import ResultsError
+from .atomic import write_json
 
 NOISE_FILE = "noise.json"
 NOISE_VERSION = 1
@@ -65,15 +63,7 @@ def write_noise(path: Path, floors: NoiseFloors, runs: int) -> dict:
     """Write noise.json atomically at `path` (a file, or a folder to hold NOISE_FILE)."""
     target = path / NOISE_FILE if path.is_dir() else path
     doc = noise_document(floors, runs)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(target, doc)
     return doc
 
 

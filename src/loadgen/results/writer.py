@@ -8,12 +8,10 @@ they hold is results/schema.py's; reading them back is results/reader.py's.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +44,7 @@ from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import Run, TargetRun, slot_context
+from .atomic import atomic_write
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
@@ -125,35 +124,6 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-@functools.cache
-def new_file_mode() -> int:
-    """The mode open() gives a new file under this process's umask (0644 under umask 022): the atomic
-    writes' temp files are made 0600, and run.json should read as requests.jsonl beside it does.
-    (os.umask can only be read by setting it, set straight back: once, before any writer thread.)"""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-new_file_mode()  # read at import, while one thread runs
 
 
 def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool = True) -> dict[str, Any]:
@@ -175,10 +145,10 @@ def write_results(out_dir: Path, run: Run, *, meta: dict[str, Any], final: bool 
         all_records = (r for t in run.targets for lv in t.levels for r in list(lv.records))
         for secret in secrets:
             all_records = (_redact_record(r, secret) for r in all_records)
-        _atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
+        atomic_write(out_dir / REQUESTS_FILE, _jsonl(all_records))
     if run.probe_sink is None:  # else the samples go to the file as they are scraped
-        _atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
-    _atomic_write(out_dir / RUN_FILE, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
+        atomic_write(out_dir / PROBE_FILE, _jsonl(s for t in run.targets for lv in t.levels for s in list(lv.probe_samples)))
+    atomic_write(out_dir / RUN_FILE, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
     return doc
 
 
@@ -425,7 +395,7 @@ def add_server_boot(run_dir: Path, label: str, boot: ServerBoot) -> bool:
     if not isinstance(environment, dict):
         return False
     environment["boot"] = {**(environment.get("boot") or {}), label: msgspec.to_builtins(boot)}
-    _atomic_write(path, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
+    atomic_write(path, [json.dumps(doc, indent=2, allow_nan=False) + "\n"])
     return True
 
 
