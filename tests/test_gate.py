@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from loadgen.analysis import compare, gate, metrics
 from loadgen.analysis.between_runs import Floor
+from loadgen.analysis.slo import parse_slo
 from loadgen.cli.gate import gate_command, load_gate_file
 from loadgen.client.backends import GenerationParams
 from loadgen.core.errors import EXIT_NOT_ENFORCED
@@ -63,10 +64,11 @@ def closed_loop_level(rng: np.random.Generator, concurrency: int, requests: int,
 
 
 def sweep_run(levels: dict[int, list[RequestRecord]], *, label: str = LABEL, n_predict: int = 16,
-              prompt: str = PROMPT) -> Run:
+              prompt: str = PROMPT, slo: str | None = None) -> Run:
     target = Target(url="http://127.0.0.1:8080", label=label)
     config = SweepConfig(targets=(target,), concurrency=tuple(levels),
-                         generation=GenerationParams(prompt=prompt, n_predict=n_predict))
+                         generation=GenerationParams(prompt=prompt, n_predict=n_predict),
+                         slo=parse_slo(slo) if slo else None)
     levels_run = [LevelRun(target=label, concurrency=c, records=rs) for c, rs in levels.items()]
     return Run(config=config, targets=[TargetRun(target=target, label=label, levels=levels_run)])
 
@@ -428,6 +430,41 @@ def test_a_streaming_runs_gate_checks_ttft_and_tpot(loadgen, tmp_path, metric, c
     got, out, err = loadgen("gate", tmp_path / "baseline", tmp_path / "candidate", "--metric", metric)
     assert got == code, out + err
     assert (f"REGRESSION: {metric} " in out) == (code == 1), out
+
+
+# (metric, the runs' --slo, candidate's change, expected exit) written before running. Requests take
+# ~212 ms (lognormal, sd 0.15): within 250 ms ~86% of them; 1.5x slower, ~5%. Within 10 s, all,
+# whatever the change.
+SLO_GATES = [
+    ("goodput", "e2e=250ms", {"slowdown": 1.5}, 1),
+    ("attainment", "e2e=250ms", {"slowdown": 1.5}, 1),
+    ("goodput", "e2e=10s", {}, 0),
+    ("attainment", "e2e=10s", {"prefill_slowdown": 3.0}, 0),
+]
+
+
+def _slo_sides(tmp_path: Path, change: dict, slo: tuple[str | None, str | None]) -> tuple[Path, Path]:
+    rng = np.random.default_rng(17)
+    for (name, first, kw), side_slo in zip((("baseline", 0, {}), ("candidate", 1, change)), slo):
+        for i in range(4):
+            write_run(tmp_path / name / f"{i + 1:02d}", {c: closed_loop_level(rng, c, n, **kw)
+                                                         for c, n in {1: 40, 4: 80}.items()},
+                      started=first + 2 * i, slo=side_slo)
+    return tmp_path / "baseline", tmp_path / "candidate"
+
+
+@pytest.mark.parametrize("metric,slo,change,code", SLO_GATES)
+def test_a_gate_on_goodput_and_attainment_judges_the_runs_slo(loadgen, tmp_path, metric, slo, change, code):
+    got, out, err = loadgen("gate", *_slo_sides(tmp_path, change, (slo, slo)), "--metric", metric)
+    assert got == code, out + err
+    assert (f"REGRESSION: {metric} " in out) == (code == 1), out
+
+
+@pytest.mark.parametrize("slo,phrase", [((None, None), "a baseline run has none: run it with --slo"),
+                                        (("e2e=250ms", "e2e=300ms"), "judged against different --slo")])
+def test_goodput_without_one_slo_shared_by_the_runs_is_refused_in_one_line(loadgen, tmp_path, slo, phrase):
+    code, out, err = loadgen("gate", *_slo_sides(tmp_path, {}, slo), "--metric", "goodput")
+    assert code == 2 and phrase in err and len(err.strip().splitlines()) == 1, out + err
 
 
 def test_gate_exits_0_on_a_rerun_of_the_same_configuration(loadgen, runs):

@@ -10,6 +10,9 @@ definitions in analysis/metrics.py (requests cancelled by the user left out):
   ttft_p50, ttft_p99, tpot_p50, tpot_p99, queue_wait_p99 (streaming runs): the percentile
                   of the run's successful requests, rank round(q * n) (HdrHistogram's definition,
                   so the figures agree with run.json and `report`).
+- goodput, attainment (asked by name): requests a second that met every --slo target, and their
+                  share of the level's judged requests (analysis/slo.py `judge_level`), judged
+                  against the --slo both sides' runs were made with (refused when they differ).
 - error_rate      failed / (ok + failed) over the side's runs; significance from Fisher's exact
                   test on the pooled 2x2 counts (a failure is a request's outcome, not a run's).
 
@@ -41,6 +44,7 @@ from ..core.records import CLIENT_SIDE, RequestRecord
 from ..core.rundoc import CacheMode, Config, RunDocument, RunKind
 from . import metrics
 from .between_runs import Floor, RunEffect, calibrate, interleaved, run_effect
+from .slo import Slo, judge_level
 
 CONFIG_MUST_MATCH = ("api", "mode", "stream", "prompt", "n_predict", "ignore_eos", "workload", "cache", "classes")
 
@@ -70,7 +74,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("tpot_p50", "TPOT p50", "ms", False),
     Metric("tpot_p99", "TPOT p99", "ms", False),
     Metric("queue_wait_p99", "queue wait p99", "ms", False),
+    # judged against the runs' --slo: asked by name (gate --metric goodput)
+    Metric("goodput", "goodput", "req/s", True),
+    Metric("attainment", "SLO attainment", "", True),
 )}
+SLO_METRICS = ("goodput", "attainment")
 # What compare and calibrate check when no metric is named: the first six (one Bonferroni share
 # each); the rest are there to be asked for.
 DEFAULT_COMPARED = ("throughput", "latency_p50", "latency_p99", "queue_wait_p50", "decode_tok_s", "error_rate")
@@ -234,6 +242,7 @@ def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
     ordered = sorted(runs, key=lambda r: r.started)
     chosen = [n for n in (DEFAULT_COMPARED if only is None else METRICS)
               if n != "error_rate" and (only is None or n in set(only))]
+    slo = shared_slo(ordered, []) if any(n in SLO_METRICS for n in chosen) else None
     by_level = [_by_level(r.records) for r in ordered]
     keys = sorted({key for levels in by_level for key in levels}, key=lambda k: (k[0], k[1]))
     exact: dict[tuple[str, str, int | float], Floor] = {}
@@ -241,7 +250,7 @@ def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
     for metric in chosen:
         groups = []
         for key in keys:
-            values = [level_value(metric, levels[key]) for levels in by_level if key in levels]
+            values = [level_value(metric, levels[key], slo) for levels in by_level if key in levels]
             group = [v for v in values if v is not None]
             floor = calibrate([group])
             if floor is not None:
@@ -253,8 +262,15 @@ def noise_floors(runs: Sequence[RunData], *, only: Iterable[str] | None = None,
     return NoiseFloors(exact, by_metric, source)
 
 
-def level_value(metric: str, records: Sequence[RequestRecord]) -> float | None:
-    """One run's figure for one level (its records): None when the run has none for it."""
+def level_value(metric: str, records: Sequence[RequestRecord], slo: Slo | None = None) -> float | None:
+    """One run's figure for one level (its records): None when the run has none for it (goodput and
+    attainment: none without `slo`)."""
+    if metric in SLO_METRICS:
+        kept = [r for r in records if r.error_kind not in CLIENT_SIDE]
+        if slo is None or not kept:
+            return None
+        judged = judge_level(slo, kept)
+        return judged.goodput_req_s if metric == "goodput" else judged.attainment
     if metric == "throughput":
         kept = [r for r in records if r.error_kind not in CLIENT_SIDE]
         return metrics.throughput_tok_s(kept) if any(r.ok for r in kept) else None
@@ -274,10 +290,11 @@ def geometric_mean(values: Sequence[float]) -> float | None:
 
 def compare_metric(metric: str, base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequence[RequestRecord]], *,
                    target: str, level: int | float, alpha: float, paired: bool,
-                   floor: Floor | None) -> MetricComparison:
-    """One metric of one level over the runs of each side (each run's records of that level)."""
-    base_values = [level_value(metric, rs) for rs in base]
-    cand_values = [level_value(metric, rs) for rs in cand]
+                   floor: Floor | None, slo: Slo | None = None) -> MetricComparison:
+    """One metric of one level over the runs of each side (each run's records of that level); `slo`:
+    the targets goodput and attainment are judged by."""
+    base_values = [level_value(metric, rs, slo) for rs in base]
+    cand_values = [level_value(metric, rs, slo) for rs in cand]
     common: dict[str, Any] = dict(metric=metric, target=target, concurrency=level, n_baseline=len(base),
                                   n_candidate=len(cand))
     have_b = [v for v in base_values if v is not None]
@@ -326,9 +343,9 @@ def _error_counts(records: Sequence[RequestRecord]) -> tuple[int, int]:
 
 def compare_level(base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequence[RequestRecord]], *, target: str,
                   concurrency: int | float, alpha: float, paired: bool = False, floors: NoiseFloors | None = None,
-                  only: Iterable[str] | None = None) -> LevelComparison:
+                  only: Iterable[str] | None = None, slo: Slo | None = None) -> LevelComparison:
     """The metrics of one level (all, or those in `only`): `base` and `cand` hold, per run, that
-    level's records."""
+    level's records; `slo`: the targets goodput and attainment are judged by."""
     chosen = None if only is None else set(only)
     compared = []
     for name in (n for n in (DEFAULT_COMPARED if chosen is None else METRICS) if chosen is None or n in chosen):
@@ -338,7 +355,7 @@ def compare_level(base: Sequence[Sequence[RequestRecord]], cand: Sequence[Sequen
         else:
             floor = floors.lookup(name, target, concurrency) if floors else None
             compared.append(compare_metric(name, base, cand, target=target, level=concurrency, alpha=alpha,
-                                           paired=paired, floor=floor))
+                                           paired=paired, floor=floor, slo=slo))
     return LevelComparison(target, concurrency, tuple(compared))
 
 
@@ -504,15 +521,34 @@ def compare_sides(baseline: Sequence[RunData], candidate: Sequence[RunData], *, 
         raise CompareError("no level has request records in both runs: " + "; ".join(plan.skipped))
     chosen = [n for n in (DEFAULT_COMPARED if only is None else METRICS) if only is None or n in set(only)]
     tested = [n for n in chosen if error_rate_tested or n != "error_rate"]
+    slo = shared_slo(baseline, candidate) if any(n in SLO_METRICS for n in chosen) else None
     per_check = 1.0 - (1.0 - confidence) / max(1, len(plan.pairs) * len(tested))
     paired = interleaved([_start_s(r) for r in baseline], [_start_s(r) for r in candidate])
     base_levels = [_by_level(r.records) for r in baseline]
     cand_levels = [_by_level(r.records) for r in candidate]
     compared = tuple(compare_level([b[pair] for b in base_levels], [c[pair] for c in cand_levels], target=pair[0],
                                    concurrency=pair[1], alpha=1.0 - per_check, paired=paired, floors=floors,
-                                   only=chosen) for pair in plan.pairs)
+                                   only=chosen, slo=slo) for pair in plan.pairs)
     return RunComparison(confidence, compared, plan.skipped, tuple(warnings), per_check,
                          (len(baseline), len(candidate)), paired, floors.source if floors else None)
+
+
+def shared_slo(baseline: Sequence[RunData], candidate: Sequence[RunData]) -> Slo:
+    """The --slo every run was made with, that goodput and attainment are judged by; CompareError
+    when a run has none or two runs differ (their goodputs would answer different questions)."""
+    seen: dict[Slo, str] = {}
+    for which, runs in (("baseline", baseline), ("candidate", candidate)):
+        for run in runs:
+            targets = run.typed.config.slo_targets if run.typed.config is not None else None
+            if targets is None or not targets.targets_ms:
+                raise CompareError(f"goodput and attainment are judged against the runs' --slo, and a {which} run "
+                                   "has none: run it with --slo")
+            seen.setdefault(Slo(tuple(targets.targets_ms.items()), targets.attainment), which)
+    if len(seen) > 1:
+        raise CompareError("the runs were judged against different --slo (" + "; ".join(
+            f"{which}: {slo.text()} at {slo.attainment:.0%}" for slo, which in seen.items())
+            + "): goodput and attainment compare runs made with the same targets")
+    return next(iter(seen))
 
 
 def _start_s(run: RunData) -> float:

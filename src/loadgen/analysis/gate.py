@@ -44,12 +44,15 @@ DEFAULT_LIMITS = {  # worse by more than this share fails
     "ttft_p99": 0.10,
     "tpot_p50": 0.05,
     "tpot_p99": 0.10,
+    "goodput": 0.05,  # requests a second within --slo (asked by name)
+    "attainment": 0.05,  # their share, relative: 95% -> 90% is a drop of 5.3%
 }
 DEFAULT_MAX_ERROR_RATE = 0.0
 DEFAULT_CONFIDENCE = 0.95
 
 # keys of --max-throughput-drop and --max-latency-rise ("p99:10%,p50:5%"); a bare "10%" sets them all
-DROP_KEYS = {"throughput": "throughput", "decode": "decode_tok_s", "decode_tok_s": "decode_tok_s"}
+DROP_KEYS = {"throughput": "throughput", "decode": "decode_tok_s", "decode_tok_s": "decode_tok_s",
+             "goodput": "goodput", "attainment": "attainment"}
 RISE_KEYS = {"p50": "latency_p50", "p99": "latency_p99", "queue_wait": "queue_wait_p50",
              "latency_p50": "latency_p50", "latency_p99": "latency_p99", "queue_wait_p50": "queue_wait_p50",
              **{name: name for name in ("queue_wait_p99", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")}}

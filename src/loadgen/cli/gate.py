@@ -181,7 +181,7 @@ FLAG_NAMES = {"max_throughput_drop": "--max-throughput-drop", "max_latency_rise"
 def gate_options(command):
     """The gate's limit options, shared by `gate` and `ab`."""
     options = [
-        click.option("--max-throughput-drop", help="Largest tolerated drop: 5% (throughput and decode tok/s), "
+        click.option("--max-throughput-drop", help="Largest tolerated drop: 5% (throughput, decode tok/s, goodput, attainment), "
                                                    "or throughput:5%,decode:10%.  [default: 5%]"),
         click.option("--max-latency-rise", help="Largest tolerated rise: p99:10%,p50:5%,queue_wait:10%,ttft_p99:10% "
                                                 "(a bare 10% sets every latency).  [default: a p50 5%, a p99 10%, "
@@ -192,8 +192,8 @@ def gate_options(command):
         click.option("--metric", "metrics", multiple=True,
                      help="Metric to check (repeatable or comma-separated): throughput, latency_p50, latency_p99, "
                           "queue_wait_p50, queue_wait_p99, decode_tok_s, error_rate; streaming runs also ttft_p50, "
-                          "ttft_p99, tpot_p50, tpot_p99.  [default: throughput, latency_p50, latency_p99, "
-                          "error_rate]"),
+                          "ttft_p99, tpot_p50, tpot_p99; runs made with --slo also goodput and attainment.  "
+                          "[default: throughput, latency_p50, latency_p99, error_rate]"),
         click.option("--strict/--no-strict", default=None, help="Fail when a check is inconclusive (the runs cannot "
                                                                 "tell)."),
         click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A TOML file whose [gate] table sets these options; flags "
