@@ -152,11 +152,15 @@ def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_
     assert verdict.startswith("serves 3 concurrent users"), verdict
     code, printed, err = loadgen("analyze", out)
     assert code == 0 and verdict in printed.splitlines(), printed  # capacity.json's answer, as it said it
+    code, printed, err = loadgen("report", out, "--format", "markdown")  # the report says it first
+    assert code == 0 and f"- {verdict}" in printed.splitlines(), printed
     (out / "capacity.json").unlink()
     code, printed, err = loadgen("analyze", out)
     assert code == 0, err
     rebuilt = f"{verdict} (rebuilt from run.json: capacity.json is missing or unreadable)"
     assert rebuilt in printed.splitlines(), printed
+    code, printed, err = loadgen("report", out, "--format", "markdown")
+    assert code == 0 and f"- {rebuilt}" in printed.splitlines(), printed
     # run.json names the command, and holds the search's settings (schema 4) that the rebuild read
     doc = json.loads((out / "run.json").read_text())
     assert (doc["kind"], doc["schema_version"]) == ("capacity", 4)

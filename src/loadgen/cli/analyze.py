@@ -8,20 +8,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import msgspec
 from rich.console import Console
 
 from ..core.errors import ConfigError
 from ..core.rundoc import RunDocument, RunKind
 from ..output.cache import cache_capacity_table, kept_records
-from ..output.capacity_answer import rebuilt_capacity, settings_of_run
+from ..output.capacity_answer import answer_line
 from ..output.grid_table import print_grid
 from ..output.layout import print_table
 from ..output.tables import print_run, say
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
 from ..results.reader import load_probe, load_records, load_run
 from ..results.reread import reanalyse
-from ..results.schema import CACHE_CAPACITY_FILE, CAPACITY_FILE
+from ..results.schema import CACHE_CAPACITY_FILE
 from .options import PERCENTILES
 from .shared import console as _console
 from .shared import format_option
@@ -77,30 +76,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         _capacity_answer(path, doc, _console())
 
 
-class _CapacityAnswer(msgspec.Struct):
-    verdict: str | None = None
-
-
-class _CapacityFile(msgspec.Struct):
-    """What `analyze` reads of capacity.json: the answer's sentence."""
-
-    capacity: _CapacityAnswer
-
-
 def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:
-    """A `loadgen capacity` run's answer: capacity.json's verdict, or when that file is missing the
-    answer rebuilt from run.json's levels and --slo (output/capacity_answer.py), said to be rebuilt."""
-    settings = settings_of_run(doc)
-    if settings is None:
-        return
-    try:
-        saved = msgspec.json.decode((path / CAPACITY_FILE).read_bytes(), type=_CapacityFile).capacity.verdict
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        saved = None
-    if isinstance(saved, str):
-        say(console, saved)
-        return
-    rebuilt = rebuilt_capacity(doc, settings)
-    if rebuilt is not None:
-        answer = msgspec.convert(rebuilt, _CapacityAnswer)
-        say(console, f"{answer.verdict} (rebuilt from run.json: {CAPACITY_FILE} is missing or unreadable)")
+    line = answer_line(path, doc)
+    if line is not None:
+        say(console, line)

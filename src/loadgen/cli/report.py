@@ -69,12 +69,13 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
 
 def load_source(path_text: str, name: str | None = None) -> RunSource:
+    from ..output.capacity_answer import answer_line
     from ..output.report_model import RunSource
 
     path = results_dir(path_text)
     records = load_records(path)
     run = load_with_records(path, records)  # a level run.json lacks because the run was killed in it: summarised
-    return RunSource(name or path.resolve().name, run, records, load_probe(path))
+    return RunSource(name or path.resolve().name, run, records, load_probe(path), answer_line(path, run))
 
 
 MODE_KINDS = (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)

@@ -6,6 +6,7 @@ missing (`probes_of_run`, cli/analyze.py): the same pure functions over the same
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -14,6 +15,36 @@ from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, Ca
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED
 from ..analysis.slo import TARGETS, Slo, SloLevel
 from ..core.rundoc import Level, RunDocument, RunKind, SloJudgement
+from ..results.schema import CAPACITY_FILE
+
+
+class _Answer(msgspec.Struct):
+    verdict: str | None = None
+
+
+class _CapacityFile(msgspec.Struct):
+    """What a reader takes of capacity.json: the answer's sentence."""
+
+    capacity: _Answer
+
+
+def answer_line(path: Path, doc: RunDocument) -> str | None:
+    """A capacity run's answer as `analyze` and `report` say it: capacity.json's sentence, or when that
+    file is missing the answer rebuilt from run.json's levels and --slo, said to be rebuilt; None for
+    a run of another command (or one whose answer cannot be rebuilt: no --slo)."""
+    settings = settings_of_run(doc)
+    if settings is None:
+        return None
+    try:
+        saved = msgspec.json.decode((path / CAPACITY_FILE).read_bytes(), type=_CapacityFile).capacity.verdict
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        saved = None
+    if isinstance(saved, str):
+        return saved
+    rebuilt = rebuilt_capacity(doc, settings)
+    if rebuilt is None:
+        return None
+    return f"{msgspec.convert(rebuilt, _Answer).verdict} (rebuilt from run.json: {CAPACITY_FILE} is missing or unreadable)"
 
 
 def probes_of_run(doc: RunDocument) -> dict[int | float, list[Probe]]:

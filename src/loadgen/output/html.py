@@ -234,7 +234,7 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
 
 
 def verdict_sentences(series: TargetSeries) -> list[str]:
-    lines = list(series.verdict.verdict)
+    lines = ([series.answer] if series.answer else []) + list(series.verdict.verdict)
     if series.target.error:
         lines.insert(0, f"error: {series.target.error}")
     if not series.complete:

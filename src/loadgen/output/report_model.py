@@ -47,6 +47,7 @@ class TargetSeries:
     open_loop: bool = False  # its run's levels are request rates (core.rundoc.is_open_loop)
     kind: RunKind = RunKind.SWEEP
     tables: list[Grid] = field(default_factory=list)  # tables drawn from its records: a chat run's per turn
+    answer: str | None = None  # its run's answer (RunSource.answer)
 
     @property
     def soak(self) -> SoakSection | None:
@@ -273,6 +274,7 @@ class RunSource:
     run: RunDocument
     records: Sequence[RequestRecord]
     probe: Sequence[ProbeSample]
+    answer: str | None = None  # the run kind's answer in one sentence (a capacity run's), said first
 
 
 def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
@@ -290,7 +292,7 @@ def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
                 label += f" ({INCOMPLETE})"
             series.append(TargetSeries(
                 label=label, run_name=source.name, target=target, complete=complete, open_loop=run.open_loop,
-                kind=run.kind,
+                kind=run.kind, answer=source.answer,
                 records=records, probe=[s for s in source.probe if s.target == name],
                 tables=turn_tables(run, kept_records(run, records))))
     return series
