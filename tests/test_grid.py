@@ -4,6 +4,7 @@ stand-in server (tests/fake-llama-server.py): every failure recorded, no server 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -68,6 +69,7 @@ def test_cells_cross_and_interleave():
     ("llama-server -np 2", ["parallel=1,2"], "not used in --server"),
     ("llama-server -np {parallel}", ["parallel=1", "parallel=2"], "given twice"),
     ("llama-server -np {}", [], "placeholders are names"),
+    ("vllm serve m --port {port}", ["port=8000,8001"], "grid fills {port} itself"),
 ])
 def test_template_checks(template, params, message):
     with pytest.raises(ConfigError, match=message):
@@ -171,12 +173,17 @@ def test_failure_table(tmp_path):
 
 def test_grid_over_loadgen_sim(tmp_path):
     """A server that is not llama-server (`loadgen sim`) is gridded: grid adds no -lv 4 (the simulator
-    refuses the flag), every cell is measured, and its boot facts are simply absent."""
+    refuses the flag), every cell is measured, and its boot facts are simply absent. Its port is where
+    the template writes {port}, within --port-range."""
     out = tmp_path / "grid"
-    proc = grid("--server", f"{shlex.join(LOADGEN)} sim --profile smoke --time-scale 0.05 --slots {{slots}}",
-                "--param", "slots=1,2", *SWEEP, "--output", str(out))
+    low = 20000 + os.getpid() % 20000
+    proc = grid("--server", f"{shlex.join(LOADGEN)} sim --profile smoke --time-scale 0.05 --slots {{slots}} "
+                            "--port {port}", "--param", "slots=1,2", "--port-range", f"{low}-{low + 50}",
+                *SWEEP, "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     runs = [c["runs"][0] for c in _grid_doc(out)["cells"]]
+    assert all(low <= int(r["url"].rsplit(":", 1)[1]) <= low + 50 and r["command"].count("--port") == 1
+               for r in runs), runs
     assert [r["status"] for r in runs] == ["ok", "ok"], runs
     assert all((r.get("boot") or {}).get("kv_size_mib") is None for r in runs), runs
     assert all((out / r["run_dir"] / "run.json").is_file() for r in runs)
@@ -234,6 +241,8 @@ def test_ctrl_c_during_a_cell(tmp_path):
     (("--server", "llama-server -np {parallel}"), "no --param parallel"),
     (("--server", "llama-server -np {p}", "--param", "p=1", "--url", "http://x"), "set by grid itself"),
     (("--server", "llama-server -np {p}", "--param", "p=1", "--concurrency", "0"), "sweep options"),
+    (("--server", "sim --port {port}", "--port-range", "9000"), "write FIRST-LAST"),
+    (("--server", "sim --port {port}", "--port-range", "9010-9000"), "write FIRST-LAST"),
 ])
 def test_bad_input(loadgen, tmp_path, args, message):
     code, _, err = loadgen("grid", *args, "--output", tmp_path / "g")
@@ -283,6 +292,11 @@ SERVER_ARGV = [
     ("vllm serve m --port 9003", lambda argv, url: "-lv" not in argv and url == "http://127.0.0.1:9003"),
     ("python3 -m sglang.launch_server --model-path m", lambda argv, url: "-lv" not in argv),
     ("vllm serve m --served-model-name=llama-server", lambda argv, url: "-lv" not in argv),  # a flag's value
+    # {port} and {host}: grid's free loopback port and address where the template puts them, no --port added
+    ("loadgen sim --port {port}", lambda argv, url: argv[:3] == ["loadgen", "sim", "--port"] and argv[3] != "0"
+     and url == f"http://127.0.0.1:{argv[3]}" and argv.count("--port") == 1 and argv[-2:] == ["--host", "127.0.0.1"]),
+    ("server -p {port} -a {host}", lambda argv, url: argv[:2] == ["server", "-p"] and argv[3:] == ["-a", "127.0.0.1"]
+     and url == f"http://127.0.0.1:{argv[2]}" and "--port" not in argv and "--host" not in argv),
 ]
 
 
@@ -292,6 +306,24 @@ def test_server_argv(template, holds):
 
     argv, url = server_argv(template, {})
     assert holds(argv, url), (argv, url)
+
+
+def test_a_port_range_bounds_the_ports_grid_picks(tmp_path):
+    import socket
+
+    from loadgen.cli.grid import server_argv
+    from loadgen.run.servers import ServerStartError, free_port
+
+    first = free_port()
+    first = first if first + 3 <= 65535 else first - 3
+    seen = {int(server_argv("loadgen sim --port {port}", {}, (first, first + 3))[1].rsplit(":", 1)[1])
+            for _ in range(40)}
+    assert seen <= set(range(first, first + 4)) and len(seen) > 1  # a random start: a retry gets another
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        with pytest.raises(ServerStartError, match=f"no free port in --port-range {first}-{first}"):
+            free_port(within=(first, first))
 
 
 def test_scenario_file_with_mode_grid(tmp_path, loadgen):

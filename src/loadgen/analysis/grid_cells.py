@@ -51,12 +51,23 @@ def placeholders(template: str) -> set[str]:
         raise ConfigError(f"--server: {exc} (a literal brace is written {{{{ or }}}})") from None
 
 
+# Placeholders grid fills itself for every cell: a free loopback port (from --port-range when given)
+# and the address it binds, for a server whose flags are not llama-server's --port/--host.
+FILLED = ("port", "host")
+
+
 def check_template(template: str, params: Sequence[GridParam]) -> None:
-    """Every placeholder has a --param and every --param a placeholder; names are given once."""
+    """Every placeholder has a --param (or is one grid fills, FILLED) and every --param a
+    placeholder; names are given once."""
     names = [p.name for p in params]
     used = placeholders(template)
     if "" in used or any(not n.isidentifier() for n in used):
         raise ConfigError("--server: placeholders are names, e.g. {parallel}")
+    filled = next((n for n in names if n in FILLED), None)
+    if filled:
+        raise ConfigError(f"--param {filled}: grid fills {{{filled}}} itself for each cell (a free loopback "
+                          "port; --port-range chooses where)")
+    used -= set(FILLED)
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise ConfigError(f"--param {dup} is given twice; list its values once: {dup}=A,B")
@@ -78,10 +89,11 @@ def run_order(n_cells: int, repeat: int) -> list[tuple[int, int]]:
     return [(r, c) for r in range(1, repeat + 1) for c in range(n_cells)]
 
 
-def render(template: str, values: dict[str, str]) -> list[str]:
-    """The server's argv for one cell."""
+def render(template: str, values: dict[str, str], port: str = "0", host: str = "127.0.0.1") -> list[str]:
+    """The server's argv for one cell: its --param values, and grid's own `port` and `host` where
+    the template writes {port} and {host} (FILLED)."""
     try:
-        return shlex.split(template.format_map(values))
+        return shlex.split(template.format_map({**values, "port": port, "host": host}))
     except (ValueError, LookupError, AttributeError) as exc:  # a field ({a.b}, {a[0]}) no --param gives
         raise ConfigError(f"--server: {exc}") from None
 

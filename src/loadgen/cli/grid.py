@@ -52,6 +52,7 @@ from ..analysis.grid_cells import (
     flag_value,
     has_flag,
     parse_param,
+    placeholders,
     render,
     run_line,
     run_order,
@@ -103,22 +104,41 @@ def runs_llama_server(argv: list[str]) -> bool:
     return any("llama-server" in PurePath(word).name for word in argv if not word.startswith("-"))
 
 
-def server_argv(template: str, values: dict[str, str]) -> tuple[list[str], str]:
-    """The cell's argv with loadgen's additions (a free loopback port; -lv 4 for llama-server), and its URL."""
-    argv = render(template, values)
+def server_argv(template: str, values: dict[str, str],
+                port_range: tuple[int, int] | None = None) -> tuple[list[str], str]:
+    """The cell's argv with loadgen's additions, and its URL: a free loopback port (of `port_range`
+    when given) where the template writes {port}, else as `--port` unless it gives one; the same
+    for {host} and `--host` (127.0.0.1); -lv 4 for llama-server."""
+    used = placeholders(template)
+    picked, loopback = str(free_port(within=port_range)), "127.0.0.1"
+    argv = render(template, values, port=picked, host=loopback)
     if not argv:
         raise ConfigError("--server is empty; give the server's command line, e.g. 'llama-server -m {model}'")
-    port = flag_value(argv, "--port")
+    port = picked if "port" in used else flag_value(argv, "--port")
     if port is None:
-        port = str(free_port())
+        port = picked
         argv += ["--port", port]
-    host = flag_value(argv, "--host")
+    host = loopback if "host" in used else flag_value(argv, "--host")
     if host is None:
-        host = "127.0.0.1"
+        host = loopback
         argv += ["--host", host]
     if runs_llama_server(argv) and not has_flag(argv, *VERBOSITY_FLAGS):
         argv += ["-lv", "4"]  # the boot log's KV cache lines need it
     return argv, f"http://{host}:{port}"
+
+
+def parse_port_range(text: str | None) -> tuple[int, int] | None:
+    """"9000-9010" -> (9000, 9010); ConfigError in one line for anything else."""
+    if text is None:
+        return None
+    first, sep, last = text.partition("-")
+    try:
+        low, high = int(first), int(last)
+    except ValueError:
+        low = high = -1
+    if not sep or not 1024 <= low <= high <= 65535:
+        raise click.BadParameter(f"{text!r}: write FIRST-LAST, two ports from 1024 to 65535, e.g. 9000-9010")
+    return low, high
 
 
 def ended(what: str, code: int) -> str:
@@ -202,7 +222,8 @@ class CellRunner:
 
     def run(self, cell: GridCell, repeat: int) -> GridRun:
         folder = self.root / "cells" / cell.id / f"r{repeat}"
-        picks_port = not has_flag(render(self.grid.template, cell.params), "--port")
+        picks_port = "port" in placeholders(self.grid.template) or not has_flag(
+            render(self.grid.template, cell.params), "--port")
         for attempt in range(1, PORT_TRIES + 1):
             entry, port_taken = self._attempt(cell, repeat, folder)
             if not (port_taken and picks_port) or attempt == PORT_TRIES:
@@ -215,7 +236,10 @@ class CellRunner:
         """One try at the cell's repeat: its grid entry, and whether its port was taken by another process."""
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted attempt's, being run again (--resume)
         folder.mkdir(parents=True)
-        argv, url = server_argv(self.grid.template, cell.params)
+        try:
+            argv, url = server_argv(self.grid.template, cell.params, self.grid.port_range)
+        except ServerStartError as exc:  # every port of --port-range taken
+            return GridRun(repeat=repeat, started_utc=utc_now().isoformat(), status="failed", reason=str(exc)), False
         estimate, note = kv_estimate(argv)
         # status: the attempt sets it before it returns the entry
         entry = GridRun(repeat=repeat, started_utc=utc_now().isoformat(), command=argv, url=url,
@@ -399,7 +423,7 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
 
 
 def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Measure, args: tuple[str, ...],
-             wait_ready_s: float) -> GridDocument:
+             wait_ready_s: float, port_range: tuple[int, int] | None = None) -> GridDocument:
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
@@ -408,7 +432,8 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
              for i, (values, name) in enumerate(zip(combos, cell_names(combos)), 1)]
     return GridDocument(command=command_line(), template=template,
                         params=[GridParamEntry(p.name, list(p.values)) for p in params], repeat=repeat,
-                        measure=kind, measure_args=list(args), wait_ready_s=wait_ready_s, cells=cells)
+                        measure=kind, measure_args=list(args), wait_ready_s=wait_ready_s, cells=cells,
+                        port_range=port_range)
 
 
 @command("grid", context_settings={"ignore_unknown_options": True})
@@ -423,11 +448,15 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
                    "--slo.")
 @click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=600, show_default=True,
               help="Seconds a server may take to load its model before its cell counts as failed.")
+@click.option("--port-range", callback=lambda ctx, param, value: parse_port_range(value), metavar="FIRST-LAST",
+              help="Ports a cell's server may listen on (where {port} goes, or its --port); default: any "
+                   "free port.")
 @click.option("--output", type=click.Path(file_okay=False), help="Grid folder [default: results/<UTC time>-grid].")
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted grid in this folder.")
 @click.argument("measure_args", nargs=-1, type=click.UNPROCESSED, metavar="[MEASUREMENT OPTIONS]")
-def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, force, resume, measure_args) -> None:
+def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, output, force, resume,
+                 measure_args) -> None:
     """Start a server per combination of --param values, measure each, and compare the cells in one table.
 
     Any other option goes to the measurement (e.g. --concurrency 1,2,4 --n-predict 32).
@@ -438,7 +467,7 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
             grid = load_grid(root)
             given = [*(["--server"] if template else []), *(["--param"] if param_texts else []),
                      *(flag for name, flag in (("repeat", "--repeat"), ("kind", "--measure"),
-                                               ("wait_ready_s", "--wait-ready"))
+                                               ("wait_ready_s", "--wait-ready"), ("port_range", "--port-range"))
                        if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT),
                      *measure_args]
             if given:
@@ -448,7 +477,7 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, output, forc
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
-            grid = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s)
+            grid = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s, port_range)
     # outside user_errors: a ConfigError here is a rule across the measurement's keys, which
     # `loadgen run` prefixes with the scenario file, as it does a sweep's
     check_measure_args(grid.measure, tuple(grid.measure_args))

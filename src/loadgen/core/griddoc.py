@@ -171,6 +171,7 @@ class GridDocument(msgspec.Struct, kw_only=True):
     measure_args: list[str]
     wait_ready_s: Annotated[float, msgspec.Meta(ge=0)]
     cells: list[GridCell]
+    port_range: tuple[int, int] | None = None  # --port-range (first, last); None: any free port
 
     @property
     def param_names(self) -> list[str]:

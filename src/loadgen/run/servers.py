@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -47,10 +48,25 @@ class ServerProcess:
         return self.proc.pid
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", within: tuple[int, int] | None = None) -> int:
+    """A port nothing listens on now: any the kernel gives, or one of `within` (first, last), tried
+    from a random one on so that a retry after a race gets another. ServerStartError when every
+    port of `within` is taken."""
+    if within is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    first, last = within
+    ports = list(range(first, last + 1))
+    start = random.randrange(len(ports))
+    for port in ports[start:] + ports[:start]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise ServerStartError(f"no free port in --port-range {first}-{last} on {host}")
 
 
 def port_holder(server: ServerProcess, host: str, port: int) -> PortHolder | None:
