@@ -30,6 +30,13 @@ def test_crossover_reads_both_cells_paired_by_repeat_and_prints_json(two_cell_gr
     code, stdout, _ = loadgen("crossover", str(two_cell_grid), "--param", "spec", "--on", "--seed=2",
                               "--off", "--seed=1")
     assert code == 0 and "c=1:" in stdout and "c=2:" in stdout
+    # the question is kept in the grid's folder; `analyze GRID` asks it again of the runs: the same lines
+    assert json.loads((two_cell_grid / "crossover.json").read_text())["param"] == "spec"
+    code, again, err = loadgen("analyze", str(two_cell_grid))
+    assert code == 0, err
+    tail = again.splitlines()[-len(stdout.splitlines()):]
+    assert tail == stdout.splitlines(), again
+    assert "crossover of spec: --seed=2 (on) vs --seed=1 (off)" in again
 
 
 @pytest.mark.parametrize("args,message", [

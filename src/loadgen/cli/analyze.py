@@ -10,13 +10,16 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..core.errors import ConfigError
+from ..analysis.crossover import crossover
+from ..core.errors import ConfigError, UserError
 from ..core.rundoc import RunDocument, RunKind
 from ..output.cache import cache_capacity_table, kept_records
 from ..output.capacity_answer import answer_line
+from ..output.crossover import crossover_lines
 from ..output.grid_table import print_grid
 from ..output.layout import print_table
 from ..output.tables import print_run, say
+from ..results.crossover import CROSSOVER_FILE, saved_question, spec_sides
 from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
 from ..results.reader import load_probe, load_records, load_run
 from ..results.reread import reanalyse
@@ -51,6 +54,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
             raise ConfigError(f"--format {output_format} is for a run; a grid's figures are in its grid.json")
         grid = load_grid(path)
         print_grid(_console(), grid, grid_summaries(path, grid))
+        _crossover_again(path)
         return
     path = one_run_in_grid(path)  # a grid's cell named by id or name: its one run (or the runs to choose from)
     # a cache-capacity run (or a grid's cell run of one, GRID/cells/c01/r1): its per-K table
@@ -74,6 +78,23 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
     print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(doc, records))
     if output_format in ("table", "markdown"):
         _capacity_answer(path, doc, _console())
+
+
+def _crossover_again(grid_dir: Path) -> None:
+    """The crossover question last asked of this grid (crossover.json), asked again of its runs."""
+    question = saved_question(grid_dir)
+    if question is None:
+        return
+    try:
+        on, off = spec_sides(grid_dir, question.param, question.on, question.off)
+    except UserError as exc:  # the grid changed under the question: say so, the grid is still shown
+        _console(stderr=True).print(f"crossover ({CROSSOVER_FILE}): {exc}", highlight=False, markup=False)
+        return
+    console = _console()
+    console.print(f"crossover of {question.param}: {question.on} (on) vs {question.off} (off)", highlight=False,
+                  markup=False)
+    for line in crossover_lines(crossover(on, off, question.confidence)):
+        console.print(line, highlight=False, markup=False)
 
 
 def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:

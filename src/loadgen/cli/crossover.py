@@ -15,10 +15,12 @@ import json
 from pathlib import Path
 
 import click
+import msgspec
 
-from ..analysis.crossover import INCONCLUSIVE, crossover
+from ..analysis.crossover import crossover
 from ..core.errors import ConfigError
-from ..results.crossover import spec_sides
+from ..output.crossover import crossover_lines
+from ..results.crossover import CROSSOVER_FILE, CrossoverQuestion, save_question, spec_sides
 from .help import command
 from .shared import console
 
@@ -38,12 +40,14 @@ def crossover_command(grid, param, on_value, off_value, confidence, output_forma
         raise ConfigError("--on and --off name the same value")
     on, off = spec_sides(Path(grid), param, on_value, off_value)
     found = crossover(on, off, confidence)
+    question = CrossoverQuestion(param, on_value, off_value, confidence)
+    try:  # for `analyze GRID`, which asks it again of the grid's runs
+        save_question(Path(grid), question, found.to_dict())
+    except OSError as exc:
+        console(stderr=True).print(f"warning: could not write {CROSSOVER_FILE} ({exc})", style="yellow")
     out = console()
     if output_format == "json":
-        out.print_json(json.dumps({"param": param, "on": on_value, "off": off_value, "confidence": confidence,
-                                   **found.to_dict()}))
+        out.print_json(json.dumps({**msgspec.to_builtins(question), **found.to_dict()}))
         return
-    for e in found.levels:
-        note = f" ({e.repeats} paired repeats)" if e.verdict == INCONCLUSIVE else ""
-        out.print(f"c={e.level:g}: {e.verdict} {e.text()}{note}", highlight=False)
-    out.print(found.sentence, highlight=False)
+    for line in crossover_lines(found):
+        out.print(line, highlight=False)

@@ -13,10 +13,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..core.errors import ConfigError, ResultsError
 from ..core.griddoc import GridCell, GridDocument, GridRun
+from .atomic import write_json
 from .grid_file import load_grid
 from .reader import load_run_dict
+
+CROSSOVER_FILE = "crossover.json"  # the last `loadgen crossover` question asked of a grid, in its folder
+
+
+class CrossoverQuestion(msgspec.Struct, frozen=True):
+    """What `loadgen crossover` was asked of a grid (crossover.json): `analyze GRID` asks it again
+    of the grid's runs as they are now, so the answer is rebuilt, never stale."""
+
+    param: str
+    on: str
+    off: str
+    confidence: float
+
+
+def save_question(grid_dir: Path, question: CrossoverQuestion, answer: dict[str, Any]) -> None:
+    """crossover.json: the question and the answer it got (for other tools; `analyze` recomputes it)."""
+    write_json(grid_dir / CROSSOVER_FILE, {**msgspec.to_builtins(question), **answer})
+
+
+def saved_question(grid_dir: Path) -> CrossoverQuestion | None:
+    """The question crossover.json holds; None without a readable one."""
+    try:
+        return msgspec.json.decode((grid_dir / CROSSOVER_FILE).read_bytes(), type=CrossoverQuestion)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _cell(grid: GridDocument, param: str, value: str, others: dict[str, str] | None) -> GridCell:
