@@ -398,6 +398,11 @@ def test_cache_runs_say_their_command_sort_ks_and_export_their_cache_columns(loa
     assert ks == ["1", "2"]
     code, out, err = loadgen("analyze", tmp_path / "cc")  # its per-K table again, from cache-capacity.json
     assert code == 0 and out.count("prompt-cache capacity") == 1, err
+    # the report: each K's run, in K order, the first with the per-K table and where reuse collapsed
+    code, md, err = loadgen("report", tmp_path / "cc", "--format", "markdown")
+    assert code == 0, err
+    assert [line.split(":")[0] for line in md.splitlines() if line.startswith("## ")] == ["## cc K=1", "## cc K=2"]
+    assert md.count("### prompt-cache capacity") == 1 and "- reuse " in md.split("## cc K=2")[0], md
     code, _, err = loadgen("export", tmp_path / "cc", "--format", "csv", "--output", tmp_path / "cc-csv")
     assert code == 2 and "cache-capacity" in err and "k-1, k-2" in err
     assert loadgen("export", tmp_path / "p", "--format", "csv", "--output", tmp_path / "csv")[0] == 0

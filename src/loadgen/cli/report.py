@@ -16,9 +16,10 @@ import click
 from ..analysis.metric_defs import Metric, all_metrics
 from ..core.errors import InputError
 from ..core.rundoc import RunKind
-from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, runs_in_grid
+from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, read_cache_capacity, runs_in_grid
 from ..results.reader import load_probe, load_records, load_run_dict
 from ..results.reread import load_with_records
+from ..results.schema import CACHE_CAPACITY_FILE
 from .common import results_dir, user_errors
 from .help import output_option
 
@@ -85,12 +86,32 @@ def load_sources(path_text: str) -> list[RunSource]:
     """A run folder's source, or a grid folder's: each cell's finished runs, named by cell (a grid's
     cell, GRID/c01: its runs, named by repeat)."""
     path = results_dir(path_text)
+    if (path / CACHE_CAPACITY_FILE).is_file():
+        return cache_capacity_sources(path)
     if not is_grid(path):
         in_grid = runs_in_grid(path)
         if in_grid is None:
             return [load_source(path_text)]
         return [load_source(str(run_dir), f"{path.name} {run_dir.parent.name}") for run_dir in in_grid]
     return [load_source(str(run_dir), name) for name, run_dir in grid_run_dirs(path)]
+
+
+def cache_capacity_sources(path: Path) -> list[RunSource]:
+    """A cache-capacity folder's runs, one a K in K order (named "K=2"), the first with the folder's
+    per-K table and its answer (where reuse collapsed)."""
+    import dataclasses
+
+    from ..output.cache import cache_capacity_table
+
+    table = cache_capacity_table(read_cache_capacity(path))
+    runs = sorted((int(d.name.removeprefix("k-")), d) for d in path.glob("k-*") if (d / "run.json").is_file()
+                  and d.name.removeprefix("k-").isdigit())
+    if not runs:
+        raise InputError(f"{path} holds no K's run (k-1/run.json, ...): the cache-capacity run stopped before one")
+    sources = [load_source(str(d), f"{path.name} K={k}") for k, d in runs]
+    answer = next((line for line in table.footnotes if line.startswith("reuse ")), None)
+    sources[0] = dataclasses.replace(sources[0], answer=answer, tables=[table])
+    return sources
 
 
 @click.command("report")

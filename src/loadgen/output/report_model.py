@@ -275,6 +275,7 @@ class RunSource:
     records: Sequence[RequestRecord]
     probe: Sequence[ProbeSample]
     answer: str | None = None  # the run kind's answer in one sentence (a capacity run's), said first
+    tables: Sequence[Grid] = ()  # tables of the folder it belongs to (a cache-capacity folder's per K), shown with it
 
 
 def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
@@ -294,5 +295,5 @@ def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
                 label=label, run_name=source.name, target=target, complete=complete, open_loop=run.open_loop,
                 kind=run.kind, answer=source.answer,
                 records=records, probe=[s for s in source.probe if s.target == name],
-                tables=turn_tables(run, kept_records(run, records))))
+                tables=[*source.tables, *turn_tables(run, kept_records(run, records))]))
     return series
