@@ -12,8 +12,10 @@ import threading
 
 import pytest
 
-from fixture_server import chat_stream, completion_stream
+from fixture_server import chat_stream, completion_stream, sse
+from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.client.registry import transport_class
+from loadgen.client.sse import StreamReader
 from loadgen.results.reader import load_records
 from servers import in_process_cli, serve_handler
 
@@ -102,3 +104,49 @@ def test_a_chat_turn_is_a_sweep_request_with_the_history_in_its_prompt(loadgen, 
                                      and len(r.chunk_gaps_us or ()) == TOKENS - 1 for r in records), records
     run = json.loads((out / "run.json").read_text())
     assert run["targets"][0]["read_clock"] == transport_class(transport)().read_clock
+
+
+# (first bytes of a body that brought no event, whether it is a whole body rather than a stream)
+NOT_A_STREAM = [
+    (b"", False),  # nothing came: a cut stream, not a body
+    (b"<html><body>hello</body></html>", True),
+    (b"  <!DOCTYPE html>", True),
+    (b'{"error":{"message":"no"}}', True),
+    (b": ping\n\n", False),
+    (b"data: {\"conte", False),
+    (b"event: message\n", False),
+    (b"id: 7\n", False),
+    (b"retry: 100\n", False),
+]
+
+
+@pytest.mark.parametrize("first,whole", NOT_A_STREAM)
+def test_a_body_without_events_is_read_whole_only_when_it_is_no_stream(first, whole):
+    """The engine reads such a body as the backend reads a whole one: an HTML page is then "not JSON",
+    the one rule of a non-LLM answer, for sweep's streams and chat's turns alike."""
+    stream = StreamReader(make_backend("llamacpp", GenerationParams(prompt="p", stream=True)).event_reader())
+    if first:
+        stream.on_chunk(first, 1)
+    assert stream.not_a_stream is whole
+
+
+# usage of a streamed chat answer without llama-server's timings -> (cache_n, prompt_n)
+USAGE_WITHOUT_TIMINGS = [
+    ({"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43,
+      "prompt_tokens_details": {"cached_tokens": 32}}, (32, 8)),
+    ({"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43,
+      "prompt_tokens_details": {"cached_tokens": 0}}, (0, 40)),
+    ({"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}, (None, None)),  # no count of the cached
+    ({"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43, "prompt_tokens_details": {}}, (None, None)),
+]
+
+
+@pytest.mark.parametrize("usage,expected", USAGE_WITHOUT_TIMINGS)
+def test_cached_tokens_in_usage_are_cache_n_and_the_rest_prompt_n(usage, expected):
+    backend = make_backend("chat", GenerationParams(prompt="p", stream=True), model="m")
+    stream = StreamReader(backend.event_reader())
+    stream.on_chunk(sse({"choices": [{"index": 0, "delta": {"content": "y"}}]},
+                        {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+                        {"choices": [], "usage": usage}, "[DONE]"), 1)
+    outcome = stream.finish(2)
+    assert outcome.error_kind is None and (outcome.cache_n, outcome.prompt_n) == expected

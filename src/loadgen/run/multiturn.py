@@ -39,7 +39,7 @@ from .machine_sampling import level_sampling, machine_watch
 from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
-from .state import Run, RunObserver, TargetRun
+from .state import Run, RunObserver
 from .target_setup import open_transport, prepare_targets
 
 CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
