@@ -28,7 +28,6 @@ import asyncio
 import random
 import time
 
-from ..analysis.evidence import not_an_llm_server
 from ..client.backends import ConversationBackend, conversation_backend
 from ..client.backends.conversation import History
 from ..core.cache_mode import MultiTurn
@@ -40,7 +39,7 @@ from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
 from .state import Run, RunObserver
-from .target_setup import open_transport, prepare_targets
+from .target_setup import open_transport, prepare_targets, refuse_non_llm
 
 CHARS_PER_TOKEN = 4  # English prose on common tokenizers: a message's length is asked in tokens
 
@@ -91,9 +90,7 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
         finally:
             t.read_clock = transport.read_clock
             await transport.close()
-        answer = not_an_llm_server(level.records, f"{backend.method} {backend.path}")  # sweep's one rule
-        if answer is not None:
-            t.error = f"{t.target.display}: {answer}"
+        if refuse_non_llm(t, level, backend):  # sweep's one rule (analysis/evidence.py)
             continue
         obs.message(f"{t.label}: {mode.users} users × {mode.turns} turns in {time.monotonic() - started:.1f} s")
         obs.level_done(run, t, level)
