@@ -68,7 +68,7 @@ def test_report_and_export_show_the_turns(chat_run, loadgen, tmp_path):
 
 
 def test_chat_messages_of_a_turn():
-    from loadgen.run.conversation_apis import chat_messages
+    from loadgen.client.backends.conversation import chat_messages
     assert chat_messages("s", [], "hi") == [{"role": "user", "content": "[s] hi"}]
     assert chat_messages("s", [("m1", "a1"), ("m2", "a2")], "m3") == [
         {"role": "user", "content": "[s] m1"}, {"role": "assistant", "content": "a1"},

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..analysis.slo import DEFAULT_ATTAINMENT
-from ..client.backends import GenerationParams
+from ..client.backends import CONVERSATION_APIS, GenerationParams
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument, RunKind
@@ -91,7 +91,7 @@ def refuse_empty_levels(doc: RunDocument) -> int:
     return EXIT_FAILED
 
 
-CHAT_APIS = ("llamacpp", "chat")  # run/conversation_apis.py
+CHAT_APIS = CONVERSATION_APIS  # the APIs whose backends send a conversation's turns (client/backends)
 
 
 @command()

@@ -25,6 +25,10 @@ RAW_PREFIX_LIMIT = 64 * 1024
 MAX_LINE = 16 * 1024 * 1024
 
 
+# How an event stream's first line begins: a field (data, event, id, retry) or a comment.
+_SSE_STARTS = (b"data", b"event", b"id", b"retry", b":")
+
+
 class SSESplitter:
     """Incremental SSE parser: `feed(read)` returns the payloads of the events the read completed.
 
@@ -216,6 +220,15 @@ class StreamReader:
         if self.failed is not None:
             return self.failed
         return self._reader.finish()
+
+    @property
+    def not_a_stream(self) -> bool:
+        """No event came and the body does not begin as an event stream does (a field or a comment):
+        a whole body instead (JSON from a server that ignored `stream`, an HTML page)."""
+        if self.events or not self._raw:
+            return False
+        first = bytes(self._raw[:16]).lstrip()
+        return not first.startswith(_SSE_STARTS)
 
     @property
     def raw_prefix(self) -> bytes:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..client.backends import Backend
-from ..client.sse import StreamReader
+from ..client.backends import Backend, ConversationBackend
+from ..client.backends.conversation import History
+from ..client.sse import EventReader, StreamReader
 from ..client.transport import Transport, TransportError
 from ..core import records
 from ..core.clock import now_ns
@@ -122,11 +123,15 @@ class _Sender:
                           intended_ns, None, self._parse(status, response.body), response.connect_us,
                           response.tls_us)
 
-    async def _send_stream(self, worker: int, seq: int, intended_ns: int | None) -> str | None:
+    async def _send_stream(self, worker: int, seq: int, intended_ns: int | None, salt: str = "",
+                           body: bytes | None = None, events: EventReader | None = None) -> str | None:
+        """Streamed: the backend's body for `seq` with a new salt, or the `body` (salted with `salt`)
+        and `events` reader a caller built (a conversation's turn, `TurnSender`)."""
         level, backend = self.level, self.backend
-        salt = self.salt()
-        body = self._build(salt, seq)
-        stream = StreamReader(backend.event_reader())
+        if body is None:
+            salt = self.salt()
+            body = self._build(salt, seq)
+        stream = StreamReader(events or backend.event_reader())
         send_ns = now_ns()
         level.in_flight[seq] = (worker, salt, send_ns, intended_ns)
         try:
@@ -139,8 +144,9 @@ class _Sender:
             self._cancelled(worker, seq, salt, send_ns, intended_ns, stream)
             raise
         status, complete_ns = response.status, response.complete_ns
-        if status >= 300 or stream.events == 0 and stream.raw_prefix[:1] == b"{":
-            # An error before the stream started (or a server that ignored `stream`): plain JSON.
+        if status >= 300 or stream.not_a_stream:
+            # An error before the stream started, a server that ignored `stream` (plain JSON), or
+            # no event stream at all (an HTML page): read as a whole body, as the backend reads one.
             outcome = backend.parse(status, stream.raw_prefix)
         else:
             outcome = stream.finish(complete_ns)
@@ -202,6 +208,28 @@ class _Sender:
                                  level.request_class)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
+
+
+class TurnSender:
+    """Sends a conversation's turns (run/multiturn.py) down the one path a level's requests take:
+    the backend builds each turn's body from the history, the transport sends it, the stream is read
+    and the request recorded (a `RequestRecord` in `level`, told to `obs`) exactly as `run_level`'s.
+    A connect failure never stops the level: a conversation stops at its own first failed turn."""
+
+    def __init__(self, level: LevelRun, transport: Transport, backend: ConversationBackend,
+                 obs: Observer | None = None) -> None:
+        self._backend = backend
+        self._sender = _Sender(level, transport, backend, obs or NullObserver(), EngineOptions(give_up_after=None))
+
+    async def send(self, worker: int, seq: int, salt: str, history: History, message: str,
+                   id_slot: int | None = None) -> str | None:
+        """Send turn `seq` (of user `worker`) and record it; the answer's text, or None when the turn
+        failed (its record says how)."""
+        backend = self._backend
+        events = backend.answer_reader()
+        kind = await self._sender._send_stream(worker, seq, None, salt,
+                                               backend.build_turn(salt, history, message, id_slot), events)
+        return None if kind is not None else events.answer
 
 
 async def run_level(

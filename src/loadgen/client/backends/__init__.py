@@ -13,6 +13,7 @@ import msgspec
 
 from ...core.records import ServerOutcome
 from ..sse import EventReader
+from .conversation import History
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,27 @@ class Backend(Protocol):
 
     def event_reader(self) -> EventReader:
         """A reader for one streamed response."""
+        ...
+
+
+class AnswerReader(EventReader, Protocol):
+    """An event reader that also keeps the answer's text (a conversation re-sends it next turn)."""
+
+    @property
+    def answer(self) -> str: ...
+
+
+class ConversationBackend(Backend, Protocol):
+    """A backend that can send a conversation's turn (`loadgen chat`): the same request as its
+    `build`, with the history in the prompt (backends/conversation.py)."""
+
+    def build_turn(self, salt: str, history: History, message: str, id_slot: int | None = None) -> bytes:
+        """The body of a turn: the earlier exchanges and the new message, salted with `salt`;
+        `id_slot` asks llama-server for that slot."""
+        ...
+
+    def answer_reader(self) -> AnswerReader:
+        """A reader for one streamed turn that keeps the answer's text."""
         ...
 
 
@@ -127,6 +149,15 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
     raise ValueError(f"unknown API {api!r}")
 
 
+def conversation_backend(api: str, params: GenerationParams, model: str | None = None) -> ConversationBackend:
+    """The backend of `api` for conversation turns; ValueError for an API without one."""
+    if api not in CONVERSATION_APIS:
+        raise ValueError(f"no conversation turns over API {api!r}")
+    return make_backend(api, params, model)  # type: ignore[return-value]  # both speak turns
+
+
+# The APIs whose backends send a conversation's turns (`build_turn`, `answer_reader`).
+CONVERSATION_APIS = ("llamacpp", "chat")
 API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
 # The APIs with a field for a reasoning effort, and the values they take.
 REASONING_EFFORT_APIS = ("chat", "responses")

@@ -14,6 +14,7 @@ from ...core import records
 from ...core.records import ServerOutcome
 from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
+from .conversation import History, turn_prompt
 
 
 class _Completion(msgspec.Struct):
@@ -43,7 +44,7 @@ class LlamaCppBackend:
     def __init__(self, params: GenerationParams):
         self.params = params
         self.stream = params.stream
-        fields = generation_fields(params, "n_predict")
+        fields = self._fields = generation_fields(params, "n_predict")
         self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields, params.n_predicts, "n_predict",
                                     params.prefixes)
         self.build = self._bodies.build
@@ -62,15 +63,28 @@ class LlamaCppBackend:
     def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
 
+    def build_turn(self, salt: str, history: History, message: str, id_slot: int | None = None) -> bytes:
+        """A conversation's turn: its history as raw text (`turn_prompt`), then the fields `build` sends."""
+        return msgspec.json.encode({"prompt": turn_prompt(salt, history, message), **self._fields,
+                                    **({"id_slot": id_slot} if id_slot is not None else {})})
+
+    def answer_reader(self) -> _StreamEvents:
+        return _StreamEvents(keep_text=True)
+
 
 class _StreamEvents:
     """One streamed /completion: content events until the `stop: true` one."""
 
-    __slots__ = ("final", "error")
+    __slots__ = ("final", "error", "_text")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
         self.final: _Completion | None = None
         self.error: ServerOutcome | None = None
+        self._text: list[str] | None = [] if keep_text else None  # each event's content, kept: every event is decoded
+
+    @property
+    def answer(self) -> str:
+        return "".join(self._text or ())
 
     def count_region(self, region: bytes) -> tuple[int, int] | None:
         """(events, content events) of a region holding only partial events, from a few byte counts
@@ -79,7 +93,7 @@ class _StreamEvents:
         quotes cannot occur inside a JSON string, nor a raw newline, so generated text cannot fool
         the counts. Partial events are checked for shape, not parsed: one cut short fails the
         shape and is read (and reported) like any other."""
-        if self.final is not None or self.error is not None:
+        if self.final is not None or self.error is not None or self._text is not None:
             return None
         events = region.count(b"\n\n")
         if (region.count(b'"stop":false') != events or region.count(b"\n") != 2 * events
@@ -92,11 +106,11 @@ class _StreamEvents:
         # The many partial events are judged from their bytes, the final one (and an error) is
         # decoded. A key with its quotes cannot occur inside a JSON string (quotes in strings are
         # escaped), so generated text cannot fool these tests. llama-server writes compact JSON.
-        content = 0
+        content, fast = 0, self._text is None
         for data in payloads:
             if self.final is not None or self.error is not None:
                 break  # nothing after the end counts
-            if b'"stop":false' in data and data.endswith(b"}") and b'"error"' not in data:
+            if fast and b'"stop":false' in data and data.endswith(b"}") and b'"error"' not in data:
                 if b'"content":""' not in data:
                     content += 1
             elif self._event(data):
@@ -107,6 +121,8 @@ class _StreamEvents:
         chunk, self.error = decode_event(_decode, data)
         if chunk is None:
             return False
+        if self._text is not None and chunk.content:
+            self._text.append(chunk.content)
         if chunk.stop:
             self.final = chunk
             return bool(chunk.content) and chunk.timings is None

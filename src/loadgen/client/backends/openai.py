@@ -15,6 +15,7 @@ from ...core import records
 from ...core.records import ServerOutcome, Usage
 from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, reasoning_count, served_outcome, truncated, undecodable
+from .conversation import History, chat_messages, turn_prompt
 
 
 class _Delta(msgspec.Struct):
@@ -26,6 +27,10 @@ class _CompletionDetails(msgspec.Struct):
     reasoning_tokens: int | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     """`usage` with the details loadgen reads; recorded as `records.Usage`."""
 
@@ -33,10 +38,22 @@ class _Usage(msgspec.Struct):
     completion_tokens: int | None = None
     total_tokens: int | None = None
     completion_tokens_details: _CompletionDetails | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 def _usage(u: _Usage | None) -> Usage | None:
     return None if u is None else Usage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+
+
+def _served(t: Timings | None, u: _Usage | None, finish_reason: str | None,
+            reasoning_tokens: int | None) -> ServerOutcome:
+    """The outcome of a served response. Without llama-server's `timings`, the usage's
+    `prompt_tokens_details.cached_tokens` (when given) is `cache_n`, and the prompt tokens less those
+    are `prompt_n` (the computed ones, as llama-server counts them)."""
+    cached = u.prompt_tokens_details.cached_tokens if u is not None and u.prompt_tokens_details is not None else None
+    if t is None and cached is not None and u is not None and u.prompt_tokens is not None:
+        t = Timings(prompt_n=u.prompt_tokens - cached, cache_n=cached)
+    return served_outcome(t, finish_reason=finish_reason, usage=_usage(u), reasoning_tokens=reasoning_tokens)
 
 
 def _reported_reasoning(u: _Usage | None) -> int | None:
@@ -78,7 +95,7 @@ class OpenAIBackend:
         self.path = "/v1/chat/completions" if chat else "/v1/completions"
         self.model = model
         # ignore_eos and cache_prompt are not OpenAI's, but llama-server, vLLM and SGLang read them.
-        fields = generation_fields(params, "max_tokens", **({"model": model} if model is not None else {}))
+        fields = self._fields = generation_fields(params, "max_tokens", **({"model": model} if model is not None else {}))
         if chat and params.reasoning_effort is not None:
             fields["reasoning_effort"] = params.reasoning_effort
         if params.stream:
@@ -87,6 +104,7 @@ class OpenAIBackend:
             head, close = b'{"messages":[{"role":"user","content":', b"}]"
         else:
             head, close = b'{"prompt":', b""
+        self._chat = chat
         self._bodies = SaltedBodies(head, params.prompt_list, close, fields, params.n_predicts, "max_tokens",
                                     params.prefixes)
         self.build = self._bodies.build
@@ -103,21 +121,31 @@ class OpenAIBackend:
         choice = data.choices[0]
         thought = choice.message is not None and bool(choice.message.reasoning_content)
         reported = _reported_reasoning(data.usage)
-        return served_outcome(data.timings, finish_reason=choice.finish_reason, usage=_usage(data.usage),
-                              # a whole answer's thinking is one text: its tokens are known only if reported
-                              reasoning_tokens=reported if reported is not None or not thought else None)
+        return _served(data.timings, data.usage, choice.finish_reason,
+                       # a whole answer's thinking is one text: its tokens are known only if reported
+                       reported if reported is not None or not thought else None)
 
     def event_reader(self) -> _StreamEvents:
         return _StreamEvents()
+
+    def build_turn(self, salt: str, history: History, message: str, id_slot: int | None = None) -> bytes:
+        """A conversation's turn: its history as messages (chat) or raw text, then the fields `build` sends."""
+        prompt = ({"messages": chat_messages(salt, history, message)} if self._chat
+                  else {"prompt": turn_prompt(salt, history, message)})
+        return msgspec.json.encode({**prompt, **self._fields, **({"id_slot": id_slot} if id_slot is not None else {})})
+
+    def answer_reader(self) -> _StreamEvents:
+        return _StreamEvents(keep_text=True)
 
 
 class _StreamEvents:
     """One streamed response: chunks until `[DONE]`; `usage` and `timings` ride on the last ones.
     Chat deltas with `reasoning_content` are thinking, with `content` the answer."""
 
-    __slots__ = ("done", "error", "usage", "timings", "finish_reason", "answer_events", "reasoning_events")
+    __slots__ = ("done", "error", "usage", "timings", "finish_reason", "answer_events", "reasoning_events", "_text")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
+        self._text: list[str] | None = [] if keep_text else None  # the answer's pieces, kept
         self.done = False
         self.error: ServerOutcome | None = None
         self.answer_events = 0
@@ -149,22 +177,30 @@ class _StreamEvents:
             self.finish_reason = choice.finish_reason
         if choice.text:
             self.answer_events += 1
+            if self._text is not None:
+                self._text.append(choice.text)
             return True
         delta = choice.delta
         if delta is None:
             return False
         if delta.content:  # a chunk with both is an answer chunk: the answer has begun
             self.answer_events += 1
+            if self._text is not None:
+                self._text.append(delta.content)
             return True
         if delta.reasoning_content:
             self.reasoning_events += 1
             return True
         return False
 
+    @property
+    def answer(self) -> str:
+        return "".join(self._text or ())
+
     def finish(self) -> ServerOutcome:
         if self.error is not None:
             return self.error
         if not self.done:
             return truncated("its `data: [DONE]` line")
-        return served_outcome(self.timings, finish_reason=self.finish_reason, usage=_usage(self.usage),
-                              reasoning_tokens=reasoning_count(_reported_reasoning(self.usage), self.reasoning_events))
+        return _served(self.timings, self.usage, self.finish_reason,
+                       reasoning_count(_reported_reasoning(self.usage), self.reasoning_events))
