@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,3 +150,11 @@ def test_a_read_stamped_before_the_previous_one_is_a_gap_of_zero():
     assert stream.finish(4_000_000).error_kind is None
     assert stream.gaps_us.tolist() == [1_000, 0, 1_000]
     assert (stream.first_ns, stream.last_ns) == (1_000_000, 3_000_000)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("wire", [b"data: [DONE]\n\n", b"data:[DONE]"])
+def test_a_stream_of_only_done_is_no_answer(api, wire):
+    # found by the property above: `[DONE]` with no chunk before it was recorded as a complete answer
+    outcome, _ = read(api, [wire])
+    assert outcome.error_kind == records.TRUNCATED_STREAM and "only `data: [DONE]`" in outcome.error_message

@@ -142,7 +142,8 @@ class _StreamEvents:
     """One streamed response: chunks until `[DONE]`; `usage` and `timings` ride on the last ones.
     Chat deltas with `reasoning_content` are thinking, with `content` the answer."""
 
-    __slots__ = ("done", "error", "usage", "timings", "finish_reason", "answer_events", "reasoning_events", "_text")
+    __slots__ = ("done", "error", "usage", "timings", "finish_reason", "answer_events", "reasoning_events", "_text",
+                 "chunks")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._text: list[str] | None = [] if keep_text else None  # the answer's pieces, kept
@@ -153,6 +154,7 @@ class _StreamEvents:
         self.usage: _Usage | None = None
         self.timings: Timings | None = None
         self.finish_reason: str | None = None
+        self.chunks = 0  # chunks decoded before [DONE]: none is no answer at all
 
     def events(self, payloads: list[bytes]) -> int:
         return sum(self._event(data) for data in payloads)
@@ -166,6 +168,7 @@ class _StreamEvents:
         chunk, self.error = decode_event(_decode, data)
         if chunk is None:
             return False
+        self.chunks += 1
         if chunk.usage is not None:
             self.usage = chunk.usage
         if chunk.timings is not None:
@@ -202,5 +205,7 @@ class _StreamEvents:
             return self.error
         if not self.done:
             return truncated("its `data: [DONE]` line")
+        if not self.chunks:  # `data: [DONE]` alone: the server sent no answer, not an empty one
+            return truncated("any chunk: it held only `data: [DONE]`")
         return _served(self.timings, self.usage, self.finish_reason,
                        reasoning_count(_reported_reasoning(self.usage), self.reasoning_events))
