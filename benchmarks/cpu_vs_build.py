@@ -17,6 +17,14 @@ own (this build / the earlier one), so a machine that is busier in one minute th
 both sides of a ratio. Figures are printed, never asserted.
 
     python benchmarks/cpu_vs_build.py [--rev 3a11f16] [--rounds 3] [--short 3] [--long 12] [--parts nonstream,stream]
+
+`--features` measures this tree alone instead: its default sweep against the same sweep with each
+opt-in feature on (FEATURES: `--slo`, `--prometheus-port`, two request classes) and with the
+machine's record off (`--no-environment`: the fingerprint, the per-second samples and energy,
+which are on by default), interleaved in the same way; the difference is that feature's CPU per
+request.
+
+    python benchmarks/cpu_vs_build.py --features [--rounds 3] [--parts nonstream,stream]
 """
 
 from __future__ import annotations
@@ -38,6 +46,18 @@ from workers import BenchNginx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path.home() / ".cache" / "loadgen" / "bench-builds"
+
+
+# Each opt-in feature's flags, added to the default sweep ({port}: a free one).
+FEATURES = {
+    "--no-environment": ["--no-environment"],
+    "--slo": ["--slo", "e2e=10s,queue=5s"],
+    "--prometheus-port": ["--prometheus-port", "{port}"],
+    # classes send their own counts ({requests}: 5,000 a second of the level's length), each class
+    # alone and then both together
+    "2 classes": ["--class", "name=a,n_predict=16,concurrency=32,requests={requests}",
+                  "--class", "name=b,n_predict=16,concurrency=32,requests={requests}"],
+}
 
 
 class PinnedNginx(BenchNginx):
@@ -79,24 +99,31 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def sweep(python: str, url: str, seconds: float, stream: bool, out: Path, cpu: int | None) -> tuple[float, int]:
-    """One sweep of one level at c=64: (CPU seconds, requests)."""
-    cmd = [python, "-m", "loadgen", "sweep", "--url", url, "--concurrency", "64", "--duration", f"{seconds:g}",
-           "--warmup", "2", "--no-histograms", "--output", str(out), *(["--stream"] if stream else [])]
+def sweep(python: str, url: str, seconds: float, stream: bool, out: Path, cpu: int | None,
+          extra: list[str] = ()) -> tuple[float, int]:
+    """One sweep of one level at c=64 (or `extra`'s classes): (CPU seconds, requests of every level)."""
+    from engine_overhead import free_port
+
+    extra = [str(free_port()) if a == "{port}" else a.replace("{requests}", str(int(seconds * 5000))) for a in extra]
+    load = [] if "--class" in extra else ["--concurrency", "64", "--duration", f"{seconds:g}"]
+    cmd = [python, "-m", "loadgen", "sweep", "--url", url, *load,
+           "--warmup", "2", "--no-histograms", "--output", str(out), *(["--stream"] if stream else []),
+           *map(str, extra)]
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
     before = children_cpu_s()
     done = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin, cwd=tempfile.gettempdir())
     used = children_cpu_s() - before
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
-    [level] = json.loads((out / "run.json").read_text())["targets"][0]["levels"]
-    return used, level["requests_ok"] + level["requests_failed"]
+    levels = json.loads((out / "run.json").read_text())["targets"][0]["levels"]
+    return used, sum(lv["requests_ok"] + lv["requests_failed"] for lv in levels)
 
 
-def steady_us(python: str, url: str, args: argparse.Namespace, stream: bool, work: Path, cpu: int | None) -> float:
+def steady_us(python: str, url: str, args: argparse.Namespace, stream: bool, work: Path, cpu: int | None,
+              extra: list[str] = ()) -> float:
     """CPU µs per request of one more second of load: the long sweep minus the short one."""
-    short_cpu, short_n = sweep(python, url, args.short, stream, work / "short", cpu)
-    long_cpu, long_n = sweep(python, url, args.long, stream, work / "long", cpu)
+    short_cpu, short_n = sweep(python, url, args.short, stream, work / "short", cpu, extra)
+    long_cpu, long_n = sweep(python, url, args.long, stream, work / "long", cpu, extra)
     return (long_cpu - short_cpu) / (long_n - short_n) * 1e6
 
 
@@ -107,7 +134,10 @@ def main() -> int:
     parser.add_argument("--short", type=float, default=3.0)
     parser.add_argument("--long", type=float, default=12.0)
     parser.add_argument("--parts", default="nonstream,stream")
+    parser.add_argument("--features", action="store_true", help="This tree's opt-in features instead of a build.")
     args = parser.parse_args()
+    if args.features:
+        return features(args)
     earlier = build_python(args.rev)
     builds = {args.rev: earlier, "this tree": sys.executable}
     client_cpu, server_cpu = pick_cpus()
@@ -136,6 +166,36 @@ def main() -> int:
         print(f"{part}: {args.rev} {statistics.median(figures[args.rev]):.1f} µs/request, this tree "
               f"{statistics.median(figures['this tree']):.1f}; ratio (median of the rounds' own) "
               f"{statistics.median(ratios):.3f} ({', '.join(f'{x:.3f}' for x in ratios)})", flush=True)
+    return 0
+
+
+def features(args: argparse.Namespace) -> int:
+    """This tree's default sweep against the same with each of FEATURES, round by round."""
+    client_cpu, server_cpu = pick_cpus()
+    nginx = ensure_nginx()
+    variants = {"default": [], **FEATURES}
+    print(f"client on CPU {client_cpu}, nginx on CPU {server_cpu}; {args.rounds} rounds; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    for part in args.parts.split(","):
+        server = PinnedNginx(nginx, part == "stream", server_cpu)
+        server.start()
+        deltas: dict[str, list[float]] = {name: [] for name in FEATURES}
+        base: list[float] = []
+        try:
+            with tempfile.TemporaryDirectory(prefix="loadgen-cpu-features-") as tmp:
+                for r in range(args.rounds):
+                    order = list(variants) if r % 2 == 0 else list(reversed(variants))
+                    got = {name: steady_us(sys.executable, server.url, args, part == "stream", Path(tmp) / f"{r}-{i}",
+                                           client_cpu, variants[name]) for i, name in enumerate(order)}
+                    base.append(got["default"])
+                    for name in FEATURES:
+                        deltas[name].append(got[name] - got["default"])
+                    print(f"  {part} round {r + 1}: " + ", ".join(f"{n} {us:.1f}" for n, us in got.items()) + " µs",
+                          flush=True)
+        finally:
+            server.stop()
+        print(f"{part}: default {statistics.median(base):.1f} µs/request; " + ", ".join(
+            f"{name} {statistics.median(d):+.1f}" for name, d in deltas.items()), flush=True)
     return 0
 
 
