@@ -158,3 +158,31 @@ def test_a_stream_of_only_done_is_no_answer(api, wire):
     # found by the property above: `[DONE]` with no chunk before it was recorded as a complete answer
     outcome, _ = read(api, [wire])
     assert outcome.error_kind == records.TRUNCATED_STREAM and "only `data: [DONE]`" in outcome.error_message
+
+
+# llama-server's partial events (compact JSON, any content: quotes and newlines escaped by json.dumps),
+# then its final one; in any reads.
+contents = st.lists(st.text(max_size=12), min_size=1, max_size=12)
+
+
+@PROPERTY
+@given(texts=contents, cuts=st.lists(st.integers(0, 3000), max_size=10))
+def test_counting_a_region_of_llamacpp_events_equals_reading_them_one_by_one(texts, cuts):
+    events = [json.dumps({"index": 0, "content": t, "tokens": [i], "stop": False, "id_slot": 0},
+                         separators=(",", ":")).encode() for i, t in enumerate(texts)]
+    final = json.dumps({"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": len(texts),
+                        "timings": {"prompt_n": 3, "prompt_ms": 1.0, "predicted_n": len(texts), "predicted_ms": 2.0}},
+                       separators=(",", ":")).encode()
+    wire = b"".join(b"data: " + e + b"\n\n" for e in [*events, final])
+    readers = []
+    for counting in (True, False):
+        backend = make_backend("llamacpp", PARAMS)
+        stream = StreamReader(backend.event_reader())
+        if not counting:
+            stream._count = None  # every event decoded one by one
+        for i, chunk in enumerate(split_at(wire, cuts)):
+            stream.on_chunk(chunk, 1_000_000 * (i + 1))
+        readers.append(stream)
+    fast, slow = readers
+    assert (fast.events, fast.chunks, list(fast.gaps_us)) == (slow.events, slow.chunks, list(slow.gaps_us))
+    assert fast.chunks == sum(1 for t in texts if t)

@@ -95,10 +95,12 @@ class _StreamEvents:
         shape and is read (and reported) like any other."""
         if self.final is not None or self.error is not None or self._text is not None:
             return None
-        events = region.count(b"\n\n")
-        if (region.count(b'"stop":false') != events or region.count(b"\n") != 2 * events
-                or region.count(b"}\n\n") != events or region.count(b"data: {") != events
-                or b'"error"' in region):
+        # Every newline in a "}\n\n" (the events' ends) and no other: then the events are the
+        # newline pairs, counted by the cheaper one-byte count (a scan less of the region).
+        newlines = region.count(b"\n")
+        events = newlines // 2
+        if (newlines % 2 or region.count(b"}\n\n") != events or region.count(b'"stop":false') != events
+                or region.count(b"data: {") != events or b'"error"' in region):
             return None
         return events, events - region.count(b'"content":""')
 
