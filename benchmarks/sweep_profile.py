@@ -7,7 +7,7 @@ Against benchmarks/workers.py's private nginx (a canned `/completion`, JSON or 6
 slows every Python call, so the absolute figures are inflated (the steady figure without it is
 benchmarks/cpu_vs_build.py's); the shares are what this prints it for. Printed, never asserted.
 
-    python benchmarks/sweep_profile.py [--seconds 8] [--stream] [--top 12]
+    python benchmarks/sweep_profile.py [--seconds 8] [--stream] [--top 12] [--with='--slo e2e=10s']
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--top", type=int, default=12, help="Also print the N functions with the most own time.")
+    ap.add_argument("--with", dest="extra", default="", help="More sweep options, e.g. --with='--slo e2e=10s'.")
     args = ap.parse_args()
     client_cpu, server_cpu = pick_cpus()
     server = PinnedNginx(ensure_nginx(), args.stream, server_cpu)
@@ -85,7 +86,7 @@ def main() -> int:
             out, prof = Path(tmp) / "run", Path(tmp) / "sweep.prof"
             cmd = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "loadgen", "sweep", "--url", server.url,
                    "--concurrency", "64", "--duration", f"{args.seconds:g}", "--warmup", "2", "--no-histograms",
-                   "--output", str(out), *(["--stream"] if args.stream else [])]
+                   "--output", str(out), *(["--stream"] if args.stream else []), *args.extra.split()]
             pin = (lambda: os.sched_setaffinity(0, {client_cpu})) if client_cpu is not None else None
             done = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pin)
             if done.returncode != 0:

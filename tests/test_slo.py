@@ -151,3 +151,30 @@ def test_most_missed_ties_go_to_the_first_target_and_errors_only_when_no_target_
 def test_nothing_judged_never_passes():
     result = SloTally.of(parse_slo("e2e=1s"), []).result(0.0)
     assert result.attainment is None and result.passed is False and result.goodput_req_s == 0.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_tally_judges_each_request_as_judge_does(seed):
+    # SloTally.add reads each target's value once a request; judge() and _ratios() are the rule, one
+    # record at a time. Random records (tests/test_metric_defs.py): failed, cancelled, unstreamed,
+    # without timings or tokens.
+    import random
+
+    from loadgen.analysis.slo import SloTally, _ratios, judge, parse_slo
+    from loadgen.core.records import CLIENT_SIDE
+    from test_metric_defs import random_record
+
+    rng = random.Random(seed)
+    batch = [random_record(rng, i) for i in range(rng.randrange(1, 80))]
+    slo = parse_slo(rng.choice(["ttft=800ms,tpot=40ms,e2e=3s", "e2e=2s", "itl=20ms,queue=300ms", "ttfa=1s,e2e=4s"]))
+    tally = SloTally.of(slo, batch)
+    judged = [r for r in batch if r.error_kind not in CLIENT_SIDE]
+    verdicts = [judge(r, slo) for r in judged]
+    misses: dict[str, int] = {}
+    for missed in verdicts:
+        for name in missed:
+            misses[name] = misses.get(name, 0) + 1
+    assert (tally.judged, tally.good) == (len(judged), sum(1 for v in verdicts if not v))
+    assert tally.misses == misses
+    assert tally.good_tokens == sum(r.output_tokens or 0 for r, v in zip(judged, verdicts) if not v)
+    assert tally.ratios == [_ratios(r, slo) for r in judged]

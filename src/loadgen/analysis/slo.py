@@ -206,17 +206,33 @@ class SloTally:
     ratios: list[list[float]] = field(default_factory=list)
 
     def add(self, batch: Iterable[RequestRecord]) -> None:
+        # judge() and _ratios() in one pass: each target's value read once a request
+        targets, misses, inf = self.slo.targets_ms, self.misses, math.inf
         for r in batch:
             if r.error_kind in CLIENT_SIDE:
                 continue
             self.judged += 1
-            missed = judge(r, self.slo)
-            if not missed:
+            if not r.ok:
+                misses[ERROR] = misses.get(ERROR, 0) + 1
+                self.ratios.append([inf] * len(targets))
+                continue
+            row, good, unjudged = [], True, False
+            for name, target in targets:
+                v = value_ms(r, name)
+                if v is None:
+                    unjudged, good = True, False
+                    row.append(inf)
+                    continue
+                row.append(v / target)
+                if v > target:
+                    good = False
+                    misses[name] = misses.get(name, 0) + 1
+            if unjudged:
+                misses[UNJUDGED] = misses.get(UNJUDGED, 0) + 1
+            if good:
                 self.good += 1
                 self.good_tokens += r.output_tokens or 0
-            for name in missed:
-                self.misses[name] = self.misses.get(name, 0) + 1
-            self.ratios.append(_ratios(r, self.slo))
+            self.ratios.append(row)
 
     @classmethod
     def of(cls, slo: Slo, rs: Iterable[RequestRecord]) -> SloTally:
