@@ -1,7 +1,9 @@
 """The committed golden runs read back identically, and the writer's figures rebuild them byte for byte.
 
 tests/data/sweep-smollm2 is a schema-version-1 run of a real llama-server; sweep-sim-v2 (closed loop,
-streamed) and rate-sim-v2 (open loop) are version-2 runs of the simulator.
+streamed) and rate-sim-v2 (open loop) are version-2 runs of the simulator; capacity-sim-v3 is a
+`loadgen capacity` run of the simulator written at schema version 3 (kind "sweep", the search's
+settings only in its command line), before run.json named the command.
 """
 
 from __future__ import annotations
@@ -84,3 +86,21 @@ def test_the_writers_figures_rebuild_every_level_and_verdict(name):
                                           "what was offered and no backlog grew."]
             verdict["verdict"] = target["verdict"]["verdict"]
         assert json.dumps(verdict) == json.dumps(target["verdict"])
+
+
+def test_a_version_3_capacity_run_reads_and_its_answer_is_rebuilt_from_its_command_line(tmp_path):
+    import shutil
+
+    from loadgen.core.rundoc import RunKind
+    from loadgen.output.capacity_answer import answer_line
+    from loadgen.results.reader import load_run
+
+    saved = json.loads((DATA / "capacity-sim-v3" / "capacity.json").read_text())["capacity"]["verdict"]
+    doc = load_run(DATA / "capacity-sim-v3")
+    assert doc.kind is RunKind.SWEEP and doc.config is not None and doc.config.capacity is None
+    assert answer_line(DATA / "capacity-sim-v3", doc) == saved
+    copy = tmp_path / "cap"
+    shutil.copytree(DATA / "capacity-sim-v3", copy)
+    (copy / "capacity.json").unlink()  # the answer again, from run.json's levels and the argv's settings
+    assert answer_line(copy, load_run(copy)) == f"{saved} (rebuilt from run.json: capacity.json is missing or unreadable)"
+    assert saved.startswith("serves 2 concurrent users within e2e≤28 ms")
