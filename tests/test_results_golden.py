@@ -104,3 +104,12 @@ def test_a_version_3_capacity_run_reads_and_its_answer_is_rebuilt_from_its_comma
     (copy / "capacity.json").unlink()  # the answer again, from run.json's levels and the argv's settings
     assert answer_line(copy, load_run(copy)) == f"{saved} (rebuilt from run.json: capacity.json is missing or unreadable)"
     assert saved.startswith("serves 2 concurrent users within e2e≤28 ms")
+
+
+def test_a_capacity_runs_verdict_lists_its_levels_by_value_not_in_probe_order(loadgen):
+    # the search probed 1, 2, 4, 3: the sentences read 2, 3, 4
+    code, out, err = loadgen("analyze", DATA / "capacity-sim-v3")
+    assert code == 0, err
+    (gains,) = [line for line in out.splitlines() if "batching gain vs c=1" in line]
+    levels = [int(part.split()[0]) for part in gains.split(": ", 1)[1].split("c=")[1:]]
+    assert levels == [2, 3, 4], gains

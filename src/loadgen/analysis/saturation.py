@@ -467,9 +467,10 @@ def _verdict_lines(label: str, total_slots: int | None, overhead: float | None, 
             if worst is not None and wait is not None:
                 lines.append(f"{label}: still, {worst.slot_queued} of {worst.requests} requests at c={worst.level} "
                              f"waited for a slot (median {_secs(wait.p50)}).")
-    for q in queueing:
+    by_value = sorted(queueing, key=lambda q: q.level)  # a capacity search runs its levels out of order
+    for q in by_value:
         lines += _cause_lines(label, q)
-    gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in queueing if q.batching_gain and q.level != 1]
+    gains = [f"c={q.level} {q.batching_gain:.2f}×" for q in by_value if q.batching_gain and q.level != 1]
     if gains:
         lines.append(f"{label} batching gain vs c=1: " + ", ".join(gains) + ".")
     if overhead is None:
