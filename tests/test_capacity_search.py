@@ -220,3 +220,29 @@ def test_the_search_settings_are_read_back_from_the_runs_command(command, expect
     from loadgen.output.capacity_answer import settings_of_command
     s = settings_of_command(command)
     assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected
+
+
+# holds_fresh, worked by hand first: t(0.9, 2) = 1.886, sqrt(1 + 1/3) = 1.155, so the bound is the
+# mean minus 2.178 sd (the sd no smaller than sqrt(m(1-m)/judged)), against the asked 0.9.
+@pytest.mark.parametrize("attainments, judged, expected", [
+    ([0.96, 0.98, 1.0], 40, True),   # 0.98 - 2.178 * 0.0221 = 0.932
+    ([0.92, 0.96, 1.0], 40, False),  # 0.96 - 2.178 * 0.04 = 0.873: a fresh schedule misses too often
+    ([0.9, 0.9, 0.9], 40, False),    # on the line: the binomial sd 0.047 alone puts the bound at 0.797
+    ([1.0, 1.0, 1.0], 40, True),     # every request of every schedule met it
+    ([0.97, 0.97, 0.97], 40, True),  # 0.97 - 2.178 * 0.027 = 0.911
+    ([0.97, 0.97, 0.97], 20, False),  # fewer requests, less known: 0.97 - 2.178 * 0.038 = 0.887
+    ([0.95], 40, True),              # one schedule: nothing to predict from
+    ([None, None], 40, True),        # a run from before attainments were kept
+])
+def test_a_rate_holds_on_a_fresh_schedule_by_its_prediction_bound(attainments, judged, expected):
+    from loadgen.analysis.capacity_search import holds_fresh
+
+    probes = [Probe(level=1.0, passed=True, score=0.8, attainment=a, judged=judged, required=0.9) for a in attainments]
+    assert holds_fresh(probes) is expected
+
+
+def test_a_rate_that_would_not_hold_on_a_fresh_schedule_sits_on_the_line():
+    probes = [Probe(level=2.0, passed=True, score=s, attainment=a, judged=40, required=0.9)
+              for s, a in ((0.7, 0.92), (0.8, 0.96), (0.6, 1.0))]
+    assert decide_level(probes, repeat=3, noise=0.10, by_rate=True) == INCONCLUSIVE
+    assert decide_level(probes, repeat=3, noise=0.10, by_rate=False) == PASS  # concurrency: as before

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import click
+from click.testing import CliRunner
 
 from loadgen.cli.main import COMMAND_HELP, COMMANDS, cli
 
@@ -42,3 +43,15 @@ def test_the_help_lines_are_the_commands_own():
     for name in COMMANDS:
         command = click.Group.get_command(cli, ctx, name) or cli.get_command(ctx, name)
         assert command.get_short_help_str(limit=300) == COMMAND_HELP[name], name
+
+
+def test_the_help_groups_every_command_once_demo_first():
+    from loadgen.cli.main import COMMAND_GROUPS
+
+    grouped = [n for group in COMMAND_GROUPS.values() for n in group]
+    assert sorted(grouped) == sorted(COMMANDS)  # each command in exactly one group
+    out = CliRunner().invoke(cli, ["--help"]).output
+    headings = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert headings == ["Usage", "Options", *COMMAND_GROUPS] or headings == ["Options", *COMMAND_GROUPS], headings
+    assert out.split("Run load:\n", 1)[1].split()[0] == "demo"
+    assert "Other commands" not in out

@@ -11,7 +11,14 @@ Deciding a level from its probes (`decide_level`), with `repeat` R and relative 
   some fail) or one lies within the noise of the target (|score - 1| <= N): a margin that small
   is what run-to-run noise alone can move across the line;
 - by rate, also REPEAT a level whose probes all passed, one of them with a score of 0.5 or more
-  (RATE_CONFIRM_BELOW), until it has R: a rate passes on R arrival schedules, not one;
+  (RATE_CONFIRM_BELOW), until it has R: a rate passes on R arrival schedules, not one; and a rate
+  passed on several schedules passes only when a fresh run at it would too (`holds_fresh`): the
+  90% lower prediction bound of a new schedule's attainment, from the schedules' attainments
+  (mean - t(0.9, n-1) * sd * sqrt(1 + 1/n), the sd no smaller than the binomial one of the
+  requests judged), is at least the asked attainment; else the rate sits on the line
+  (INCONCLUSIVE). One open-loop level's attainment swings by about ±10% from one arrival schedule
+  to the next near the line, so the highest rate that passed three schedules was often one a
+  fresh run missed (the winner's curse of a search);
 - else PASS when every probe passed, FAIL when none did, INCONCLUSIVE when they disagree (after R
   probes: the level sits on the line at this noise, and is said to, never decided by a coin flip).
 With R = 1 a single probe decides.
@@ -57,6 +64,7 @@ RATE_RESOLUTION = 0.10
 # ±10% between schedules near the line (five 120 s runs at one answered rate: 70-96%), so a single
 # lucky schedule used to be the answer and a fresh run at it met the target 1 time in 5.
 RATE_CONFIRM_BELOW = 0.5
+FRESH_RUN_CONFIDENCE = 0.9  # a rate's answer holds on a fresh schedule with this probability (holds_fresh)
 MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one request every 100 s)
 
 
@@ -90,6 +98,29 @@ class Probe:
     # Open loop: the level's own verdict (analysis/open_loop.py); a rate the server did not keep up
     # with never passes, whatever its latencies did in a short level.
     open_loop: str | None = None
+    judged: int | None = None  # requests judged (SloLevel.judged)
+    required: float | None = None  # the attainment asked (SloLevel.required)
+
+
+def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENCE) -> bool:
+    """Whether a fresh arrival schedule at this rate would meet the asked attainment with probability
+    `confidence`: the one-sided prediction bound of a new observation of the probes' attainments
+    (normal, the sd from the probes, no smaller than the binomial sd of the mean attainment over the
+    mean number of requests judged) against the asked attainment. True when the probes lack the
+    figures (older runs) or are fewer than two (nothing to predict from)."""
+    values = [p.attainment for p in probes if p.attainment is not None]
+    judged = [p.judged for p in probes if p.judged]
+    required = next((p.required for p in probes if p.required is not None), None)
+    if len(values) < 2 or len(values) < len(probes) or not judged or required is None:
+        return True
+    from scipy import stats  # the capacity search only: not on the import path of the other commands
+
+    n = len(values)
+    mean = sum(values) / n
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    binomial = math.sqrt(mean * (1 - mean) / (sum(judged) / len(judged)))
+    bound = mean - float(stats.t.ppf(confidence, n - 1)) * max(spread, binomial) * math.sqrt(1 + 1 / n)
+    return bound >= required - 1e-12
 
 
 def _score(p: Probe) -> float:
@@ -109,7 +140,7 @@ def decide_level(probes: Sequence[Probe], repeat: int = DEFAULT_REPEAT, noise: f
     if len(probes) < repeat and (len(passes) > 1 or near or unconfirmed):
         return REPEAT
     if passes == {True}:
-        return PASS
+        return PASS if not by_rate or holds_fresh(probes) else INCONCLUSIVE
     if passes == {False}:
         return FAIL
     return INCONCLUSIVE

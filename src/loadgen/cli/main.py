@@ -85,18 +85,31 @@ COMMAND_HELP = {
 }
 
 
+# `loadgen --help` lists the commands in these groups, in this order (demo first: it needs no
+# server). A test keeps every command in exactly one group.
+COMMAND_GROUPS = {
+    "Run load": ("demo", "sweep", "replay", "chat", "prefix", "soak", "run", "ab"),
+    "Find limits": ("capacity", "cache-capacity", "grid", "crossover", "prefill", "depth", "kv"),
+    "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate"),
+    "Servers and machine": ("sim", "env", "observe", "paramcheck"),
+}
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported from COMMANDS the first time they are asked for."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        names = [n for n in self.list_commands(ctx) if n in COMMAND_HELP and n not in self.commands]
-        if len(names) < len(self.list_commands(ctx)):
+        names = self.list_commands(ctx)
+        if any(n not in COMMAND_HELP for n in names):
             return super().format_commands(ctx, formatter)  # some command must be asked for its line
         limit = formatter.width - 6 - max(map(len, names), default=0)
-        rows = [(n, click.utils.make_default_short_help(COMMAND_HELP[n], limit)) for n in names]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        grouped = {n for group in COMMAND_GROUPS.values() for n in group}
+        groups = [*COMMAND_GROUPS.items(), ("Other commands", tuple(n for n in names if n not in grouped))]
+        for title, members in groups:
+            rows = [(n, click.utils.make_default_short_help(COMMAND_HELP[n], limit)) for n in members if n in names]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *COMMANDS})

@@ -65,7 +65,8 @@ def probes_of_run(doc: RunDocument) -> dict[int | float, list[Probe]]:
         open_loop = kept.get(lv.level) if lv.rate is not None else None
         history.setdefault(lv.level, []).append(Probe(
             level=lv.level, passed=judged.passed and open_loop not in (OVERLOADED, AT_LIMIT), score=judged.score,
-            ratio=dict(judged.ratio), attainment=judged.attainment, open_loop=open_loop))
+            ratio=dict(judged.ratio), attainment=judged.attainment, open_loop=open_loop, judged=judged.judged,
+            required=judged.required))
     return history
 
 

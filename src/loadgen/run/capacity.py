@@ -54,7 +54,7 @@ def probe_of(level: LevelRun) -> Probe:
         kept = judge_level(level.level, level.rate, aggregate.sample, requests_ok=summary.requests_ok).verdict
     passed = judged.passed and kept not in (OVERLOADED, AT_LIMIT)
     return Probe(level=level.level, passed=passed, score=judged.score, ratio=dict(judged.ratio),
-                 attainment=judged.attainment, open_loop=kept)
+                 attainment=judged.attainment, open_loop=kept, judged=judged.judged, required=judged.required)
 
 
 @dataclass(slots=True)
