@@ -255,7 +255,7 @@ def test_a_port_grid_picked_that_was_taken_is_replaced(tmp_path, monkeypatch):
         taken.listen()
         taken_port = taken.getsockname()[1]
         ports = iter([taken_port, free_port()])
-        monkeypatch.setattr(grid_cli, "free_port", lambda: next(ports))
+        monkeypatch.setattr(grid_cli, "free_port", lambda within=None: next(ports))
         doc = grid_cli.new_grid(f"{GRID_SERVER} --parallel {{parallel}}", ("parallel=1",), 1, "sweep", SWEEP, 60)
         root = tmp_path / "grid"
         root.mkdir()
