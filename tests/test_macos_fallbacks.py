@@ -1,0 +1,257 @@
+"""What only Linux offers degrades to a stated fallback elsewhere (macOS), tested on Linux by
+switching each facility off: the platform, /proc, lsof, the kernel's parent-death signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loadgen.cli.env import linux_only_note
+from loadgen.client import connections
+from loadgen.core import ports, processes
+from loadgen.core.processes import parent_death_signal_available, pid_alive, watchdog_argv
+from loadgen.run import servers
+from test_transport_fast import ThreadedServer, llama_like
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _darwin(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+
+
+# ---------------------------------------------------------------- kernel receive stamps -> the loop's clock
+
+def test_no_rx_stamps_off_linux(monkeypatch):
+    import socket
+    with socket.socket() as sock:
+        assert connections.enable_rx_stamps(sock) is (sys.platform == "linux")
+    _darwin(monkeypatch)
+    with socket.socket() as sock:
+        assert connections.enable_rx_stamps(sock) is False
+
+
+def test_a_sweep_off_linux_says_its_reads_were_timed_by_the_loop(loadgen, tmp_path, monkeypatch):
+    from loadgen.results.reader import load_run_dict
+
+    _darwin(monkeypatch)
+    with ThreadedServer(llama_like) as server:
+        code, _, err = loadgen("sweep", "--url", server.url, "--concurrency", "1", "--requests", "2", "--warmup", "0",
+                               "--transport", "fast", "--no-histograms", "--wait-ready", "1",
+                               "--output", tmp_path / "run")
+    assert code == 0, err
+    assert load_run_dict(tmp_path / "run")["targets"][0]["read_clock"] == "loop"
+
+
+# ---------------------------------------------------------------- port ownership without /proc/net/tcp
+
+LSOF = """p501
+f7
+n127.0.0.1:8080
+p502
+f9
+n*:8080
+f10
+n[::1]:8081
+p503
+f4
+n127.0.0.1:50000->127.0.0.1:8080
+"""
+
+
+def test_lsof_listeners_are_parsed():
+    assert ports.parse_lsof_listeners(LSOF) == [(501, "127.0.0.1", 8080), (502, "0.0.0.0", 8080),
+                                                (502, "::1", 8081)]
+
+
+@pytest.mark.parametrize("output,sessions,expected", [
+    ("p501\nf7\nn127.0.0.1:8080\n", {501: 77}, "ours"),
+    ("p501\nf7\nn127.0.0.1:8080\np502\nf3\nn*:8080\n", {501: 77, 502: 77}, "ours"),
+    ("p501\nf7\nn127.0.0.1:8080\np502\nf3\nn*:8080\n", {501: 77, 502: 12}, "foreign"),
+    ("p502\nf3\nn127.0.0.2:8080\n", {502: 12}, None),  # listens elsewhere: takes no connections to 127.0.0.1
+    ("", {}, None),  # nothing seen: lsof may not show another user's socket, so no "none"
+])
+def test_lsof_holder(monkeypatch, output, sessions, expected):
+    monkeypatch.setattr(ports.shutil, "which", lambda name: "/usr/sbin/lsof")
+    monkeypatch.setattr(ports, "_session_id", sessions.get)
+    seen = []
+
+    def run(argv, **kw):
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 0, output, "")
+    assert ports.lsof_holder("127.0.0.1", 8080, 77, run=run) == expected
+    assert seen == [["lsof", "-nP", "-iTCP:8080", "-sTCP:LISTEN", "-F", "pn"]]
+
+
+def test_without_lsof_nobody_can_tell(monkeypatch):
+    monkeypatch.setattr(ports.shutil, "which", lambda name: None)
+    assert ports.lsof_holder("127.0.0.1", 8080, 77) is None
+
+
+def test_port_holder_without_proc_net_tcp_asks_lsof(monkeypatch, tmp_path):
+    monkeypatch.setattr(ports, "lsof_holder", lambda host, port, session: ("lsof", host, port, session))
+    assert ports.port_holder("127.0.0.1", 8080, 77, proc=tmp_path) == ("lsof", "127.0.0.1", 8080, 77)
+
+
+@pytest.mark.parametrize("has_tcp,lsof,expected", [
+    (True, True, "the kernel's socket table (/proc/net/tcp)"),
+    (False, True, "lsof (no /proc/net/tcp here; it sees other users' sockets only as root)"),
+    (False, False, "the server's /props slot count alone (no /proc/net/tcp, no lsof here)"),
+])
+def test_the_ownership_check_is_named(monkeypatch, tmp_path, has_tcp, lsof, expected):
+    if has_tcp:
+        (tmp_path / "net").mkdir()
+        (tmp_path / "net" / "tcp").write_text("")
+    monkeypatch.setattr(ports.shutil, "which", lambda name: "/usr/sbin/lsof" if lsof else None)
+    assert ports.ownership_check(tmp_path) == expected
+
+
+def test_the_grid_names_its_fallbacks(monkeypatch, tmp_path):
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "tcp").write_text("")
+    if sys.platform == "linux":
+        assert servers.fallback_notes(tmp_path) == []
+    _darwin(monkeypatch)
+    monkeypatch.setattr(ports.shutil, "which", lambda name: None)
+    notes = servers.fallback_notes(tmp_path / "absent")
+    assert notes == ["no parent-death signal on this system: each server runs under loadgen's watchdog, "
+                     "which ends it when loadgen exits",
+                     "who holds a server's port is told by the server's /props slot count alone "
+                     "(no /proc/net/tcp, no lsof here)"]
+
+
+# ---------------------------------------------------------------- no parent-death signal -> the watchdog
+
+@pytest.mark.parametrize("platform,expected", [("linux", True), ("darwin", False), ("freebsd14", False),
+                                               ("win32", False)])
+def test_parent_death_signal_only_on_linux(monkeypatch, platform, expected):
+    monkeypatch.setattr(sys, "platform", platform)
+    assert parent_death_signal_available() is expected
+
+
+def test_die_with_parent_without_prctl_is_harmless(monkeypatch):
+    import ctypes
+
+    class NoPrctl:
+        def __init__(self, *a, **kw):
+            pass
+    monkeypatch.setattr(ctypes, "CDLL", NoPrctl)  # a libc with no prctl, as macOS's
+    processes.die_with_parent()()  # no AttributeError
+
+
+def _child_pid(wrapper: subprocess.Popen, timeout_s: float = 10) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(wrapper.pid)], capture_output=True, text=True).stdout.split()
+        if found:
+            return int(found[0])
+        time.sleep(0.05)
+    raise AssertionError("the watchdog started no child")
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid) or _zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_the_watchdog_kills_its_child_when_the_pipe_closes():
+    wrapper = subprocess.Popen(watchdog_argv(["sleep", "60"]), stdin=subprocess.PIPE, start_new_session=True,
+                               env=_env())
+    sleeper = None
+    try:
+        sleeper = _child_pid(wrapper)
+        assert pid_alive(sleeper)
+        wrapper.stdin.close()  # loadgen exited
+        assert _gone_within(sleeper, 5), "the sleep outlived the pipe"
+        assert wrapper.wait(timeout=5) == -signal.SIGTERM  # the server's end, mirrored
+    finally:
+        for pid in (sleeper, wrapper.pid):
+            if pid is not None and pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        wrapper.wait(timeout=5)
+
+
+def test_the_watchdog_reports_its_childs_exit():
+    wrapper = subprocess.Popen(watchdog_argv([sys.executable, "-c", "import sys; sys.exit(3)"]),
+                               stdin=subprocess.PIPE, start_new_session=True, env=_env())
+    try:
+        assert wrapper.wait(timeout=10) == 3
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+
+
+def test_a_server_launched_off_linux_runs_under_the_watchdog_and_stops(monkeypatch, tmp_path):
+    _darwin(monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    server = servers.launch(["sleep", "60"], "http://127.0.0.1:1", tmp_path / "server.log")
+    try:
+        assert server.proc.args[:4] == [sys.executable, "-m", "loadgen.core.watchdog", "--"]
+        sleeper = _child_pid(server.proc)
+        assert os.getsid(sleeper) == server.pid  # the group `stop` signals holds the server
+        servers.stop(server)
+        assert _gone_within(sleeper, 5)
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=5)
+    assert "loadgen's watchdog" in (tmp_path / "server.log").read_text()
+
+
+def test_a_missing_program_off_linux_is_a_start_error(monkeypatch, tmp_path):
+    _darwin(monkeypatch)
+    with pytest.raises(servers.ServerStartError, match="could not run no-such-server-xyz"):
+        servers.launch(["no-such-server-xyz"], "http://127.0.0.1:1", tmp_path / "server.log")
+
+
+# ---------------------------------------------------------------- the machine readers without /proc and /sys
+
+@pytest.mark.parametrize("sysfs,procfs,expected", [
+    (True, True, None),
+    (False, False, "darwin: no /proc or /sys here; what is shown above is what could be read, and the rest "
+                   "(CPU frequency and governor, RAPL power, hwmon temperatures, steal time, PCIe links) is "
+                   "Linux-only"),
+    (False, True, "darwin: no /sys here; what is shown above is what could be read, and the rest "
+                  "(CPU frequency and governor, RAPL power, hwmon temperatures, steal time, PCIe links) is "
+                  "Linux-only"),
+])
+def test_linux_only_note(sysfs, procfs, expected):
+    assert linux_only_note("darwin", sysfs, procfs) == expected
+
+
+def test_env_off_linux_without_proc_and_sys_prints_what_it_read(loadgen, monkeypatch, tmp_path):
+    _darwin(monkeypatch)
+    real_is_dir = Path.is_dir
+    monkeypatch.setattr(Path, "is_dir", lambda p: False if str(p) in ("/proc", "/sys") else real_is_dir(p))
+    code, out, err = loadgen("env", "--interval", "0")
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    assert "CPU:" in out and "memory:" in out
+    assert "darwin: no /proc or /sys here" in out
+
+
+def test_env_on_linux_still_refuses_a_missing_tree(loadgen, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    code, _, err = loadgen("env", "--procfs", "/no/such/proc", "--interval", "0")
+    assert code != 0 and "--procfs /no/such/proc: no such directory" in err
