@@ -255,3 +255,37 @@ def test_env_on_linux_still_refuses_a_missing_tree(loadgen, monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
     code, _, err = loadgen("env", "--procfs", "/no/such/proc", "--interval", "0")
     assert code != 0 and "--procfs /no/such/proc: no such directory" in err
+
+
+# ---------------------------------------------------------------- a server's resident memory without /proc
+
+@pytest.mark.parametrize("text,expected", [("  2048\n", 2.0), ("1536", 1.5), ("", None), ("RSS\n", None),
+                                           ("12 34", None)])
+def test_ps_rss_is_parsed(text, expected):
+    from loadgen.cli.cache_capacity import parse_ps_rss_mib
+    assert parse_ps_rss_mib(text) == expected
+
+
+def test_rss_without_proc_is_read_by_ps(tmp_path):
+    from loadgen.cli.cache_capacity import _rss_mib
+    with_proc = _rss_mib(os.getpid())
+    without = _rss_mib(os.getpid(), proc=tmp_path)  # no /proc here: ps answers
+    assert without is not None and without > 1
+    if with_proc is not None:
+        assert abs(without - with_proc) < max(64, with_proc * 0.5)
+
+
+def test_the_machine_readers_without_proc_and_sys_report_unknowns(tmp_path):
+    from loadgen.client.machine_facts import MachineReader, Roots
+
+    reader = MachineReader(Roots(tmp_path / "no-sys", tmp_path / "no-proc"))
+    fp = reader.fingerprint()
+    sample = reader.sample(0.0)
+    assert not fp.cpu.logical_cores and fp.cpu.model is None and fp.kernel is None  # 0 cores: unknown
+    assert sample.rapl == () and sample.temperatures == ()
+
+
+def test_usable_cores_without_sched_getaffinity(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 10)
+    assert processes.usable_cores() == 10
