@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.cli.env import linux_only_note
-from loadgen.client import connections
+from loadgen.client import connections, mac_facts
 from loadgen.core import ports, processes
 from loadgen.core.processes import parent_death_signal_available, pid_alive, watchdog_argv
 from loadgen.run import servers
@@ -289,3 +289,123 @@ def test_usable_cores_without_sched_getaffinity(monkeypatch):
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 10)
     assert processes.usable_cores() == 10
+
+
+# ---------------------------------------------------------------- the Mac's own tools (sample outputs in Apple's formats)
+
+SYSCTL = """machdep.cpu.brand_string: Apple M1 Max
+hw.perflevel0.physicalcpu: 8
+hw.perflevel1.physicalcpu: 2
+hw.logicalcpu: 10
+hw.memsize: 68719476736
+vm.swapusage: total = 2048.00M  used = 1024.50M  free = 1023.50M  (encrypted)
+"""
+SW_VERS = "ProductName:\t\tmacOS\nProductVersion:\t\t14.5\nBuildVersion:\t\t23F79\n"
+PMSET = """System-wide power settings:
+Currently in use:
+ standby              1
+ Sleep On Power Button 1
+ hibernatefile        /var/vm/sleepimage
+ powernap             1
+ lowpowermode         1
+ sleep                1 (sleep prevented by powerd)
+"""
+PMSET_PS = "Now drawing from 'AC Power'\n"
+THERM_NONE = """Note: No thermal warning level has been recorded
+Note: No performance warning level has been recorded
+Note: No CPU power status has been recorded
+"""
+THERM_LIMITED = """Note: No thermal warning level has been recorded
+Note: No performance warning level has been recorded
+2026-12-05 16:30:01 +0000 CPU Power notify
+\tCPU_Scheduler_Limit \t= 100
+\tCPU_Available_CPUs \t= 10
+\tCPU_Speed_Limit \t= 70
+"""
+VM_STAT = """Mach Virtual Memory Statistics: (page size of 16384 bytes)
+Pages free:                               12345.
+Pages active:                            400000.
+"Translation faults":                  99999999.
+Swapins:                                    10.
+"""
+
+
+def test_sysctl_and_swapusage():
+    ctl = mac_facts.parse_sysctl(SYSCTL)
+    assert ctl["machdep.cpu.brand_string"] == "Apple M1 Max" and ctl["hw.memsize"] == "68719476736"
+    assert mac_facts.parse_swapusage(ctl["vm.swapusage"]) == (2048.0, 1024.5)
+    assert mac_facts.parse_swapusage("total = 1.50G  used = 512.00K  free = 1.50G") == (1536.0, 0.5)
+
+
+@pytest.mark.parametrize("text,expected", [
+    (SW_VERS, "macOS 14.5 (23F79)"),
+    ("ProductName:\tMac OS X\nProductVersion:\t10.15.7\n", "Mac OS X 10.15.7"),
+    ("", None),
+])
+def test_sw_vers(text, expected):
+    assert mac_facts.parse_sw_vers(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [(PMSET, True), (PMSET.replace("lowpowermode         1",
+                                                                          "lowpowermode         0"), False),
+                                           ("Currently in use:\n sleep 1\n", None)])
+def test_low_power_mode(text, expected):
+    assert mac_facts.parse_low_power_mode(text) is expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    (PMSET_PS, "AC Power"),
+    ("Now drawing from 'Battery Power'\n -InternalBattery-0 (id=1234)\t85%; discharging; 5:12 remaining\n",
+     "Battery Power"),
+    ("", None),
+])
+def test_power_source(text, expected):
+    assert mac_facts.parse_power_source(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    (THERM_NONE, (None, None)),
+    (THERM_LIMITED, (70, None)),
+    ("Thermal warning level set to 2.\n\tCPU_Speed_Limit \t= 50\n", (50, "Thermal warning level set to 2.")),
+])
+def test_therm(text, expected):
+    assert mac_facts.parse_therm(text) == expected
+
+
+def test_vm_stat():
+    counts = mac_facts.parse_vm_stat(VM_STAT)
+    assert counts == {"Pages free": 12345 * 16384, "Pages active": 400000 * 16384,
+                      "Translation faults": 99999999, "Swapins": 10}
+
+
+def _fake_tools(argv):
+    return {("sysctl",): SYSCTL, ("sw_vers",): SW_VERS, ("pmset", "-g"): PMSET, ("pmset", "-g", "ps"): PMSET_PS,
+            ("pmset", "-g", "therm"): THERM_LIMITED, ("vm_stat",): VM_STAT}.get(
+        tuple(argv[:1]) if argv[0] == "sysctl" else tuple(argv))
+
+
+def test_the_field_reports_mac():
+    facts = mac_facts.read_mac_facts(_fake_tools)
+    assert facts.summary() == "Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory"
+    assert mac_facts.mac_lines(facts) == [
+        "Mac: Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory",
+        "OS: macOS 14.5 (23F79)",
+        "power: AC Power, Low Power Mode on",
+        "thermal: no thermal warning recorded; CPU speed limit 70%",
+        "swap: 2048 MiB, 1024.5 MiB used"]
+
+
+def test_no_mac_tools_leave_unknowns():
+    facts = mac_facts.read_mac_facts(lambda argv: None)
+    assert facts == mac_facts.MacFacts()
+    assert mac_facts.mac_lines(facts)[:3] == ["Mac: unknown chip", "OS: unknown",
+                                              "power: unknown power source, Low Power Mode unknown"]
+
+
+def test_env_on_a_mac_prints_the_mac(loadgen, monkeypatch):
+    _darwin(monkeypatch)
+    monkeypatch.setattr("loadgen.cli.env.read_mac_facts", lambda: mac_facts.read_mac_facts(_fake_tools))
+    code, out, err = loadgen("env", "--interval", "0")
+    assert code == 0, err
+    assert "Mac: Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory" in out
+    assert "power: AC Power, Low Power Mode on" in out

@@ -7,6 +7,7 @@ Exit 0 whatever it finds: the warnings are advice, a sweep records the same fact
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import click
 
 from ..analysis.env_drift import preflight_warnings
+from ..client.mac_facts import mac_lines, read_mac_facts
 from ..client.machine_facts import MachineReader, Roots
 from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
@@ -75,10 +77,16 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         planned = connections + PROBE_CONNECTIONS if connections else None
         warnings = unanswered_warnings(silent, telemetry) + \
             preflight_warnings(fp, later, connections=planned, http_threads=threads)
+    mac = read_mac_facts() if sys.platform == "darwin" else None
     if output_format == "json":
-        click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings}, indent=2))
+        doc = {"fingerprint": fp.to_dict(), "warnings": warnings}
+        if mac is not None:
+            doc["mac"] = dataclasses.asdict(mac)
+        click.echo(json.dumps(doc, indent=2))
         return
     for line in fingerprint_lines(fp):
+        click.echo(line)
+    for line in mac_lines(mac) if mac is not None else []:
         click.echo(line)
     note = linux_only_note(sys.platform, Path(sysfs).is_dir(), Path(procfs).is_dir())
     if note:
