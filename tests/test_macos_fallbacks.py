@@ -409,3 +409,57 @@ def test_env_on_a_mac_prints_the_mac(loadgen, monkeypatch):
     assert code == 0, err
     assert "Mac: Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory" in out
     assert "power: AC Power, Low Power Mode on" in out
+
+
+# ---------------------------------------------------------------- a SIGKILLed grid leaves no server, without PR_SET_PDEATHSIG
+
+NO_PDEATHSIG_GRID = """
+import sys
+import loadgen.run.servers as servers
+servers.parent_death_signal_available = lambda: False
+sys.argv = ["loadgen", *sys.argv[1:]]
+from loadgen.cli.main import main
+main()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the processes through /proc")
+def test_a_sigkilled_grid_leaves_no_server_behind_without_the_parent_death_signal(tmp_path):
+    from servers import GRID_SERVER
+
+    grid = subprocess.Popen([sys.executable, "-c", NO_PDEATHSIG_GRID, "grid", "--server",
+                             f"{GRID_SERVER} --parallel {{parallel}}", "--param", "parallel=1", "--measure", "sweep",
+                             "--output", str(tmp_path / "grid"), "--", "--concurrency", "1", "--requests", "100000",
+                             "--n-predict", "8", "--warmup", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), start_new_session=True)
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while server is None and time.monotonic() < deadline:
+            for wrapper in _children(grid.pid):
+                if "loadgen.core.watchdog" in _cmdline(wrapper):
+                    server = next((p for p in _children(wrapper) if "fake-llama-server" in _cmdline(p)), None)
+            time.sleep(0.1)
+        assert server is not None, "the grid started no server under the watchdog"
+        os.kill(grid.pid, signal.SIGKILL)
+        grid.wait(timeout=5)
+        assert _gone_within(server, 15), "the server outlived its SIGKILLed grid"
+    finally:
+        if grid.poll() is None:
+            grid.kill()
+            grid.wait(timeout=5)
+        for pid in [server] if server else []:
+            if pid_alive(pid) and not _zombie(pid):
+                os.kill(pid, signal.SIGKILL)
