@@ -463,3 +463,15 @@ def test_a_sigkilled_grid_leaves_no_server_behind_without_the_parent_death_signa
         for pid in [server] if server else []:
             if pid_alive(pid) and not _zombie(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_env_json_on_a_mac_carries_the_mac(loadgen, monkeypatch):
+    import json
+
+    _darwin(monkeypatch)
+    monkeypatch.setattr("loadgen.cli.env.read_mac_facts", lambda: mac_facts.read_mac_facts(_fake_tools))
+    code, out, err = loadgen("env", "--interval", "0", "--format", "json")
+    assert code == 0, err
+    mac = json.loads(out)["mac"]
+    assert (mac["chip"], mac["performance_cores"], mac["efficiency_cores"], mac["low_power_mode"]) == \
+        ("Apple M1 Max", 8, 2, True)

@@ -79,10 +79,8 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
             preflight_warnings(fp, later, connections=planned, http_threads=threads)
     mac = read_mac_facts() if sys.platform == "darwin" else None
     if output_format == "json":
-        doc = {"fingerprint": fp.to_dict(), "warnings": warnings}
-        if mac is not None:
-            doc["mac"] = dataclasses.asdict(mac)
-        click.echo(json.dumps(doc, indent=2))
+        mac_doc = {} if mac is None else {"mac": dataclasses.asdict(mac)}
+        click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings, **mac_doc}, indent=2))
         return
     for line in fingerprint_lines(fp):
         click.echo(line)
