@@ -8,6 +8,7 @@ Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,17 +48,34 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def _rss_mib(pid: int | None) -> float | None:
-    """The process's resident memory (VmRSS of /proc/PID/status), MiB; None when unreadable."""
+def _rss_mib(pid: int | None, proc: Path = Path("/proc")) -> float | None:
+    """The process's resident memory (VmRSS of /proc/PID/status; without /proc, as on macOS, what
+    `ps -o rss= -p PID` says), MiB; None when unreadable."""
     if pid is None:
         return None
+    if not (proc / "self").exists():
+        return _ps_rss_mib(pid)
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in (proc / str(pid) / "status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _ps_rss_mib(pid: int) -> float | None:
+    try:
+        done = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_ps_rss_mib(done.stdout)
+
+
+def parse_ps_rss_mib(text: str) -> float | None:
+    """`ps -o rss=`'s one number (KiB, on Linux and macOS alike) in MiB; None for anything else."""
+    fields = text.split()
+    return int(fields[0]) / 1024 if len(fields) == 1 and fields[0].isdigit() else None
 
 
 @command("cache-capacity")
@@ -70,7 +88,8 @@ def _rss_mib(pid: int | None) -> float | None:
               help="Turns per conversation per level; the first (cold) round is left out of the figures.")
 @click.option("--n-predict", type=click.IntRange(min=1), default=4, show_default=True, help="Tokens per answer.")
 @click.option("--server-pid", type=click.IntRange(min=1),
-              help="The local server's process id: its resident memory (/proc/PID/status) is read after each K.")
+              help="The local server's process id: its resident memory (/proc/PID/status; `ps -o rss` without "
+                   "/proc) is read after each K.")
 @click.option("--cache-ram-mib", type=click.FloatRange(min=0),
               help="The server's --cache-ram (MiB; 0: off), for the predicted capacity.")
 @click.option("--bytes-per-token", type=click.FloatRange(min=0, min_open=True),

@@ -7,13 +7,16 @@ Exit 0 whatever it finds: the warnings are advice, a sweep records the same fact
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
 import click
 
 from ..analysis.env_drift import preflight_warnings
+from ..client.mac_facts import mac_lines, read_mac_facts
 from ..client.machine_facts import MachineReader, Roots
 from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
@@ -55,8 +58,8 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
     """Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn about
     what would spoil a measurement."""
     with user_errors():
-        for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
-            if not Path(path).is_dir():
+        for name, path, default in (("--sysfs", sysfs, "/sys"), ("--procfs", procfs, "/proc")):
+            if not Path(path).is_dir() and not (path == default and not sys.platform.startswith("linux")):
                 raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
         telemetry = TelemetryReader(telemetry_urls) if telemetry_urls else None
         reader = MachineReader(Roots(Path(sysfs), Path(procfs)), telemetry=telemetry)
@@ -74,13 +77,31 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         planned = connections + PROBE_CONNECTIONS if connections else None
         warnings = unanswered_warnings(silent, telemetry) + \
             preflight_warnings(fp, later, connections=planned, http_threads=threads)
+    mac = read_mac_facts() if sys.platform == "darwin" else None
     if output_format == "json":
-        click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings}, indent=2))
+        mac_doc = {} if mac is None else {"mac": dataclasses.asdict(mac)}
+        click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings, **mac_doc}, indent=2))
         return
     for line in fingerprint_lines(fp):
         click.echo(line)
+    for line in mac_lines(mac) if mac is not None else []:
+        click.echo(line)
+    note = linux_only_note(sys.platform, Path(sysfs).is_dir(), Path(procfs).is_dir())
+    if note:
+        click.echo(note)
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
+
+
+def linux_only_note(platform: str, sysfs_present: bool, procfs_present: bool) -> str | None:
+    """One line when the machine readers had no /proc or /sys to read: what was read came from
+    elsewhere, and the rest is Linux-only."""
+    missing = [name for name, present in (("/proc", procfs_present), ("/sys", sysfs_present)) if not present]
+    if not missing:
+        return None
+    return (f"{platform}: no {' or '.join(missing)} here; what is shown above is what could be read, and the "
+            f"rest (CPU frequency and governor, RAPL power, hwmon temperatures, steal time, PCIe links) is "
+            f"Linux-only")
 
 
 def unanswered_warnings(silent: dict[str, str], telemetry: TelemetryReader | None) -> list[str]:

@@ -78,7 +78,17 @@ from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_c
 from ..results.reader import load_run
 from ..results.writer import add_server_boot, command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
-from ..run.servers import ServerProcess, ServerStartError, free_port, get_json, launch, port_holder, stop, wait_ready
+from ..run.servers import (
+    ServerProcess,
+    ServerStartError,
+    fallback_notes,
+    free_port,
+    get_json,
+    launch,
+    port_holder,
+    stop,
+    wait_ready,
+)
 from .common import die_with_parent, user_errors
 from .help import command
 from .shared import CHECK_ONLY, checking_only
@@ -328,6 +338,8 @@ class CellRunner:
 def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
     """Every (repeat, cell) not done yet, in interleaved order; grid.json after each."""
     runner = CellRunner(root, grid, err)
+    for note in fallback_notes():
+        err.print(f"grid: {note}", highlight=False)
     cells, failed = grid.cells, False
     todo = [(r, c) for r, c in run_order(len(cells), grid.repeat)
             if not any(e.repeat == r and e.status in DONE for e in cells[c].runs)]

@@ -9,6 +9,11 @@ A grid cell's server must be the one that answers on its port, and two checks ma
   descriptors of the processes in `session`: "ours" when every socket that takes connections to
   host:port belongs to them, "foreign" when one belongs to another process, "none" when nothing
   listens there, None where /proc cannot tell (another system, or fds we may not read).
+  Without /proc/net/tcp (macOS, BSD) `lsof -nP -iTCP:PORT -sTCP:LISTEN` is asked when installed:
+  a listener of another session there is "foreign", ours alone "ours"; nothing seen is None, not
+  "none", since lsof shows other users' sockets only to root. Where neither tells, the grid's
+  /props slot check is the evidence left (`analysis.server_ownership`); `ownership_check` names
+  which of the three this system uses.
 
 Why the socket table rather than what the server says about itself: llama-server's HTTP library
 listens with SO_REUSEPORT, so a second llama-server of the same user binds a taken port without an
@@ -22,7 +27,9 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import shutil
 import socket
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -98,7 +105,7 @@ def port_holder(host: str, port: int, session: int, proc: Path = Path("/proc")) 
         except OSError:
             return None
     if not tables:
-        return None
+        return lsof_holder(host, port, session)
     addresses = _addresses(host)
     listeners = [listener for text in tables for listener in parse_proc_net_tcp(text)
                  if listener.port == port and takes_connections_to(listener, addresses)]
@@ -147,3 +154,56 @@ def _addresses(host: str) -> set[str]:
     if any(ipaddress.ip_address(a.split("%")[0]).is_unspecified for a in found):
         return set()
     return {a.split("%")[0] for a in found}
+
+
+def ownership_check(proc: Path = Path("/proc")) -> str:
+    """Which evidence says who holds a port on this system, in words for the user."""
+    if (proc / "net" / "tcp").exists():
+        return "the kernel's socket table (/proc/net/tcp)"
+    if shutil.which("lsof"):
+        return "lsof (no /proc/net/tcp here; it sees other users' sockets only as root)"
+    return "the server's /props slot count alone (no /proc/net/tcp, no lsof here)"
+
+
+def parse_lsof_listeners(text: str) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of each listener in `lsof -nP -F pn` output: a "p<pid>" line starts a
+    process, each "n<address>:<port>" line after it is one of its sockets ("*" is any address,
+    "[::1]" an IPv6 one)."""
+    found = []
+    pid = None
+    for line in text.splitlines():
+        if line.startswith("p") and line[1:].isdigit():
+            pid = int(line[1:])
+        elif line.startswith("n") and pid is not None:
+            address, _, port = line[1:].rpartition(":")
+            if "->" in line or not port.isdigit():
+                continue
+            address = address.strip("[]")
+            found.append((pid, "0.0.0.0" if address == "*" else address, int(port)))
+    return found
+
+
+def lsof_holder(host: str, port: int, session: int, run=subprocess.run) -> PortHolder | None:
+    """Who listens on host:port by lsof: "foreign" when a process of another session does, "ours"
+    when only `session`'s do, None when lsof is missing, fails or shows nobody (it may not show
+    another user's sockets)."""
+    if not shutil.which("lsof"):
+        return None
+    try:
+        done = run(["lsof", "-nP", f"-iTCP:{port}", "-sTCP:LISTEN", "-F", "pn"],
+                   capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    addresses = _addresses(host)
+    pids = {pid for pid, address, p in parse_lsof_listeners(done.stdout)
+            if p == port and takes_connections_to(Listener(address, p, 0), addresses)}
+    if not pids:
+        return None
+    return "ours" if all(_session_id(pid) == session for pid in pids) else "foreign"
+
+
+def _session_id(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
+
+
+def parent_death_signal_available() -> bool:
+    """Does the kernel signal a child when its parent dies (Linux's PR_SET_PDEATHSIG)? Elsewhere a
+    child loadgen must not leave behind is started through `core.watchdog`."""
+    return sys.platform.startswith("linux")
+
+
+def watchdog_argv(argv: list[str]) -> list[str]:
+    """`argv` run under `core.watchdog`: its stdin must be a pipe only loadgen holds the write end of."""
+    return [sys.executable, "-m", "loadgen.core.watchdog", "--", *argv]
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.ports import PortHolder, bind_problem
+from ..core.ports import PortHolder, bind_problem, ownership_check
 from ..core.ports import port_holder as listening_holder
-from ..core.processes import die_with_parent, pid_alive
+from ..core.processes import die_with_parent, parent_death_signal_available, pid_alive, watchdog_argv
 
 STOP_GRACE_S = 15
 
@@ -79,8 +80,30 @@ def port_holder(server: ServerProcess, host: str, port: int) -> PortHolder | Non
     return holder
 
 
+def fallback_notes(proc: Path = Path("/proc")) -> list[str]:
+    """What this system lacks of Linux's for a server loadgen starts, and what is used instead; one
+    line each, none on Linux."""
+    notes = []
+    if not parent_death_signal_available():
+        notes.append("no parent-death signal on this system: each server runs under loadgen's watchdog, "
+                     "which ends it when loadgen exits")
+    if not (proc / "net" / "tcp").exists():
+        notes.append(f"who holds a server's port is told by {ownership_check(proc)}")
+    return notes
+
+
 def launch(argv: Sequence[str], url: str, log_path: Path) -> ServerProcess:
-    """Start `argv` with its output in `log_path`."""
+    """Start `argv` with its output in `log_path`. Without the kernel's parent-death signal (not
+    Linux) it runs under `core.watchdog`, whose stdin pipe closes when loadgen exits."""
+    if not parent_death_signal_available():
+        if not shutil.which(argv[0]) and not os.access(argv[0], os.X_OK):
+            raise ServerStartError(f"could not run {argv[0]}: No such file or directory")
+        with open(log_path, "wb") as log:
+            log.write(b"loadgen: no parent-death signal on this system; the server runs under loadgen's watchdog\n")
+            log.flush()
+            proc = subprocess.Popen(watchdog_argv(list(argv)), stdin=subprocess.PIPE, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        return ServerProcess(list(argv), url, log_path, proc)
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

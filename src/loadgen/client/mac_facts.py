@@ -1,0 +1,173 @@
+"""The Mac's machine facts, read from the text its own tools print (macOS has no /proc or /sys).
+
+Pure parsers, one per command's output, and `read_mac_facts` that runs the commands (each may be
+missing or fail: its facts are then None):
+
+    sysctl -n machdep.cpu.brand_string           "Apple M1 Max"
+    sysctl hw.perflevel0.physicalcpu hw.perflevel1.physicalcpu hw.memsize hw.logicalcpu vm.swapusage
+        "name: value" lines; perflevel0 is the performance cores, perflevel1 the efficiency cores
+        (absent on a Mac with one kind); vm.swapusage "total = 2048.00M  used = 1024.50M  free = ..."
+    sw_vers                                      "ProductName:\tmacOS" / "ProductVersion:\t14.5" / "BuildVersion:\t23F79"
+    pmset -g                                     " lowpowermode         1" among the settings in use
+    pmset -g ps                                  "Now drawing from 'AC Power'" (or 'Battery Power')
+    pmset -g therm                               "CPU_Speed_Limit \t= 100" and "... thermal warning level ..."
+                                                 lines, or "Note: No thermal warning level has been recorded"
+    vm_stat                                      "(page size of 16384 bytes)", then "Pages free:  12345." lines
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class MacFacts:
+    chip: str | None = None
+    performance_cores: int | None = None
+    efficiency_cores: int | None = None
+    logical_cores: int | None = None
+    memory_bytes: int | None = None
+    macos: str | None = None               # "macOS 14.5 (23F79)"
+    power_source: str | None = None        # "AC Power", "Battery Power"
+    low_power_mode: bool | None = None
+    cpu_speed_limit_pct: int | None = None  # 100: not throttled
+    thermal_warning: str | None = None     # None: none recorded
+    swap_total_mib: float | None = None
+    swap_used_mib: float | None = None
+    pages_free_bytes: int | None = None
+
+    def summary(self) -> str:
+        """"Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory"."""
+        parts = [self.chip or "unknown chip"]
+        cores = [n for n in (self.performance_cores, self.efficiency_cores) if n is not None]
+        total = sum(cores) if cores else self.logical_cores
+        if total:
+            split = (f" ({self.performance_cores} performance + {self.efficiency_cores} efficiency)"
+                     if self.performance_cores is not None and self.efficiency_cores is not None else "")
+            parts.append(f"{total} cores{split}")
+        if self.memory_bytes:
+            parts.append(f"{self.memory_bytes / GIB:g} GiB unified memory")
+        return ", ".join(parts)
+
+
+def parse_sysctl(text: str) -> dict[str, str]:
+    """`sysctl NAME...`'s "name: value" lines (also "name = value", as older releases print)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\w.]+)\s*[:=]\s?(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+_SIZE = re.compile(r"(total|used|free)\s*=\s*([\d.]+)([KMG])")
+
+
+def parse_swapusage(value: str) -> tuple[float | None, float | None]:
+    """(total, used) MiB of vm.swapusage's "total = 2048.00M  used = 1024.50M  free = 1023.50M  (encrypted)"."""
+    scale = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+    found = {m.group(1): float(m.group(2)) * scale[m.group(3)] for m in _SIZE.finditer(value)}
+    return found.get("total"), found.get("used")
+
+
+def parse_sw_vers(text: str) -> str | None:
+    """"macOS 14.5 (23F79)" from sw_vers' ProductName, ProductVersion and BuildVersion lines."""
+    fields = parse_sysctl(text)
+    name, version, build = fields.get("ProductName"), fields.get("ProductVersion"), fields.get("BuildVersion")
+    if not version:
+        return None
+    return f"{name or 'macOS'} {version}" + (f" ({build})" if build else "")
+
+
+def parse_low_power_mode(text: str) -> bool | None:
+    """`pmset -g`'s lowpowermode setting (1: on); None when the Mac does not list it."""
+    m = re.search(r"^\s*lowpowermode\s+(\d)\b", text, re.MULTILINE)
+    return None if m is None else m.group(1) == "1"
+
+
+def parse_power_source(text: str) -> str | None:
+    """`pmset -g ps`'s "Now drawing from 'AC Power'" -> "AC Power"."""
+    m = re.search(r"drawing from '([^']+)'", text)
+    return m.group(1) if m else None
+
+
+def parse_therm(text: str) -> tuple[int | None, str | None]:
+    """(CPU speed limit %, thermal warning) of `pmset -g therm`: the limit from "CPU_Speed_Limit = N"
+    (None when not recorded), the warning as the tool words it, None when "No thermal warning level
+    has been recorded"."""
+    limit = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
+    warning = None
+    for line in text.splitlines():
+        line = line.strip()
+        if "thermal warning level" in line.lower() and "no thermal warning level" not in line.lower():
+            warning = line.removeprefix("Note:").strip()
+    return (int(limit.group(1)) if limit else None), warning
+
+
+def parse_vm_stat(text: str) -> dict[str, int]:
+    """`vm_stat`'s counts in bytes, by its own names ("Pages free", "Swapins", ...): each "Pages"
+    count times the page size of its first line; other counts as they are."""
+    m = re.search(r"page size of (\d+) bytes", text)
+    page = int(m.group(1)) if m else 4096
+    out = {}
+    for line in text.splitlines()[1:]:
+        name, _, value = line.partition(":")
+        value = value.strip().rstrip(".")
+        if value.isdigit():
+            out[name.strip().strip('"')] = int(value) * (page if name.strip().startswith("Pages") else 1)
+    return out
+
+
+Run = Callable[[list[str]], str | None]
+
+
+def run_tool(argv: list[str]) -> str | None:
+    """The command's stdout, or None when it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def read_mac_facts(run: Run = run_tool) -> MacFacts:
+    """Every fact the Mac's tools give; a tool that is missing or fails leaves its facts None."""
+    ctl = parse_sysctl(run(["sysctl", "machdep.cpu.brand_string", "hw.perflevel0.physicalcpu",
+                            "hw.perflevel1.physicalcpu", "hw.logicalcpu", "hw.memsize", "vm.swapusage"]) or "")
+    swap_total, swap_used = parse_swapusage(ctl.get("vm.swapusage", ""))
+    speed, warning = parse_therm(run(["pmset", "-g", "therm"]) or "")
+    versions = run(["sw_vers"])
+    pmset = run(["pmset", "-g"])
+    ps = run(["pmset", "-g", "ps"])
+    vm = parse_vm_stat(run(["vm_stat"]) or "")
+    return MacFacts(chip=ctl.get("machdep.cpu.brand_string") or None,
+                    performance_cores=_int(ctl.get("hw.perflevel0.physicalcpu")),
+                    efficiency_cores=_int(ctl.get("hw.perflevel1.physicalcpu")),
+                    logical_cores=_int(ctl.get("hw.logicalcpu")), memory_bytes=_int(ctl.get("hw.memsize")),
+                    macos=parse_sw_vers(versions) if versions else None,
+                    power_source=parse_power_source(ps) if ps else None,
+                    low_power_mode=parse_low_power_mode(pmset) if pmset else None,
+                    cpu_speed_limit_pct=speed, thermal_warning=warning,
+                    swap_total_mib=swap_total, swap_used_mib=swap_used, pages_free_bytes=vm.get("Pages free"))
+
+
+def mac_lines(facts: MacFacts) -> list[str]:
+    """`loadgen env`'s lines for a Mac."""
+    lines = [f"Mac: {facts.summary()}", f"OS: {facts.macos or 'unknown'}"]
+    power = facts.power_source or "unknown power source"
+    mode = {True: "Low Power Mode on", False: "Low Power Mode off", None: "Low Power Mode unknown"}[facts.low_power_mode]
+    lines.append(f"power: {power}, {mode}")
+    limit = "unknown" if facts.cpu_speed_limit_pct is None else f"{facts.cpu_speed_limit_pct}%"
+    lines.append(f"thermal: {facts.thermal_warning or 'no thermal warning recorded'}; CPU speed limit {limit}")
+    if facts.swap_total_mib is not None:
+        lines.append(f"swap: {facts.swap_total_mib:g} MiB, {facts.swap_used_mib or 0:g} MiB used")
+    return lines
