@@ -246,3 +246,11 @@ def test_a_rate_that_would_not_hold_on_a_fresh_schedule_sits_on_the_line():
               for s, a in ((0.7, 0.92), (0.8, 0.96), (0.6, 1.0))]
     assert decide_level(probes, repeat=3, noise=0.10, by_rate=True) == INCONCLUSIVE
     assert decide_level(probes, repeat=3, noise=0.10, by_rate=False) == PASS  # concurrency: as before
+
+
+def test_the_answer_names_a_rate_that_passed_every_schedule_but_would_not_hold():
+    steady = [Probe(level=1.0, passed=True, score=0.5, attainment=1.0, judged=40, required=0.9)] * 3
+    lucky = [Probe(level=2.0, passed=True, score=s, attainment=a, judged=40, required=0.9)
+             for s, a in ((0.7, 0.92), (0.8, 0.96), (0.6, 1.0))]
+    answer = conclude({1.0: steady, 2.0: lucky}, repeat=3, noise=0.10, by_rate=True)
+    assert (answer.feasible_max, answer.bracket_hi, answer.unsteady) == (1.0, 2.0, (2.0,))

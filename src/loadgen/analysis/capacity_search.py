@@ -227,6 +227,8 @@ class Answer:
     binding: str | None
     shape: str | None
     decisions: dict[int | float, str]
+    # inconclusive rates whose every schedule passed, but a fresh one would not hold (holds_fresh)
+    unsteady: tuple[int | float, ...] = ()
 
 
 def _mean_ratios(probes: Sequence[Probe]) -> dict[str, float]:
@@ -276,7 +278,9 @@ def conclude(history: Mapping[int | float, Sequence[Probe]], repeat: int = DEFAU
         inconclusive=tuple(sorted(lv for lv, d in decisions.items() if d == INCONCLUSIVE)),
         bracket_hi=hi, binding=binding_target(at),
         shape=shape_of(history[lo], history[hi]) if lo is not None and hi is not None else None,
-        decisions=dict(sorted(decisions.items())))
+        decisions=dict(sorted(decisions.items())),
+        unsteady=tuple(sorted(lv for lv, d in decisions.items()
+                              if d == INCONCLUSIVE and all(p.passed for p in history[lv]))))
 
 
 # Decode is said to slow with the batch when the first failing level's per-request decode speed is

@@ -170,6 +170,10 @@ def _verdict(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | 
         if lo is None:
             head = (f"whether it serves even {_unit(by_rate, hi, users=True)} {within} cannot be told: its repeats "
                     f"disagree (inconclusive at this noise)")
+        elif hi in answer.unsteady:
+            head += (f"; {_unit(by_rate, hi)} passed on every schedule but would miss the target too often on a "
+                     f"fresh one (its attainments' 90% prediction bound is below {slo.attainment:.0%}), so the "
+                     f"capacity is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
         else:
             head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity "
                      f"is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
