@@ -46,7 +46,8 @@ def _why_stop(run: Run, t: TargetRun) -> str | None:
 
 def stop_at_knee(run: Run, obs: RunObserver):
     """A level plan: the config's levels, ending as the module docstring says."""
-    levels, rates, concurrency, open_loop = run.config.levels, run.config.rates, run.config.concurrency, run.config.open_loop
+    config = run.config
+    levels, rates, concurrency, open_loop = config.levels, config.rates, config.concurrency, config.open_loop
 
     def plan(t: TargetRun) -> Iterator[int | float]:
         for i, key in enumerate(levels):
