@@ -241,7 +241,7 @@ class Probe(SessionClient):
             return None
         return [s for s in slots if isinstance(s, dict)]
 
-    async def sample(self, target: str, level: int, info: ServerInfo) -> ProbeSample:
+    async def sample(self, target: str, level: int | float, info: ServerInfo) -> ProbeSample:
         """One timestamped look at /metrics, then /slots (one after the other: the probe never holds
         two of the server's HTTP threads)."""
         t_ns = now_ns()
@@ -258,7 +258,7 @@ class Probe(SessionClient):
                            slot_context_tokens=None if slots is None else [slot_context_used(s) for s in slots],
                            scrape_us=(now_ns() - t_ns) // 1000)
 
-    async def sample_until_cancelled(self, target: str, level: int, info: ServerInfo, interval_s: float,
+    async def sample_until_cancelled(self, target: str, level: int | float, info: ServerInfo, interval_s: float,
                                      out: list[ProbeSample],
                                      on_sample: Callable[[ProbeSample], None] | None = None) -> None:
         """Append samples until cancelled, on an absolute schedule (no drift): dense at first, then

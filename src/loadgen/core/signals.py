@@ -18,7 +18,8 @@ from typing import Any
 
 from .errors import EXIT_SIGINT, EXIT_SIGTERM
 
-SIGNAL_EXIT = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
+# keyed by int: a signal arrives as its number, and signal.Signals members are ints
+SIGNAL_EXIT: dict[int, int] = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
 
 
 class SignalLatch:
@@ -41,7 +42,7 @@ class SignalLatch:
 
     @property
     def exit_code(self) -> int | None:
-        return SIGNAL_EXIT.get(self.received[0], EXIT_SIGINT) if self.received else None  # type: ignore[call-overload]  # signal numbers key SIGNAL_EXIT
+        return SIGNAL_EXIT.get(self.received[0], EXIT_SIGINT) if self.received else None
 
     def release(self) -> None:
         """At the end of a command: once a signal came, ignore the rest until exit; else give the

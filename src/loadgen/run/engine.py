@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..client.backends import Backend, ConversationBackend
 from ..client.backends.conversation import History
@@ -24,6 +24,9 @@ from ..core import records
 from ..core.clock import now_ns
 from ..core.records import LevelRun, RequestRecord, ServerOutcome, make_record
 from .salts import new_salt
+
+if TYPE_CHECKING:  # for annotations only (run/schedule.py's offsets)
+    import numpy as np
 
 # A target is given up when this many requests in a row could not even connect.
 CONNECT_FAILURES_BEFORE_DOWN = 3
@@ -295,7 +298,7 @@ async def run_open_level(
     level: LevelRun,
     transport: Transport,
     backend: Backend,
-    offsets_ns: Sequence[int],
+    offsets_ns: Sequence[int] | np.ndarray,  # a trace's times, or run/schedule.py's int64 array
     *,
     max_in_flight: int | None = None,
     observer: Observer | None = None,

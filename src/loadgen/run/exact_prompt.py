@@ -19,6 +19,7 @@ recorded either way. The server's tokenizer is client/tokenize.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -175,7 +176,7 @@ async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, a
     bodies: list[str] = []
     notes: list[str] = []
     for start in range(source.variants()):
-        fit = (await fit_prompts(base_url, lambda m, s=start: source.text(m, s), [n_tokens], api=api,
+        fit = (await fit_prompts(base_url, functools.partial(source.text, start=start), [n_tokens], api=api,
                                  headers=headers, timeout_s=timeout_s, insecure=insecure))[n_tokens]
         if not isinstance(fit, FittedPrompt):
             raise fit

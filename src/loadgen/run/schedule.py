@@ -59,6 +59,7 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
         in_span = int(np.count_nonzero(candidates < limit_ns))
         n = in_span if requests is None else min(requests, in_span)
     else:
+        assert requests is not None  # one of the two is given: checked above
         n = requests
     if n <= 0:
         return np.zeros(0, dtype=np.int64)

@@ -104,6 +104,8 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
         results.start(run, loop_name)
     except OSError as exc:
         raise FinalWriteError(f"could not write the results to {results.where} ({exc})") from None
+    sink = run.sink
+    assert sink is not None  # ResultsWriter.start opens the records file the run streams into
 
     def save() -> None:
         try:
@@ -127,7 +129,7 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
             for lv in t.levels:
                 lv.abandon(now_ns())
         with contextlib.suppress(OSError):
-            run.sink.close()
+            sink.close()
         with contextlib.suppress(OSError):
             close_probe_sink(run)
         save()
@@ -174,7 +176,7 @@ def execute(run: Run, results: ResultsWriter, main: Callable[[Checkpoint], Corou
         writer.shutdown(wait=True)
     run.checkpoint = None
     try:
-        run.sink.close()
+        sink.close()
         close_probe_sink(run)
         doc = results.final(run)
     except (OSError, ValueError) as exc:

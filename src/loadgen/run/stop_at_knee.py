@@ -46,7 +46,8 @@ def _why_stop(run: Run, t: TargetRun) -> str | None:
 
 def stop_at_knee(run: Run, obs: RunObserver):
     """A level plan: the config's levels, ending as the module docstring says."""
-    levels = run.config.levels
+    config = run.config
+    levels, rates, concurrency, open_loop = config.levels, config.rates, config.concurrency, config.open_loop
 
     def plan(t: TargetRun) -> Iterator[int | float]:
         for i, key in enumerate(levels):
@@ -55,8 +56,11 @@ def stop_at_knee(run: Run, obs: RunObserver):
                 return
             reason = _why_stop(run, t) if i + 1 < len(levels) else None
             if reason:
-                done = levels[:i + 1]
-                run.config = replace(run.config, **({"rates": done} if run.config.open_loop else {"concurrency": done}))
+                # `levels` is `rates` in an open loop, else `concurrency`: the one cut to those run
+                if open_loop:
+                    run.config = replace(run.config, rates=rates[:i + 1])
+                else:
+                    run.config = replace(run.config, concurrency=concurrency[:i + 1])
                 obs.message(f"{t.label}: --stop-at-knee: {reason}; not running {', '.join(f'{x:g}' for x in levels[i + 1:])}")
                 return
 

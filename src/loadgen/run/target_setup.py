@@ -152,7 +152,8 @@ async def target_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
     prompt and answer length), a trace replay or a drawn workload (one body per shape, cut per
     length), a fixed `prompt_tokens` (cut to exactly that many tokens, salts of a fixed token count),
     else the config's prompts as given. None, and the target's error set, when they cannot be built."""
-    generation, shapes = config.generation, ()
+    generation = config.generation
+    shapes: tuple[RequestShape, ...] = ()
     if config.shared_prefix is not None:
         shared = await shared_prefix_generation(config, t, obs, config.shared_prefix)
         if shared is None:
@@ -166,9 +167,13 @@ async def target_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
         generation, dataset_options, shapes = answered
         return generation, replace(options, salt=dataset_options.salt), shapes
     if config.replay is not None or config.workload is not None:
-        shapes = config.replay.shapes if config.replay is not None else config.workload.draw()
-        shaped = await (trace_generation(config, t, obs, config.replay) if config.replay is not None
-                        else workload_generation(config, t, obs, shapes))
+        if config.replay is not None:
+            shapes = config.replay.shapes
+            shaped = await trace_generation(config, t, obs, config.replay)
+        else:
+            assert config.workload is not None  # the replay or the workload, by the test above
+            shapes = config.workload.draw()
+            shaped = await workload_generation(config, t, obs, shapes)
         if shaped is None:
             return None
         generation, shaped_options = shaped

@@ -11,6 +11,7 @@ Distinct lengths are fitted once each; the prompt texts rotate over the prompt s
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from ..analysis.context import context_overflow
@@ -52,12 +53,12 @@ async def fit_lengths(config: SweepConfig, t: TargetRun, obs: RunObserver,
     notes: list[str] = []
     least = 0
     for start, group in by_variant.items():
-        fits = await fit_prompts(t.target.probe_url, lambda m, s=start: source.text(m, s), group, api=config.api,
+        fits = await fit_prompts(t.target.probe_url, functools.partial(source.text, start=start), group, api=config.api,
                                  headers=config.auth_headers(), timeout_s=config.timeout_s, insecure=config.insecure)
         for n, fit in fits.items():
             if floor and not isinstance(fit, FittedPrompt) and fit.least:
                 least = fit.least
-                fit = (await fit_prompts(t.target.probe_url, lambda m, s=start: source.text(m, s), [least],
+                fit = (await fit_prompts(t.target.probe_url, functools.partial(source.text, start=start), [least],
                                          api=config.api, headers=config.auth_headers(), timeout_s=config.timeout_s,
                                          insecure=config.insecure))[least]
             if not isinstance(fit, FittedPrompt):
@@ -95,12 +96,12 @@ def refuse_shapes_beyond_context(targets: list[TargetRun], shapes: tuple[Request
     """Before the first level: a drawn prompt and its answer that a target's per-slot context cannot
     hold would fail (or be cut) on every pass of its shape, so the run is refused (ConfigError)
     naming the largest such shape, as a fixed --prompt-tokens is (run/target_setup.py)."""
-    cut = [s for s in shapes if s.prompt_tokens is not None]
+    cut = [(s.prompt_tokens, s.n_predict) for s in shapes if s.prompt_tokens is not None]
     if not cut:
         return
-    largest = max(cut, key=lambda s: s.prompt_tokens + s.n_predict)
+    prompt_tokens, n_predict = max(cut, key=lambda c: c[0] + c[1])
     for t in targets:
-        problem = context_overflow(largest.prompt_tokens, largest.n_predict, slot_context(t))
+        problem = context_overflow(prompt_tokens, n_predict, slot_context(t))
         if problem:
             raise ConfigError(f"{t.label} ({t.target.display}) cannot take the workload's largest request: {problem}; "
                               "lower the largest lengths (a distribution's max=, replay's --max-prompt-tokens) or restart "

@@ -18,6 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from ...core.errors import ConfigError
 from ...core.prometheus_label import label_value
@@ -27,7 +28,7 @@ DEFAULT_LINGER_S = 15.0
 DRAIN_EVERY_S = 1.0  # the records a run queues are counted at least this often, scraped or not
 
 
-class _Collector:
+class _Collector(Collector):  # an ABC in older prometheus_client, a Protocol in newer: subclassing suits both
     def __init__(self, live: LiveMetrics):
         self.live = live
 
@@ -46,6 +47,10 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
 
 
 class _Answered:
@@ -67,7 +72,7 @@ class LiveEndpoint:
     def __init__(self, live: LiveMetrics, port: int, host: str = "127.0.0.1", linger_s: float = DEFAULT_LINGER_S):
         self.live, self.port, self.host, self.linger_s = live, port, host, linger_s
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Collector(live))  # type: ignore[arg-type]  # a Collector by its collect(), not by class
+        registry.register(_Collector(live))
         self._metrics_app = make_wsgi_app(registry)
         self._changed = threading.Condition()
         self.scrapes_begun = 0
@@ -96,9 +101,7 @@ class LiveEndpoint:
             self._changed.notify_all()
 
     def __enter__(self) -> LiveEndpoint:
-        server_class = _ThreadingServer
-        if ":" in self.host:
-            server_class = type("_ThreadingServer6", (_ThreadingServer,), {"address_family": socket.AF_INET6})
+        server_class = _ThreadingServer6 if ":" in self.host else _ThreadingServer
         try:
             self._server = make_server(self.host, self.port, self._app, server_class, handler_class=_QuietHandler)
         except OSError as exc:

@@ -111,6 +111,7 @@ class RecordsFile:
         """Write every record the level holds, renumbered as the level's, and let them go."""
         if self._scheduled:
             self._scheduled = False
+            assert self._timer is not None  # set whenever _scheduled is
             self._timer.cancel()
         records = self.level.records
         if records:

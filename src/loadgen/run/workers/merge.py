@@ -23,12 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 from hdrh.histogram import HdrHistogram
 
 from ...analysis import metrics
 from ...core.records import CONNECT_ERROR, LOST, RequestRecord, ServerOutcome, make_record
+
+if TYPE_CHECKING:  # for annotations only
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,7 @@ def closed_shares(concurrency: int, processes: int, requests: int | None, stagge
     return shares
 
 
-def open_shares(offsets_ns: Sequence[int], processes: int, max_in_flight: int | None) -> list[Share]:
+def open_shares(offsets_ns: Sequence[int] | np.ndarray, processes: int, max_in_flight: int | None) -> list[Share]:
     """An open-loop schedule dealt out request by request: process k sends requests k, k+N, ...
 
     A cap on requests in flight is split like a concurrency, so no more processes take part than it

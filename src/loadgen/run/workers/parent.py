@@ -82,12 +82,15 @@ class WorkerHandle:
         else:
             self.inbox.put_nowait(message)
 
+    # What each kind of worker answers for itself (_Process here, _RayActor in ray_actors.py):
     @property
-    def alive(self) -> bool: ...
+    def alive(self) -> bool:
+        raise NotImplementedError
 
     def send(self, message: Any) -> None: ...
 
-    def records_path(self, folder: Path) -> str: ...
+    def records_path(self, folder: Path) -> str:
+        raise NotImplementedError
 
     def records_file(self) -> str | None:
         """The running level's records file when this process can read it as the worker writes it
@@ -100,7 +103,7 @@ class WorkerHandle:
 
     async def read_records(self) -> bytes:
         """The bytes of records appended since the last call."""
-        ...
+        raise NotImplementedError
 
     def end_level(self) -> None: ...
 
@@ -143,6 +146,7 @@ class _Process(WorkerHandle):
 
     async def read_records(self) -> bytes:
         if self._file is None:
+            assert self._path is not None  # records_path named it before the level's first read
             self._file = open(self._path, "rb")  # noqa: SIM115 (read level by level; end_level closes it) created before the worker said it was ready
         return self._file.read()
 
@@ -316,7 +320,7 @@ class _Tail:
                 self._copy(k, message.offset, part.sent)
             if self.direct:
                 self.level.aggregate.merge(part)
-                self._count(self.level, part.sent, part.sent - part.ok)
+                self._counted(part.sent, part.sent - part.ok)
             if not self.copies:
                 del self._unmerged[k][:max(0, message.offset - (self._read[k] - len(self._unmerged[k])))]
             self._watermarks[k] = part.watermark_ns - self.handles[k].shift_ns
@@ -389,19 +393,24 @@ class _Tail:
             if self.copies:
                 self._copy(k, self._read[k] + len(uncovered), len(records))
             self.level.aggregate.add_batch(records)
-            self._count(self.level, len(records), sum(r.error_kind is not None for r in records))
+            self._counted(len(records), sum(r.error_kind is not None for r in records))
         if self.plan is not None and self._sends[k] != b"":  # b"": its last part came, nothing was in flight
-            self._add_lost(k, [_on_this_clock(r, self.handles[k].shift_ns) for r in records]
+            self._add_lost(k, self.plan, [_on_this_clock(r, self.handles[k].shift_ns) for r in records]
                            if self.handles[k].shift_ns else records)
         self._watermarks[k] = NO_MORE_SENDS
         self._settle()
 
-    def _add_lost(self, k: int, since: list[RequestRecord]) -> None:
+    def _counted(self, completed: int, failed: int) -> None:
+        """Tell the observer of records added to the level's aggregate (`direct` only)."""
+        assert self._count is not None  # `direct` is set only for an observer that counts
+        self._count(self.level, completed, failed)
+
+    def _add_lost(self, k: int, plan: LevelPlan, since: list[RequestRecord]) -> None:
         """Worker k's requests in flight when it went, as records of error kind "lost"."""
-        h, plan, now = self.handles[k], self.plan, now_ns()
+        h, now, sent = self.handles[k], now_ns(), self._sends[k]
         how = h.exit_text() or (None if h.alive else "gone")
         reason = f"worker {k} died ({how})" if how else f"worker {k} did not answer"
-        sends = None if self._sends[k] is None else msgspec.msgpack.decode(self._sends[k], type=SendsSoFar)
+        sends = None if sent is None else msgspec.msgpack.decode(sent, type=SendsSoFar)
         if sends is not None and h.shift_ns:
             sends = SendsSoFar(sends.at_ns - h.shift_ns, sends.sent, {
                 seq: (w, salt, send - h.shift_ns, None if intended is None else intended - h.shift_ns)
@@ -415,7 +424,7 @@ class _Tail:
         if self.direct:
             self.level.records.encoded.write_lines(msgspec.json.Encoder().encode_lines(lost), len(lost))
             self.level.aggregate.add_batch(lost)
-            self._count(self.level, len(lost), len(lost))
+            self._counted(len(lost), len(lost))
         else:
             self.level.records.extend(lost)
             requests_done(self.obs, lost)
@@ -526,7 +535,7 @@ class WorkerPool:
         if level.rate is not None:
             level.scheduled = requests  # the whole schedule, shared out
         pool = config.connections_per_target
-        procs = [self.processes[k] if (p := self.processes[k]) is not None and p.alive else await self._start(k)
+        procs = [p if (p := self.processes[k]) is not None and p.alive else await self._start(k)
                  for k in range(len(shares))]
         paths = [p.records_path(self.folder) for p in procs]
         for p, share, path in zip(procs, shares, paths):
