@@ -44,8 +44,8 @@ from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import Run, TargetRun, slot_context
-from .history import append_run
 from .atomic import atomic_write
+from .history import append_run
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
