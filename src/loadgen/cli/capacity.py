@@ -40,10 +40,10 @@ from .options import DURATION
 from .shared import (
     checking_only,
     format_option,
+    history_options,
     length_options,
     prompt_source,
     prompt_source_options,
-    history_options,
     records_options,
     request_options,
     target_options,

@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,9 @@ LEVEL_COLUMNS = ("run_id", "folder", "started_utc", "kind", "loadgen_version", "
                  "requests_ok", "requests_failed")
 
 
-def default_path(env: dict[str, str] | None = None) -> Path | None:
+def default_path(environ: Mapping[str, str] | None = None) -> Path | None:
     """The store's path, or None where history is off (LOADGEN_HISTORY=off)."""
-    env = os.environ if env is None else env
+    env: Mapping[str, str] = os.environ if environ is None else environ
     chosen = env.get("LOADGEN_HISTORY")
     if chosen:
         return None if chosen == OFF else Path(chosen).expanduser()
@@ -63,17 +64,32 @@ def _pick(d: Any, *keys: str) -> Any:
     return d
 
 
+def machine_facts(env: Any) -> dict[str, Any]:
+    """The machine fingerprint's key facts (run.json's `environment`): what a like-for-like comparison needs."""
+    if not isinstance(env, dict):
+        return {}
+    cpu, mem = env.get("cpu") or {}, env.get("memory") or {}
+    return {"os": env.get("os"), "kernel": env.get("kernel"), "cpu": cpu.get("model"),
+            "logical_cores": cpu.get("logical_cores"), "memory_mib": mem.get("total_mib"),
+            "gpus": [g.get("name") for g in env.get("gpus") or [] if isinstance(g, dict)]}
+
+
+def machine_hash(env: Any) -> str | None:
+    facts = machine_facts(env)
+    return _digest(facts) if facts else None
+
+
 def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
     """The rows of one run document (run.json), one per target and level (a pure function)."""
     config = doc.get("config") or {}
-    env = doc.get("environment") or {}
+    env = doc.get("environment")
     common = {"folder": folder, "started_utc": doc.get("started_utc"), "kind": doc.get("kind"),
               "loadgen_version": doc.get("loadgen_version"), "workload_hash": workload_hash(config),
-              "machine_hash": env.get("hash") or env.get("fingerprint") if isinstance(env, dict) else None}
+              "machine_hash": machine_hash(env)}
     rows = []
     for t in doc.get("targets") or []:
-        server = t.get("server") or {}
-        props = server.get("props") if isinstance(server.get("props"), dict) else server
+        server: dict[str, Any] = t.get("server") or {}
+        props: dict[str, Any] = server["props"] if isinstance(server.get("props"), dict) else server
         model_path = props.get("model_path") or server.get("model_path")
         size = props.get("model_size") or server.get("model_size")
         for lv in t.get("levels") or []:
@@ -111,7 +127,7 @@ def connect(path: Path) -> sqlite3.Connection:
 def append(path: Path, doc: dict[str, Any], folder: str) -> int:
     """Add one run and its levels in one transaction; returns the number of level rows."""
     rows = level_rows(doc, folder)
-    env = doc.get("environment") if isinstance(doc.get("environment"), dict) else {}
+    machine = machine_facts(doc.get("environment"))
     conn = connect(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -120,7 +136,7 @@ def append(path: Path, doc: dict[str, Any], folder: str) -> int:
             " machine_hash, machine, complete) VALUES (?,?,?,?,?,?,?,?,?)",
             (folder, doc.get("started_utc"), doc.get("finished_utc"), doc.get("kind"), doc.get("loadgen_version"),
              workload_hash(doc.get("config") or {}), (rows[0]["machine_hash"] if rows else None),
-             json.dumps(env, sort_keys=True, default=str), int(bool(doc.get("complete")))))
+             json.dumps(machine, sort_keys=True, default=str) if machine else None, int(bool(doc.get("complete")))))
         run_id = cur.lastrowid
         conn.executemany(f"INSERT INTO levels ({', '.join(LEVEL_COLUMNS)}) VALUES ({', '.join('?' * len(LEVEL_COLUMNS))})",
                          [tuple({**r, "run_id": run_id}[c] for c in LEVEL_COLUMNS) for r in rows])
