@@ -9,10 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from servers import SimThread
 
 from loadgen.results import history
 from loadgen.results.reader import load_run_dict
+from servers import SimThread
 
 
 def _rows(db: Path) -> list[dict]:
