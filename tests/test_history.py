@@ -153,3 +153,19 @@ def test_history_lists_and_filters(loadgen, tmp_path):
     assert code == 0 and "b3" in out
     code, _, err = loadgen("history", "--history", tmp_path / "none.sqlite")
     assert code == 2 and "no history" in err
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory", "newer_schema"])
+def test_a_store_it_cannot_write_costs_one_warning_line(tmp_path, capsys, damage):
+    db = tmp_path / "h.sqlite"
+    if damage == "garbage":
+        db.write_bytes(b"\x00\xffnot sqlite" * 50)
+    elif damage == "directory":
+        db.mkdir()
+    else:
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA user_version = 99")
+        conn.close()
+    history.append_run(_doc(1), tmp_path, db)  # never raises
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("warning: the run was not added to the history")
