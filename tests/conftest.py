@@ -10,6 +10,21 @@ from loadgen.results.reader import load_records, load_run_dict
 from servers import SimProcess, in_process_cli, start_llama_server, sweep
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _history_elsewhere(tmp_path_factory):
+    """No test writes the user's own history store: every run (in-process or a subprocess, which inherits
+    the environment) records into a store of the session's own."""
+    import os
+
+    before = os.environ.get("LOADGEN_HISTORY")
+    os.environ["LOADGEN_HISTORY"] = str(tmp_path_factory.mktemp("history") / "history.sqlite")
+    yield
+    if before is None:
+        os.environ.pop("LOADGEN_HISTORY", None)
+    else:
+        os.environ["LOADGEN_HISTORY"] = before
+
+
 @pytest.fixture(scope="session")
 def real_servers(tmp_path_factory):
     """Two real llama-servers: 4 slots and 1 slot, both with --metrics -c 4096 -t 1."""

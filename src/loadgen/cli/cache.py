@@ -26,7 +26,7 @@ from ..run.state import Run
 from .env import machine_config, machine_options
 from .help import command
 from .options import LEVELS
-from .shared import checking_only, format_option, records_options, request_options, target_options
+from .shared import checking_only, format_option, history_options, records_options, request_options, target_options
 from .shared import console as _console
 from .slo import build_slo, slo_options
 from .sweep import ensure_open_files, execute_sweep
@@ -53,6 +53,7 @@ from .sweep import ensure_open_files, execute_sweep
 @request_options
 @slo_options
 @records_options
+@history_options
 @format_option
 def prefix_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prefix_tokens, groups,
                    prompt_tokens, concurrency, requests_per_level, n_predict, cache_prompt, warmup, temperature, seed,
@@ -116,6 +117,7 @@ CHAT_APIS = CONVERSATION_APIS  # the APIs whose backends send a conversation's t
 @request_options
 @slo_options
 @records_options
+@history_options
 @format_option
 def chat_command(ports, host, urls, labels, api, model, api_key, transport, insecure, users, turns, message_tokens,
                  think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, sysfs, procfs,

@@ -40,6 +40,7 @@ from .options import DURATION
 from .shared import (
     checking_only,
     format_option,
+    history_options,
     length_options,
     prompt_source,
     prompt_source_options,
@@ -106,6 +107,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of the server's /metrics and /slots during a level.")
 @records_options
+@history_options
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
                      attainment, by, max_level, start, arrival_seed, budget_text, repeat, noise, requests_per_level, duration_s, warmup,

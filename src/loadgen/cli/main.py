@@ -18,6 +18,7 @@ from ..core.errors import EXIT_OK, EXIT_SIGINT, EXIT_USAGE, UserError
 from ..core.signals import LATCH
 
 COMMANDS = {
+    "history": "loadgen.cli.history:history_command",
     "sweep": "loadgen.cli.sweep:sweep",
     "demo": "loadgen.cli.sweep:demo",
     "analyze": "loadgen.cli.analyze:analyze",
@@ -50,6 +51,7 @@ COMMANDS = {
 # them all loaded scipy, numpy, matplotlib and aiohttp: 1.25 s). A test keeps it equal to the
 # commands' own help; a command missing here is imported for its line.
 COMMAND_HELP = {
+    "history": "List the runs in the history store: time, kind, target, build, model, levels, best throughput, folder.",
     "ab": 'Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.',
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "

@@ -21,7 +21,7 @@ from ..results.reader import load_run
 from ..results.writer import default_dir, prepare_dir
 from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ..run.trace_replay import plan_replay, read_trace
-from .shared import checking_only, format_option, records_options, request_options, target_options
+from .shared import checking_only, format_option, history_options, records_options, request_options, target_options
 from .slo import build_slo, slo_options
 from .sweep import connections_needed, ensure_open_files, execute_sweep
 
@@ -52,6 +52,7 @@ MIN_PROMPT_TOKENS = 1
 @request_options
 @slo_options
 @records_options
+@history_options
 @format_option
 def replay_command(trace, ports, host, urls, labels, api, model, api_key, transport, insecure, speed, scale_lengths,
                    max_prompt_tokens, max_n_predict, limit, max_in_flight, stream, warmup, ignore_eos, temperature,

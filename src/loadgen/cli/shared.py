@@ -161,6 +161,27 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width or (None if stream.isatty() else PIPED_WIDTH))
 
 
+def _history_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:  # through the environment, so a run's own child runs (ab, grid) keep the same store
+        os.environ["LOADGEN_HISTORY"] = value
+
+
+def _no_history(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        os.environ["LOADGEN_HISTORY"] = "off"
+
+
+def history_options(f: Callable) -> Callable:
+    """--history PATH and --no-history: where the run is recorded for `loadgen history` (docs/history.md)."""
+    return _apply(f, [
+        click.option("--history", "history_path", metavar="PATH", callback=_history_path, expose_value=False,
+                     help="The history store this run is added to (default $LOADGEN_HISTORY, else "
+                          "$XDG_DATA_HOME/loadgen/history.sqlite)."),
+        click.option("--no-history", is_flag=True, callback=_no_history, expose_value=False,
+                     help="Do not add this run to the history store."),
+    ])
+
+
 def records_options(f: Callable) -> Callable:
     """--records and --records-format: which request records a run keeps, and in which file format."""
     from ..core.recordsink import RECORDS_FORMATS, RECORDS_KEPT

@@ -53,6 +53,7 @@ from .options import DURATION, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, 
 from .shared import (
     checking_only,
     format_option,
+    history_options,
     length_options,
     prompt_source,
     prompt_source_options,
@@ -110,6 +111,7 @@ from .workers import resolve_workers, workers_option
               help="...while mean latency rises by more than this share.")
 @click.option("--parallel-targets", is_flag=True, help="Load all targets at the same time instead of one after another.")
 @records_options
+@history_options
 @click.option("--histograms/--no-histograms", default=True, show_default=True,
               help="Write .hgrm percentile distributions per target, level and metric into RESULTS/histograms.")
 @click.option("--percentiles", type=PERCENTILES, default=None,

@@ -45,6 +45,7 @@ from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import Run, TargetRun, slot_context
 from .atomic import atomic_write
+from .history import append_run
 from .schema import PROBE_FILE, REQUESTS_FILE, RUN_FILE, SCHEMA, SCHEMA_VERSION
 
 
@@ -184,7 +185,9 @@ class RunFiles:
         write_results(self.out_dir, run, meta=self.meta, final=False)
 
     def final(self, run: Run) -> dict[str, Any]:
-        return write_results(self.out_dir, run, meta=self.meta)
+        doc = write_results(self.out_dir, run, meta=self.meta)
+        append_run(doc, self.out_dir)  # the last write only: checkpoints never reach the history
+        return doc
 
 
 def redact(value: Any, secret: str) -> Any:
