@@ -92,7 +92,7 @@ COMMAND_HELP = {
 COMMAND_GROUPS = {
     "Run load": ("demo", "sweep", "replay", "chat", "prefix", "soak", "run", "ab"),
     "Find limits": ("capacity", "cache-capacity", "grid", "crossover", "prefill", "depth", "kv"),
-    "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate"),
+    "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history"),
     "Servers and machine": ("sim", "env", "observe", "paramcheck"),
 }
 
