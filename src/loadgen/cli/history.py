@@ -7,10 +7,24 @@ import sqlite3
 from pathlib import Path
 
 import click
+import msgspec
 from rich.table import Table
 
 from ..results.history import default_path, runs
 from .shared import console
+
+
+class _Row(msgspec.Struct):
+    """What the table shows of a history row (results/history.py `runs`), read by attribute."""
+
+    started_utc: str | None = None
+    kind: str | None = None
+    label: str | None = None
+    build_info: str | None = None
+    model: str | None = None
+    levels: int | None = None
+    best_throughput_tok_s: float | None = None
+    folder: str | None = None
 
 
 @click.command("history")
@@ -37,9 +51,8 @@ def history_command(history_path: str | None, kind: str | None, label: str | Non
     table = Table(title=f"history: {path}")
     for name in ("started_utc", "kind", "label", "build_info", "model", "levels", "best tok/s", "folder"):
         table.add_column(name)
-    for r in rows:
-        best = r["best_throughput_tok_s"]
-        table.add_row(str(r["started_utc"]), str(r["kind"]), str(r["label"]), str(r["build_info"] or "-"),
-                      str(r["model"] or "-"), str(r["levels"]), "-" if best is None else f"{best:.1f}",
-                      str(r["folder"]))
+    for r in msgspec.convert(rows, list[_Row], strict=False):
+        best = r.best_throughput_tok_s
+        table.add_row(str(r.started_utc), str(r.kind), str(r.label), str(r.build_info or "-"), str(r.model or "-"),
+                      str(r.levels), "-" if best is None else f"{best:.1f}", str(r.folder))
     console().print(table)
