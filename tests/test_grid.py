@@ -324,6 +324,9 @@ def test_a_port_range_bounds_the_ports_grid_picks(tmp_path):
         taken.listen()
         with pytest.raises(ServerStartError, match=f"no free port in --port-range {first}-{first}"):
             free_port(within=(first, first))
+        # a template that gives its own --port never needs the range
+        argv, url = server_argv("vllm serve m --port 9003", {}, (first, first))
+        assert url == "http://127.0.0.1:9003" and argv.count("--port") == 1
 
 
 def test_scenario_file_with_mode_grid(tmp_path, loadgen):

@@ -119,8 +119,11 @@ def server_argv(template: str, values: dict[str, str],
     """The cell's argv with loadgen's additions, and its URL: a free loopback port (of `port_range`
     when given) where the template writes {port}, else as `--port` unless it gives one; the same
     for {host} and `--host` (127.0.0.1); -lv 4 for llama-server."""
-    used = placeholders(template)
-    picked, loopback = str(free_port(within=port_range)), "127.0.0.1"
+    used, loopback = placeholders(template), "127.0.0.1"
+    # a port is picked only when grid places it: a template that gives its own --port keeps it
+    # (and never fails on a --port-range it does not use)
+    picks = "port" in used or not has_flag(render(template, values), "--port")
+    picked = str(free_port(within=port_range)) if picks else ""
     argv = render(template, values, port=picked, host=loopback)
     if not argv:
         raise ConfigError("--server is empty; give the server's command line, e.g. 'llama-server -m {model}'")
@@ -138,7 +141,7 @@ def server_argv(template: str, values: dict[str, str],
 
 
 def parse_port_range(text: str | None) -> tuple[int, int] | None:
-    """"9000-9010" -> (9000, 9010); ConfigError in one line for anything else."""
+    """"9000-9010" -> (9000, 9010); click's one-line usage error for anything else."""
     if text is None:
         return None
     first, sep, last = text.partition("-")
