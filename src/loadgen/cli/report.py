@@ -101,16 +101,16 @@ def cache_capacity_sources(path: Path) -> list[RunSource]:
     per-K table and its answer (where reuse collapsed)."""
     import dataclasses
 
-    from ..output.cache import cache_capacity_table
+    from ..output.cache import cache_capacity_table, collapse_line
 
-    table = cache_capacity_table(read_cache_capacity(path))
+    summary = read_cache_capacity(path)
+    table = cache_capacity_table(summary)
     runs = sorted((int(d.name.removeprefix("k-")), d) for d in path.glob("k-*") if (d / "run.json").is_file()
                   and d.name.removeprefix("k-").isdigit())
     if not runs:
         raise InputError(f"{path} holds no K's run (k-1/run.json, ...): the cache-capacity run stopped before one")
     sources = [load_source(str(d), f"{path.name} K={k}") for k, d in runs]
-    answer = next((line for line in table.footnotes if line.startswith("reuse ")), None)
-    sources[0] = dataclasses.replace(sources[0], answer=answer, tables=[table])
+    sources[0] = dataclasses.replace(sources[0], answer=collapse_line(summary), tables=[table])
     return sources
 
 

@@ -104,15 +104,20 @@ def cache_capacity_table(summary: CapacitySummary | CacheCapacityEntry) -> Grid:
         grid.add_row(Num(lv.k, None), Num(lv.warm_requests, None),
                      Num(None if ratio is None else ratio * 100, 1), Num(lv.warm_ttft_ms_p50, 1),
                      Num(lv.rss_mib, 0))
-    collapsed, predicted = summary.collapse_k, summary.predicted_capacity
+    predicted = summary.predicted_capacity
     if not summary.complete:
         grid.footnotes.append("incomplete: the run stopped early; these are the Ks that finished")
-    grid.footnotes.append(f"reuse collapsed at K = {collapsed}" if collapsed is not None
-                          else "reuse did not collapse at any K measured")
+    grid.footnotes.append(collapse_line(summary))
     grid.footnotes.append(f"predicted: {predicted} conversations stay warm ({_prediction_basis(summary)}), "
                           f"so collapse at K = {predicted + 1}" if predicted is not None
                           else "no prediction: give --cache-ram-mib and --bytes-per-token")
     return grid
+
+
+def collapse_line(summary: CapacitySummary | CacheCapacityEntry) -> str:
+    """A cache-capacity run's answer in one line: where reuse collapsed."""
+    collapsed = summary.collapse_k
+    return f"reuse collapsed at K = {collapsed}" if collapsed is not None else "reuse did not collapse at any K measured"
 
 
 def _prediction_basis(summary: CapacitySummary | CacheCapacityEntry) -> str:
