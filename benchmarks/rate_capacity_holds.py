@@ -40,6 +40,7 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def one_run(slots: int, scale: float, checks: int, long_s: float, seed: int, out: Path) -> tuple[float | None, list]:
+    """One search, then its checks; `--hold` is the checks' length (the fresh run the answer must hold on)."""
     slo = f"e2e={E2E_S * scale:g}s"
     profile = out / "capsim.toml"
     profile.write_text(CAPACITY_SIM)
@@ -47,7 +48,7 @@ def one_run(slots: int, scale: float, checks: int, long_s: float, seed: int, out
                     "--seed", str(seed)) as sim:
         began = time.monotonic()
         _run(["capacity", "--url", sim.url, "--by", "rate", "--slo", slo, "--max-concurrency", f"{100 / scale:g}",
-              "--start", f"{1 / scale:g}", "--arrival-seed", str(100 * seed), "--n-predict", "64", "--warmup", "1", "--output", str(out / "capacity"),
+              "--start", f"{1 / scale:g}", "--hold", f"{long_s * scale:g}s", "--arrival-seed", str(100 * seed), "--n-predict", "64", "--warmup", "1", "--output", str(out / "capacity"),
               "--force"])
         wall = time.monotonic() - began
         cap = json.loads((out / "capacity" / "capacity.json").read_text())["capacity"]

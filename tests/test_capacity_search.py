@@ -241,6 +241,34 @@ def test_a_rate_holds_on_a_fresh_schedule_by_its_prediction_bound(attainments, j
     assert holds_fresh(probes) is expected
 
 
+# A fresh run of hold_s seconds at the probes' rate, worked by hand first: three schedules at 97% of 40
+# requests, sd 0.027 (binomial). At 1 req/s two minutes hold 120 requests, more than a level: sd_new
+# = sd, bound 0.911 as above. At 0.1 req/s they hold 12: sd_new = 0.027 * sqrt(40/12) = 0.0493,
+# bound 0.97 - 1.886 * sqrt(0.0493^2 + 0.027^2/3) = 0.872, a two-minute run misses too often.
+@pytest.mark.parametrize("rate, attainments, hold_s, expected", [
+    (1.0, [0.97, 0.97, 0.97], 120.0, True),    # 0.911
+    (1.0, [0.97, 0.97, 0.97], None, True),     # as long as a level: 0.911
+    (0.1, [0.97, 0.97, 0.97], 120.0, False),   # 0.872
+    (0.1, [0.97, 0.97, 0.97], None, True),     # a run before --hold: judged as long as a level
+    (0.1, [0.97, 0.97, 0.97], 400.0, True),    # 40 requests in 400 s: as a level, 0.911
+    (0.1, [0.97, 0.97, 0.97], 4000.0, True),   # a longer run never narrows the margin below a level's
+    (0.25, [0.98, 0.99, 1.0], 120.0, True),    # 30 requests: 0.952
+])
+def test_a_rate_holds_on_a_fresh_run_of_the_asked_length(rate, attainments, hold_s, expected):
+    from loadgen.analysis.capacity_search import holds_fresh
+
+    probes = [Probe(level=rate, passed=True, score=0.8, attainment=a, judged=40, required=0.9) for a in attainments]
+    assert holds_fresh(probes, hold_s=hold_s) is expected
+
+
+def test_a_slow_rate_is_judged_on_the_fresh_run_the_search_was_given():
+    probes = [Probe(level=0.1, passed=True, score=0.8, attainment=0.97, judged=40, required=0.9)] * 3
+    steady = [Probe(level=0.05, passed=True, score=0.3, attainment=1.0, judged=40, required=0.9)] * 3
+    held = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=None)
+    two_minutes = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=120.0)
+    assert (held.feasible_max, two_minutes.feasible_max, two_minutes.unsteady) == (0.1, 0.05, (0.1,))
+
+
 def test_a_rate_that_would_not_hold_on_a_fresh_schedule_sits_on_the_line():
     probes = [Probe(level=2.0, passed=True, score=s, attainment=a, judged=40, required=0.9)
               for s, a in ((0.7, 0.92), (0.8, 0.96), (0.6, 1.0))]

@@ -13,9 +13,10 @@ Deciding a level from its probes (`decide_level`), with `repeat` R and relative 
 - by rate, also REPEAT a level whose probes all passed, one of them with a score of 0.5 or more
   (RATE_CONFIRM_BELOW), until it has R: a rate passes on R arrival schedules, not one; and a rate
   passed on several schedules passes only when a fresh run at it would too (`holds_fresh`): the
-  90% lower prediction bound of a new schedule's attainment, from the schedules' attainments
-  (mean - t(0.9, n-1) * sd * sqrt(1 + 1/n), the sd no smaller than the binomial one of the
-  requests judged), is at least the asked attainment; else the rate sits on the line
+  90% lower prediction bound of a new run's attainment, from the schedules' attainments
+  (mean - t(0.9, n-1) * sqrt(sd_new^2 + sd^2/n), sd no smaller than the binomial one of the
+  requests a level judged, sd_new that sd grown to a run of `hold_s` seconds when that run holds
+  fewer requests than a level), is at least the asked attainment; else the rate sits on the line
   (INCONCLUSIVE). One open-loop level's attainment swings by about ±10% from one arrival schedule
   to the next near the line, so the highest rate that passed three schedules was often one a
   fresh run missed (the winner's curse of a search);
@@ -65,6 +66,10 @@ RATE_RESOLUTION = 0.10
 # lucky schedule used to be the answer and a fresh run at it met the target 1 time in 5.
 RATE_CONFIRM_BELOW = 0.5
 FRESH_RUN_CONFIDENCE = 0.9  # a rate's answer holds on a fresh schedule with this probability (holds_fresh)
+# The fresh run a rate's answer must hold on (holds_fresh): two minutes, the length a user checks an
+# answer with. At a rate whose level (40 requests at least) holds more requests than two minutes do,
+# below 1/3 req/s, the shorter run's attainment swings more and the margin widens to match.
+DEFAULT_HOLD_S = 120.0
 MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one request every 100 s)
 
 
@@ -79,11 +84,12 @@ class CapacitySettings:
     noise: float = DEFAULT_NOISE
     budget_requests: int | None = None
     budget_s: float | None = None
+    hold_s: float | None = DEFAULT_HOLD_S  # by rate: the fresh run an answer must hold on (holds_fresh)
 
     def to_dict(self) -> dict[str, object]:
         return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
                 "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
-                "budget_s": self.budget_s}
+                "budget_s": self.budget_s, "hold_s": self.hold_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +108,15 @@ class Probe:
     required: float | None = None  # the attainment asked (SloLevel.required)
 
 
-def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENCE) -> bool:
-    """Whether a fresh arrival schedule at this rate would meet the asked attainment with probability
+def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENCE,
+                hold_s: float | None = None) -> bool:
+    """Whether a fresh run at this rate would meet the asked attainment with probability
     `confidence`: the one-sided prediction bound of a new observation of the probes' attainments
-    (normal, the sd from the probes, no smaller than the binomial sd of the mean attainment over the
-    mean number of requests judged) against the asked attainment. True when the probes lack the
-    figures (older runs) or are fewer than two (nothing to predict from)."""
+    (normal; sd from the probes, no smaller than the binomial sd of the mean attainment over the
+    mean number of requests judged) against the asked attainment. The new run lasts `hold_s`
+    seconds at the probes' rate (None: as long as a probe); one holding fewer requests than a probe
+    swings more, its sd grown by sqrt(judged / (rate * hold_s)), never shrunk for a longer one.
+    True when the probes lack the figures (older runs) or are fewer than two (nothing to predict from)."""
     values = [p.attainment for p in probes if p.attainment is not None]
     judged = [p.judged for p in probes if p.judged]
     required = next((p.required for p in probes if p.required is not None), None)
@@ -117,9 +126,12 @@ def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENC
 
     n = len(values)
     mean = sum(values) / n
+    per_level = sum(judged) / len(judged)
     spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    binomial = math.sqrt(mean * (1 - mean) / (sum(judged) / len(judged)))
-    bound = mean - float(stats.t.ppf(confidence, n - 1)) * max(spread, binomial) * math.sqrt(1 + 1 / n)
+    sd = max(spread, math.sqrt(mean * (1 - mean) / per_level))
+    fresh = per_level if hold_s is None else max(probes[0].level * hold_s, 1.0)
+    sd_new = sd * math.sqrt(max(1.0, per_level / fresh))
+    bound = mean - float(stats.t.ppf(confidence, n - 1)) * math.sqrt(sd_new ** 2 + sd ** 2 / n)
     return bound >= required - 1e-12
 
 
@@ -128,10 +140,10 @@ def _score(p: Probe) -> float:
 
 
 def decide_level(probes: Sequence[Probe], repeat: int = DEFAULT_REPEAT, noise: float = DEFAULT_NOISE,
-                 by_rate: bool = False) -> str:
+                 by_rate: bool = False, hold_s: float | None = None) -> str:
     """PASS, FAIL, INCONCLUSIVE or REPEAT for one level's probes (module docstring). `by_rate`: a
     passing rate whose score is not far below the line (RATE_CONFIRM_BELOW) is run `repeat` times
-    before it passes."""
+    before it passes, and only if a fresh run of `hold_s` seconds would hold (`holds_fresh`)."""
     if not probes:
         return REPEAT
     passes = {p.passed for p in probes}
@@ -140,7 +152,7 @@ def decide_level(probes: Sequence[Probe], repeat: int = DEFAULT_REPEAT, noise: f
     if len(probes) < repeat and (len(passes) > 1 or near or unconfirmed):
         return REPEAT
     if passes == {True}:
-        return PASS if not by_rate or holds_fresh(probes) else INCONCLUSIVE
+        return PASS if not by_rate or holds_fresh(probes, hold_s=hold_s) else INCONCLUSIVE
     if passes == {False}:
         return FAIL
     return INCONCLUSIVE
@@ -163,15 +175,16 @@ def _bracket(decisions: Mapping[int | float, str]) -> tuple[int | float | None, 
 
 
 def decisions_of(history: Mapping[int | float, Sequence[Probe]], repeat: int, noise: float,
-                 by_rate: bool = False) -> dict[int | float, str]:
-    return {lv: decide_level(ps, repeat, noise, by_rate) for lv, ps in history.items()}
+                 by_rate: bool = False, hold_s: float | None = None) -> dict[int | float, str]:
+    return {lv: decide_level(ps, repeat, noise, by_rate, hold_s) for lv, ps in history.items()}
 
 
 def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int | float, repeat: int = DEFAULT_REPEAT,
                noise: float = DEFAULT_NOISE, start: int | float = 1, by_rate: bool = False,
-               rate_resolution: float = RATE_RESOLUTION, min_rate: float = MIN_RATE) -> Next:
+               rate_resolution: float = RATE_RESOLUTION, min_rate: float = MIN_RATE,
+               hold_s: float | None = None) -> Next:
     """The next level to run (module docstring, "Choosing the next level")."""
-    decisions = decisions_of(history, repeat, noise, by_rate)
+    decisions = decisions_of(history, repeat, noise, by_rate, hold_s)
     again = sorted(lv for lv, d in decisions.items() if d == REPEAT)
     if again:
         why = ("passed: confirming it on a new arrival schedule" if by_rate and all(p.passed for p in history[again[0]])
@@ -267,9 +280,9 @@ def shape_of(lo: Sequence[Probe], hi: Sequence[Probe]) -> str | None:
 
 
 def conclude(history: Mapping[int | float, Sequence[Probe]], repeat: int = DEFAULT_REPEAT,
-             noise: float = DEFAULT_NOISE, by_rate: bool = False) -> Answer:
+             noise: float = DEFAULT_NOISE, by_rate: bool = False, hold_s: float | None = None) -> Answer:
     """The answer from every probe made (module docstring)."""
-    decisions = decisions_of(history, repeat, noise, by_rate)
+    decisions = decisions_of(history, repeat, noise, by_rate, hold_s)
     lo, hi = _bracket(decisions)
     fails = sorted(lv for lv, d in decisions.items() if d == FAIL)
     at = history[hi] if hi is not None else history[lo] if lo is not None else ()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT
+from ..analysis.capacity_search import DEFAULT_HOLD_S, DEFAULT_NOISE, DEFAULT_REPEAT
 from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument, RunKind
@@ -87,6 +87,9 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
               help="By rate: seed of the first run's arrival schedule; each further run of a level adds 1.")
 @click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
                                               "much time has passed (90s, 10m); the answer so far is given.")
+@click.option("--hold", "hold_s", type=DURATION, default=DEFAULT_HOLD_S, show_default=True,
+              help="By rate: the fresh run an answer must hold on (seconds, or 2m); a rate passes only when a run "
+                   "this long at it would meet the targets 9 times in 10.")
 @click.option("--repeat", type=click.IntRange(min=1), default=DEFAULT_REPEAT, show_default=True,
               help="Run a level near the line up to this many times; if the runs disagree it is inconclusive.")
 @click.option("--noise", type=click.FloatRange(min=0), default=DEFAULT_NOISE, show_default=True,
@@ -110,7 +113,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @history_options
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
-                     attainment, by, max_level, start, arrival_seed, budget_text, repeat, noise, requests_per_level, duration_s, warmup,
+                     attainment, by, max_level, start, arrival_seed, budget_text, hold_s, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
                      n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format) -> None:
@@ -157,7 +160,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         open_loop_least=RATE_LEVEL_LEAST, arrival_seed=arrival_seed)  # only a rate (open-loop) level reads it
     settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,
-                                budget_requests=budget_requests, budget_s=budget_s)
+                                budget_requests=budget_requests, budget_s=budget_s, hold_s=hold_s)
     ensure_open_files(connections_needed(config))
     if checking_only():
         return

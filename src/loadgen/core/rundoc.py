@@ -651,6 +651,7 @@ class CapacitySearchConfig(msgspec.Struct, frozen=True):
     noise: float
     budget_requests: int | None = None
     budget_s: float | None = None
+    hold_s: float | None = None  # --hold (2026-12-05 on); None: a run before it, a fresh run as long as a level
 
 
 class Config(msgspec.Struct, frozen=True):

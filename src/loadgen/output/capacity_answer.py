@@ -219,7 +219,8 @@ def settings_of_run(doc: RunDocument) -> CapacitySettings | None:
     by_rate = stored.by == "rate"
     return CapacitySettings(by_rate=by_rate, max_level=stored.max_level if by_rate else int(stored.max_level),
                             start=stored.start if by_rate else int(stored.start), repeat=stored.repeat,
-                            noise=stored.noise, budget_requests=stored.budget_requests, budget_s=stored.budget_s)
+                            noise=stored.noise, budget_requests=stored.budget_requests, budget_s=stored.budget_s,
+                            hold_s=stored.hold_s)
 
 
 def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | None:
@@ -241,7 +242,8 @@ def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | Non
         return None
     by_rate, max_level, start, repeat, noise = read.by == "rate", read.max_level, read.start, read.repeat, read.noise
     return CapacitySettings(by_rate=by_rate, max_level=max_level if by_rate else int(max_level),
-                            start=start if by_rate else int(start), repeat=repeat, noise=noise)
+                            start=start if by_rate else int(start), repeat=repeat, noise=noise,
+                            hold_s=None)  # runs before --hold judged a fresh run as long as a level
 
 
 def rebuilt_capacity(doc: RunDocument, settings: CapacitySettings) -> dict[str, Any] | None:
@@ -254,5 +256,5 @@ def rebuilt_capacity(doc: RunDocument, settings: CapacitySettings) -> dict[str, 
     slo = Slo(tuple((name, targets.targets_ms[name]) for name in TARGETS if name in targets.targets_ms),
               targets.attainment)
     history = probes_of_run(doc)
-    answer = conclude(history, settings.repeat, settings.noise, settings.by_rate)
+    answer = conclude(history, settings.repeat, settings.noise, settings.by_rate, settings.hold_s)
     return capacity_document(answer, doc, slo, settings, history, "not recorded (capacity.json is missing)")

@@ -59,6 +59,8 @@ Version history (SCHEMA_VERSION):
        read as a sweep's); a capacity run's search settings are in config "capacity" (by,
        max_level, start, repeat, noise, budget_requests, budget_s), read from "command" before.
        A reader of version 3 would take those kinds for runs without levels.
+       Added since, without a bump (issue 46): config "capacity" "hold_s" (--hold, the fresh run a
+       rate's answer must hold on; absent: a run before it, judged as long as a level).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

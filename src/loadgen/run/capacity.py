@@ -73,7 +73,7 @@ class CapacitySearch:
         s, started = self.settings, now_ns()
         while True:
             nxt = next_probe(self.history, max_level=s.max_level, repeat=s.repeat, noise=s.noise, start=s.start,
-                             by_rate=s.by_rate)
+                             by_rate=s.by_rate, hold_s=s.hold_s)
             if nxt.level is None:
                 self.ended = nxt.reason
                 return
@@ -116,7 +116,8 @@ class CapacitySearch:
             self.run.config = replace(self.run.config, concurrency=tuple(int(x) for x in self.order))
 
     def answer(self) -> Answer:
-        return conclude(self.history, self.settings.repeat, self.settings.noise, self.settings.by_rate)
+        s = self.settings
+        return conclude(self.history, s.repeat, s.noise, s.by_rate, s.hold_s)
 
 
 TARGET_DOWN = "target down: "  # how run/engine.py begins a level's stop when the server stops answering
