@@ -12,11 +12,11 @@ from rich.console import Console
 
 from ..analysis.crossover import crossover
 from ..core.errors import ConfigError, UserError
-from ..core.rundoc import RunDocument, RunKind
+from ..core.rundoc import RunDocument
 from ..output.cache import cache_capacity_table, kept_records
-from ..output.capacity_answer import answer_line
 from ..output.crossover import crossover_lines
 from ..output.grid_table import print_grid
+from ..output.kind_view import view_of
 from ..output.layout import print_table
 from ..output.tables import print_run, say
 from ..results.crossover import CROSSOVER_FILE, saved_question, spec_sides
@@ -63,7 +63,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         print_table(_console(), cache_capacity_table(read_cache_capacity(capacity_dir)))
         return
     doc = load_run(path)
-    if doc.kind in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK):
+    if not doc.kind.has_levels:  # a table per target (its kind's view)
         print_run(doc, _console(), _console(stderr=True), output_format)
         return
     records, samples = load_records(path), load_probe(path)
@@ -77,7 +77,7 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
         return
     print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(doc, records))
     if output_format in ("table", "markdown"):
-        _capacity_answer(path, doc, _console())
+        _kind_answer(path, doc, _console())
 
 
 def _crossover_again(grid_dir: Path) -> None:
@@ -97,7 +97,9 @@ def _crossover_again(grid_dir: Path) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-def _capacity_answer(path: Path, doc: RunDocument, console: Console) -> None:
-    line = answer_line(path, doc)
+def _kind_answer(path: Path, doc: RunDocument, console: Console) -> None:
+    """The run kind's answer in one sentence (a capacity run's), after its tables."""
+    answer = view_of(doc).answer
+    line = answer(path, doc) if answer is not None else None
     if line is not None:
         say(console, line)

@@ -15,17 +15,14 @@ import click
 
 from .. import __version__
 from ..core.errors import EXIT_OK, EXIT_SIGINT, EXIT_USAGE, UserError
+from ..core.kinds import FIND_LIMITS, KINDS, RUN_LOAD
 from ..core.signals import LATCH
 
-COMMANDS = {
+# The commands that write no run of their own kind; the run kinds come from core/kinds.py KINDS.
+OTHER_COMMANDS = {
     "history": "loadgen.cli.history:history_command",
-    "sweep": "loadgen.cli.sweep:sweep",
-    "demo": "loadgen.cli.sweep:demo",
     "analyze": "loadgen.cli.analyze:analyze",
     "run": "loadgen.cli.run:run_command",
-    "prefill": "loadgen.cli.modes:prefill_command",
-    "depth": "loadgen.cli.modes:depth_command",
-    "soak": "loadgen.cli.modes:soak_command",
     "sim": "loadgen.sim.cli:sim_command",
     "compare": "loadgen.cli.gate:compare_command",
     "gate": "loadgen.cli.gate:gate_command",
@@ -37,11 +34,6 @@ COMMANDS = {
     "observe": "loadgen.cli.observe:observe_command",
     "kv": "loadgen.cli.kv:kv_command",
     "grid": "loadgen.cli.grid:grid_command",
-    "replay": "loadgen.cli.replay:replay_command",
-    "prefix": "loadgen.cli.cache:prefix_command",
-    "chat": "loadgen.cli.cache:chat_command",
-    "cache-capacity": "loadgen.cli.cache_capacity:cache_capacity_command",
-    "capacity": "loadgen.cli.capacity:capacity_command",
     "env": "loadgen.cli.env:env_command",
     "crossover": "loadgen.cli.crossover:crossover_command",
 }
@@ -50,21 +42,16 @@ COMMANDS = {
 # Each command's one-line help, so `loadgen --help` lists them without importing any (importing
 # them all loaded scipy, numpy, matplotlib and aiohttp: 1.25 s). A test keeps it equal to the
 # commands' own help; a command missing here is imported for its line.
-COMMAND_HELP = {
+_OTHER_HELP = {
     "history": "List the runs in the history store: time, kind, target, build, model, levels, best throughput, folder.",
     "ab": 'Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.',
     "analyze": "Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed).",
     "calibrate": "Measure this machine's run-to-run noise from several runs of one unchanged configuration "
                  "(a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`.",
-    "cache-capacity": "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
-    "capacity": "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
-    "chat": "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn.",
     "compare": 'Compare two sides (a sweep each, or a folder of runs each) per target and level: values, '
                'change, and whether it is more than the run-to-run noise.',
     "crossover": 'Say per concurrency whether speculative decoding pays or costs throughput, from a grid of '
                  'speculation on and off run interleaved and repeated.',
-    "demo": 'Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.',
-    "depth": 'Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).',
     "env": "Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn "
            "about what would spoil a measurement.",
     "export": "Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON "
@@ -76,22 +63,18 @@ COMMAND_HELP = {
     "observe": "Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics.",
     "paramcheck": 'Send canary requests direct and through a gateway; say per parameter honoured, dropped, '
                   'altered or cannot tell.',
-    "prefix": "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses.",
-    "prefill": 'Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.',
-    "replay": "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop.",
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid.",
-    "run": 'Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.',
+    "run": 'Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
-    "soak": 'Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes.',
-    "sweep": 'Sweep concurrency levels (or request rates) against one or more servers, side by side.',
 }
-
+COMMANDS = {**{k.name: k.command for k in KINDS.values()}, **OTHER_COMMANDS}  # every command: name -> where it is
+COMMAND_HELP = {**{k.name: k.help for k in KINDS.values()}, **_OTHER_HELP}
 
 # `loadgen --help` lists the commands in these groups, in this order (demo first: it needs no
 # server). A test keeps every command in exactly one group.
 COMMAND_GROUPS = {
-    "Run load": ("demo", "sweep", "replay", "chat", "prefix", "soak", "run", "ab"),
-    "Find limits": ("capacity", "cache-capacity", "grid", "crossover", "prefill", "depth", "kv"),
+    RUN_LOAD: (*(k.name for k in KINDS.values() if k.group == RUN_LOAD), "run", "ab"),
+    FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "crossover", "kv"),
     "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history"),
     "Servers and machine": ("sim", "env", "observe", "paramcheck"),
 }

@@ -70,16 +70,15 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 
 
 def load_source(path_text: str, name: str | None = None) -> RunSource:
-    from ..output.capacity_answer import answer_line
+    from ..output.kind_view import view_of
     from ..output.report_model import RunSource
 
     path = results_dir(path_text)
     records = load_records(path)
     run = load_with_records(path, records)  # a level run.json lacks because the run was killed in it: summarised
-    return RunSource(name or path.resolve().name, run, records, load_probe(path), answer_line(path, run))
-
-
-MODE_KINDS = (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)
+    answer = view_of(run).answer
+    return RunSource(name or path.resolve().name, run, records, load_probe(path),
+                     answer(path, run) if answer is not None else None)
 
 
 def load_sources(path_text: str) -> list[RunSource]:
@@ -187,10 +186,10 @@ def _markdown(html_report: ModuleType, sources: list[RunSource]) -> str:
     from ..output.tables import run_grids, run_lines
 
     docs = [s.run for s in sources]
-    sweeps = [s for s, doc in zip(sources, docs, strict=True) if doc.kind not in MODE_KINDS]
+    sweeps = [s for s, doc in zip(sources, docs, strict=True) if doc.kind.has_levels]
     parts = [html_report.markdown(build_series(sweeps))] if sweeps else []
     for doc in docs:
-        if doc.kind in MODE_KINDS:
+        if not doc.kind.has_levels:
             lines = run_lines(doc)
             parts.append(grids_markdown(run_grids(doc), lines.notes + lines.errors))
     return "\n".join(parts)

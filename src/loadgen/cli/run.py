@@ -12,10 +12,12 @@ from pathlib import Path
 import click
 
 from ..core.errors import ConfigError
+from ..core.kinds import KINDS
 from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
 from .shared import CHECK_ONLY
 
-MODES = ("sweep", "prefill", "depth", "soak", "grid")
+# A scenario's modes: every run kind a file may name (core/kinds.py), and grid.
+MODES = (*(k.name for k in KINDS.values() if k.scenario), "grid")
 
 
 def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
@@ -33,7 +35,7 @@ def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
 @click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
 @click.pass_context
 def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:
-    """Run a scenario file: `mode` (sweep, prefill, depth, soak or grid) and the values of its flags, in TOML.
+    """Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.
 
     A key is a flag's name without the dashes, `-` written `_` (--n-predict: n_predict); lists are
     TOML arrays (concurrency = [1, 2, 4]), durations numbers of seconds or strings ("6h").

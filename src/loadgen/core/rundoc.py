@@ -17,7 +17,6 @@ fields no reader reads are not here and are dropped, so a reader that passes run
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import msgspec
 
 from .errors import ResultsError
+from .kinds import RunKind  # run.json's "kind" (core/kinds.py, the one list of kinds)
 
 
 class Distribution(msgspec.Struct, frozen=True):
@@ -224,27 +224,6 @@ def is_open_loop(doc: Mapping[str, Any]) -> bool:
     """
     config = doc.get("config")
     return isinstance(config, Mapping) and config.get("mode") == "rate"
-
-
-class RunKind(enum.StrEnum):
-    """Which command wrote the run (run.json's "kind"; before schema version 4, `capacity`, `replay`,
-    `prefix`, `chat` and `cache-capacity` runs said "sweep")."""
-
-    SWEEP = "sweep"
-    DEMO = "demo"  # a sweep of two simulated servers
-    CAPACITY = "capacity"  # the levels a capacity search probed (its answer: capacity.json)
-    REPLAY = "replay"  # one level: a trace's requests at their timestamps
-    PREFIX = "prefix"  # levels of groups sharing a system prompt
-    CHAT = "chat"  # levels of multi-turn conversations
-    CACHE_CAPACITY = "cache-capacity"  # one K's level (the folder's result: cache-capacity.json)
-    PREFILL = "prefill"
-    DEPTH = "depth"
-    SOAK = "soak"
-
-    @property
-    def has_levels(self) -> bool:
-        """Levels and verdicts (a sweep's tables), rather than one section per target."""
-        return self not in (RunKind.PREFILL, RunKind.DEPTH, RunKind.SOAK)
 
 
 class SloJudgement(msgspec.Struct, frozen=True):

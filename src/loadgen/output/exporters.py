@@ -44,9 +44,10 @@ from ..core import columnar
 from ..core.errors import UserError
 from ..core.records import RequestRecord, encode_lines
 from ..core.request_class import ALONE, TOGETHER
-from ..core.rundoc import RunDocument, RunKind, Target, json_safe
+from ..core.rundoc import RunDocument, Target, json_safe
 from .cache import kept_records
 from .files import ExportFiles, file_safe, write_files
+from .kind_view import view_of
 from .trace_export import TraceExporter
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
@@ -72,7 +73,6 @@ class ExportError(UserError):
     """A request the data cannot satisfy (unknown target or metric); the message is for the user."""
 
 
-TABLE_KINDS = (RunKind.PREFILL, RunKind.DEPTH)  # runs whose run.json holds a table per target instead of levels
 HISTOGRAM_FORMATS = ("hgrm", "hlog")
 RECORD_FORMATS = ("jsonl", "parquet")
 
@@ -85,9 +85,10 @@ def records_kept(run: RunDocument | dict[str, Any]) -> str:
 
 def check_exportable(run: dict[str, Any], fmt: str) -> None:
     """Raise ExportError (one line, what to export instead) when the run has nothing `fmt` exports."""
-    kind, kept = RunDocument.of(run).kind, records_kept(run)
-    if kind in TABLE_KINDS and fmt in HISTOGRAM_FORMATS:
-        raise ExportError(f"a {kind} run has a table per {'prompt length' if kind == RunKind.PREFILL else 'depth'}, "
+    doc, kept = RunDocument.of(run), records_kept(run)
+    kind, view = doc.kind, view_of(doc)
+    if view.section is not None and fmt in HISTOGRAM_FORMATS:
+        raise ExportError(f"a {kind} run has a table per {view.row_name}, "
                           f"not levels to make {fmt} histograms of; export --format csv or json (its table) "
                           "or jsonl/parquet (its records)")
     if kept == "none" and fmt in (*HISTOGRAM_FORMATS, *RECORD_FORMATS):
@@ -101,10 +102,11 @@ def check_exportable(run: dict[str, Any], fmt: str) -> None:
 def requests_sent(run: RunDocument | dict[str, Any]) -> int:
     """Every request run.json counts (ok and failed), over its levels or table rows."""
     doc = RunDocument.of(run)
+    tabled = view_of(doc).section is not None  # a table per target instead of levels
     rows: list[Any] = []
     for target in doc.targets:
         section = target.section(doc.kind)
-        rows += getattr(section, "rows", []) if doc.kind in TABLE_KINDS else target.levels
+        rows += getattr(section, "rows", []) if tabled else target.levels
     return sum(row.requests_ok + row.requests_failed for row in rows)
 
 
@@ -134,8 +136,9 @@ class VerbatimTarget(msgspec.Struct, frozen=True):
     prefill: VerbatimSection | None = None
     depth: VerbatimSection | None = None
 
-    def section(self, kind: RunKind) -> VerbatimSection:
-        return (self.prefill if kind == RunKind.PREFILL else self.depth) or VerbatimSection()
+    def section(self, name: str | None) -> VerbatimSection:
+        """The section a kind's view names (KindView.section: "prefill", "depth"); empty for another."""
+        return (getattr(self, name) if name in ("prefill", "depth") else None) or VerbatimSection()
 
 
 class VerbatimRun(msgspec.Struct, frozen=True):
@@ -474,7 +477,7 @@ def table_rows(data: ExportData) -> list[dict[str, Any]]:
     KEY_sd and KEY_n columns, the error counts one "kind=n;..." cell."""
     rows = []
     for target, verbatim in zip(data.targets, data.verbatim, strict=True):
-        for row in verbatim.section(data.doc.kind).rows or []:
+        for row in verbatim.section(view_of(data.doc).section).rows or []:
             flat: dict[str, Any] = {"target": target.label}
             for key, value in row.items():
                 if isinstance(value, dict) and key != "errors_by_kind":
@@ -523,7 +526,7 @@ class CsvExporter:
         else:
             writer.writerows(request_row(r) for r in data.records)
         kind = data.doc.kind
-        if kind in TABLE_KINDS:
+        if view_of(data.doc).section is not None:  # a table per target instead of levels
             rows = table_rows(data)
             writer = csv.DictWriter(levels, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
             writer.writeheader()
@@ -544,11 +547,11 @@ class JsonExporter:
     name = "json"
 
     def render(self, data: ExportData) -> ExportFiles:
-        kind = data.doc.kind
-        if kind in TABLE_KINDS:
+        kind, section = data.doc.kind, view_of(data.doc).section
+        if section is not None:  # a table per target instead of levels
             table = {"schema": f"loadgen.{kind}", "schema_version": 1, **_verbatim_head(data),
-                     "targets": [{**_target_head(t), "n_ctx": raw.section(kind).n_ctx,
-                                  "rows": raw.section(kind).rows or []}
+                     "targets": [{**_target_head(t), "n_ctx": raw.section(section).n_ctx,
+                                  "rows": raw.section(section).rows or []}
                                  for t, raw in zip(data.targets, data.verbatim, strict=True)]}
             return [(f"{kind}.json", (json.dumps(json_safe(table), indent=2, allow_nan=False) + "\n").encode("utf-8"))]
         doc = {

@@ -21,7 +21,6 @@ from ..core.rundoc import (
     LevelVerdict,
     MeanSd,
     RunDocument,
-    RunKind,
     SloJudgement,
     SoakAttainment,
     Target,
@@ -29,6 +28,7 @@ from ..core.rundoc import (
 from ..run.labels import about
 from .cache import cache_table, turn_tables
 from .environment import energy_lines, environment_change_lines, shown_net, soak_window_lines
+from .kind_view import view_of
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 from .workload import workload_table
 
@@ -629,14 +629,12 @@ def run_grids(doc: Doc, records: Sequence[RequestRecord] | None = None) -> list[
     """Every table of a run document: a sweep's three, or the table of a prefill, depth or soak run;
     given the run's records, a multi-turn run's per-turn tables too (output/cache.py `turn_tables`)."""
     doc = RunDocument.of(doc)
-    if doc.kind in _MODE_TABLES:
-        return [_MODE_TABLES[doc.kind](doc)]
+    table = view_of(doc).draw_table(doc)
+    if table is not None:
+        return [table]
     tables = [sweep_table(doc)] if any(t.levels for t in doc.targets) else []
     return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc))
                      if g is not None] + turn_tables(doc, records or [])
-
-
-_MODE_TABLES = {RunKind.PREFILL: prefill_table, RunKind.DEPTH: depth_table, RunKind.SOAK: soak_table}
 
 
 @dataclass(frozen=True, slots=True)
@@ -657,9 +655,8 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
     doc = RunDocument.of(doc)
     notes = (slo_lines(doc) + trim_lines(doc) + length_lines(doc) + answer_lines(doc) + overhead_lines(doc)
              + connection_lines(doc))
-    sections = [t.prefill if doc.kind is RunKind.PREFILL else t.depth for t in doc.targets
-                if doc.kind in (RunKind.PREFILL, RunKind.DEPTH)]
-    if any("per-slot n_ctx" in (r.skipped or "") for s in sections if s for r in s.rows):
+    sections = [t.section(doc.kind) for t in doc.targets] if view_of(doc).section else []
+    if any("per-slot n_ctx" in (getattr(r, "skipped", None) or "") for s in sections if s for r in getattr(s, "rows", [])):
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py
     return RunLines(notes=notes, verdicts=verdict_lines(doc),

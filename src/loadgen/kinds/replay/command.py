@@ -13,17 +13,24 @@ from pathlib import Path
 
 import click
 
-from ..analysis.slo import DEFAULT_ATTAINMENT
-from ..client.backends import GenerationParams
-from ..core.errors import ConfigError
-from ..core.rundoc import RunKind
-from ..results.reader import load_run
-from ..results.writer import default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.trace_replay import plan_replay, read_trace
-from .shared import checking_only, format_option, history_options, records_options, request_options, target_options
-from .slo import build_slo, slo_options
-from .sweep import connections_needed, ensure_open_files, execute_sweep
+from ...analysis.slo import DEFAULT_ATTAINMENT
+from ...cli.shared import (
+    checking_only,
+    format_option,
+    history_options,
+    records_options,
+    request_options,
+    target_options,
+)
+from ...cli.slo import build_slo, slo_options
+from ...cli.sweep import connections_needed, ensure_open_files, execute_sweep
+from ...client.backends import GenerationParams
+from ...core.errors import ConfigError
+from ...core.rundoc import RunKind
+from ...results.reader import load_run
+from ...results.writer import default_dir, prepare_dir
+from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ...run.trace_replay import plan_replay, read_trace
 
 # A scaled length of 0 is 1; a prompt too short to hold the salt is raised per server to the
 # shortest that does (run/trace_prompts.py), counted in run.json and named in the table note.

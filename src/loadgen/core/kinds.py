@@ -1,0 +1,89 @@
+"""The run kinds: the one list of the commands that write a run (run.json's "kind").
+
+Like client/registry.py's transports, each kind is named here with import strings, imported only
+when it is used: listing the kinds (`loadgen --help`, a scenario's `mode`, `analyze` asking how a
+kind is shown) loads none of their commands. Adding a command that writes a run is a folder under
+`loadgen/kinds/` and one line in KINDS (docs/development.md, "Adding a command"); the kinds not yet
+moved there name their modules under `loadgen/cli/`.
+
+A kind's *view* (output/kind_view.py `KindView`) says how a run of it is shown beyond a sweep's
+level tables: the tables of a kind without levels, and its answer line for `analyze` and `report`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+RUN_LOAD, FIND_LIMITS = "Run load", "Find limits"  # the help groups (cli/main.py COMMAND_GROUPS) kinds join
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One run kind: its name (run.json's "kind", and the command's), where its command and view live,
+    its line and group in `loadgen --help`, and what its run.json holds."""
+
+    name: str
+    command: str  # "module:attribute" of its click command
+    help: str  # its one-line help, as the command's docstring begins (a test holds them equal)
+    group: str = RUN_LOAD
+    levels: bool = True  # levels and verdicts (a sweep's tables), rather than one section per target
+    view: str | None = None  # "module:attribute" of its KindView; None: a sweep's tables, no answer line
+    scenario: bool = True  # a scenario file may name it as its `mode` (`loadgen run`)
+
+
+# In `loadgen --help` order within each group (demo first: it needs no server).
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("demo", "loadgen.cli.sweep:demo",
+         "Sweep two simulated llama-servers (MoE vs dense, 4 slots each) in under a minute, no model needed.",
+         scenario=False),
+    Kind("sweep", "loadgen.cli.sweep:sweep",
+         "Sweep concurrency levels (or request rates) against one or more servers, side by side."),
+    Kind("replay", "loadgen.kinds.replay.command:replay_command",
+         "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop."),
+    Kind("chat", "loadgen.cli.cache:chat_command",
+         "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."),
+    Kind("prefix", "loadgen.cli.cache:prefix_command",
+         "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."),
+    Kind("soak", "loadgen.cli.modes:soak_command",
+         "Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes.",
+         levels=False, view="loadgen.output.kind_view:SOAK"),
+    Kind("capacity", "loadgen.cli.capacity:capacity_command",
+         "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
+         FIND_LIMITS, view="loadgen.output.kind_view:CAPACITY"),
+    Kind("cache-capacity", "loadgen.cli.cache_capacity:cache_capacity_command",
+         "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
+         FIND_LIMITS, view="loadgen.output.kind_view:CACHE_CAPACITY"),
+    Kind("prefill", "loadgen.cli.modes:prefill_command",
+         "Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.",
+         FIND_LIMITS, levels=False, view="loadgen.output.kind_view:PREFILL"),
+    Kind("depth", "loadgen.cli.modes:depth_command",
+         "Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).",
+         FIND_LIMITS, levels=False, view="loadgen.output.kind_view:DEPTH"),
+)}
+
+
+class RunKind(enum.StrEnum):
+    """Which command wrote the run (run.json's "kind"; before schema version 4, `capacity`, `replay`,
+    `prefix`, `chat` and `cache-capacity` runs said "sweep"). Its members are KINDS' names (a test
+    holds them equal); what a kind is lives in KINDS."""
+
+    SWEEP = "sweep"
+    DEMO = "demo"
+    CAPACITY = "capacity"
+    REPLAY = "replay"
+    PREFIX = "prefix"
+    CHAT = "chat"
+    CACHE_CAPACITY = "cache-capacity"
+    PREFILL = "prefill"
+    DEPTH = "depth"
+    SOAK = "soak"
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS[self.value]
+
+    @property
+    def has_levels(self) -> bool:
+        """Levels and verdicts (a sweep's tables), rather than one section per target."""
+        return KINDS[self.value].levels
