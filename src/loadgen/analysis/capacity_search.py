@@ -75,7 +75,7 @@ MIN_RATE = 0.01  # req/s: a rate search halving downwards stops below this (one 
 
 @dataclass(frozen=True, slots=True)
 class CapacitySettings:
-    """How the search runs (cli/capacity.py builds it once)."""
+    """How the search runs (kinds/capacity/command.py builds it once)."""
 
     by_rate: bool = False
     max_level: int | float = 64

@@ -2,7 +2,7 @@
 each with its own exact prefix, take turns one request at a time (a shared-prefix run per K under
 k-K/); per K the warm rounds' hit ratio, TTFT and the server's resident memory, the K where reuse
 collapses beside the capacity predicted from the slots and the host cache (cache-capacity.json).
-Not `loadgen capacity`, the latency-target search (cli/capacity.py). docs/cache.md.
+Not `loadgen capacity`, the latency-target search (kinds/capacity/command.py). docs/cache.md.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class KvEstimateEntry(msgspec.Struct, kw_only=True):
 
 
 class CapacityEntry(msgspec.Struct, kw_only=True):
-    """A `--measure capacity` run's answer, as its capacity.json gives it (cli/capacity.py): the
+    """A `--measure capacity` run's answer, as its capacity.json gives it (kinds/capacity/command.py): the
     highest level that passed (None: none did), the lowest that failed, the levels whose repeats
     disagreed, the binding target, the verdict sentence and what the search cost."""
 

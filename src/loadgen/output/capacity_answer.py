@@ -1,5 +1,5 @@
 """`loadgen capacity`'s answer as capacity.json and the verdict sentence say it: from the search's
-probes as it ran (cli/capacity.py), or rebuilt from a run folder's run.json when capacity.json is
+probes as it ran (kinds/capacity/command.py), or rebuilt from a run folder's run.json when capacity.json is
 missing (`probes_of_run`, cli/analyze.py): the same pure functions over the same levels.
 """
 
@@ -195,7 +195,7 @@ def _verdict(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | 
 
 
 # run.json's "command" is the argv that made the run: the search's settings are its options, with
-# cli/capacity.py's defaults (--budget only stops the search; it changes no decision).
+# kinds/capacity/command.py's defaults (--budget only stops the search; it changes no decision).
 _SETTING_FLAGS = {"--by": "by", "--max-concurrency": "max_level", "--start": "start", "--repeat": "repeat",
                   "--noise": "noise"}
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..core.kinds import KINDS
 from ..core.rundoc import RunDocument, RunKind
-from .capacity_answer import answer_line
 from .layout import Grid
 
 
@@ -46,7 +45,6 @@ SWEEP = KindView()
 PREFILL = KindView(table="loadgen.output.tables:prefill_table", section="prefill", row_name="prompt length")
 DEPTH = KindView(table="loadgen.output.tables:depth_table", section="depth", row_name="depth")
 SOAK = KindView(table="loadgen.output.tables:soak_table")
-CAPACITY = KindView(answer=answer_line)
 CACHE_CAPACITY = KindView()  # its answer is its folder's, cache-capacity.json (output/cache.py collapse_line)
 
 

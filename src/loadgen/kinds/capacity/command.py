@@ -18,26 +18,10 @@ from pathlib import Path
 
 import click
 
-from ..analysis.capacity_search import DEFAULT_HOLD_S, DEFAULT_NOISE, DEFAULT_REPEAT
-from ..client.backends import GenerationParams
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ..core.rundoc import RunDocument, RunKind
-from ..core.workload import Workload
-from ..output.capacity_answer import capacity_document, verdict_sentence
-from ..output.progress import ProgressObserver
-from ..output.tables import print_run, say
-from ..output.worker_hlog import write_worker_hlog
-from ..results.atomic import write_json
-from ..results.schema import CAPACITY_FILE
-from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.capacity import RATE_LEVEL_LEAST, CapacitySearch, CapacitySettings, run_capacity
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.session import FinalWriteError, execute
-from ..run.state import Run
-from ..run.workers.policy import open_level_runner, remove_worker_files
-from .help import command
-from .options import DURATION
-from .shared import (
+from ...analysis.capacity_search import DEFAULT_HOLD_S, DEFAULT_NOISE, DEFAULT_REPEAT
+from ...cli.help import command
+from ...cli.options import DURATION
+from ...cli.shared import (
     checking_only,
     format_option,
     history_options,
@@ -48,9 +32,25 @@ from .shared import (
     request_options,
     target_options,
 )
-from .shared import console as _console
-from .slo import build_slo, slo_options
-from .sweep import connections_needed, ensure_open_files, sweep_lengths
+from ...cli.shared import console as _console
+from ...cli.slo import build_slo, slo_options
+from ...cli.sweep import connections_needed, ensure_open_files, sweep_lengths
+from ...client.backends import GenerationParams
+from ...core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
+from ...core.rundoc import RunDocument, RunKind
+from ...core.workload import Workload
+from ...output.capacity_answer import capacity_document, verdict_sentence
+from ...output.progress import ProgressObserver
+from ...output.tables import print_run, say
+from ...output.worker_hlog import write_worker_hlog
+from ...results.atomic import write_json
+from ...results.schema import CAPACITY_FILE
+from ...results.writer import RunFiles, default_dir, prepare_dir
+from ...run.capacity import RATE_LEVEL_LEAST, CapacitySearch, CapacitySettings, run_capacity
+from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+from ...run.session import FinalWriteError, execute
+from ...run.state import Run
+from ...run.workers.policy import open_level_runner, remove_worker_files
 
 __all__ = ["capacity_command", "execute_capacity", "parse_budget", "verdict_sentence"]
 
