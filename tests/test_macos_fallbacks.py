@@ -262,12 +262,12 @@ def test_env_on_linux_still_refuses_a_missing_tree(loadgen, monkeypatch):
 @pytest.mark.parametrize("text,expected", [("  2048\n", 2.0), ("1536", 1.5), ("", None), ("RSS\n", None),
                                            ("12 34", None)])
 def test_ps_rss_is_parsed(text, expected):
-    from loadgen.cli.cache_capacity import parse_ps_rss_mib
+    from loadgen.kinds.cache_capacity.command import parse_ps_rss_mib
     assert parse_ps_rss_mib(text) == expected
 
 
 def test_rss_without_proc_is_read_by_ps(tmp_path):
-    from loadgen.cli.cache_capacity import _rss_mib
+    from loadgen.kinds.cache_capacity.command import _rss_mib
     with_proc = _rss_mib(os.getpid())
     without = _rss_mib(os.getpid(), proc=tmp_path)  # no /proc here: ps answers
     assert without is not None and without > 1

@@ -432,3 +432,14 @@ def demo(time_scale, concurrency, output, force) -> None:
             wait_ready_s=10, probe_interval_s=max(0.01, 0.25 * time_scale * 4))
         code = execute_sweep(config, out_dir, kind=RunKind.DEMO)
     sys.exit(code)
+
+
+def refuse_empty_levels(doc: RunDocument) -> int:
+    """EXIT_FAILED, said in one line, when a level had no successful request (its cache figures
+    are n/a, not a result); else EXIT_OK."""
+    empty = [f"{t.label} at {lv.level:g}" for t in doc.targets for lv in t.levels if lv.requests_ok == 0]
+    if not empty:
+        return EXIT_OK
+    _console(stderr=True).print(f"error: no request succeeded at {', '.join(empty)}: those levels have no cache "
+                                "figures (see the errors above)", highlight=False, style="red")
+    return EXIT_FAILED

@@ -95,7 +95,7 @@ class CacheCapacityLevelEntry(msgspec.Struct, kw_only=True):
 
 class CacheCapacityEntry(msgspec.Struct, kw_only=True):
     """A `--measure cache-capacity` run's result, as its cache-capacity.json gives it
-    (cli/cache_capacity.py, analysis/cache.py `CapacitySummary`): the conversations' size, the
+    (kinds/cache_capacity/command.py, analysis/cache.py `CapacitySummary`): the conversations' size, the
     rounds, the server's slots, the cache RAM, bytes per token and server modes it was given, the
     predicted capacity and the K where reuse collapsed (None: not known, or no collapse), each K."""
 

@@ -3,8 +3,8 @@
 Like client/registry.py's transports, each kind is named here with import strings, imported only
 when it is used: listing the kinds (`loadgen --help`, a scenario's `mode`, `analyze` asking how a
 kind is shown) loads none of their commands. Adding a command that writes a run is a folder under
-`loadgen/kinds/` and one line in KINDS (docs/development.md, "Adding a command"); the kinds not yet
-moved there name their modules under `loadgen/cli/`.
+`loadgen/kinds/` and one line in KINDS (docs/development.md, "Adding a command"); sweep and demo,
+the load every other command builds on, stay in `loadgen/cli/sweep.py`.
 
 A kind's *view* (output/kind_view.py `KindView`) says how a run of it is shown beyond a sweep's
 level tables: the tables of a kind without levels, and its answer line for `analyze` and `report`.
@@ -41,25 +41,25 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "Sweep concurrency levels (or request rates) against one or more servers, side by side."),
     Kind("replay", "loadgen.kinds.replay.command:replay_command",
          "Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop."),
-    Kind("chat", "loadgen.cli.cache:chat_command",
+    Kind("chat", "loadgen.kinds.chat.command:chat_command",
          "Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."),
-    Kind("prefix", "loadgen.cli.cache:prefix_command",
+    Kind("prefix", "loadgen.kinds.prefix.command:prefix_command",
          "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."),
-    Kind("soak", "loadgen.cli.modes:soak_command",
+    Kind("soak", "loadgen.kinds.soak.command:soak_command",
          "Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes.",
-         levels=False, view="loadgen.output.kind_view:SOAK"),
+         levels=False, view="loadgen.kinds.soak.view:VIEW"),
     Kind("capacity", "loadgen.kinds.capacity.command:capacity_command",
          "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
          FIND_LIMITS, view="loadgen.kinds.capacity.view:VIEW"),
-    Kind("cache-capacity", "loadgen.cli.cache_capacity:cache_capacity_command",
+    Kind("cache-capacity", "loadgen.kinds.cache_capacity.command:cache_capacity_command",
          "How many conversations the prompt cache keeps warm: K round-robin, K raised level by level.",
-         FIND_LIMITS, view="loadgen.output.kind_view:CACHE_CAPACITY"),
-    Kind("prefill", "loadgen.cli.modes:prefill_command",
+         FIND_LIMITS),  # its answer is its folder's (cache-capacity.json), read by analyze and report
+    Kind("prefill", "loadgen.kinds.prefill.command:prefill_command",
          "Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.",
-         FIND_LIMITS, levels=False, view="loadgen.output.kind_view:PREFILL"),
-    Kind("depth", "loadgen.cli.modes:depth_command",
+         FIND_LIMITS, levels=False, view="loadgen.kinds.prefill.view:VIEW"),
+    Kind("depth", "loadgen.kinds.depth.command:depth_command",
          "Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).",
-         FIND_LIMITS, levels=False, view="loadgen.output.kind_view:DEPTH"),
+         FIND_LIMITS, levels=False, view="loadgen.kinds.depth.view:VIEW"),
 )}
 
 

@@ -41,11 +41,7 @@ class KindView:
         return draw(doc)
 
 
-SWEEP = KindView()
-PREFILL = KindView(table="loadgen.output.tables:prefill_table", section="prefill", row_name="prompt length")
-DEPTH = KindView(table="loadgen.output.tables:depth_table", section="depth", row_name="depth")
-SOAK = KindView(table="loadgen.output.tables:soak_table")
-CACHE_CAPACITY = KindView()  # its answer is its folder's, cache-capacity.json (output/cache.py collapse_line)
+SWEEP = KindView()  # a kind without a view of its own: a sweep's tables and verdicts
 
 
 def kind_of(doc: RunDocument) -> RunKind:

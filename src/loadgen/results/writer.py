@@ -360,7 +360,7 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                   "server": t.info.to_dict() if t.info else None, "error": t.error,
                                   "levels": [], "verdict": None}
         if run.kind == "soak":
-            assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (cli/modes.py)
+            assert isinstance(run.settings, SoakSettings)  # a soak's Run carries them (kinds/soak/command.py)
             target["levels"] = _level_summaries(t.levels, run.config.slo, _idle_w(run),
                                                  percentiles=run.config.percentiles, trim=run.config.trim,
                                                  n_predict=run.config.generation.n_predict)

@@ -15,24 +15,24 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..analysis.cache import CapacityLevel, CapacitySummary, capacity_level, collapse_k, predicted_capacity
-from ..client.backends import GenerationParams
-from ..core.cache_mode import SharedPrefix
-from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
-from ..core.rundoc import RunKind
-from ..core.server_props import ServerProps
-from ..output.cache import cache_capacity_table
-from ..output.layout import print_table
-from ..results.atomic import write_json
-from ..results.reader import load_records, load_run
-from ..results.schema import CACHE_CAPACITY_FILE
-from ..results.writer import default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from .help import command
-from .options import LEVELS
-from .shared import checking_only, format_option, request_options, target_options
-from .shared import console as _console
-from .sweep import execute_sweep
+from ...analysis.cache import CapacityLevel, CapacitySummary, capacity_level, collapse_k, predicted_capacity
+from ...cli.help import command
+from ...cli.options import LEVELS
+from ...cli.shared import checking_only, format_option, request_options, target_options
+from ...cli.shared import console as _console
+from ...cli.sweep import execute_sweep
+from ...client.backends import GenerationParams
+from ...core.cache_mode import SharedPrefix
+from ...core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
+from ...core.rundoc import RunKind
+from ...core.server_props import ServerProps
+from ...output.cache import cache_capacity_table
+from ...output.layout import print_table
+from ...results.atomic import write_json
+from ...results.reader import load_records, load_run
+from ...results.schema import CACHE_CAPACITY_FILE
+from ...results.writer import default_dir, prepare_dir
+from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 
 # A capacity conversation's own part after its prefix: the salt (18 tokens on SmolLM2) and some text.
 OWN_TOKENS = 64
