@@ -238,7 +238,7 @@ def test_a_rate_holds_on_a_fresh_schedule_by_its_prediction_bound(attainments, j
     from loadgen.analysis.capacity_search import holds_fresh
 
     probes = [Probe(level=1.0, passed=True, score=0.8, attainment=a, judged=judged, required=0.9) for a in attainments]
-    assert holds_fresh(probes) is expected
+    assert holds_fresh(probes, confidence=0.9) is expected  # the hand work above is at 90%
 
 
 # A fresh run of hold_s seconds at the probes' rate, worked by hand first: three schedules at 97% of 40
@@ -258,11 +258,31 @@ def test_a_rate_holds_on_a_fresh_run_of_the_asked_length(rate, attainments, hold
     from loadgen.analysis.capacity_search import holds_fresh
 
     probes = [Probe(level=rate, passed=True, score=0.8, attainment=a, judged=40, required=0.9) for a in attainments]
+    assert holds_fresh(probes, confidence=0.9, hold_s=hold_s) is expected  # worked at 90%
+
+
+# At the search's own confidence, 95% (FRESH_RUN_CONFIDENCE), worked by hand first: t(0.95, 2) = 2.920.
+# [0.975, 0.975, 1.0] of 40: mean 0.9833, sd 0.0203 (binomial). At 1 req/s: 0.9833 - 2.920 * 0.0203 *
+# 1.155 = 0.915. At 0.1 req/s, 12 requests in two minutes: sd_new 0.0370, bound 0.9833 - 2.920 *
+# sqrt(0.0370^2 + 0.0203^2/3) = 0.870. Three at 97%: 0.97 - 2.920 * 0.027 * 1.155 = 0.879.
+@pytest.mark.parametrize("rate, attainments, hold_s, expected", [
+    (1.0, [0.975, 0.975, 1.0], 120.0, True),   # 0.915
+    (0.1, [0.975, 0.975, 1.0], 120.0, False),  # 0.870
+    (0.1, [0.975, 0.975, 1.0], None, True),    # as long as a level: 0.915
+    (1.0, [0.97, 0.97, 0.97], 120.0, False),   # 0.879: held at 90%, not at 95%
+    (1.0, [1.0, 1.0, 1.0], 120.0, True),
+])
+def test_the_search_asks_a_fresh_run_to_hold_19_times_in_20(rate, attainments, hold_s, expected):
+    from loadgen.analysis.capacity_search import FRESH_RUN_CONFIDENCE, holds_fresh
+
+    assert FRESH_RUN_CONFIDENCE == 0.95
+    probes = [Probe(level=rate, passed=True, score=0.8, attainment=a, judged=40, required=0.9) for a in attainments]
     assert holds_fresh(probes, hold_s=hold_s) is expected
 
 
 def test_a_slow_rate_is_judged_on_the_fresh_run_the_search_was_given():
-    probes = [Probe(level=0.1, passed=True, score=0.8, attainment=0.97, judged=40, required=0.9)] * 3
+    probes = [Probe(level=0.1, passed=True, score=0.8, attainment=a, judged=40, required=0.9)
+              for a in (0.975, 0.975, 1.0)]
     steady = [Probe(level=0.05, passed=True, score=0.3, attainment=1.0, judged=40, required=0.9)] * 3
     held = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=None)
     two_minutes = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=120.0)

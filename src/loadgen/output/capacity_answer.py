@@ -11,7 +11,16 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.capacity_search import DEFAULT_NOISE, DEFAULT_REPEAT, Answer, CapacitySettings, Probe, conclude, why
+from ..analysis.capacity_search import (
+    DEFAULT_NOISE,
+    DEFAULT_REPEAT,
+    FRESH_RUN_CONFIDENCE,
+    Answer,
+    CapacitySettings,
+    Probe,
+    conclude,
+    why,
+)
 from ..analysis.open_loop import AT_LIMIT, OVERLOADED
 from ..analysis.slo import TARGETS, Slo, SloLevel
 from ..core.rundoc import Level, RunDocument, RunKind, SloJudgement
@@ -172,7 +181,7 @@ def _verdict(answer: Answer, slo: Slo, by_rate: bool, hi_judged: SloJudgement | 
                     f"disagree (inconclusive at this noise)")
         elif hi in answer.unsteady:
             head += (f"; {_unit(by_rate, hi)} passed on every schedule but would miss the target too often on a "
-                     f"fresh one (its attainments' 90% prediction bound is below {slo.attainment:.0%}), so the "
+                     f"fresh one (its attainments' {FRESH_RUN_CONFIDENCE:.0%} prediction bound is below {slo.attainment:.0%}), so the "
                      f"capacity is between {_unit(by_rate, lo)} and {_unit(by_rate, hi)}")
         else:
             head += (f"; {_unit(by_rate, hi)} is inconclusive at this noise (its repeats disagree), so the capacity "

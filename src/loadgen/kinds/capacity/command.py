@@ -89,7 +89,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
                                               "much time has passed (90s, 10m); the answer so far is given.")
 @click.option("--hold", "hold_s", type=DURATION, default=DEFAULT_HOLD_S, show_default=True,
               help="By rate: the fresh run an answer must hold on (seconds, or 2m); a rate passes only when a run "
-                   "this long at it would meet the targets 9 times in 10.")
+                   "this long at it would meet the targets 19 times in 20.")
 @click.option("--repeat", type=click.IntRange(min=1), default=DEFAULT_REPEAT, show_default=True,
               help="Run a level near the line up to this many times; if the runs disagree it is inconclusive.")
 @click.option("--noise", type=click.FloatRange(min=0), default=DEFAULT_NOISE, show_default=True,
