@@ -327,7 +327,7 @@ def test_a_level_where_every_request_failed_shows_na_and_exits_1(loadgen, tmp_pa
 def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_path, monkeypatch):
     import json
 
-    from loadgen.cli import cache_capacity
+    from loadgen.kinds.cache_capacity import command as cache_capacity
     real, calls = cache_capacity.execute_sweep, []
 
     def interrupted_at_the_second_k(config, out_dir, *args, **kwargs):
