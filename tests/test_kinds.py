@@ -43,11 +43,11 @@ def test_every_kind_imports_its_command_and_its_view():
     ("cache-capacity", None, ("cache-capacity", True, None, False)),
 ])
 def test_a_run_is_shown_by_the_view_of_the_kind_that_made_it(kind, command, expected):
-    from loadgen.output.kind_view import kind_of, view_of
+    from loadgen.output.kind_view import kind_of, rows_section, view_of
 
     doc = RunDocument(targets=[], kind=RunKind(kind), command=command)
     view = view_of(doc)
-    assert (kind_of(doc).value, kind_of(doc).has_levels, view.section, view.answer is not None) == expected
+    assert (kind_of(doc).value, kind_of(doc).has_levels, rows_section(doc), view.answer is not None) == expected
 
 
 def test_help_groups_and_scenario_modes_come_from_the_registry():

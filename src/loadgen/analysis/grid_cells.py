@@ -21,7 +21,7 @@ import msgspec
 
 from ..core.errors import ConfigError
 from ..core.griddoc import BootEntry, CacheCapacityEntry, CapacityEntry, GridRun, KvEstimateEntry
-from ..core.rundoc import Level, PrefillRow, RunDocument, RunKind
+from ..core.rundoc import Level, PrefillRow, RunDocument
 from .env_drift import changed_levels, environment_differences
 from .grid_capacity import CellCapacity, best_cell, cell_capacity, cell_held
 from .metrics import MeanSd, mean_sd
@@ -213,7 +213,7 @@ def step_means(doc: RunDocument | dict[str, Any], key: str) -> dict[int, float]:
     """A prefill or depth run's mean of `key` (prompt_tok_s, ttft_ms, decode_tok_s) per prompt length
     or depth, from its first target's rows; rows skipped or without the figure are left out."""
     doc = RunDocument.of(doc)
-    if doc.kind not in (RunKind.PREFILL, RunKind.DEPTH) or not doc.targets:
+    if doc.kind.kind.figure is None or not doc.targets:  # not a kind of a table of rows
         return {}
     section = doc.targets[0].section(doc.kind)
     means: dict[int, float] = {}
@@ -229,8 +229,9 @@ def run_line(doc: RunDocument | dict[str, Any]) -> str:
     """One finished cell run in a line: "prompt tok/s 5,120.3 at 64, 4,980.1 at 256" (prefill),
     "decode tok/s 51.2 at 0, 48.0 at 128" (depth), "12.3 tok/s at 1, 20.1 at 2" (sweep levels)."""
     doc = RunDocument.of(doc)
-    if doc.kind in (RunKind.PREFILL, RunKind.DEPTH):
-        key, what = ("prompt_tok_s", "prompt tok/s") if doc.kind == RunKind.PREFILL else ("decode_tok_s", "decode tok/s")
+    figure = doc.kind.kind.figure  # a kind of a table of rows: the figure its rows are summarised by
+    if figure is not None:
+        key, what = figure
         means = step_means(doc, key)
         return f"{what} " + ", ".join(f"{v:,.1f} at {n}" for n, v in means.items()) if means else "no figures"
     return ", ".join(f"{lv.throughput_tok_s:.1f} tok/s at {lv.level}" for lv in _levels(doc)) or "no levels"
@@ -352,7 +353,7 @@ def _measure(answers: Sequence[CapacityEntry], held: Sequence[CacheCapacityEntry
         return "capacity"
     if held:
         return "cache-capacity"
-    return next((d.kind.value for d in docs if d.kind in (RunKind.PREFILL, RunKind.DEPTH)), "sweep")
+    return next((d.kind.value for d in docs if d.kind.kind.figure is not None), "sweep")
 
 
 def kv_warnings(cells: Sequence[CellSummary]) -> list[str]:

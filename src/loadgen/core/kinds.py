@@ -28,6 +28,10 @@ class Kind:
     help: str  # its one-line help, as the command's docstring begins (a test holds them equal)
     group: str = RUN_LOAD
     levels: bool = True  # levels and verdicts (a sweep's tables), rather than one section per target
+    section: str | None = None  # the per-target section of run.json a kind without levels writes
+    # A kind whose section is a table of rows: the row figure (key) a grid cell is summarised by, and
+    # its words ("prompt tok/s"); run.json's row key for the row's size comes first.
+    figure: tuple[str, str] | None = None
     view: str | None = None  # "module:attribute" of its KindView; None: a sweep's tables, no answer line
     scenario: bool = True  # a scenario file may name it as its `mode` (`loadgen run`)
 
@@ -47,7 +51,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."),
     Kind("soak", "loadgen.kinds.soak.command:soak_command",
          "Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes.",
-         levels=False, view="loadgen.kinds.soak.view:VIEW"),
+         levels=False, section="soak", view="loadgen.kinds.soak.view:VIEW"),
     Kind("capacity", "loadgen.kinds.capacity.command:capacity_command",
          "Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why.",
          FIND_LIMITS, view="loadgen.kinds.capacity.view:VIEW"),
@@ -56,10 +60,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          FIND_LIMITS),  # its answer is its folder's (cache-capacity.json), read by analyze and report
     Kind("prefill", "loadgen.kinds.prefill.command:prefill_command",
          "Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server.",
-         FIND_LIMITS, levels=False, view="loadgen.kinds.prefill.view:VIEW"),
+         FIND_LIMITS, levels=False, section="prefill", figure=("prompt_tok_s", "prompt tok/s"),
+         view="loadgen.kinds.prefill.view:VIEW"),
     Kind("depth", "loadgen.kinds.depth.command:depth_command",
          "Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).",
-         FIND_LIMITS, levels=False, view="loadgen.kinds.depth.view:VIEW"),
+         FIND_LIMITS, levels=False, section="depth", figure=("decode_tok_s", "decode tok/s"),
+         view="loadgen.kinds.depth.view:VIEW"),
 )}
 
 

@@ -550,7 +550,8 @@ class Target(msgspec.Struct, frozen=True):
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
         """This target's section of a prefill, depth or soak run (None for a sweep)."""
-        return {RunKind.PREFILL: self.prefill, RunKind.DEPTH: self.depth, RunKind.SOAK: self.soak}.get(kind)
+        name = kind.kind.section  # core/kinds.py: the section a kind without levels writes
+        return getattr(self, name) if name in ("prefill", "depth", "soak") else None
 
     def level(self, level: int | float) -> Level | None:
         return next((lv for lv in self.levels if lv.level == level), None)

@@ -47,7 +47,7 @@ from ..core.request_class import ALONE, TOGETHER
 from ..core.rundoc import RunDocument, Target, json_safe
 from .cache import kept_records
 from .files import ExportFiles, file_safe, write_files
-from .kind_view import view_of
+from .kind_view import rows_section, view_of
 from .trace_export import TraceExporter
 
 US_PER_MS = 1000  # histograms hold µs (metrics.histogram_ms); hgrm and hlog maxima are shown in ms
@@ -87,7 +87,7 @@ def check_exportable(run: dict[str, Any], fmt: str) -> None:
     """Raise ExportError (one line, what to export instead) when the run has nothing `fmt` exports."""
     doc, kept = RunDocument.of(run), records_kept(run)
     kind, view = doc.kind, view_of(doc)
-    if view.section is not None and fmt in HISTOGRAM_FORMATS:
+    if view.row_name is not None and fmt in HISTOGRAM_FORMATS:
         raise ExportError(f"a {kind} run has a table per {view.row_name}, "
                           f"not levels to make {fmt} histograms of; export --format csv or json (its table) "
                           "or jsonl/parquet (its records)")
@@ -102,7 +102,7 @@ def check_exportable(run: dict[str, Any], fmt: str) -> None:
 def requests_sent(run: RunDocument | dict[str, Any]) -> int:
     """Every request run.json counts (ok and failed), over its levels or table rows."""
     doc = RunDocument.of(run)
-    tabled = view_of(doc).section is not None  # a table per target instead of levels
+    tabled = rows_section(doc) is not None  # a table per target instead of levels
     rows: list[Any] = []
     for target in doc.targets:
         section = target.section(doc.kind)
@@ -137,7 +137,7 @@ class VerbatimTarget(msgspec.Struct, frozen=True):
     depth: VerbatimSection | None = None
 
     def section(self, name: str | None) -> VerbatimSection:
-        """The section a kind's view names (KindView.section: "prefill", "depth"); empty for another."""
+        """The section whose rows a kind's exports write (kind_view.rows_section: "prefill", "depth"); empty for another."""
         return (getattr(self, name) if name in ("prefill", "depth") else None) or VerbatimSection()
 
 
@@ -477,7 +477,7 @@ def table_rows(data: ExportData) -> list[dict[str, Any]]:
     KEY_sd and KEY_n columns, the error counts one "kind=n;..." cell."""
     rows = []
     for target, verbatim in zip(data.targets, data.verbatim, strict=True):
-        for row in verbatim.section(view_of(data.doc).section).rows or []:
+        for row in verbatim.section(rows_section(data.doc)).rows or []:
             flat: dict[str, Any] = {"target": target.label}
             for key, value in row.items():
                 if isinstance(value, dict) and key != "errors_by_kind":
@@ -526,7 +526,7 @@ class CsvExporter:
         else:
             writer.writerows(request_row(r) for r in data.records)
         kind = data.doc.kind
-        if view_of(data.doc).section is not None:  # a table per target instead of levels
+        if rows_section(data.doc) is not None:  # a table per target instead of levels
             rows = table_rows(data)
             writer = csv.DictWriter(levels, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
             writer.writeheader()
@@ -547,7 +547,7 @@ class JsonExporter:
     name = "json"
 
     def render(self, data: ExportData) -> ExportFiles:
-        kind, section = data.doc.kind, view_of(data.doc).section
+        kind, section = data.doc.kind, rows_section(data.doc)
         if section is not None:  # a table per target instead of levels
             table = {"schema": f"loadgen.{kind}", "schema_version": 1, **_verbatim_head(data),
                      "targets": [{**_target_head(t), "n_ctx": raw.section(section).n_ctx,

@@ -25,10 +25,9 @@ class KindView:
     # A kind without levels: "module:function" drawing its one table from the run (imported when
     # drawn, as a kind is); None: the sweep's tables.
     table: str | None = None
-    # Its table's rows live in this per-target section of run.json ("prefill", "depth"), one row per
-    # `row_name`; exports write those rows instead of levels.
-    section: str | None = None
-    row_name: str = "level"
+    # Its exports write the rows of its section of run.json (core/kinds.py Kind.section), one per
+    # `row_name` ("prompt length"), instead of levels; None: levels.
+    row_name: str | None = None
     # Its answer in one sentence, said after the tables by `analyze` and first by `report`.
     answer: Callable[[Path, RunDocument], str | None] | None = None
 
@@ -42,6 +41,11 @@ class KindView:
 
 
 SWEEP = KindView()  # a kind without a view of its own: a sweep's tables and verdicts
+
+
+def rows_section(doc: RunDocument) -> str | None:
+    """The section of run.json whose rows the run's exports write ("prefill", "depth"); None: levels."""
+    return kind_of(doc).kind.section if view_of(doc).row_name is not None else None
 
 
 def kind_of(doc: RunDocument) -> RunKind:

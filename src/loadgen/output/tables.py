@@ -28,7 +28,7 @@ from ..core.rundoc import (
 from ..run.labels import about
 from .cache import cache_table, turn_tables
 from .environment import energy_lines, environment_change_lines, shown_net, soak_window_lines
-from .kind_view import view_of
+from .kind_view import rows_section, view_of
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
 from .workload import workload_table
 
@@ -655,7 +655,7 @@ def run_lines(doc: Doc, told: bool = False) -> RunLines:
     doc = RunDocument.of(doc)
     notes = (slo_lines(doc) + trim_lines(doc) + length_lines(doc) + answer_lines(doc) + overhead_lines(doc)
              + connection_lines(doc))
-    sections = [t.section(doc.kind) for t in doc.targets] if view_of(doc).section else []
+    sections = [t.section(doc.kind) for t in doc.targets] if rows_section(doc) else []
     if any("per-slot n_ctx" in (getattr(r, "skipped", None) or "") for s in sections if s for r in getattr(s, "rows", [])):
         notes.append(SKIP_HINT)
     notes += energy_lines(doc)  # output/environment.py

@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from ...output.kind_view import KindView
 
-VIEW = KindView(table="loadgen.output.tables:depth_table", section="depth", row_name="depth")
+VIEW = KindView(table="loadgen.output.tables:depth_table", row_name="depth")

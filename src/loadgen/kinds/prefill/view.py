@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from ...output.kind_view import KindView
 
-VIEW = KindView(table="loadgen.output.tables:prefill_table", section="prefill", row_name="prompt length")
+VIEW = KindView(table="loadgen.output.tables:prefill_table", row_name="prompt length")
