@@ -1,16 +1,23 @@
-"""`loadgen history`: the runs the history store holds, newest first (docs/history.md)."""
+"""`loadgen history`: the runs the history store holds, newest first; `history check` judges the newest
+run against the earlier runs of its identity with the gate's statistics; `history import` adds run
+folders (docs/history.md)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import click
 import msgspec
 from rich.table import Table
 
-from ..results.history import default_path, runs
+from ..analysis.history_check import DEFAULT_LOOKBACK, OK, REFUSED, baseline_runs
+from ..core.errors import EXIT_NOT_ENFORCED, EXIT_USAGE, UserError
+from ..results.history import default_path, identities, import_folder, runs
+from .common import user_errors
+from .gate import gate_options
 from .shared import console
 
 
@@ -27,20 +34,32 @@ class _Row(msgspec.Struct):
     folder: str | None = None
 
 
-@click.command("history")
-@click.option("--history", "history_path", metavar="PATH", help="The store to read (default: as runs write it).")
+def _store(history_path: str | None, must_exist: bool = True) -> Path:
+    path = Path(history_path).expanduser() if history_path else default_path()
+    if path is None:
+        raise click.ClickException("history is off (LOADGEN_HISTORY=off): pass --history PATH.")
+    if must_exist and not path.exists():
+        raise click.ClickException(f"no history at {path} yet: finished runs are added to it.")
+    return path
+
+
+HISTORY_OPTION = click.option("--history", "history_path", metavar="PATH",
+                              help="The store to read (default: as runs write it).")
+
+
+@click.group("history", invoke_without_command=True)
+@HISTORY_OPTION
 @click.option("--kind", help="Only runs of this kind (sweep, capacity, replay, ...).")
 @click.option("--label", help="Only this target label.")
 @click.option("--last", type=click.IntRange(min=1), help="Only the newest N rows.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def history_command(history_path: str | None, kind: str | None, label: str | None, last: int | None,
-                    fmt: str) -> None:
+@click.pass_context
+def history_command(ctx: click.Context, history_path: str | None, kind: str | None, label: str | None,
+                    last: int | None, fmt: str) -> None:
     """List the runs in the history store: time, kind, target, build, model, levels, best throughput, folder."""
-    path = Path(history_path).expanduser() if history_path else default_path()
-    if path is None:
-        raise click.ClickException("history is off (LOADGEN_HISTORY=off): pass --history PATH.")
-    if not path.exists():
-        raise click.ClickException(f"no history at {path} yet: finished runs are added to it.")
+    if ctx.invoked_subcommand is not None:
+        return
+    path = _store(history_path)
     try:
         rows = runs(path, kind=kind, label=label, last=last)
     except sqlite3.Error as exc:
@@ -56,3 +75,68 @@ def history_command(history_path: str | None, kind: str | None, label: str | Non
         table.add_row(str(r.started_utc), str(r.kind), str(r.label), str(r.build_info or "-"), str(r.model or "-"),
                       str(r.levels), "-" if best is None else f"{best:.1f}", str(r.folder))
     console().print(table)
+
+
+@history_command.command("import")
+@HISTORY_OPTION
+@click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+def import_command(history_path: str | None, folders: tuple[str, ...]) -> None:
+    """Add existing run folders to the history store."""
+    path = _store(history_path, must_exist=False)
+    for folder in folders:
+        try:
+            added = import_folder(path, Path(folder))
+        except (ValueError, sqlite3.Error) as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"{folder}: {added} level row(s) added to {path}", err=True)
+
+
+@history_command.command("check")
+@HISTORY_OPTION
+@click.option("--label", help="The newest run's target to judge (needed when it has several).")
+@click.option("--lookback", type=click.IntRange(min=1), default=DEFAULT_LOOKBACK, show_default=True,
+              help="Judge against at most this many earlier runs of the same identity, newest first.")
+@gate_options
+def check_command(history_path: str | None, label: str | None, lookback: int, max_throughput_drop: str | None,
+                  max_latency_rise: str | None, max_error_rate: str | None, confidence: str | None,
+                  metrics: tuple[str, ...], strict: bool | None, config_file: str | None, noise_file: str | None,
+                  allow_env_change: bool = False) -> None:
+    """Judge the newest run in the history against the earlier runs of its identity (kind, target, model,
+    workload, machine) with the gate's statistics: exit 1 on a regression, 3 when there are too few to tell,
+    2 when no earlier run is like for like."""
+    from .gate import env_guard, gate_config, load, noise_for, report_gate
+
+    path = _store(history_path)
+    with user_errors():
+        try:
+            known = identities(path)
+        except sqlite3.Error as exc:
+            raise UserError(f"could not read the history {path} ({exc})") from None
+        newest_run = max((r.started_utc, r.run_id) for r in known)[1] if known else None
+        newest = [r for r in known if r.run_id == newest_run and (label is None or r.label == label)]
+        if not newest:
+            raise UserError(f"the newest run in {path} has no target {label!r}" if label else f"{path} holds no run")
+        if len(newest) > 1:
+            raise UserError(f"the newest run has {len(newest)} targets ({', '.join(str(r.label) for r in newest)}): "
+                            "name one with --label")
+        base = baseline_runs(newest[0], known, lookback)
+        if base.status == REFUSED:
+            raise UserError(base.reason(newest[0]), EXIT_USAGE)
+        if base.status != OK:
+            console(stderr=True).print(f"not enforced: {base.reason(newest[0])}", highlight=False, markup=False)
+            sys.exit(EXIT_NOT_ENFORCED)
+        config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
+                             config_file)
+        folders = [r.folder for r in base.runs if Path(r.folder, "run.json").is_file()]
+        if len(folders) < len(base.runs):
+            console(stderr=True).print(f"warning: {len(base.runs) - len(folders)} earlier run folder(s) are gone; "
+                                       f"judging against the {len(folders)} left", highlight=False, markup=False)
+        baseline = [run for folder in folders for run in load(folder, "baseline")]
+        candidate = load(newest[0].folder, "candidate")
+        console(stderr=True).print(f"history check: {newest[0].folder} against {len(baseline)} earlier run(s) of "
+                                   f"target {newest[0].label}", highlight=False, markup=False)
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
+        from ..analysis.gate import run_gate
+
+        result = run_gate(baseline, candidate, config, floors=noise_for(folders[0], noise_file) if folders else None)
+    report_gate(result, config.strict)

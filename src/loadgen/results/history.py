@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..analysis.history_check import RunIdentity
+
 SCHEMA_VERSION = 1
 OFF = "off"
 BUSY_TIMEOUT_MS = 10_000
@@ -185,3 +187,31 @@ def runs(path: Path, kind: str | None = None, label: str | None = None, last: in
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     finally:
         conn.close()
+
+
+def identities(path: Path) -> list[RunIdentity]:
+    """Every run and target in the store with its identity (analysis/history_check.py), oldest first."""
+    conn = connect(path)
+    try:
+        cur = conn.execute(
+            "SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, MAX(l.model), MAX(l.model_size),"
+            " r.workload_hash, r.machine_hash FROM runs r JOIN levels l ON l.run_id = r.run_id"
+            " GROUP BY r.run_id, l.label ORDER BY r.started_utc, r.run_id")
+        return [RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3], kind=row[4],
+                            model=row[5], model_size=row[6], workload_hash=row[7], machine_hash=row[8])
+                for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def import_folder(path: Path, folder: Path) -> int:
+    """Add an existing run folder's run.json to the store (`loadgen history import`); the level rows
+    added. ValueError (one line) when the folder holds no readable run of a kind with levels."""
+    try:
+        doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{folder}: no readable run.json ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind", "sweep") not in LEVEL_KINDS:
+        raise ValueError(f"{folder}: a run without levels ({doc.get('kind') if isinstance(doc, dict) else '?'}) "
+                         "has no rows for the history")
+    return append(path, doc, str(folder.resolve()))

@@ -1,0 +1,93 @@
+"""Which earlier runs the newest is judged against (analysis/history_check.py), on a table of cases
+whose expected answers were written down before the code ran; then `loadgen history check` end to
+end on simulators: six runs of one identity, and a seventh that is slower, the same, or of another
+model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from loadgen.analysis.history_check import NO_HISTORY, OK, REFUSED, TOO_FEW, RunIdentity, baseline_runs
+from servers import SimThread
+
+
+def run(i, label="a", **fields):
+    base = dict(kind="sweep", model="m.gguf", model_size=100, workload_hash="w1", machine_hash="h1")
+    return RunIdentity(run_id=i, started_utc=f"2026-12-05T10:{i:02d}:00Z", folder=f"/r/{i}", label=label,
+                       **{**base, **fields})
+
+
+NEWEST = run(9)
+
+
+@pytest.mark.parametrize("earlier, lookback, expected", [
+    # (status, the baseline's run ids newest first, the fields named)
+    ([], 10, (NO_HISTORY, (), ())),
+    ([run(1, label="b"), run(2, label="b")], 10, (NO_HISTORY, (), ())),  # other targets only
+    ([run(1)], 10, (TOO_FEW, (1,), ())),
+    ([run(1), run(2), run(3)], 10, (OK, (3, 2, 1), ())),
+    ([run(1), run(2), run(3)], 2, (OK, (3, 2), ())),  # the lookback keeps the newest
+    ([run(1), run(2), NEWEST], 10, (OK, (2, 1), ())),  # the newest is not its own baseline
+    ([run(1, model="other.gguf"), run(2, model="other.gguf")], 10, (REFUSED, (), ("model",))),
+    ([run(1, model_size=200), run(2, model_size=200, machine_hash="h2")], 10,
+     (REFUSED, (), ("model_size", "machine_hash"))),  # named against the most recent earlier run
+    # one like-for-like run among others: too few, the others are not counted
+    ([run(1), run(2, workload_hash="w2"), run(3, workload_hash="w2")], 10, (TOO_FEW, (1,), ())),
+    # a fact unknown on either side is not a change
+    ([run(1, model=None), run(2, machine_hash=None)], 10, (OK, (2, 1), ())),
+    ([run(1, kind="capacity"), run(2), run(3)], 10, (OK, (3, 2), ())),
+])
+def test_the_newest_run_is_judged_only_against_runs_of_its_identity(earlier, lookback, expected):
+    got = baseline_runs(NEWEST, earlier, lookback)
+    assert (got.status, tuple(r.run_id for r in got.runs), got.differs) == expected
+    assert (got.reason(NEWEST) == "") == (got.status == OK)
+
+
+def test_a_refusal_names_the_field_and_both_values():
+    got = baseline_runs(NEWEST, [run(1, model="other.gguf")])
+    assert "model 'm.gguf' (earlier 'other.gguf')" in got.reason(NEWEST), got.reason(NEWEST)
+
+
+# Limits wide enough for this shared machine's drift between runs minutes apart (an A/A seventh
+# has been 18% slower than six before it), narrow enough that a server three times as slow fails.
+LIMITS = ("--metric", "throughput,latency_p50", "--max-throughput-drop", "35%", "--max-latency-rise", "p50:60%")
+
+
+def _sweep(loadgen, url, out):
+    code, _, err = loadgen("sweep", "--url", url, "--concurrency", "2", "--requests", "24", "--warmup", "1",
+                           "--n-predict", "16", "--output", out)
+    assert code == 0, err
+
+
+def test_history_check_flags_a_slower_seventh_passes_an_a_a_one_and_refuses_another_model(loadgen, tmp_path,
+                                                                                             monkeypatch):
+    monkeypatch.setenv("LOADGEN_HISTORY", str(tmp_path / "history.sqlite"))
+    with SimThread(slots=2, time_scale=0.2) as fast:
+        for i in range(6):
+            _sweep(loadgen, fast.url, tmp_path / f"r{i}")
+        _sweep(loadgen, fast.url, tmp_path / "same")  # an A/A seventh
+        code, out, err = loadgen("history", "check", *LIMITS)
+        # never a regression; on a quiet machine it passes (0), on a loaded one the six runs' spread can
+        # leave a limit unenforceable, which the gate says (3) rather than guess
+        assert code in (0, 3) and "REGRESSION" not in out, out + err
+        assert "against 6 earlier run(s)" in err, err
+    with SimThread(slots=2, time_scale=0.6) as slow:  # every step three times as long
+        _sweep(loadgen, slow.url, tmp_path / "slow")
+    code, out, err = loadgen("history", "check", "--lookback", "6", *LIMITS)
+    assert code == 1, out + err  # the gate's regression exit
+    assert "throughput" in out, out
+    # a seventh run of another model file: refused before any comparison, naming the field
+    doc = json.loads((tmp_path / "slow" / "run.json").read_text())
+    shutil.copytree(tmp_path / "r0", tmp_path / "other")
+    other = json.loads((tmp_path / "other" / "run.json").read_text())
+    other["targets"][0]["server"]["props"]["model_path"] = "/models/another.gguf"
+    other["started_utc"] = "2999-01-01T00:00:00Z"  # the newest
+    (tmp_path / "other" / "run.json").write_text(json.dumps(other))
+    code, out, err = loadgen("history", "import", tmp_path / "other")
+    assert code == 0, err
+    code, out, err = loadgen("history", "check")
+    assert code == 2 and "model" in err and "another.gguf" in err, out + err
+    assert doc["kind"] == "sweep"
