@@ -42,6 +42,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-lv", type=int, default=3)
     p.add_argument("--parallel", "-np", type=int, default=2)
     p.add_argument("-c", type=int, default=2048)
+    p.add_argument("-m", "--model")  # read by loadgen (grid's KV estimate and --memory), not by the stand-in
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
     p.add_argument("--load-forever", action="store_true")

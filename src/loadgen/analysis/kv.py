@@ -505,3 +505,20 @@ def slots_that_fit(shape: ModelShape, budget_bytes: int, ctx_per_slot: int, *, m
 def mib(n_bytes: int) -> str:
     """Bytes as llama.cpp prints MiB ("%.2f")."""
     return f"{n_bytes / MIB:.2f}"
+
+
+INFEASIBLE = "infeasible"  # a grid cell dropped before its server started (`does_not_fit`)
+
+
+def does_not_fit(weights_mib: float | None, cache_mib: float | None, memory_mib: float) -> str | None:
+    """Why a server whose weights and KV cache (and recurrent state) alone exceed `memory_mib` cannot
+    run, in one line; None when they fit or a figure is unknown (then nothing is claimed). Weights plus
+    caches is a lower bound of what the server allocates (compute buffers come on top), so a cell
+    dropped by it could never have fit; one that passes may still run out of memory as it boots."""
+    if weights_mib is None or cache_mib is None:
+        return None
+    need = weights_mib + cache_mib
+    if need <= memory_mib:
+        return None
+    return (f"needs at least {need:,.0f} MiB (weights {weights_mib:,.0f} + KV cache {cache_mib:,.0f}), more than "
+            f"--memory {memory_mib:,.0f} MiB: not started")

@@ -57,7 +57,7 @@ from ..analysis.grid_cells import (
     run_line,
     run_order,
 )
-from ..analysis.kv import MIB, estimate, model_shape
+from ..analysis.kv import INFEASIBLE, MIB, does_not_fit, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
 from ..core.griddoc import (
@@ -91,6 +91,7 @@ from ..run.servers import (
 )
 from .common import die_with_parent, user_errors
 from .help import command
+from .kv import parse_size
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
 
@@ -172,7 +173,8 @@ def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
         flags = cache_flags(argv)  # ValueError: a flag's value that is not a number (--parallel two)
         if flags.model is None:
             return None, "no -m MODEL.gguf in the command"
-        shape = model_shape(read_gguf(flags.model).metadata)
+        facts = read_gguf(flags.model)
+        shape = model_shape(facts.metadata)
         est = estimate(shape, flags.n_ctx, flags.n_parallel, unified=flags.unified, type_k=flags.type_k,
                        type_v=flags.type_v, n_ubatch=flags.n_ubatch, n_batch=flags.n_batch,
                        flash_attn=flags.flash_attn, swa_full=flags.swa_full)
@@ -181,7 +183,7 @@ def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
     return KvEstimateEntry(kv_mib=round((est.kv_bytes + est.swa_bytes) / MIB, 2), n_ctx=est.n_ctx,
                            n_ctx_seq=est.n_ctx_seq, cells=est.cells, layers=est.layers, n_stream=est.n_stream,
                            recurrent_mib=round(est.recurrent_bytes / MIB, 2),
-                           total_mib=round(est.total_bytes / MIB, 2)), None
+                           total_mib=round(est.total_bytes / MIB, 2), weights_mib=round(facts.weights_bytes / MIB, 2)), None
 
 
 def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, folder: Path) -> int:
@@ -258,6 +260,12 @@ class CellRunner:
         entry = GridRun(repeat=repeat, started_utc=utc_now().isoformat(), command=argv, url=url,
                         log=str((folder / "server.log").relative_to(self.root)), kv_estimate=estimate,
                         kv_estimate_note=note, status="started")
+        if self.grid.memory_mib is not None and estimate is not None:
+            too_big = does_not_fit(estimate.weights_mib, estimate.total_mib, self.grid.memory_mib)
+            if too_big:  # feasible first, for free: no boot for a cell that cannot fit
+                entry.status, entry.reason, entry.log = INFEASIBLE, too_big, None
+                entry.finished_utc = entry.started_utc
+                return entry, False
         address = url.removeprefix("http://")
         host, _, port = address.rpartition(":")
         problem = bind_problem(host, int(port))
@@ -438,7 +446,8 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
 
 
 def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Measure, args: tuple[str, ...],
-             wait_ready_s: float, port_range: tuple[int, int] | None = None) -> GridDocument:
+             wait_ready_s: float, port_range: tuple[int, int] | None = None,
+             memory_mib: float | None = None) -> GridDocument:
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
@@ -448,7 +457,7 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
     return GridDocument(command=command_line(), template=template,
                         params=[GridParamEntry(p.name, list(p.values)) for p in params], repeat=repeat,
                         measure=kind, measure_args=list(args), wait_ready_s=wait_ready_s, cells=cells,
-                        port_range=port_range)
+                        port_range=port_range, memory_mib=memory_mib)
 
 
 @command("grid", context_settings={"ignore_unknown_options": True})
@@ -466,12 +475,15 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
 @click.option("--port-range", callback=lambda ctx, param, value: parse_port_range(value), metavar="FIRST-LAST",
               help="Ports a cell's server may listen on (where {port} goes, or its --port); default: any "
                    "free port.")
+@click.option("--memory", "memory_text", metavar="SIZE",
+              help="Memory for weights and caches (24GiB): a llama-server cell whose model weights and KV cache "
+                   "alone exceed it is not started, and is recorded as infeasible.")
 @click.option("--output", type=click.Path(file_okay=False), help="Grid folder [default: results/<UTC time>-grid].")
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted grid in this folder.")
 @click.argument("measure_args", nargs=-1, type=click.UNPROCESSED, metavar="[MEASUREMENT OPTIONS]")
 def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, output, force, resume,
-                 measure_args) -> None:
+                 measure_args, memory_text=None) -> None:
     """Start a server per combination of --param values, measure each, and compare the cells in one table.
 
     Any other option goes to the measurement (e.g. --concurrency 1,2,4 --n-predict 32).
@@ -482,7 +494,8 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, 
             grid = load_grid(root)
             given = [*(["--server"] if template else []), *(["--param"] if param_texts else []),
                      *(flag for name, flag in (("repeat", "--repeat"), ("kind", "--measure"),
-                                               ("wait_ready_s", "--wait-ready"), ("port_range", "--port-range"))
+                                               ("wait_ready_s", "--wait-ready"), ("port_range", "--port-range"),
+                                               ("memory_text", "--memory"))
                        if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT),
                      *measure_args]
             if given:
@@ -492,7 +505,8 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, 
         else:
             if not template:
                 raise ConfigError("give --server 'COMMAND with {placeholders}' (or --resume DIR)")
-            grid = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s, port_range)
+            memory_mib = parse_size(memory_text) / MIB if memory_text is not None else None
+            grid = new_grid(template, param_texts, repeat, kind, measure_args, wait_ready_s, port_range, memory_mib)
     # outside user_errors: a ConfigError here is a rule across the measurement's keys, which
     # `loadgen run` prefixes with the scenario file, as it does a sweep's
     check_measure_args(grid.measure, tuple(grid.measure_args))

@@ -59,6 +59,7 @@ class KvEstimateEntry(msgspec.Struct, kw_only=True):
     n_stream: int | None = None
     recurrent_mib: float | None = None
     total_mib: float | None = None
+    weights_mib: float | None = None  # the model file's tensors (run/gguf_file.py weights_bytes)
 
 
 class CapacityEntry(msgspec.Struct, kw_only=True):
@@ -172,6 +173,7 @@ class GridDocument(msgspec.Struct, kw_only=True):
     wait_ready_s: Annotated[float, msgspec.Meta(ge=0)]
     cells: list[GridCell]
     port_range: tuple[int, int] | None = None  # --port-range (first, last); None: any free port
+    memory_mib: float | None = None  # --memory: a cell whose weights and KV cache exceed it is not started
 
     @property
     def param_names(self) -> list[str]:

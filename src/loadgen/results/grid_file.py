@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from ..analysis.grid_cells import CellRun, CellSummary, GridParam, check_template, summarize_cell
+from ..analysis.kv import INFEASIBLE
 from ..core.errors import ConfigError, ResultsError
 from ..core.griddoc import CacheCapacityEntry, CapacityEntry, GridCell, GridDocument, GridRun
 from .atomic import atomic_write
@@ -37,7 +38,7 @@ from .schema import CACHE_CAPACITY_FILE, CAPACITY_FILE, RUN_FILE
 SCHEMA = "loadgen.grid"
 SCHEMA_VERSION = 1
 GRID_FILE = "grid.json"
-DONE = ("ok", "failed")  # a run with one of these is not repeated by --resume
+DONE = ("ok", "failed", INFEASIBLE)  # a run with one of these is not repeated by --resume
 
 
 def is_grid(path: Path) -> bool:
