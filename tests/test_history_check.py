@@ -79,6 +79,13 @@ def test_history_check_flags_a_slower_seventh_passes_an_a_a_one_and_refuses_anot
     code, out, err = loadgen("history", "check", "--lookback", "6", *LIMITS)
     assert code == 1, out + err  # the gate's regression exit
     assert "throughput" in out, out
+    # the trend of the target's throughput at c=2 over the runs: eight points, the slow one last, and
+    # its change against the one before well below -35%
+    code, out, err = loadgen("history", "trend", "--by", "run", "--level", "2")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("│ 20")]
+    assert len(rows) == 8, out
+    assert float(rows[-1].split("│")[-2].strip().rstrip("%")) < -35, rows[-1]
     # a seventh run of another model file: refused before any comparison, naming the field
     doc = json.loads((tmp_path / "slow" / "run.json").read_text())
     shutil.copytree(tmp_path / "r0", tmp_path / "other")
@@ -91,3 +98,26 @@ def test_history_check_flags_a_slower_seventh_passes_an_a_a_one_and_refuses_anot
     code, out, err = loadgen("history", "check")
     assert code == 2 and "model" in err and "another.gguf" in err, out + err
     assert doc["kind"] == "sweep"
+
+
+# history trend, written down first: three runs of build b1 at 100, 110, 90 tok/s, two of b2 at 80 and
+# 80, and one of another model (left out): by build, b1 mean 100 sd 10, b2 mean 80 change -20%.
+def _row(i, build, value, **fields):
+    from loadgen.analysis.history_trend import TrendRow
+
+    return TrendRow(run(i, **fields), build, 2, value)
+
+
+def test_a_trend_over_builds_keeps_the_newest_runs_identity():
+    from loadgen.analysis.history_trend import trend
+
+    rows = [_row(1, "b1", 100.0), _row(2, "b1", 110.0), _row(3, "b1", 90.0), _row(4, "b2", 80.0),
+            _row(5, "other", 10.0, model="other.gguf"), _row(6, "b2", 80.0)]
+    got = trend(rows, by_build=True)
+    assert [(p.name, p.runs, round(p.mean, 6), p.sd and round(p.sd, 6), p.change and round(p.change, 6))
+            for p in got.points] == [("b1", 3, 100.0, 10.0, None), ("b2", 2, 80.0, 0.0, -0.2)]
+    assert got.left_out == 1
+    by_run = trend(rows, by_build=False)
+    assert [round(p.change, 6) if p.change is not None else None for p in by_run.points] == [
+        None, 0.1, round(90 / 110 - 1, 6), round(80 / 90 - 1, 6), 0.0]
+    assert trend([], by_build=True).points == ()

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..analysis.history_check import DEFAULT_LOOKBACK, OK, REFUSED, baseline_runs
 from ..core.errors import EXIT_NOT_ENFORCED, EXIT_USAGE, UserError
-from ..results.history import default_path, identities, import_folder, runs
+from ..results.history import default_path, identities, import_folder, runs, trend_rows
 from .common import user_errors
 from .gate import gate_options
 from .shared import console
@@ -140,3 +140,47 @@ def check_command(history_path: str | None, label: str | None, lookback: int, ma
 
         result = run_gate(baseline, candidate, config, floors=noise_for(folders[0], noise_file) if folders else None)
     report_gate(result, config.strict)
+
+
+@history_command.command("trend")
+@HISTORY_OPTION
+@click.option("--metric", "figure", default="throughput_tok_s", show_default=True,
+              type=click.Choice(["throughput_tok_s", "request_rate", "latency_ms_p50", "latency_ms_p99", "ttft_ms_p50",
+                                 "ttft_ms_p99"]), help="The figure to follow (run.json's name).")
+@click.option("--label", help="The target (needed when the newest run has several).")
+@click.option("--level", type=float, help="The concurrency (or rate) to follow (needed when the runs have several).")
+@click.option("--by", type=click.Choice(["build", "run"]), default="build", show_default=True,
+              help="One point per llama.cpp build (mean ± sd of its runs), or per run.")
+def trend_command(history_path: str | None, figure: str, label: str | None, level: float | None, by: str) -> None:
+    """A figure over builds (or runs) for the newest run's identity (kind, target, model, workload, machine)."""
+    from ..analysis.history_trend import FIGURES, trend
+
+    path = _store(history_path)
+    with user_errors():
+        try:
+            rows = trend_rows(path, figure, label)
+        except sqlite3.Error as exc:
+            raise UserError(f"could not read the history {path} ({exc})") from None
+        if not rows:
+            raise UserError(f"{path} holds no run" + (f" of target {label!r}" if label else ""))
+        newest = rows[-1].run
+        labels = sorted({str(r.run.label) for r in rows if r.run.run_id == newest.run_id})
+        if label is None and len(labels) > 1:
+            raise UserError(f"the newest run has {len(labels)} targets ({', '.join(labels)}): name one with --label")
+        rows = [r for r in rows if r.run.label == newest.label]
+        levels = sorted({r.level for r in rows if r.run.run_id == newest.run_id and r.level is not None})
+        if level is None and len(levels) > 1:
+            raise UserError(f"the newest run has levels {', '.join(f'{lv:g}' for lv in levels)}: name one with --level")
+        chosen = level if level is not None else (levels[0] if levels else None)
+        drawn = trend([r for r in rows if r.level == chosen], by_build=by == "build")
+    table = Table(title=f"{figure} ({FIGURES[figure]}) of target {newest.label} at level {chosen:g}, "
+                        f"by {by}" if chosen is not None else figure)
+    for name in ("build" if by == "build" else "run", "first run", "runs", "mean", "sd", "change"):
+        table.add_column(name)
+    for p in drawn.points:
+        table.add_row(p.name, p.started_utc, str(p.runs), f"{p.mean:,.1f}", "-" if p.sd is None else f"{p.sd:,.1f}",
+                      "-" if p.change is None else f"{p.change:+.1%}")
+    console().print(table)
+    if drawn.left_out:
+        console(stderr=True).print(f"{drawn.left_out} run(s) of another identity (model, workload, machine or kind) "
+                                   "left out", highlight=False, markup=False)

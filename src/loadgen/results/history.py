@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.history_check import RunIdentity
+from ..analysis.history_trend import FIGURES, TrendRow
 
 SCHEMA_VERSION = 1
 OFF = "off"
@@ -215,3 +216,22 @@ def import_folder(path: Path, folder: Path) -> int:
         raise ValueError(f"{folder}: a run without levels ({doc.get('kind') if isinstance(doc, dict) else '?'}) "
                          "has no rows for the history")
     return append(path, doc, str(folder.resolve()))
+
+
+def trend_rows(path: Path, figure: str, label: str | None = None) -> list[TrendRow]:
+    """Every level row of `label` (every label when None) with its run's identity and `figure`
+    (analysis/history_trend.py FIGURES), oldest first."""
+    if figure not in FIGURES:
+        raise ValueError(f"unknown figure {figure!r} (use {', '.join(FIGURES)})")
+    conn = connect(path)
+    try:
+        sql = ("SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, l.model, l.model_size, r.workload_hash,"
+               f" r.machine_hash, l.build_info, COALESCE(l.level, l.rate), l.{figure} FROM runs r JOIN levels l"
+               " ON l.run_id = r.run_id" + (" WHERE l.label = ?" if label is not None else "")
+               + " ORDER BY r.started_utc, r.run_id")
+        cur = conn.execute(sql, (label,) if label is not None else ())
+        return [TrendRow(RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3],
+                                     kind=row[4], model=row[5], model_size=row[6], workload_hash=row[7],
+                                     machine_hash=row[8]), row[9], row[10], row[11]) for row in cur.fetchall()]
+    finally:
+        conn.close()
