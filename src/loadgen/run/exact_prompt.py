@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 from ..client.backends import CHAT_TEMPLATE_APIS
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
+from .config import SweepConfig
 from .prompts import PromptSource
 from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 12  # "[<16 digits>] " without a tokenizer to ask (8 to 18 on usual ones)
@@ -184,3 +186,19 @@ async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, a
         if (note := fit.note()) and note not in notes:
             notes.append(note)
     return tuple(bodies), "; ".join(notes) or None
+
+
+async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
+                            n_tokens: int) -> tuple[str, ...] | None:
+    """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
+    they are estimates); None, and the target's error set, when that length cannot be built."""
+    try:
+        bodies, note = await exact_prompts(t.target.probe_url, source, n_tokens, api=config.api,
+                                           headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                           insecure=config.insecure)
+    except PromptTooShort as exc:
+        t.error = f"{t.target.display}: --prompt-tokens: {exc}"
+        return None
+    if note:
+        obs.message(f"{t.label}: {note}")
+    return bodies

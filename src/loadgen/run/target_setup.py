@@ -1,6 +1,6 @@
 """Per-target setup, the same for every kind of run: wait for the server and ask it about itself,
-label it, open its transport, warm it up, sample its /metrics and /slots during a level, and fit
-prompts of an exact token count.
+label it, open its transport, warm it up, sample its /metrics and /slots during a level, and build
+its prompts.
 
 `target_load` is the one skeleton of a target's load, for every run kind that sends levels (sweep,
 soak): prompts -> backend -> transport -> warm-up, then the caller's levels (each: connect-ahead ->
@@ -29,7 +29,7 @@ from ..core.workload import RequestShape
 from .config import SweepConfig, Target
 from .dataset_answers import dataset_generation
 from .engine import EngineOptions, run_level
-from .exact_prompt import PromptTooShort, exact_prompts, salted
+from .exact_prompt import fit_exact_prompts, salted
 from .labels import about
 from .level_runner import TargetLoad
 from .prompts import PromptSource
@@ -227,22 +227,6 @@ async def probe_sampling(probe: Probe, t: TargetRun, key: int | float, interval_
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
-
-
-async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
-                            n_tokens: int) -> tuple[str, ...] | None:
-    """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
-    they are estimates); None, and the target's error set, when that length cannot be built."""
-    try:
-        bodies, note = await exact_prompts(t.target.probe_url, source, n_tokens, api=config.api,
-                                           headers=config.auth_headers(), timeout_s=config.timeout_s,
-                                           insecure=config.insecure)
-    except PromptTooShort as exc:
-        t.error = f"{t.target.display}: --prompt-tokens: {exc}"
-        return None
-    if note:
-        obs.message(f"{t.label}: {note}")
-    return bodies
 
 
 def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int | None, n_predict: int,
