@@ -1,14 +1,14 @@
 """A run of request classes: each class alone, then all of them against the same server at once.
 
 Per target: every class's lengths are drawn (core/workload.py) and its prompts cut to them with the
-server's own tokenizer (run/workload_prompts.py), one backend per class over one shared transport;
-`config.warmup` unrecorded requests of the first class; then one level per class alone, one after
-another, and (two classes or more) one level per class all started together, each at its own
-load (its concurrency closed loop, or its rate on a Poisson schedule seeded by its seed) until its
-own request budget is spent, or, together, until the first class has spent its budget: then the
-others send no more (what is in flight finishes and is recorded), so every request of the phase
-ran beside the other classes. Every level carries its class and phase; every record its class.
-The results writer compares the phases (analysis/interference.py).
+server's own tokenizer (a `DrawnLengthSource` per class, run/workload_prompts.py), one backend per
+class over one shared transport; `config.warmup` unrecorded requests of the first class; then one
+level per class alone, one after another, and (two classes or more) one level per class all started
+together, each at its own load (its concurrency closed loop, or its rate on a Poisson schedule
+seeded by its seed) until its own request budget is spent, or, together, until the first class has
+spent its budget: then the others send no more (what is in flight finishes and is recorded), so
+every request of the phase ran beside the other classes. Every level carries its class and phase;
+every record its class. The results writer compares the phases (analysis/interference.py).
 
 One process only: `--workers`/`--ray` are refused at the edge (cli/sweep.py).
 """
@@ -24,12 +24,12 @@ from ..client.transport import Transport
 from ..core.records import LevelRun
 from ..core.request_class import ALONE, TOGETHER, RequestClass
 from ..core.workload import RequestShape
-from .engine import EngineOptions, run_level, run_open_level
+from .engine import DEFAULT_OPTIONS, EngineOptions, run_level, run_open_level
 from .recording import stream_level
 from .schedule import arrival_offsets_ns
 from .state import Run, RunObserver, TargetRun
 from .target_setup import TransportFactory, open_transport, prepare_targets, warm_up
-from .workload_prompts import refuse_shapes_beyond_context, workload_generation
+from .workload_prompts import DrawnLengthSource, refuse_shapes_beyond_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +44,12 @@ class ClassLoad:
 
 async def _class_loads(run: Run, t: TargetRun, obs: RunObserver) -> list[ClassLoad] | None:
     loads = []
-    for c in run.config.classes:
-        shapes = c.workload.draw()
-        shaped = await workload_generation(replace(run.config, workload=c.workload), t, obs, shapes,
-                                           f"class {c.name}: prompt_tokens")
-        if shaped is None:
+    for c in run.config.classes:  # each class: a drawn-lengths request source of its own workload
+        source = DrawnLengthSource(c.workload, f"class {c.name}: prompt_tokens")
+        built = await source.build(replace(run.config, workload=c.workload), t, obs, DEFAULT_OPTIONS)
+        if built is None:
             return None
-        generation, options = shaped
+        generation, options, shapes = built
         loads.append(ClassLoad(c, shapes, make_backend(run.config.api, generation, t.model), options))
     return loads
 

@@ -9,11 +9,14 @@ Per target, the answer texts are counted with that server's `/tokenize` (so each
 its own tokenizer's length of the recorded answer), and so are the prompts: an entry whose prompt
 and answer do not fit the server's per-slot context is skipped on that target, with a count, never
 cut. A server without /tokenize gets estimates (0.75 words per token) and a note.
+
+`DatasetAnswerSource` is the run's request source when the config holds dataset entries with their
+answers (run/request_source.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..client.backends import GenerationParams
@@ -22,7 +25,7 @@ from ..core.workload import DatasetEntry, RequestShape
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions
 from .exact_prompt import WORDS_PER_TOKEN
-from .prompts import PromptSourceError, dataset_items, field_value, prompt_of
+from .prompts import PromptSource, PromptSourceError, dataset_items, field_value, prompt_of
 from .state import RunObserver, TargetRun, slot_context
 
 ASSISTANT = ("gpt", "assistant", "model")
@@ -127,3 +130,28 @@ async def dataset_generation(config: SweepConfig, t: TargetRun, obs: RunObserver
     generation = replace(config.generation, prompt=kept[0][0].prompt, prompts=tuple(e.prompt for e, _, _ in kept),
                          n_predicts=tuple(a for _, _, a in kept), n_predict=max(a for _, _, a in kept))
     return generation, DEFAULT_OPTIONS, tuple(RequestShape(None, a) for _, _, a in kept)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetAnswerSource:
+    """A request source (run/request_source.py): each entry's prompt asking for its answer's length,
+    `dataset_generation`."""
+
+    entries: tuple[DatasetEntry, ...]
+    name = "dataset-answers"
+
+    @classmethod
+    def from_config(cls, config: SweepConfig, prompt_tokens: int | None,
+                    prompt_source: PromptSource) -> DatasetAnswerSource | None:
+        return cls(config.dataset_entries) if config.dataset_entries else None
+
+    def describe(self) -> str:
+        return f"{len(self.entries):,} dataset entries, each asking for its recorded answer's length"
+
+    async def build(self, config: SweepConfig, t: TargetRun, obs: RunObserver, options: EngineOptions
+                    ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+        answered = await dataset_generation(config, t, obs, self.entries)
+        if answered is None:
+            return None
+        generation, dataset_options, shapes = answered
+        return generation, replace(options, salt=dataset_options.salt), shapes

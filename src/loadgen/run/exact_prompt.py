@@ -15,18 +15,25 @@ measured once with `POST /apply-template` and the body is cut that much shorter.
 Without /tokenize (an OpenAI-compatible server), the body is cut at an estimated
 `WORDS_PER_TOKEN` and the caller warns that the lengths are estimates; the server's `prompt_n` is
 recorded either way. The server's tokenizer is client/tokenize.py.
+
+`ExactLengthSource` is the run's request source for a fixed --prompt-tokens (run/request_source.py):
+one body per prompt text (`fit_exact_prompts`), the same length for every request.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..client.backends import CHAT_TEMPLATE_APIS
+from ..client.backends import CHAT_TEMPLATE_APIS, GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
+from ..core.workload import RequestShape
+from .config import SweepConfig
+from .engine import EngineOptions
 from .prompts import PromptSource
 from .salts import new_decimal_salt
+from .state import RunObserver, TargetRun
 
 WORDS_PER_TOKEN = 0.75  # English prose on the usual BPE vocabularies
 SALT_TOKENS_ESTIMATE = 12  # "[<16 digits>] " without a tokenizer to ask (8 to 18 on usual ones)
@@ -184,3 +191,46 @@ async def exact_prompts(base_url: str, source: PromptSource, n_tokens: int, *, a
         if (note := fit.note()) and note not in notes:
             notes.append(note)
     return tuple(bodies), "; ".join(notes) or None
+
+
+async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
+                            n_tokens: int) -> tuple[str, ...] | None:
+    """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
+    they are estimates); None, and the target's error set, when that length cannot be built."""
+    try:
+        bodies, note = await exact_prompts(t.target.probe_url, source, n_tokens, api=config.api,
+                                           headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                           insecure=config.insecure)
+    except PromptTooShort as exc:
+        t.error = f"{t.target.display}: --prompt-tokens: {exc}"
+        return None
+    if note:
+        obs.message(f"{t.label}: {note}")
+    return bodies
+
+
+@dataclass(frozen=True, slots=True)
+class ExactLengthSource:
+    """A request source (run/request_source.py): every prompt exactly `n_tokens` on the target's
+    tokenizer, cut from `texts` (`fit_exact_prompts`), with salts of a fixed token count."""
+
+    texts: PromptSource
+    n_tokens: int
+    name = "exact-length"
+
+    @classmethod
+    def from_config(cls, config: SweepConfig, prompt_tokens: int | None,
+                    prompt_source: PromptSource) -> ExactLengthSource | None:
+        return cls(prompt_source, prompt_tokens) if prompt_tokens else None
+
+    def describe(self) -> str:
+        cut = "synthetic prose" if self.texts.synthetic else f"{self.texts.variants():,} of the run's texts"
+        return f"prompts of exactly {self.n_tokens:,} tokens, cut from {cut}"
+
+    async def build(self, config: SweepConfig, t: TargetRun, obs: RunObserver, options: EngineOptions
+                    ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+        bodies = await fit_exact_prompts(config, t, obs, self.texts, self.n_tokens)
+        if bodies is None:
+            return None
+        generation = replace(config.generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
+        return generation, replace(options, salt=new_decimal_salt), ()

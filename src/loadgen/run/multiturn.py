@@ -20,6 +20,9 @@ answer and their next message: `think_s` plus a seeded uniform draw in [0, think
 A conversation stops at its first failed turn (its history cannot go on). Records: one level
 (its concurrency: the users) per target; `worker` is the user, `seq` = turn × users + user, so a
 record's turn (0-based) is seq // users (analysis/cache.py `turn_of`).
+
+Not a request source (run/request_source.py): a turn's body carries the server's answers to the
+turns before it, so the bodies are made at send time, not built for the target before its levels.
 """
 
 from __future__ import annotations

@@ -16,21 +16,24 @@ with body(g) cut (run/exact_prompt.fit_prompt) so the salted part, with the BOS 
 `total − prefix_tokens` tokens: the whole prompt is exactly `total` tokens. Request i is of group
 i mod groups (the backends' prompt index), so a group's requests share exactly BOS + prefix on the
 wire and nothing after. The bodies ask for `cache_prompt: true` unless the mode's cache is off.
+
+`SharedPrefixSource` is the run's request source when a shared-prefix mode is set (run/request_source.py).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..client.backends import CHAT_TEMPLATE_APIS, GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
 from ..core.cache_mode import SharedPrefix
 from ..core.errors import ConfigError
+from ..core.workload import RequestShape
 from .config import SweepConfig
 from .engine import EngineOptions
 from .exact_prompt import PromptTooShort, fit_prompt
-from .prompts import synthetic_text
+from .prompts import PromptSource, synthetic_text
 from .salts import new_decimal_salt
 from .state import RunObserver, TargetRun
 
@@ -107,3 +110,28 @@ async def shared_prefix_generation(config: SweepConfig, t: TargetRun, obs: RunOb
     generation = replace(config.generation, prompt=bodies[0], prompts=tuple(bodies), prefixes=tuple(prefixes),
                          cache_prompt=mode.cache_prompt)
     return generation, EngineOptions(salt=new_decimal_salt)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefixSource:
+    """A request source (run/request_source.py): groups sharing an exact prefix, `shared_prefix_generation`."""
+
+    mode: SharedPrefix
+    name = "shared-prefix"
+
+    @classmethod
+    def from_config(cls, config: SweepConfig, prompt_tokens: int | None,
+                    prompt_source: PromptSource) -> SharedPrefixSource | None:
+        return None if config.shared_prefix is None else cls(config.shared_prefix)
+
+    def describe(self) -> str:
+        return (f"{self.mode.groups} shared prefix(es) of {self.mode.prefix_tokens} tokens, prompts of "
+                f"{self.mode.total_tokens} tokens, cache_prompt {'on' if self.mode.cache_prompt else 'off'}")
+
+    async def build(self, config: SweepConfig, t: TargetRun, obs: RunObserver, options: EngineOptions
+                    ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+        shared = await shared_prefix_generation(config, t, obs, self.mode)
+        if shared is None:
+            return None
+        generation, shared_options = shared
+        return generation, replace(options, salt=shared_options.salt), ()

@@ -1,6 +1,6 @@
 """Per-target setup, the same for every kind of run: wait for the server and ask it about itself,
-label it, open its transport, warm it up, sample its /metrics and /slots during a level, and fit
-prompts of an exact token count.
+label it, open its transport, warm it up, sample its /metrics and /slots during a level, and build
+its requests with the request source the config asks for (run/request_source.py).
 
 `target_load` is the one skeleton of a target's load, for every run kind that sends levels (sweep,
 soak): prompts -> backend -> transport -> warm-up, then the caller's levels (each: connect-ahead ->
@@ -13,31 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 
 from ..analysis.aggregate import typical_latency_s
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
-from ..client.backends import CHAT_TEMPLATE_APIS, OPENAI_APIS, Backend, GenerationParams, make_backend
+from ..client.backends import CHAT_TEMPLATE_APIS, OPENAI_APIS, Backend, make_backend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..client.transport import Transport
 from ..core.errors import ConfigError
 from ..core.records import LevelRun, ProbeSample
-from ..core.workload import RequestShape
 from .config import SweepConfig, Target
-from .dataset_answers import dataset_generation
 from .engine import EngineOptions, run_level
-from .exact_prompt import PromptTooShort, exact_prompts, salted
+from .exact_prompt import salted
 from .labels import about
 from .level_runner import TargetLoad
 from .prompts import PromptSource
-from .salts import new_decimal_salt, new_salt
-from .shared_prefix import shared_prefix_generation
+from .request_source import TargetRequests, source_for
+from .salts import new_salt
 from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
-from .trace_prompts import trace_generation
-from .workload_prompts import workload_generation
 
 TransportFactory = Callable[[], Transport]
 
@@ -144,47 +139,13 @@ async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, so
 
 
 async def target_generation(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
-                            prompt_tokens: int | None, options: EngineOptions
-                            ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+                            prompt_tokens: int | None, options: EngineOptions) -> TargetRequests | None:
     """The request bodies for this target, the engine options their salts need, and the request
-    shapes a level cycles through (empty: one shape). In order: a shared-prefix cache mode (groups
-    sharing an exact prefix, run/shared_prefix.py), --n-predict dataset (each entry's
-    prompt and answer length), a trace replay or a drawn workload (one body per shape, cut per
-    length), a fixed `prompt_tokens` (cut to exactly that many tokens, salts of a fixed token count),
-    else the config's prompts as given. None, and the target's error set, when they cannot be built."""
-    generation = config.generation
-    shapes: tuple[RequestShape, ...] = ()
-    if config.shared_prefix is not None:
-        shared = await shared_prefix_generation(config, t, obs, config.shared_prefix)
-        if shared is None:
-            return None
-        generation, shared_options = shared
-        return generation, replace(options, salt=shared_options.salt), shapes
-    if config.dataset_entries:
-        answered = await dataset_generation(config, t, obs, config.dataset_entries)
-        if answered is None:
-            return None
-        generation, dataset_options, shapes = answered
-        return generation, replace(options, salt=dataset_options.salt), shapes
-    if config.replay is not None or config.workload is not None:
-        if config.replay is not None:
-            shapes = config.replay.shapes
-            shaped = await trace_generation(config, t, obs, config.replay)
-        else:
-            assert config.workload is not None  # the replay or the workload, by the test above
-            shapes = config.workload.draw()
-            shaped = await workload_generation(config, t, obs, shapes)
-        if shaped is None:
-            return None
-        generation, shaped_options = shaped
-        return generation, replace(options, salt=shaped_options.salt), shapes
-    if prompt_tokens:
-        bodies = await fit_exact_prompts(config, t, obs, source, prompt_tokens)
-        if bodies is None:
-            return None
-        generation = replace(generation, prompt=bodies[0], prompts=bodies if len(bodies) > 1 else ())
-        options = replace(options, salt=new_decimal_salt)
-    return generation, options, shapes
+    shapes a level cycles through (empty: one shape), built by the request source the config asks
+    for (run/request_source.py `source_for`: a shared prefix, dataset answers, a trace, drawn
+    lengths, a fixed `prompt_tokens` cut from `source`, else the config's prompts as given). None,
+    and the target's error set, when they cannot be built."""
+    return await source_for(config, prompt_tokens, source).build(config, t, obs, options)
 
 
 async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests: int,
@@ -227,22 +188,6 @@ async def probe_sampling(probe: Probe, t: TargetRun, key: int | float, interval_
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
-
-
-async def fit_exact_prompts(config: SweepConfig, t: TargetRun, obs: RunObserver, source: PromptSource,
-                            n_tokens: int) -> tuple[str, ...] | None:
-    """--prompt-tokens: prompt bodies of exactly n_tokens for this target (a note for the user when
-    they are estimates); None, and the target's error set, when that length cannot be built."""
-    try:
-        bodies, note = await exact_prompts(t.target.probe_url, source, n_tokens, api=config.api,
-                                           headers=config.auth_headers(), timeout_s=config.timeout_s,
-                                           insecure=config.insecure)
-    except PromptTooShort as exc:
-        t.error = f"{t.target.display}: --prompt-tokens: {exc}"
-        return None
-    if note:
-        obs.message(f"{t.label}: {note}")
-    return bodies
 
 
 def refuse_prompts_beyond_context(targets: list[TargetRun], prompt_tokens: int | None, n_predict: int,

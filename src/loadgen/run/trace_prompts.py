@@ -11,18 +11,21 @@ filler is cut (run/exact_prompt.fit_prompt) so the whole is L tokens: L − (the
 measured once per prefix) for "[<salt>] " + filler with the BOS token. Requests that share their
 first blocks share those blocks' text on the wire, salt after; requests without hash ids are
 salted at the start as in a sweep.
+
+`TraceSource` is the run's request source when a trace is replayed (run/request_source.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..client.backends import CHAT_TEMPLATE_APIS, GenerationParams
 from ..client.tokenize import Tokenizer, TokenizeUnavailable, server_tokenizer
+from ..core.workload import RequestShape
 from .config import SweepConfig
 from .engine import EngineOptions
 from .exact_prompt import PromptTooShort, fit_prompt, salted
-from .prompts import synthetic_text
+from .prompts import PromptSource, synthetic_text
 from .salts import new_decimal_salt
 from .state import RunObserver, TargetRun
 from .trace_replay import Replay
@@ -107,3 +110,29 @@ async def trace_generation(config: SweepConfig, t: TargetRun, obs: RunObserver,
                          n_predicts=tuple(s.n_predict for s in replay.shapes),
                          n_predict=max(s.n_predict for s in replay.shapes))
     return generation, EngineOptions(salt=new_decimal_salt)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSource:
+    """A request source (run/request_source.py): one body per trace request, shared blocks first,
+    `trace_generation`; the level cycles through the trace's shapes."""
+
+    replay: Replay
+    name = "trace"
+
+    @classmethod
+    def from_config(cls, config: SweepConfig, prompt_tokens: int | None,
+                    prompt_source: PromptSource) -> TraceSource | None:
+        return None if config.replay is None else cls(config.replay)
+
+    def describe(self) -> str:
+        shared = f", shared blocks of {self.replay.block_tokens} tokens first" if any(self.replay.hash_ids) else ""
+        return f"a trace of {len(self.replay.shapes):,} requests, each of its own lengths{shared}"
+
+    async def build(self, config: SweepConfig, t: TargetRun, obs: RunObserver, options: EngineOptions
+                    ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+        shaped = await trace_generation(config, t, obs, self.replay)
+        if shaped is None:
+            return None
+        generation, shaped_options = shaped
+        return generation, replace(options, salt=shaped_options.salt), self.replay.shapes

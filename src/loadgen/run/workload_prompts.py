@@ -7,17 +7,20 @@ counts as run/exact_prompt.py counts it: the salt, the BOS token and (--api chat
 template are inside it, so a request's `prompt_n` is its drawn length, with no overhead on top.
 Distinct lengths are fitted once each; the prompt texts rotate over the prompt source's variants
 (a dataset's texts) by length.
+
+`DrawnLengthSource` is the run's request source when lengths are drawn (run/request_source.py), and
+each request class's (run/classes.py).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..analysis.context import context_overflow
 from ..client.backends import GenerationParams
 from ..core.errors import ConfigError
-from ..core.workload import RequestShape
+from ..core.workload import RequestShape, Workload
 from .config import SweepConfig
 from .engine import DEFAULT_OPTIONS, EngineOptions
 from .exact_prompt import FittedPrompt, fit_prompts
@@ -106,3 +109,32 @@ def refuse_shapes_beyond_context(targets: list[TargetRun], shapes: tuple[Request
             raise ConfigError(f"{t.label} ({t.target.display}) cannot take the workload's largest request: {problem}; "
                               "lower the largest lengths (a distribution's max=, replay's --max-prompt-tokens) or restart "
                               "the server with a larger -c")
+
+
+@dataclass(frozen=True, slots=True)
+class DrawnLengthSource:
+    """A request source (run/request_source.py): the workload's shapes, drawn when built, one body per
+    shape, `workload_generation`. `what` names the lengths in an error."""
+
+    workload: Workload
+    what: str = "--prompt-tokens"
+    name = "drawn-lengths"
+
+    @classmethod
+    def from_config(cls, config: SweepConfig, prompt_tokens: int | None,
+                    prompt_source: PromptSource) -> DrawnLengthSource | None:
+        return None if config.workload is None else cls(config.workload)
+
+    def describe(self) -> str:
+        prompts = "as given" if self.workload.prompt_tokens is None else self.workload.prompt_tokens.text
+        return (f"{self.workload.shapes:,} request shapes drawn (seed {self.workload.seed}): prompt_tokens "
+                f"{prompts}, n_predict {self.workload.n_predict.text}")
+
+    async def build(self, config: SweepConfig, t: TargetRun, obs: RunObserver, options: EngineOptions
+                    ) -> tuple[GenerationParams, EngineOptions, tuple[RequestShape, ...]] | None:
+        shapes = self.workload.draw()
+        shaped = await workload_generation(config, t, obs, shapes, self.what)
+        if shaped is None:
+            return None
+        generation, shaped_options = shaped
+        return generation, replace(options, salt=shaped_options.salt), shapes
