@@ -36,6 +36,7 @@ OTHER_COMMANDS = {
     "grid": "loadgen.cli.grid:grid_command",
     "env": "loadgen.cli.env:env_command",
     "crossover": "loadgen.cli.crossover:crossover_command",
+    "share": "loadgen.cli.share:share_command",
 }
 
 
@@ -66,6 +67,8 @@ _OTHER_HELP = {
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid.",
     "run": 'Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
+    "share": "Bundle runs to share, with host and user names, paths, IP addresses and secrets redacted (a list of "
+             "what was removed inside).",
 }
 COMMANDS = {**{k.name: k.command for k in KINDS.values()}, **OTHER_COMMANDS}  # every command: name -> where it is
 COMMAND_HELP = {**{k.name: k.help for k in KINDS.values()}, **_OTHER_HELP}
@@ -75,7 +78,7 @@ COMMAND_HELP = {**{k.name: k.help for k in KINDS.values()}, **_OTHER_HELP}
 COMMAND_GROUPS = {
     RUN_LOAD: (*(k.name for k in KINDS.values() if k.group == RUN_LOAD), "run", "ab"),
     FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "crossover", "kv"),
-    "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history"),
+    "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history", "share"),
     "Servers and machine": ("sim", "env", "observe", "paramcheck"),
 }
 
