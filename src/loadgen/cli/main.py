@@ -37,6 +37,7 @@ OTHER_COMMANDS = {
     "env": "loadgen.cli.env:env_command",
     "crossover": "loadgen.cli.crossover:crossover_command",
     "share": "loadgen.cli.share:share_command",
+    "tune": "loadgen.cli.tune:tune_command",
 }
 
 
@@ -67,6 +68,8 @@ _OTHER_HELP = {
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid.",
     "run": 'Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
+    "tune": "Find the server flags that serve the most users within latency targets (--slo): screen every cell, race "
+            "the best.",
     "share": "Bundle runs to share, with host and user names, paths, IP addresses and secrets redacted (a list of "
              "what was removed inside).",
 }
@@ -77,7 +80,7 @@ COMMAND_HELP = {**{k.name: k.help for k in KINDS.values()}, **_OTHER_HELP}
 # server). A test keeps every command in exactly one group.
 COMMAND_GROUPS = {
     RUN_LOAD: (*(k.name for k in KINDS.values() if k.group == RUN_LOAD), "run", "ab"),
-    FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "crossover", "kv"),
+    FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "tune", "crossover", "kv"),
     "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history", "share"),
     "Servers and machine": ("sim", "env", "observe", "paramcheck"),
 }

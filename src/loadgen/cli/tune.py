@@ -1,0 +1,260 @@
+"""`loadgen tune`: the server flags that serve the most users within your latency targets, found without
+measuring every cell of the grid in full (issue 48, first slice; docs/tune.md).
+
+Three stages over grid's machinery (cli/grid.py: a server per cell, started and stopped by pid):
+1. feasible first, for free: with `--memory`, a llama-server cell whose weights and KV cache alone
+   exceed it is never started (grid `--memory`);
+2. the screen (TUNE/screen, a grid): every cell's short capacity search (`--repeat 1 --budget N`);
+   the best `--finalists` by the screen's answer race on (analysis/tune_plan.py; ties at the cut kept);
+3. the final (TUNE/final, a grid): the finalists' full capacity searches with the user's options,
+   `--final-repeat` runs each, interleaved; the winner is grid's best cell (analysis/grid_capacity.py),
+   named only when its lead is outside the spread of the repeats, else a tie.
+tune.json (atomic, after each stage) keeps every cell's stage, status (infeasible, failed, dropped,
+finalist, winner) and reason, its server seconds, the winner's params and command line, and the
+server seconds the search used against an estimate of the full grid's. `--resume TUNE` continues an
+interrupted search: each stage's grid skips the runs it finished.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+import msgspec
+
+from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
+from ..analysis.kv import MIB
+from ..analysis.tune_plan import DROPPED, FINALIST, Screened, pick_finalists, seconds_between
+from ..core.errors import ConfigError
+from ..core.griddoc import GridCell, GridDocument
+from ..core.signals import LATCH
+from ..results.atomic import write_json
+from ..results.grid_file import is_grid, load_grid, write_grid
+from ..results.writer import command_line, default_dir, prepare_dir
+from .common import user_errors
+from .grid import check_measure_args, new_grid, parse_port_range, render, run_grid
+from .help import command
+from .kv import parse_size
+from .shared import checking_only
+from .shared import console as _console
+
+TUNE_FILE = "tune.json"
+SCREEN, FINAL = "screen", "final"
+WINNER, INFEASIBLE_OR_FAILED = "winner", ("infeasible", "failed")
+
+
+class TuneCell(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One cell of the search as tune.json keeps it."""
+
+    id: str
+    name: str
+    params: dict[str, str]
+    stage: str  # the last stage it reached: screen or final
+    status: str  # infeasible, failed, dropped, finalist, winner
+    reason: str | None = None
+    screen: str | None = None  # the screen's answer ("3", "≥4", "2–3")
+    final: str | None = None  # the final's answer over its repeats
+    server_s: float = 0.0
+
+
+class TuneWinner(msgspec.Struct):
+    params: dict[str, str]
+    argv: list[str]  # the template with the winner's values ({port} left as PORT)
+
+
+class TuneDocument(msgspec.Struct, kw_only=True):
+    schema: str = "loadgen.tune"
+    schema_version: int = 1
+    command: list[str] | None = None
+    template: str
+    finalists: int
+    final_repeat: int
+    screen_budget: int
+    measure_args: list[str] = []  # the capacity options as given (the final's; the screen adds its own)
+    stage: str  # the stage last finished: none, screen, final
+    cells: list[TuneCell] = []
+    winner: TuneWinner | None = None  # the winning cell's params and the command line to copy
+    tie: bool = False
+    tied_with: list[str] = []
+    sentence: str | None = None  # the final's best-cell sentence
+    server_seconds: float = 0.0
+    full_grid_estimate_s: float | None = None  # every feasible cell through the final, by the finals' mean cost
+
+
+def _screen_args(args: tuple[str, ...], budget: int) -> tuple[str, ...]:
+    """The user's capacity options with the screen's own (the last of a repeated option wins in click)."""
+    return (*args, "--repeat", "1", "--budget", str(budget))
+
+
+def _server_s(cell: GridCell) -> float:
+    return sum(seconds_between(r.started_utc, r.finished_utc) for r in cell.runs)
+
+
+def _screened(grid: GridDocument) -> list[Screened]:
+    out = []
+    for cell in grid.cells:
+        answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
+        failed = next((r for r in cell.runs if r.status != "ok"), None)
+        low = run_answer(answers[0]).low if answers else None
+        reason = f"{failed.status}: {failed.reason}" if failed is not None and low is None else None
+        out.append(Screened(cell.id, cell.name, low, reason))
+    return out
+
+
+def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | None) -> TuneDocument:
+    """tune.json's content from the two stages' grids as they stand."""
+    by_id = {c.id: c for c in screen.cells}
+    pick = pick_finalists(_screened(screen), doc.finalists)
+    final_cells = {c.id: c for c in (final.cells if final is not None else [])}
+    best = best_cell([cell_capacity(c.name, [r.capacity for r in c.runs if r.status == "ok"])
+                      for c in final_cells.values()]) if final_cells else None
+    cells = []
+    for cid, cell in by_id.items():
+        screen_answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
+        entry = TuneCell(id=cid, name=cell.name, params=cell.params, stage=SCREEN, status=DROPPED,
+                         screen=run_answer(screen_answers[0]).text if screen_answers else None,
+                         server_s=round(_server_s(cell), 1))
+        failed = next((r for r in cell.runs if r.status in INFEASIBLE_OR_FAILED), None)
+        if failed is not None and not screen_answers:
+            entry.status, entry.reason = failed.status, failed.reason
+        elif cid in pick.dropped:
+            entry.reason = pick.dropped[cid]
+        if cid in final_cells:
+            fcell = final_cells[cid]
+            entry.stage, entry.status = FINAL, FINALIST
+            entry.final = cell_capacity(fcell.name, [r.capacity for r in fcell.runs if r.status == "ok"]).text
+            entry.server_s = round(entry.server_s + _server_s(fcell), 1)
+            if best is not None and best.kind in (BEST, UNTESTED) and best.best == fcell.name:
+                entry.status = WINNER
+        cells.append(entry)
+    winner = next((c for c in cells if c.status == WINNER), None)
+    # the command to copy: the template with the winner's values (not grid's port and -lv additions)
+    command = render(doc.template, winner.params, port="PORT") if winner else None
+    spent = sum(c.server_s for c in cells)
+    finals = [seconds_between(r.started_utc, r.finished_utc) for c in final_cells.values() for r in c.runs
+              if r.status == "ok"]
+    # the full grid at the final's settings: every cell that ran gets final_repeat full searches at the
+    # finals' mean cost; a cell that failed or was never started costs what it cost here
+    ran = sum(1 for c in cells if c.status not in INFEASIBLE_OR_FAILED)
+    lost = sum(c.server_s for c in cells if c.status in INFEASIBLE_OR_FAILED)
+    estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
+    return msgspec.structs.replace(
+        doc, cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
+        tie=bool(best and best.kind == "tie"), tied_with=list(best.tied) if best and best.kind == "tie" else [],
+        sentence=best.sentence if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
+
+
+def write_tune(root: Path, doc: TuneDocument) -> None:
+    write_json(root / TUNE_FILE, msgspec.to_builtins(doc))
+
+
+@command("tune", context_settings={"ignore_unknown_options": True})
+@click.option("--server", "template", help="The server's command line with {name} placeholders, as grid's.")
+@click.option("--param", "param_texts", multiple=True, metavar="NAME=V1,V2",
+              help="A placeholder's values (repeatable); the space is every combination.")
+@click.option("--memory", "memory_text", metavar="SIZE",
+              help="Memory for weights and caches (24GiB): a llama-server cell that cannot fit is never started.")
+@click.option("--finalists", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Cells that race in the final (a tie at the cut races too).")
+@click.option("--final-repeat", type=click.IntRange(min=1, max=20), default=2, show_default=True,
+              help="Full capacity searches per finalist, interleaved; 2 or more to tell a lead from noise.")
+@click.option("--screen-budget", type=click.IntRange(min=8), default=120, show_default=True,
+              help="Requests of each cell's screening capacity search.")
+@click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=600, show_default=True,
+              help="Seconds a server may take to load its model before its cell counts as failed.")
+@click.option("--port-range", callback=lambda ctx, param, value: parse_port_range(value), metavar="FIRST-LAST",
+              help="Ports a cell's server may listen on; default: any free port.")
+@click.option("--output", type=click.Path(file_okay=False), help="Tune folder [default: results/<UTC time>-tune].")
+@click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
+@click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted search in this folder.")
+@click.argument("measure_args", nargs=-1, type=click.UNPROCESSED, metavar="[CAPACITY OPTIONS]")
+def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, wait_ready_s, port_range,
+                 output, force, resume, measure_args) -> None:
+    """Find the server flags that serve the most users within latency targets (--slo): screen every cell, race the best."""
+    with user_errors():
+        if resume:
+            root = Path(resume)
+            doc = msgspec.json.decode((root / TUNE_FILE).read_bytes(), type=TuneDocument) \
+                if (root / TUNE_FILE).is_file() else None
+            if doc is None or not is_grid(root / SCREEN):
+                raise ConfigError(f"{root}: no tune.json and screen grid to continue; start a new search")
+            if template or param_texts or measure_args:
+                raise ConfigError("--resume continues a search as it was given; leave out --server, --param and "
+                                  "the capacity options")
+            screen = load_grid(root / SCREEN)
+        else:
+            if not template or not param_texts:
+                raise ConfigError("give --server 'COMMAND with {placeholders}' and --param NAME=V1,V2 (or --resume DIR)")
+            memory_mib = parse_size(memory_text) / MIB if memory_text is not None else None
+            screen = new_grid(template, param_texts, 1, "capacity", _screen_args(measure_args, screen_budget),
+                              wait_ready_s, port_range, memory_mib)
+            doc = TuneDocument(command=command_line(), template=template, finalists=finalists,
+                               final_repeat=final_repeat, screen_budget=screen_budget,
+                               measure_args=list(measure_args), stage="none")
+    check_measure_args("capacity", tuple(screen.measure_args))
+    if checking_only():
+        return
+    with user_errors():
+        if not resume:
+            root = prepare_dir(Path(output) if output else default_dir(Path("results"), "tune"), force)
+            (root / SCREEN).mkdir(exist_ok=True)
+            write_grid(root / SCREEN, screen)
+            write_tune(root, doc)
+    err = _console(stderr=True)
+    LATCH.install()
+    started = time.monotonic()
+    err.print(f"tune: screening {len(screen.cells)} cell(s), a capacity search of {doc.screen_budget} requests each",
+              highlight=False)
+    run_grid(root / SCREEN, screen, err)
+    final = load_grid(root / FINAL) if is_grid(root / FINAL) else None
+    if not LATCH.received:
+        doc = msgspec.structs.replace(doc, stage=SCREEN)
+        pick = pick_finalists(_screened(screen), doc.finalists)
+        if final is None and pick.finalists:
+            by_id = {c.id: c for c in screen.cells}
+            final = msgspec.structs.replace(
+                screen, repeat=doc.final_repeat, measure_args=list(doc.measure_args),
+                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[]) for c in pick.finalists])
+            for cell in final.cells:
+                render(final.template, cell.params)
+            (root / FINAL).mkdir(exist_ok=True)
+            write_grid(root / FINAL, final)
+        write_tune(root, build_tune(doc, screen, final))
+        if final is not None:
+            err.print(f"tune: {len(final.cells)} finalist(s), {doc.final_repeat} full capacity search(es) each",
+                      highlight=False)
+            run_grid(root / FINAL, final, err)
+            if not LATCH.received:
+                doc = msgspec.structs.replace(doc, stage=FINAL)
+    doc = build_tune(doc, screen, final)
+    write_tune(root, doc)
+    print_tune(doc)
+    err.print(f"tune: {root} ({time.monotonic() - started:.0f} s)", highlight=False)
+    if LATCH.received:
+        err.print(f"tune: interrupted; continue with loadgen tune --resume {root}", highlight=False)
+    sys.exit(LATCH.exit_code or 0)
+
+
+def print_tune(doc: TuneDocument) -> None:
+    from rich.table import Table
+
+    table = Table(title="tune: every cell tried")
+    for name in ("cell", "stage", "status", "screen", "final", "server s", "why"):
+        table.add_column(name)
+    for c in doc.cells:
+        table.add_row(c.name, c.stage, c.status, c.screen or "-", c.final or "-", f"{c.server_s:.0f}", c.reason or "")
+    console = _console()
+    console.print(table)
+    if doc.sentence:
+        console.print(doc.sentence, highlight=False, markup=False)
+    if doc.winner is not None:
+        import shlex
+
+        console.print("winner's command line: " + shlex.join(doc.winner.argv), highlight=False, markup=False,
+                      soft_wrap=True)
+    elif doc.tie:
+        console.print(f"a tie between {', '.join(doc.tied_with)}: no winner is named", highlight=False, markup=False)
+    estimate = f" (the full grid: about {doc.full_grid_estimate_s:,.0f} s)" if doc.full_grid_estimate_s else ""
+    console.print(f"server time used: {doc.server_seconds:,.0f} s{estimate}", highlight=False, markup=False)

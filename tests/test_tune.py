@@ -1,0 +1,78 @@
+"""`loadgen tune`: the finalists picked from a screen (analysis/tune_plan.py) on a table written down
+before the code ran; then a search over a stand-in server whose best cell is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.analysis.tune_plan import Screened, pick_finalists, seconds_between
+
+
+def s(cell, low, reason=None):
+    return Screened(cell, cell, low, reason)
+
+
+@pytest.mark.parametrize("screened, k, finalists, dropped", [
+    ([s("a", 1), s("b", 2), s("c", 4)], 2, ("c", "b"), {"a": "screened at 1, below the finalists' 2"}),
+    ([s("a", 2), s("b", 2), s("c", 4)], 2, ("c", "a", "b"), {}),  # a tie at the cut is kept
+    ([s("a", 3), s("b", None, "failed: exited with code 1"), s("c", None, "infeasible: needs 9 MiB")], 2,
+     ("a",), {"b": "failed: exited with code 1", "c": "infeasible: needs 9 MiB"}),
+    ([s("a", None, "failed")], 2, (), {"a": "failed"}),
+    ([s("a", 0), s("b", 0)], 1, ("a", "b"), {}),  # nothing passed anywhere: all race (a tie)
+    ([s("a", 5), s("b", 4), s("c", 3)], 5, ("a", "b", "c"), {}),  # fewer cells than k
+])
+def test_the_best_screened_cells_race_and_ties_at_the_cut_are_kept(screened, k, finalists, dropped):
+    got = pick_finalists(screened, k)
+    assert (got.finalists, got.dropped) == (finalists, dropped)
+
+
+def test_a_servers_lifetime_is_read_from_its_runs_times():
+    assert seconds_between("2026-12-05T10:00:00+00:00", "2026-12-05T10:01:30.5+00:00") == 90.5
+    assert seconds_between(None, "2026-12-05T10:00:00+00:00") == 0.0
+
+
+def test_tune_screens_every_cell_and_names_the_best_the_full_search_finds(tmp_path):
+    """Written down first: on the stand-in server a cell with N slots serves exactly N users within
+    ttft<=150ms (tests/test_grid_capacity_cli.py), and `-fa bogus` is refused at boot. Over
+    parallel=1,2,4 x fa=on,bogus: the three bogus cells fail with their reason, parallel=1 is dropped
+    by the screen, parallel=2 and 4 race, and parallel=4 (fa on) wins by a lead outside the noise."""
+    import json
+
+    from loadgen.core.processes import pid_alive
+    from servers import CAPACITY_SIM, GRID_SERVER, LOADGEN, grid_pids
+
+    profile = tmp_path / "capsim.toml"
+    profile.write_text(CAPACITY_SIM)
+    out = tmp_path / "tune"
+    import subprocess
+
+    proc = subprocess.run([*LOADGEN, "tune", "--server", f"{GRID_SERVER} --parallel {{parallel}} -fa {{fa}} --profile "
+                           f"{profile} --time-scale 1", "--param", "parallel=1,2,4", "--param", "fa=on,bogus",
+                           "--screen-budget", "40", "--finalists", "2", "--final-repeat", "2",
+                           "--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1",
+                           "--max-concurrency", "4", "--output", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "tune.json").read_text())
+    status = {c["name"]: c["status"] for c in doc["cells"]}
+    assert status == {"parallel=1 fa=on": "dropped", "parallel=1 fa=bogus": "failed",
+                      "parallel=2 fa=on": "finalist", "parallel=2 fa=bogus": "failed",
+                      "parallel=4 fa=on": "winner", "parallel=4 fa=bogus": "failed"}, status
+    assert doc["winner"]["params"] == {"parallel": "4", "fa": "on"}
+    assert "--port" not in doc["winner"]["argv"] and "-lv" not in doc["winner"]["argv"]  # the template's command, to copy
+    assert doc["winner"]["argv"][doc["winner"]["argv"].index("--parallel") + 1] == "4"
+    dropped = next(c for c in doc["cells"] if c["name"] == "parallel=1 fa=on")
+    assert dropped["reason"] == "screened at 1, below the finalists' 2", dropped
+    assert doc["tie"] is False and "lead outside the noise" in doc["sentence"]
+    assert doc["server_seconds"] > 0 and doc["full_grid_estimate_s"] > 0
+    assert "winner's command line:" in proc.stdout
+    for stage in ("screen", "final"):
+        assert not any(pid_alive(p) for p in grid_pids(out / stage))  # no server outlives the search
+    # --resume of a finished search runs nothing again: the same answer, the same server time
+    again = subprocess.run([*LOADGEN, "tune", "--resume", str(out)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    redo = json.loads((out / "tune.json").read_text())
+    assert (redo["winner"], redo["server_seconds"]) == (doc["winner"], doc["server_seconds"])
+    refused = subprocess.run([*LOADGEN, "tune", "--resume", str(out), "--param", "parallel=8"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "--resume continues a search as it was given" in refused.stderr
