@@ -15,7 +15,7 @@ from ..core.errors import ConfigError
 from ..core.processes import usable_cores
 from ..run.config import SweepConfig
 from ..run.workers.policy import auto_workers, local_workers
-from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
+from ..run.workers.ray_address import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
 from .shared import checking_only
 
 
