@@ -22,11 +22,11 @@ from prometheus_client.registry import Collector
 
 from ...core.errors import ConfigError
 from ...core.prometheus_label import label_value
+from . import DEFAULT_LINGER_S
 
-if TYPE_CHECKING:  # the endpoint serves what it is given: `--prometheus-linger`'s default is read without numpy
+if TYPE_CHECKING:  # the endpoint serves the LiveMetrics it is given: it needs only their type
     from .metrics import LiveMetrics
 
-DEFAULT_LINGER_S = 15.0
 DRAIN_EVERY_S = 1.0  # the records a run queues are counted at least this often, scraped or not
 
 
