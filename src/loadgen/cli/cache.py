@@ -7,29 +7,33 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..analysis.slo import DEFAULT_ATTAINMENT
-from ..client.backends import CONVERSATION_APIS, GenerationParams
+from ..client.backends import CONVERSATION_APIS
 from ..core.cache_mode import MultiTurn, SharedPrefix
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.rundoc import RunDocument, RunKind
-from ..output.progress import ProgressObserver
-from ..output.tables import print_run
 from ..results.reader import load_run
-from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ..run.multiturn import run_multiturn
-from ..run.session import FinalWriteError, execute
-from ..run.state import Run
+from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .options import LEVELS
-from .shared import checking_only, format_option, history_options, records_options, request_options, target_options
+from .shared import (
+    checking_only,
+    format_option,
+    history_options,
+    records_options,
+    request_options,
+    target_options,
+)
 from .shared import console as _console
 from .slo import build_slo, slo_options
-from .sweep import ensure_open_files, execute_sweep
+
+if TYPE_CHECKING:
+    from ..run.config import SweepConfig
 
 
 @command()
@@ -60,6 +64,10 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
                    timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."""
+    from ..client.backends import GenerationParams
+    from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+    from .sweep import ensure_open_files, execute_sweep
+
     if prompt_tokens is not None and prompt_tokens <= prefix_tokens:
         raise ConfigError(f"--prompt-tokens {prompt_tokens} must be more than --prefix-tokens {prefix_tokens} "
                           "(the salt and each request's own text follow the prefix)")
@@ -75,7 +83,7 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     ensure_open_files(max(concurrency))
     if checking_only():
         return
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "prefix"), force)
+    out_dir = results_folder(output, force, "prefix")
     code = execute_sweep(config, out_dir, kind=RunKind.PREFIX, output_format=output_format, records=records_kept,
                          records_format=records_format)
     sys.exit(refuse_empty_levels(load_run(out_dir)) if code == EXIT_OK else code)
@@ -125,6 +133,10 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
                  timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                  server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
+    from ..client.backends import GenerationParams
+    from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+    from .sweep import ensure_open_files
+
     if api not in CHAT_APIS:
         raise ConfigError(f"loadgen chat speaks llama-server's /completion (--api llamacpp) or /v1/chat/completions "
                           f"(--api chat), not --api {api}")
@@ -140,13 +152,20 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
     ensure_open_files(users)
     if checking_only():
         return
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "chat"), force)
+    out_dir = results_folder(output, force, "chat")
     sys.exit(execute_chat(config, mode, out_dir, output_format, records_kept, records_format))
 
 
 def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_format: str = "table",
                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run the conversations, print the run's tables and the per-turn table, write the results."""
+    from ..output.progress import ProgressObserver
+    from ..output.tables import print_run
+    from ..results.writer import RunFiles
+    from ..run.multiturn import run_multiturn
+    from ..run.session import FinalWriteError, execute
+    from ..run.state import Run
+
     console, err = _console(), _console(stderr=True)
     run = Run(config, RunKind.CHAT)
 

@@ -13,25 +13,15 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
-from ..client.backends import GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..core.rundoc import RunDocument, RunKind
-from ..output.progress import SoakStatus, StepProgress
-from ..output.tables import print_run
-from ..output.worker_hlog import write_worker_hlog
-from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, MachineOptions, SoakSettings, SweepConfig, build_targets, check_api
-from ..run.level_runner import LevelRunner
-from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
-from ..run.soak import run_soak
-from ..run.state import Run, RunObserver
-from ..run.steps import run_steps
-from ..run.workers.policy import check_one_target, open_level_runner, remove_worker_files
+from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
@@ -49,6 +39,12 @@ from .shared import (
 from .slo import build_slo, slo_options
 from .workers import resolve_workers, workers_option
 
+if TYPE_CHECKING:
+    from ..run.config import MachineOptions, SweepConfig
+    from ..run.level_runner import LevelRunner
+    from ..run.session import Execution
+    from ..run.state import Run, RunObserver
+
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
                 server_urls: tuple[str, ...] = (),
@@ -59,6 +55,9 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
                 machine: MachineOptions | None = None) -> SweepConfig:
     """Targets, API and request settings as a sweep would hold them (one level); `machine`: what
     the run reads of the machine under it (None: the defaults)."""
+    from ..client.backends import GenerationParams
+    from ..run.config import DEFAULT_PROMPT, MachineOptions, SweepConfig, build_targets, check_api
+
     return SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(concurrency,),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
@@ -69,6 +68,8 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
 
 def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
+    from ..output.tables import print_run
+
     doc = execution.doc
     print_run(doc, console(), err, live=True)
     err.print(f"results: {out_dir}", highlight=False)
@@ -85,10 +86,16 @@ def _finish(execution: Execution, out_dir: Path, err: Console) -> int:
 
 
 def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
-         records_format: str = "jsonl", checkpoint_every_s: float = SUMMARY_EVERY_S) -> None:
+         records_format: str = "jsonl", checkpoint_every_s: float | None = None) -> None:
+    """Execute `run` into `out_dir`, checkpointing every `checkpoint_every_s` seconds (None: run.session's
+    SUMMARY_EVERY_S)."""
+    from ..results.writer import RunFiles
+    from ..run.session import SUMMARY_EVERY_S, FinalWriteError, execute
+    from ..run.workers.policy import remove_worker_files
+
     try:
         execution = execute(run, RunFiles(out_dir, records_kept, records_format), main, err=err,
-                            checkpoint_every_s=checkpoint_every_s)
+                            checkpoint_every_s=SUMMARY_EVERY_S if checkpoint_every_s is None else checkpoint_every_s)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -98,11 +105,10 @@ def _run(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: st
 
 def _level_runner(run: Run, out_dir: Path, obs: RunObserver) -> AbstractAsyncContextManager[LevelRunner]:
     """What sends the levels: this process, or the --workers (soak); their histograms into RESULTS."""
+    from ..output.worker_hlog import write_worker_hlog
+    from ..run.workers.policy import open_level_runner
+
     return open_level_runner(run.config, out_dir, obs, functools.partial(write_worker_hlog, out_dir))
-
-
-def _out_dir(output: str | None, force: bool, kind: str) -> Path:
-    return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
 
 @command("prefill")
@@ -122,6 +128,10 @@ def prefill_command(ports, host, urls, labels, server_urls,
                     seed, timeout_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
                     telemetry_urls, record_environment) -> None:
     """Prefill speed per prompt length: prompt_n, prompt_ms, prompt tok/s and client TTFT per server."""
+    from ..output.progress import StepProgress
+    from ..run.state import Run
+    from ..run.steps import run_steps
+
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
@@ -134,7 +144,7 @@ def prefill_command(ports, host, urls, labels, server_urls,
                                     "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
         return
-    out_dir = _out_dir(output, force, "prefill")
+    out_dir = results_folder(output, force, "prefill")
     err = console(stderr=True)
 
     async def main(checkpoint) -> None:
@@ -165,6 +175,10 @@ def depth_command(ports, host, urls, labels, server_urls,
                   seed, timeout_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
                   telemetry_urls, record_environment) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
+    from ..output.progress import StepProgress
+    from ..run.state import Run
+    from ..run.steps import run_steps
+
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
@@ -177,7 +191,7 @@ def depth_command(ports, host, urls, labels, server_urls,
                                   "concurrency": [1], "prompt_source": describe(source)})
     if checking_only():
         return
-    out_dir = _out_dir(output, force, "depth")
+    out_dir = results_folder(output, force, "depth")
     err = console(stderr=True)
 
     async def main(checkpoint) -> None:
@@ -223,6 +237,12 @@ def soak_command(ports, host, urls, labels, server_urls,
                  prometheus_linger_s, workers, ray_address, records_kept, records_format, sysfs, procfs,
                  env_interval_s, idle_s, telemetry_urls, record_environment) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
+    from ..output.progress import SoakStatus
+    from ..run.config import SoakSettings
+    from ..run.soak import run_soak
+    from ..run.state import Run
+    from ..run.workers.policy import check_one_target
+
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
@@ -243,7 +263,7 @@ def soak_command(ports, host, urls, labels, server_urls,
     run = Run(base, RunKind.SOAK, settings)
     if checking_only():
         return
-    out_dir = _out_dir(output, force, "soak")
+    out_dir = results_folder(output, force, "soak")
     err = console(stderr=True)
     if records_format == "parquet":
         columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
