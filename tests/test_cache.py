@@ -327,14 +327,14 @@ def test_a_level_where_every_request_failed_shows_na_and_exits_1(loadgen, tmp_pa
 def test_cache_capacity_stopped_during_a_k_keeps_the_finished_ks(loadgen, tmp_path, monkeypatch):
     import json
 
-    from loadgen.kinds.cache_capacity import command as cache_capacity
-    real, calls = cache_capacity.execute_sweep, []
+    from loadgen.cli import sweep  # cache-capacity runs each K with it, read at the call
+    real, calls = sweep.execute_sweep, []
 
     def interrupted_at_the_second_k(config, out_dir, *args, **kwargs):
         calls.append(out_dir.name)
         return real(config, out_dir, *args, **kwargs) if len(calls) == 1 else 130  # as Ctrl-C during a run
 
-    monkeypatch.setattr(cache_capacity, "execute_sweep", interrupted_at_the_second_k)
+    monkeypatch.setattr(sweep, "execute_sweep", interrupted_at_the_second_k)
     with SimThread(slots=2) as sim:
         code, out, err = loadgen("cache-capacity", "--url", sim.url, "--conversation-tokens", "100", "--k", "1,2,4",
                                  "--rounds", "2", "--output", tmp_path / "cc")

@@ -149,7 +149,7 @@ def test_why_names_the_evidence(binding, hi, verdict, slots, expected):
 def test_the_verdict_sentence_says_answer_value_cause_and_inconclusive():
     from loadgen.analysis.slo import parse_slo
     from loadgen.core.rundoc import SloJudgement
-    from loadgen.kinds.capacity.command import verdict_sentence
+    from loadgen.output.capacity_answer import verdict_sentence
     from loadgen.run.capacity import CapacitySettings
 
     slo = parse_slo("ttft=500ms,tpot=50ms")
@@ -193,7 +193,7 @@ def test_a_search_the_run_stopped_says_why(level, stopped, interrupted, signal_n
 
 def test_a_search_cut_short_says_so_in_its_verdict():
     from loadgen.analysis.slo import parse_slo
-    from loadgen.kinds.capacity.command import verdict_sentence
+    from loadgen.output.capacity_answer import verdict_sentence
     from loadgen.run.capacity import CapacitySettings
 
     slo, settings = parse_slo("e2e=1s"), CapacitySettings(max_level=64)

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.core.errors import ConfigError
-from loadgen.run.workers.ray_actors import RAY_CLIENT_PORT, ray_endpoint, reach_ray
+from loadgen.run.workers.ray_address import RAY_CLIENT_PORT, ray_endpoint, reach_ray
 from servers import run_cli
 from test_results_fuzz import FUZZ, assert_clean
 

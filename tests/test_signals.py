@@ -123,7 +123,7 @@ _SIGNAL_AT = """
 import os, signal, sys, threading
 import importlib
 writer = importlib.import_module("loadgen.results.writer")
-sweep = importlib.import_module("loadgen.cli.sweep")
+tables = importlib.import_module("loadgen.output.tables")  # cli/sweep.py reads print_run there at the call
 main = importlib.import_module("loadgen.cli.main").main
 
 def pepper(when, names):
@@ -145,7 +145,7 @@ where, when, names = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 if where == "write":
     writer.RunFiles.final = pepper(when, names)(writer.RunFiles.final)
 else:
-    sweep.print_run = pepper(when, names)(sweep.print_run)
+    tables.print_run = pepper(when, names)(tables.print_run)
 sys.argv = ["loadgen", *sys.argv[4:]]
 main()
 """

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ..core.records import CLIENT_SIDE, RequestRecord
-from . import metrics
 
 # Target names in the order tables show them, each with its per-request value.
 TARGETS = ("ttft", "ttfa", "tpot", "itl", "e2e", "queue")
@@ -120,6 +119,8 @@ def parse_slo(text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:
 
 def value_ms(r: RequestRecord, name: str) -> float | None:
     """The request's value for target `name` (see the module docstring), None when unknown."""
+    from . import metrics  # here, not at the top: reading --slo's grammar (`--help`) loads no numpy
+
     if name == "ttft":
         return metrics.ttft_ms(r)
     if name == "ttfa":
@@ -265,4 +266,6 @@ class SloTally:
 
 def judge_level(slo: Slo, rs: Sequence[RequestRecord]) -> SloLevel:
     """A level's `SloLevel` from its records (wall time: metrics.level_wall_s)."""
+    from . import metrics
+
     return SloTally.of(slo, rs).result(metrics.level_wall_s(rs))

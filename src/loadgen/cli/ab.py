@@ -29,15 +29,11 @@ import click
 import msgspec
 from rich.console import Console
 
-from ..analysis.gate import run_gate
-from ..analysis.grid_cells import run_line
 from ..core.baseurl import BaseUrl, BaseUrlError
 from ..core.errors import EXIT_FAILED, InputError, ResultsError
 from ..core.signals import LATCH
 from ..results.atomic import write_json
 from ..results.reader import load_run
-from ..results.sides import load_side, side_noise
-from ..results.writer import default_dir, prepare_dir
 from .common import die_with_parent, user_errors
 from .gate import env_guard, gate_config, gate_options, report_gate
 from .help import command
@@ -105,6 +101,8 @@ def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, out
 
 def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
     """The folder of a new ab, with its ab.json; an earlier ab's runs there only with --force."""
+    from ..results.writer import prepare_dir
+
     root = prepare_dir(root, force)
     earlier = [root / side for side in ("baseline", "candidate") if (root / side).exists()]
     if earlier and not force:
@@ -145,6 +143,8 @@ def order(repeat: int) -> list[tuple[int, str]]:
 
 def run_summary(out: Path) -> str:
     """"12.3 tok/s at c=1, 20.1 at c=2" from a finished run's run.json."""
+    from ..analysis.grid_cells import run_line
+
     try:
         return run_line(load_run(out))  # a sweep's levels: "12.3 tok/s at 1, 20.1 at 2"
     except ResultsError:
@@ -188,6 +188,10 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
     """
+    from ..analysis.gate import run_gate
+    from ..results.sides import load_side, side_noise
+    from ..results.writer import default_dir
+
     with user_errors():
         if resume:
             root = Path(resume)

@@ -10,19 +10,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ..analysis.crossover import crossover
 from ..core.errors import ConfigError, UserError
 from ..core.rundoc import RunDocument
 from ..output.cache import cache_capacity_table, kept_records
-from ..output.crossover import crossover_lines
-from ..output.grid_table import print_grid
-from ..output.kind_view import view_of
 from ..output.layout import print_table
-from ..output.tables import print_run, say
-from ..results.crossover import CROSSOVER_FILE, saved_question, spec_sides
-from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
 from ..results.reader import load_probe, load_records, load_run
-from ..results.reread import reanalyse
 from ..results.schema import CACHE_CAPACITY_FILE
 from .options import PERCENTILES
 from .shared import console as _console
@@ -48,6 +40,11 @@ def check_all_records(doc: RunDocument, option: str) -> None:
 @format_option
 def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=None) -> None:
     """Reprint a saved run's tables and saturation verdicts, or a grid's summary (no server needed)."""
+    from ..output.grid_table import print_grid
+    from ..output.tables import print_run
+    from ..results.grid_file import grid_summaries, is_grid, load_grid, one_run_in_grid, read_cache_capacity
+    from ..results.reread import reanalyse
+
     path = Path(results_dir)
     if is_grid(path):
         if output_format != "table":
@@ -82,6 +79,10 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
 
 def _crossover_again(grid_dir: Path) -> None:
     """The crossover question last asked of this grid (crossover.json), asked again of its runs."""
+    from ..analysis.crossover import crossover
+    from ..output.crossover import crossover_lines
+    from ..results.crossover import CROSSOVER_FILE, saved_question, spec_sides
+
     question = saved_question(grid_dir)
     if question is None:
         return
@@ -99,6 +100,9 @@ def _crossover_again(grid_dir: Path) -> None:
 
 def _kind_answer(path: Path, doc: RunDocument, console: Console) -> None:
     """The run kind's answer in one sentence (a capacity run's), after its tables."""
+    from ..output.kind_view import view_of
+    from ..output.tables import say
+
     answer = view_of(doc).answer
     line = answer(path, doc) if answer is not None else None
     if line is not None:

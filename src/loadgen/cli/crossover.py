@@ -17,10 +17,7 @@ from pathlib import Path
 import click
 import msgspec
 
-from ..analysis.crossover import crossover
 from ..core.errors import ConfigError
-from ..output.crossover import crossover_lines
-from ..results.crossover import CROSSOVER_FILE, CrossoverQuestion, save_question, spec_sides
 from .help import command
 from .shared import console
 
@@ -36,6 +33,10 @@ from .shared import console
 def crossover_command(grid, param, on_value, off_value, confidence, output_format) -> None:
     """Say per concurrency whether speculative decoding pays or costs throughput, from a grid of speculation on
     and off run interleaved and repeated."""
+    from ..analysis.crossover import crossover
+    from ..output.crossover import crossover_lines
+    from ..results.crossover import CROSSOVER_FILE, CrossoverQuestion, save_question, spec_sides
+
     if on_value == off_value:
         raise ConfigError("--on and --off name the same value")
     on, off = spec_sides(Path(grid), param, on_value, off_value)

@@ -12,20 +12,18 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from ..analysis.env_drift import preflight_warnings
 from ..client.mac_facts import mac_lines, read_mac_facts
-from ..client.machine_facts import MachineReader, Roots
-from ..client.telemetry import TelemetryError, TelemetryReader
 from ..core.errors import ConfigError
-from ..core.server_props import ServerProps
-from ..output.environment import fingerprint_lines
-from ..run.config import MachineOptions
-from ..run.machine_sampling import server_props
 from .common import user_errors
 from .help import command
+
+if TYPE_CHECKING:
+    from ..client.telemetry import TelemetryReader
+    from ..run.config import MachineOptions
 
 PROBE_CONNECTIONS = 2  # loadgen's probe scrapes /metrics and /slots beside the requests
 
@@ -57,6 +55,13 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
                 telemetry_urls: tuple[str, ...], interval: float, output_format: str) -> None:
     """Print this machine's fingerprint (CPU, memory, kernel, power, PCIe links, GPUs, servers) and warn about
     what would spoil a measurement."""
+    from ..analysis.env_drift import preflight_warnings
+    from ..client.machine_facts import MachineReader, Roots
+    from ..client.telemetry import TelemetryError, TelemetryReader
+    from ..core.server_props import ServerProps
+    from ..output.environment import fingerprint_lines
+    from ..run.machine_sampling import server_props
+
     with user_errors():
         for name, path, default in (("--sysfs", sysfs, "/sys"), ("--procfs", procfs, "/proc")):
             if not Path(path).is_dir() and not (path == default and not sys.platform.startswith("linux")):
@@ -139,6 +144,8 @@ def machine_options(command):
 
 def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float, telemetry_urls: tuple[str, ...],
                    record_environment: bool) -> MachineOptions:
+    from ..run.config import MachineOptions
+
     for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
         if record_environment and not Path(path).is_dir():
             raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")

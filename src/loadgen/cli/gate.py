@@ -15,53 +15,37 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
-from ..analysis.compare import NoiseFloors, RunComparison, RunData, compare_sides, noise_floors
 from ..analysis.env_drift import changed_levels, environment_differences, spoiling
-from ..analysis.gate import (
-    FAIL,
-    INCONCLUSIVE,
-    GateConfig,
-    GateConfigError,
-    GateResult,
-    build_config,
-    parse_confidence,
-    parse_settings,
-    run_gate,
-)
 from ..analysis.run_identity import first_difference
 from ..core.errors import EXIT_ENV_CHANGED, EXIT_FAILED, EXIT_NOT_ENFORCED, InputError, UserError
 from ..core.rundoc import json_safe
-from ..output.comparison import (
-    check_line,
-    comparison_markdown,
-    comparison_table,
-    detection_lines,
-    gate_markdown,
-    summary_line,
-    untested_notes,
-)
 from ..output.layout import print_table
-from ..results.grid_file import runs_in_grid
-from ..results.noise import write_noise
-from ..results.sides import calibration_runs, load_side, run_dirs, side_noise, without_levels
 from .common import results_dir, user_errors
 from .help import output_option
 from .shared import console as _console
 
+if TYPE_CHECKING:
+    from ..analysis.compare import NoiseFloors, RunComparison, RunData
+    from ..analysis.gate import GateConfig, GateResult
+
 
 def load(results_dir_text: str, which: str) -> list[RunData]:
     """A side: one results directory, or a folder of them."""
+    from ..results.sides import load_side
+
     return load_side(results_dir(results_dir_text, which))
 
 
 def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Console) -> list[RunData]:
     """The runs without their levels whose machine changed during them (analysis/env_drift.spoiling;
     steal alone spoils none), each said on stderr; all of them with `allow`."""
+    from ..results.sides import without_levels
+
     if allow:
         return runs
     out = []
@@ -108,11 +92,15 @@ ALLOW_ENV_HELP = ("Compare even when the machine under the two sides differs (wa
 
 
 def noise_for(baseline_dir: str, noise_file: str | None) -> NoiseFloors | None:
+    from ..results.sides import side_noise
+
     return side_noise(Path(baseline_dir), Path(noise_file) if noise_file else None)
 
 
 def load_gate_file(path: Path) -> dict[str, Any]:
     """Read and check the [gate] table of a TOML file; errors read `file: key: what is wrong`."""
+    from ..analysis.gate import GateConfigError, parse_settings
+
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -156,6 +144,10 @@ def compare_command(baseline_dir: str, candidate_dir: str, noise_file: str | Non
                     confidence: str, allow_env_change: bool = False) -> None:
     """Compare two sides (a sweep each, or a folder of runs each) per target and level: values,
     change, and whether it is more than the run-to-run noise."""
+    from ..analysis.compare import compare_sides
+    from ..analysis.gate import parse_confidence
+    from ..output.comparison import comparison_markdown, comparison_table, untested_notes
+
     with user_errors():
         level = parse_confidence(confidence, "--confidence")
         baseline, candidate = load(baseline_dir, "baseline"), load(candidate_dir, "candidate")
@@ -209,6 +201,8 @@ def gate_options(command):
 def gate_config(max_throughput_drop: str | None, max_latency_rise: str | None, max_error_rate: str | None,
                 confidence: str | None, metrics: tuple[str, ...], strict: bool | None,
                 config_file: str | None) -> GateConfig:
+    from ..analysis.gate import build_config, parse_settings
+
     flags = {"max_throughput_drop": max_throughput_drop, "max_latency_rise": max_latency_rise,
              "max_error_rate": max_error_rate, "confidence": confidence, "metrics": list(metrics) or None,
              "strict": strict}
@@ -228,6 +222,8 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
 
     Each side is a results directory or a folder of several (runs are the unit: with one run a side
     and no noise floor a change cannot be told from the machine's drift, and no limit is enforced)."""
+    from ..analysis.gate import run_gate
+
     with user_errors():
         config = gate_config(max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
                              config_file)
@@ -239,6 +235,9 @@ def gate_command(baseline_dir: str, candidate_dir: str, max_throughput_drop: str
 
 def report_gate(result: GateResult, strict: bool) -> None:
     """The gate's lines, summary and step summary; exits 1 on a failed gate, 3 on one not enforced."""
+    from ..analysis.gate import FAIL, INCONCLUSIVE
+    from ..output.comparison import check_line, detection_lines, gate_markdown, summary_line
+
     out, err = Console(), Console(stderr=True)
     print_notes(result.comparison, err)
     for line in detection_lines(result):
@@ -278,6 +277,11 @@ def write_step_summary(markdown: str, err: Console) -> None:
 def calibrate_command(runs_dir: str, out_file: str | None) -> None:
     """Measure this machine's run-to-run noise from several runs of one unchanged configuration
     (a folder of results directories, such as an A/A `loadgen ab`), for `compare` and `gate`."""
+    from ..analysis.compare import compare_sides, noise_floors
+    from ..results.grid_file import runs_in_grid
+    from ..results.noise import write_noise
+    from ..results.sides import calibration_runs, run_dirs
+
     with user_errors():
         path = results_dir(runs_dir, "runs")
         named = calibration_runs(path)

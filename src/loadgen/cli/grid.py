@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -42,21 +42,6 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from ..analysis.bootlog import boot_facts, log_tail, server_boot
-from ..analysis.grid_capacity import held_answer
-from ..analysis.grid_cells import (
-    GridParam,
-    cache_flags,
-    cell_names,
-    check_template,
-    cross,
-    flag_value,
-    has_flag,
-    parse_param,
-    placeholders,
-    render,
-    run_line,
-    run_order,
-)
 from ..analysis.kv import INFEASIBLE, MIB, does_not_fit, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
@@ -73,10 +58,7 @@ from ..core.griddoc import (
 from ..core.ports import bind_problem
 from ..core.server_props import ServerProps
 from ..core.signals import LATCH
-from ..output.grid_table import print_grid
-from ..results.grid_file import DONE, grid_summaries, is_grid, load_grid, read_cache_capacity, read_capacity, write_grid
 from ..results.reader import load_run
-from ..results.writer import add_server_boot, command_line, default_dir, prepare_dir, utc_now
 from ..run.gguf_file import read_gguf
 from ..run.servers import (
     ServerProcess,
@@ -89,11 +71,14 @@ from ..run.servers import (
     stop,
     wait_ready,
 )
-from .common import die_with_parent, user_errors
+from .common import die_with_parent, results_folder, user_errors
 from .help import command
 from .kv import parse_size
 from .shared import CHECK_ONLY, checking_only
 from .shared import console as _console
+
+if TYPE_CHECKING:
+    from ..analysis.grid_cells import GridParam
 
 MEASURES = ("sweep", "prefill", "depth", "capacity", "cache-capacity")
 RESERVED = ("--url", "--ports", "--host", "--label", "--output", "--force")
@@ -120,6 +105,8 @@ def server_argv(template: str, values: dict[str, str],
     """The cell's argv with loadgen's additions, and its URL: a free loopback port (of `port_range`
     when given) where the template writes {port}, else as `--port` unless it gives one; the same
     for {host} and `--host` (127.0.0.1); -lv 4 for llama-server."""
+    from ..analysis.grid_cells import flag_value, has_flag, placeholders, render
+
     used, loopback = placeholders(template), "127.0.0.1"
     # a port is picked only when grid places it: a template that gives its own --port keeps it
     # (and never fails on a --port-range it does not use)
@@ -169,6 +156,8 @@ def ended(what: str, code: int) -> str:
 
 def kv_estimate(argv: list[str]) -> tuple[KvEstimateEntry | None, str | None]:
     """`loadgen kv`'s estimate for the cell's flags, or None and why not."""
+    from ..analysis.grid_cells import cache_flags
+
     try:
         flags = cache_flags(argv)  # ValueError: a flag's value that is not a number (--parallel two)
         if flags.model is None:
@@ -209,6 +198,8 @@ def cell_measure_args(kind: str, argv: list[str], pid: int) -> list[str]:
     server pid (its resident memory per K) and, for the prediction, its --cache-ram when its command
     line sets one (llama-server's MiB), --no-cache-idle-slots when it has it, and --kv-unified when
     its KV cache is unified (-kvu, or no --parallel: llama-server's default; analysis.grid_cells.cache_flags)."""
+    from ..analysis.grid_cells import cache_flags, flag_value, has_flag
+
     if kind != "cache-capacity":
         return []
     cache_ram = flag_value(argv, *CACHE_RAM_FLAGS)
@@ -223,6 +214,8 @@ def cell_measure_args(kind: str, argv: list[str], pid: int) -> list[str]:
 
 def held_line(entry: CacheCapacityEntry) -> str:
     """A cache-capacity run in a line: the warm conversations held beside the prediction."""
+    from ..analysis.grid_capacity import held_answer
+
     answer = held_answer(entry)
     held = answer.text if answer else "n/a"
     predicted = "no prediction" if entry.predicted_capacity is None else f"predicted {entry.predicted_capacity}"
@@ -236,6 +229,8 @@ class CellRunner:
         self.root, self.grid, self.err = root, grid, err
 
     def run(self, cell: GridCell, repeat: int) -> GridRun:
+        from ..analysis.grid_cells import has_flag, placeholders, render
+
         folder = self.root / "cells" / cell.id / f"r{repeat}"
         picks_port = "port" in placeholders(self.grid.template) or not has_flag(
             render(self.grid.template, cell.params), "--port")
@@ -249,6 +244,8 @@ class CellRunner:
 
     def _attempt(self, cell: GridCell, repeat: int, folder: Path) -> tuple[GridRun, bool]:
         """One try at the cell's repeat: its grid entry, and whether its port was taken by another process."""
+        from ..results.writer import add_server_boot, utc_now
+
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted attempt's, being run again (--resume)
         folder.mkdir(parents=True)
         try:
@@ -295,6 +292,8 @@ class CellRunner:
                  host: str, port: int) -> None:
         """Waits for the server, checks it is the cell's, records its facts and runs the measurement:
         sets the entry's status and reason, and what it found."""
+        from ..analysis.grid_cells import flag_value
+
         last = [0.0]
 
         def on_wait(elapsed: float, state: str) -> None:
@@ -336,6 +335,8 @@ class CellRunner:
     def _read_result(self, entry: GridRun, run_dir: Path) -> None:
         """A finished measurement: its answer kept in the entry (capacity, cache-capacity), status ok,
         or failed when the file with it is missing or damaged."""
+        from ..results.grid_file import read_cache_capacity, read_capacity
+
         try:
             if self.grid.measure == "capacity":
                 entry.capacity = read_capacity(run_dir)
@@ -348,6 +349,9 @@ class CellRunner:
 
 def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
     """Every (repeat, cell) not done yet, in interleaved order; grid.json after each."""
+    from ..analysis.grid_cells import run_order
+    from ..results.grid_file import DONE, write_grid
+
     runner = CellRunner(root, grid, err)
     for note in fallback_notes():
         err.print(f"grid: {note}", highlight=False)
@@ -377,6 +381,8 @@ def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
 
 def cell_run_line(run_dir: Path) -> str:
     """A finished cell run's figures in one line (`analysis.grid_cells.run_line`)."""
+    from ..analysis.grid_cells import run_line
+
     try:
         return run_line(load_run(run_dir))
     except ResultsError as exc:
@@ -448,6 +454,9 @@ def check_measure_args(kind: str, args: tuple[str, ...]) -> None:
 def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Measure, args: tuple[str, ...],
              wait_ready_s: float, port_range: tuple[int, int] | None = None,
              memory_mib: float | None = None) -> GridDocument:
+    from ..analysis.grid_cells import cell_names, check_template, cross, parse_param, render
+    from ..results.writer import command_line
+
     params: list[GridParam] = [parse_param(p) for p in param_texts]
     check_template(template, params)
     render(template, {p.name: p.values[0] for p in params})
@@ -488,6 +497,10 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, 
 
     Any other option goes to the measurement (e.g. --concurrency 1,2,4 --n-predict 32).
     """
+    from ..analysis.grid_cells import render
+    from ..output.grid_table import print_grid
+    from ..results.grid_file import grid_summaries, is_grid, load_grid, write_grid
+
     with user_errors():
         if resume:
             root = Path(resume)
@@ -514,7 +527,7 @@ def grid_command(template, param_texts, repeat, kind, wait_ready_s, port_range, 
         return
     with user_errors():
         if not resume:
-            root = prepare_dir(Path(output) if output else default_dir(Path("results"), "grid"), force)
+            root = results_folder(output, force, "grid")
             if is_grid(root) and not force:
                 raise ConfigError(f"{root} already holds a grid; continue it with --resume {root} or add --force")
             shutil.rmtree(root / "cells", ignore_errors=True)  # --force: the earlier grid's cells, nothing else

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from ..analysis.slo import Slo
 from ..core.signals import LATCH
-from ..run.live.endpoint import DEFAULT_LINGER_S, LiveEndpoint
-from ..run.live.metrics import LiveMetrics
+from ..run.live import DEFAULT_LINGER_S
+
+if TYPE_CHECKING:
+    from ..run.live.endpoint import LiveEndpoint
+    from ..run.live.metrics import LiveMetrics
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -41,6 +45,9 @@ def serving_live_metrics(port: int | None, host: str, linger_s: float, levels: I
     """Yield the run's `LiveMetrics` served on `host:port` (None without a port), judging every
     request against `slo` when the run has one. When the block ends
     normally, wait for one more scrape (at most `linger_s`, cut short by a signal), then stop."""
+    from ..run.live.endpoint import LiveEndpoint
+    from ..run.live.metrics import LiveMetrics
+
     if port is None:
         yield None
         return

@@ -1,7 +1,10 @@
 """The command line's root: the `loadgen` group, the one place every command is named, and `main`.
 
 Commands are imported when they are run (click's lazy group), so a command that reads results
-never loads the engine, the transports or aiohttp, and `sim` does not load for the others.
+never loads the engine, the transports or aiohttp, and `sim` does not load for the others. A
+command's module imports at its top what its options need; what runs the command (the engine,
+numpy, scipy, aiohttp) is imported in the functions that do the work, so `loadgen <command> --help`
+loads none of it (tests/test_startup.py; benchmarks/startup.py times it).
 Errors a user can cause end in `main` as one line on stderr and their exit code (core.errors);
 tracebacks are left for loadgen's own bugs.
 """

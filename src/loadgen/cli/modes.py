@@ -12,23 +12,21 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..client.backends import GenerationParams
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..core.rundoc import RunDocument
-from ..output.tables import print_run
-from ..output.worker_hlog import write_worker_hlog
-from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.config import DEFAULT_PROMPT, MachineOptions, SweepConfig, build_targets, check_api
-from ..run.level_runner import LevelRunner
-from ..run.session import SUMMARY_EVERY_S, Execution, FinalWriteError, execute
-from ..run.state import Run, RunObserver
-from ..run.workers.policy import open_level_runner, remove_worker_files
 from .shared import (
     console,
 )
+
+if TYPE_CHECKING:
+    from ..run.config import MachineOptions, SweepConfig
+    from ..run.level_runner import LevelRunner
+    from ..run.session import Execution
+    from ..run.state import Run, RunObserver
 
 
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
@@ -40,6 +38,9 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
                 machine: MachineOptions | None = None) -> SweepConfig:
     """Targets, API and request settings as a sweep would hold them (one level); `machine`: what
     the run reads of the machine under it (None: the defaults)."""
+    from ..client.backends import GenerationParams
+    from ..run.config import DEFAULT_PROMPT, MachineOptions, SweepConfig, build_targets, check_api
+
     return SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(concurrency,),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
@@ -50,6 +51,8 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
 
 def finish_mode(execution: Execution, out_dir: Path, err: Console) -> int:
+    from ..output.tables import print_run
+
     doc = execution.doc
     print_run(doc, console(), err, live=True)
     err.print(f"results: {out_dir}", highlight=False)
@@ -66,10 +69,16 @@ def finish_mode(execution: Execution, out_dir: Path, err: Console) -> int:
 
 
 def run_mode(run: Run, out_dir: Path, main: Callable, err: Console, records_kept: str = "all",
-         records_format: str = "jsonl", checkpoint_every_s: float = SUMMARY_EVERY_S) -> None:
+             records_format: str = "jsonl", checkpoint_every_s: float | None = None) -> None:
+    """Execute `run` into `out_dir`, checkpointing every `checkpoint_every_s` seconds (None: run.session's
+    SUMMARY_EVERY_S), and exit with the mode's code."""
+    from ..results.writer import RunFiles
+    from ..run.session import SUMMARY_EVERY_S, FinalWriteError, execute
+    from ..run.workers.policy import remove_worker_files
+
     try:
         execution = execute(run, RunFiles(out_dir, records_kept, records_format), main, err=err,
-                            checkpoint_every_s=checkpoint_every_s)
+                            checkpoint_every_s=SUMMARY_EVERY_S if checkpoint_every_s is None else checkpoint_every_s)
     except FinalWriteError as exc:
         err.print(f"loadgen: error: {exc}", style="red", highlight=False, markup=False)
         sys.exit(EXIT_FAILED)
@@ -79,10 +88,15 @@ def run_mode(run: Run, out_dir: Path, main: Callable, err: Console, records_kept
 
 def mode_level_runner(run: Run, out_dir: Path, obs: RunObserver) -> AbstractAsyncContextManager[LevelRunner]:
     """What sends the levels: this process, or the --workers (soak); their histograms into RESULTS."""
+    from ..output.worker_hlog import write_worker_hlog
+    from ..run.workers.policy import open_level_runner
+
     return open_level_runner(run.config, out_dir, obs, functools.partial(write_worker_hlog, out_dir))
 
 
 def mode_out_dir(output: str | None, force: bool, kind: str) -> Path:
+    from ..results.writer import default_dir, prepare_dir
+
     return prepare_dir(Path(output) if output else default_dir(Path("results"), kind), force)
 
 

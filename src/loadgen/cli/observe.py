@@ -17,8 +17,6 @@ from ..core.prometheus_label import label_value
 from ..output.dashboard import DashboardSpec, dashboard_json
 from ..output.files import write_files
 from ..output.prometheus_config import ScrapeTarget, prometheus_config
-from ..run.config import build_targets
-from ..run.target_setup import label_targets
 from .help import command
 from .live import DEFAULT_HOST
 from .options import DURATION
@@ -42,6 +40,9 @@ DEFAULT_PORT = 9464
 @click.option("--force", is_flag=True, help="Overwrite the files of an earlier `loadgen observe` there.")
 def observe_command(prometheus_port, prometheus_host, scrape_interval_s, output, force, **target_flags) -> None:
     """Write prometheus.yml and a Grafana dashboard for these targets and loadgen's live metrics."""
+    from ..run.config import build_targets
+    from ..run.target_setup import label_targets
+
     # Only the targets matter here (no completion is sent): --api, --model, --transport are unused.
     f = target_flags
     targets = build_targets(f["host"], f["ports"], f["urls"], f["labels"], f["server_urls"])

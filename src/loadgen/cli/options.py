@@ -13,12 +13,10 @@ from typing import Any
 
 import click
 
-from ..analysis.metric_defs import parse_percentiles
 from ..analysis.trim import Trim
 from ..core.errors import ConfigError
 from ..core.request_class import RequestClass, parse_class, parse_class_flag
 from ..core.workload import LengthSpec, parse_length_spec
-from ..run.config import parse_int_list, parse_rate_list
 
 
 class IntList(click.ParamType):
@@ -30,6 +28,8 @@ class IntList(click.ParamType):
         self.minimum, self.maximum = minimum, maximum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        from ..run.config import parse_int_list
+
         if isinstance(value, tuple) and all(type(v) is int for v in value):
             text = ",".join(map(str, value))
         elif isinstance(value, list):
@@ -57,6 +57,8 @@ class RateList(click.ParamType):
     name = "rates"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        from ..run.config import parse_rate_list
+
         if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
             return value
         items = value if isinstance(value, list) else [value]
@@ -138,6 +140,8 @@ class PercentileList(click.ParamType):
     name = "percentiles"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[float, ...]:
+        from ..analysis.metric_defs import parse_percentiles
+
         if isinstance(value, tuple):
             return value
         if isinstance(value, list):

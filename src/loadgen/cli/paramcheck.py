@@ -14,14 +14,10 @@ from pathlib import Path
 import click
 
 from ..analysis.paramcheck_verdict import DEFAULT_PARAMS, KNOWN_PARAMS, exit_code
-from ..client.canary import CanaryError
 from ..core.baseurl import BaseUrl
 from ..core.errors import EXIT_FAILED, ConfigError, ResultsError
 from ..output.files import write_files
 from ..output.paramcheck_table import FILE, paramcheck_file, print_paramcheck
-from ..results.writer import command_line, default_dir, utc_now
-from ..run.config import check_api, normalize_url
-from ..run.paramcheck import run_gateway_check
 from .help import command
 from .shared import console
 
@@ -43,6 +39,11 @@ from .shared import console
 def paramcheck_command(direct, via, api, params, model, api_key, timeout_s, insecure, output, force) -> None:
     """Send canary requests direct and through a gateway; say per parameter honoured, dropped, altered
     or cannot tell."""
+    from ..client.canary import CanaryError
+    from ..results.writer import command_line, default_dir, utc_now
+    from ..run.config import check_api, normalize_url
+    from ..run.paramcheck import run_gateway_check
+
     direct, via = normalize_url(direct, "--direct"), normalize_url(via, "--via")
     check_api(api, model, api_key)
     chosen = parse_params(params)

@@ -16,9 +16,7 @@ import click
 from ..analysis.metric_defs import Metric, all_metrics
 from ..core.errors import InputError
 from ..core.rundoc import RunKind
-from ..results.grid_file import grid_run_dirs, is_grid, one_run_in_grid, read_cache_capacity, runs_in_grid
 from ..results.reader import load_probe, load_records, load_run_dict
-from ..results.reread import load_with_records
 from ..results.schema import CACHE_CAPACITY_FILE
 from .common import results_dir, user_errors
 from .help import output_option
@@ -45,6 +43,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
     """Write a sweep's data as HdrHistogram .hgrm/.hlog files, CSV or JSON, or its records as JSON lines or Parquet."""
     from ..output.exporters import EXPORTERS, check_exportable, records_note, select
     from ..output.files import write_files
+    from ..results.grid_file import one_run_in_grid
 
     source = one_run_in_grid(results_dir(results_dir_text))
     run = load_run_dict(source)  # the JSON and CSV exporters pass run.json's summaries on verbatim (ExportData)
@@ -72,6 +71,7 @@ def export_command(results_dir_text: str, output_format: str, metric: str | None
 def load_source(path_text: str, name: str | None = None) -> RunSource:
     from ..output.kind_view import view_of
     from ..output.report_model import RunSource
+    from ..results.reread import load_with_records
 
     path = results_dir(path_text)
     records = load_records(path)
@@ -84,6 +84,8 @@ def load_source(path_text: str, name: str | None = None) -> RunSource:
 def load_sources(path_text: str) -> list[RunSource]:
     """A run folder's source, or a grid folder's: each cell's finished runs, named by cell (a grid's
     cell, GRID/c01: its runs, named by repeat)."""
+    from ..results.grid_file import grid_run_dirs, is_grid, runs_in_grid
+
     path = results_dir(path_text)
     if (path / CACHE_CAPACITY_FILE).is_file():
         return cache_capacity_sources(path)
@@ -101,6 +103,7 @@ def cache_capacity_sources(path: Path) -> list[RunSource]:
     import dataclasses
 
     from ..output.cache import cache_capacity_table, collapse_line
+    from ..results.grid_file import read_cache_capacity
 
     summary = read_cache_capacity(path)
     table = cache_capacity_table(summary)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
-from ..client.registry import TRANSPORT_NAMES
 from ..core.errors import ConfigError
 from ..output.layout import FORMATS
 from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
@@ -28,6 +27,8 @@ def _apply(f: Callable, options: list[Callable]) -> Callable:
 
 def target_options(f: Callable) -> Callable:
     """--ports, --host, --url, --label; --api, --model, --api-key; --transport, --insecure; --server-url."""
+    from ..client.registry import TRANSPORT_NAMES
+
     return _apply(f, [
         click.option("--ports", type=PORTS, help="Comma-separated ports of targets on --host, e.g. 8080,8081."),
         click.option("--host", default="127.0.0.1", show_default=True, help="Host for --ports."),

@@ -9,12 +9,11 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
-from ..analysis.aggregate import of_level
 from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..analysis.trim import Trim
 from ..client.backends import REASONING_EFFORTS, GenerationParams
@@ -23,29 +22,10 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.request_class import RequestClass, check_classes
 from ..core.rundoc import RunDocument, RunKind
 from ..core.workload import LengthSpec, Workload
-from ..output.progress import ProgressObserver
-from ..output.tables import print_run
-from ..output.worker_hlog import write_worker_hlog
-from ..results.writer import RunFiles, default_dir, prepare_dir
-from ..run.classes import run_classes
-from ..run.config import (
-    DEFAULT_PROMPT,
-    SweepConfig,
-    Target,
-    build_targets,
-    check_api,
-    check_arrival,
-    check_reasoning_effort,
-)
-from ..run.dataset_answers import DatasetEntry, read_dataset_entries
-from ..run.live.metrics import LiveMetrics
+from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api, check_arrival, check_reasoning_effort
 from ..run.prompts import PromptSource, sample_prompts
 from ..run.schedule import ARRIVALS
-from ..run.session import FinalWriteError, execute
-from ..run.state import Run
-from ..run.stop_at_knee import stop_at_knee as knee_plan
-from ..run.sweep import run_sweep
-from ..run.workers.policy import open_level_runner, remove_worker_files
+from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
@@ -64,6 +44,11 @@ from .shared import (
 from .shared import console as _console
 from .slo import build_slo, slo_options
 from .workers import resolve_workers, workers_option
+
+if TYPE_CHECKING:
+    from ..run.dataset_answers import DatasetEntry
+    from ..run.live.metrics import LiveMetrics
+    from ..run.state import Run
 
 
 @command()
@@ -180,7 +165,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     ensure_open_files(connections_needed(config), config.open_loop and not config.classes)
     if checking_only():
         return show_classes(config.classes)
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "sweep"), force)
+    out_dir = results_folder(output, force, "sweep")
     if records_format == "parquet":
         columnar.schema()  # pyarrow is there, or one line saying how to get it, before any request
     with serving_live_metrics(prometheus_port, prometheus_host, prometheus_linger_s, config.levels,
@@ -261,6 +246,8 @@ def dataset_answers(workload: Workload, dataset: str | None, field: str, answer_
                     samples: int | None, seed: int) -> tuple[PromptSource, list[DatasetEntry]]:
     """--n-predict dataset: the sampled entries that have an answer (and a note of those left out),
     and a prompt source of their prompts in the same order."""
+    from ..run.dataset_answers import read_dataset_entries
+
     if not workload.answers_from_dataset:
         raise ConfigError("--dataset-answer-field needs --n-predict dataset")
     if dataset is None:
@@ -354,6 +341,17 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     `live` (--prometheus-port) is fed every level and request; `stop_at_knee` ends the ladder once
     it is past saturation or the SLO (run/stop_at_knee.py).
     """
+    from ..output.progress import ProgressObserver
+    from ..output.tables import print_run
+    from ..output.worker_hlog import write_worker_hlog
+    from ..results.writer import RunFiles
+    from ..run.classes import run_classes
+    from ..run.session import FinalWriteError, execute
+    from ..run.state import Run
+    from ..run.stop_at_knee import stop_at_knee as knee_plan
+    from ..run.sweep import run_sweep
+    from ..run.workers.policy import open_level_runner, remove_worker_files
+
     console = console or _console()
     err = _console(stderr=True)
     run = Run(config, kind)
@@ -375,19 +373,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
         raise UserError(str(exc), EXIT_FAILED) from None
     remove_worker_files(out_dir)
     doc = execution.doc
-    from ..output.exporters import is_hgrm_name, level_histogram_files
-    from ..output.files import remove_files, write_files
-
-    try:
-        # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
-        # first, whatever else a user put there stays; with --no-histograms none are left either.
-        remove_files(out_dir / "histograms", is_hgrm_name)
-        if histograms and not config.classes:  # a class's levels share a key: their files would collide
-            (out_dir / "histograms").mkdir(exist_ok=True)
-            write_files(level_histogram_files(doc, [(t.label, lv.level, of_level(lv)) for t in run.targets
-                                                    for lv in t.levels]), out_dir / "histograms")
-    except OSError as exc:
-        err.print(f"warning: could not write the histograms ({exc})", style="yellow")
+    write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
@@ -396,6 +382,25 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def write_histograms(out_dir: Path, doc: dict[str, Any], run: Run, wanted: bool, err: Console) -> None:
+    """Each level's .hgrm file under out_dir/histograms (`wanted`: --histograms, and no request
+    classes, whose levels share a key so their files would collide); a warning when they cannot be."""
+    from ..analysis.aggregate import of_level
+    from ..output.exporters import is_hgrm_name, level_histogram_files
+    from ..output.files import remove_files, write_files
+
+    try:
+        # An earlier run's .hgrm files (--force) would pass for this run's: loadgen's own names go
+        # first, whatever else a user put there stays; with --no-histograms none are left either.
+        remove_files(out_dir / "histograms", is_hgrm_name)
+        if wanted:
+            (out_dir / "histograms").mkdir(exist_ok=True)
+            write_files(level_histogram_files(doc, [(t.label, lv.level, of_level(lv)) for t in run.targets
+                                                    for lv in t.levels]), out_dir / "histograms")
+    except OSError as exc:
+        err.print(f"warning: could not write the histograms ({exc})", style="yellow")
 
 
 @command()
@@ -412,12 +417,14 @@ def demo(time_scale, concurrency, output, force) -> None:
     The simulators model the field report's Apple M1 Max servers (Qwen3.6-35B-A3B MoE and Qwen3.6-27B
     dense); they run `--time-scale` times faster and every figure is reported in simulated time.
     """
+    from ..client.backends import GenerationParams
+    from ..run.config import DEFAULT_PROMPT, SweepConfig, Target
     from ..sim import load_profile
     from .demo_servers import simulator_processes
 
     levels = concurrency
     profiles = [load_profile("moe-35b-a3b"), load_profile("dense-27b")]
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "demo"), force)
+    out_dir = results_folder(output, force, "demo")
 
     err = _console(stderr=True)
     err.print(f"loadgen demo: two simulated llama-servers, {profiles[0].name} and {profiles[1].name}, 4 slots each, "

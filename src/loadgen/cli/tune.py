@@ -24,17 +24,13 @@ from pathlib import Path
 import click
 import msgspec
 
-from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
 from ..analysis.kv import MIB
 from ..analysis.tune_plan import DROPPED, FINALIST, Screened, pick_finalists, seconds_between
 from ..core.errors import ConfigError
 from ..core.griddoc import GridCell, GridDocument
 from ..core.signals import LATCH
-from ..results.atomic import write_json
-from ..results.grid_file import is_grid, load_grid, write_grid
-from ..results.writer import command_line, default_dir, prepare_dir
 from .common import user_errors
-from .grid import check_measure_args, new_grid, parse_port_range, render, run_grid
+from .grid import check_measure_args, new_grid, parse_port_range, run_grid
 from .help import command
 from .kv import parse_size
 from .shared import checking_only
@@ -93,6 +89,8 @@ def _server_s(cell: GridCell) -> float:
 
 
 def _screened(grid: GridDocument) -> list[Screened]:
+    from ..analysis.grid_capacity import run_answer
+
     out = []
     for cell in grid.cells:
         answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
@@ -105,6 +103,9 @@ def _screened(grid: GridDocument) -> list[Screened]:
 
 def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | None) -> TuneDocument:
     """tune.json's content from the two stages' grids as they stand."""
+    from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
+    from ..analysis.grid_cells import render
+
     by_id = {c.id: c for c in screen.cells}
     pick = pick_finalists(_screened(screen), doc.finalists)
     final_cells = {c.id: c for c in (final.cells if final is not None else [])}
@@ -147,6 +148,8 @@ def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | No
 
 
 def write_tune(root: Path, doc: TuneDocument) -> None:
+    from ..results.atomic import write_json
+
     write_json(root / TUNE_FILE, msgspec.to_builtins(doc))
 
 
@@ -173,6 +176,9 @@ def write_tune(root: Path, doc: TuneDocument) -> None:
 def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, wait_ready_s, port_range,
                  output, force, resume, measure_args) -> None:
     """Find the server flags that serve the most users within latency targets (--slo): screen every cell, race the best."""
+    from ..results.grid_file import is_grid, load_grid, write_grid
+    from ..results.writer import command_line, default_dir, prepare_dir
+
     with user_errors():
         if resume:
             root = Path(resume)
@@ -202,8 +208,17 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
             (root / SCREEN).mkdir(exist_ok=True)
             write_grid(root / SCREEN, screen)
             write_tune(root, doc)
-    err = _console(stderr=True)
     LATCH.install()
+    run_stages(root, doc, screen)
+
+
+def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
+    """The screen, the pick, the final, tune.json after each; prints the search and exits (130/143 when
+    interrupted: --resume continues it)."""
+    from ..analysis.grid_cells import render
+    from ..results.grid_file import is_grid, load_grid, write_grid
+
+    err = _console(stderr=True)
     started = time.monotonic()
     err.print(f"tune: screening {len(screen.cells)} cell(s), a capacity search of {doc.screen_budget} requests each",
               highlight=False)

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..core.errors import ConfigError
 from ..core.processes import usable_cores
-from ..run.config import SweepConfig
-from ..run.workers.policy import auto_workers, local_workers
-from ..run.workers.ray_actors import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
+from ..run.workers.ray_address import LOCAL, RAY_INSTALL, import_ray, ray_endpoint, reach_ray
 from .shared import checking_only
+
+if TYPE_CHECKING:
+    from ..run.config import SweepConfig
 
 
 class Workers(click.ParamType):
@@ -49,6 +50,8 @@ def workers_option(f: Callable) -> Callable:
 
 def resolve_workers(workers: int | str, ray_address: str | None, config: SweepConfig) -> SweepConfig:
     """The config with the processes (or Ray actors) `--workers`/`--ray` ask for, checked against the rest."""
+    from ..run.workers.policy import auto_workers, local_workers
+
     if ray_address is not None:
         ray_endpoint(ray_address)  # a bad address is refused before Ray is imported
         ray = import_ray()

@@ -31,11 +31,12 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # numpy is imported where a workload is drawn, so reading a record type does not load it
+    import numpy as np
 
 DISTRIBUTIONS = ("uniform", "normal", "lognormal", "file")  # and "dataset", --n-predict's alone
 DEFAULT_SHAPES = 256  # distinct shapes a run draws; request i takes shape i mod this
@@ -62,6 +63,8 @@ class LengthSpec:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n lengths (int64) drawn from this spec with `rng`."""
+        import numpy as np
+
         if self.kind == "dataset":
             raise ValueError("a dataset's answer lengths are read, not drawn")
         if self.kind == "fixed":
@@ -226,6 +229,8 @@ class Workload:
         when the answers come from a dataset."""
         if self.answers_from_dataset:
             return ()
+        import numpy as np
+
         n = self.shapes
         prompts = (self.prompt_tokens.draw(np.random.default_rng([self.seed, 0]), n).tolist()
                    if self.prompt_tokens is not None else [None] * n)

@@ -27,8 +27,10 @@ the count over a span is gone, which is what a benchmark wants. n = 2 leaves one
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where offsets are drawn: `loadgen sweep --help` reads ARRIVALS without it
+    import numpy as np
 
 ARRIVALS = ("constant", "poisson", "gamma")
 
@@ -40,6 +42,8 @@ def arrival_offsets_ns(rate: float, *, requests: int | None, duration_s: float |
     `requests` bounds the count, `duration_s` the span (offsets < duration); with both, whichever
     ends first. The first request goes at offset 0; the mean gap is exactly 1 / rate.
     """
+    import numpy as np
+
     if rate <= 0 or np.isnan(rate):
         raise ValueError("rate must be a positive number of requests per second")
     if requests is None and duration_s is None:

@@ -10,10 +10,8 @@ import signal
 
 import click
 
-from ..run.loops import loop_factory
 from .faults import FAULT_KINDS, FaultConfig
 from .profile import builtin_profiles, load_profile
-from .server import start_simulator
 
 
 @click.command("sim")
@@ -48,6 +46,9 @@ def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bo
                 load_seconds: float, fault_specs: tuple[str, ...], threads_http: int | None, keep_alive_s: float,
                 cache_ram_tokens: int, reasoning_tokens: int) -> None:
     """Run a simulated llama-server (same API, slots, batching and /metrics; no model needed)."""
+    from ..run.loops import loop_factory
+    from .server import start_simulator
+
     try:
         profile = load_profile(profile_name)
     except ValueError as exc:

@@ -36,8 +36,10 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+if TYPE_CHECKING:  # the requests are the server's; `loadgen sim --help` reads FAULT_KINDS without aiohttp
+    from aiohttp import web
 
 
 class FaultKind(str, Enum):  # noqa: UP042 (StrEnum would change what str() and format() print)

@@ -11,17 +11,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from ...analysis.cache import CapacityLevel, CapacitySummary, capacity_level, collapse_k, predicted_capacity
+from ...cli.common import results_folder
 from ...cli.help import command
 from ...cli.options import LEVELS
 from ...cli.shared import checking_only, format_option, request_options, target_options
 from ...cli.shared import console as _console
-from ...cli.sweep import execute_sweep
-from ...client.backends import GenerationParams
 from ...core.cache_mode import SharedPrefix
 from ...core.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, ConfigError
 from ...core.rundoc import RunKind
@@ -31,8 +31,9 @@ from ...output.layout import print_table
 from ...results.atomic import write_json
 from ...results.reader import load_records, load_run
 from ...results.schema import CACHE_CAPACITY_FILE
-from ...results.writer import default_dir, prepare_dir
-from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
+if TYPE_CHECKING:
+    from ...run.config import SweepConfig
 
 # A capacity conversation's own part after its prefix: the salt (18 tokens on SmolLM2) and some text.
 OWN_TOKENS = 64
@@ -105,6 +106,11 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
                            kv_unified, temperature, seed,
                            timeout_s, wait_ready_s, output, force, output_format, server_urls=()) -> None:
     """How many conversations the prompt cache keeps warm: K round-robin, K raised level by level."""
+    from ...cli.sweep import execute_sweep
+    from ...client.backends import GenerationParams
+    from ...results.writer import prepare_dir
+    from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
     targets = build_targets(host, ports, urls, labels, server_urls)
     if len(targets) != 1:
         raise ConfigError("cache-capacity measures one server at a time: give one --url or --ports")
@@ -112,7 +118,7 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
         raise ConfigError(f"--server-pid {server_pid}: no such process (give the server's own process id)")
     if checking_only():
         return
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "cache-capacity"), force)
+    out_dir = results_folder(output, force, "cache-capacity")
     err = _console(stderr=True)
 
     def k_config(k: int) -> SweepConfig:

@@ -15,10 +15,12 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ...analysis.capacity_search import DEFAULT_HOLD_S, DEFAULT_NOISE, DEFAULT_REPEAT
+from ...cli.common import results_folder
 from ...cli.help import command
 from ...cli.options import DURATION
 from ...cli.shared import (
@@ -34,25 +36,17 @@ from ...cli.shared import (
 )
 from ...cli.shared import console as _console
 from ...cli.slo import build_slo, slo_options
-from ...cli.sweep import connections_needed, ensure_open_files, sweep_lengths
-from ...client.backends import GenerationParams
 from ...core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ...core.rundoc import RunDocument, RunKind
 from ...core.workload import Workload
-from ...output.capacity_answer import capacity_document, verdict_sentence
-from ...output.progress import ProgressObserver
-from ...output.tables import print_run, say
-from ...output.worker_hlog import write_worker_hlog
 from ...results.atomic import write_json
 from ...results.schema import CAPACITY_FILE
-from ...results.writer import RunFiles, default_dir, prepare_dir
-from ...run.capacity import RATE_LEVEL_LEAST, CapacitySearch, CapacitySettings, run_capacity
-from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ...run.session import FinalWriteError, execute
-from ...run.state import Run
-from ...run.workers.policy import open_level_runner, remove_worker_files
 
-__all__ = ["capacity_command", "execute_capacity", "parse_budget", "verdict_sentence"]
+if TYPE_CHECKING:
+    from ...run.capacity import CapacitySettings
+    from ...run.config import SweepConfig
+
+__all__ = ["capacity_command", "execute_capacity", "parse_budget"]
 
 
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:
@@ -118,6 +112,11 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
                      n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format) -> None:
     """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
+    from ...cli.sweep import connections_needed, ensure_open_files, sweep_lengths
+    from ...client.backends import GenerationParams
+    from ...run.capacity import RATE_LEVEL_LEAST, CapacitySettings
+    from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
     slo = build_slo(slo_text, attainment, stream=stream, required=True)
     assert slo is not None
     by_rate = by == "rate"
@@ -164,13 +163,23 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "capacity"), force)
+    out_dir = results_folder(output, force, "capacity")
     sys.exit(execute_capacity(config, settings, out_dir, output_format, records_kept, records_format))
 
 
 def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: Path, output_format: str = "table",
                      records: str = "all", records_format: str = "jsonl") -> int:
     """Run the search, write its results (run.json as a sweep, capacity.json), print. The exit code."""
+    from ...output.capacity_answer import capacity_document
+    from ...output.progress import ProgressObserver
+    from ...output.tables import print_run, say
+    from ...output.worker_hlog import write_worker_hlog
+    from ...results.writer import RunFiles
+    from ...run.capacity import CapacitySearch, run_capacity
+    from ...run.session import FinalWriteError, execute
+    from ...run.state import Run
+    from ...run.workers.policy import open_level_runner, remove_worker_files
+
     console, err = _console(), _console(stderr=True)
     run = Run(config, RunKind.CAPACITY, {"capacity": settings.to_dict()})
     search = CapacitySearch(run, settings)

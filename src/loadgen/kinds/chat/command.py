@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ...analysis.slo import DEFAULT_ATTAINMENT
-from ...cli.env import machine_config, machine_options
+from ...cli.env import machine_options
 from ...cli.help import command
 from ...cli.shared import (
     checking_only,
@@ -21,18 +22,13 @@ from ...cli.shared import (
 )
 from ...cli.shared import console as _console
 from ...cli.slo import build_slo, slo_options
-from ...cli.sweep import ensure_open_files, refuse_empty_levels
-from ...client.backends import CONVERSATION_APIS, GenerationParams
+from ...client.backends import CONVERSATION_APIS
 from ...core.cache_mode import MultiTurn
 from ...core.errors import EXIT_FAILED, ConfigError, UserError
 from ...core.rundoc import RunDocument, RunKind
-from ...output.progress import ProgressObserver
-from ...output.tables import print_run
-from ...results.writer import RunFiles, default_dir, prepare_dir
-from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
-from ...run.multiturn import run_multiturn
-from ...run.session import FinalWriteError, execute
-from ...run.state import Run
+
+if TYPE_CHECKING:
+    from ...run.config import SweepConfig
 
 CHAT_APIS = CONVERSATION_APIS  # the APIs whose backends send a conversation's turns (client/backends)
 
@@ -67,6 +63,12 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
                  timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                  server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
+    from ...cli.env import machine_config
+    from ...cli.sweep import ensure_open_files
+    from ...client.backends import GenerationParams
+    from ...results.writer import default_dir, prepare_dir
+    from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
     if api not in CHAT_APIS:
         raise ConfigError(f"loadgen chat speaks llama-server's /completion (--api llamacpp) or /v1/chat/completions "
                           f"(--api chat), not --api {api}")
@@ -89,6 +91,14 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
 def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_format: str = "table",
                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run the conversations, print the run's tables and the per-turn table, write the results."""
+    from ...cli.sweep import refuse_empty_levels
+    from ...output.progress import ProgressObserver
+    from ...output.tables import print_run
+    from ...results.writer import RunFiles
+    from ...run.multiturn import run_multiturn
+    from ...run.session import FinalWriteError, execute
+    from ...run.state import Run
+
     console, err = _console(), _console(stderr=True)
     run = Run(config, RunKind.CHAT)
 

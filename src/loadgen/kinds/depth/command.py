@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ...cli.env import machine_config, machine_options
+from ...cli.env import machine_options
 from ...cli.help import command
-from ...cli.modes import base_config, mode_level_runner, mode_out_dir, run_mode
 from ...cli.options import DEPTHS
 from ...cli.shared import (
     checking_only,
@@ -19,9 +18,6 @@ from ...cli.shared import (
     target_options,
 )
 from ...core.rundoc import RunKind
-from ...output.progress import StepProgress
-from ...run.state import Run
-from ...run.steps import run_steps
 
 
 @command("depth")
@@ -43,6 +39,12 @@ def depth_command(ports, host, urls, labels, server_urls,
                   seed, timeout_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
                   telemetry_urls, record_environment) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
+    from ...cli.env import machine_config
+    from ...cli.modes import base_config, mode_level_runner, mode_out_dir, run_mode
+    from ...output.progress import StepProgress
+    from ...run.state import Run
+    from ...run.steps import run_steps
+
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,

@@ -20,14 +20,9 @@ from ...cli.shared import (
     target_options,
 )
 from ...cli.slo import build_slo, slo_options
-from ...cli.sweep import ensure_open_files, execute_sweep, refuse_empty_levels
-from ...client.backends import GenerationParams
 from ...core.cache_mode import SharedPrefix
 from ...core.errors import EXIT_OK, ConfigError
 from ...core.rundoc import RunKind
-from ...results.reader import load_run
-from ...results.writer import default_dir, prepare_dir
-from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 
 
 @command()
@@ -58,6 +53,12 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
                    timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."""
+    from ...cli.sweep import ensure_open_files, execute_sweep, refuse_empty_levels
+    from ...client.backends import GenerationParams
+    from ...results.reader import load_run
+    from ...results.writer import default_dir, prepare_dir
+    from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
     if prompt_tokens is not None and prompt_tokens <= prefix_tokens:
         raise ConfigError(f"--prompt-tokens {prompt_tokens} must be more than --prefix-tokens {prefix_tokens} "
                           "(the salt and each request's own text follow the prefix)")

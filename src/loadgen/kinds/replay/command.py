@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ...analysis.slo import DEFAULT_ATTAINMENT
+from ...cli.common import results_folder
 from ...cli.shared import (
     checking_only,
     format_option,
@@ -23,13 +24,9 @@ from ...cli.shared import (
     target_options,
 )
 from ...cli.slo import build_slo, slo_options
-from ...cli.sweep import connections_needed, ensure_open_files, execute_sweep
-from ...client.backends import GenerationParams
 from ...core.errors import ConfigError
 from ...core.rundoc import RunKind
 from ...results.reader import load_run
-from ...results.writer import default_dir, prepare_dir
-from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
 from ...run.trace_replay import plan_replay, read_trace
 
 # A scaled length of 0 is 1; a prompt too short to hold the salt is raised per server to the
@@ -66,6 +63,10 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
                    seed, timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop."""
+    from ...cli.sweep import connections_needed, ensure_open_files, execute_sweep
+    from ...client.backends import GenerationParams
+    from ...run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api
+
     slo = build_slo(slo_text, attainment, stream=stream)
     plan = plan_replay(read_trace(trace), name=Path(trace).name, speed=speed, scale_lengths=scale_lengths,
                        max_prompt=max_prompt_tokens, max_output=max_n_predict, min_prompt=MIN_PROMPT_TOKENS,
@@ -84,7 +85,7 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
         return
     click.echo(f"replaying {len(plan.shapes)} requests over {plan.offsets_ns[-1] / 1e9:.1f} s "
                f"(mean {plan.rate:g} req/s)", err=True)
-    out_dir = prepare_dir(Path(output) if output else default_dir(Path("results"), "replay"), force)
+    out_dir = results_folder(output, force, "replay")
     code = execute_sweep(config, out_dir, kind=RunKind.REPLAY, output_format=output_format, records=records_kept,
                          records_format=records_format)
     lag = next((lv.schedule_lag_ms for t in load_run(out_dir).targets for lv in t.levels), None)

@@ -7,10 +7,9 @@ from dataclasses import replace
 
 import click
 
-from ...cli.env import machine_config, machine_options
+from ...cli.env import machine_options
 from ...cli.help import command
-from ...cli.live import prometheus_options, serving_live_metrics
-from ...cli.modes import base_config, mode_level_runner, mode_out_dir, run_mode
+from ...cli.live import prometheus_options
 from ...cli.options import DURATION
 from ...cli.shared import (
     checking_only,
@@ -23,14 +22,9 @@ from ...cli.shared import (
     target_options,
 )
 from ...cli.slo import build_slo, slo_options
-from ...cli.workers import resolve_workers, workers_option
+from ...cli.workers import workers_option
 from ...core import columnar
 from ...core.rundoc import RunKind
-from ...output.progress import SoakStatus
-from ...run.config import SoakSettings
-from ...run.soak import run_soak
-from ...run.state import Run
-from ...run.workers.policy import check_one_target
 
 
 @command("soak")
@@ -67,6 +61,16 @@ def soak_command(ports, host, urls, labels, server_urls,
                  prometheus_linger_s, workers, ray_address, records_kept, records_format, sysfs, procfs,
                  env_interval_s, idle_s, telemetry_urls, record_environment) -> None:
     """Steady load for hours: errors by kind, error-free time and throughput drift, checkpointed as it goes."""
+    from ...cli.env import machine_config
+    from ...cli.live import serving_live_metrics
+    from ...cli.modes import base_config, mode_level_runner, mode_out_dir, run_mode
+    from ...cli.workers import resolve_workers
+    from ...output.progress import SoakStatus
+    from ...run.config import SoakSettings
+    from ...run.soak import run_soak
+    from ...run.state import Run
+    from ...run.workers.policy import check_one_target
+
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,

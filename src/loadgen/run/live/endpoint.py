@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -22,9 +22,11 @@ from prometheus_client.registry import Collector
 
 from ...core.errors import ConfigError
 from ...core.prometheus_label import label_value
-from .metrics import LiveMetrics
+from . import DEFAULT_LINGER_S
 
-DEFAULT_LINGER_S = 15.0
+if TYPE_CHECKING:  # the endpoint serves the LiveMetrics it is given: it needs only their type
+    from .metrics import LiveMetrics
+
 DRAIN_EVERY_S = 1.0  # the records a run queues are counted at least this often, scraped or not
 
 

@@ -21,7 +21,8 @@ from ..config import SweepConfig
 from ..level_runner import LevelRunner, LocalRunner
 from ..state import RunObserver
 from .parent import WorkerPool
-from .ray_actors import LOCAL, RayPool
+from .ray_actors import RayPool
+from .ray_address import LOCAL
 
 WORKERS_DIR = "workers"  # in the results folder while the run goes on: one records file per worker
 MAX_PER_CORE = 4  # more worker processes than this a core only share the same cores
