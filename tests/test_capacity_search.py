@@ -222,15 +222,18 @@ def test_the_search_settings_are_read_back_from_the_runs_command(command, expect
     assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected
 
 
-# holds_fresh, worked by hand first: t(0.9, 2) = 1.886, sqrt(1 + 1/3) = 1.155, so the bound is the
-# mean minus 2.178 sd (the sd no smaller than sqrt(m(1-m)/judged)), against the asked 0.9.
+# holds_fresh, worked by hand first (z(0.9) = 1.2816, t(0.9, 2) = 1.8856; p with half a miss added
+# over the N = 3 x judged requests pooled). Schedules that agree within binomial noise: mean - z *
+# sqrt(p(1-p)/m + p(1-p)/N), m = judged here (a fresh run as long as a level). Wider: mean - t *
+# sd * sqrt(1 + 1/n).
 @pytest.mark.parametrize("attainments, judged, expected", [
-    ([0.96, 0.98, 1.0], 40, True),   # 0.98 - 2.178 * 0.0221 = 0.932
-    ([0.92, 0.96, 1.0], 40, False),  # 0.96 - 2.178 * 0.04 = 0.873: a fresh schedule misses too often
-    ([0.9, 0.9, 0.9], 40, False),    # on the line: the binomial sd 0.047 alone puts the bound at 0.797
-    ([1.0, 1.0, 1.0], 40, True),     # every request of every schedule met it
-    ([0.97, 0.97, 0.97], 40, True),  # 0.97 - 2.178 * 0.027 = 0.911
-    ([0.97, 0.97, 0.97], 20, False),  # fewer requests, less known: 0.97 - 2.178 * 0.038 = 0.887
+    ([0.96, 0.98, 1.0], 40, True),   # binomial: 0.98 - 1.2816 * 0.0284 = 0.944
+    ([0.92, 0.96, 1.0], 40, False),  # wider than binomial: 0.96 - 1.8856 * 0.04 * 1.155 = 0.873
+    ([0.9, 0.9, 0.9], 40, False),    # on the line: 0.829
+    ([1.0, 1.0, 1.0], 40, True),     # every request of every schedule met it: 0.985
+    ([0.97, 0.97, 0.97], 40, True),  # 0.928
+    ([0.95, 0.95, 0.95], 40, False),  # 0.897
+    ([0.95, 0.95, 0.95], 20, False),  # fewer requests, less known: 0.873
     ([0.95], 40, True),              # one schedule: nothing to predict from
     ([None, None], 40, True),        # a run from before attainments were kept
 ])
@@ -241,18 +244,18 @@ def test_a_rate_holds_on_a_fresh_schedule_by_its_prediction_bound(attainments, j
     assert holds_fresh(probes, confidence=0.9) is expected  # the hand work above is at 90%
 
 
-# A fresh run of hold_s seconds at the probes' rate, worked by hand first: three schedules at 97% of 40
-# requests, sd 0.027 (binomial). At 1 req/s two minutes hold 120 requests, more than a level: sd_new
-# = sd, bound 0.911 as above. At 0.1 req/s they hold 12: sd_new = 0.027 * sqrt(40/12) = 0.0493,
-# bound 0.97 - 1.886 * sqrt(0.0493^2 + 0.027^2/3) = 0.872, a two-minute run misses too often.
+# A fresh run of hold_s seconds at the probes' rate, at 90%, worked by hand first: three schedules at
+# 97% of 40 requests (binomial). At 1 req/s two minutes hold 120 requests, more than a level: m = 40,
+# bound 0.928 as above. At 0.1 req/s they hold 12: 0.97 - 1.2816 * sqrt(p(1-p)/12 + p(1-p)/120) =
+# 0.8998, a two-minute run misses too often.
 @pytest.mark.parametrize("rate, attainments, hold_s, expected", [
-    (1.0, [0.97, 0.97, 0.97], 120.0, True),    # 0.911
-    (1.0, [0.97, 0.97, 0.97], None, True),     # as long as a level: 0.911
-    (0.1, [0.97, 0.97, 0.97], 120.0, False),   # 0.872
+    (1.0, [0.97, 0.97, 0.97], 120.0, True),    # 0.928
+    (1.0, [0.97, 0.97, 0.97], None, True),     # as long as a level: 0.928
+    (0.1, [0.97, 0.97, 0.97], 120.0, False),   # 0.8998
     (0.1, [0.97, 0.97, 0.97], None, True),     # a run before --hold: judged as long as a level
-    (0.1, [0.97, 0.97, 0.97], 400.0, True),    # 40 requests in 400 s: as a level, 0.911
+    (0.1, [0.97, 0.97, 0.97], 400.0, True),    # 40 requests in 400 s: as a level, 0.928
     (0.1, [0.97, 0.97, 0.97], 4000.0, True),   # a longer run never narrows the margin below a level's
-    (0.25, [0.98, 0.99, 1.0], 120.0, True),    # 30 requests: 0.952
+    (0.25, [0.98, 0.99, 1.0], 120.0, True),    # 30 requests: 0.959
 ])
 def test_a_rate_holds_on_a_fresh_run_of_the_asked_length(rate, attainments, hold_s, expected):
     from loadgen.analysis.capacity_search import holds_fresh
@@ -261,16 +264,18 @@ def test_a_rate_holds_on_a_fresh_run_of_the_asked_length(rate, attainments, hold
     assert holds_fresh(probes, confidence=0.9, hold_s=hold_s) is expected  # worked at 90%
 
 
-# At the search's own confidence, 95% (FRESH_RUN_CONFIDENCE), worked by hand first: t(0.95, 2) = 2.920.
-# [0.975, 0.975, 1.0] of 40: mean 0.9833, sd 0.0203 (binomial). At 1 req/s: 0.9833 - 2.920 * 0.0203 *
-# 1.155 = 0.915. At 0.1 req/s, 12 requests in two minutes: sd_new 0.0370, bound 0.9833 - 2.920 *
-# sqrt(0.0370^2 + 0.0203^2/3) = 0.870. Three at 97%: 0.97 - 2.920 * 0.027 * 1.155 = 0.879.
+# At the search's own confidence, 95% (FRESH_RUN_CONFIDENCE), worked by hand first: z(0.95) = 1.6449,
+# t(0.95, 2) = 2.920. Binomial schedules: [0.975, 0.975, 1.0] of 40 at 1 req/s 0.941; three at 97%
+# 0.916 at 1 req/s, 0.880 at 0.1 req/s (12 requests in two minutes); three at 96% 0.8985. Wider:
+# [0.9, 1.0, 1.0] 0.772 (one schedule of three missed: the schedule moves the attainment).
 @pytest.mark.parametrize("rate, attainments, hold_s, expected", [
-    (1.0, [0.975, 0.975, 1.0], 120.0, True),   # 0.915
-    (0.1, [0.975, 0.975, 1.0], 120.0, False),  # 0.870
-    (0.1, [0.975, 0.975, 1.0], None, True),    # as long as a level: 0.915
-    (1.0, [0.97, 0.97, 0.97], 120.0, False),   # 0.879: held at 90%, not at 95%
-    (1.0, [1.0, 1.0, 1.0], 120.0, True),
+    (1.0, [0.975, 0.975, 1.0], 120.0, True),   # 0.941
+    (1.0, [0.97, 0.97, 0.97], 120.0, True),    # 0.916
+    (0.1, [0.97, 0.97, 0.97], 120.0, False),   # 0.880
+    (0.1, [0.97, 0.97, 0.97], None, True),     # as long as a level: 0.916
+    (1.0, [0.96, 0.96, 0.96], 120.0, False),   # 0.8985: held at 90%, not at 95%
+    (1.0, [0.9, 1.0, 1.0], 120.0, False),      # 0.772
+    (1.0, [1.0, 1.0, 1.0], 120.0, True),       # 0.981
 ])
 def test_the_search_asks_a_fresh_run_to_hold_19_times_in_20(rate, attainments, hold_s, expected):
     from loadgen.analysis.capacity_search import FRESH_RUN_CONFIDENCE, holds_fresh
@@ -281,8 +286,7 @@ def test_the_search_asks_a_fresh_run_to_hold_19_times_in_20(rate, attainments, h
 
 
 def test_a_slow_rate_is_judged_on_the_fresh_run_the_search_was_given():
-    probes = [Probe(level=0.1, passed=True, score=0.8, attainment=a, judged=40, required=0.9)
-              for a in (0.975, 0.975, 1.0)]
+    probes = [Probe(level=0.1, passed=True, score=0.8, attainment=0.97, judged=40, required=0.9)] * 3
     steady = [Probe(level=0.05, passed=True, score=0.3, attainment=1.0, judged=40, required=0.9)] * 3
     held = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=None)
     two_minutes = conclude({0.05: steady, 0.1: probes}, repeat=3, noise=0.10, by_rate=True, hold_s=120.0)

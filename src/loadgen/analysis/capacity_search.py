@@ -13,10 +13,9 @@ Deciding a level from its probes (`decide_level`), with `repeat` R and relative 
 - by rate, also REPEAT a level whose probes all passed, one of them with a score of 0.5 or more
   (RATE_CONFIRM_BELOW), until it has R: a rate passes on R arrival schedules, not one; and a rate
   passed on several schedules passes only when a fresh run at it would too (`holds_fresh`): the
-  95% lower prediction bound of a new run's attainment, from the schedules' attainments
-  (mean - t(0.95, n-1) * sqrt(sd_new^2 + sd^2/n), sd no smaller than the binomial one of the
-  requests a level judged, sd_new that sd grown to a run of `hold_s` seconds when that run holds
-  fewer requests than a level), is at least the asked attainment; else the rate sits on the line
+  95% lower prediction bound of a new run's attainment (of `hold_s` seconds), from the schedules'
+  attainments (binomial where they agree within binomial noise, the probes' own spread where they
+  spread wider; `holds_fresh`), is at least the asked attainment; else the rate sits on the line
   (INCONCLUSIVE). One open-loop level's attainment swings by about ±10% from one arrival schedule
   to the next near the line, so the highest rate that passed three schedules was often one a
   fresh run missed (the winner's curse of a search);
@@ -114,11 +113,16 @@ class Probe:
 def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENCE,
                 hold_s: float | None = None) -> bool:
     """Whether a fresh run at this rate would meet the asked attainment with probability
-    `confidence`: the one-sided prediction bound of a new observation of the probes' attainments
-    (normal; sd from the probes, no smaller than the binomial sd of the mean attainment over the
-    mean number of requests judged) against the asked attainment. The new run lasts `hold_s`
-    seconds at the probes' rate (None: as long as a probe); one holding fewer requests than a probe
-    swings more, its sd grown by sqrt(judged / (rate * hold_s)), never shrunk for a longer one.
+    `confidence`: a one-sided lower prediction bound of a new run's attainment against the asked one.
+    The new run lasts `hold_s` seconds at the probes' rate (None: as long as a probe); one holding
+    fewer requests than a probe swings more, never less for a longer one. Two cases:
+    - the schedules agree within binomial noise (their spread no wider than the binomial sd of one
+      probe): the attainment is a share p of independent requests, estimated from all the probes'
+      requests pooled, so the bound is mean - z(confidence) * sqrt(p(1-p)/m + p(1-p)/N), m the fresh
+      run's requests, N the probes' (p with half a miss added, so a perfect record still has a spread);
+    - they spread wider (the schedule itself moves the attainment): the normal prediction bound from
+      the probes, mean - t(confidence, n-1) * sqrt(sd_new^2 + sd^2/n), sd their spread, sd_new it
+      grown by sqrt(requests per probe / m).
     True when the probes lack the figures (older runs) or are fewer than two (nothing to predict from)."""
     values = [p.attainment for p in probes if p.attainment is not None]
     judged = [p.judged for p in probes if p.judged]
@@ -130,11 +134,16 @@ def holds_fresh(probes: Sequence[Probe], confidence: float = FRESH_RUN_CONFIDENC
     n = len(values)
     mean = sum(values) / n
     per_level = sum(judged) / len(judged)
+    fresh = per_level if hold_s is None else min(per_level, max(probes[0].level * hold_s, 1.0))
     spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    sd = max(spread, math.sqrt(mean * (1 - mean) / per_level))
-    fresh = per_level if hold_s is None else max(probes[0].level * hold_s, 1.0)
-    sd_new = sd * math.sqrt(max(1.0, per_level / fresh))
-    bound = mean - float(stats.t.ppf(confidence, n - 1)) * math.sqrt(sd_new ** 2 + sd ** 2 / n)
+    pooled = per_level * n
+    share = (mean * pooled + 0.5) / (pooled + 1)  # half a miss added: a perfect record is not a certainty
+    binomial = share * (1 - share)
+    if spread ** 2 <= binomial / per_level:
+        bound = mean - float(stats.norm.ppf(confidence)) * math.sqrt(binomial / fresh + binomial / pooled)
+    else:
+        sd_new = spread * math.sqrt(per_level / fresh)
+        bound = mean - float(stats.t.ppf(confidence, n - 1)) * math.sqrt(sd_new ** 2 + spread ** 2 / n)
     return bound >= required - 1e-12
 
 
