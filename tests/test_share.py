@@ -17,8 +17,8 @@ from servers import SimThread
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("/home/alice/models/SmolLM2.gguf", "<path>/SmolLM2.gguf"),
-    ("model at /root/.cache/loadgen/x.gguf loaded", "model at <path>/x.gguf loaded"),
+    ("/srv/alice/models/SmolLM2.gguf", "<path>/SmolLM2.gguf"),
+    ("model at /opt/cache/loadgen/x.gguf loaded", "model at <path>/x.gguf loaded"),
     ("http://10.1.2.3:8080/v1", "http://<ip>:8080/v1"),
     ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),  # loopback names no machine
     ("http://[::1]:8080", "http://[::1]:8080"),
