@@ -48,6 +48,7 @@ from .workers import resolve_workers, workers_option
 if TYPE_CHECKING:
     from ..run.dataset_answers import DatasetEntry
     from ..run.live.metrics import LiveMetrics
+    from ..run.session import Execution
     from ..run.state import Run
 
 
@@ -376,9 +377,15 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True)
     err.print(f"results: {out_dir}", highlight=False)
+    return run_exit_code(execution)
+
+
+def run_exit_code(execution: Execution) -> int:
+    """A finished run's exit code: the signal's (130, 143) when one stopped it, EXIT_FAILED when a
+    target failed or no level was measured, else EXIT_OK."""
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    typed = RunDocument.of(doc)
+    typed = RunDocument.of(execution.doc)
     if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
         return EXIT_FAILED
     return EXIT_OK

@@ -36,8 +36,8 @@ from ...cli.shared import (
 )
 from ...cli.shared import console as _console
 from ...cli.slo import build_slo, slo_options
-from ...core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
-from ...core.rundoc import RunDocument, RunKind
+from ...core.errors import EXIT_FAILED, ConfigError, UserError
+from ...core.rundoc import RunKind
 from ...core.workload import Workload
 from ...results.atomic import write_json
 from ...results.schema import CAPACITY_FILE
@@ -170,6 +170,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
 def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: Path, output_format: str = "table",
                      records: str = "all", records_format: str = "jsonl") -> int:
     """Run the search, write its results (run.json as a sweep, capacity.json), print. The exit code."""
+    from ...cli.sweep import run_exit_code
     from ...output.capacity_answer import capacity_document
     from ...output.progress import ProgressObserver
     from ...output.tables import print_run, say
@@ -212,9 +213,4 @@ def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: P
         if search.ended:
             say(err, f"search ended: {search.ended}", "dim")
     err.print(f"results: {out_dir}", highlight=False)
-    if execution.exit_code_for_signal is not None:
-        return execution.exit_code_for_signal
-    typed = RunDocument.of(doc)
-    if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
-        return EXIT_FAILED
-    return EXIT_OK
+    return run_exit_code(execution)

@@ -24,7 +24,7 @@ from ...cli.shared import console as _console
 from ...cli.slo import build_slo, slo_options
 from ...client.backends import CONVERSATION_APIS
 from ...core.cache_mode import MultiTurn
-from ...core.errors import EXIT_FAILED, ConfigError, UserError
+from ...core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ...core.rundoc import RunDocument, RunKind
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
 def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_format: str = "table",
                  records: str = "all", records_format: str = "jsonl") -> int:
     """Run the conversations, print the run's tables and the per-turn table, write the results."""
-    from ...cli.sweep import refuse_empty_levels
+    from ...cli.sweep import refuse_empty_levels, run_exit_code
     from ...output.progress import ProgressObserver
     from ...output.tables import print_run
     from ...results.writer import RunFiles
@@ -115,10 +115,6 @@ def execute_chat(config: SweepConfig, mode: MultiTurn, out_dir: Path, output_for
     kept = [r for t in run.targets for lv in t.levels for r in lv.records]
     print_run(doc, console, err, output_format, live=True, records=kept)
     err.print(f"results: {out_dir}", highlight=False)
-    if execution.exit_code_for_signal is not None:
-        return execution.exit_code_for_signal
-    typed = RunDocument.of(doc)
-    if any(t.error for t in typed.targets) or not any(t.levels for t in typed.targets):
-        return EXIT_FAILED
-    return refuse_empty_levels(typed)
+    code = run_exit_code(execution)
+    return code if code != EXIT_OK else refuse_empty_levels(RunDocument.of(doc))
 
