@@ -60,3 +60,9 @@ def test_a_rate_search_outside_its_cap_is_refused_before_any_request(loadgen, tm
                            "--output", tmp_path / "cap")
     assert code == 2 and says in err, err
     assert not (tmp_path / "cap").exists()
+
+
+def test_hold_without_by_rate_is_refused(loadgen, tmp_path):
+    code, _, err = loadgen("capacity", "--url", "http://127.0.0.1:9", "--slo", "e2e=1s", "--hold", "30s",
+                           "--output", tmp_path / "cap")
+    assert code == 2 and "--hold" in err and "--by rate" in err, err

@@ -121,3 +121,31 @@ def test_a_trend_over_builds_keeps_the_newest_runs_identity():
     assert [round(p.change, 6) if p.change is not None else None for p in by_run.points] == [
         None, 0.1, round(90 / 110 - 1, 6), round(80 / 90 - 1, 6), 0.0]
     assert trend([], by_build=True).points == ()
+
+
+def test_importing_a_run_twice_adds_it_once_and_rate_runs_are_another_identity(tmp_path):
+    from loadgen.results.history import identities, import_folder, workload_hash
+
+    run = tmp_path / "r"
+    run.mkdir()
+    doc = {"kind": "sweep", "started_utc": "2026-12-05T10:00:00Z", "complete": True,
+           "config": {"mode": "concurrency", "n_predict": 8},
+           "targets": [{"label": "a", "levels": [{"level": 1, "throughput_tok_s": 10.0}]}]}
+    (run / "run.json").write_text(json.dumps(doc))
+    store = tmp_path / "h.sqlite"
+    assert import_folder(store, run) == 1
+    assert import_folder(store, run) == 0  # the same run twice would look like two that agree perfectly
+    assert len(identities(store)) == 1
+    # levels of req/s are not levels of users: an open loop's workload is another identity
+    rate = {**doc["config"], "mode": "rate"}
+    assert workload_hash(rate) != workload_hash(doc["config"])
+
+
+def test_history_trend_refuses_a_level_the_newest_run_does_not_have(loadgen, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOADGEN_HISTORY", str(tmp_path / "history.sqlite"))
+    with SimThread(slots=2, time_scale=0.05) as sim:
+        _sweep(loadgen, sim.url, tmp_path / "r0")
+    code, out, err = loadgen("history", "trend", "--level", "7")
+    assert code == 2 and "no level 7; its levels are 2" in err, out + err
+    code, out, err = loadgen("history", "trend", "--level", "2", "--metric", "ttft_ms_p99")
+    assert code == 2 and "streamed runs only" in err, out + err

@@ -75,3 +75,14 @@ def test_a_shared_run_holds_no_host_user_or_folder_of_this_machine(loadgen, tmp_
 def tar_member(path, name):
     with tarfile.open(path) as tar:
         return json.loads(tar.extractfile(name).read())  # type: ignore[union-attr]
+
+
+def test_two_folders_of_one_name_are_both_kept(tmp_path):
+    from loadgen.results.share import Redactor, bundle
+
+    for parent in ("a", "b"):
+        (tmp_path / parent / "run").mkdir(parents=True)
+        (tmp_path / parent / "run" / "run.json").write_text(json.dumps({"targets": [], "side": parent}))
+    names = bundle([tmp_path / "a" / "run", tmp_path / "b" / "run"], tmp_path / "x.tar.gz", redactor=Redactor())
+    assert names == ["run/run.json", "run-2/run.json", "REDACTED.md"]
+    assert tar_member(tmp_path / "x.tar.gz", "run-2/run.json")["side"] == "b"

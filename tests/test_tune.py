@@ -76,3 +76,19 @@ def test_tune_screens_every_cell_and_names_the_best_the_full_search_finds(tmp_pa
     refused = subprocess.run([*LOADGEN, "tune", "--resume", str(out), "--param", "parallel=8"], capture_output=True,
                              text=True, timeout=60)
     assert refused.returncode == 2 and "--resume continues a search as it was given" in refused.stderr
+
+
+def test_a_tune_where_no_cell_could_run_fails_and_a_used_folder_needs_force(tmp_path):
+    import subprocess
+
+    from servers import LOADGEN
+
+    out = tmp_path / "t"
+    args = [*LOADGEN, "tune", "--server", f"{tmp_path}/no-such-server --port {{port}} --slots {{s}}", "--param", "s=1,2",
+            "--slo", "e2e=1s", "--output", str(out)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no cell could be measured" in proc.stderr, proc.stderr
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "already holds a tune" in again.stderr, again.stderr
+    forced = subprocess.run([*args, "--force"], capture_output=True, text=True, timeout=120)
+    assert forced.returncode == 1, forced.stderr  # run again from scratch: the same cells fail again

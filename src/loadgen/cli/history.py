@@ -78,7 +78,7 @@ def history_command(ctx: click.Context, history_path: str | None, kind: str | No
 
 
 @history_command.command("import")
-@HISTORY_OPTION
+@click.option("--history", "history_path", metavar="PATH", help="The store to add to (default: as runs write it).")
 @click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
 def import_command(history_path: str | None, folders: tuple[str, ...]) -> None:
     """Add existing run folders to the history store."""
@@ -88,7 +88,8 @@ def import_command(history_path: str | None, folders: tuple[str, ...]) -> None:
             added = import_folder(path, Path(folder))
         except (ValueError, sqlite3.Error) as exc:
             raise click.ClickException(str(exc)) from None
-        click.echo(f"{folder}: {added} level row(s) added to {path}", err=True)
+        click.echo(f"{folder}: {added} level row(s) added to {path}" if added else
+                   f"{folder}: already in {path}, not added again", err=True)
 
 
 @history_command.command("check")
@@ -171,15 +172,26 @@ def trend_command(history_path: str | None, figure: str, label: str | None, leve
         levels = sorted({r.level for r in rows if r.run.run_id == newest.run_id and r.level is not None})
         if level is None and len(levels) > 1:
             raise UserError(f"the newest run has levels {', '.join(f'{lv:g}' for lv in levels)}: name one with --level")
+        if level is not None and level not in levels:
+            raise UserError(f"the newest run has no level {level:g}; its levels are "
+                            f"{', '.join(f'{lv:g}' for lv in levels) or 'none'}")
         chosen = level if level is not None else (levels[0] if levels else None)
         drawn = trend([r for r in rows if r.level == chosen], by_build=by == "build")
+        if not drawn.points:
+            raise UserError(f"no run of target {newest.label} has {figure} at level {chosen:g}"
+                            + (" (TTFT is measured on streamed runs only)" if figure.startswith("ttft") else ""))
     table = Table(title=f"{figure} ({FIGURES[figure]}) of target {newest.label} at level {chosen:g}, "
                         f"by {by}" if chosen is not None else figure)
-    for name in ("build" if by == "build" else "run", "first run", "runs", "mean", "sd", "change"):
+    by_build = by == "build"
+    for name in ("build", "first run", "runs", "mean", "sd", "change") if by_build else ("run", "value", "change"):
         table.add_column(name)
     for p in drawn.points:
-        table.add_row(p.name, p.started_utc, str(p.runs), f"{p.mean:,.1f}", "-" if p.sd is None else f"{p.sd:,.1f}",
-                      "-" if p.change is None else f"{p.change:+.1%}")
+        change = "-" if p.change is None else f"{p.change:+.1%}"
+        if by_build:
+            table.add_row(p.name, p.started_utc, str(p.runs), f"{p.mean:,.1f}",
+                          "-" if p.sd is None else f"{p.sd:,.1f}", change)
+        else:
+            table.add_row(p.name, f"{p.mean:,.1f}", change)
     console().print(table)
     if drawn.left_out:
         console(stderr=True).print(f"{drawn.left_out} run(s) of another identity (model, workload, machine or kind) "

@@ -26,7 +26,7 @@ import msgspec
 
 from ..analysis.kv import MIB
 from ..analysis.tune_plan import DROPPED, FINALIST, Screened, pick_finalists, seconds_between
-from ..core.errors import ConfigError
+from ..core.errors import EXIT_FAILED, ConfigError
 from ..core.griddoc import GridCell, GridDocument
 from ..core.signals import LATCH
 from .common import user_errors
@@ -205,6 +205,13 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
     with user_errors():
         if not resume:
             root = prepare_dir(Path(output) if output else default_dir(Path("results"), "tune"), force)
+            if (root / TUNE_FILE).exists() or is_grid(root / SCREEN):
+                if not force:
+                    raise ConfigError(f"{root} already holds a tune; continue it with --resume {root} or add --force")
+                import shutil
+
+                for stage in (SCREEN, FINAL):  # --force: the earlier search's stages, nothing else
+                    shutil.rmtree(root / stage, ignore_errors=True)
             (root / SCREEN).mkdir(exist_ok=True)
             write_grid(root / SCREEN, screen)
             write_tune(root, doc)
@@ -249,7 +256,12 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
     err.print(f"tune: {root} ({time.monotonic() - started:.0f} s)", highlight=False)
     if LATCH.received:
         err.print(f"tune: interrupted; continue with loadgen tune --resume {root}", highlight=False)
-    sys.exit(LATCH.exit_code or 0)
+        sys.exit(LATCH.exit_code or EXIT_FAILED)
+    if not any(c.status in (FINALIST, WINNER) for c in doc.cells):
+        err.print("tune: no cell could be measured (every one failed or was infeasible): see the reasons above",
+                  style="red", highlight=False)
+        sys.exit(EXIT_FAILED)
+    sys.exit(0)
 
 
 def print_tune(doc: TuneDocument) -> None:

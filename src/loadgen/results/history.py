@@ -55,8 +55,12 @@ def _digest(value: Any) -> str:
 
 
 def workload_hash(config: dict[str, Any]) -> str:
-    """What was asked of the server: the config's workload, prompt, n_predict, api and stream."""
-    return _digest({k: config.get(k) for k in ("workload", "prompt", "n_predict", "api", "stream")})
+    """What was asked of the server: the config's workload, prompt, n_predict, api and stream, and an open
+    loop's mode (levels of req/s are not levels of users; a closed loop's hash is as before it)."""
+    asked = {k: config.get(k) for k in ("workload", "prompt", "n_predict", "api", "stream")}
+    if config.get("mode") == "rate":
+        asked["mode"] = "rate"
+    return _digest(asked)
 
 
 def _pick(d: Any, *keys: str) -> Any:
@@ -215,7 +219,17 @@ def import_folder(path: Path, folder: Path) -> int:
     if not isinstance(doc, dict) or doc.get("kind", "sweep") not in LEVEL_KINDS:
         raise ValueError(f"{folder}: a run without levels ({doc.get('kind') if isinstance(doc, dict) else '?'}) "
                          "has no rows for the history")
-    return append(path, doc, str(folder.resolve()))
+    where = str(folder.resolve())
+    if path.exists():
+        conn = connect(path)
+        try:
+            known = conn.execute("SELECT 1 FROM runs WHERE folder = ? AND started_utc IS ?",
+                                 (where, doc.get("started_utc"))).fetchone()
+        finally:
+            conn.close()
+        if known:  # the same run twice would look like two runs that agree perfectly
+            return 0
+    return append(path, doc, where)
 
 
 def trend_rows(path: Path, figure: str, label: str | None = None) -> list[TrendRow]:

@@ -123,7 +123,12 @@ def bundle(folders: Iterable[Any], out_path: Any, records: bool = False, redacto
     for folder in map(Path, folders):
         if not (folder / "run.json").is_file():
             raise ValueError(f"{folder}: no run.json here; give run folders written by loadgen")
-        name = red.text(folder.resolve().name, "folder name")
+        name = base = red.text(folder.resolve().name, "folder name")
+        taken = {n.split("/", 1)[0] for n, _ in members}
+        for k in range(2, 10_000):  # two folders of one name: the second is name-2, not written over it
+            if name not in taken:
+                break
+            name = f"{base}-{k}"
         for path in sorted(folder.glob("*.json")):
             doc = red.value(json.loads(path.read_text(encoding="utf-8")), f"{name}/{path.name}")
             members.append((f"{name}/{path.name}", (json.dumps(doc, indent=2) + "\n").encode()))

@@ -122,6 +122,8 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     by_rate = by == "rate"
     if requests_per_level is not None and duration_s is not None:
         raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    if not by_rate and hold_s != DEFAULT_HOLD_S:
+        raise ConfigError("--hold is the fresh run a rate's answer must hold on: it applies to --by rate only")
     if not by_rate:
         if max_level != int(max_level) or max_level < 1:
             raise ConfigError(f"--max-concurrency {max_level:g}: give a whole number of users, 1 or more")
