@@ -120,27 +120,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
     slo = build_slo(slo_text, attainment, stream=stream, required=True)
     assert slo is not None
     by_rate = by == "rate"
-    if requests_per_level is not None and duration_s is not None:
-        raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
-    if not by_rate and hold_s != DEFAULT_HOLD_S:
-        raise ConfigError("--hold is the fresh run a rate's answer must hold on: it applies to --by rate only")
-    if not by_rate:
-        if max_level != int(max_level) or max_level < 1:
-            raise ConfigError(f"--max-concurrency {max_level:g}: give a whole number of users, 1 or more")
-        max_level = int(max_level)
-        if requests_per_level is not None and requests_per_level < max_level:
-            raise ConfigError(f"--requests {requests_per_level} is fewer than --max-concurrency {max_level}: that "
-                              f"level could never have {max_level} requests in flight; give more, or --duration")
-    elif not (0 < max_level < math.inf):
-        raise ConfigError("--max-concurrency (the highest rate with --by rate) must be a number above 0")
-    if by_rate and not (0 < start < math.inf):
-        raise ConfigError(f"--start {start:g}: give a rate above 0 req/s")
-    if not by_rate and (start != int(start) or start < 1):
-        raise ConfigError(f"--start {start:g}: give a whole number of users, 1 or more")
-    if start > max_level:
-        raise ConfigError(f"--start {start:g} is above --max-concurrency {max_level:g}: the search never runs a level "
-                          "above the cap; lower --start or raise the cap")
-    start = start if by_rate else int(start)
+    max_level, start = checked_levels(by_rate, max_level, start, requests_per_level, duration_s, hold_s)
     budget_requests, budget_s = parse_budget(budget_text)
     targets = build_targets(host, ports, urls, labels, server_urls)
     if len(targets) != 1:
@@ -167,6 +147,33 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         return
     out_dir = results_folder(output, force, "capacity")
     sys.exit(execute_capacity(config, settings, out_dir, output_format, records_kept, records_format))
+
+
+def checked_levels(by_rate: bool, max_level: float, start: float, requests_per_level: int | None,
+                   duration_s: float | None, hold_s: float) -> tuple[int | float, int | float]:
+    """The search's cap and first level, checked against each other and the level's length (whole users
+    by concurrency, rates above 0 by rate); a ConfigError in one sentence for what does not fit."""
+    if requests_per_level is not None and duration_s is not None:
+        raise ConfigError("give --requests (a count per level) or --duration (a time per level), not both")
+    if not by_rate and hold_s != DEFAULT_HOLD_S:
+        raise ConfigError("--hold is the fresh run a rate's answer must hold on: it applies to --by rate only")
+    if not by_rate:
+        if max_level != int(max_level) or max_level < 1:
+            raise ConfigError(f"--max-concurrency {max_level:g}: give a whole number of users, 1 or more")
+        if requests_per_level is not None and requests_per_level < max_level:
+            raise ConfigError(f"--requests {requests_per_level} is fewer than --max-concurrency {int(max_level)}: "
+                              f"that level could never have {int(max_level)} requests in flight; give more, or "
+                              "--duration")
+    elif not (0 < max_level < math.inf):
+        raise ConfigError("--max-concurrency (the highest rate with --by rate) must be a number above 0")
+    if by_rate and not (0 < start < math.inf):
+        raise ConfigError(f"--start {start:g}: give a rate above 0 req/s")
+    if not by_rate and (start != int(start) or start < 1):
+        raise ConfigError(f"--start {start:g}: give a whole number of users, 1 or more")
+    if start > max_level:
+        raise ConfigError(f"--start {start:g} is above --max-concurrency {max_level:g}: the search never runs a level "
+                          "above the cap; lower --start or raise the cap")
+    return (max_level, start) if by_rate else (int(max_level), int(start))
 
 
 def execute_capacity(config: SweepConfig, settings: CapacitySettings, out_dir: Path, output_format: str = "table",
