@@ -89,6 +89,16 @@ COMMAND_GROUPS = {
 }
 
 
+def short_help(text: str, limit: int) -> str:
+    """A command's line in `loadgen --help`: its first sentence, cut at a word to `limit` with "..."
+    (as click's own short help; click 8.5 made its helper private)."""
+    first = text.split(". ", 1)[0].rstrip(".")
+    if len(first) <= limit:
+        return first
+    cut = first[: max(limit - 3, 1)].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + "..."
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported from COMMANDS the first time they are asked for."""
 
@@ -100,7 +110,7 @@ class LazyGroup(click.Group):
         grouped = {n for group in COMMAND_GROUPS.values() for n in group}
         groups = [*COMMAND_GROUPS.items(), ("Other commands", tuple(n for n in names if n not in grouped))]
         for title, members in groups:
-            rows = [(n, click.utils.make_default_short_help(COMMAND_HELP[n], limit)) for n in members if n in names]
+            rows = [(n, short_help(COMMAND_HELP[n], limit)) for n in members if n in names]
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
