@@ -39,6 +39,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -117,9 +118,20 @@ def parse_slo(text: str, attainment: float = DEFAULT_ATTAINMENT) -> Slo:
     return Slo(tuple((n, found[n]) for n in TARGETS if n in found), attainment)
 
 
+_METRICS: list[Any] = []  # analysis.metrics once first asked for (value_ms): reading --slo's grammar loads no numpy
+
+
+def _metrics():  # the module, imported on the first request judged, not on every one
+    if not _METRICS:
+        from . import metrics
+
+        _METRICS.append(metrics)
+    return _METRICS[0]
+
+
 def value_ms(r: RequestRecord, name: str) -> float | None:
     """The request's value for target `name` (see the module docstring), None when unknown."""
-    from . import metrics  # here, not at the top: reading --slo's grammar (`--help`) loads no numpy
+    metrics = _METRICS[0] if _METRICS else _metrics()
 
     if name == "ttft":
         return metrics.ttft_ms(r)
