@@ -62,15 +62,18 @@ def without_spoiled_levels(runs: list[RunData], which: str, allow: bool, err: Co
     return out
 
 
-def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool) -> tuple[list[RunData], list[RunData]]:
+def env_guard(baseline: list[RunData], candidate: list[RunData], allow: bool,
+              notes: bool = True) -> tuple[list[RunData], list[RunData]]:
     """The drift guard (analysis/env_drift.py): say which levels' machine changed during them (a warning)
     and what differs between the machines under the two sides (a refusal, EXIT_ENV_CHANGED, unless
-    `allow`); returns the sides without the levels a change spoiled (all of them with `allow`)."""
+    `allow`); returns the sides without the levels a change spoiled (all of them with `allow`). `notes`
+    False leaves out what could not be compared and the servers' builds and flags (bisect: they differ
+    by design)."""
     err = Console(stderr=True)
-    differences, notes = environment_differences([r.typed for r in baseline], [r.typed for r in candidate])
+    differences, said = environment_differences([r.typed for r in baseline], [r.typed for r in candidate])
     during = [f"{side} {line}" for side, runs in (("baseline", baseline), ("candidate", candidate))
               for line in changed_levels(r.typed for r in runs)]
-    for line in notes:
+    for line in said if notes else ():
         err.print(f"note: {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
     for line in during:  # a warning, not a refusal: a change under load also shows as a difference below
         err.print(f"warning: the machine changed during {line}", style="yellow", highlight=False, markup=False,

@@ -41,6 +41,7 @@ OTHER_COMMANDS = {
     "crossover": "loadgen.cli.crossover:crossover_command",
     "share": "loadgen.cli.share:share_command",
     "tune": "loadgen.cli.tune:tune_command",
+    "bisect": "loadgen.cli.bisect:bisect_command",
 }
 
 
@@ -73,6 +74,8 @@ _OTHER_HELP = {
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
     "tune": "Find the server flags that serve the most users within latency targets (--slo): screen every cell, race "
             "the best.",
+    "bisect": "Find the first commit that made the server slower: build, serve and measure midpoints, judged by "
+              "the gate.",
     "share": "Bundle runs to share, with host and user names, paths, IP addresses and secrets redacted (a list of "
              "what was removed inside).",
 }
@@ -83,7 +86,7 @@ COMMAND_HELP = {**{k.name: k.help for k in KINDS.values()}, **_OTHER_HELP}
 # server). A test keeps every command in exactly one group.
 COMMAND_GROUPS = {
     RUN_LOAD: (*(k.name for k in KINDS.values() if k.group == RUN_LOAD), "run", "ab"),
-    FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "tune", "crossover", "kv"),
+    FIND_LIMITS: (*(k.name for k in KINDS.values() if k.group == FIND_LIMITS), "grid", "tune", "bisect", "crossover", "kv"),
     "Read results": ("analyze", "report", "export", "compare", "gate", "calibrate", "history", "share"),
     "Servers and machine": ("sim", "env", "observe", "paramcheck"),
 }
