@@ -17,6 +17,7 @@
   `RewritingProxy`, one: a minimal reverse proxy that rewrites request bodies on the way (the same
   lossy gateway without nginx).
 - `CAPACITY_SIM`: the simulator profile the capacity tests share.
+- `start_postgres`: Debian's PostgreSQL, a private cluster on a free loopback port (the history store).
 - `GRID_SERVER`, `grid`, `grid_pids`: a stand-in llama-server for `loadgen grid` (tests/fake-llama-server.py:
   the simulator behind llama-server's flags and boot log), `loadgen grid` in a subprocess, and the
   pids of every server a grid folder records (to assert none is left).
@@ -790,3 +791,62 @@ class InstantServer:
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             terminate(self.proc)
+
+
+# --- Debian's PostgreSQL -------------------------------------------------------------------------
+
+@dataclass
+class Postgres:
+    proc: subprocess.Popen
+    port: int
+    data: Path
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        terminate(self.proc, 20)  # SIGTERM: PostgreSQL's "smart" shutdown of the cluster we started
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def postgres_bin() -> Path | None:
+    """Debian's PostgreSQL binaries (package postgresql, installed by scripts/test), newest version."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+                   if p.parent.parent.name.isdigit() else 0)
+    return found[-1].parent if found else None
+
+
+def start_postgres(ready_timeout: float = 60) -> Postgres:
+    """A private PostgreSQL cluster (trust authentication, loopback only) in a fresh folder. As root it
+    runs as the `postgres` user the package made (PostgreSQL refuses to run as root)."""
+    import pwd
+
+    bindir = postgres_bin()
+    if bindir is None:
+        raise RuntimeError("PostgreSQL is not installed (apt-get install -y postgresql)")
+    data = Path(tempfile.mkdtemp(prefix="loadgen-pg-"))
+    as_user: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(data, pw.pw_uid, pw.pw_gid)
+        as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    subprocess.run([str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                    "--no-sync"], check=True, capture_output=True, **as_user)
+    port = free_port()
+    log = (data / "postgres.log").open("wb")
+    proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(data / "db"), "-p", str(port), "-h", "127.0.0.1",
+                             "-k", str(data), "-c", "fsync=off"], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, **as_user)
+    server = Postgres(proc, port, data)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        ready = subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)], capture_output=True)
+        if ready.returncode == 0:
+            return server
+        time.sleep(0.2)
+    text = (data / "postgres.log").read_text(errors="replace")[-2000:]
+    server.stop()
+    raise RuntimeError(f"PostgreSQL did not start: {text}")

@@ -5,7 +5,6 @@ folders (docs/history.md)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -15,7 +14,18 @@ from rich.table import Table
 
 from ..analysis.history_check import DEFAULT_LOOKBACK, OK, REFUSED, baseline_runs
 from ..core.errors import EXIT_NOT_ENFORCED, EXIT_USAGE, UserError
-from ..results.history import default_path, identities, import_folder, runs, trend_rows
+from ..results.history import (
+    HistoryError,
+    Location,
+    default_path,
+    exists,
+    identities,
+    import_folder,
+    location,
+    runs,
+    shown,
+    trend_rows,
+)
 from .common import user_errors
 from .gate import gate_options
 from .shared import console
@@ -34,17 +44,18 @@ class _Row(msgspec.Struct):
     folder: str | None = None
 
 
-def _store(history_path: str | None, must_exist: bool = True) -> Path:
-    path = Path(history_path).expanduser() if history_path else default_path()
+def _store(history_path: str | None, must_exist: bool = True) -> Location:
+    path = location(history_path) if history_path else default_path()
     if path is None:
         raise click.ClickException("history is off (LOADGEN_HISTORY=off): pass --history PATH.")
-    if must_exist and not path.exists():
+    if must_exist and not exists(path):
         raise click.ClickException(f"no history at {path} yet: finished runs are added to it.")
     return path
 
 
-HISTORY_OPTION = click.option("--history", "history_path", metavar="PATH",
-                              help="The store to read (default: as runs write it).")
+HISTORY_OPTION = click.option("--history", "history_path", metavar="PATH|URL",
+                              help="The store to read: a SQLite file, or postgresql://... (default: as runs "
+                                   "write it).")
 
 
 @click.group("history", invoke_without_command=True)
@@ -62,12 +73,12 @@ def history_command(ctx: click.Context, history_path: str | None, kind: str | No
     path = _store(history_path)
     try:
         rows = runs(path, kind=kind, label=label, last=last)
-    except sqlite3.Error as exc:
-        raise click.ClickException(f"could not read the history {path} ({exc}).") from None
+    except HistoryError as exc:
+        raise click.ClickException(f"could not read the history {shown(path)} ({exc}).") from None
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"history: {path}")
+    table = Table(title=f"history: {shown(path)}")
     for name in ("started_utc", "kind", "label", "build_info", "model", "levels", "best tok/s", "folder"):
         table.add_column(name)
     for r in msgspec.convert(rows, list[_Row], strict=False):
@@ -78,7 +89,8 @@ def history_command(ctx: click.Context, history_path: str | None, kind: str | No
 
 
 @history_command.command("import")
-@click.option("--history", "history_path", metavar="PATH", help="The store to add to (default: as runs write it).")
+@click.option("--history", "history_path", metavar="PATH|URL",
+              help="The store to add to: a SQLite file, or postgresql://... (default: as runs write it).")
 @click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
 def import_command(history_path: str | None, folders: tuple[str, ...]) -> None:
     """Add existing run folders to the history store."""
@@ -86,10 +98,10 @@ def import_command(history_path: str | None, folders: tuple[str, ...]) -> None:
     for folder in folders:
         try:
             added = import_folder(path, Path(folder))
-        except (ValueError, sqlite3.Error) as exc:
+        except (ValueError, HistoryError) as exc:
             raise click.ClickException(str(exc)) from None
-        click.echo(f"{folder}: {added} level row(s) added to {path}" if added else
-                   f"{folder}: already in {path}, not added again", err=True)
+        click.echo(f"{folder}: {added} level row(s) added to {shown(path)}" if added else
+                   f"{folder}: already in {shown(path)}, not added again", err=True)
 
 
 @history_command.command("check")
@@ -111,12 +123,12 @@ def check_command(history_path: str | None, label: str | None, lookback: int, ma
     with user_errors():
         try:
             known = identities(path)
-        except sqlite3.Error as exc:
-            raise UserError(f"could not read the history {path} ({exc})") from None
+        except HistoryError as exc:
+            raise UserError(f"could not read the history {shown(path)} ({exc})") from None
         newest_run = max((r.started_utc, r.run_id) for r in known)[1] if known else None
         newest = [r for r in known if r.run_id == newest_run and (label is None or r.label == label)]
         if not newest:
-            raise UserError(f"the newest run in {path} has no target {label!r}" if label else f"{path} holds no run")
+            raise UserError(f"the newest run in {shown(path)} has no target {label!r}" if label else f"{shown(path)} holds no run")
         if len(newest) > 1:
             raise UserError(f"the newest run has {len(newest)} targets ({', '.join(str(r.label) for r in newest)}): "
                             "name one with --label")
@@ -160,10 +172,10 @@ def trend_command(history_path: str | None, figure: str, label: str | None, leve
     with user_errors():
         try:
             rows = trend_rows(path, figure, label)
-        except sqlite3.Error as exc:
-            raise UserError(f"could not read the history {path} ({exc})") from None
+        except HistoryError as exc:
+            raise UserError(f"could not read the history {shown(path)} ({exc})") from None
         if not rows:
-            raise UserError(f"{path} holds no run" + (f" of target {label!r}" if label else ""))
+            raise UserError(f"{shown(path)} holds no run" + (f" of target {label!r}" if label else ""))
         newest = rows[-1].run
         labels = sorted({str(r.run.label) for r in rows if r.run.run_id == newest.run_id})
         if label is None and len(labels) > 1:

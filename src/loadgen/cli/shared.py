@@ -175,9 +175,9 @@ def _no_history(ctx: click.Context, param: click.Parameter, value: bool) -> None
 def history_options(f: Callable) -> Callable:
     """--history PATH and --no-history: where the run is recorded for `loadgen history` (docs/history.md)."""
     return _apply(f, [
-        click.option("--history", "history_path", metavar="PATH", callback=_history_path, expose_value=False,
-                     help="The history store this run is added to (default $LOADGEN_HISTORY, else "
-                          "$XDG_DATA_HOME/loadgen/history.sqlite)."),
+        click.option("--history", "history_path", metavar="PATH|URL", callback=_history_path, expose_value=False,
+                     help="The history store this run is added to: a SQLite file, or postgresql://... "
+                          "(default $LOADGEN_HISTORY, else $XDG_DATA_HOME/loadgen/history.sqlite)."),
         click.option("--no-history", is_flag=True, callback=_no_history, expose_value=False,
                      help="Do not add this run to the history store."),
     ])

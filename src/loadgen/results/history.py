@@ -1,9 +1,12 @@
-"""The history store (issue 49, first slice): one SQLite row per target and level of every finished or
-stopped run that has levels, beside a small `runs` table, so results can be compared over builds and time.
+"""The history store (issue 49): one row per target and level of every finished or stopped run that has
+levels, beside a small `runs` table, so results can be compared over builds and time.
 
-Where: $LOADGEN_HISTORY (a path, or "off" for none), else $XDG_DATA_HOME/loadgen/history.sqlite, else
-~/.local/share/loadgen/history.sqlite. Writers use WAL and a busy timeout and one transaction per run;
-a store that cannot be written never costs the run: `append_run` warns in one line and returns.
+Where: $LOADGEN_HISTORY (a path, a `postgresql://` URL, or "off" for none), else
+$XDG_DATA_HOME/loadgen/history.sqlite, else ~/.local/share/loadgen/history.sqlite. A path is a SQLite
+file (the standard library's sqlite3: WAL and a busy timeout); a URL is a team's PostgreSQL database
+(results/history_postgres.py, the optional extra `loadgen[postgres]`). The SQL below is written once
+for both, with `?` placeholders (`_Db` adapts them). Every writer adds a run in one transaction; a
+store that cannot be written never costs the run: `append_run` warns in one line and returns.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +44,32 @@ LEVEL_COLUMNS = ("run_id", "folder", "started_utc", "kind", "loadgen_version", "
                  "requests_ok", "requests_failed")
 
 
-def default_path(environ: Mapping[str, str] | None = None) -> Path | None:
-    """The store's path, or None where history is off (LOADGEN_HISTORY=off)."""
+# Where a store is: a SQLite file's path, or a PostgreSQL URL (a str).
+Location = Path | str
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+class HistoryError(Exception):
+    """The store could not be opened, read or written (the database's own message)."""
+
+
+def location(text: str | Path) -> Location:
+    """A --history value or $LOADGEN_HISTORY: a URL as given, else a path."""
+    text = str(text)
+    return text if text.startswith(URL_SCHEMES) else Path(text).expanduser()
+
+
+def exists(where: Location) -> bool:
+    """Whether there is a store to read (a database server is asked when it is read)."""
+    return isinstance(where, str) or where.exists()
+
+
+def default_path(environ: Mapping[str, str] | None = None) -> Location | None:
+    """The store's location, or None where history is off (LOADGEN_HISTORY=off)."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     chosen = env.get("LOADGEN_HISTORY")
     if chosen:
-        return None if chosen == OFF else Path(chosen).expanduser()
+        return None if chosen == OFF else location(chosen)
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "loadgen" / "history.sqlite"
 
@@ -113,103 +137,161 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
     return rows
 
 
-def connect(path: Path) -> sqlite3.Connection:
+class _Db:
+    """One connection to a store, SQLite's or PostgreSQL's, speaking the SQL of this module: `?`
+    placeholders, one transaction per `transaction()`, the database's errors as HistoryError."""
+
+    def __init__(self, conn: Any, dialect: str, errors: tuple[type[BaseException], ...]):
+        self.conn, self.dialect, self.errors = conn, dialect, errors
+
+    def execute(self, sql: str, args: Any = ()) -> Any:
+        try:
+            return self.conn.execute(sql if self.dialect == "sqlite" else sql.replace("?", "%s"), args)
+        except self.errors as exc:
+            raise HistoryError(str(exc).strip().splitlines()[0]) from None
+
+    def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            if self.dialect == "sqlite":
+                self.conn.executemany(sql, rows)
+            else:
+                self.conn.cursor().executemany(sql.replace("?", "%s"), rows)
+        except self.errors as exc:
+            raise HistoryError(str(exc).strip().splitlines()[0]) from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.execute("BEGIN IMMEDIATE" if self.dialect == "sqlite" else "BEGIN")
+        try:
+            yield
+        except BaseException:
+            try:
+                self.execute("ROLLBACK")
+            except HistoryError:
+                pass
+            raise
+        self.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextmanager
+def _open(where: Location) -> Iterator[_Db]:
+    """The store at `where`, its tables made on first use; closed after."""
+    if isinstance(where, str):
+        from .history_postgres import connect_postgres
+
+        db = _Db(*connect_postgres(where, SCHEMA_VERSION, (_RUNS, _LEVELS)))
+    else:
+        db = _connect_sqlite(where)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _connect_sqlite(path: Path) -> _Db:
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version == 0:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(_RUNS)
-        conn.execute(_LEVELS)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    elif version != SCHEMA_VERSION:
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise HistoryError(str(exc)) from None
+    db = _Db(conn, "sqlite", (sqlite3.Error,))
+    try:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            with db.transaction():
+                db.execute(_RUNS)
+                db.execute(_LEVELS)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            raise HistoryError(f"schema_version {version}, this loadgen reads {SCHEMA_VERSION}")
+    except BaseException:
         conn.close()
-        raise sqlite3.DatabaseError(f"schema_version {version}, this loadgen reads {SCHEMA_VERSION}")
-    return conn
+        raise
+    return db
 
 
-def append(path: Path, doc: dict[str, Any], folder: str) -> int:
+def append(where: Location, doc: dict[str, Any], folder: str) -> int:
     """Add one run and its levels in one transaction; returns the number of level rows."""
     rows = level_rows(doc, folder)
     machine = machine_facts(doc.get("environment"))
-    conn = connect(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        cur = conn.execute(
+    with _open(where) as db, db.transaction():
+        run_id = db.execute(
             "INSERT INTO runs (folder, started_utc, finished_utc, kind, loadgen_version, workload_hash,"
-            " machine_hash, machine, complete) VALUES (?,?,?,?,?,?,?,?,?)",
+            " machine_hash, machine, complete) VALUES (?,?,?,?,?,?,?,?,?) RETURNING run_id",
             (folder, doc.get("started_utc"), doc.get("finished_utc"), doc.get("kind"), doc.get("loadgen_version"),
              workload_hash(doc.get("config") or {}), (rows[0]["machine_hash"] if rows else None),
-             json.dumps(machine, sort_keys=True, default=str) if machine else None, int(bool(doc.get("complete")))))
-        run_id = cur.lastrowid
-        conn.executemany(f"INSERT INTO levels ({', '.join(LEVEL_COLUMNS)}) VALUES ({', '.join('?' * len(LEVEL_COLUMNS))})",
-                         [tuple({**r, "run_id": run_id}[c] for c in LEVEL_COLUMNS) for r in rows])
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.close()
+             json.dumps(machine, sort_keys=True, default=str) if machine else None,
+             int(bool(doc.get("complete"))))).fetchone()[0]
+        if rows:
+            db.executemany(f"INSERT INTO levels ({', '.join(LEVEL_COLUMNS)}) VALUES "
+                           f"({', '.join('?' * len(LEVEL_COLUMNS))})",
+                           [tuple({**r, "run_id": run_id}[c] for c in LEVEL_COLUMNS) for r in rows])
     return len(rows)
 
 
-def append_run(doc: dict[str, Any], folder: Path, path: Path | None = None) -> None:
+def append_run(doc: dict[str, Any], folder: Path, where: Location | None = None) -> None:
     """Record a finished run in the store; never raises: a store it cannot write costs one warning line."""
     if doc.get("kind") not in LEVEL_KINDS:
         return
-    path = default_path() if path is None else path
-    if path is None:
+    where = default_path() if where is None else where
+    if where is None:
         return
     try:
-        append(path, doc, str(Path(folder).resolve()))
-    except (sqlite3.Error, OSError, ValueError) as exc:
-        print(f"warning: the run was not added to the history {path} ({exc})", file=sys.stderr)
+        append(where, doc, str(Path(folder).resolve()))
+    except (HistoryError, OSError, ValueError) as exc:
+        print(f"warning: the run was not added to the history {shown(where)} ({exc})", file=sys.stderr)
 
 
-def runs(path: Path, kind: str | None = None, label: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+def shown(where: Location) -> str:
+    """The store's location for a message: a URL without its password."""
+    if isinstance(where, str) and "@" in where:
+        scheme, _, rest = where.partition("://")
+        user, _, host = rest.rpartition("@")
+        return f"{scheme}://{user.split(':', 1)[0]}@{host}"
+    return str(where)
+
+
+def runs(where: Location, kind: str | None = None, label: str | None = None,
+         last: int | None = None) -> list[dict[str, Any]]:
     """The runs newest first, one row per run and target: levels and best throughput."""
-    conn = connect(path)
-    try:
-        where, args = [], []
-        if kind:
-            where.append("r.kind = ?")
-            args.append(kind)
-        if label:
-            where.append("l.label = ?")
-            args.append(label)
-        sql = ("SELECT r.run_id, r.started_utc, r.kind, l.label, l.build_info, l.model, COUNT(*) AS levels,"
-               " MAX(l.throughput_tok_s) AS best_throughput_tok_s, r.folder FROM runs r JOIN levels l"
-               " ON l.run_id = r.run_id" + (" WHERE " + " AND ".join(where) if where else "")
-               + " GROUP BY r.run_id, l.label ORDER BY r.started_utc DESC, r.run_id DESC")
-        if last:
-            sql += f" LIMIT {int(last)}"
-        cur = conn.execute(sql, args)
+    where_sql, args = [], []
+    if kind:
+        where_sql.append("r.kind = ?")
+        args.append(kind)
+    if label:
+        where_sql.append("l.label = ?")
+        args.append(label)
+    sql = ("SELECT r.run_id, r.started_utc, r.kind, l.label, MAX(l.build_info) AS build_info, MAX(l.model) AS model,"
+           " COUNT(*) AS levels, MAX(l.throughput_tok_s) AS best_throughput_tok_s, r.folder FROM runs r JOIN levels l"
+           " ON l.run_id = r.run_id" + (" WHERE " + " AND ".join(where_sql) if where_sql else "")
+           + " GROUP BY r.run_id, r.started_utc, r.kind, r.folder, l.label ORDER BY r.started_utc DESC, r.run_id DESC, l.label")
+    if last:
+        sql += f" LIMIT {int(last)}"
+    with _open(where) as db:
+        cur = db.execute(sql, args)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        conn.close()
 
 
-def identities(path: Path) -> list[RunIdentity]:
+def identities(where: Location) -> list[RunIdentity]:
     """Every run and target in the store with its identity (analysis/history_check.py), oldest first."""
-    conn = connect(path)
-    try:
-        cur = conn.execute(
+    with _open(where) as db:
+        cur = db.execute(
             "SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, MAX(l.model), MAX(l.model_size),"
             " r.workload_hash, r.machine_hash FROM runs r JOIN levels l ON l.run_id = r.run_id"
-            " GROUP BY r.run_id, l.label ORDER BY r.started_utc, r.run_id")
+            " GROUP BY r.run_id, r.started_utc, r.folder, l.label, r.kind, r.workload_hash, r.machine_hash"
+            " ORDER BY r.started_utc, r.run_id, l.label")
         return [RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3], kind=row[4],
                             model=row[5], model_size=row[6], workload_hash=row[7], machine_hash=row[8])
                 for row in cur.fetchall()]
-    finally:
-        conn.close()
 
 
-def import_folder(path: Path, folder: Path) -> int:
+def import_folder(where: Location, folder: Path) -> int:
     """Add an existing run folder's run.json to the store (`loadgen history import`); the level rows
     added. ValueError (one line) when the folder holds no readable run of a kind with levels."""
     try:
@@ -219,33 +301,30 @@ def import_folder(path: Path, folder: Path) -> int:
     if not isinstance(doc, dict) or doc.get("kind", "sweep") not in LEVEL_KINDS:
         raise ValueError(f"{folder}: a run without levels ({doc.get('kind') if isinstance(doc, dict) else '?'}) "
                          "has no rows for the history")
-    where = str(folder.resolve())
-    if path.exists():
-        conn = connect(path)
-        try:
-            known = conn.execute("SELECT 1 FROM runs WHERE folder = ? AND started_utc IS ?",
-                                 (where, doc.get("started_utc"))).fetchone()
-        finally:
-            conn.close()
+    path = str(folder.resolve())
+    if exists(where):
+        started = doc.get("started_utc")
+        with _open(where) as db:
+            known = db.execute("SELECT 1 FROM runs WHERE folder = ? AND started_utc " +
+                               ("= ?" if started is not None else "IS NULL"),
+                               (path, started) if started is not None else (path,)).fetchone()
         if known:  # the same run twice would look like two runs that agree perfectly
             return 0
-    return append(path, doc, where)
+    return append(where, doc, path)
 
 
-def trend_rows(path: Path, figure: str, label: str | None = None) -> list[TrendRow]:
+def trend_rows(where: Location, figure: str, label: str | None = None) -> list[TrendRow]:
     """Every level row of `label` (every label when None) with its run's identity and `figure`
     (analysis/history_trend.py FIGURES), oldest first."""
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r} (use {', '.join(FIGURES)})")
-    conn = connect(path)
-    try:
-        sql = ("SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, l.model, l.model_size, r.workload_hash,"
-               f" r.machine_hash, l.build_info, COALESCE(l.level, l.rate), l.{figure} FROM runs r JOIN levels l"
-               " ON l.run_id = r.run_id" + (" WHERE l.label = ?" if label is not None else "")
-               + " ORDER BY r.started_utc, r.run_id")
-        cur = conn.execute(sql, (label,) if label is not None else ())
+    sql = ("SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, l.model, l.model_size, r.workload_hash,"
+           f" r.machine_hash, l.build_info, l.level, l.rate, l.{figure} FROM runs r JOIN levels l"
+           " ON l.run_id = r.run_id" + (" WHERE l.label = ?" if label is not None else "")
+           + " ORDER BY r.started_utc, r.run_id, l.label, COALESCE(l.level, l.rate)")
+    with _open(where) as db:
+        cur = db.execute(sql, (label,) if label is not None else ())
         return [TrendRow(RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3],
                                      kind=row[4], model=row[5], model_size=row[6], workload_hash=row[7],
-                                     machine_hash=row[8]), row[9], row[10], row[11]) for row in cur.fetchall()]
-    finally:
-        conn.close()
+                                     machine_hash=row[8]), row[9], row[10] if row[10] is not None else row[11],
+                         row[12]) for row in cur.fetchall()]
