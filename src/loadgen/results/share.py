@@ -132,6 +132,11 @@ def bundle(folders: Iterable[Any], out_path: Any, records: bool = False, redacto
         for path in sorted(folder.glob("*.json")):
             doc = red.value(json.loads(path.read_text(encoding="utf-8")), f"{name}/{path.name}")
             members.append((f"{name}/{path.name}", (json.dumps(doc, indent=2) + "\n").encode()))
+            if path.name == "run.json" and isinstance(doc, dict):  # each level in llm-d's common report
+                from .llmd_report import llmd_reports
+
+                members += [(f"{name}/llm-d/{file}", (json.dumps(report, indent=2) + "\n").encode())
+                            for file, report in llmd_reports(doc)]
         if records and (folder / "requests.jsonl").is_file():
             lines = [json.dumps(red.value(json.loads(line), f"{name}/requests.jsonl"))
                      for line in (folder / "requests.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
