@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("-lv", type=int, default=3)
     p.add_argument("--parallel", "-np", type=int, default=2)
-    p.add_argument("-c", type=int, default=2048)
+    p.add_argument("-c", type=int, default=None)  # given: each slot's context is c // parallel, as llama-server's
     p.add_argument("-m", "--model")  # read by loadgen (grid's KV estimate and --memory), not by the stand-in
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--die-after", type=int, default=0)
@@ -58,6 +59,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def boot_log(args: argparse.Namespace) -> None:
+    args.c = args.c or 2048
     per_slot = args.c // args.parallel
     if args.lv >= 4:
         print(f"llama_context: n_seq_max     = {args.parallel}\nllama_context: n_ctx         = {args.c}\n"
@@ -94,7 +96,10 @@ async def serve(args: argparse.Namespace) -> None:
         while not os.path.exists(args.bind_after):
             await asyncio.sleep(0.02)
     try:
-        sim = await start_simulator(load_profile(args.profile), host=args.host, port=args.port,
+        profile = load_profile(args.profile)
+        if args.c_given:  # a prompt and its answer longer than a slot's share of -c fail, as llama-server's
+            profile = dataclasses.replace(profile, n_ctx=args.c // args.parallel)
+        sim = await start_simulator(profile, host=args.host, port=args.port,
                                     slots=args.parallel, time_scale=args.time_scale, seed=args.seed,
                                     load_seconds=1e9 if args.load_forever else 0,
                                     reuse_port=args.reuse_port,
@@ -118,6 +123,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main() -> None:
     args = parse(sys.argv[1:])
+    args.c_given = args.c is not None
     boot_log(args)
     asyncio.run(serve(args))
 

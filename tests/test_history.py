@@ -169,3 +169,22 @@ def test_a_store_it_cannot_write_costs_one_warning_line(tmp_path, capsys, damage
     history.append_run(_doc(1), tmp_path, db)  # never raises
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("warning: the run was not added to the history")
+
+
+def test_a_store_of_the_first_schema_is_migrated_and_keeps_its_rows(tmp_path):
+    """A version-1 store (before `server_flags`): opened by this loadgen, its rows stay, new rows carry
+    the flags of a server loadgen started (run.json's environment.boot), and identities read both."""
+    db = tmp_path / "h.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute(history._RUNS)
+    conn.execute(history._LEVELS.replace(", server_flags TEXT", ""))
+    conn.execute("INSERT INTO runs (run_id, folder, started_utc, kind) VALUES (1, '/r/0', '2026-01-01T00:00:00', 'sweep')")
+    conn.execute("INSERT INTO levels (run_id, label, level, throughput_tok_s) VALUES (1, 't0', 1, 10.0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    doc = {**_doc(1), "environment": {"boot": {"t1": {"flags": ["-m", "m.gguf", "--parallel", "4"]}}}}
+    assert history.append(db, doc, "/r/1") == 3
+    got = {(r.label, r.server_flags) for r in history.identities(db)}
+    assert got == {("t0", None), ("t1", "-m m.gguf --parallel 4")}
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION == 2

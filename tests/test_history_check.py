@@ -20,7 +20,7 @@ def run(i, label="a", **fields):
                        **{**base, **fields})
 
 
-NEWEST = run(9)
+NEWEST = run(9, server_flags="-m m.gguf --parallel 4")
 
 
 @pytest.mark.parametrize("earlier, lookback, expected", [
@@ -28,7 +28,7 @@ NEWEST = run(9)
     ([], 10, (NO_HISTORY, (), ())),
     ([run(1, label="b"), run(2, label="b")], 10, (NO_HISTORY, (), ())),  # other targets only
     ([run(1)], 10, (TOO_FEW, (1,), ())),
-    ([run(1), run(2), run(3)], 10, (OK, (3, 2, 1), ())),
+    ([run(1), run(2), run(3)], 10, (OK, (3, 2, 1), ())),  # flags unknown on the earlier runs
     ([run(1), run(2), run(3)], 2, (OK, (3, 2), ())),  # the lookback keeps the newest
     ([run(1), run(2), NEWEST], 10, (OK, (2, 1), ())),  # the newest is not its own baseline
     ([run(1, model="other.gguf"), run(2, model="other.gguf")], 10, (REFUSED, (), ("model",))),
@@ -39,6 +39,10 @@ NEWEST = run(9)
     # a fact unknown on either side is not a change
     ([run(1, model=None), run(2, machine_hash=None)], 10, (OK, (2, 1), ())),
     ([run(1, kind="capacity"), run(2), run(3)], 10, (OK, (3, 2), ())),
+    # a grid's cells share the label `server`: a cell of other flags is another question
+    ([run(1, server_flags="--parallel 8"), run(2, server_flags="--parallel 8")], 10, (REFUSED, (), ("server_flags",))),
+    # flags unknown (a server loadgen did not start) on the earlier runs: not a change
+    ([run(1, server_flags=None), run(2, server_flags=None)], 10, (OK, (2, 1), ())),
 ])
 def test_the_newest_run_is_judged_only_against_runs_of_its_identity(earlier, lookback, expected):
     got = baseline_runs(NEWEST, earlier, lookback)

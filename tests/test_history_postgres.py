@@ -120,3 +120,19 @@ def _closed_port() -> int:
     from servers import free_port
 
     return free_port()
+
+
+def test_a_store_of_the_first_schema_is_migrated_on_postgres(postgres):
+    import psycopg
+
+    from loadgen.results.history_postgres import postgres_ddl
+
+    url = _fresh(postgres, "first_schema")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(postgres_ddl(history._RUNS))
+        conn.execute(postgres_ddl(history._LEVELS.replace(", server_flags TEXT", "")))
+        conn.execute("CREATE TABLE loadgen_history_schema (schema_version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO loadgen_history_schema VALUES (1)")
+    doc = {**_doc(1, "b1", 100.0), "environment": {"boot": {"a": {"flags": ["--parallel", "4"]}}}}
+    assert history.append(url, doc, "/runs/1") == 3
+    assert {(r.label, r.server_flags) for r in history.identities(url)} == {("a", "--parallel 4"), ("b", None)}

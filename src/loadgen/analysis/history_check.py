@@ -2,7 +2,9 @@
 
 A run's identity per target is what must not change for two runs to answer the same question: the
 run's kind, the target's label, the model file (name and size), the workload (the config's prompt,
-lengths, API and streaming, hashed) and the machine (its fingerprint's key facts, hashed). The
+lengths, API and streaming, hashed), the machine (its fingerprint's key facts, hashed) and, for a
+server loadgen started (a grid's cell, tune, bisect), its flags: a grid's cells share the label
+`server`, and a cell of `--parallel 8` is another question than one of `--parallel 1`. The
 llama.cpp build is not part of it: a different build is what a check looks for.
 
 The rule (`baseline_runs`), for the newest run's target:
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-IDENTITY_FIELDS = ("kind", "model", "model_size", "workload_hash", "machine_hash")
+IDENTITY_FIELDS = ("kind", "model", "model_size", "workload_hash", "machine_hash", "server_flags")
 MIN_BASELINE = 2
 DEFAULT_LOOKBACK = 10
 OK, NO_HISTORY, REFUSED, TOO_FEW = "ok", "no history", "refused", "too few"
@@ -44,6 +46,7 @@ class RunIdentity:
     model_size: int | None = None
     workload_hash: str | None = None
     machine_hash: str | None = None
+    server_flags: str | None = None  # a server loadgen started (grid, tune, bisect): its flags but --port/--host
 
     def differs(self, other: RunIdentity) -> tuple[str, ...]:
         """The identity fields known on both sides whose values differ."""

@@ -24,7 +24,7 @@ from typing import Any
 from ..analysis.history_check import RunIdentity
 from ..analysis.history_trend import FIGURES, TrendRow
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 OFF = "off"
 BUSY_TIMEOUT_MS = 10_000
 LEVEL_KINDS = {"sweep", "demo", "capacity", "replay", "prefix", "chat", "cache-capacity"}
@@ -37,11 +37,14 @@ _LEVELS = """CREATE TABLE IF NOT EXISTS levels (
     loadgen_version TEXT, workload_hash TEXT, machine_hash TEXT, label TEXT, build_info TEXT,
     model TEXT, model_size INTEGER, level INTEGER, rate REAL, throughput_tok_s REAL, request_rate REAL,
     latency_ms_p50 REAL, latency_ms_p99 REAL, ttft_ms_p50 REAL, ttft_ms_p99 REAL,
-    requests_ok INTEGER, requests_failed INTEGER)"""
+    requests_ok INTEGER, requests_failed INTEGER, server_flags TEXT)"""
+# What a store of each older version needs to become the current one, applied in order on first use.
+# 2: `server_flags`, the flags of a server loadgen started (grid, tune, bisect), in the identity.
+MIGRATIONS = {1: ("ALTER TABLE levels ADD COLUMN server_flags TEXT",)}
 LEVEL_COLUMNS = ("run_id", "folder", "started_utc", "kind", "loadgen_version", "workload_hash", "machine_hash",
                  "label", "build_info", "model", "model_size", "level", "rate", "throughput_tok_s",
                  "request_rate", "latency_ms_p50", "latency_ms_p99", "ttft_ms_p50", "ttft_ms_p99",
-                 "requests_ok", "requests_failed")
+                 "requests_ok", "requests_failed", "server_flags")
 
 
 # Where a store is: a SQLite file's path, or a PostgreSQL URL (a str).
@@ -114,6 +117,7 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
     """The rows of one run document (run.json), one per target and level (a pure function)."""
     config = doc.get("config") or {}
     env = doc.get("environment")
+    boots = env.get("boot") if isinstance(env, dict) and isinstance(env.get("boot"), dict) else {}
     common = {"folder": folder, "started_utc": doc.get("started_utc"), "kind": doc.get("kind"),
               "loadgen_version": doc.get("loadgen_version"), "workload_hash": workload_hash(config),
               "machine_hash": machine_hash(env)}
@@ -123,8 +127,10 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
         props: dict[str, Any] = server["props"] if isinstance(server.get("props"), dict) else server
         model_path = props.get("model_path") or server.get("model_path")
         size = props.get("model_size") or server.get("model_size")
+        boot = boots.get(t.get("label")) if isinstance(boots.get(t.get("label")), dict) else {}
+        flags = " ".join(map(str, boot["flags"])) if isinstance(boot.get("flags"), list) else None
         for lv in t.get("levels") or []:
-            rows.append({**common, "label": t.get("label"),
+            rows.append({**common, "label": t.get("label"), "server_flags": flags,
                          "build_info": props.get("build_info") or server.get("build_info"),
                          "model": Path(model_path).name if model_path else None,
                          "model_size": size if isinstance(size, int) else None,
@@ -182,7 +188,7 @@ def _open(where: Location) -> Iterator[_Db]:
     if isinstance(where, str):
         from .history_postgres import connect_postgres
 
-        db = _Db(*connect_postgres(where, SCHEMA_VERSION, (_RUNS, _LEVELS)))
+        db = _Db(*connect_postgres(where, SCHEMA_VERSION, (_RUNS, _LEVELS), MIGRATIONS))
     else:
         db = _connect_sqlite(where)
     try:
@@ -207,6 +213,13 @@ def _connect_sqlite(path: Path) -> _Db:
                 db.execute(_RUNS)
                 db.execute(_LEVELS)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version < SCHEMA_VERSION:
+            with db.transaction():
+                if db.execute("PRAGMA user_version").fetchone()[0] == version:  # not migrated meanwhile
+                    for step in range(version, SCHEMA_VERSION):
+                        for statement in MIGRATIONS[step]:
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise HistoryError(f"schema_version {version}, this loadgen reads {SCHEMA_VERSION}")
     except BaseException:
@@ -283,12 +296,12 @@ def identities(where: Location) -> list[RunIdentity]:
     with _open(where) as db:
         cur = db.execute(
             "SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, MAX(l.model), MAX(l.model_size),"
-            " r.workload_hash, r.machine_hash FROM runs r JOIN levels l ON l.run_id = r.run_id"
+            " r.workload_hash, r.machine_hash, MAX(l.server_flags) FROM runs r JOIN levels l ON l.run_id = r.run_id"
             " GROUP BY r.run_id, r.started_utc, r.folder, l.label, r.kind, r.workload_hash, r.machine_hash"
             " ORDER BY r.started_utc, r.run_id, l.label")
         return [RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3], kind=row[4],
-                            model=row[5], model_size=row[6], workload_hash=row[7], machine_hash=row[8])
-                for row in cur.fetchall()]
+                            model=row[5], model_size=row[6], workload_hash=row[7], machine_hash=row[8],
+                            server_flags=row[9]) for row in cur.fetchall()]
 
 
 def import_folder(where: Location, folder: Path) -> int:
@@ -319,12 +332,12 @@ def trend_rows(where: Location, figure: str, label: str | None = None) -> list[T
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r} (use {', '.join(FIGURES)})")
     sql = ("SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, l.model, l.model_size, r.workload_hash,"
-           f" r.machine_hash, l.build_info, l.level, l.rate, l.{figure} FROM runs r JOIN levels l"
+           f" r.machine_hash, l.build_info, l.level, l.rate, l.{figure}, l.server_flags FROM runs r JOIN levels l"
            " ON l.run_id = r.run_id" + (" WHERE l.label = ?" if label is not None else "")
            + " ORDER BY r.started_utc, r.run_id, l.label, COALESCE(l.level, l.rate)")
     with _open(where) as db:
         cur = db.execute(sql, (label,) if label is not None else ())
         return [TrendRow(RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3],
                                      kind=row[4], model=row[5], model_size=row[6], workload_hash=row[7],
-                                     machine_hash=row[8]), row[9], row[10] if row[10] is not None else row[11],
-                         row[12]) for row in cur.fetchall()]
+                                     machine_hash=row[8], server_flags=row[13]), row[9],
+                         row[10] if row[10] is not None else row[11], row[12]) for row in cur.fetchall()]

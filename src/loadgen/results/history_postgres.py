@@ -5,13 +5,14 @@ psycopg 3 is the optional extra `loadgen[postgres]` (`psycopg[binary]`: its whee
 tables get PostgreSQL's types for SQLite's (a 64-bit key that numbers itself, DOUBLE PRECISION for
 REAL, BIGINT for INTEGER: a model file's size passes 2^31), and are made on first use under an
 advisory lock, so two runs opening a new database at once do not race to create them. The schema's
-version lives in a one-row table (SQLite keeps it in `PRAGMA user_version`).
+version lives in a one-row table (SQLite keeps it in `PRAGMA user_version`); an older store gets
+results/history.py's migrations under the same lock.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 ADVISORY_LOCK = 0x6C6F6164  # "load": the key that serialises making the tables
@@ -25,7 +26,8 @@ def postgres_ddl(sql: str) -> str:
     return re.sub(r"\bINTEGER\b", "BIGINT", sql)
 
 
-def connect_postgres(url: str, schema_version: int, tables: Sequence[str]) -> tuple[Any, str, tuple[type, ...]]:
+def connect_postgres(url: str, schema_version: int, tables: Sequence[str],
+                     migrations: Mapping[int, Sequence[str]]) -> tuple[Any, str, tuple[type, ...]]:
     """(connection, "postgres", the driver's errors) for results/history.py's `_Db`; the tables made
     when missing; HistoryError when the driver is missing, the server cannot be reached, or the
     store is of another schema version."""
@@ -48,6 +50,11 @@ def connect_postgres(url: str, schema_version: int, tables: Sequence[str]) -> tu
                 for table in tables:
                     conn.execute(postgres_ddl(table))
                 conn.execute("INSERT INTO loadgen_history_schema VALUES (%s)", (schema_version,))
+            elif row[0] < schema_version:  # an older store: its migrations, under the same lock
+                for step in range(row[0], schema_version):
+                    for statement in migrations[step]:
+                        conn.execute(statement)
+                conn.execute("UPDATE loadgen_history_schema SET schema_version = %s", (schema_version,))
             elif row[0] != schema_version:
                 raise HistoryError(f"schema_version {row[0]}, this loadgen reads {schema_version}")
     except psycopg.Error as exc:
