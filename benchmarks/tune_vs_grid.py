@@ -35,9 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
-from servers import CAPACITY_SIM, GRID_SERVER, LOADGEN  # noqa: E402
-
 from loadgen.analysis.tune_plan import seconds_between  # noqa: E402
+from servers import CAPACITY_SIM, GRID_SERVER, LOADGEN  # noqa: E402
 
 MEASURE = ("--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--prompt-tokens", "80", "--warmup", "1",
            "--max-concurrency", "8")

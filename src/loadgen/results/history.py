@@ -127,8 +127,9 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
         props: dict[str, Any] = server["props"] if isinstance(server.get("props"), dict) else server
         model_path = props.get("model_path") or server.get("model_path")
         size = props.get("model_size") or server.get("model_size")
-        boot = boots.get(t.get("label")) if isinstance(boots.get(t.get("label")), dict) else {}
-        flags = " ".join(map(str, boot["flags"])) if isinstance(boot.get("flags"), list) else None
+        boot: Any = boots.get(t.get("label"))
+        flags = (" ".join(map(str, boot["flags"])) if isinstance(boot, dict) and isinstance(boot.get("flags"), list)
+                 else None)
         for lv in t.get("levels") or []:
             rows.append({**common, "label": t.get("label"), "server_flags": flags,
                          "build_info": props.get("build_info") or server.get("build_info"),
