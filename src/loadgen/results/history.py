@@ -117,7 +117,7 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
     """The rows of one run document (run.json), one per target and level (a pure function)."""
     config = doc.get("config") or {}
     env = doc.get("environment")
-    boots = env.get("boot") if isinstance(env, dict) and isinstance(env.get("boot"), dict) else {}
+    boots: dict[str, Any] = env["boot"] if isinstance(env, dict) and isinstance(env.get("boot"), dict) else {}
     common = {"folder": folder, "started_utc": doc.get("started_utc"), "kind": doc.get("kind"),
               "loadgen_version": doc.get("loadgen_version"), "workload_hash": workload_hash(config),
               "machine_hash": machine_hash(env)}
