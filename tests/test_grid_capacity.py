@@ -98,3 +98,16 @@ def test_the_sentences():
             cell("B", ans(1.5, 2.0, by="rate"), ans(1.5, 2.0, by="rate"))]
     assert best_cell(rate).sentence == ("A serves 3.25 req/s on average, the next best (B) 1.5 req/s; lead outside "
                                         "the noise")
+
+
+# a cell's text over its repeats, written before running: a censored answer never reads as measured
+@pytest.mark.parametrize("entries, text", [
+    ([ans(4, 5), ans(4, 5)], "4 ± 0 (4, 4)"),
+    ([ans(3, 4), ans(4, 5)], "3.5 ± 0.71 (3, 4)"),
+    ([ans(4), ans(4)], "≥4 (all 2 runs)"),  # every run passed its highest level: a lower bound, not 4 ± 0
+    ([ans(3, 4), ans(4)], "≥3.5 ± 0.71 (3, ≥4)"),  # one censored run makes the mean a lower bound too
+    ([ans(4, 5)], "4"),
+    ([], "n/a"),
+])
+def test_a_cells_text_says_a_lower_bound_as_one(entries, text):
+    assert cell("A", *entries).text == text

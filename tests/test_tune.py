@@ -92,3 +92,14 @@ def test_a_tune_where_no_cell_could_run_fails_and_a_used_folder_needs_force(tmp_
     assert again.returncode == 2 and "already holds a tune" in again.stderr, again.stderr
     forced = subprocess.run([*args, "--force"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 1, forced.stderr  # run again from scratch: the same cells fail again
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--budget", "20"), "--budget: each screened cell gets --screen-budget"),
+    (("--repeat", "3"), "--repeat: tune sets it per stage"),
+])
+def test_capacity_options_tune_sets_itself_are_refused(loadgen, tmp_path, args, message):
+    code, _, err = loadgen("tune", "--server", "x --p {a}", "--param", "a=1,2", "--slo", "e2e=1s", *args,
+                           "--output", tmp_path / "t")
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "t").exists()

@@ -108,15 +108,20 @@ class CellCapacity:
 
     @property
     def text(self) -> str:
-        """"3" for one run; "3.5 ± 0.71 (3, 4)" over repeats; "n/a" without an answer."""
+        """"3" for one run; "3.5 ± 0.71 (3, 4)" over repeats; "≥4 (all 2 runs)" when every run passed the
+        same highest level it tried (a mean ± 0 of lower bounds would read as a measured 4); "≥3.5 ± 0.71
+        (3, ≥4)" when some did (the mean of lows is a lower bound too); "n/a" without an answer."""
         if not self.answers:
             return "n/a"
         if len(self.answers) == 1:
             return self.answers[0].text
+        censored = [math.isinf(a.upper) for a in self.answers]
+        if all(censored) and len({a.text for a in self.answers}) == 1:
+            return f"{self.answers[0].text} (all {len(self.answers)} runs)"
         m = self.mean
         assert m is not None
         spread = f" ± {m.sd:.2g}" if m.sd else " ± 0"
-        return f"{_num(m.mean)}{spread} ({', '.join(a.text for a in self.answers)})"
+        return f"{'≥' if any(censored) else ''}{_num(m.mean)}{spread} ({', '.join(a.text for a in self.answers)})"
 
 
 def cell_capacity(name: str, entries: Sequence[CapacityEntry | None]) -> CellCapacity:

@@ -84,6 +84,16 @@ def _screen_args(args: tuple[str, ...], budget: int) -> tuple[str, ...]:
     return (*args, "--repeat", "1", "--budget", str(budget))
 
 
+def check_tune_args(args: tuple[str, ...]) -> None:
+    """Capacity options tune sets itself per stage are refused, not silently overridden."""
+    given = {a.split("=")[0] for a in args}
+    if "--repeat" in given:
+        raise ConfigError("--repeat: tune sets it per stage (the screen 1, the final --final-repeat)")
+    if "--budget" in given:
+        raise ConfigError("--budget: each screened cell gets --screen-budget requests and each finalist the full "
+                          "capacity search; give --screen-budget N instead")
+
+
 def _server_s(cell: GridCell) -> float:
     return sum(seconds_between(r.started_utc, r.finished_utc) for r in cell.runs)
 
@@ -200,6 +210,7 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
                                final_repeat=final_repeat, screen_budget=screen_budget,
                                measure_args=list(measure_args), stage="none")
     check_measure_args("capacity", tuple(screen.measure_args))
+    check_tune_args(tuple(doc.measure_args))
     if checking_only():
         return
     with user_errors():
