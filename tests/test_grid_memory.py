@@ -46,3 +46,12 @@ def test_grid_drops_a_cell_that_cannot_fit_before_starting_its_server(tmp_path):
     assert doc["memory_mib"] == 100
     assert "infeasible" in proc.stdout + proc.stderr
     assert not any(pid_alive(p) for p in grid_pids(out))  # no server left behind
+
+
+def test_a_cell_without_an_estimate_is_started_and_said_to_be_unfiltered(tmp_path):
+    out = tmp_path / "grid"
+    proc = grid("--server", f"{GRID_SERVER} -c {{ctx}}", "--param", "ctx=2048", "--memory", "100MiB",
+                "--concurrency", "1", "--requests", "2", "--n-predict", "4", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "--memory not applied to this cell" in proc.stderr, proc.stderr
+    assert json.loads((out / "grid.json").read_text())["cells"][0]["runs"][0]["status"] == "ok"

@@ -257,6 +257,8 @@ class CellRunner:
         entry = GridRun(repeat=repeat, started_utc=utc_now().isoformat(), command=argv, url=url,
                         log=str((folder / "server.log").relative_to(self.root)), kv_estimate=estimate,
                         kv_estimate_note=note, status="started")
+        if self.grid.memory_mib is not None and estimate is None:  # said, not silently started
+            self.err.print(f"  --memory not applied to this cell: {note or 'no KV estimate'}", highlight=False)
         if self.grid.memory_mib is not None and estimate is not None:
             too_big = does_not_fit(estimate.weights_mib, estimate.total_mib, self.grid.memory_mib)
             if too_big:  # feasible first, for free: no boot for a cell that cannot fit
