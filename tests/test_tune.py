@@ -95,11 +95,39 @@ def test_a_tune_where_no_cell_could_run_fails_and_a_used_folder_needs_force(tmp_
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--budget", "20"), "--budget: each screened cell gets --screen-budget"),
     (("--repeat", "3"), "--repeat: tune sets it per stage"),
+    (("--budget", "soon"), "is not a duration"),
 ])
 def test_capacity_options_tune_sets_itself_are_refused(loadgen, tmp_path, args, message):
     code, _, err = loadgen("tune", "--server", "x --p {a}", "--param", "a=1,2", "--slo", "e2e=1s", *args,
                            "--output", tmp_path / "t")
     assert code == 2 and message in err, err
     assert not (tmp_path / "t").exists()
+
+
+def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
+    """Written down first: with --budget 1s the first screen run starts (nothing is known of a run's cost
+    yet) and takes more than a second of server time, so the other three cells are never screened and the
+    one finalist's two final runs never start; tune.json and the output say so."""
+    import json
+    import subprocess
+
+    from loadgen.core.processes import pid_alive
+    from servers import CAPACITY_SIM, GRID_SERVER, LOADGEN, grid_pids
+
+    profile = tmp_path / "capsim.toml"
+    profile.write_text(CAPACITY_SIM)
+    out = tmp_path / "tune"
+    proc = subprocess.run([*LOADGEN, "tune", "--server", f"{GRID_SERVER} --parallel {{parallel}} --profile {profile} "
+                           "--time-scale 1", "--param", "parallel=1,2,3,4", "--screen-budget", "16", "--budget", "1s",
+                           "--stream", "--slo", "ttft=150ms", "--n-predict", "16", "--warmup", "1",
+                           "--max-concurrency", "4", "--output", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "tune.json").read_text())
+    status = [c["status"] for c in doc["cells"]]
+    assert status == ["finalist", "untried", "untried", "untried"], status
+    assert doc["cells"][1]["reason"] == "not screened: the --budget of 1 s was spent"
+    assert doc["budget_s"] == 1 and doc["cut"] == "3 cell(s) not screened, 2 final run(s) not run", doc["cut"]
+    assert doc["winner"] is None
+    assert "cut by the --budget of 1 s" in proc.stdout and "--budget of 1 s is spent" in proc.stderr
+    assert not any(pid_alive(p) for stage in ("screen", "final") if (out / stage).is_dir() for p in grid_pids(out / stage))

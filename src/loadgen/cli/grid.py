@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -349,8 +350,9 @@ class CellRunner:
             entry.status, entry.reason = "failed", str(exc)
 
 
-def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
-    """Every (repeat, cell) not done yet, in interleaved order; grid.json after each."""
+def run_grid(root: Path, grid: GridDocument, err: Console, keep_going: Callable[[], bool] | None = None) -> int:
+    """Every (repeat, cell) not done yet, in interleaved order; grid.json after each. `keep_going`, asked
+    before each run, stops the grid when it says no (tune's --budget): the rest stay not run."""
     from ..analysis.grid_cells import run_order
     from ..results.grid_file import DONE, write_grid
 
@@ -361,7 +363,7 @@ def run_grid(root: Path, grid: GridDocument, err: Console) -> int:
     todo = [(r, c) for r, c in run_order(len(cells), grid.repeat)
             if not any(e.repeat == r and e.status in DONE for e in cells[c].runs)]
     for n, (repeat, index) in enumerate(todo, 1):
-        if LATCH.received:
+        if LATCH.received or (keep_going is not None and not keep_going()):
             break
         cell = cells[index]
         err.print(f"grid {n}/{len(todo)}: {cell.id} {cell.name} (run {repeat}/{grid.repeat})", highlight=False)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 import msgspec
+from rich.console import Console
 
 from ..analysis.kv import MIB
 from ..analysis.tune_plan import DROPPED, FINALIST, Screened, pick_finalists, seconds_between
@@ -33,12 +35,13 @@ from .common import user_errors
 from .grid import check_measure_args, new_grid, parse_port_range, run_grid
 from .help import command
 from .kv import parse_size
+from .options import Duration
 from .shared import checking_only
 from .shared import console as _console
 
 TUNE_FILE = "tune.json"
 SCREEN, FINAL = "screen", "final"
-WINNER, INFEASIBLE_OR_FAILED = "winner", ("infeasible", "failed")
+WINNER, INFEASIBLE_OR_FAILED, UNTRIED = "winner", ("infeasible", "failed"), "untried"
 
 
 class TuneCell(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -48,7 +51,7 @@ class TuneCell(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str
     params: dict[str, str]
     stage: str  # the last stage it reached: screen or final
-    status: str  # infeasible, failed, dropped, finalist, winner
+    status: str  # infeasible, failed, untried (--budget), dropped, finalist, winner
     reason: str | None = None
     screen: str | None = None  # the screen's answer ("3", "≥4", "2–3")
     final: str | None = None  # the final's answer over its repeats
@@ -77,6 +80,8 @@ class TuneDocument(msgspec.Struct, kw_only=True):
     sentence: str | None = None  # the final's best-cell sentence
     server_seconds: float = 0.0
     full_grid_estimate_s: float | None = None  # every feasible cell through the final, by the finals' mean cost
+    budget_s: float | None = None  # --budget: the server seconds the whole search may use
+    cut: str | None = None  # what the budget left out ("3 cell(s) not screened, 2 final run(s) not run")
 
 
 def _screen_args(args: tuple[str, ...], budget: int) -> tuple[str, ...]:
@@ -89,9 +94,6 @@ def check_tune_args(args: tuple[str, ...]) -> None:
     given = {a.split("=")[0] for a in args}
     if "--repeat" in given:
         raise ConfigError("--repeat: tune sets it per stage (the screen 1, the final --final-repeat)")
-    if "--budget" in given:
-        raise ConfigError("--budget: each screened cell gets --screen-budget requests and each finalist the full "
-                          "capacity search; give --screen-budget N instead")
 
 
 def _server_s(cell: GridCell) -> float:
@@ -128,7 +130,10 @@ def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | No
                          screen=run_answer(screen_answers[0]).text if screen_answers else None,
                          server_s=round(_server_s(cell), 1))
         failed = next((r for r in cell.runs if r.status in INFEASIBLE_OR_FAILED), None)
-        if failed is not None and not screen_answers:
+        if not cell.runs:
+            entry.status, entry.reason = UNTRIED, f"not screened: the --budget of {doc.budget_s:g} s was spent" \
+                if doc.budget_s is not None else "not screened yet"
+        elif failed is not None and not screen_answers:
             entry.status, entry.reason = failed.status, failed.reason
         elif cid in pick.dropped:
             entry.reason = pick.dropped[cid]
@@ -139,6 +144,9 @@ def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | No
             entry.server_s = round(entry.server_s + _server_s(fcell), 1)
             if best is not None and best.kind in (BEST, UNTESTED) and best.best == fcell.name:
                 entry.status = WINNER
+            done = sum(1 for r in fcell.runs if r.status == "ok")
+            if done < doc.final_repeat and doc.budget_s is not None and doc.stage == FINAL:
+                entry.reason = f"{done} of {doc.final_repeat} final run(s): the --budget was spent"
         cells.append(entry)
     winner = next((c for c in cells if c.status == WINNER), None)
     # the command to copy: the template with the winner's values (not grid's port and -lv additions)
@@ -151,8 +159,14 @@ def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | No
     ran = sum(1 for c in cells if c.status not in INFEASIBLE_OR_FAILED)
     lost = sum(c.server_s for c in cells if c.status in INFEASIBLE_OR_FAILED)
     estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
+    untried = sum(1 for c in cells if c.status == UNTRIED)
+    short = (sum(max(0, doc.final_repeat - sum(1 for r in c.runs if r.status == "ok")) for c in final_cells.values())
+             if doc.stage == FINAL else 0)
+    cut = ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
+                                      f"{short} final run(s) not run" if short else "") if part) or None
     return msgspec.structs.replace(
-        doc, cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
+        doc, cut=cut if doc.budget_s is not None else None,
+        cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
         tie=bool(best and best.kind == "tie"), tied_with=list(best.tied) if best and best.kind == "tie" else [],
         sentence=best.sentence if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
 
@@ -175,6 +189,9 @@ def write_tune(root: Path, doc: TuneDocument) -> None:
               help="Full capacity searches per finalist, interleaved; 2 or more to tell a lead from noise.")
 @click.option("--screen-budget", type=click.IntRange(min=8), default=120, show_default=True,
               help="Requests of each cell's screening capacity search.")
+@click.option("--budget", "budget_s", type=Duration(), metavar="DURATION",
+              help="Server time the whole search may use (30m, 2h): no run starts that would pass it; what was "
+                   "left out is said.")
 @click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=600, show_default=True,
               help="Seconds a server may take to load its model before its cell counts as failed.")
 @click.option("--port-range", callback=lambda ctx, param, value: parse_port_range(value), metavar="FIRST-LAST",
@@ -183,8 +200,8 @@ def write_tune(root: Path, doc: TuneDocument) -> None:
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted search in this folder.")
 @click.argument("measure_args", nargs=-1, type=click.UNPROCESSED, metavar="[CAPACITY OPTIONS]")
-def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, wait_ready_s, port_range,
-                 output, force, resume, measure_args) -> None:
+def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, budget_s, wait_ready_s,
+                 port_range, output, force, resume, measure_args) -> None:
     """Find the server flags that serve the most users within latency targets (--slo): screen every cell, race the best."""
     from ..results.grid_file import is_grid, load_grid, write_grid
     from ..results.writer import command_line, default_dir, prepare_dir
@@ -196,9 +213,9 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
                 if (root / TUNE_FILE).is_file() else None
             if doc is None or not is_grid(root / SCREEN):
                 raise ConfigError(f"{root}: no tune.json and screen grid to continue; start a new search")
-            if template or param_texts or measure_args:
-                raise ConfigError("--resume continues a search as it was given; leave out --server, --param and "
-                                  "the capacity options")
+            if template or param_texts or measure_args or budget_s is not None:
+                raise ConfigError("--resume continues a search as it was given; leave out --server, --param, "
+                                  "--budget and the capacity options")
             screen = load_grid(root / SCREEN)
         else:
             if not template or not param_texts:
@@ -207,7 +224,7 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
             screen = new_grid(template, param_texts, 1, "capacity", _screen_args(measure_args, screen_budget),
                               wait_ready_s, port_range, memory_mib)
             doc = TuneDocument(command=command_line(), template=template, finalists=finalists,
-                               final_repeat=final_repeat, screen_budget=screen_budget,
+                               final_repeat=final_repeat, screen_budget=screen_budget, budget_s=budget_s,
                                measure_args=list(measure_args), stage="none")
     check_measure_args("capacity", tuple(screen.measure_args))
     check_tune_args(tuple(doc.measure_args))
@@ -230,6 +247,29 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
     run_stages(root, doc, screen)
 
 
+def within_budget(doc: TuneDocument, screen: GridDocument, final: GridDocument | None,
+                  err: Console) -> Callable[[], bool] | None:
+    """Asked before each run of a stage: whether the server seconds used so far and the stage's mean run
+    (none yet: nothing) stay within --budget; says so once when they would not. None without --budget."""
+    budget = doc.budget_s
+    if budget is None:
+        return None
+    stage, said = (final if final is not None else screen), list[bool]()
+
+    def keep_going() -> bool:
+        used = sum(_server_s(c) for g in (screen, final) if g is not None for c in g.cells)
+        runs = [seconds_between(r.started_utc, r.finished_utc) for c in stage.cells for r in c.runs]
+        if used + (sum(runs) / len(runs) if runs else 0.0) <= budget:
+            return True
+        if not said:
+            said.append(True)
+            err.print(f"tune: the --budget of {budget:g} s is spent ({used:.0f} s used); the rest is not run",
+                      style="yellow", highlight=False)
+        return False
+
+    return keep_going
+
+
 def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
     """The screen, the pick, the final, tune.json after each; prints the search and exits (130/143 when
     interrupted: --resume continues it)."""
@@ -240,7 +280,7 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
     started = time.monotonic()
     err.print(f"tune: screening {len(screen.cells)} cell(s), a capacity search of {doc.screen_budget} requests each",
               highlight=False)
-    run_grid(root / SCREEN, screen, err)
+    run_grid(root / SCREEN, screen, err, within_budget(doc, screen, None, err))
     final = load_grid(root / FINAL) if is_grid(root / FINAL) else None
     if not LATCH.received:
         doc = msgspec.structs.replace(doc, stage=SCREEN)
@@ -258,7 +298,7 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
         if final is not None:
             err.print(f"tune: {len(final.cells)} finalist(s), {doc.final_repeat} full capacity search(es) each",
                       highlight=False)
-            run_grid(root / FINAL, final, err)
+            run_grid(root / FINAL, final, err, within_budget(doc, screen, final, err))
             if not LATCH.received:
                 doc = msgspec.structs.replace(doc, stage=FINAL)
     doc = build_tune(doc, screen, final)
@@ -294,5 +334,8 @@ def print_tune(doc: TuneDocument) -> None:
                       soft_wrap=True)
     elif doc.tie:
         console.print(f"a tie between {', '.join(doc.tied_with)}: no winner is named", highlight=False, markup=False)
+    if doc.cut:
+        console.print(f"cut by the --budget of {doc.budget_s:g} s: {doc.cut}; the answer is among the cells tried",
+                      highlight=False, markup=False)
     estimate = f" (the full grid: about {doc.full_grid_estimate_s:,.0f} s)" if doc.full_grid_estimate_s else ""
     console.print(f"server time used: {doc.server_seconds:,.0f} s{estimate}", highlight=False, markup=False)
