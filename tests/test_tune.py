@@ -131,3 +131,21 @@ def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
     assert doc["winner"] is None
     assert "cut by the --budget of 1 s" in proc.stdout and "--budget of 1 s is spent" in proc.stderr
     assert not any(pid_alive(p) for stage in ("screen", "final") if (out / stage).is_dir() for p in grid_pids(out / stage))
+
+
+def c(cell, low, censored=False):
+    return Screened(cell, cell, low, None, censored)
+
+
+@pytest.mark.parametrize("screened, k, advance", [
+    ([c("a", 1), c("b", 2), c("c", 4)], 2, ()),  # two race: decided
+    ([c("a", 4, True), c("b", 4, True), c("c", 4, True), c("d", 1)], 2, ("a", "b", "c")),  # a budget-made tie
+    ([c("a", 4), c("b", 4), c("c", 4)], 2, ()),  # a real tie: the final races it
+    ([c("a", 6), c("b", 4, True), c("c", 4)], 2, ("a", "b", "c")),  # the cut's tie is censored on one side
+    ([c("a", 6, True), c("b", 4), c("c", 4)], 2, ()),  # a censored leader is a finalist anyway; the cut's tie is real
+    ([c("a", None), c("b", 3, True)], 1, ()),  # one answer: decided
+])
+def test_a_tie_the_budget_made_is_screened_again(screened, k, advance):
+    from loadgen.analysis.tune_plan import next_round
+
+    assert next_round(screened, k) == advance

@@ -10,6 +10,11 @@ had no budget for is not a failure), so the rule keeps ties generously:
 - the `k` best by low race, and every cell whose low equals the k-th best's (a tie at the cut is kept,
   not broken by grid order);
 - every other cell is dropped, with the low it was screened at against the cut.
+
+Successive halving (`next_round`): when more than `k` race on because a short search stopped below
+their capacity ("≥4" for three cells: a tie the budget made), those cells are screened again with
+twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
+a longer search would only confirm it, so it goes to the final as it is.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Screened:
     name: str
     low: float | None
     reason: str | None = None
+    censored: bool = False  # its search passed every level it had the budget for: the capacity may be higher
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,21 @@ def pick_finalists(screened: Sequence[Screened], k: int) -> Pick:
         if s.cell not in keep:
             dropped[s.cell] = f"screened at {s.low:g}, below the finalists' {cut:g}"
     return Pick(keep, dropped)
+
+
+def next_round(screened: Sequence[Screened], k: int) -> tuple[str, ...]:
+    """The cells a screen round sends to one more round with twice the budget (successive halving): the
+    finalists of this round (`pick_finalists`: the k best and the ties at the cut) when they are more
+    than k and a cell tied at the cut is censored (its short search stopped below its capacity, so more
+    budget can tell the tie apart); () when the round decided: k or fewer, or a tie at the cut of
+    answers that are not censored (a longer search would only confirm it: they race in the final)."""
+    pick = pick_finalists(screened, k)
+    if len(pick.finalists) <= k:
+        return ()
+    cut = sorted((s.low or 0.0 for s in screened if s.low is not None), reverse=True)[k - 1]
+    if not any(s.censored and s.low == cut for s in screened if s.cell in pick.finalists):
+        return ()
+    return pick.finalists
 
 
 def seconds_between(started_utc: str | None, finished_utc: str | None) -> float:

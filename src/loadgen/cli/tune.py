@@ -17,6 +17,7 @@ interrupted search: each stage's grid skips the runs it finished.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ import msgspec
 from rich.console import Console
 
 from ..analysis.kv import MIB
-from ..analysis.tune_plan import DROPPED, FINALIST, Screened, pick_finalists, seconds_between
+from ..analysis.tune_plan import DROPPED, FINALIST, Screened, next_round, pick_finalists, seconds_between
 from ..core.errors import EXIT_FAILED, ConfigError
 from ..core.griddoc import GridCell, GridDocument
 from ..core.signals import LATCH
@@ -53,7 +54,7 @@ class TuneCell(msgspec.Struct, kw_only=True, omit_defaults=True):
     stage: str  # the last stage it reached: screen or final
     status: str  # infeasible, failed, untried (--budget), dropped, finalist, winner
     reason: str | None = None
-    screen: str | None = None  # the screen's answer ("3", "≥4", "2–3")
+    screen: str | None = None  # the screen's answers, round by round ("≥4 → 6")
     final: str | None = None  # the final's answer over its repeats
     server_s: float = 0.0
 
@@ -71,6 +72,7 @@ class TuneDocument(msgspec.Struct, kw_only=True):
     finalists: int
     final_repeat: int
     screen_budget: int
+    screen_rounds: int = 1  # the most screen rounds (round r: screen_budget * 2^(r-1) requests a cell)
     measure_args: list[str] = []  # the capacity options as given (the final's; the screen adds its own)
     stage: str  # the stage last finished: none, screen, final
     cells: list[TuneCell] = []
@@ -107,38 +109,46 @@ def _screened(grid: GridDocument) -> list[Screened]:
     for cell in grid.cells:
         answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
         failed = next((r for r in cell.runs if r.status != "ok"), None)
-        low = run_answer(answers[0]).low if answers else None
+        answer = run_answer(answers[0]) if answers else None
+        low = answer.low if answer else None
         reason = f"{failed.status}: {failed.reason}" if failed is not None and low is None else None
-        out.append(Screened(cell.id, cell.name, low, reason))
+        out.append(Screened(cell.id, cell.name, low, reason, bool(answer and math.isinf(answer.upper))))
     return out
 
 
-def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | None) -> TuneDocument:
-    """tune.json's content from the two stages' grids as they stand."""
-    from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
-    from ..analysis.grid_cells import render
+def round_name(r: int) -> str:
+    """A screen round's folder: screen, screen2, screen3, ..."""
+    return SCREEN if r == 1 else f"{SCREEN}{r}"
 
-    by_id = {c.id: c for c in screen.cells}
-    pick = pick_finalists(_screened(screen), doc.finalists)
+
+def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocument | None) -> TuneDocument:
+    """tune.json's content from the stages' grids as they stand (`screens`: the screen's rounds)."""
+    from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
+
+    picks = [pick_finalists(_screened(g), doc.finalists) for g in screens]
     final_cells = {c.id: c for c in (final.cells if final is not None else [])}
     best = best_cell([cell_capacity(c.name, [r.capacity for r in c.runs if r.status == "ok"])
                       for c in final_cells.values()]) if final_cells else None
     cells = []
-    for cid, cell in by_id.items():
-        screen_answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
-        entry = TuneCell(id=cid, name=cell.name, params=cell.params, stage=SCREEN, status=DROPPED,
-                         screen=run_answer(screen_answers[0]).text if screen_answers else None,
-                         server_s=round(_server_s(cell), 1))
+    for cell in screens[0].cells:
+        rounds = [(g.cells[[c.id for c in g.cells].index(cell.id)], pick) for g, pick in zip(screens, picks)
+                  if cell.id in {c.id for c in g.cells}]
+        answers = [next((run_answer(r.capacity) for r in c.runs if r.status == "ok" and r.capacity), None)
+                   for c, _ in rounds]
+        entry = TuneCell(id=cell.id, name=cell.name, params=cell.params, stage=SCREEN, status=DROPPED,
+                         screen=" → ".join(a.text if a else "-" for a in answers) if any(answers) else None,
+                         server_s=round(sum(_server_s(c) for c, _ in rounds), 1))
         failed = next((r for r in cell.runs if r.status in INFEASIBLE_OR_FAILED), None)
+        last, last_pick = rounds[-1]
         if not cell.runs:
             entry.status, entry.reason = UNTRIED, f"not screened: the --budget of {doc.budget_s:g} s was spent" \
                 if doc.budget_s is not None else "not screened yet"
-        elif failed is not None and not screen_answers:
+        elif failed is not None and not answers[0]:
             entry.status, entry.reason = failed.status, failed.reason
-        elif cid in pick.dropped:
-            entry.reason = pick.dropped[cid]
-        if cid in final_cells:
-            fcell = final_cells[cid]
+        elif cell.id in last_pick.dropped:
+            entry.reason = last_pick.dropped[cell.id] + (f" (round {len(rounds)})" if len(rounds) > 1 else "")
+        if cell.id in final_cells:
+            fcell = final_cells[cell.id]
             entry.stage, entry.status = FINAL, FINALIST
             entry.final = cell_capacity(fcell.name, [r.capacity for r in fcell.runs if r.status == "ok"]).text
             entry.server_s = round(entry.server_s + _server_s(fcell), 1)
@@ -150,6 +160,8 @@ def build_tune(doc: TuneDocument, screen: GridDocument, final: GridDocument | No
         cells.append(entry)
     winner = next((c for c in cells if c.status == WINNER), None)
     # the command to copy: the template with the winner's values (not grid's port and -lv additions)
+    from ..analysis.grid_cells import render
+
     command = render(doc.template, winner.params, port="PORT") if winner else None
     spent = sum(c.server_s for c in cells)
     finals = [seconds_between(r.started_utc, r.finished_utc) for c in final_cells.values() for r in c.runs
@@ -189,6 +201,9 @@ def write_tune(root: Path, doc: TuneDocument) -> None:
               help="Full capacity searches per finalist, interleaved; 2 or more to tell a lead from noise.")
 @click.option("--screen-budget", type=click.IntRange(min=8), default=120, show_default=True,
               help="Requests of each cell's screening capacity search.")
+@click.option("--screen-rounds", type=click.IntRange(1, 6), default=3, show_default=True,
+              help="Screen rounds at most: cells tied at the cut because their short search stopped below their "
+                   "capacity are screened again with twice the budget.")
 @click.option("--budget", "budget_s", type=Duration(), metavar="DURATION",
               help="Server time the whole search may use (30m, 2h): no run starts that would pass it; what was "
                    "left out is said.")
@@ -200,8 +215,8 @@ def write_tune(root: Path, doc: TuneDocument) -> None:
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted search in this folder.")
 @click.argument("measure_args", nargs=-1, type=click.UNPROCESSED, metavar="[CAPACITY OPTIONS]")
-def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, budget_s, wait_ready_s,
-                 port_range, output, force, resume, measure_args) -> None:
+def tune_command(template, param_texts, memory_text, finalists, final_repeat, screen_budget, screen_rounds, budget_s,
+                 wait_ready_s, port_range, output, force, resume, measure_args) -> None:
     """Find the server flags that serve the most users within latency targets (--slo): screen every cell, race the best."""
     from ..results.grid_file import is_grid, load_grid, write_grid
     from ..results.writer import command_line, default_dir, prepare_dir
@@ -224,7 +239,8 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
             screen = new_grid(template, param_texts, 1, "capacity", _screen_args(measure_args, screen_budget),
                               wait_ready_s, port_range, memory_mib)
             doc = TuneDocument(command=command_line(), template=template, finalists=finalists,
-                               final_repeat=final_repeat, screen_budget=screen_budget, budget_s=budget_s,
+                               final_repeat=final_repeat, screen_budget=screen_budget,
+                               screen_rounds=screen_rounds, budget_s=budget_s,
                                measure_args=list(measure_args), stage="none")
     check_measure_args("capacity", tuple(screen.measure_args))
     check_tune_args(tuple(doc.measure_args))
@@ -238,7 +254,7 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
                     raise ConfigError(f"{root} already holds a tune; continue it with --resume {root} or add --force")
                 import shutil
 
-                for stage in (SCREEN, FINAL):  # --force: the earlier search's stages, nothing else
+                for stage in (*(round_name(r) for r in range(1, 7)), FINAL):  # --force: the earlier stages only
                     shutil.rmtree(root / stage, ignore_errors=True)
             (root / SCREEN).mkdir(exist_ok=True)
             write_grid(root / SCREEN, screen)
@@ -247,17 +263,18 @@ def tune_command(template, param_texts, memory_text, finalists, final_repeat, sc
     run_stages(root, doc, screen)
 
 
-def within_budget(doc: TuneDocument, screen: GridDocument, final: GridDocument | None,
+def within_budget(doc: TuneDocument, grids: list[GridDocument], stage: GridDocument,
                   err: Console) -> Callable[[], bool] | None:
-    """Asked before each run of a stage: whether the server seconds used so far and the stage's mean run
-    (none yet: nothing) stay within --budget; says so once when they would not. None without --budget."""
+    """Asked before each run of `stage`: whether the server seconds used so far (every grid of the search)
+    and the stage's mean run (none yet: nothing) stay within --budget; says so once when they would
+    not. None without --budget."""
     budget = doc.budget_s
     if budget is None:
         return None
-    stage, said = (final if final is not None else screen), list[bool]()
+    said: list[bool] = []
 
     def keep_going() -> bool:
-        used = sum(_server_s(c) for g in (screen, final) if g is not None for c in g.cells)
+        used = sum(_server_s(c) for g in grids for c in g.cells)
         runs = [seconds_between(r.started_utc, r.finished_utc) for c in stage.cells for r in c.runs]
         if used + (sum(runs) / len(runs) if runs else 0.0) <= budget:
             return True
@@ -270,9 +287,37 @@ def within_budget(doc: TuneDocument, screen: GridDocument, final: GridDocument |
     return keep_going
 
 
+def screen_rounds(root: Path, doc: TuneDocument, screen: GridDocument, err: Console) -> list[GridDocument]:
+    """The screen's rounds, run (or continued) in turn: round 1 every cell; round r+1, with twice round
+    r's budget, the cells `next_round` sends on, while --screen-rounds allows. Their grids, in order."""
+    from ..results.grid_file import is_grid, load_grid, write_grid
+
+    rounds = [screen]
+    while True:
+        r, grid = len(rounds), rounds[-1]
+        if r > 1:
+            err.print(f"tune: screen round {r}: {len(grid.cells)} cell(s) tied at the cut, "
+                      f"{doc.screen_budget * 2 ** (r - 1)} requests each", highlight=False)
+        run_grid(root / round_name(r), grid, err, within_budget(doc, rounds, grid, err))
+        advance = next_round(_screened(grid), doc.finalists)
+        if LATCH.received or not advance or r >= doc.screen_rounds:
+            return rounds
+        folder = root / round_name(r + 1)
+        if is_grid(folder):
+            nxt = load_grid(folder)
+        else:
+            by_id = {c.id: c for c in grid.cells}
+            nxt = msgspec.structs.replace(
+                grid, measure_args=list(_screen_args(tuple(doc.measure_args), doc.screen_budget * 2 ** r)),
+                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[]) for c in advance])
+            folder.mkdir(exist_ok=True)
+            write_grid(folder, nxt)
+        rounds.append(nxt)
+
+
 def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
-    """The screen, the pick, the final, tune.json after each; prints the search and exits (130/143 when
-    interrupted: --resume continues it)."""
+    """The screen's rounds, the pick, the final, tune.json after each; prints the search and exits
+    (130/143 when interrupted: --resume continues it)."""
     from ..analysis.grid_cells import render
     from ..results.grid_file import is_grid, load_grid, write_grid
 
@@ -280,13 +325,14 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
     started = time.monotonic()
     err.print(f"tune: screening {len(screen.cells)} cell(s), a capacity search of {doc.screen_budget} requests each",
               highlight=False)
-    run_grid(root / SCREEN, screen, err, within_budget(doc, screen, None, err))
+    screens = screen_rounds(root, doc, screen, err)
     final = load_grid(root / FINAL) if is_grid(root / FINAL) else None
     if not LATCH.received:
         doc = msgspec.structs.replace(doc, stage=SCREEN)
-        pick = pick_finalists(_screened(screen), doc.finalists)
+        last = screens[-1]
+        pick = pick_finalists(_screened(last), doc.finalists)
         if final is None and pick.finalists:
-            by_id = {c.id: c for c in screen.cells}
+            by_id = {c.id: c for c in last.cells}
             final = msgspec.structs.replace(
                 screen, repeat=doc.final_repeat, measure_args=list(doc.measure_args),
                 cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[]) for c in pick.finalists])
@@ -294,14 +340,14 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
                 render(final.template, cell.params)
             (root / FINAL).mkdir(exist_ok=True)
             write_grid(root / FINAL, final)
-        write_tune(root, build_tune(doc, screen, final))
+        write_tune(root, build_tune(doc, screens, final))
         if final is not None:
             err.print(f"tune: {len(final.cells)} finalist(s), {doc.final_repeat} full capacity search(es) each",
                       highlight=False)
-            run_grid(root / FINAL, final, err, within_budget(doc, screen, final, err))
+            run_grid(root / FINAL, final, err, within_budget(doc, [*screens, final], final, err))
             if not LATCH.received:
                 doc = msgspec.structs.replace(doc, stage=FINAL)
-    doc = build_tune(doc, screen, final)
+    doc = build_tune(doc, screens, final)
     write_tune(root, doc)
     print_tune(doc)
     err.print(f"tune: {root} ({time.monotonic() - started:.0f} s)", highlight=False)
