@@ -7,12 +7,16 @@ on slot s; then a control: the slot erased and the same turn 2 sent again, re-pr
 The verdict of a cycle (`cycle_verdict`):
 
     failed        a step failed, the restore restored nothing, or turn 2 said no cache_n
-    re-processed  the restore said n_restored > 0 but turn 2 reused fewer than prompt_n - 1 of
-                  turn 1's prompt_n tokens: the server re-processed what it said it restored
+    re-processed  the restore said n_restored > 0 but turn 2 reused fewer than P - 1 of turn 1's
+                  P prompt tokens: the server re-processed what it said it restored
                   (llama.cpp #26676)
-    restored      turn 2's cache_n >= turn 1's prompt_n - 1 (the server always re-evaluates the
-                  prompt's last token), and its TTFT at most FASTER_SHARE of the control's
+    restored      turn 2's cache_n >= P - 1 (the server always re-evaluates a prompt's last token,
+                  so a turn re-sent whole reuses P - 1; turn 2, longer, reuses all the file held:
+                  n_saved = P + n_predict - 1, the last answer token never entering the cache) and
+                  its TTFT at most FASTER_SHARE of the control's
     not faster    cache_n says restored but TTFT is not below FASTER_SHARE of the control's
+
+where P, turn 1's `prompt_tokens`, is its prompt_n + cache_n (what the slot held of its prompt).
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ FASTER_SHARE = 0.5  # "well below the control": a restored turn 2's TTFT at most
 
 @dataclass(frozen=True, slots=True)
 class CycleFigures:
-    """What one cycle measured: turn 1's prompt_n (the saved prompt), the save and restore as the
+    """What one cycle measured: turn 1's prompt in tokens (the saved prompt), the save and restore as the
     server answered them, turn 2's cache_n and TTFT, the control's (re-processed), and the file's
     bytes (read from --slot-save-dir; None: the server's n_written stands for it)."""
 
     slot: int
-    prompt_n: int | None = None
+    prompt_tokens: int | None = None  # turn 1's prompt_n + cache_n
     n_saved: int | None = None
     n_written: int | None = None
     save_ms: float | None = None
@@ -59,15 +63,15 @@ def cycle_verdict(c: CycleFigures) -> tuple[str, str]:
         return FAILED, c.error
     if not c.n_restored:
         return FAILED, f"the restore restored {c.n_restored or 0} tokens"
-    if c.cache_n is None or c.prompt_n is None:
+    if c.cache_n is None or c.prompt_tokens is None:
         return FAILED, "turn 2 or turn 1 reported no timings (cache_n, prompt_n)"
-    if c.cache_n < c.prompt_n - 1:
+    if c.cache_n < c.prompt_tokens - 1:
         return REPROCESSED, (f"the restore said n_restored {c.n_restored}, but turn 2 reused {c.cache_n} tokens "
-                             f"(turn 1's prompt_n {c.prompt_n}): re-processed (llama.cpp #26676)")
+                             f"of turn 1's {c.prompt_tokens}): re-processed (llama.cpp #26676)")
     if c.ttft_ms is not None and c.control_ttft_ms is not None and c.ttft_ms > FASTER_SHARE * c.control_ttft_ms:
         return NOT_FASTER, (f"turn 2 reused {c.cache_n} tokens, but its TTFT {c.ttft_ms:.0f} ms is not below "
                             f"{FASTER_SHARE:.0%} of the re-processed {c.control_ttft_ms:.0f} ms")
-    return RESTORED, f"turn 2 reused {c.cache_n} tokens (turn 1's prompt_n {c.prompt_n})"
+    return RESTORED, f"turn 2 reused {c.cache_n} tokens of turn 1's {c.prompt_tokens} and its answer"
 
 
 def _mean(values: list[float | None]) -> float | None:

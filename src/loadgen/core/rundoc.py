@@ -414,7 +414,7 @@ class SlotCycle(msgspec.Struct, frozen=True):
     verdict: str
     why: str = ""
     requests_ok: int = 0  # of its three turns (turn 1, turn 2 after the restore, the control)
-    prompt_n: int | None = None  # turn 1's: the saved prompt
+    prompt_tokens: int | None = None  # turn 1's prompt_n + cache_n: the saved prompt
     n_saved: int | None = None
     n_written: int | None = None
     save_ms: float | None = None

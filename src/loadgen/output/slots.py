@@ -15,11 +15,11 @@ _STYLE = {"restored": "green", "re-processed": "red", "failed": "red", "not fast
 
 
 def slots_table(doc: RunDocument | dict[str, Any]) -> Grid:
-    """Per target × cycle: the slot, turn 1's prompt_n, n_saved, save and restore ms, bytes per
+    """Per target × cycle: the slot, turn 1's prompt tokens, n_saved, save and restore ms, bytes per
     token, turn 2's cache_n and TTFT against the control's, the verdict."""
     doc = RunDocument.of(doc)
     grid = Grid("loadgen slots" + ("" if doc.complete else "  [incomplete]"), [
-        Column("target", "left", key=True), Column("cycle", key=True), Column("slot"), Column("prompt_n"),
+        Column("target", "left", key=True), Column("cycle", key=True), Column("slot"), Column("prompt\ntokens"),
         Column("n_saved"), Column("save\nms"), Column("restore\nms"), Column("bytes/\ntoken"),
         Column("cache_n\nturn 2"), Column("TTFT ms\nrestored"), Column("TTFT ms\nre-processed"),
         Column("verdict", "left")])
@@ -30,7 +30,7 @@ def slots_table(doc: RunDocument | dict[str, Any]) -> Grid:
         for i, c in enumerate(section.rows):
             mark = grid.footnote(f"{t.label} cycle {i + 1}: {c.why}") if c.verdict != "restored" and c.why else ""
             cells: list[Cell] = [
-                t.label if i == 0 else "", Num(i + 1), Num(c.slot), Num(c.prompt_n), Num(c.n_saved),
+                t.label if i == 0 else "", Num(i + 1), Num(c.slot), Num(c.prompt_tokens), Num(c.n_saved),
                 Num(c.save_ms, 1), Num(c.restore_ms, 1), Num(c.bytes_per_token, 0), Num(c.cache_n),
                 Num(c.ttft_ms, 0), Num(c.control_ttft_ms, 0), Text(c.verdict + mark, style=_STYLE.get(c.verdict, ""))]
             grid.add_row(*cells, end_section=i == len(section.rows) - 1)

@@ -358,9 +358,9 @@ def slots_section(t: TargetRun, settings: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for c in cycles:
         verdict, why = cycle_verdict(c)
-        ok = sum(x is not None for x in (c.prompt_n, c.cache_n, c.control_cache_n))
+        ok = sum(x is not None for x in (c.prompt_tokens, c.cache_n, c.control_cache_n))
         rows.append(msgspec.to_builtins(SlotCycle(
-            c.slot, verdict, why, ok, c.prompt_n, c.n_saved, c.n_written, c.save_ms, c.n_restored, c.n_read,
+            c.slot, verdict, why, ok, c.prompt_tokens, c.n_saved, c.n_written, c.save_ms, c.n_restored, c.n_read,
             c.restore_ms, c.cache_n, c.ttft_ms, c.control_cache_n, c.control_ttft_ms, c.file_bytes,
             c.bytes_per_token)))
     summary = summarize_slots(cycles)

@@ -116,7 +116,7 @@ class _Cycles:
             await self._forget(slot, index)
             restored = await self.client.restore(slot, filename)
         except SlotActionFailed as exc:
-            return CycleFigures(slot, prompt_n=first.prompt_n, error=f"slot action refused: {exc}")
+            return CycleFigures(slot, prompt_tokens=_prompt_tokens(first), error=f"slot action refused: {exc}")
         history = [(message, answer)]
         nxt = _message(32, 104729 * slot + index)
         _, second = await self.turn(slot, salt, history, nxt)
@@ -140,6 +140,11 @@ class _Cycles:
             return None
 
 
+def _prompt_tokens(r: RequestRecord) -> int | None:
+    """The whole prompt the slot held: what it processed (prompt_n) and what it reused (cache_n)."""
+    return None if r.prompt_n is None else r.prompt_n + (r.cache_n or 0)
+
+
 def _failure(r: RequestRecord | None) -> str:
     return "no record" if r is None else f"{r.error_kind}: {r.error_message}"
 
@@ -148,7 +153,7 @@ def _figures(slot: int, first: RequestRecord, saved: SlotAction, restored: SlotA
              control: RequestRecord | None, file_bytes: int | None) -> CycleFigures:
     error = None if second is not None and second.ok else f"turn 2 failed: {_failure(second)}"
     return CycleFigures(
-        slot, prompt_n=first.prompt_n, n_saved=saved.n_saved, n_written=saved.n_written, save_ms=saved.save_ms,
+        slot, prompt_tokens=_prompt_tokens(first), n_saved=saved.n_saved, n_written=saved.n_written, save_ms=saved.save_ms,
         n_restored=restored.n_restored, n_read=restored.n_read, restore_ms=restored.restore_ms,
         cache_n=second.cache_n if second is not None else None, ttft_ms=ttft_ms(second) if second else None,
         control_cache_n=control.cache_n if control is not None and control.ok else None,
