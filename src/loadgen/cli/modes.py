@@ -51,10 +51,8 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
 
 def finish_mode(execution: Execution, out_dir: Path, err: Console) -> int:
-    from ..output.tables import print_run
-
     from ..output.kind_view import view_of
-    from ..output.tables import say
+    from ..output.tables import print_run, say
 
     doc = execution.doc
     print_run(doc, console(), err, live=True)
