@@ -166,6 +166,21 @@ def test_a_stand_in_that_restores_but_reprocesses_is_named_so(loadgen, tmp_path)
     assert "re-processed" in stdout
     # per cycle: save, erase (forget), restore, erase (before the control), after the preflight's erase
     assert stand_in.actions == [(0, "erase")] + [(0, "save"), (0, "erase"), (0, "restore"), (0, "erase")] * 2
+    # read back through the kind's view: analyze's table and answer line, export's rows
+    code, stdout, err = loadgen("analyze", out)
+    assert code == 0, err
+    assert "loadgen slots" in stdout and "2 re-processed of 2 cycle(s)" in stdout
+    code, _, err = loadgen("export", out, "--format", "csv")
+    assert code == 0, err
+    rows = (out / "slots.csv").read_text().splitlines()
+    assert len(rows) == 3 and "re-processed" in rows[1]
+
+
+def test_a_scenario_may_name_slots_as_its_mode(loadgen, tmp_path):
+    path = tmp_path / "slots.toml"
+    path.write_text('mode = "slots"\nurl = "http://127.0.0.1:9"\nslot = "0"\ncycles = 2\nforget = "other"\n')
+    code, out, err = loadgen("run", path, "--check")
+    assert code == 0 and "all valid" in out, err
 
 
 def test_a_server_without_slot_save_path_stops_it_before_the_first_cycle(loadgen, tmp_path):
