@@ -58,6 +58,7 @@ def test_save_erase_restore_next_turn_reuses_the_whole_file(server, save_dir, tm
     assert section is not None and len(section.rows) == 2
     for c in section.rows:
         assert c.verdict == RESTORED, c.why
+        assert c.prompt_tokens == PROMPT_TOKENS  # cut with the server's tokenizer
         assert c.n_saved == c.prompt_tokens + N_PREDICT - 1 == c.n_restored
         # the answer comes back as text: its tokens may split otherwise at its edges (tests/test_cache_real.py)
         assert c.n_saved - 2 <= c.cache_n <= c.n_saved, (c.cache_n, c.n_saved)

@@ -27,8 +27,10 @@ from pathlib import Path
 from ..analysis.metric_defs import ttft_ms
 from ..analysis.slots import CycleFigures, cycle_verdict
 from ..client.backends import ConversationBackend, conversation_backend
+from ..client.backends.conversation import turn_prompt
 from ..client.probe import Probe
 from ..client.slot_actions import SlotAction, SlotActionFailed, SlotClient
+from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..core.clock import now_ns
 from ..core.errors import EXIT_FAILED, ConfigError, UserError
 from ..core.records import LevelRun, RequestRecord
@@ -84,6 +86,28 @@ def _message(tokens: int, seed: int) -> str:
     return synthetic_text(tokens * CHARS_PER_TOKEN, seed).strip()[:tokens * CHARS_PER_TOKEN]
 
 
+async def fitted_message(config: SweepConfig, url: str, tokens: int) -> tuple[str, int | None]:
+    """Turn 1's message, cut with the server's tokenizer so that its whole prompt ("[salt] User:
+    M\nAssistant:", BOS included) is `tokens` long (every salt is the same number of tokens), and
+    that prompt's count; without /tokenize an estimate at CHARS_PER_TOKEN and None. The longest cut
+    that is not longer, found by bisection (a dozen /tokenize calls per target)."""
+    text = synthetic_text(tokens * CHARS_PER_TOKEN * 2, 7919).strip()
+    salt = new_decimal_salt()
+    try:
+        async with server_tokenizer(url, headers=config.auth_headers(), timeout_s=config.timeout_s,
+                                    insecure=config.insecure) as tokenizer:
+            async def count(n: int) -> int:
+                return await tokenizer.count(turn_prompt(salt, [], text[:n]))
+
+            lo, hi = 1, len(text)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if await count(mid) <= tokens else (lo, mid - 1)
+            return text[:lo], await count(lo)
+    except TokenizeUnavailable:
+        return _message(tokens, 7919), None
+
+
 def _record(level: LevelRun, seq: int) -> RequestRecord | None:
     return next((r for r in reversed(list(level.records)) if r.seq == seq), None)
 
@@ -97,6 +121,7 @@ class _Cycles:
     sender: TurnSender
     client: SlotClient
     seqs: itertools.count
+    message: str  # turn 1's, the same in every cycle: the salt keeps the cycles apart
 
     async def turn(self, slot: int, salt: str, history: list[tuple[str, str]], message: str
                    ) -> tuple[str | None, RequestRecord | None]:
@@ -105,15 +130,14 @@ class _Cycles:
         return answer, _record(self.level, seq)
 
     async def cycle(self, slot: int, index: int) -> CycleFigures:
-        salt = new_decimal_salt()
-        message = _message(self.plan.prompt_tokens, 7919 * slot + index)
+        salt, message = new_decimal_salt(), self.message
         answer, first = await self.turn(slot, salt, [], message)
         if answer is None or first is None:
             return CycleFigures(slot, error=f"turn 1 failed: {_failure(first)}")
         filename = f"loadgen-{salt}-slot{slot}.bin"
         try:
             saved = await self.client.save(slot, filename)
-            await self._forget(slot, index)
+            await self._forget(slot)
             restored = await self.client.restore(slot, filename)
         except SlotActionFailed as exc:
             return CycleFigures(slot, prompt_tokens=_prompt_tokens(first), error=f"slot action refused: {exc}")
@@ -125,11 +149,11 @@ class _Cycles:
         _, control = await self.turn(slot, salt, history, nxt)
         return _figures(slot, first, saved, restored, second, control, self._file_bytes(filename))
 
-    async def _forget(self, slot: int, index: int) -> None:
+    async def _forget(self, slot: int) -> None:
         if self.plan.forget == "erase":
             await self.client.erase(slot)
         else:  # another conversation on the slot replaces its cache
-            await self.turn(slot, new_decimal_salt(), [], _message(self.plan.prompt_tokens, 15485863 + index))
+            await self.turn(slot, new_decimal_salt(), [], self.message)
 
     def _file_bytes(self, filename: str) -> int | None:
         if self.plan.save_dir is None:
@@ -161,7 +185,8 @@ def _figures(slot: int, first: RequestRecord, saved: SlotAction, restored: SlotA
         file_bytes=file_bytes, error=error)
 
 
-async def _background(sender: TurnSender, slots: list[int], plan: SlotPlan, stop: asyncio.Event) -> None:
+async def _background(sender: TurnSender, slots: list[int], plan: SlotPlan, message: str,
+                      stop: asyncio.Event) -> None:
     """`plan.concurrency` workers sending fresh conversations, each pinned to one of `slots` in
     turn, until `stop`."""
     seqs = itertools.count()
@@ -169,8 +194,7 @@ async def _background(sender: TurnSender, slots: list[int], plan: SlotPlan, stop
     async def worker(w: int) -> None:
         while not stop.is_set():
             seq = next(seqs)
-            await sender.send(w, seq, new_decimal_salt(), [], _message(plan.prompt_tokens, seq),
-                              slots[seq % len(slots)])
+            await sender.send(w, seq, new_decimal_salt(), [], message, slots[seq % len(slots)])
 
     await asyncio.gather(*(worker(w) for w in range(plan.concurrency)))
 
@@ -191,16 +215,20 @@ async def _target_slots(run: Run, obs: RunObserver, t: TargetRun, plan: SlotPlan
     t.levels += [cycles] + ([background] if plan.concurrency else [])
     total = t.info.total_slots if t.info and t.info.total_slots else max(plan.slots) + 1
     others = [s for s in range(total) if s not in plan.slots]
+    message, counted = await fitted_message(config, t.target.probe_url, plan.prompt_tokens)
+    obs.message(f"{t.label}: turn 1's prompt is " + (f"{counted:,} tokens by its tokenizer" if counted is not None
+                                                       else f"about {plan.prompt_tokens:,} tokens (no /tokenize)"))
     transport = await open_transport(config, t, obs, len(plan.slots) + plan.concurrency)
     stop = asyncio.Event()
     try:
         async with SlotClient(t.target.url, config.auth_headers(), config.timeout_s, config.insecure) as client:
-            run_cycles = _Cycles(plan, cycles, TurnSender(cycles, transport, backend, obs), client, itertools.count())
+            run_cycles = _Cycles(plan, cycles, TurnSender(cycles, transport, backend, obs), client, itertools.count(),
+                                 message)
             for level in t.levels:
                 obs.level_started(level, None, None)
                 level.start_ns = now_ns()
             load = asyncio.ensure_future(_background(TurnSender(background, transport, backend, obs), others,
-                                                     plan, stop)) if plan.concurrency and others else None
+                                                     plan, message, stop)) if plan.concurrency and others else None
             try:
                 await _all_cycles(run_cycles, t, plan, obs)
             finally:
