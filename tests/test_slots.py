@@ -93,6 +93,21 @@ def test_slot_actions_read_as_llama_server_answers():
         parse_action("save", 501, NO_SAVE_PATH, 1.0)
 
 
+def test_a_slot_action_without_an_answer_is_told_not_raised():
+    import asyncio
+
+    from loadgen.client.slot_actions import SlotClient
+    from servers import refused_port
+
+    async def erase(url: str) -> None:
+        async with SlotClient(url, timeout_s=5) as client:
+            await client.erase(0)
+
+    with refused_port() as port, pytest.raises(SlotActionFailed, match="no answer to erase") as info:
+        asyncio.run(erase(f"http://127.0.0.1:{port}"))
+    assert info.value.status is None
+
+
 class StandIn:
     """A llama-server of 2 slots that answers slot actions as a real one does (or refuses them, as
     one without --slot-save-path: `refuse`), and whose every /completion reports cache_n 0: its

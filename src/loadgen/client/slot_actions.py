@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Mapping
 
+import aiohttp
 import msgspec
 import yarl
 
@@ -22,10 +23,11 @@ from .session import SessionClient
 
 
 class SlotActionFailed(Exception):
-    """The server refused a slot action; the message is its own (one line), with the HTTP status."""
+    """The server refused a slot action (the message is its own, one line, with the HTTP status), or
+    no answer came (`status` None: the connection's failure)."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message if status is None else f"HTTP {status}: {message}")
         self.status = status
 
 
@@ -97,9 +99,12 @@ class SlotClient(SessionClient):
         assert self._session is not None
         url = yarl.URL(self._base.url(f"/slots/{slot}"), encoded=True).with_query(action=action)
         started = time.perf_counter()
-        async with self._session.post(url, json={"filename": filename} if filename else {}) as resp:
-            body = await resp.read()
-            status = resp.status
+        try:
+            async with self._session.post(url, json={"filename": filename} if filename else {}) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise SlotActionFailed(None, f"no answer to {action} ({type(exc).__name__}: {exc})") from None
         return parse_action(action, status, body, (time.perf_counter() - started) * 1e3)
 
     async def save(self, slot: int, filename: str) -> SlotAction:

@@ -28,7 +28,7 @@ from ..analysis.metric_defs import ttft_ms
 from ..analysis.slots import CycleFigures, cycle_verdict
 from ..client.backends import ConversationBackend, conversation_backend
 from ..client.backends.conversation import turn_prompt
-from ..client.probe import Probe
+from ..client.probe import Probe, TargetUnreachable
 from ..client.slot_actions import SlotAction, SlotActionFailed, SlotClient
 from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..core.clock import now_ns
@@ -63,9 +63,14 @@ class SlotPlan:
 async def preflight(config: SweepConfig, plan: SlotPlan) -> None:
     """Before the first cycle: a slot the server does not have, or background load with no slot
     left for it, is the user's (ConfigError, exit 2); a server that refuses slot actions (no
-    --slot-save-path) says so in its own words (UserError, exit 1). Erasing the first slot asks."""
+    --slot-save-path) says so in its own words (UserError, exit 1), as does one that cannot be
+    reached. Erasing the first slot asks."""
     target = config.targets[0]
     async with Probe(target.url, config.auth_headers(), config.timeout_s, config.insecure) as probe:
+        try:
+            await probe.wait_ready(config.wait_ready_s)
+        except TargetUnreachable as exc:
+            raise UserError(f"{target.display}: {exc}", EXIT_FAILED) from None
         info = await probe.server_info()
     total = info.total_slots
     if total is not None:
@@ -79,7 +84,8 @@ async def preflight(config: SweepConfig, plan: SlotPlan) -> None:
         try:
             await client.erase(plan.slots[0])
         except SlotActionFailed as exc:
-            raise UserError(f"{target.display} refuses slot actions: {exc}", EXIT_FAILED) from None
+            said = "refuses slot actions: " if exc.status is not None else ""
+            raise UserError(f"{target.display} {said}{exc}", EXIT_FAILED) from None
 
 
 def _message(tokens: int, seed: int) -> str:
