@@ -115,7 +115,8 @@ class StandIn:
 
     def __init__(self, refuse: bool = False) -> None:
         self.actions: list[tuple[int, str]] = []
-        lock, actions = threading.Lock(), self.actions
+        self.completions: list[dict] = []  # each /completion body
+        lock, actions, completions = threading.Lock(), self.actions, self.completions
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _json(self, status: int, body: bytes) -> None:
@@ -147,6 +148,11 @@ class StandIn:
                               "erase": {"n_erased": 23}}[action]
                     self._json(200, json.dumps({"id_slot": slot, "filename": name, **answer}).encode())
                     return
+                if url.path != "/completion":  # no /tokenize: turn 1's length is estimated
+                    self._json(404, b'{"error":"no"}')
+                    return
+                with lock:
+                    completions.append(json.loads(body))
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -218,3 +224,19 @@ def test_a_slot_the_server_lacks_is_the_users(loadgen, tmp_path, args, said):
         code, _, err = loadgen("slots", "--url", url, *args, "--output", tmp_path / "slots")
     assert code == 2 and said in err, err
     assert stand_in.actions == []
+
+
+def test_under_load_the_cycles_keep_their_slot_and_the_load_takes_the_other(loadgen, tmp_path):
+    stand_in, out = StandIn(), tmp_path / "slots"
+    with serve_handler(stand_in.handler) as url:
+        code, _, err = loadgen("slots", "--url", url, "--slot", "0", "--cycles", "2", "--concurrency", "2",
+                               "--prompt-tokens", "16", "--output", out)
+    assert code == 0, err
+    section = load_run(out).targets[0].slots
+    assert section is not None and section.concurrency == 2 and section.background_ok >= 2
+    assert section.background_failed == 0
+    assert all(b["cache_prompt"] is True and b["stream"] is True for b in stand_in.completions)
+    slots = [b["id_slot"] for b in stand_in.completions]
+    assert slots.count(0) == 2 * 3  # turn 1, turn 2 and the control of each cycle
+    assert slots.count(1) == section.background_ok and set(slots) == {0, 1}
+    assert stand_in.actions.count((1, "erase")) == 0  # no slot action on the load's slot
