@@ -41,6 +41,7 @@ def test_every_kind_imports_its_command_and_its_view():
     ("depth", None, ("depth", False, "depth", False)),
     ("soak", None, ("soak", False, None, False)),
     ("cache-capacity", None, ("cache-capacity", True, None, False)),
+    ("slots", None, ("slots", False, "slots", True)),
 ])
 def test_a_run_is_shown_by_the_view_of_the_kind_that_made_it(kind, command, expected):
     from loadgen.output.kind_view import kind_of, rows_section, view_of
@@ -58,7 +59,7 @@ def test_help_groups_and_scenario_modes_come_from_the_registry():
     assert {n for group in COMMAND_GROUPS.values() for n in group} >= set(KINDS)
     # written down first: every kind a scenario may name, demo not (it takes no options), and grid
     assert MODES == ("sweep", "replay", "chat", "prefix", "soak", "capacity", "cache-capacity", "prefill", "depth",
-                     "grid")
+                     "slots", "grid")
 
 
 def test_a_scenario_file_runs_a_capacity_search(loadgen, tmp_path):

@@ -62,6 +62,8 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
     doc = load_run(path)
     if not doc.kind.has_levels:  # a table per target (its kind's view)
         print_run(doc, _console(), _console(stderr=True), output_format)
+        if output_format in ("table", "markdown"):
+            _kind_answer(path, doc, _console())
         return
     records, samples = load_records(path), load_probe(path)
     if percentiles:

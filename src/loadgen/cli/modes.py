@@ -51,14 +51,19 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
 
 def finish_mode(execution: Execution, out_dir: Path, err: Console) -> int:
-    from ..output.tables import print_run
+    from ..output.kind_view import view_of
+    from ..output.tables import print_run, say
 
     doc = execution.doc
     print_run(doc, console(), err, live=True)
+    typed = RunDocument.of(doc)
+    answer = view_of(typed).answer  # the kind's answer line, as `analyze` says it after the table
+    line = answer(out_dir, typed) if answer is not None else None
+    if line is not None:
+        say(console(), line)
     err.print(f"results: {out_dir}", highlight=False)
     if execution.exit_code_for_signal is not None:
         return execution.exit_code_for_signal
-    typed = RunDocument.of(doc)
     if any(t.error for t in typed.targets):
         return EXIT_FAILED
     if not any(t.levels or any(r.requests_ok for r in getattr(t.section(typed.kind), "rows", []))

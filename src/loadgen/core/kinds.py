@@ -66,6 +66,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d).",
          FIND_LIMITS, levels=False, section="depth", figure=("decode_tok_s", "decode tok/s"),
          view="loadgen.kinds.depth.view:VIEW"),
+    Kind("slots", "loadgen.kinds.slots.command:slots_command",
+         "Save a conversation's slot, forget it, restore it: the next turn's cache_n and TTFT, save/restore time.",
+         FIND_LIMITS, levels=False, section="slots", view="loadgen.kinds.slots.view:VIEW"),
 )}
 
 
@@ -84,6 +87,7 @@ class RunKind(enum.StrEnum):
     PREFILL = "prefill"
     DEPTH = "depth"
     SOAK = "soak"
+    SLOTS = "slots"
 
     @property
     def kind(self) -> Kind:

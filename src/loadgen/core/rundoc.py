@@ -406,6 +406,47 @@ class DepthSection(msgspec.Struct, frozen=True):
     n_ctx: int | None = None
 
 
+class SlotCycle(msgspec.Struct, frozen=True):
+    """One save -> forget -> restore -> next turn cycle of `loadgen slots` (analysis/slots.py
+    `CycleFigures`, its verdict and why); the server's fields named as it names them."""
+
+    slot: int
+    verdict: str
+    why: str = ""
+    requests_ok: int = 0  # of its three turns (turn 1, turn 2 after the restore, the control)
+    prompt_tokens: int | None = None  # turn 1's prompt_n + cache_n: the saved prompt
+    n_saved: int | None = None
+    n_written: int | None = None
+    save_ms: float | None = None
+    n_restored: int | None = None
+    n_read: int | None = None
+    restore_ms: float | None = None
+    cache_n: int | None = None  # turn 2's, after the restore
+    ttft_ms: float | None = None
+    control_cache_n: int | None = None  # the same turn 2 on the erased slot: re-processed
+    control_ttft_ms: float | None = None
+    file_bytes: int | None = None  # read from --slot-save-dir; absent: n_written stands for it
+    bytes_per_token: float | None = None
+
+
+class SlotsSection(msgspec.Struct, frozen=True):
+    """A `loadgen slots` target: its cycles, the background load they ran under (`concurrency`
+    plain requests on the other slots; 0: none), and the figures over the cycles."""
+
+    rows: list[SlotCycle] = []
+    concurrency: int = 0
+    forget: str = "erase"
+    verdict: str | None = None
+    by_verdict: dict[str, int] = {}
+    save_ms: float | None = None
+    restore_ms: float | None = None
+    bytes_per_token: float | None = None
+    ttft_restored_ms: float | None = None
+    ttft_control_ms: float | None = None
+    background_ok: int = 0
+    background_failed: int = 0
+
+
 class SoakWindow(msgspec.Struct, frozen=True):
     """One window of a soak (analysis/soak.py `SoakWindow`): seconds since the soak's start, by completion time."""
 
@@ -544,14 +585,15 @@ class Target(msgspec.Struct, frozen=True):
     prefill: PrefillSection | None = None
     depth: DepthSection | None = None
     soak: SoakSection | None = None
+    slots: SlotsSection | None = None  # a `loadgen slots` run
     interference: list[ClassInterference] | None = None  # a run of request classes
     dataset: DatasetFit | None = None  # a dataset-answers run
     lengths_changed: LengthsChanged | None = None  # prompts loadgen lengthened (absent: none)
 
-    def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | None:
-        """This target's section of a prefill, depth or soak run (None for a sweep)."""
+    def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | SlotsSection | None:
+        """This target's section of a prefill, depth, soak or slots run (None for a sweep)."""
         name = kind.kind.section  # core/kinds.py: the section a kind without levels writes
-        return getattr(self, name) if name in ("prefill", "depth", "soak") else None
+        return getattr(self, name) if name in ("prefill", "depth", "soak", "slots") else None
 
     def level(self, level: int | float) -> Level | None:
         return next((lv for lv in self.levels if lv.level == level), None)

@@ -121,7 +121,7 @@ def records_note(data: ExportData, fmt: str) -> str | None:
 
 
 class VerbatimSection(msgspec.Struct, frozen=True):
-    """A prefill or depth section as run.json holds it: its rows passed on as written."""
+    """A prefill, depth or slots section as run.json holds it: its rows passed on as written."""
 
     n_ctx: Any = None
     rows: list[dict[str, Any]] | None = None
@@ -135,10 +135,12 @@ class VerbatimTarget(msgspec.Struct, frozen=True):
     verdict: Any = None
     prefill: VerbatimSection | None = None
     depth: VerbatimSection | None = None
+    slots: VerbatimSection | None = None
 
     def section(self, name: str | None) -> VerbatimSection:
-        """The section whose rows a kind's exports write (kind_view.rows_section: "prefill", "depth"); empty for another."""
-        return (getattr(self, name) if name in ("prefill", "depth") else None) or VerbatimSection()
+        """The section whose rows a kind's exports write (kind_view.rows_section: "prefill", "depth",
+        "slots"); empty for another."""
+        return (getattr(self, name) if name in ("prefill", "depth", "slots") else None) or VerbatimSection()
 
 
 class VerbatimRun(msgspec.Struct, frozen=True):

@@ -46,6 +46,8 @@ class TargetRun:
     # Prompt lengths loadgen had to change on this target (a replayed trace's prompts too short to
     # hold the salt, floored): (requests changed, of requests, the floor in tokens); None: none changed.
     lengths_floored: tuple[int, int, int] | None = None
+    # `loadgen slots`: each cycle's figures (analysis/slots.py `CycleFigures`), in the order run.
+    slot_cycles: list[Any] = field(default_factory=list)
 
 
 @dataclass(slots=True)
