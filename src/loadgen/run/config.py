@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
 from ..analysis.trim import Trim
-from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
+from ..client.backends import ANSWER_APIS, API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from ..core.rundoc import UNBOUNDED_RATE
@@ -246,6 +246,7 @@ class SweepConfig:
             "arrival_seed": self.arrival_seed if self.open_loop else None,
             "model": self.model,
             "stream": g.stream,
+            **({"items": g.items} if self.api in ANSWER_APIS else {}),
             "api_key_set": bool(self.api_key),
             "stagger_s": None if self.open_loop else self.stagger_s,
             "requests_per_level": self.requests_per_level,
@@ -389,6 +390,26 @@ def check_api(api: str, model: str | None = None, api_key: str | None = None) ->
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
         raise ConfigError("the API key is empty or spans lines")
     return api
+
+
+def check_items(api: str, items: int, *, stream: bool, several_processes: bool, prompt_tokens: bool) -> int:
+    """--items, and what the APIs that answer without generating (embeddings, rerank) cannot do:
+    stream, cut prompts to an exact length (the salt and item number change it), run in several
+    processes (the check's reference answers live in this one, run/answer_check.py)."""
+    if items < 1:
+        raise ConfigError(f"--items {items}: a request carries at least 1 text")
+    if api not in ANSWER_APIS:
+        if items != 1:
+            raise ConfigError(f"--items applies to --api {' or '.join(ANSWER_APIS)} (the {api} API sends one prompt)")
+        return items
+    if stream:
+        raise ConfigError(f"--api {api} answers whole, it does not stream; drop --stream")
+    if several_processes:
+        raise ConfigError(f"--api {api} runs in one process (its answers are checked against references kept "
+                          "there); drop --workers/--ray")
+    if prompt_tokens:
+        raise ConfigError(f"--api {api} sends the prompts as given; drop --prompt-tokens/--n-predict distributions")
+    return items
 
 
 def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:
