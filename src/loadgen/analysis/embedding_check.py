@@ -42,6 +42,15 @@ CHECK_TEXTS = (
 )
 
 
+def text_figures(requests_ok: int, input_tokens: int, wall_s: float, items: int) -> dict[str, float | int]:
+    """A level's figures of these APIs: texts answered (every successful request answered exactly
+    `items` texts, its backend refuses any other count), texts/s and prompt tokens/s over its wall
+    (0 for a level without a wall)."""
+    texts = requests_ok * items
+    return {"texts": texts, "texts_per_s": texts / wall_s if wall_s > 0 else 0.0,
+            "input_tok_s": input_tokens / wall_s if wall_s > 0 else 0.0}
+
+
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """a·b / (|a| |b|); 0 when either vector is all zeros (or their lengths differ: no direction to share)."""
     if len(a) != len(b):

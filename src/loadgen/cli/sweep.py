@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..analysis.trim import Trim
-from ..client.backends import REASONING_EFFORTS, GenerationParams
+from ..client.backends import ANSWER_APIS, REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.request_class import RequestClass, check_classes
@@ -157,7 +157,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         rates=rates or (),
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
         arrival_seed=arrival_seed, model=model, api_key=api_key,
-        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
+        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (),
+                                    n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
