@@ -142,10 +142,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    check_one_process(rates, trim, several=workers != 1 or ray_address is not None)
-    slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
-    check_items(api, items, stream=stream, several_processes=workers != 1 or ray_address is not None,
-                prompt_tokens=prompt_tokens is not None)
+    check_one_process(rates, trim, several=(several := workers != 1 or ray_address is not None))
+    slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
+    check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
         source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
@@ -162,14 +161,12 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
-        stagger_s=stagger_s,
-        warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
-        probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
+        stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+        parallel_targets=parallel_targets, probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
         workload=workload, dataset_entries=entries, percentiles=percentiles or (), trim=trim,
-        classes=tuple(request_classes),
-    )
+        classes=tuple(request_classes))
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
         raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "

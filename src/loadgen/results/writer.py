@@ -34,7 +34,6 @@ from ..analysis.slo import Slo, SloTally
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..analysis.soak_machine import SoakMachine, per_window
 from ..analysis.trim import Trim, Trimmed, trim_level
-from ..client.backends import ANSWER_APIS
 from ..core.baseurl import masked
 from ..core.clock import now_ns
 from ..core.columnar import PARQUET_FILE
@@ -88,8 +87,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     idle_w = _idle_w(run)
     for t in run.targets:
         levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim,
-                                  config.generation.n_predict,
-                                  config.generation.items if config.api in ANSWER_APIS else None)
+                                  config.generation.n_predict, config.answer_items)
         target = {
             "label": t.label,
             "url": t.target.display,

@@ -233,6 +233,11 @@ class SweepConfig:
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
+    @property
+    def answer_items(self) -> int | None:
+        """Texts per request of an API that answers without generating (embeddings, rerank); None otherwise."""
+        return self.generation.items if self.api in ANSWER_APIS else None
+
     def to_dict(self) -> dict:
         g = self.generation
         return {

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ..core.clock import NS_PER_S, now_ns
 from . import formats
+from .embeddings import NOT_SUPPORTED, Embedder, InvalidInput, texts_of
 from .faults import (
     FAULT_ERRORS,
     GARBAGE_METRICS,
@@ -31,7 +32,6 @@ from .faults import (
     malformed,
     reset_connection,
 )
-from .embeddings import NOT_SUPPORTED, Embedder, InvalidInput, texts_of
 from .http_threads import HttpThreads
 from .metrics import ServerMetrics
 from .params import Api, InvalidRequest, parse_request
