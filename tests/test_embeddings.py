@@ -26,7 +26,7 @@ from loadgen.client.backends.embeddings import AnswerBackend
 from loadgen.core import records
 from loadgen.core.errors import ConfigError
 from loadgen.run.answer_check import CheckedBackend, Reference
-from loadgen.run.config import check_items
+from loadgen.run.config import check_api, check_items
 from loadgen.sim.embeddings import vector
 from servers import SimThread, in_process_cli, serve_handler
 
@@ -134,6 +134,12 @@ def test_check_items(api, items, stream, several, prompt_tokens, refused):
     else:
         with pytest.raises(ConfigError, match=refused):
             check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens)
+
+
+def test_only_sweep_takes_the_apis_that_answer_without_generating():
+    assert check_api("rerank", answers=True) == "rerank"
+    with pytest.raises(ConfigError, match="--api embeddings runs in `loadgen sweep`"):
+        check_api("embeddings")  # prefill, depth, soak, chat, replay, capacity: they measure generation
 
 
 # --- the backend and the check in the client ---------------------------------------------------------

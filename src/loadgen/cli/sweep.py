@@ -160,8 +160,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items),
-        api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
-        stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+        api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
+        duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
         parallel_targets=parallel_targets, probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),

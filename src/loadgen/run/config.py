@@ -386,10 +386,13 @@ def check_reasoning_effort(effort: str | None, api: str) -> str | None:
     return effort
 
 
-def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
-    """--api, and the --model and --api-key that go with it."""
+def check_api(api: str, model: str | None = None, api_key: str | None = None, *, answers: bool = False) -> str:
+    """--api, and the --model and --api-key that go with it; the APIs that answer without generating
+    (embeddings, rerank) only where `answers` (a command that sends their --items and reads their figures)."""
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
+    if api in ANSWER_APIS and not answers:
+        raise ConfigError(f"--api {api} runs in `loadgen sweep` (this command measures generation)")
     if model is not None and api == "llamacpp":
         raise ConfigError("--model applies to --api completions, chat, responses or messages (/completion serves the loaded model)")
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
