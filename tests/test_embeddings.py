@@ -28,6 +28,7 @@ from loadgen.core.errors import ConfigError
 from loadgen.run.answer_check import CheckedBackend, Reference
 from loadgen.run.config import check_api, check_items
 from loadgen.sim.embeddings import vector
+from loadgen.sim.profile import parse_profile
 from servers import SimThread, in_process_cli, serve_handler
 
 TEXTS = ("alpha text", "beta text", "gamma text", "delta text")
@@ -207,7 +208,20 @@ def test_sweep_against_the_simulator_passes_the_check(loadgen, tmp_path, api):
         assert lv["texts"] == 48 and lv["texts_per_s"] > 0 and lv["output_tokens"] == 0
         assert lv["input_tokens"] == lv["server_metrics_delta"]["llamacpp:prompt_tokens_total"]
         assert "answers_short" not in lv
-    assert "texts/s" in out
+    assert "texts/s" in out and "prompt tok/s" in err
+
+
+def test_the_profile_prices_a_text_at_embed_tok_s():
+    base = 'name = "e"\nmodel_alias = "e"\nprefill_tok_s = 1000.0\nstep_ms = 1\nalpha = 0\nn_ctx = 64\neos_probability = 0\n'
+    assert parse_profile(base).embed_ms(50) == pytest.approx(50.0)  # unset: the prefill rate
+    assert parse_profile(base + "embed_tok_s = 100\n").embed_ms(50) == pytest.approx(500.0)
+    with pytest.raises(ValueError, match="'embed_tok_s' must not be negative"):
+        parse_profile(base + "embed_tok_s = -1\n")
+
+
+def test_the_simulator_gives_a_text_one_vector():
+    assert vector("a text") == vector("a text") and vector("a text") != vector("another text")
+    assert cosine(vector("a text"), vector("a text")) == pytest.approx(1.0)
 
 
 def test_a_server_without_embeddings_is_refused_before_the_first_level(loadgen, tmp_path):
