@@ -264,7 +264,7 @@ def overlap_corrupting_server():
             with lock:
                 state["in_flight"] += 1
                 overlapped = state["in_flight"] > 1
-            time.sleep(0.03)
+            time.sleep(0.1)
             with lock:
                 overlapped = overlapped or state["in_flight"] > 1
                 state["in_flight"] -= 1
@@ -291,5 +291,7 @@ def test_a_server_that_corrupts_overlapping_requests_fails_the_check(loadgen, tm
     failures = [json.loads(line) for line in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
     messages = [r["error_message"] for r in failures if r.get("error_kind") == records.EMBEDDING_MISMATCH]
     assert messages and all(m.startswith("input ") and "cosine" in m for m in messages), messages
-    assert any(m.startswith(f"input 0 ('{CHECK_TEXTS[0][:40]}…')") for m in messages), messages  # the input named by its text
+    for m in messages:  # each names its input: the check index and the start of that text
+        index = int(m.split()[1])
+        assert m.startswith(f"input {index} ('{CHECK_TEXTS[index][:40]}"), m  # the input named by its text
     assert "embedding_mismatch" in err, err
