@@ -41,7 +41,8 @@ def target_options(f: Callable) -> Callable:
         click.option("--api", default="llamacpp", show_default=True,
                      help="Server API: llamacpp (POST /completion), completions (POST /v1/completions), "
                           "chat (POST /v1/chat/completions), responses (POST /v1/responses), messages "
-                          "(POST /v1/messages)."),
+                          "(POST /v1/messages); embeddings (POST /v1/embeddings) and rerank (POST /v1/rerank) "
+                          "answer texts without generating, checked under load."),
         click.option("--model", help="Model name for the OpenAI and Anthropic APIs [default: the first id of the server's "
                                      "/v1/models]."),
         click.option("--api-key", envvar="LOADGEN_API_KEY", show_envvar=True,

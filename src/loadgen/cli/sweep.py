@@ -16,13 +16,21 @@ from rich.console import Console
 
 from ..analysis.slo import DEFAULT_ATTAINMENT
 from ..analysis.trim import Trim
-from ..client.backends import REASONING_EFFORTS, GenerationParams
+from ..client.backends import ANSWER_APIS, REASONING_EFFORTS, GenerationParams
 from ..core import columnar
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, UserError
 from ..core.request_class import RequestClass, check_classes
 from ..core.rundoc import RunDocument, RunKind
 from ..core.workload import LengthSpec, Workload
-from ..run.config import DEFAULT_PROMPT, SweepConfig, build_targets, check_api, check_arrival, check_reasoning_effort
+from ..run.config import (
+    DEFAULT_PROMPT,
+    SweepConfig,
+    build_targets,
+    check_api,
+    check_arrival,
+    check_items,
+    check_reasoning_effort,
+)
 from ..run.prompts import PromptSource, sample_prompts
 from ..run.schedule import ARRIVALS
 from .common import results_folder
@@ -75,6 +83,8 @@ if TYPE_CHECKING:
               help="Unrecorded requests per target before the first level.")
 @click.option("--stream/--no-stream", default=False, show_default=True,
               help="Stream the responses (SSE) and record time to first token and inter-token gaps.")
+@click.option("--items", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--api embeddings or rerank: texts per request (inputs, or documents to rank).")
 @prompt_source_options
 @length_options
 @click.option("--class", "request_classes", type=REQUEST_CLASS, multiple=True,
@@ -123,7 +133,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
           telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          stop_at_knee=False, server_urls=(), percentiles=None, trim=None) -> None:
+          stop_at_knee=False, server_urls=(), percentiles=None, trim=None, items=1) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if request_classes:  # they replace the levels
         concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
@@ -132,8 +142,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    check_one_process(rates, trim, several=workers != 1 or ray_address is not None)
-    slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
+    check_one_process(rates, trim, several=(several := workers != 1 or ray_address is not None))
+    slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
+    check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
         source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
@@ -145,18 +156,17 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         rates=rates or (),
         arrival=check_arrival(arrival, burstiness), burstiness=burstiness, max_in_flight=max_in_flight,
         arrival_seed=arrival_seed, model=model, api_key=api_key,
-        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
+        generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (),
+                                    n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
-                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api)),
-        api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
-        stagger_s=stagger_s,
-        warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
-        probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items),
+        api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
+        duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+        parallel_targets=parallel_targets, probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,
         prompt_tokens=prompt_tokens, prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
         workload=workload, dataset_entries=entries, percentiles=percentiles or (), trim=trim,
-        classes=tuple(request_classes),
-    )
+        classes=tuple(request_classes))
     config = resolve_workers(workers, ray_address, config)
     if workload is not None and (config.workers != 1 or config.ray_address is not None):
         raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "

@@ -32,6 +32,11 @@ LOST = "lost"
 CLIENT_SIDE = frozenset({CANCELLED, LOST})
 STREAM_ERROR = "stream_error"  # a stream that carried `data: {"error": ...}` or an unreadable event
 TRUNCATED_STREAM = "truncated_stream"  # a stream that ended before its API's final event
+# An answer that differs under load from the same input answered alone (analysis/embedding_check.py):
+# an embedding pointing elsewhere, a rerank request's documents out of their order or score. The
+# message names the input (its check index and the start of its text).
+EMBEDDING_MISMATCH = "embedding_mismatch"
+RANK_MISMATCH = "rank_mismatch"
 
 
 class Usage(msgspec.Struct, frozen=True):

@@ -146,6 +146,12 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
     reasoning_tokens: int | None = None
     reasoning_share: float | None = None
     ttfa_ms: Distribution | None = None
+    # The APIs that answer without generating (--api embeddings, rerank; analysis/embedding_check.py):
+    # texts answered (successful requests × --items), texts/s and prompt tokens/s over the level's
+    # wall. All None (absent from run.json) for a generation API.
+    texts: int | None = None
+    texts_per_s: float | None = None
+    input_tok_s: float | None = None
 
     def to_dict(self, client_load: bool = False) -> dict[str, Any]:
         """The level as run.json holds it; the client-load fields only with `client_load`."""
@@ -174,6 +180,9 @@ class LevelSummary(msgspec.Struct, frozen=True, kw_only=True):
                 del out[key]
         if out["reasoning_tokens"] is None:  # no reasoning: likewise
             for key in ("reasoning_tokens", "reasoning_share", "ttfa_ms"):
+                del out[key]
+        if out["texts"] is None:  # a generation API: likewise
+            for key in ("texts", "texts_per_s", "input_tok_s"):
                 del out[key]
         if not client_load:
             for key in ("loop_lag_p99_ms", "loop_lag_max_ms", "client_cpu_fraction"):

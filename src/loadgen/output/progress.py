@@ -108,8 +108,11 @@ class ProgressObserver:
         s = of_level(level).summary(level.concurrency, rate=level.rate)
         lat = f", latency p50 {s.latency_ms.p50:,.0f} ms" if s.latency_ms is not None else ""
         tail = f"  ({level.stopped_reason})" if level.stopped_reason else ""
+        # an API that answers without generating (embeddings, rerank): its prompt tokens/s instead
+        rate = (f"{s.throughput_tok_s:,.2f} tok/s" if s.output_tokens or not s.input_tokens
+                else f"{s.total_tok_s or 0:,.2f} prompt tok/s")
         self.message(f"{level.target} {_short(level)}: {s.requests_ok} ok, {s.requests_failed} failed, "
-                     f"{s.throughput_tok_s:,.2f} tok/s{lat}{tail}")
+                     f"{rate}{lat}{tail}")
         if self._on_level_done is not None:
             self._on_level_done()
 

@@ -112,6 +112,9 @@ def _optional_columns(targets: Sequence[Target]) -> list[tuple[list[Column], Cal
     of a level, in table order."""
     levels = [lv for t in targets for lv in t.levels]
     groups: list[tuple[list[Column], Callable[[Target, Level], list[Cell]]]] = []
+    if any(lv.texts_per_s is not None for lv in levels):  # --api embeddings, rerank: texts answered, no output
+        groups.append(([Column("texts/s"), Column("prompt\ntok/s")],
+                       lambda t, lv: [Num(lv.texts_per_s, 1), Num(lv.input_tok_s, 1)]))
     if any(lv.slo for lv in levels):  # --slo: each level's attainment and goodput (analysis/slo.py)
         groups.append(([Column("attain"), Column("goodput\nreq/s"), Column("goodput\ntok/s"), Column("most\nmissed")],
                        lambda t, lv: _slo_cells(lv.slo_judgement)))

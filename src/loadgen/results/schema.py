@@ -61,6 +61,9 @@ Version history (SCHEMA_VERSION):
        A reader of version 3 would take those kinds for runs without levels.
        Added since, without a bump (issue 46): config "capacity" "hold_s" (--hold, the fresh run a
        rate's answer must hold on; absent: a run before it, judged as long as a level).
+       Added since, without a bump (issue 50): per level "texts", "texts_per_s", "input_tok_s" and
+       config "items" (--api embeddings or rerank only; absent otherwise); record error kinds
+       "embedding_mismatch" and "rank_mismatch" (analysis/embedding_check.py).
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

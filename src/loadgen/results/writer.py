@@ -23,6 +23,7 @@ from .. import __version__
 from ..analysis.aggregate import LevelAggregate, of_level
 from ..analysis.cache import lowest_level_prefill_ms_per_token
 from ..analysis.depth import summarize_depth, with_change
+from ..analysis.embedding_check import text_figures
 from ..analysis.energy import energy_of, level_energy
 from ..analysis.env_drift import level_changes
 from ..analysis.interference import ClassPhases, Interference, interference
@@ -87,7 +88,7 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     idle_w = _idle_w(run)
     for t in run.targets:
         levels = _level_summaries(t.levels, config.slo, idle_w, config.percentiles, config.trim,
-                                  config.generation.n_predict)
+                                  config.generation.n_predict, config.answer_items)
         target = {
             "label": t.label,
             "url": t.target.display,
@@ -215,7 +216,9 @@ def _verdict_records(lv: LevelRun) -> list[RequestRecord]:
 
 def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dict[str, float] | None = None,
                      percentiles: tuple[float, ...] = (), trim: Trim | None = None,
-                     n_predict: int | None = None) -> list[dict[str, Any]]:
+                     n_predict: int | None = None, items: int | None = None) -> list[dict[str, Any]]:
+    """Each level's summary as run.json holds it; `items`: texts per request of an API that answers
+    without generating (embeddings, rerank), whose text figures it then carries."""
     out = []
     aggregates = [_trimmed(lv, trim) for lv in levels]
     # the prefill the cache saved, priced at the lowest level's cost per token (analysis/cache.py)
@@ -226,6 +229,9 @@ def _level_summaries(levels: list[LevelRun], slo: Slo | None = None, idle_w: dic
                                     counter_delta(lv.server_metrics_before, lv.server_metrics_after), rate=lv.rate,
                                     percentiles=percentiles, prefill_ms_per_token=ms_per_token,
                                     n_predict=n_predict)
+        if items is not None:
+            summary = msgspec.structs.replace(summary, **text_figures(summary.requests_ok, summary.input_tokens or 0,
+                                                                      summary.wall_s, items))
         out.append(_with_environment(_with_workers(msgspec.structs.replace(
             summary, **_schedule_counts(lv), loop_lag_p99_ms=lv.loop_lag_p99_ms, loop_lag_max_ms=lv.loop_lag_max_ms,
             client_cpu_fraction=lv.client_cpu_fraction, slo=_slo_of(lv, slo, summary.wall_s, trimmed),

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
 from ..analysis.trim import Trim
-from ..client.backends import API_NAMES, REASONING_EFFORT_APIS, GenerationParams
+from ..client.backends import ANSWER_APIS, API_NAMES, REASONING_EFFORT_APIS, GenerationParams
 from ..core.baseurl import BaseUrl, BaseUrlError, masked
 from ..core.errors import ConfigError
 from ..core.rundoc import UNBOUNDED_RATE
@@ -233,6 +233,11 @@ class SweepConfig:
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
+    @property
+    def answer_items(self) -> int | None:
+        """Texts per request of an API that answers without generating (embeddings, rerank); None otherwise."""
+        return self.generation.items if self.api in ANSWER_APIS else None
+
     def to_dict(self) -> dict:
         g = self.generation
         return {
@@ -246,6 +251,7 @@ class SweepConfig:
             "arrival_seed": self.arrival_seed if self.open_loop else None,
             "model": self.model,
             "stream": g.stream,
+            **({"items": g.items} if self.api in ANSWER_APIS else {}),
             "api_key_set": bool(self.api_key),
             "stagger_s": None if self.open_loop else self.stagger_s,
             "requests_per_level": self.requests_per_level,
@@ -380,15 +386,38 @@ def check_reasoning_effort(effort: str | None, api: str) -> str | None:
     return effort
 
 
-def check_api(api: str, model: str | None = None, api_key: str | None = None) -> str:
-    """--api, and the --model and --api-key that go with it."""
+def check_api(api: str, model: str | None = None, api_key: str | None = None, *, answers: bool = False) -> str:
+    """--api, and the --model and --api-key that go with it; the APIs that answer without generating
+    (embeddings, rerank) only where `answers` (a command that sends their --items and reads their figures)."""
     if api not in API_NAMES:
         raise ConfigError(f"--api {api!r}: choose one of {', '.join(API_NAMES)}")
+    if api in ANSWER_APIS and not answers:
+        raise ConfigError(f"--api {api} runs in `loadgen sweep` (this command measures generation)")
     if model is not None and api == "llamacpp":
         raise ConfigError("--model applies to --api completions, chat, responses or messages (/completion serves the loaded model)")
     if api_key is not None and (not api_key.strip() or any(c in api_key for c in "\r\n")):
         raise ConfigError("the API key is empty or spans lines")
     return api
+
+
+def check_items(api: str, items: int, *, stream: bool, several_processes: bool, prompt_tokens: bool) -> int:
+    """--items, and what the APIs that answer without generating (embeddings, rerank) cannot do:
+    stream, cut prompts to an exact length (the salt and item number change it), run in several
+    processes (the check's reference answers live in this one, run/answer_check.py)."""
+    if items < 1:
+        raise ConfigError(f"--items {items}: a request carries at least 1 text")
+    if api not in ANSWER_APIS:
+        if items != 1:
+            raise ConfigError(f"--items applies to --api {' or '.join(ANSWER_APIS)} (the {api} API sends one prompt)")
+        return items
+    if stream:
+        raise ConfigError(f"--api {api} answers whole, it does not stream; drop --stream")
+    if several_processes:
+        raise ConfigError(f"--api {api} runs in one process (its answers are checked against references kept "
+                          "there); drop --workers/--ray")
+    if prompt_tokens:
+        raise ConfigError(f"--api {api} sends the prompts as given; drop --prompt-tokens/--n-predict distributions")
+    return items
 
 
 def parse_rate_list(text: str, what: str = "--rate") -> tuple[float, ...]:

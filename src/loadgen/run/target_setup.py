@@ -18,12 +18,14 @@ from ..analysis.aggregate import typical_latency_s
 from ..analysis.context import context_overflow
 from ..analysis.evidence import not_an_llm_server
 from ..client.backends import CHAT_TEMPLATE_APIS, OPENAI_APIS, Backend, make_backend
+from ..client.backends.embeddings import AnswerBackend
 from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..client.transport import Transport
 from ..core.errors import ConfigError
 from ..core.records import LevelRun, ProbeSample
+from .answer_check import CheckedBackend, ReferenceFailed, reference_pass
 from .config import SweepConfig, Target
 from .engine import EngineOptions, run_level
 from .exact_prompt import salted
@@ -125,6 +127,12 @@ async def target_load(config: SweepConfig, t: TargetRun, obs: RunObserver, *, so
     backend = make_backend(config.api, generation, t.model)
     transport = await open_transport(config, t, obs, config.connections_per_target, transport_factory)
     try:
+        if isinstance(backend, AnswerBackend):  # embeddings, rerank: their answers checked under load
+            checked = await checked_backend(t, transport, backend)
+            if checked is None:
+                yield None
+                return
+            backend = checked
         warm = None
         if config.warmup > 0:
             warm = await warm_up(t, transport, backend, config.warmup, EngineOptions(salt=options.salt))
@@ -158,6 +166,17 @@ async def warm_up(t: TargetRun, transport: Transport, backend: Backend, requests
         t.error = f"{t.target.display}: warm-up failed, {warm.stopped_reason}"
         return None
     return None if refuse_non_llm(t, warm, backend) else warm
+
+
+async def checked_backend(t: TargetRun, transport: Transport, backend: AnswerBackend) -> CheckedBackend | None:
+    """The backend whose check requests are judged against the check texts answered alone (run/answer_check.py);
+    None, and the target's error set to what the server answered, when it would not answer them."""
+    try:
+        reference = await reference_pass(transport, backend)
+    except ReferenceFailed as exc:
+        t.error = f"{t.target.display}: {exc}"
+        return None
+    return CheckedBackend(backend, reference)
 
 
 def refuse_non_llm(t: TargetRun, level: LevelRun, backend: Backend) -> bool:

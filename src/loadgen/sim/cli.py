@@ -42,9 +42,11 @@ from .profile import builtin_profiles, load_profile
 @click.option("--reasoning-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking, "
                    "streamed as those APIs' reasoning deltas.")
+@click.option("--embeddings", is_flag=True, help="Serve /v1/embeddings (llama-server's --embeddings; else a 501).")
+@click.option("--reranking", is_flag=True, help="Serve /v1/rerank (llama-server's --reranking; else a 501).")
 def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bool, time_scale: float, seed: int,
                 load_seconds: float, fault_specs: tuple[str, ...], threads_http: int | None, keep_alive_s: float,
-                cache_ram_tokens: int, reasoning_tokens: int) -> None:
+                cache_ram_tokens: int, reasoning_tokens: int, embeddings: bool = False, reranking: bool = False) -> None:
     """Run a simulated llama-server (same API, slots, batching and /metrics; no model needed)."""
     from ..run.loops import loop_factory
     from .server import start_simulator
@@ -63,7 +65,8 @@ def sim_command(port: int, host: str, profile_name: str, slots: int, metrics: bo
             sim = await start_simulator(profile, host=host, port=port, slots=slots, metrics=metrics,
                                         time_scale=time_scale, seed=seed, load_seconds=load_seconds, faults=faults,
                                         threads_http=threads_http, keep_alive_s=keep_alive_s,
-                                        cache_ram_tokens=cache_ram_tokens, reasoning_tokens=reasoning_tokens)
+                                        cache_ram_tokens=cache_ram_tokens, reasoning_tokens=reasoning_tokens,
+                                        embeddings=embeddings, reranking=reranking)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
         click.echo(f"loadgen sim: {profile.name} as '{profile.model_alias}' on {sim.url}, {slots} slots, "

@@ -37,6 +37,12 @@ class Profile:
     size_bytes: int = 0
     n_ctx_train: int = 0
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # Tokens per second of an embedding or rerank text, in one slot (sim/embeddings.py); 0: prefill_tok_s.
+    embed_tok_s: float = 0.0
+
+    def embed_ms(self, n_tokens: int) -> float:
+        """n_tokens * 1000 / embed_tok_s (prefill_tok_s when 0): one text's embedding or rerank."""
+        return n_tokens * 1000.0 / (self.embed_tok_s or self.prefill_tok_s)
 
     def decode_step_ms(self, busy: int) -> float:
         """step_ms(b) = step_ms * (1 + alpha * (b - 1)), for b >= 1 slots decoding in the step."""
@@ -77,7 +83,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "model_alias": (str,), "model_path": (str,),
     "prefill_tok_s": (int, float), "step_ms": (int, float), "alpha": (int, float), "eos_probability": (int, float),
     "n_ctx": (int,), "n_batch": (int,), "n_params": (int,), "size_bytes": (int,), "n_ctx_train": (int,),
-    "faults": (list,),
+    "faults": (list,), "embed_tok_s": (int, float),
 }
 
 
@@ -103,7 +109,11 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
         raise ValueError(f"profile {source}: 'alpha' must not be negative")
     if not 0 <= data["eos_probability"] <= 1:
         raise ValueError(f"profile {source}: 'eos_probability' must be in [0, 1]")
-    for key in ("prefill_tok_s", "step_ms", "alpha", "eos_probability"):
+    if data.get("embed_tok_s", 0) < 0:
+        raise ValueError(f"profile {source}: 'embed_tok_s' must not be negative")
+    for key in ("prefill_tok_s", "step_ms", "alpha", "eos_probability", "embed_tok_s"):
+        if key not in data:
+            continue
         data[key] = float(data[key])
     try:
         data["faults"] = FaultConfig.parse(str(spec) for spec in data.get("faults", []))

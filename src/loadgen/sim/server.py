@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ..core.clock import NS_PER_S, now_ns
 from . import formats
+from .embeddings import NOT_SUPPORTED, Embedder, InvalidInput, texts_of
 from .faults import (
     FAULT_ERRORS,
     GARBAGE_METRICS,
@@ -60,6 +61,10 @@ class SimOptions:
     # Reasoning mode: the first N tokens of every chat, Responses and Messages answer are thinking,
     # streamed as those APIs' reasoning deltas (formats.Dialect); 0: no reasoning.
     reasoning_tokens: int = 0
+    # llama-server's --embeddings and --reranking: /v1/embeddings and /v1/rerank served (sim/embeddings.py),
+    # else answered with its 501.
+    embeddings: bool = False
+    reranking: bool = False
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -95,6 +100,7 @@ class SimServer:
         self._n_scrapes = 0
         self.http_threads = (HttpThreads(options.threads_http, options.keep_alive_s)
                              if options.threads_http is not None else None)
+        self.embedder = Embedder(profile, options.slots, options.time_scale, self.metrics)
 
     def app(self) -> web.Application:
         gates = [self._gate] if self.http_threads is None else [self.http_threads.middleware, self._gate]
@@ -112,6 +118,10 @@ class SimServer:
             app.router.add_post(api.value, self._completion_route(api))
         app.router.add_post("/completions", self._completion_route(Api.NATIVE))
         app.router.add_post("/chat/completions", self._completion_route(Api.OAI_CHAT))
+        for path in ("/v1/embeddings", "/embeddings"):
+            app.router.add_post(path, self.post_embeddings)
+        for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking"):
+            app.router.add_post(path, self.post_rerank)
         return app
 
     @web.middleware
@@ -159,6 +169,28 @@ class SimServer:
         if isinstance(body, dict) and body.get("with_pieces") is True:
             return json_response({"tokens": [{"id": token_id(p), "piece": p} for p in pieces(text)]})
         return json_response({"tokens": [token_id(p) for p in pieces(text)]})
+
+    # --- embeddings and rerank (sim/embeddings.py) --------------------------------------------------
+
+    async def post_embeddings(self, request: web.Request) -> web.Response:
+        return await self._answer_texts(request, rerank=False)
+
+    async def post_rerank(self, request: web.Request) -> web.Response:
+        return await self._answer_texts(request, rerank=True)
+
+    async def _answer_texts(self, request: web.Request, *, rerank: bool) -> web.Response:
+        if not (self.options.reranking if rerank else self.options.embeddings):
+            return error_response(501, NOT_SUPPORTED["rerank" if rerank else "embeddings"], "not_supported_error")
+        body = await _read_json(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            query, texts = texts_of(body, rerank)
+        except InvalidInput as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        model = self.profile.model_alias
+        answer = await (self.embedder.rerank(query, texts, model) if rerank else self.embedder.embeddings(texts, model))
+        return json_response(answer)
 
     # --- completions ---------------------------------------------------------------------------
 
@@ -368,7 +400,8 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
                           metrics: bool = True, time_scale: float = 1.0, seed: int = 0, load_seconds: float = 0.0,
                           faults: FaultConfig | None = None, reuse_port: bool = False,
                           threads_http: int | None = None, keep_alive_s: float = 5.0,
-                          cache_ram_tokens: int = 0, reasoning_tokens: int = 0) -> RunningSimulator:
+                          cache_ram_tokens: int = 0, reasoning_tokens: int = 0, embeddings: bool = False,
+                          reranking: bool = False) -> RunningSimulator:
     """Start a simulated llama-server on host:port (port 0: a free one) in the running event loop.
 
     `faults` replaces the profile's own faults; None keeps them. `reuse_port` binds with
@@ -377,7 +410,7 @@ async def start_simulator(profile: Profile, *, host: str = "127.0.0.1", port: in
     options = SimOptions(slots=slots, metrics=metrics, time_scale=time_scale, seed=seed, load_seconds=load_seconds,
                          faults=profile.faults if faults is None else faults, threads_http=threads_http,
                          keep_alive_s=keep_alive_s, cache_ram_tokens=cache_ram_tokens,
-                         reasoning_tokens=reasoning_tokens)
+                         reasoning_tokens=reasoning_tokens, embeddings=embeddings, reranking=reranking)
     server = SimServer(profile, options)
     # handler_cancellation: a client that disconnects cancels its handler, which cancels its task.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)

@@ -39,6 +39,8 @@ class GenerationParams:
     cache_prompt: bool = False
     # A reasoning model's effort (chat: `reasoning_effort`; responses: `reasoning.effort`); None: not sent.
     reasoning_effort: str | None = None
+    # The APIs that answer without generating (embeddings, rerank): texts per request.
+    items: int = 1
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -146,6 +148,10 @@ def make_backend(api: str, params: GenerationParams, model: str | None = None) -
         from .messages import MessagesBackend
 
         return MessagesBackend(params, model=model)
+    if api in ANSWER_APIS:
+        from .embeddings import AnswerBackend
+
+        return AnswerBackend(params, rerank=api == "rerank", model=model)
     raise ValueError(f"unknown API {api!r}")
 
 
@@ -158,11 +164,14 @@ def conversation_backend(api: str, params: GenerationParams, model: str | None =
 
 # The APIs whose backends send a conversation's turns (`build_turn`, `answer_reader`).
 CONVERSATION_APIS = ("llamacpp", "chat")
-API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages")
+API_NAMES = ("llamacpp", "completions", "chat", "responses", "messages", "embeddings", "rerank")
+# The APIs that answer without generating or streaming (backends/embeddings.py): `--items` texts a
+# request, output tokens 0, and their answers checked under load (run/answer_check.py).
+ANSWER_APIS = ("embeddings", "rerank")
 # The APIs with a field for a reasoning effort, and the values they take.
 REASONING_EFFORT_APIS = ("chat", "responses")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 # The APIs whose requests carry a model name (from --model or the server's /v1/models).
-OPENAI_APIS = ("completions", "chat", "responses", "messages")
+OPENAI_APIS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 # The APIs whose prompt goes through the server's chat template.
 CHAT_TEMPLATE_APIS = ("chat", "responses", "messages")
