@@ -96,3 +96,68 @@ def test_the_boot_facts_carry_the_metal_device_beside_the_kv_cache():
                                         "gpu_families": ["MTLGPUFamilyApple7", "MTLGPUFamilyCommon3",
                                                          "MTLGPUFamilyMetal3"]}
     assert boot_facts(CUDA).to_dict()["metal"] is None
+
+
+# --- `loadgen kv --boot-log`: the working set shown, and the budget when --memory is not given ------------
+
+@pytest.fixture
+def moe(tmp_path):
+    from test_kv import QWEN36_MOE, write_gguf
+    return write_gguf(tmp_path / "moe.gguf", QWEN36_MOE)
+
+
+def _log(tmp_path, text: str):
+    path = tmp_path / "server.log"
+    path.write_text(text)
+    return path
+
+
+def test_kv_on_a_mac_log_takes_the_working_set_as_the_budget(tmp_path, loadgen, moe):
+    code, out, err = loadgen("kv", moe, "--ctx", "32768", "--boot-log", _log(tmp_path, FIELD_REPORT))
+    assert code == 0, err
+    assert "boot log: Metal GPU Apple M1 Max, unified memory (MTLGPUFamilyApple7" in out
+    assert "boot log: recommendedMaxWorkingSetSize 53,084.17 MiB" in out
+    assert "boot log: llama_kv_cache 640.00 MiB (32,768 cells, 10 layers, 1/1 seqs)" in out
+    said = [line for line in out.splitlines() if line.startswith("no --memory")]
+    assert said == ["no --memory: the budget is the boot log's Metal working set, 53,084.17 MiB "
+                    "(recommendedMaxWorkingSetSize)"]
+    assert "memory 53084.17 MiB = 53084.17 MiB for caches:" in out  # the GGUF written here has no weights
+    # 640 MiB of KV + 62.81 MiB of recurrent state per 32k slot: 75 fit in 53,084.17 MiB, 76 do not
+    assert "32,768 tokens per slot: 75 slot(s)" in out
+
+
+def test_memory_given_wins_over_the_working_set(tmp_path, loadgen, moe):
+    code, out, err = loadgen("kv", moe, "--ctx", "32768", "--memory", "24GiB", "--boot-log", _log(tmp_path, FIELD_REPORT))
+    assert code == 0, err
+    assert "memory 24576.00 MiB" in out and "no --memory" not in out
+    assert "recommendedMaxWorkingSetSize 53,084.17 MiB" in out  # still shown
+
+
+def test_kv_on_a_cuda_log_has_no_budget(tmp_path, loadgen, moe):
+    code, out, err = loadgen("kv", moe, "--ctx", "4096", "--boot-log", _log(tmp_path, CUDA))
+    assert code == 0, err
+    assert "Metal" not in out and "for caches" not in out
+    assert "boot log: llama_kv_cache 256.00 MiB" in out
+
+
+def test_kv_on_a_log_alone(tmp_path, loadgen):
+    import json
+    log = _log(tmp_path, LATER)
+    code, out, err = loadgen("kv", "--boot-log", log)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "boot log: Metal GPU Apple M3 Pro, unified memory (MTLGPUFamilyApple9, MTLGPUFamilyCommon3, MTLGPUFamilyMetal4)",
+        "boot log: recommendedMaxWorkingSetSize 25,559.04 MiB: the most macOS lets the GPU hold (weights, KV cache "
+        "and buffers)",
+        "boot log: no llama_kv_cache size line (llama-server prints it at -lv 4)"]
+    code, out, err = loadgen("kv", "--boot-log", log, "--format", "json")
+    assert code == 0 and json.loads(out)["boot_log"]["metal"]["working_set_mib"] == 25559.04
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), "give MODEL.gguf"),
+    (("--boot-log", "no-such.log"), "--boot-log no-such.log: No such file or directory"),
+])
+def test_kv_bad_input(loadgen, args, message):
+    code, _, err = loadgen("kv", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
