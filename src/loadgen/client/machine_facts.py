@@ -38,7 +38,6 @@ from typing import Any
 import msgspec
 
 from .. import __version__
-from . import mac_facts
 from ..core.environment import (
     CpuFacts,
     CpuTimes,
@@ -51,6 +50,7 @@ from ..core.environment import (
     Temperature,
     pcie_generation,
 )
+from . import mac_facts
 
 # NVML's clock-event (throttle) reason bits, as nvidia-smi's clocks_event_reasons.active reports them too.
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
