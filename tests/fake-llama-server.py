@@ -55,12 +55,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--link-drop", type=int, default=0)
     p.add_argument("--flash-attn", "-fa", choices=("on", "off", "auto"), default="auto")
     p.add_argument("--cache-ram", "-cram", type=float, default=0)  # MiB, as llama-server's
+    p.add_argument("--metal-working-set", type=float, default=None)  # MB: boot as a Metal build (a Mac) would
     return p.parse_args(argv)
 
 
 def boot_log(args: argparse.Namespace) -> None:
     args.c = args.c or 2048
     per_slot = args.c // args.parallel
+    if args.metal_working_set is not None:  # at any verbosity, as ggml-metal-device.m (build 11434) prints them
+        print("ggml_metal_device_init: GPU name:   MTL0\n"
+              "ggml_metal_device_init: GPU family: MTLGPUFamilyApple7  (1007)\n"
+              "ggml_metal_device_init: has unified memory    = true\n"
+              f"ggml_metal_device_init: recommendedMaxWorkingSetSize  = {args.metal_working_set:8.2f} MB\n"
+              "llama_model_load_from_file_impl: using device MTL0 (Apple M1 Max) (unknown id) - 53083 MiB free")
     if args.lv >= 4:
         print(f"llama_context: n_seq_max     = {args.parallel}\nllama_context: n_ctx         = {args.c}\n"
               f"llama_context: n_ctx_seq     = {per_slot}\nllama_context: kv_unified    = false\n"

@@ -55,3 +55,24 @@ def test_a_cell_without_an_estimate_is_started_and_said_to_be_unfiltered(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert "--memory not applied to this cell" in proc.stderr, proc.stderr
     assert json.loads((out / "grid.json").read_text())["cells"][0]["runs"][0]["status"] == "ok"
+
+
+def test_without_memory_a_metal_grid_takes_the_working_set_of_its_first_boot_log(tmp_path):
+    model = write_gguf(tmp_path / "smollm2-shape.gguf", SMOLLM2)
+    out = tmp_path / "grid"
+    # 150 MB (10^6 bytes) = 143.05 MiB: -c 2048 (45 MiB of KV) boots first and says so; -c 8192 (180 MiB) does not fit
+    proc = grid("--server", f"{GRID_SERVER} -m {model} -c {{ctx}} --metal-working-set 150", "--param", "ctx=2048,8192",
+                "--concurrency", "1", "--requests", "4", "--n-predict", "4", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "grid.json").read_text())
+    runs = {c["params"]["ctx"]: c["runs"][0] for c in doc["cells"]}
+    assert runs["2048"]["status"] == "ok" and runs["2048"]["boot"]["metal"] == {
+        "name": "Apple M1 Max", "gpu_families": ["MTLGPUFamilyApple7"], "unified_memory": True,
+        "working_set_mib": 143.05}
+    assert runs["8192"]["status"] == "infeasible", runs["8192"]
+    assert "more than the Metal working set 143 MiB: not started" in runs["8192"]["reason"], runs["8192"]["reason"]
+    assert doc["memory_mib"] is None  # --memory was not given: the grid says where its budget came from instead
+    said = [line for line in proc.stderr.splitlines() if "no --memory" in line]
+    assert [line.strip() for line in said] == ["no --memory: the Metal working set of this boot log, 143.05 MiB "
+                                               "(recommendedMaxWorkingSetSize), is the budget of the cells after it"]
+    assert not any(pid_alive(p) for p in grid_pids(out))

@@ -364,7 +364,8 @@ def test_power_source(text, expected):
 
 
 @pytest.mark.parametrize("text,expected", [
-    (THERM_NONE, (None, None)),
+    (THERM_NONE, (100, None)),  # no CPU power status recorded: macOS never limited the CPU
+    ("Note: No thermal warning level has been recorded\n", (None, None)),
     (THERM_LIMITED, (70, None)),
     ("Thermal warning level set to 2.\n\tCPU_Speed_Limit \t= 50\n", (50, "Thermal warning level set to 2.")),
 ])

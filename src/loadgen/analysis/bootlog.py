@@ -10,6 +10,14 @@ The lines, as llama.cpp prints them (matched with loose whitespace, any log pref
   max(n_parallel + 4, cores − 1) in build 11434, which also adds threads on demand).
 A second cache (sliding window) prints its own `llama_kv_cache: size` line: the sizes add up.
 
+A Metal build (Apple GPUs; `metal_device`) says at any verbosity, `ggml_metal_init:` in older builds and
+`ggml_metal_device_init:` in later ones (11434): the device (`found device: Apple M1 Max`,
+`GPU name:   Apple M1 Max`, where a later build names the backend, `MTL0`, and
+`llama_model_load_from_file_impl: using device MTL0 (Apple M1 Max) ...` the chip), its families
+(`GPU family: MTLGPUFamilyApple7  (1007)`, Common and Metal likewise), `hasUnifiedMemory = true`
+(later `has unified memory    = true`) and `recommendedMaxWorkingSetSize  = 55662.79 MB` (10^6
+bytes; one older build printed MiB): the most macOS lets the GPU hold, the budget on a Mac.
+
 The decisions the server takes at boot (`server_boot`, the fingerprint's `boot`; docs/environment.md):
 - flash attention: as `--flash-attn auto` resolved it, `resolve_fused_ops: Flash Attention enabled`
   (build 11434) or `... Flash Attention was auto, set to enabled|disabled` (`llama_context:` or
@@ -56,6 +64,15 @@ _FIT_LINES = (  # (pattern, what the decision is called): each line of --fit tha
     (re.compile(r"params_fit_impl:.*(no changes needed)"), "{}"),
     (re.compile(r"(?:fit_params|params_fit):.*failed to fit params to free device memory:\s*(.*?)\s*$"), "not applied: {}"),
 )
+# llama.cpp's Metal backend (Apple GPUs) at boot: `ggml_metal_init:` in older builds,
+# `ggml_metal_device_init:` (and `ggml_metal_library_init:`) in later ones such as 11434.
+_METAL_NAME = (re.compile(r"ggml_metal\w*:\s+(?:found device|picking default device):\s*(.+?)\s*$", re.MULTILINE),
+               re.compile(r"ggml_metal\w*:\s+GPU name:\s*(.+?)\s*$", re.MULTILINE),
+               re.compile(r"using device (?:MTL\d+|Metal)\s+\(([^)]+)\)"))
+_METAL_FAMILY = re.compile(r"ggml_metal\w*:\s+GPU family:\s*(MTLGPUFamily\w+)")
+_METAL_UNIFIED = re.compile(r"ggml_metal\w*:\s+(?:hasUnifiedMemory|has unified memory)\s*=\s*(true|false)")
+_METAL_WORKING_SET = re.compile(r"ggml_metal\w*:\s+recommendedMaxWorkingSetSize\s*=\s*([\d.]+)\s*(MiB|MB)")
+_BACKEND_NAME = re.compile(r"^MTL\d+$")  # a later build's "GPU name:" is the backend's name, not the chip's
 # Flags of a command line that loadgen chose for the run (a free port) or that change no figure.
 _UNCOMPARED_FLAGS = ("--port", "--host")
 
@@ -72,6 +89,35 @@ class KvCacheLine:
 
 
 @dataclass(frozen=True, slots=True)
+class MetalDevice:
+    """The Apple GPU llama.cpp's Metal backend found, as its boot lines say (None: not said)."""
+
+    name: str | None = None  # "Apple M1 Max"
+    gpu_families: tuple[str, ...] = ()  # ("MTLGPUFamilyApple7", "MTLGPUFamilyCommon3", "MTLGPUFamilyMetal3")
+    unified_memory: bool | None = None  # hasUnifiedMemory / has unified memory
+    # recommendedMaxWorkingSetSize in MiB: what macOS lets the GPU hold (llama.cpp prints it in MB, 10^6
+    # bytes, "%8.2f MB"; an older build printed MiB): weights, KV cache and buffers must fit under it
+    working_set_mib: float | None = None
+
+
+def metal_device(text: str) -> MetalDevice | None:
+    """The Metal device of a boot log; None when the log has no Metal lines (another backend)."""
+    names = [m.group(1) for pattern in _METAL_NAME for m in [pattern.search(text)] if m]
+    families = tuple(dict.fromkeys(m.group(1) for m in _METAL_FAMILY.finditer(text)))
+    unified = _METAL_UNIFIED.search(text)
+    working = _METAL_WORKING_SET.search(text)
+    if not (names or families or unified or working):
+        return None
+    working_mib = None
+    if working:
+        value = float(working.group(1))
+        working_mib = round(value if working.group(2) == "MiB" else value * 1e6 / 2**20, 2)
+    return MetalDevice(name=next((n for n in names if not _BACKEND_NAME.match(n)), None), gpu_families=families,
+                       unified_memory=None if unified is None else unified.group(1) == "true",
+                       working_set_mib=working_mib)
+
+
+@dataclass(frozen=True, slots=True)
 class BootFacts:
     n_slots: int | None = None
     n_ctx_slot: int | None = None
@@ -83,6 +129,7 @@ class BootFacts:
     recurrent_mib: float | None = None
     build: str | None = None
     http_threads: int | None = None  # the server's HTTP threads (logged at -lv 4)
+    metal: MetalDevice | None = None  # the Apple GPU of a Metal build (None: no Metal lines)
 
     @property
     def kv_size_mib(self) -> float | None:
@@ -93,6 +140,8 @@ class BootFacts:
         doc = asdict(self)
         doc["kv_caches"] = [asdict(c) for c in self.kv_caches]
         doc["kv_size_mib"] = self.kv_size_mib
+        doc["metal"] = None if self.metal is None else {**asdict(self.metal),
+                                                        "gpu_families": list(self.metal.gpu_families)}
         return doc
 
 
@@ -111,7 +160,7 @@ def boot_facts(text: str) -> BootFacts:
     values["recurrent_mib"] = float(m.group(1)) if m else None
     m = _BUILD.search(text)
     values["build"] = m.group(1).strip() if m else None
-    return BootFacts(**values)
+    return BootFacts(**values, metal=metal_device(text))
 
 
 def flash_attn(text: str) -> bool | None:

@@ -8,13 +8,17 @@ Three rules, each over recorded `core.environment` records:
   one: an accelerator's PCIe link (generation or width), the CPU governors, turbo, a RAPL power
   limit, a GPU's power limit, a GPU clock-event reason that was absent at the start (power cap,
   thermal, hardware slowdown), or a steal share above STEAL_LIMIT over the level
-  (Δsteal / Δtotal jiffies of /proc/stat's `cpu` line). Such a level is flagged.
+  (Δsteal / Δtotal jiffies of /proc/stat's `cpu` line); on a Mac (`mac_changes`), its power source,
+  Low Power Mode, its CPU speed limit (`pmset -g therm`) or a thermal warning that appeared. Such a
+  level is flagged.
 * `environment_differences(baseline, candidate)`: what differs between two sides' run documents:
   the facts in `_static_facts` (kernel, OS, CPU model and cores, governors, turbo, RAPL limits,
   memory, GPU names, drivers and power limits) and, per level, each accelerator's
   link *under load* (the lowest generation and width its samples saw: GPUs lower the link at idle,
-  so only a level's samples tell). Differences are lines such as
-  "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16". A server build that
+  so only a level's samples tell); on a Mac also its kinds of cores and power state, and per level
+  its Low Power Mode and lowest CPU speed limit. Differences are lines such as
+  "PCIe 0000:01:00.0: baseline Gen4 x16; candidate levels 2–4: Gen3 x16" or
+  "server Low Power Mode: baseline off; candidate levels 2–4: on". A server build that
   differs is a note, not a difference: comparing builds is what a gate is for; so is a flag or a
   boot decision (slots, context per slot, flash attention, --fit, offloaded layers, HTTP threads)
   of a server loadgen started (`Fingerprint.boot`, `loadgen grid`).
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..core.environment import EnvSample, Fingerprint, GpuFacts, PciLink, fingerprint_from, samples_from
+from ..core.environment import EnvSample, Fingerprint, GpuFacts, MacPower, PciLink, fingerprint_from, samples_from
 from ..core.rundoc import RunDocument
 from ..core.server_props import ServerProps
 
@@ -102,6 +106,7 @@ def preflight_warnings(fp: Fingerprint, later: EnvSample | None = None, *, conne
         if capped:
             out.append(f"RAPL {zone.name} is power-capped ({'; '.join(capped)}): lift the cap (and check "
                        f"thermald does not set it back) or record it.")
+    out += _mac_warnings(sample)
     if sample.swap_used_mib:
         out.append(f"{sample.swap_used_mib} MiB of swap in use: free memory (or `swapoff -a`) so the "
                    f"server's pages are not swapped under load.")
@@ -112,6 +117,24 @@ def preflight_warnings(fp: Fingerprint, later: EnvSample | None = None, *, conne
     if connections is not None and http_threads is not None and connections > http_threads:
         out.append(f"the server has {http_threads} HTTP threads for {connections} connections: start it with "
                    f"--threads-http {connections} or more, or open fewer connections.")
+    return out
+
+
+def _mac_warnings(sample: EnvSample) -> list[str]:
+    """A Mac's power state that holds its chip back: Low Power Mode, a CPU speed limit, a thermal warning."""
+    mac, out = sample.mac, []
+    if mac is None:
+        return []
+    if mac.low_power_mode:
+        out.append("Low Power Mode is on: the chip runs slower; `sudo pmset -a lowpowermode 0` (or System "
+                   "Settings, Battery) before measuring.")
+    if mac.cpu_speed_limit_pct is not None and mac.cpu_speed_limit_pct < 100:
+        out.append(f"the CPU speed limit is {mac.cpu_speed_limit_pct}% (`pmset -g therm`): the Mac is throttled; "
+                   f"let it cool (and check its vents) before measuring.")
+    if mac.thermal_warning:
+        out.append(f"thermal warning ({mac.thermal_warning}): let the Mac cool before measuring.")
+    if mac.power_source == "Battery Power":
+        out.append("the Mac runs on battery: macOS may lower its speed; plug it in before measuring.")
     return out
 
 
@@ -164,10 +187,40 @@ def level_changes(samples: Sequence[EnvSample], steal_limit: float = STEAL_LIMIT
     for index, reasons in sorted(appeared.items()):
         if reasons:
             out.append(f"GPU {index} clock-event reasons appeared: {', '.join(sorted(reasons))}")
+    out += mac_changes(samples)
     steal = steal_share(first, last)
     if steal is not None and steal > steal_limit:
         out.append(f"{STEAL_CHANGE}{steal:.1%} of CPU time (limit {steal_limit:.0%})")
     return out
+
+
+def mac_changes(samples: Sequence[EnvSample]) -> list[str]:
+    """What changed of a Mac's power and thermal state during one level (pmset, `EnvSample.mac`): its
+    power source, Low Power Mode switched on or off, a CPU speed limit that fell (or rose) from the
+    level's start, a thermal warning that appeared. Each is said once, at the first sample that shows it."""
+    states = [(s.at_s, s.mac) for s in samples if s.mac is not None]
+    if len(states) < 2:
+        return []
+    start, out = states[0][1], dict[str, str]()
+    for at_s, now in states[1:]:
+        for name, before, after in _mac_facts_of(start, now):
+            if before is not None and after is not None and before != after and name not in out:
+                out[name] = f"{name} {before} → {after} at {at_s:.1f} s"
+        if now.thermal_warning and not start.thermal_warning and "thermal warning" not in out:
+            out["thermal warning"] = f"thermal warning at {at_s:.1f} s: {now.thermal_warning}"
+    return list(out.values())
+
+
+def _mac_facts_of(start: MacPower, now: MacPower) -> list[tuple[str, str | None, str | None]]:
+    """(name, at the start, now) of the Mac states `mac_changes` follows, as their lines say them."""
+    def limit(pct: int | None) -> str | None:
+        return None if pct is None else f"{pct}%"
+
+    def mode(on: bool | None) -> str | None:
+        return None if on is None else ("on" if on else "off")
+    return [("power source", start.power_source, now.power_source),
+            ("Low Power Mode", mode(start.low_power_mode), mode(now.low_power_mode)),
+            ("CPU speed limit", limit(start.cpu_speed_limit_pct), limit(now.cpu_speed_limit_pct))]
 
 
 STEAL_CHANGE = "steal "  # how level_changes' steal line starts
@@ -197,6 +250,20 @@ def _static_facts(fp: Fingerprint) -> dict[str, Any]:
         facts[f"GPU {g.index}"] = g.name
         facts[f"GPU {g.index} driver"] = g.driver
         facts[f"GPU {g.index} power limit (W)"] = g.power_limit_w
+    return facts | _mac_static_facts(fp)
+
+
+def _mac_static_facts(fp: Fingerprint) -> dict[str, Any]:
+    """A Mac's facts beside the chip (`cpu`), memory and macOS (`os`): its kinds of cores and its power
+    and thermal state before the first level; none for another machine."""
+    if fp.mac is None:
+        return {}
+    facts: dict[str, Any] = {"performance cores": fp.mac.performance_cores, "efficiency cores": fp.mac.efficiency_cores}
+    power = fp.sample.mac
+    if power is not None:
+        facts |= {"power source": power.power_source, "Low Power Mode": power.low_power_mode,
+                  "CPU speed limit (%)": power.cpu_speed_limit_pct,
+                  "thermal warning": power.thermal_warning or "none recorded"}
     return facts
 
 
@@ -250,6 +317,37 @@ def _levels_text(levels: Sequence[str]) -> str:
     return f"levels {levels[0]}–{levels[-1]}" if len(levels) > 2 else f"levels {levels[0]}, {levels[1]}"
 
 
+def _level_mac(doc: RunDocument) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(target, Mac state) -> [(level name, its value under that level)] over a run's levels: Low Power
+    Mode "on" if any sample of the level had it on, the lowest CPU speed limit a sample saw."""
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for t in doc.targets:
+        for lv in t.machine_levels():
+            states = [s.mac for s in samples_from(lv.environment) if s.mac is not None]
+            modes = [m.low_power_mode for m in states if m.low_power_mode is not None]
+            limits = [m.cpu_speed_limit_pct for m in states if m.cpu_speed_limit_pct is not None]
+            if modes:
+                out.setdefault((t.label, "Low Power Mode"), []).append((lv.name, "on" if any(modes) else "off"))
+            if limits:
+                out.setdefault((t.label, "CPU speed limit"), []).append((lv.name, f"{min(limits)}%"))
+    return out
+
+
+def _level_differences(base: dict[tuple[str, str], list[tuple[str, str]]],
+                       cand: dict[tuple[str, str], list[tuple[str, str]]], what: str = "") -> list[str]:
+    """A line per (target, thing) whose value under some candidate levels is not the baseline's usual
+    one (the value most of its levels had)."""
+    out = []
+    for (target, device), base_levels in sorted(base.items()):
+        usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
+        differ_levels = [lv for lv, v in cand.get((target, device), []) if v != usual]
+        if differ_levels:
+            seen = {v for lv, v in cand[(target, device)] if lv in differ_levels}
+            out.append(f"{target} {device}: baseline {what}{usual}; candidate {_levels_text(differ_levels)}: "
+                       f"{what}{', '.join(sorted(seen))}")
+    return out
+
+
 @dataclass
 class _Side:
     """One side of a comparison as the drift guard reads it: its runs and their recorded machines."""
@@ -275,6 +373,11 @@ class _Side:
     def links(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
         """The first run's accelerator links per level (`_level_links`)."""
         return _level_links(self.docs[0])
+
+    @cached_property
+    def mac_levels(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """The first run's Mac power states per level (`_level_mac`)."""
+        return _level_mac(self.docs[0])
 
 
 def _why_unrecorded(side: _Side) -> str:
@@ -331,13 +434,8 @@ def environment_differences(baseline: Iterable[RunDocument | dict[str, Any]],
                        f"{'candidate' if differ else 'another baseline run'} {_show(other)}")
     if unknown:
         notes.append(f"not compared (unknown on a side): {', '.join(sorted(unknown))}")
-    for (target, device), base_levels in sorted(base.links.items()):
-        usual = max({v for _, v in base_levels}, key=lambda v: [x for _, x in base_levels].count(v))
-        differ_levels = [lv for lv, v in cand.links.get((target, device), []) if v != usual]
-        if differ_levels:
-            seen = {v for lv, v in cand.links[(target, device)] if lv in differ_levels}
-            out.append(f"{target} {device}: baseline PCIe {usual}; candidate {_levels_text(differ_levels)}: "
-                       f"PCIe {', '.join(sorted(seen))}")
+    out += _level_differences(base.links, cand.links, "PCIe ")
+    out += _level_differences(base.mac_levels, cand.mac_levels)
     return out, notes
 
 

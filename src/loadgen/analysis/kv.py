@@ -510,7 +510,8 @@ def mib(n_bytes: int) -> str:
 INFEASIBLE = "infeasible"  # a grid cell dropped before its server started (`does_not_fit`)
 
 
-def does_not_fit(weights_mib: float | None, cache_mib: float | None, memory_mib: float) -> str | None:
+def does_not_fit(weights_mib: float | None, cache_mib: float | None, memory_mib: float,
+                 budget_name: str = "--memory") -> str | None:
     """Why a server whose weights and KV cache (and recurrent state) alone exceed `memory_mib` cannot
     run, in one line; None when they fit or a figure is unknown (then nothing is claimed). Weights plus
     caches is a lower bound of what the server allocates (compute buffers come on top), so a cell
@@ -521,4 +522,4 @@ def does_not_fit(weights_mib: float | None, cache_mib: float | None, memory_mib:
     if need <= memory_mib:
         return None
     return (f"needs at least {need:,.0f} MiB (weights {weights_mib:,.0f} + KV cache {cache_mib:,.0f}), more than "
-            f"--memory {memory_mib:,.0f} MiB: not started")
+            f"{budget_name} {memory_mib:,.0f} MiB: not started")

@@ -146,8 +146,10 @@ def machine_config(sysfs: str, procfs: str, env_interval_s: float, idle_s: float
                    record_environment: bool) -> MachineOptions:
     from ..run.config import MachineOptions
 
-    for name, path in (("--sysfs", sysfs), ("--procfs", procfs)):
-        if record_environment and not Path(path).is_dir():
+    for name, path, default in (("--sysfs", sysfs, "/sys"), ("--procfs", procfs, "/proc")):
+        # off Linux the default trees do not exist (a Mac's facts come from its own tools)
+        missing_default = path == default and not sys.platform.startswith("linux")
+        if record_environment and not Path(path).is_dir() and not missing_default:
             raise ConfigError(f"{name} {path}: no such directory; give where that tree is mounted")
     return MachineOptions(sysfs=sysfs, procfs=procfs, interval_s=env_interval_s, idle_s=idle_s,
                           enabled=record_environment, telemetry_urls=tuple(telemetry_urls))

@@ -228,6 +228,26 @@ class CellRunner:
 
     def __init__(self, root: Path, grid: GridDocument, err: Console):
         self.root, self.grid, self.err = root, grid, err
+        # Without --memory, a Metal build's working set (recommendedMaxWorkingSetSize, the first
+        # boot log that states it, a resumed grid's included) is the budget of the cells after it.
+        self.working_set_mib = next((b.metal.working_set_mib for c in grid.cells for r in c.runs
+                                     if (b := r.boot) is not None and b.metal is not None
+                                     and b.metal.working_set_mib is not None), None)
+
+    def budget(self) -> tuple[float | None, str]:
+        """(MiB a cell's weights and KV cache must fit in, what that budget is called in its reason)."""
+        if self.grid.memory_mib is not None:
+            return self.grid.memory_mib, "--memory"
+        return self.working_set_mib, "the Metal working set"
+
+    def _learn_working_set(self, entry: GridRun) -> None:
+        metal = entry.boot.metal if entry.boot is not None else None
+        if self.grid.memory_mib is None and self.working_set_mib is None and metal is not None \
+                and metal.working_set_mib is not None:
+            self.working_set_mib = metal.working_set_mib
+            self.err.print(f"  no --memory: the Metal working set of this boot log, {metal.working_set_mib:,.2f} MiB "
+                           f"(recommendedMaxWorkingSetSize), is the budget of the cells after it", highlight=False,
+                           soft_wrap=True)
 
     def run(self, cell: GridCell, repeat: int) -> GridRun:
         from ..analysis.grid_cells import has_flag, placeholders, render
@@ -258,10 +278,11 @@ class CellRunner:
         entry = GridRun(repeat=repeat, started_utc=utc_now().isoformat(), command=argv, url=url,
                         log=str((folder / "server.log").relative_to(self.root)), kv_estimate=estimate,
                         kv_estimate_note=note, status="started")
-        if self.grid.memory_mib is not None and estimate is None:  # said, not silently started
+        memory_mib, budget_name = self.budget()
+        if memory_mib is not None and estimate is None:  # said, not silently started
             self.err.print(f"  --memory not applied to this cell: {note or 'no KV estimate'}", highlight=False)
-        if self.grid.memory_mib is not None and estimate is not None:
-            too_big = does_not_fit(estimate.weights_mib, estimate.total_mib, self.grid.memory_mib)
+        if memory_mib is not None and estimate is not None:
+            too_big = does_not_fit(estimate.weights_mib, estimate.total_mib, memory_mib, budget_name)
             if too_big:  # feasible first, for free: no boot for a cell that cannot fit
                 entry.status, entry.reason, entry.log = INFEASIBLE, too_big, None
                 entry.finished_utc = entry.started_utc
@@ -318,6 +339,7 @@ class CellRunner:
             entry.status, entry.reason = "interrupted" if LATCH.received else "failed", reason
             return
         entry.boot = msgspec.convert(boot_facts(server.log_path.read_text(errors="replace")).to_dict(), BootEntry)
+        self._learn_working_set(entry)
         entry.props = {k: props.get(k) for k in PROPS}
         entry.run_dir = str((folder / "run").relative_to(self.root))
         args = (*self.grid.measure_args, *cell_measure_args(self.grid.measure, argv, server.pid))
@@ -490,7 +512,8 @@ def new_grid(template: str, param_texts: tuple[str, ...], repeat: int, kind: Mea
                    "free port.")
 @click.option("--memory", "memory_text", metavar="SIZE",
               help="Memory for weights and caches (24GiB): a llama-server cell whose model weights and KV cache "
-                   "alone exceed it is not started, and is recorded as infeasible.")
+                   "alone exceed it is not started, and is recorded as infeasible. Not given: on a Metal build "
+                   "(a Mac), the working set its first boot log states (recommendedMaxWorkingSetSize).")
 @click.option("--output", type=click.Path(file_okay=False), help="Grid folder [default: results/<UTC time>-grid].")
 @click.option("--force", is_flag=True, help="Overwrite a folder that already holds results.")
 @click.option("--resume", type=click.Path(file_okay=False), help="Continue an interrupted grid in this folder.")

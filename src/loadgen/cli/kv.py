@@ -1,16 +1,23 @@
-"""`loadgen kv MODEL.gguf`: the KV cache and recurrent state llama.cpp will allocate for a model."""
+"""`loadgen kv MODEL.gguf`: the KV cache and recurrent state llama.cpp will allocate for a model.
+
+With `--boot-log FILE` (a llama-server's log) it also shows what the server said: its KV cache lines
+and, from a Metal build (a Mac), the GPU and its working set (`recommendedMaxWorkingSetSize`), which is
+the `--memory` budget when none is given (one line says so)."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import click
 
+from ..analysis.bootlog import BootFacts, boot_facts
 from ..analysis.kv import (
     CACHE_TYPE_BYTES,
     DEFAULT_BATCH,
     FLASH_ATTN,
+    MIB,
     ModelShapeError,
     bytes_per_token,
     estimate,
@@ -18,7 +25,7 @@ from ..analysis.kv import (
     slots_that_fit,
 )
 from ..core.errors import ConfigError
-from ..output.kv import kv_dict, print_kv
+from ..output.kv import boot_log_lines, kv_dict, print_kv
 from ..run.gguf_file import read_gguf
 from .common import user_errors
 from .options import IntList
@@ -39,8 +46,29 @@ def parse_size(text: str) -> int:
     return int(number * (1000 if decimal else 1024) ** power)
 
 
+def read_boot_log(path: str | None) -> BootFacts | None:
+    """A server's boot log's facts (KV cache lines, a Metal build's device and working set)."""
+    if path is None:
+        return None
+    try:
+        return boot_facts(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise ConfigError(f"--boot-log {path}: {exc.strerror or exc}") from None
+
+
+def memory_budget(memory: str | None, log: BootFacts | None) -> tuple[int | None, str | None]:
+    """(bytes for weights and caches, where they came from): --memory, else a Metal boot log's
+    recommendedMaxWorkingSetSize (the most macOS lets the GPU hold), else none."""
+    if memory is not None:
+        return parse_size(memory), "--memory"
+    working = log.metal.working_set_mib if log is not None and log.metal is not None else None
+    if working is None:
+        return None, None
+    return int(working * MIB), "recommendedMaxWorkingSetSize"
+
+
 @click.command("kv")
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path(dir_okay=False), required=False)
 @click.option("--ctx", "-c", "contexts", type=IntList(1, 100_000_000), default="4096,32768,131072",
               show_default=True, help="Context sizes (-c) to size the cache for.")
 @click.option("--parallel", "-np", type=click.IntRange(min=1, max=4096), default=1, show_default=True,
@@ -60,14 +88,24 @@ def parse_size(text: str) -> int:
 @click.option("--swa-full", is_flag=True, help="A full-size sliding-window cache (llama-server --swa-full).")
 @click.option("--memory", help="Memory for weights and caches, e.g. 24GiB: print how many slots of each --ctx "
                                "(per slot) fit.")
+@click.option("--boot-log", "boot_log", type=click.Path(dir_okay=False),
+              help="A llama-server boot log: show its KV cache lines and, from a Metal build (a Mac), the GPU and "
+                   "its working set (recommendedMaxWorkingSetSize), which is the budget when --memory is not given.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Terminal table, or JSON for scripts.")
 def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_batch, flash_attn, swa_full, memory,
-               output_format) -> None:
+               boot_log, output_format) -> None:
     """Print which layers hold KV, bytes per token, and the KV cache and recurrent state llama.cpp allocates."""
     type_k, type_v = type_k.lower(), type_v.lower()
     with user_errors():
-        budget = parse_size(memory) if memory is not None else None
+        if model is None and boot_log is None:
+            raise ConfigError("give MODEL.gguf (the cache it will take), --boot-log FILE (what a server said), or both")
+        log = read_boot_log(boot_log)
+        budget, budget_from = memory_budget(memory, log)
+    if model is None:
+        _print_log(log, output_format)
+        return
+    with user_errors():
         facts = read_gguf(model)
         try:
             shape = model_shape(facts.metadata)
@@ -80,9 +118,24 @@ def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_b
             raise ConfigError(f"{model}: {exc}") from None
     per_token = bytes_per_token(shape, type_k, type_v, flash_attn)
     if output_format == "json":
-        click.echo(json.dumps(kv_dict(shape, per_token, rows, cache=cache, fits=fits,
-                                      budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes,
-                                      asked=contexts), indent=2))
+        doc = kv_dict(shape, per_token, rows, cache=cache, fits=fits, budget=(budget or 0) - facts.weights_bytes,
+                      weights=facts.weights_bytes, asked=contexts)
+        if "memory" in doc:
+            doc["memory"]["budget_from"] = budget_from
+        click.echo(json.dumps(doc | ({"boot_log": log.to_dict()} if log is not None else {}), indent=2))
         return
     print_kv(console(), shape, per_token, rows, type_k=type_k, type_v=type_v, fits=fits,
-             budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes, asked=contexts)
+             budget=(budget or 0) - facts.weights_bytes, weights=facts.weights_bytes, asked=contexts,
+             notes=boot_log_lines(log, budget_from) if log is not None else ())
+
+
+def _print_log(log: BootFacts | None, output_format: str) -> None:
+    """`loadgen kv --boot-log FILE` without a model: what the log says."""
+    if log is None:
+        return
+    if output_format == "json":
+        click.echo(json.dumps({"boot_log": log.to_dict()}, indent=2))
+        return
+    out = console()
+    for line in boot_log_lines(log, None):
+        out.print(line, highlight=False, soft_wrap=True, markup=False)

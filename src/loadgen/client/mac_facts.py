@@ -1,7 +1,9 @@
 """The Mac's machine facts, read from the text its own tools print (macOS has no /proc or /sys).
 
-Pure parsers, one per command's output, and `read_mac_facts` that runs the commands (each may be
-missing or fail: its facts are then None):
+Pure parsers, one per command's output, and the readers that run the commands (each may be
+missing or fail: its facts are then None): `read_mac_facts` for `loadgen env`, `read_mac_machine`
+(once, the fingerprint's `mac`) and `read_mac_power` (every sample of a run: pmset) for
+client/machine_facts.py's `MachineReader` on macOS.
 
     sysctl -n machdep.cpu.brand_string           "Apple M1 Max"
     sysctl hw.perflevel0.physicalcpu hw.perflevel1.physicalcpu hw.memsize hw.logicalcpu vm.swapusage
@@ -22,7 +24,10 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core.environment import CpuFacts, MacMachine, MacPower, MemoryFacts
+
 GIB = 1024 ** 3
+MIB = 1024 ** 2
 
 
 @dataclass(frozen=True)
@@ -101,16 +106,22 @@ def parse_power_source(text: str) -> str | None:
 
 
 def parse_therm(text: str) -> tuple[int | None, str | None]:
-    """(CPU speed limit %, thermal warning) of `pmset -g therm`: the limit from "CPU_Speed_Limit = N"
-    (None when not recorded), the warning as the tool words it, None when "No thermal warning level
-    has been recorded"."""
+    """(CPU speed limit %, thermal warning) of `pmset -g therm`: the limit from "CPU_Speed_Limit = N",
+    100 when "No CPU power status has been recorded" (macOS records one only when it limits the CPU),
+    else None; the warning as the tool words it, None when "No thermal warning level has been recorded"."""
     limit = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
+    if limit is None and re.search(r"No CPU power status has been recorded", text, re.IGNORECASE):
+        return 100, _thermal_warning(text)
+    return (int(limit.group(1)) if limit else None), _thermal_warning(text)
+
+
+def _thermal_warning(text: str) -> str | None:
     warning = None
     for line in text.splitlines():
         line = line.strip()
         if "thermal warning level" in line.lower() and "no thermal warning level" not in line.lower():
             warning = line.removeprefix("Note:").strip()
-    return (int(limit.group(1)) if limit else None), warning
+    return warning
 
 
 def parse_vm_stat(text: str) -> dict[str, int]:
@@ -131,33 +142,70 @@ Run = Callable[[list[str]], str | None]
 
 
 def run_tool(argv: list[str]) -> str | None:
-    """The command's stdout, or None when it is missing, fails or hangs."""
+    """The command's stdout, or None when it is missing, fails with nothing said, or hangs. A failure
+    that still printed is kept: `sysctl` asked for several names prints the ones it knows and fails
+    on one it does not (hw.perflevel1 on a Mac with one kind of core)."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 or done.stdout.strip() else None
+
+
+def read_mac_machine(run: Run = run_tool) -> MacMachine:
+    """What the Mac is (sysctl, sw_vers): read once, into a run's fingerprint."""
+    ctl = parse_sysctl(run(["sysctl", "machdep.cpu.brand_string", "hw.perflevel0.physicalcpu",
+                            "hw.perflevel1.physicalcpu", "hw.memsize"]) or "")
+    versions = run(["sw_vers"])
+    return MacMachine(chip=ctl.get("machdep.cpu.brand_string") or None,
+                      performance_cores=_int(ctl.get("hw.perflevel0.physicalcpu")),
+                      efficiency_cores=_int(ctl.get("hw.perflevel1.physicalcpu")),
+                      memory_bytes=_int(ctl.get("hw.memsize")), macos=parse_sw_vers(versions) if versions else None)
+
+
+def read_mac_power(run: Run = run_tool) -> MacPower:
+    """The Mac's power and thermal state now (pmset): read with every sample of a run."""
+    pmset, ps = run(["pmset", "-g"]), run(["pmset", "-g", "ps"])
+    speed, warning = parse_therm(run(["pmset", "-g", "therm"]) or "")
+    return MacPower(power_source=parse_power_source(ps) if ps else None,
+                    low_power_mode=parse_low_power_mode(pmset) if pmset else None,
+                    cpu_speed_limit_pct=speed, thermal_warning=warning)
+
+
+def read_mac_swap(run: Run = run_tool) -> tuple[float | None, float | None]:
+    """(total, used) MiB of swap (sysctl vm.swapusage)."""
+    return parse_swapusage(parse_sysctl(run(["sysctl", "vm.swapusage"]) or "").get("vm.swapusage", ""))
 
 
 def read_mac_facts(run: Run = run_tool) -> MacFacts:
     """Every fact the Mac's tools give; a tool that is missing or fails leaves its facts None."""
-    ctl = parse_sysctl(run(["sysctl", "machdep.cpu.brand_string", "hw.perflevel0.physicalcpu",
-                            "hw.perflevel1.physicalcpu", "hw.logicalcpu", "hw.memsize", "vm.swapusage"]) or "")
-    swap_total, swap_used = parse_swapusage(ctl.get("vm.swapusage", ""))
-    speed, warning = parse_therm(run(["pmset", "-g", "therm"]) or "")
-    versions = run(["sw_vers"])
-    pmset = run(["pmset", "-g"])
-    ps = run(["pmset", "-g", "ps"])
+    machine, power = read_mac_machine(run), read_mac_power(run)
+    logical = _int(parse_sysctl(run(["sysctl", "hw.logicalcpu"]) or "").get("hw.logicalcpu"))
+    swap_total, swap_used = read_mac_swap(run)
     vm = parse_vm_stat(run(["vm_stat"]) or "")
-    return MacFacts(chip=ctl.get("machdep.cpu.brand_string") or None,
-                    performance_cores=_int(ctl.get("hw.perflevel0.physicalcpu")),
-                    efficiency_cores=_int(ctl.get("hw.perflevel1.physicalcpu")),
-                    logical_cores=_int(ctl.get("hw.logicalcpu")), memory_bytes=_int(ctl.get("hw.memsize")),
-                    macos=parse_sw_vers(versions) if versions else None,
-                    power_source=parse_power_source(ps) if ps else None,
-                    low_power_mode=parse_low_power_mode(pmset) if pmset else None,
-                    cpu_speed_limit_pct=speed, thermal_warning=warning,
-                    swap_total_mib=swap_total, swap_used_mib=swap_used, pages_free_bytes=vm.get("Pages free"))
+    return MacFacts(chip=machine.chip, performance_cores=machine.performance_cores,
+                    efficiency_cores=machine.efficiency_cores, logical_cores=logical,
+                    memory_bytes=machine.memory_bytes, macos=machine.macos, power_source=power.power_source,
+                    low_power_mode=power.low_power_mode, cpu_speed_limit_pct=power.cpu_speed_limit_pct,
+                    thermal_warning=power.thermal_warning, swap_total_mib=swap_total, swap_used_mib=swap_used,
+                    pages_free_bytes=vm.get("Pages free"))
+
+
+def mac_cpu_memory(machine: MacMachine, run: Run = run_tool) -> tuple[CpuFacts, MemoryFacts]:
+    """A Mac's CPU and memory as a fingerprint's `cpu` and `memory` (what Linux's /proc gives):
+    the chip and its cores, the unified memory, free pages (vm_stat) and swap."""
+    logical = _int(parse_sysctl(run(["sysctl", "hw.logicalcpu"]) or "").get("hw.logicalcpu"))
+    split = [n for n in (machine.performance_cores, machine.efficiency_cores) if n is not None]
+    swap_total, swap_used = read_mac_swap(run)
+    free = parse_vm_stat(run(["vm_stat"]) or "").get("Pages free")
+    return (CpuFacts(model=machine.chip, logical_cores=logical or sum(split)),
+            MemoryFacts(total_mib=machine.memory_bytes // MIB if machine.memory_bytes else None,
+                        available_mib=free // MIB if free is not None else None,
+                        swap_total_mib=_whole(swap_total), swap_used_mib=_whole(swap_used)))
+
+
+def _whole(mib: float | None) -> int | None:
+    return None if mib is None else int(mib)
 
 
 def mac_lines(facts: MacFacts) -> list[str]:

@@ -50,6 +50,7 @@ from ..core.environment import (
     Temperature,
     pcie_generation,
 )
+from . import mac_facts
 
 # NVML's clock-event (throttle) reason bits, as nvidia-smi's clocks_event_reasons.active reports them too.
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -389,11 +390,16 @@ class MachineReader:
     live machine's through NVML/nvidia-smi when the roots are the live ones, else none). With a
     `telemetry` reader (client/telemetry.py) the machine is the exporters' instead: a remote server's."""
 
-    def __init__(self, roots: Roots | None = None, gpu_reader: GpuReader | None = None, telemetry: Any = None):
+    def __init__(self, roots: Roots | None = None, gpu_reader: GpuReader | None = None, telemetry: Any = None,
+                 mac_tools: mac_facts.Run | None = None):
         self.roots = roots or Roots()
         self.gpu_reader = gpu_reader or (read_gpus if self.roots.live else no_gpus)
         self.gpu_source: str | None = None
         self.telemetry = telemetry
+        # On macOS (no /proc or /sys there: what the roots hold is read too, usually nothing) the
+        # Mac's own tools (client/mac_facts.py) give the fingerprint and each sample's power state.
+        self.mac_tools = mac_tools or (mac_facts.run_tool if sys.platform == "darwin" and telemetry is None
+                                       else None)
 
     def sample(self, at_s: float) -> EnvSample:
         if self.telemetry is not None:
@@ -406,10 +412,18 @@ class MachineReader:
         links = tuple(link for link in read_pci_links(roots) if link.is_accelerator)
         names = {_bus_key(g.bus_id): g.name for g in gpus if g.bus_id}
         links = tuple(msgspec.structs.replace(link, name=names.get(_bus_key(link.address))) for link in links)
-        return EnvSample(at_s=at_s, links=links, governors=governors, cur_mhz_mean=cur, turbo=_turbo(roots),
-                         rapl=read_rapl(roots), cpu_times=read_cpu_times(roots),
-                         swap_used_mib=read_memory(roots).swap_used_mib, gpus=gpus,
-                         temperatures=read_hwmon(roots))
+        sample = EnvSample(at_s=at_s, links=links, governors=governors, cur_mhz_mean=cur, turbo=_turbo(roots),
+                           rapl=read_rapl(roots), cpu_times=read_cpu_times(roots),
+                           swap_used_mib=read_memory(roots).swap_used_mib, gpus=gpus,
+                           temperatures=read_hwmon(roots))
+        return msgspec.structs.replace(sample, **self._mac_sample()) if self.mac_tools is not None else sample
+
+    def _mac_sample(self) -> dict[str, Any]:
+        """A sample's Mac fields: its power and thermal state (pmset) and swap in use (vm.swapusage)."""
+        assert self.mac_tools is not None
+        _, swap_used = mac_facts.read_mac_swap(self.mac_tools)
+        return {"mac": mac_facts.read_mac_power(self.mac_tools),
+                "swap_used_mib": None if swap_used is None else int(swap_used)}
 
     def fingerprint(self, server: dict | None = None) -> Fingerprint:
         roots = self.roots
@@ -420,6 +434,12 @@ class MachineReader:
                                cpu=cpu, memory=memory, sample=sample,
                                gpu_source="dcgm-exporter" if sample.gpus else None, server=server,
                                telemetry=self.telemetry.urls)
+        if self.mac_tools is not None:
+            machine = mac_facts.read_mac_machine(self.mac_tools)
+            cpu, memory = mac_facts.mac_cpu_memory(machine, self.mac_tools)
+            return Fingerprint(loadgen=__version__, python=_python(), os=machine.macos or _os_name(),
+                               kernel=platform.release() or None, cpu=cpu, memory=memory, sample=sample,
+                               gpu_source=self.gpu_source, server=server, mac=machine)
         return Fingerprint(loadgen=__version__, python=_python(),
                            os=_os_name() if roots.live else None,
                            kernel=_text(roots.procfs / "sys/kernel/osrelease"), cpu=read_cpu(roots),

@@ -126,6 +126,29 @@ class Temperature(msgspec.Struct, frozen=True, kw_only=True):
     celsius: float
 
 
+class MacPower(msgspec.Struct, frozen=True, kw_only=True):
+    """A Mac's power and thermal state, as `pmset -g`, `pmset -g ps` and `pmset -g therm` print it
+    (client/mac_facts.py); None: the tool did not say. What can change under a run on a Mac, as a
+    PCIe link or a power cap can on Linux."""
+
+    power_source: str | None = None  # "AC Power", "Battery Power"
+    low_power_mode: bool | None = None
+    cpu_speed_limit_pct: int | None = None  # 100: not held back
+    thermal_warning: str | None = None  # the warning as pmset words it; None: none recorded
+
+
+class MacMachine(msgspec.Struct, frozen=True, kw_only=True):
+    """What a Mac is (sysctl, sw_vers): the fingerprint's `mac`. The chip, its cores and its memory
+    are also the fingerprint's `cpu` and `memory`, and macOS its `os`, so the drift guard compares them
+    as it compares Linux's."""
+
+    chip: str | None = None  # "Apple M1 Max" (machdep.cpu.brand_string)
+    performance_cores: int | None = None  # hw.perflevel0.physicalcpu
+    efficiency_cores: int | None = None  # hw.perflevel1.physicalcpu
+    memory_bytes: int | None = None  # hw.memsize: unified memory, shared by the CPU and the GPU
+    macos: str | None = None  # "macOS 14.5 (23F79)"
+
+
 class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     """What can change under a run, read at one moment. `at_s`: seconds since the run's start."""
 
@@ -139,6 +162,7 @@ class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     swap_used_mib: int | None = None
     gpus: tuple[GpuFacts, ...] = ()
     temperatures: tuple[Temperature, ...] = ()  # hwmon's (absent from runs before they were read)
+    mac: MacPower | None = None  # on macOS: power source, Low Power Mode, thermal state (None elsewhere)
 
 
 class ServerBoot(msgspec.Struct, frozen=True, kw_only=True):
@@ -173,6 +197,7 @@ class Fingerprint(msgspec.Struct, frozen=True, kw_only=True):
     telemetry: tuple[str, ...] = ()  # the exporters read instead of this machine (--telemetry-url)
     # label -> the boot of a server loadgen started (`loadgen grid` adds it after the measurement)
     boot: dict[str, ServerBoot] | None = None
+    mac: MacMachine | None = None  # on macOS: the chip, its performance and efficiency cores, memory, macOS
 
     def to_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)

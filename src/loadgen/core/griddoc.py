@@ -32,6 +32,15 @@ class KvCacheEntry(msgspec.Struct):
     type_v: str | None = None
 
 
+class MetalEntry(msgspec.Struct, kw_only=True):
+    """The Apple GPU of a Metal build's boot log (`analysis.bootlog.MetalDevice`)."""
+
+    name: str | None = None
+    gpu_families: list[str] = []
+    unified_memory: bool | None = None
+    working_set_mib: float | None = None  # recommendedMaxWorkingSetSize, MiB
+
+
 class BootEntry(msgspec.Struct, kw_only=True):
     """A run's boot-log facts as grid.json holds them (`analysis.bootlog.BootFacts.to_dict`)."""
 
@@ -46,6 +55,7 @@ class BootEntry(msgspec.Struct, kw_only=True):
     build: str | None = None
     http_threads: int | None = None
     kv_size_mib: float | None = None
+    metal: MetalEntry | None = None  # a Metal build's device and working set (absent: none)
 
 
 class KvEstimateEntry(msgspec.Struct, kw_only=True):

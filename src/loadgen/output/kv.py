@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..analysis.bootlog import BootFacts
 from ..analysis.kv import LLAMA_CPP_BUILD, MIB, KvEstimate, ModelShape, SlotFit, mib
 from .layout import Column, Grid, print_table
 
@@ -90,7 +91,8 @@ def fit_lines(fits: Sequence[SlotFit], budget: int, weights: int) -> list[str]:
 
 def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *,
              type_k: str, type_v: str, fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0,
-             asked: Sequence[int] | None = None) -> None:
+             asked: Sequence[int] | None = None, notes: Sequence[str] = ()) -> None:
+    """The layout, the table, then `notes` (a boot log's lines) and what fits the budget."""
     for line in shape_lines(shape, per_token, type_k, type_v):  # the architecture is the file's text: no markup
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
@@ -98,9 +100,36 @@ def print_kv(console: Console, shape: ModelShape, per_token: int, estimates: Seq
     note = beyond_trained(shape, estimates, asked)
     if note:
         console.print(note, style="yellow", highlight=False, soft_wrap=True, markup=False)
+    for line in notes:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     if fits:
         for line in fit_lines(fits, budget, weights):
             console.print(line, highlight=False)
+
+
+def boot_log_lines(log: BootFacts, budget_from: str | None) -> list[str]:
+    """What a boot log says of the cache and, from a Metal build, of the Apple GPU and its working set;
+    `budget_from` "recommendedMaxWorkingSetSize" when that working set is the budget (no --memory)."""
+    lines = []
+    metal = log.metal
+    if metal is not None:
+        said = [metal.name or "unnamed device", *(["unified memory"] if metal.unified_memory else [])]
+        families = f" ({', '.join(metal.gpu_families)})" if metal.gpu_families else ""
+        lines.append(f"boot log: Metal GPU {', '.join(said)}{families}")
+        if metal.working_set_mib is not None:
+            lines.append(f"boot log: recommendedMaxWorkingSetSize {metal.working_set_mib:,.2f} MiB: the most macOS "
+                         f"lets the GPU hold (weights, KV cache and buffers)")
+    for cache in log.kv_caches:
+        lines.append(f"boot log: llama_kv_cache {cache.size_mib:.2f} MiB ({cache.cells:,} cells, {cache.layers} layers, "
+                     f"{cache.seqs}/{cache.streams} seqs)")
+    if log.recurrent_mib is not None:
+        lines.append(f"boot log: recurrent state {log.recurrent_mib:.2f} MiB")
+    if not log.kv_caches and log.recurrent_mib is None:
+        lines.append("boot log: no llama_kv_cache size line (llama-server prints it at -lv 4)")
+    if budget_from == "recommendedMaxWorkingSetSize" and metal is not None and metal.working_set_mib is not None:
+        lines.append(f"no --memory: the budget is the boot log's Metal working set, {metal.working_set_mib:,.2f} MiB "
+                     f"(recommendedMaxWorkingSetSize)")
+    return lines
 
 
 def _indices(flags: Sequence[bool]) -> list[int]:

@@ -34,6 +34,9 @@ Version history (SCHEMA_VERSION):
        Later still: per sample "temperatures" (hwmon: chip, sensor, celsius), and the
        fingerprint's "boot" (label -> the flags and boot decisions of a server `loadgen grid`
        started, core.environment.ServerBoot); absent from older runs, which read as before.
+       Later still (issue 52): per sample "mac" (a Mac's power source, Low Power Mode, CPU speed
+       limit and thermal warning, core.environment.MacPower) and the fingerprint's "mac" (chip,
+       performance and efficiency cores, memory, macOS, core.environment.MacMachine); null off a Mac.
        Added since, without a bump (docs/sweep.md): config "percentiles" and per level "percentiles"
        (--percentiles: metric key -> {"p95": ms, ...}); config "trim" and per level "trimmed"
        (--trim: the records its figures left out, core.rundoc.LevelTrim).
