@@ -160,6 +160,8 @@ def test_failure_table(tmp_path):
     runs = [c["runs"][0] for c in _grid_doc(out)["cells"]]
     assert [r["status"] for r in runs] == ["ok", "failed", "failed", "failed"]
     assert "exited with code 1 before it was healthy" in runs[1]["reason"]
+    # the server's own line on why, as llama-server words a bad flag
+    assert runs[1]["reason"].endswith("error: invalid argument: unrecognized arguments: --no-such-flag"), runs[1]
     assert any("no-such-flag" in line for line in runs[1]["log_tail"])
     assert "exited with code 3 during the measurement" in runs[2]["reason"]
     assert any("simulated crash" in line for line in runs[2]["log_tail"])

@@ -221,3 +221,28 @@ def log_tail(text: str, lines: int = 12) -> list[str]:
     what a failed start or measurement shows."""
     return [line.rstrip() for line in text.splitlines() if line.strip() and not any(n in line for n in _EXIT_NOISE)
             ][-lines:]
+
+
+# Why a server that exited before it was healthy did (`boot_failure`), most telling first: its own
+# words on a flag, on memory, on the model file, on its port, then an assertion; each llama-server's
+# line as it prints it (build 11434's, captured from the test bed and llama.cpp's issues).
+_BOOT_FAILURES = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"error while handling argument|error: invalid argument|unknown argument",
+    r"insufficient memory|out of memory|failed to allocate|unable to allocate|cudaMalloc failed",
+    r"error loading model|failed to open GGUF|failed to load model",
+    r"couldn't bind|address already in use",
+    r"GGML_ASSERT|GGML_ABORT|terminate called|Segmentation fault",
+))
+_LOG_PREFIX = re.compile(r"^\s*\d+\.\d+\.\d+\.\d+\s+[EWIDT]\s+")  # "0.00.005.230 E " (-lv's timestamps)
+
+
+def boot_failure(text: str) -> str | None:
+    """The line of a server's log that says why it stopped before it was healthy (its timestamp
+    left out, cut to 200 characters); None when no line says."""
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if line.strip()]
+    for pattern in _BOOT_FAILURES:
+        found = next((line for line in lines if pattern.search(line)), None)
+        if found:
+            return found[:200]
+    errors = [line for line in lines if line.lower().startswith("error")]
+    return errors[-1][:200] if errors else None

@@ -42,7 +42,7 @@ import msgspec
 from click.core import ParameterSource
 from rich.console import Console
 
-from ..analysis.bootlog import boot_facts, log_tail, server_boot
+from ..analysis.bootlog import boot_facts, boot_failure, log_tail, server_boot
 from ..analysis.kv import INFEASIBLE, MIB, does_not_fit, estimate, model_shape
 from ..analysis.server_ownership import asked_slots, bind_failure, not_the_cells_server
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, ResultsError, UserError
@@ -310,6 +310,9 @@ class CellRunner:
             add_server_boot(folder / "run", CELL_LABEL, server_boot(log, argv))
         else:
             entry.log_tail = log_tail(log)
+            why = boot_failure(log) if entry.reason and "before it was healthy" in entry.reason else None
+            if why:  # the server's own words: "error: invalid argument: --bogus", "failed to allocate ..."
+                entry.reason = f"{entry.reason}: {why}"
         return entry, entry.status == "failed" and entry.reason == bind_failure(address)
 
     def _measure(self, entry: GridRun, cell: GridCell, server: ServerProcess, folder: Path, argv: list[str],
