@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-
 # Why a server stopped before it was healthy: logs captured from the test bed's llama-server (build
 # 11434) as it refused a flag, a value, a missing model and a context it could not allocate; the
 # answers written down before the rule ran.
