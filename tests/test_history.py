@@ -149,6 +149,15 @@ def test_history_lists_and_filters(loadgen, tmp_path):
     assert [r["build_info"] for r in json.loads(out)] == ["b1"]
     code, out, _ = loadgen("history", "--history", db, "--format", "json", "--last", "2")
     assert len(json.loads(out)) == 2
+    for flags, labels in ((("--build", "b2"), ["t2"]), (("--since", "2026-01-01T00:00:02"), ["t3", "t2"]),
+                          (("--until", "2026-01-01T00:00:01"), ["t0"]), (("--model", "none.gguf"), []),
+                          (("--kind", "sweep", "--since", "2026-01-01T00:00:01", "--until", "2026-01-01T00:00:03"),
+                           ["t2", "t1"])):
+        code, out, err = loadgen("history", "--history", db, "--format", "json", *flags)
+        assert code == 0 and [r["label"] for r in json.loads(out)] == labels, (flags, err)
+    workload = rows[0]["workload_hash"]
+    code, out, _ = loadgen("history", "--history", db, "--format", "json", "--workload", workload)
+    assert len(json.loads(out)) == 4  # one workload for all four
     code, out, _ = loadgen("history", "--history", db)
     assert code == 0 and "b3" in out
     code, _, err = loadgen("history", "--history", tmp_path / "none.sqlite")
@@ -177,7 +186,7 @@ def test_a_store_of_the_first_schema_is_migrated_and_keeps_its_rows(tmp_path):
     db = tmp_path / "h.sqlite"
     conn = sqlite3.connect(db)
     conn.execute(history._RUNS)
-    conn.execute(history._LEVELS.replace(", server_flags TEXT", ""))
+    conn.execute(history._LEVELS.replace(", server_flags TEXT, model_fingerprint TEXT", ""))
     conn.execute("INSERT INTO runs (run_id, folder, started_utc, kind) VALUES (1, '/r/0', '2026-01-01T00:00:00', 'sweep')")
     conn.execute("INSERT INTO levels (run_id, label, level, throughput_tok_s) VALUES (1, 't0', 1, 10.0)")
     conn.execute("PRAGMA user_version = 1")

@@ -20,7 +20,7 @@ def run(i, label="a", **fields):
                        **{**base, **fields})
 
 
-NEWEST = run(9, server_flags="-m m.gguf --parallel 4")
+NEWEST = run(9, server_flags="-m m.gguf --parallel 4", model_fingerprint="f1")
 
 
 @pytest.mark.parametrize("earlier, lookback, expected", [
@@ -41,6 +41,8 @@ NEWEST = run(9, server_flags="-m m.gguf --parallel 4")
     ([run(1, kind="capacity"), run(2), run(3)], 10, (OK, (3, 2), ())),
     # a grid's cells share the label `server`: a cell of other flags is another question
     ([run(1, server_flags="--parallel 8"), run(2, server_flags="--parallel 8")], 10, (REFUSED, (), ("server_flags",))),
+    # a file of the same name and size with other contents (a fine-tune written over the old name)
+    ([run(1, model_fingerprint="f2"), run(2, model_fingerprint="f2")], 10, (REFUSED, (), ("model_fingerprint",))),
     # flags unknown (a server loadgen did not start) on the earlier runs: not a change
     ([run(1, server_flags=None), run(2, server_flags=None)], 10, (OK, (2, 1), ())),
 ])
@@ -153,3 +155,23 @@ def test_history_trend_refuses_a_level_the_newest_run_does_not_have(loadgen, tmp
     assert code == 2 and "no level 7; its levels are 2" in err, out + err
     code, out, err = loadgen("history", "trend", "--level", "2", "--metric", "ttft_ms_p99")
     assert code == 2 and "streamed runs only" in err, out + err
+
+
+def test_history_trend_draws_its_points_into_a_chart(loadgen, tmp_path):
+    from PIL import Image
+
+    from loadgen.results.history import append
+
+    store = tmp_path / "h.sqlite"
+    for i, (build, tok_s) in enumerate([("b1", 100.0), ("b1", 104.0), ("b2", 80.0)]):
+        append(store, {"kind": "sweep", "started_utc": f"2026-12-05T10:0{i}:00Z", "config": {"n_predict": 8},
+                       "targets": [{"label": "a", "server": {"props": {"build_info": build}},
+                                    "levels": [{"level": 2, "throughput_tok_s": tok_s}]}]}, f"/r/{i}")
+    chart = tmp_path / "trend.png"
+    code, out, err = loadgen("history", "trend", "--history", store, "--chart", chart)
+    assert code == 0, err
+    assert "-21.6%" in out  # b2 against b1's mean of 102
+    with Image.open(chart) as img:
+        assert img.format == "PNG" and img.size[0] > 300
+    code, _, err = loadgen("history", "trend", "--history", store, "--chart", tmp_path / "no" / "such" / "t.png")
+    assert code == 2 and "could not write the chart" in err, err

@@ -130,7 +130,7 @@ def test_a_store_of_the_first_schema_is_migrated_on_postgres(postgres):
     url = _fresh(postgres, "first_schema")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(postgres_ddl(history._RUNS))
-        conn.execute(postgres_ddl(history._LEVELS.replace(", server_flags TEXT", "")))
+        conn.execute(postgres_ddl(history._LEVELS.replace(", server_flags TEXT, model_fingerprint TEXT", "")))
         conn.execute("CREATE TABLE loadgen_history_schema (schema_version INTEGER NOT NULL)")
         conn.execute("INSERT INTO loadgen_history_schema VALUES (1)")
     doc = {**_doc(1, "b1", 100.0), "environment": {"boot": {"a": {"flags": ["--parallel", "4"]}}}}

@@ -1,7 +1,8 @@
 """Which earlier runs the newest run is judged against (`loadgen history check`): the same identity, or a refusal.
 
 A run's identity per target is what must not change for two runs to answer the same question: the
-run's kind, the target's label, the model file (name and size), the workload (the config's prompt,
+run's kind, the target's label, the model file (name, size and, where loadgen can read the file,
+a fingerprint of its content), the workload (the config's prompt,
 lengths, API and streaming, hashed), the machine (its fingerprint's key facts, hashed) and, for a
 server loadgen started (a grid's cell, tune, bisect), its flags: a grid's cells share the label
 `server`, and a cell of `--parallel 8` is another question than one of `--parallel 1`. The
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-IDENTITY_FIELDS = ("kind", "model", "model_size", "workload_hash", "machine_hash", "server_flags")
+IDENTITY_FIELDS = ("kind", "model", "model_size", "model_fingerprint", "workload_hash", "machine_hash", "server_flags")
 MIN_BASELINE = 2
 DEFAULT_LOOKBACK = 10
 OK, NO_HISTORY, REFUSED, TOO_FEW = "ok", "no history", "refused", "too few"
@@ -47,6 +48,7 @@ class RunIdentity:
     workload_hash: str | None = None
     machine_hash: str | None = None
     server_flags: str | None = None  # a server loadgen started (grid, tune, bisect): its flags but --port/--host
+    model_fingerprint: str | None = None  # the model file's content (results/model_fingerprint.py), where readable
 
     def differs(self, other: RunIdentity) -> tuple[str, ...]:
         """The identity fields known on both sides whose values differ."""

@@ -62,17 +62,25 @@ HISTORY_OPTION = click.option("--history", "history_path", metavar="PATH|URL",
 @HISTORY_OPTION
 @click.option("--kind", help="Only runs of this kind (sweep, capacity, replay, ...).")
 @click.option("--label", help="Only this target label.")
+@click.option("--model", help="Only runs of this model file (its name, as the table shows it).")
+@click.option("--build", help="Only runs of this server build (/props build_info, as the table shows it).")
+@click.option("--machine", help="Only runs on this machine (its hash: --format json shows it).")
+@click.option("--workload", help="Only runs of this workload (its hash: --format json shows it).")
+@click.option("--since", metavar="DATE", help="Only runs started at or after DATE (2026-12-01, or 2026-12-05T10:00).")
+@click.option("--until", metavar="DATE", help="Only runs started before DATE.")
 @click.option("--last", type=click.IntRange(min=1), help="Only the newest N rows.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
 def history_command(ctx: click.Context, history_path: str | None, kind: str | None, label: str | None,
-                    last: int | None, fmt: str) -> None:
+                    model: str | None, build: str | None, machine: str | None, workload: str | None,
+                    since: str | None, until: str | None, last: int | None, fmt: str) -> None:
     """List the runs in the history store: time, kind, target, build, model, levels, best throughput, folder."""
     if ctx.invoked_subcommand is not None:
         return
     path = _store(history_path)
     try:
-        rows = runs(path, kind=kind, label=label, last=last)
+        rows = runs(path, last=last, kind=kind, label=label, model=model, build=build, machine=machine,
+                    workload=workload, since=since, until=until)
     except HistoryError as exc:
         raise click.ClickException(f"could not read the history {shown(path)} ({exc}).") from None
     if fmt == "json":
@@ -164,7 +172,10 @@ def check_command(history_path: str | None, label: str | None, lookback: int, ma
 @click.option("--level", type=float, help="The concurrency (or rate) to follow (needed when the runs have several).")
 @click.option("--by", type=click.Choice(["build", "run"]), default="build", show_default=True,
               help="One point per llama.cpp build (mean ± sd of its runs), or per run.")
-def trend_command(history_path: str | None, figure: str, label: str | None, level: float | None, by: str) -> None:
+@click.option("--chart", type=click.Path(dir_okay=False), metavar="FILE.png",
+              help="Also draw the trend (mean ± sd per point) into this PNG file.")
+def trend_command(history_path: str | None, figure: str, label: str | None, level: float | None, by: str,
+                  chart: str | None = None) -> None:
     """A figure over builds (or runs) for the newest run's identity (kind, target, model, workload, machine)."""
     from ..analysis.history_trend import FIGURES, trend
 
@@ -205,6 +216,14 @@ def trend_command(history_path: str | None, figure: str, label: str | None, leve
         else:
             table.add_row(p.name, f"{p.mean:,.1f}", change)
     console().print(table)
+    if chart:
+        from ..output.charts import png_bytes, trend_figure
+
+        try:
+            Path(chart).write_bytes(png_bytes(trend_figure(drawn.points, figure, FIGURES[figure], str(table.title))))
+        except OSError as exc:
+            raise click.ClickException(f"could not write the chart {chart} ({exc.strerror})") from None
+        console(stderr=True).print(f"chart: {chart}", highlight=False, markup=False)
     if drawn.left_out:
         console(stderr=True).print(f"{drawn.left_out} run(s) of another identity (model, workload, machine or kind) "
                                    "left out", highlight=False, markup=False)

@@ -461,3 +461,22 @@ def render_all(series: Sequence[TargetSeries], soak: bool = False) -> dict[str, 
     """Every chart (a soak's with `soak`; a sweep's `sweep_charts`) as PNG bytes, keyed by report section id."""
     charts = soak_charts(series) if soak else sweep_charts(series)
     return {name: png_bytes(draw(series)) for name, draw in charts.items()}
+
+
+def trend_figure(points: Sequence, figure: str, unit: str, title: str) -> Figure:
+    """`loadgen history trend --chart`: a figure over builds (or runs), each point its mean with its sd
+    as an error bar (points: analysis/history_trend.py `Point`), in the order the table lists them."""
+    fig, (ax,) = _figure(3.2)
+    if not points:
+        _empty(ax, "no runs")
+        return fig
+    x = np.arange(len(points))
+    means = [p.mean for p in points]
+    sds = [p.sd or 0.0 for p in points]
+    ax.errorbar(x, means, yerr=sds, marker="o", color=colour(0), capsize=3, linewidth=1.2)
+    ax.set_xticks(x, [p.name for p in points], rotation=30 if len(points) > 4 else 0, ha="right" if len(points) > 4
+                  else "center", fontsize=7)
+    ax.set_ylabel(f"{figure} ({unit})")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return fig

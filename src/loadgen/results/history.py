@@ -37,14 +37,15 @@ _LEVELS = """CREATE TABLE IF NOT EXISTS levels (
     loadgen_version TEXT, workload_hash TEXT, machine_hash TEXT, label TEXT, build_info TEXT,
     model TEXT, model_size INTEGER, level INTEGER, rate REAL, throughput_tok_s REAL, request_rate REAL,
     latency_ms_p50 REAL, latency_ms_p99 REAL, ttft_ms_p50 REAL, ttft_ms_p99 REAL,
-    requests_ok INTEGER, requests_failed INTEGER, server_flags TEXT)"""
+    requests_ok INTEGER, requests_failed INTEGER, server_flags TEXT, model_fingerprint TEXT)"""
 # What a store of each older version needs to become the current one, applied in order on first use.
-# 2: `server_flags`, the flags of a server loadgen started (grid, tune, bisect), in the identity.
-MIGRATIONS = {1: ("ALTER TABLE levels ADD COLUMN server_flags TEXT",)}
+# 2: `server_flags`, the flags of a server loadgen started (grid, tune, bisect), and `model_fingerprint`
+# (results/model_fingerprint.py), in the identity.
+MIGRATIONS = {1: ("ALTER TABLE levels ADD COLUMN server_flags TEXT", "ALTER TABLE levels ADD COLUMN model_fingerprint TEXT")}
 LEVEL_COLUMNS = ("run_id", "folder", "started_utc", "kind", "loadgen_version", "workload_hash", "machine_hash",
                  "label", "build_info", "model", "model_size", "level", "rate", "throughput_tok_s",
                  "request_rate", "latency_ms_p50", "latency_ms_p99", "ttft_ms_p50", "ttft_ms_p99",
-                 "requests_ok", "requests_failed", "server_flags")
+                 "requests_ok", "requests_failed", "server_flags", "model_fingerprint")
 
 
 # Where a store is: a SQLite file's path, or a PostgreSQL URL (a str).
@@ -113,8 +114,10 @@ def machine_hash(env: Any) -> str | None:
     return _digest(facts) if facts else None
 
 
-def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
-    """The rows of one run document (run.json), one per target and level (a pure function)."""
+def level_rows(doc: dict[str, Any], folder: str, fingerprints: Mapping[str, str | None] | None = None
+               ) -> list[dict[str, Any]]:
+    """The rows of one run document (run.json), one per target and level (a pure function);
+    `fingerprints`: a model path -> its content fingerprint (results/model_fingerprint.py)."""
     config = doc.get("config") or {}
     env = doc.get("environment")
     boots: dict[str, Any] = env["boot"] if isinstance(env, dict) and isinstance(env.get("boot"), dict) else {}
@@ -132,6 +135,7 @@ def level_rows(doc: dict[str, Any], folder: str) -> list[dict[str, Any]]:
                  else None)
         for lv in t.get("levels") or []:
             rows.append({**common, "label": t.get("label"), "server_flags": flags,
+                         "model_fingerprint": (fingerprints or {}).get(model_path) if model_path else None,
                          "build_info": props.get("build_info") or server.get("build_info"),
                          "model": Path(model_path).name if model_path else None,
                          "model_size": size if isinstance(size, int) else None,
@@ -229,9 +233,24 @@ def _connect_sqlite(path: Path) -> _Db:
     return db
 
 
+def model_paths(doc: dict[str, Any]) -> set[str]:
+    """The model files a run's targets served (their /props model_path)."""
+    out = set()
+    for t in doc.get("targets") or []:
+        server = t.get("server") if isinstance(t.get("server"), dict) else {}
+        props = server["props"] if isinstance(server.get("props"), dict) else server
+        path = props.get("model_path") or server.get("model_path")
+        if isinstance(path, str) and path:
+            out.add(path)
+    return out
+
+
 def append(where: Location, doc: dict[str, Any], folder: str) -> int:
-    """Add one run and its levels in one transaction; returns the number of level rows."""
-    rows = level_rows(doc, folder)
+    """Add one run and its levels in one transaction, with the content fingerprint of each model file
+    this machine can read; returns the number of level rows."""
+    from .model_fingerprint import model_fingerprint
+
+    rows = level_rows(doc, folder, {path: model_fingerprint(path) for path in model_paths(doc)})
     machine = machine_facts(doc.get("environment"))
     with _open(where) as db, db.transaction():
         run_id = db.execute(
@@ -270,20 +289,28 @@ def shown(where: Location) -> str:
     return str(where)
 
 
-def runs(where: Location, kind: str | None = None, label: str | None = None,
-         last: int | None = None) -> list[dict[str, Any]]:
-    """The runs newest first, one row per run and target: levels and best throughput."""
-    where_sql, args = [], []
-    if kind:
-        where_sql.append("r.kind = ?")
-        args.append(kind)
-    if label:
-        where_sql.append("l.label = ?")
-        args.append(label)
+# `runs`' filters: a filter's name -> the column it compares and how (a date bound compares the start).
+RUN_FILTERS = {"kind": ("r.kind", "="), "label": ("l.label", "="), "model": ("l.model", "="),
+               "build": ("l.build_info", "="), "machine": ("r.machine_hash", "="),
+               "workload": ("r.workload_hash", "="), "since": ("r.started_utc", ">="), "until": ("r.started_utc", "<")}
+
+
+def runs(where: Location, last: int | None = None, **filters: str | None) -> list[dict[str, Any]]:
+    """The runs newest first, one row per run and target: levels and best throughput, and the identity's
+    hashes. `filters` (RUN_FILTERS: kind, label, model, build, machine, workload, since, until) keep the
+    rows that match each one given; a date is compared as text, so "2026-12" keeps December's runs on."""
+    unknown = sorted(set(filters) - set(RUN_FILTERS))
+    if unknown:
+        raise ValueError(f"unknown filter {unknown[0]!r}")
+    given = [(RUN_FILTERS[k], v) for k, v in filters.items() if v]
+    where_sql = [f"{column} {op} ?" for (column, op), _ in given]
+    args = [v for _, v in given]
     sql = ("SELECT r.run_id, r.started_utc, r.kind, l.label, MAX(l.build_info) AS build_info, MAX(l.model) AS model,"
-           " COUNT(*) AS levels, MAX(l.throughput_tok_s) AS best_throughput_tok_s, r.folder FROM runs r JOIN levels l"
+           " COUNT(*) AS levels, MAX(l.throughput_tok_s) AS best_throughput_tok_s, r.folder,"
+           " r.machine_hash, r.workload_hash FROM runs r JOIN levels l"
            " ON l.run_id = r.run_id" + (" WHERE " + " AND ".join(where_sql) if where_sql else "")
-           + " GROUP BY r.run_id, r.started_utc, r.kind, r.folder, l.label ORDER BY r.started_utc DESC, r.run_id DESC, l.label")
+           + " GROUP BY r.run_id, r.started_utc, r.kind, r.folder, r.machine_hash, r.workload_hash, l.label"
+           " ORDER BY r.started_utc DESC, r.run_id DESC, l.label")
     if last:
         sql += f" LIMIT {int(last)}"
     with _open(where) as db:
@@ -297,12 +324,13 @@ def identities(where: Location) -> list[RunIdentity]:
     with _open(where) as db:
         cur = db.execute(
             "SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, MAX(l.model), MAX(l.model_size),"
-            " r.workload_hash, r.machine_hash, MAX(l.server_flags) FROM runs r JOIN levels l ON l.run_id = r.run_id"
+            " r.workload_hash, r.machine_hash, MAX(l.server_flags), MAX(l.model_fingerprint) FROM runs r JOIN levels l"
+            " ON l.run_id = r.run_id"
             " GROUP BY r.run_id, r.started_utc, r.folder, l.label, r.kind, r.workload_hash, r.machine_hash"
             " ORDER BY r.started_utc, r.run_id, l.label")
         return [RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3], kind=row[4],
                             model=row[5], model_size=row[6], workload_hash=row[7], machine_hash=row[8],
-                            server_flags=row[9]) for row in cur.fetchall()]
+                            server_flags=row[9], model_fingerprint=row[10]) for row in cur.fetchall()]
 
 
 def import_folder(where: Location, folder: Path) -> int:
@@ -333,12 +361,13 @@ def trend_rows(where: Location, figure: str, label: str | None = None) -> list[T
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r} (use {', '.join(FIGURES)})")
     sql = ("SELECT r.run_id, r.started_utc, r.folder, l.label, r.kind, l.model, l.model_size, r.workload_hash,"
-           f" r.machine_hash, l.build_info, l.level, l.rate, l.{figure}, l.server_flags FROM runs r JOIN levels l"
+           f" r.machine_hash, l.build_info, l.level, l.rate, l.{figure}, l.server_flags, l.model_fingerprint"
+           " FROM runs r JOIN levels l"
            " ON l.run_id = r.run_id" + (" WHERE l.label = ?" if label is not None else "")
            + " ORDER BY r.started_utc, r.run_id, l.label, COALESCE(l.level, l.rate)")
     with _open(where) as db:
         cur = db.execute(sql, (label,) if label is not None else ())
         return [TrendRow(RunIdentity(run_id=row[0], started_utc=row[1] or "", folder=row[2], label=row[3],
                                      kind=row[4], model=row[5], model_size=row[6], workload_hash=row[7],
-                                     machine_hash=row[8], server_flags=row[13]), row[9],
+                                     machine_hash=row[8], server_flags=row[13], model_fingerprint=row[14]), row[9],
                          row[10] if row[10] is not None else row[11], row[12]) for row in cur.fetchall()]
