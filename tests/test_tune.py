@@ -149,3 +149,17 @@ def test_a_tie_the_budget_made_is_screened_again(screened, k, advance):
     from loadgen.analysis.tune_plan import next_round
 
     assert next_round(screened, k) == advance
+
+
+def test_a_scenario_file_runs_tune_with_its_capacity_keys_checked(loadgen, tmp_path):
+    scenario = tmp_path / "tune.toml"
+    scenario.write_text('mode = "tune"\nserver = "llama-server -m m.gguf --parallel {parallel}"\n'
+                        'param = ["parallel=1,2,4"]\nfinal_repeat = 2\nslo = "ttft=1s"\nstream = true\nn_predict = 32\n')
+    code, _, err = loadgen("run", scenario, "--check")
+    assert code == 0 and "mode tune" in err + _, err
+    scenario.write_text(scenario.read_text().replace("stream = true\n", ""))  # capacity's own rule, across keys
+    code, _, err = loadgen("run", scenario, "--check")
+    assert code == 2 and "add --stream" in err, err
+    scenario.write_text(scenario.read_text().replace("n_predict", "n_predic"))
+    code, _, err = loadgen("run", scenario, "--check")
+    assert code == 2 and "n_predic: unknown key for mode 'tune'" in err and "did you mean 'n_predict'" in err, err

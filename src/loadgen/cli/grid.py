@@ -431,14 +431,15 @@ def as_flags(option: click.Option, value: Any) -> list[str]:
 
 
 def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], settings: dict[str, Any],
-                    ctx: click.Context) -> dict[str, Any]:
-    """`mode = "grid"` in a scenario file: the grid's own keys (server, param, repeat, measure, ...) go
-    to the grid, every other key to its measurement, each checked by the option that reads it."""
+                    ctx: click.Context, measure: str | None = None) -> dict[str, Any]:
+    """`mode = "grid"` (or "tune") in a scenario file: the command's own keys (server, param, repeat,
+    measure, ...) go to it, every other key to its measurement (grid's `measure`, or `measure` given:
+    tune's capacity), each checked by the option that reads it."""
     from .scenario import ScenarioError, keys_of, resolve, suggestion
 
     own = keys_of(command)
     kwargs = resolve(command, {k: s for k, s in settings.items() if k in own}, ctx)
-    kind = kwargs.get("kind") or "sweep"
+    kind = measure or kwargs.get("kind") or "sweep"
     rest = {k: s for k, s in settings.items() if k not in own}
     root = ctx.find_root().command
     # a measurement that is no scenario mode of its own (capacity) is still a loadgen command
@@ -447,8 +448,8 @@ def scenario_kwargs(command: click.Command, commands: dict[str, click.Command], 
     theirs = keys_of(measurement)
     unknown = next((s for k, s in rest.items() if k not in theirs), None)
     if unknown is not None:  # named for the grid: its keys and its measurement's are both allowed
-        raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode 'grid' (its own keys and its "
-                            f"measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
+        raise ScenarioError(f"{unknown.where}: {unknown.key}: unknown key for mode '{command.name}' (its own keys "
+                            f"and its measurement's, {kind})" + suggestion(unknown.key, {**own, **theirs}))
     resolve(measurement, rest, ctx)
     options = theirs
     kwargs["measure_args"] = tuple(arg for key, s in rest.items() for arg in as_flags(options[key], s.value))

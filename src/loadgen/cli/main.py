@@ -70,7 +70,7 @@ _OTHER_HELP = {
     "paramcheck": 'Send canary requests direct and through a gateway; say per parameter honoured, dropped, '
                   'altered or cannot tell.',
     "report": "Charts, level tables and verdicts of one or more sweeps (or a grid's cells) or soaks, overlaid.",
-    "run": 'Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.',
+    "run": 'Run a scenario file: `mode` (a command that writes a run, grid or tune) and the values of its flags, in TOML.',
     "sim": 'Run a simulated llama-server (same API, slots, batching and /metrics; no model needed).',
     "tune": "Find the server flags that serve the most users within latency targets (--slo): screen every cell, race "
             "the best.",

@@ -16,8 +16,8 @@ from ..core.kinds import KINDS
 from .scenario import ScenarioError, check_mode, load_scenario, parse_set, resolve
 from .shared import CHECK_ONLY
 
-# A scenario's modes: every run kind a file may name (core/kinds.py), and grid.
-MODES = (*(k.name for k in KINDS.values() if k.scenario), "grid")
+# A scenario's modes: every run kind a file may name (core/kinds.py), grid and tune.
+MODES = (*(k.name for k in KINDS.values() if k.scenario), "grid", "tune")
 
 
 def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
@@ -35,7 +35,7 @@ def mode_commands(ctx: click.Context) -> dict[str, click.Command]:
 @click.option("--check", is_flag=True, help="Check every key and exit without sending a request.")
 @click.pass_context
 def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ...], check: bool) -> None:
-    """Run a scenario file: `mode` (a command that writes a run, or grid) and the values of its flags, in TOML.
+    """Run a scenario file: `mode` (a command that writes a run, grid or tune) and the values of its flags, in TOML.
 
     A key is a flag's name without the dashes, `-` written `_` (--n-predict: n_predict); lists are
     TOML arrays (concurrency = [1, 2, 4]), durations numbers of seconds or strings ("6h").
@@ -44,10 +44,11 @@ def run_command(ctx: click.Context, scenario_file: str, overrides: tuple[str, ..
     scenario = load_scenario(Path(scenario_file), commands).with_overrides(parse_set(s) for s in overrides)
     check_mode(scenario, commands)
     command = commands[scenario.mode]
-    if scenario.mode == "grid":  # its measurement's keys go to the measurement
+    if scenario.mode in ("grid", "tune"):  # its measurement's keys go to the measurement
         from .grid import scenario_kwargs
 
-        kwargs = scenario_kwargs(command, commands, scenario.settings, ctx)
+        kwargs = scenario_kwargs(command, commands, scenario.settings, ctx,
+                                 measure="capacity" if scenario.mode == "tune" else None)
     else:
         kwargs = resolve(command, scenario.settings, ctx)
     if check:
