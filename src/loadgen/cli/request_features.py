@@ -41,9 +41,11 @@ def feature_options(f: Callable) -> Callable:
 
 
 def request_features(json_schema: str | None, grammar_file: str | None, tools: str | None,
-                     tool_choice: str | None, api: str) -> dict[str, Any]:
-    """The GenerationParams fields the options ask for (empty: none), checked; ConfigError otherwise.
-    Any of them turns off ignore_eos: a constrained answer ends where its grammar (or the tool call) does."""
+                     tool_choice: str | None, api: str, ignore_eos: bool = True) -> dict[str, Any]:
+    """The GenerationParams fields the options ask for, checked (ConfigError otherwise), and
+    `ignore_eos` (--ignore-eos): off whenever a feature is asked, since a constrained answer ends
+    where its grammar (or the tool call) does, and forcing past its end would only add tokens the
+    grammar cannot take."""
     fields: dict[str, Any] = {}
     if (json_schema is not None or grammar_file is not None) and api not in STRUCTURED_APIS:
         raise ConfigError(f"--json-schema and --grammar apply to --api {', '.join(STRUCTURED_APIS)} "
@@ -63,9 +65,7 @@ def request_features(json_schema: str | None, grammar_file: str | None, tools: s
         if tool_choice not in TOOL_CHOICES and tool_choice not in names:
             raise ConfigError(f"--tool-choice {tool_choice!r}: give auto, required, none or an offered tool's name")
         fields["tool_choice"] = tool_choice
-    if fields:
-        fields["ignore_eos"] = False
-    return fields
+    return {**fields, "ignore_eos": ignore_eos and not fields}
 
 
 def synthetic_tools(n: int) -> tuple[dict[str, Any], ...]:

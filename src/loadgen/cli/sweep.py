@@ -117,16 +117,14 @@ if TYPE_CHECKING:
 @workers_option
 @machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
-          arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, request_classes, workload_seed,
-          ignore_eos,
-          reasoning_effort, temperature, seed, timeout_s,
-          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
-          telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          stop_at_knee=False, server_urls=(), percentiles=None, trim=None, json_schema=None, grammar_file=None,
-          tools=None, tool_choice=None) -> None:
+          arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset,
+          dataset_field, dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field,
+          request_classes, workload_seed, ignore_eos, reasoning_effort, temperature, seed, timeout_s, wait_ready_s,
+          output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
+          output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
+          records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
+          attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
+          json_schema=None, grammar_file=None, tools=None, tool_choice=None) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if request_classes:  # they replace the levels
         concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
@@ -142,7 +140,6 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
         dataset_samples, dataset_seed)
     texts = source.texts or (DEFAULT_PROMPT,)
-    features = {"ignore_eos": ignore_eos, **request_features(json_schema, grammar_file, tools, tool_choice, api)}
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls),
         concurrency=(1, 2, 4, 8) if concurrency is None else concurrency,
@@ -151,7 +148,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, seed=seed, stream=stream,
-                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api), **features),
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api),
+                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,

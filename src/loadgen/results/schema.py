@@ -61,6 +61,10 @@ Version history (SCHEMA_VERSION):
        A reader of version 3 would take those kinds for runs without levels.
        Added since, without a bump (issue 46): config "capacity" "hold_s" (--hold, the fresh run a
        rate's answer must hold on; absent: a run before it, judged as long as a level).
+       Added since, without a bump (issue 50, docs/request-features.md): config "json_schema",
+       "grammar", "tools" (how many offered) and "tool_choice" (absent: not asked); per record
+       "output_valid" and "tool_calls", error kind "invalid_output"; per level metrics
+       "output_valid" (count: answers judged, mean: the validity share) and "tool_calls".
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """
