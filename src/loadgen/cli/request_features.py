@@ -69,14 +69,13 @@ def request_features(json_schema: str | None, grammar_file: str | None, tools: s
 
 
 def synthetic_tools(n: int) -> tuple[dict[str, Any], ...]:
-    """N distinct, deterministic function tools (tool_000, tool_001, ...), each with two parameters:
-    the same definitions every run, so a tool ladder's prompts differ only in how many there are."""
+    """N distinct, deterministic function tools (tool_000, tool_001, ...), each small (one string
+    parameter, ~30 tokens in a chat template): the same definitions every run, so the rungs of a
+    tool ladder differ only in how many there are."""
     return tuple({"type": "function", "function": {
-        "name": f"tool_{i:03d}", "description": f"Look up record {i} of catalogue {i % 7} by its key and a limit.",
-        "parameters": {"type": "object", "properties": {
-            "key": {"type": "string", "description": "The record's key."},
-            "limit": {"type": "integer", "description": "At most this many results."}},
-            "required": ["key"]}}} for i in range(n))
+        "name": f"tool_{i:03d}", "description": f"Look up record {i}.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}
+        for i in range(n))
 
 
 def read_schema(text_or_file: str) -> dict[str, Any]:
