@@ -172,3 +172,19 @@ def test_sweep_refuses_a_duplicate_tool_in_one_line_before_any_request(tmp_path)
     assert result.returncode == 2, result.stderr
     assert "two tools are named 'a'" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_the_simulator_prefills_the_offered_tools(tmp_path):
+    """`loadgen sim` renders offered tools into the chat prompt, so a tool ladder costs prefill there too."""
+    from loadgen.results.reader import load_run_dict
+    from servers import SimThread, sweep
+
+    prompts = {}
+    with SimThread() as sim:
+        for n in (0, 20):
+            out = tmp_path / f"tools-{n}"
+            proc = sweep("--url", sim.url, "--api", "chat", "--tools", str(n), "--concurrency", "1", "--requests", "2",
+                         "--n-predict", "4", "--warmup", "0", "--output", str(out))
+            assert proc.returncode == 0, proc.stderr
+            prompts[n] = load_run_dict(out)["targets"][0]["levels"][0]["prompt_n"]["p50"]
+    assert prompts[20] > prompts[0] + 20 * 20, prompts

@@ -7,6 +7,7 @@ malformed prompt.
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -172,13 +173,18 @@ def parse_request(body: Any, api: Api, n_slots: int) -> CompletionParams:
 
 
 def chat_prompt(body: dict[str, Any]) -> str:
-    """Render the OpenAI chat messages with ChatML and open the assistant's turn."""
+    """Render the OpenAI chat messages with ChatML and open the assistant's turn. Offered `tools`
+    come first, one JSON line each in a system message, as a tool-calling model's template puts
+    them: their cost is the prefill of that text (docs/request-features.md)."""
     if "messages" not in body:
         raise InvalidRequest("'messages' is required")
     messages = body["messages"]
     if not isinstance(messages, list):
         raise InvalidRequest("Expected 'messages' to be an array")
-    out = []
+    tools = body.get("tools")
+    out = ["<|im_start|>system\nYou may call these tools:\n"
+           + "".join(json.dumps(t, separators=(",", ":")) + "\n" for t in tools) + "<|im_end|>\n"] \
+        if isinstance(tools, list) and tools else []
     for message in messages:
         if not isinstance(message, dict):
             raise InvalidRequest("Expected each message to be an object")
