@@ -188,3 +188,14 @@ def test_the_simulator_prefills_the_offered_tools(tmp_path):
             assert proc.returncode == 0, proc.stderr
             prompts[n] = load_run_dict(out)["targets"][0]["levels"][0]["prompt_n"]["p50"]
     assert prompts[20] > prompts[0] + 20 * 20, prompts
+
+
+def test_the_verdict_fields_survive_the_parquet_records_format(tmp_path):
+    pytest.importorskip("pyarrow")
+    from loadgen.core import columnar
+    from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+
+    recs = [make_record("t", 1, 0, i, "s", 1, 2, 200, ServerOutcome(output_valid=(True, False, None)[i % 3],
+                                                                    tool_calls=i)) for i in range(6)]
+    columnar.write_records(tmp_path / "r.parquet", recs)
+    assert [RequestRecord.from_dict(x) for x in columnar.read_records(tmp_path / "r.parquet")] == recs
