@@ -97,6 +97,20 @@ def test_the_chat_api_sends_the_schema_as_response_format(jinja_server, tmp_path
     _tokens_match_the_server(out)
 
 
+def test_a_grammar_constrains_every_answer_and_each_counts_valid(jinja_server, tmp_path):
+    grammar = tmp_path / "yes-no.gbnf"
+    grammar.write_text('root ::= "yes" | "no"\n')
+    out = tmp_path / "run"
+    proc = sweep("--url", jinja_server.url, "--concurrency", "2", "--requests", "4", "--n-predict", "8",
+                 "--warmup", "0", "--grammar", str(grammar), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    recs = load_records(out)
+    assert all(r.ok and r.output_valid and r.output_tokens <= 2 for r in recs), recs
+    assert _levels(out)[0]["metrics"]["output_valid"] == pytest.approx(
+        {"count": 4, "mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0})
+    _tokens_match_the_server(out)
+
+
 def test_a_tool_ladder_shows_the_prompt_and_ttft_growing(jinja_server, tmp_path):
     rungs = {}
     for n in (0, 10, 50):
