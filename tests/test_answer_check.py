@@ -199,3 +199,25 @@ def test_the_verdict_fields_survive_the_parquet_records_format(tmp_path):
                                                                     tool_calls=i)) for i in range(6)]
     columnar.write_records(tmp_path / "r.parquet", recs)
     assert [RequestRecord.from_dict(x) for x in columnar.read_records(tmp_path / "r.parquet")] == recs
+
+
+def test_the_simulator_charges_a_constrained_request_its_grammar_cost(tmp_path):
+    """A profile's grammar_ms_per_token: each decode step of a request with a grammar costs that
+    much more, so the same load with --grammar decodes slower there, as on a real server."""
+    from loadgen.results.reader import load_run_dict
+    from servers import SimThread, sweep
+
+    profile = tmp_path / "grammar.toml"
+    profile.write_text('name = "g"\nmodel_alias = "g-sim"\nprefill_tok_s = 50000.0\nstep_ms = 2.0\nalpha = 0.0\n'
+                       'n_ctx = 2048\neos_probability = 0.0\ngrammar_ms_per_token = 6.0\n')
+    grammar = tmp_path / "any.gbnf"
+    grammar.write_text('root ::= [a-z]+\n')
+    rates = {}
+    with SimThread(str(profile), time_scale=1.0, slots=1) as sim:
+        for name, extra in (("plain", ("--no-ignore-eos",)), ("grammar", ("--grammar", str(grammar)))):
+            out = tmp_path / name
+            proc = sweep("--url", sim.url, "--concurrency", "1", "--requests", "3", "--n-predict", "16",
+                         "--warmup", "0", *extra, "--output", str(out))
+            assert proc.returncode == 0, proc.stderr
+            rates[name] = load_run_dict(out)["targets"][0]["levels"][0]["decode_tok_s_mean"]
+    assert 3 < rates["plain"] / rates["grammar"] < 5, rates  # 2 ms a step against 8
