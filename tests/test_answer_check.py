@@ -151,6 +151,8 @@ def test_tool_files_and_schemas_that_cannot_be_used_are_refused(tmp_path):
         request_features(None, None, "10", None, "completions")
     with pytest.raises(ConfigError, match="the messages API has no field"):
         request_features(_write(tmp_path, "s.json", SCHEMA), None, None, None, "messages")
+    with pytest.raises(ConfigError, match="not both"):
+        request_features('{"type": "object"}', _write(tmp_path, "g.gbnf", 'root ::= "a"'), None, None, "llamacpp")
     with pytest.raises(ConfigError, match="give auto, required, none or an offered tool's name"):
         request_features(None, None, "2", "tool_009", "chat")
     fields = request_features(None, None, "2", "tool_001", "chat")

@@ -50,6 +50,8 @@ def request_features(json_schema: str | None, grammar_file: str | None, tools: s
     if (json_schema is not None or grammar_file is not None) and api not in STRUCTURED_APIS:
         raise ConfigError(f"--json-schema and --grammar apply to --api {', '.join(STRUCTURED_APIS)} "
                           f"(the {api} API has no field for them)")
+    if json_schema is not None and grammar_file is not None:
+        raise ConfigError("give --json-schema or --grammar, not both (llama-server takes one constraint a request)")
     if json_schema is not None:
         fields["json_schema"] = read_schema(json_schema)
     if grammar_file is not None:
