@@ -129,3 +129,22 @@ def test_ctrl_c_stops_the_sweep_under_way_keeps_the_runs_and_exits_130(sims, tmp
     before = tokens_predicted(sims["fast"])
     time.sleep(0.5)
     assert tokens_predicted(sims["fast"]) == before  # no sweep left sending
+
+
+def test_candidate_args_reach_only_the_candidates_runs_and_are_kept_for_resume(sims, tmp_path):
+    """One server with and without a request feature: --candidate-arg gives the candidate's sweeps
+    a JSON schema (docs/request-features.md); the baseline's bodies stay plain."""
+    schema = '{"type": "object"}'
+    proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--repeat", "2", "--no-gate",
+              "--candidate-arg=--json-schema", f"--candidate-arg={schema}", "--output", tmp_path / "ab",
+              "--", "--concurrency", "1", "--n-predict", "8", "--requests", "4", "--warmup", "0", "--no-ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    for i in (1, 2):
+        base = json.loads((tmp_path / "ab" / "baseline" / f"0{i}" / "run.json").read_text())["config"]
+        cand = json.loads((tmp_path / "ab" / "candidate" / f"0{i}" / "run.json").read_text())["config"]
+        assert "json_schema" not in base and cand["json_schema"] == {"type": "object"}
+        assert base["ignore_eos"] is cand["ignore_eos"] is False
+    saved = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    assert saved["candidate_args"] == ["--json-schema", schema]
+    again = ab("--resume", tmp_path / "ab", "--candidate-arg=--tools")
+    assert again.returncode == 2 and "leave out --candidate-arg" in again.stderr

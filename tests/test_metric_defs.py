@@ -53,7 +53,8 @@ def random_record(rng: random.Random, seq: int) -> RequestRecord:
         predicted_ms=_maybe(rng, rng.uniform(0.1, 3000.0)), predicted_per_second=_maybe(rng, rng.uniform(1, 500)),
         intended_ns=intended, first_token_ns=first, last_token_ns=last, chunk_gaps_us=gaps,
         connect_us=_maybe(rng, rng.randrange(10, 5_000), 0.6),
-        cache_n=_maybe(rng, rng.choice([0, rng.randrange(1, 4000)])))
+        cache_n=_maybe(rng, rng.choice([0, rng.randrange(1, 4000)])),
+        output_valid=_maybe(rng, rng.random() < 0.8, 0.5), tool_calls=_maybe(rng, rng.randrange(0, 3), 0.6))
 
 
 @pytest.mark.parametrize("seed", range(40))

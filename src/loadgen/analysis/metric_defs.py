@@ -633,6 +633,45 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 BUILT_IN = frozenset(m.name for m in all_metrics())
 
 
+# --- judged answers (structured output, tools: core/answer_check.py): not built-in fields of a
+# level summary, so run.json keeps them under the level's `metrics` map.
+
+def _output_valid(r: RequestRecord) -> float | None:
+    return None if r.output_valid is None else float(r.output_valid)
+
+
+def _v_output_valid(b: Batch) -> np.ndarray:
+    values = b._field("output_valid")
+    if values.count(None) == len(values):  # a plain run's batch: one C-level count, nothing judged
+        return np.empty(0)
+    return np.array([v for v in values if v is not None], dtype=np.float64)
+
+
+def _tool_calls(r: RequestRecord) -> float | None:
+    return None if r.tool_calls is None or r.error_kind in records.CLIENT_SIDE else float(r.tool_calls)
+
+
+def _v_tool_calls(b: Batch) -> np.ndarray:
+    if b._field("tool_calls").count(None) == len(b.records):  # no tools offered
+        return np.empty(0)
+    return np.array([float(r.tool_calls) for r in b.records
+                     if r.tool_calls is not None and r.error_kind not in records.CLIENT_SIDE], dtype=np.float64)
+
+
+OUTPUT_VALID = register(Metric(
+    "output_valid", "share", "valid answers", "valid", "1 for an answer judged valid (it parses as JSON and "
+    "matches --json-schema; its tool calls name offered tools with arguments matching their parameters), 0 for "
+    "a broken one (the failure `invalid_output`); answers cut at the length asked, and those of runs without a "
+    "schema, grammar or tools, are not judged ([Request features](request-features.md)). The mean is the "
+    "validity share, the count the answers judged.",
+    _output_valid, _v_output_valid, key="output_valid", table=(("valid\nshare", "mean"),), table_digits=3,
+    table_order=90, csv=("count", "mean"), export=False))
+TOOL_CALLS = register(Metric(
+    "tool_calls", "calls", "tool calls per answer", "tool calls", "the `tool_calls` an answer made, of requests "
+    "that offered tools (--tools).",
+    _tool_calls, _v_tool_calls, summary="mean", key="tool_calls_mean", export=False))
+
+
 def docs_table() -> str:
     """The per-request metrics as docs/metrics.md shows them (tests/test_docs.py holds the page to
     it; scripts/metrics-doc writes it there): one row per metric, its run.json key, unit, formula."""

@@ -10,7 +10,10 @@ carries into the next.
 Both sides are checked before the first run: each URL parses and accepts a TCP connection, and the
 sweep options are valid (as `loadgen run --check` checks them). A run that stops shows the sweep's
 reason. Ctrl-C (or SIGTERM to loadgen) reaches the sweep under way, which saves what it has; the
-runs so far stay on disk and no further one starts. `--resume DIR` continues: the sides, repeat,
+runs so far stay on disk and no further one starts.
+`--candidate-arg` gives the candidate's runs sweep options of their own (repeatable, one word
+each): the same server with and without a request feature, e.g. `--candidate-arg=--json-schema
+--candidate-arg=schema.json`, judged as any two sides are (docs/request-features.md). `--resume DIR` continues: the sides, repeat,
 label and sweep options come from DIR/ab.json, runs whose run.json is complete are kept, the rest
 run again.
 """
@@ -88,7 +91,7 @@ def done(out: Path) -> bool:
 
 
 def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, output: str | None,
-            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...]]:
+            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...], tuple[str, ...]]:
     """The sides, repeat, label and sweep options of the ab in `root`; InputError when the command
     line gives any of them again (they would be ignored)."""
     given = [name for name, value in (("--baseline-url", baseline_url), ("--candidate-url", candidate_url),
@@ -96,7 +99,8 @@ def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, out
     if given:
         raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
     saved = load_ab(root)
-    return saved.baseline_url, saved.candidate_url, saved.repeat, saved.label, tuple(saved.sweep_args)
+    return (saved.baseline_url, saved.candidate_url, saved.repeat, saved.label, tuple(saved.sweep_args),
+            tuple(saved.candidate_args))
 
 
 def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
@@ -122,6 +126,7 @@ class AbPlan(msgspec.Struct, frozen=True):
     repeat: int
     label: str
     sweep_args: list[str]
+    candidate_args: list[str] = []  # the candidate's own sweep options (--candidate-arg); absent: none
 
 
 def load_ab(root: Path) -> AbPlan:
@@ -170,6 +175,9 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @command("ab", context_settings={"ignore_unknown_options": True})
 @click.option("--baseline-url", help="The baseline server's base URL.")
 @click.option("--candidate-url", help="The candidate server's (the same one for an A/A run).")
+@click.option("--candidate-arg", "candidate_args", multiple=True, metavar="ARG",
+              help="A sweep option word for the candidate's runs only (repeatable), e.g. --candidate-arg=--tools "
+                   "--candidate-arg=50: one server with and without a request feature.")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")
 @click.option("--label", default="server", show_default=True,
               help="The label both sides' results carry (compare matches targets by label).")
@@ -181,7 +189,7 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
               help="Continue an interrupted ab in this folder (its sides and sweep options as first given).")
 @gate_options
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
-def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, max_throughput_drop,
+def ab_command(baseline_url, candidate_url, candidate_args, repeat, label, output, force, no_gate, resume, max_throughput_drop,
                max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
                allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
@@ -195,25 +203,28 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
     with user_errors():
         if resume:
             root = Path(resume)
-            baseline_url, candidate_url, repeat, label, sweep_args = resumed(root, baseline_url, candidate_url,
-                                                                             output, sweep_args)
+            if candidate_args:
+                raise InputError("--resume continues an ab as it was given; leave out --candidate-arg")
+            baseline_url, candidate_url, repeat, label, sweep_args, candidate_args = resumed(
+                root, baseline_url, candidate_url, output, sweep_args)
         elif not (baseline_url and candidate_url):
             raise InputError("give --baseline-url and --candidate-url (or --resume DIR)")
-        clash = next((a for a in sweep_args if a.split("=")[0] in RESERVED), None)
+        clash = next((a for a in (*sweep_args, *candidate_args) if a.split("=")[0] in RESERVED), None)
         if clash:
             raise InputError(f"{clash.split('=')[0]} is set by ab itself; give --baseline-url, --candidate-url, "
                              "--label and --output to ab")
         config = None if no_gate else gate_config(max_throughput_drop, max_latency_rise, max_error_rate,
                                                   confidence, metrics, strict, config_file)
         check_side("baseline", baseline_url, label, tuple(sweep_args))
-        check_side("candidate", candidate_url, label, tuple(sweep_args))
+        check_side("candidate", candidate_url, label, (*sweep_args, *candidate_args))
         if not resume:
             root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
                           {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
-                           "label": label, "sweep_args": list(sweep_args)})
+                           "label": label, "sweep_args": list(sweep_args), "candidate_args": list(candidate_args)})
     err = Console(stderr=True)
     LATCH.install()
     urls = {"baseline": baseline_url, "candidate": candidate_url}
+    args = {"baseline": tuple(sweep_args), "candidate": (*sweep_args, *candidate_args)}
     for i, side in order(repeat):
         out = root / side / f"{i:02d}"
         err.print(f"ab: {side} run {i}/{repeat} ...", highlight=False, end="")
@@ -221,7 +232,7 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
             err.print(f" kept from before: {run_summary(out)}", highlight=False)
             continue
         shutil.rmtree(out, ignore_errors=True)  # an interrupted run, run again
-        proc = one_sweep(urls[side], label, tuple(sweep_args), out)
+        proc = one_sweep(urls[side], label, args[side], out)
         if proc.returncode != 0:
             err.print(f" stopped (exit {proc.returncode})", highlight=False)
             err.print(stop_reason(proc.stderr), highlight=False, markup=False, soft_wrap=True)

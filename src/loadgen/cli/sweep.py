@@ -38,6 +38,7 @@ from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
+from .request_features import feature_options, request_features
 from .shared import (
     checking_only,
     format_option,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
 @click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
               help="A reasoning model's effort, sent as the API expects (chat: reasoning_effort; responses: "
                    "reasoning.effort).")
+@feature_options
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -125,15 +127,14 @@ if TYPE_CHECKING:
 @workers_option
 @machine_options
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
-          arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
-          dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, request_classes, workload_seed,
-          ignore_eos,
-          reasoning_effort, temperature, seed, timeout_s,
-          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
-          histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
-          workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
-          telemetry_urls, record_environment, slo_text=None, attainment=DEFAULT_ATTAINMENT,
-          stop_at_knee=False, server_urls=(), percentiles=None, trim=None, items=1) -> None:
+          arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset,
+          dataset_field, dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field,
+          request_classes, workload_seed, ignore_eos, reasoning_effort, temperature, seed, timeout_s, wait_ready_s,
+          output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
+          output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
+          records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
+          attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
+          json_schema=None, grammar_file=None, tools=None, tool_choice=None, items=1) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if request_classes:  # they replace the levels
         concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
@@ -158,8 +159,9 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (),
                                     n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
-                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items),
+                                    temperature=temperature, seed=seed, stream=stream,
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items,
+                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
         duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
         parallel_targets=parallel_targets, probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,

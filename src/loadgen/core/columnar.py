@@ -35,6 +35,8 @@ def _arrow_type(pa: Any, annotation: Any) -> Any:
         return pa.list_(pa.int64())
     if Usage in args:
         return pa.struct([(name, pa.int64()) for name in Usage.__struct_fields__])
+    if bool in args:  # output_valid
+        return pa.bool_()
     if float in args:  # float, or a level: int | float (closed-loop levels come back as whole numbers)
         return pa.float64()
     if int in args:

@@ -37,6 +37,8 @@ TRUNCATED_STREAM = "truncated_stream"  # a stream that ended before its API's fi
 # message names the input (its check index and the start of its text).
 EMBEDDING_MISMATCH = "embedding_mismatch"
 RANK_MISMATCH = "rank_mismatch"
+# A structured-output or tool-call answer that does not parse or match its schema (core/answer_check.py).
+INVALID_OUTPUT = "invalid_output"
 
 
 class Usage(msgspec.Struct, frozen=True):
@@ -66,6 +68,8 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     reasoning_tokens: int | None = None
+    output_valid: bool | None = None
+    tool_calls: int | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
@@ -99,6 +103,11 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # Reasoning models: of the output tokens, how many were thinking (the API's usage details when
     # it gives them, else the streamed reasoning events counted). None: no reasoning was seen.
     reasoning_tokens: int | None = None
+    # A structured-output or tools run (core/answer_check.py): True, the answer was judged valid;
+    # False, broken (error kind invalid_output); None, not judged (no check asked, cut at length, no
+    # tool call). tool_calls: how many the answer made (None: no tools offered, or none read).
+    output_valid: bool | None = None
+    tool_calls: int | None = None
     headers_ns: int | None = None
     # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
     intended_ns: int | None = None

@@ -67,6 +67,10 @@ Version history (SCHEMA_VERSION):
        Added since, without a bump (issue 50): per level "texts", "texts_per_s", "input_tok_s" and
        config "items" (--api embeddings or rerank only; absent otherwise); record error kinds
        "embedding_mismatch" and "rank_mismatch" (analysis/embedding_check.py).
+       Added since, without a bump (issue 50, docs/request-features.md): config "json_schema",
+       "grammar", "tools" (how many offered) and "tool_choice" (absent: not asked); per record
+       "output_valid" and "tool_calls", error kind "invalid_output"; per level metrics
+       "output_valid" (count: answers judged, mean: the validity share) and "tool_calls".
 Bump the version when a field readers rely on changes meaning or goes away; adding fields does not
 need it (readers ignore unknown fields).
 """

@@ -275,6 +275,11 @@ class SweepConfig:
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
+            # Request features (docs/request-features.md), only when asked: plain runs keep their shape.
+            **({"json_schema": g.json_schema} if g.json_schema is not None else {}),
+            **({"grammar": g.grammar} if g.grammar is not None else {}),
+            **({"tools": len(g.tools)} if g.tools else {}),
+            **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).

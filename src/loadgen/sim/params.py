@@ -7,6 +7,7 @@ malformed prompt.
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -58,6 +59,9 @@ class CompletionParams:
     top_p: float = 0.95
     min_p: float = 0.05
     n_probs: int = 0
+    # A JSON schema, a JSON `response_format` or a grammar was asked: each decode step of this
+    # request costs the profile's grammar_ms_per_token more (the answer itself is not constrained).
+    constrained: bool = False
 
     def to_json(self, only_metrics: bool = False) -> dict[str, Any]:
         """`generation_settings`, or with only_metrics a slot's `params`: build 11434's keys and defaults."""
@@ -168,17 +172,30 @@ def parse_request(body: Any, api: Api, n_slots: int) -> CompletionParams:
         top_p=_number(body, ("top_p",), 0.95, integer=False),
         min_p=_number(body, ("min_p",), 0.05, integer=False),
         n_probs=_number(body, ("n_probs", "logprobs"), 0),
+        constrained=_constrained(body),
     )
 
 
+def _constrained(body: dict[str, Any]) -> bool:
+    """Whether the request asks for structured output: `json_schema`, `grammar`, or a JSON `response_format`."""
+    response_format = body.get("response_format")
+    return (body.get("json_schema") is not None or bool(body.get("grammar"))
+            or isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object"))
+
+
 def chat_prompt(body: dict[str, Any]) -> str:
-    """Render the OpenAI chat messages with ChatML and open the assistant's turn."""
+    """Render the OpenAI chat messages with ChatML and open the assistant's turn. Offered `tools`
+    come first, one JSON line each in a system message, as a tool-calling model's template puts
+    them: their cost is the prefill of that text (docs/request-features.md)."""
     if "messages" not in body:
         raise InvalidRequest("'messages' is required")
     messages = body["messages"]
     if not isinstance(messages, list):
         raise InvalidRequest("Expected 'messages' to be an array")
-    out = []
+    tools = body.get("tools")
+    out = ["<|im_start|>system\nYou may call these tools:\n"
+           + "".join(json.dumps(t, separators=(",", ":")) + "\n" for t in tools) + "<|im_end|>\n"] \
+        if isinstance(tools, list) and tools else []
     for message in messages:
         if not isinstance(message, dict):
             raise InvalidRequest("Expected each message to be an object")

@@ -5,7 +5,9 @@ The timing model (see scheduler.py for how it is driven):
     prefill:  n prompt tokens cost n * 1000 / prefill_tok_s ms
     decode:   one step that advances b busy slots by one token each costs
               step_ms(b) = step_ms * (1 + alpha * (b - 1)) ms
-    so the aggregate decode rate at b busy slots is b * 1000 / step_ms(b) tok/s.
+    so the aggregate decode rate at b busy slots is b * 1000 / step_ms(b) tok/s;
+              a step costs grammar_ms_per_token more for each of those slots whose request
+              asks for structured output (a schema or a grammar; 0 by default)
 
 Built-in profiles live in `loadgen/profiles/*.toml`; `load_profile` takes a built-in name or a path.
 """
@@ -36,6 +38,10 @@ class Profile:
     n_params: int = 0
     size_bytes: int = 0
     n_ctx_train: int = 0
+    # Structured output: what a decode step costs more for each generating slot whose request is
+    # constrained (a JSON schema, `response_format`, or a grammar): sampling under a grammar is CPU
+    # work per token and sequence (docs/request-features.md). 0: free.
+    grammar_ms_per_token: float = 0.0
     faults: FaultConfig = field(default_factory=FaultConfig)
     # Tokens per second of an embedding or rerank text, in one slot (sim/embeddings.py); 0: prefill_tok_s.
     embed_tok_s: float = 0.0
@@ -82,7 +88,8 @@ _REQUIRED = ("name", "model_alias", "prefill_tok_s", "step_ms", "alpha", "n_ctx"
 _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "model_alias": (str,), "model_path": (str,),
     "prefill_tok_s": (int, float), "step_ms": (int, float), "alpha": (int, float), "eos_probability": (int, float),
-    "n_ctx": (int,), "n_batch": (int,), "n_params": (int,), "size_bytes": (int,), "n_ctx_train": (int,),
+    "grammar_ms_per_token": (int, float), "n_ctx": (int,), "n_batch": (int,), "n_params": (int,),
+    "size_bytes": (int,), "n_ctx_train": (int,),
     "faults": (list,), "embed_tok_s": (int, float),
 }
 
@@ -105,8 +112,9 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
     for key in ("prefill_tok_s", "step_ms", "n_ctx", "n_batch"):
         if key in data and data[key] <= 0:
             raise ValueError(f"profile {source}: '{key}' must be positive")
-    if data["alpha"] < 0:
-        raise ValueError(f"profile {source}: 'alpha' must not be negative")
+    for key in ("alpha", "grammar_ms_per_token"):
+        if data.get(key, 0) < 0:
+            raise ValueError(f"profile {source}: '{key}' must not be negative")
     if not 0 <= data["eos_probability"] <= 1:
         raise ValueError(f"profile {source}: 'eos_probability' must be in [0, 1]")
     if data.get("embed_tok_s", 0) < 0:
@@ -115,6 +123,7 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
         if key not in data:
             continue
         data[key] = float(data[key])
+    data["grammar_ms_per_token"] = float(data.get("grammar_ms_per_token", 0.0))
     try:
         data["faults"] = FaultConfig.parse(str(spec) for spec in data.get("faults", []))
     except ValueError as exc:

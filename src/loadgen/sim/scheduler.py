@@ -181,8 +181,12 @@ class Scheduler:
             self._finish_batch(batch, started_ns)
 
     def _batch_model_ms(self, batch: Batch) -> float:
-        """step_ms(b) for b generating slots (none: 0) + prompt tokens * 1000 / prefill_tok_s."""
+        """step_ms(b) for b generating slots (none: 0) + prompt tokens * 1000 / prefill_tok_s, + the
+        profile's grammar_ms_per_token for each generating slot whose request is constrained."""
         decode_ms = self.profile.decode_step_ms(len(batch.generating)) if batch.generating else 0.0
+        if self.profile.grammar_ms_per_token:
+            constrained = sum(1 for slot in batch.generating if slot.task is not None and slot.task.params.constrained)
+            decode_ms += self.profile.grammar_ms_per_token * constrained
         return decode_ms + self.profile.prefill_ms(batch.n_prompt_tokens)
 
     async def _run_for(self, model_ms: float) -> None:

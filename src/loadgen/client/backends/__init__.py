@@ -41,6 +41,19 @@ class GenerationParams:
     reasoning_effort: str | None = None
     # The APIs that answer without generating (embeddings, rerank): texts per request.
     items: int = 1
+    # Structured output and tools (backends/features.py, docs/request-features.md): a JSON schema
+    # (llama-server's `json_schema`, chat's `response_format`), a GBNF grammar (`grammar`), tool
+    # definitions (chat's `tools`, OpenAI's shape) and `tool_choice` (auto, required, none or a
+    # tool's name). Each is serialised once, with the other fields, into every body.
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | None = None
+
+    @property
+    def checks_answers(self) -> bool:
+        """Whether each answer is judged (core/answer_check.py): a schema, a grammar or tools asked."""
+        return self.json_schema is not None or self.grammar is not None or bool(self.tools)
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -171,6 +184,10 @@ ANSWER_APIS = ("embeddings", "rerank")
 # The APIs with a field for a reasoning effort, and the values they take.
 REASONING_EFFORT_APIS = ("chat", "responses")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+# The APIs that take a JSON schema or a grammar (llama-server: /completion, /v1/completions, chat),
+# and tools (chat).
+STRUCTURED_APIS = ("llamacpp", "completions", "chat")
+TOOLS_APIS = ("chat",)
 # The APIs whose requests carry a model name (from --model or the server's /v1/models).
 OPENAI_APIS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 # The APIs whose prompt goes through the server's chat template.

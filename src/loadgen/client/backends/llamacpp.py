@@ -15,6 +15,7 @@ from ...core.records import ServerOutcome
 from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, served_outcome, truncated, undecodable
 from .conversation import History, turn_prompt
+from .features import answer_check, checked_parse, checked_reader, feature_fields
 
 
 class _Completion(msgspec.Struct):
@@ -45,9 +46,14 @@ class LlamaCppBackend:
         self.params = params
         self.stream = params.stream
         fields = self._fields = generation_fields(params, "n_predict")
+        fields.update(feature_fields(params, self.name))
         self._bodies = SaltedBodies(b'{"prompt":', params.prompt_list, b"", fields, params.n_predicts, "n_predict",
                                     params.prefixes)
         self.build = self._bodies.build
+        check = answer_check(params)
+        if check is not None:  # judged answers; a plain run keeps the methods below as they are
+            self.parse = checked_parse(self.parse, check, False)  # type: ignore[method-assign]
+            self.event_reader = lambda: checked_reader(_StreamEvents, check, False)  # type: ignore[method-assign]
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:

@@ -16,6 +16,7 @@ from ...core.records import ServerOutcome, Usage
 from . import GenerationParams, SaltedBodies, generation_fields
 from .common import Timings, decode_event, error_outcome, reasoning_count, served_outcome, truncated, undecodable
 from .conversation import History, chat_messages, turn_prompt
+from .features import answer_check, checked_parse, checked_reader, feature_fields
 
 
 class _Delta(msgspec.Struct):
@@ -98,6 +99,7 @@ class OpenAIBackend:
         fields = self._fields = generation_fields(params, "max_tokens", **({"model": model} if model is not None else {}))
         if chat and params.reasoning_effort is not None:
             fields["reasoning_effort"] = params.reasoning_effort
+        fields.update(feature_fields(params, self.name))
         if params.stream:
             fields["stream_options"] = {"include_usage": True}
         if chat:
@@ -108,6 +110,11 @@ class OpenAIBackend:
         self._bodies = SaltedBodies(head, params.prompt_list, close, fields, params.n_predicts, "max_tokens",
                                     params.prefixes)
         self.build = self._bodies.build
+        check = answer_check(params)
+        if check is not None:  # judged answers; a plain run keeps the methods below as they are
+            tools = bool(params.tools)
+            self.parse = checked_parse(self.parse, check, tools)  # type: ignore[method-assign]
+            self.event_reader = lambda: checked_reader(_StreamEvents, check, tools)  # type: ignore[method-assign]
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:

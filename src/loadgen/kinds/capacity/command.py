@@ -23,6 +23,7 @@ from ...analysis.capacity_search import DEFAULT_HOLD_S, DEFAULT_NOISE, DEFAULT_R
 from ...cli.common import results_folder
 from ...cli.help import command
 from ...cli.options import DURATION
+from ...cli.request_features import feature_options
 from ...cli.shared import (
     checking_only,
     format_option,
@@ -100,6 +101,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @length_options
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --n-predict tokens.")
+@feature_options
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of the server's /metrics and /slots during a level.")
@@ -110,8 +112,10 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
                      attainment, by, max_level, start, arrival_seed, budget_text, hold_s, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
                      n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, wait_ready_s, output, force, probe_interval_s,
-                     records_kept, records_format, output_format) -> None:
+                     records_kept, records_format, output_format, json_schema=None, grammar_file=None, tools=None,
+                     tool_choice=None) -> None:
     """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
+    from ...cli.request_features import request_features
     from ...cli.sweep import connections_needed, ensure_open_files, sweep_lengths
     from ...client.backends import GenerationParams
     from ...run.capacity import RATE_LEVEL_LEAST, CapacitySettings
@@ -134,7 +138,8 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(float(start),) if by_rate else (),
         model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
+                                    temperature=temperature, seed=seed, stream=stream,
+                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
         prompt_tokens=prompt_tokens, workload=workload, dataset_entries=entries,
