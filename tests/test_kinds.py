@@ -57,9 +57,9 @@ def test_help_groups_and_scenario_modes_come_from_the_registry():
 
     assert all(COMMANDS[name] == kind.command for name, kind in KINDS.items())
     assert {n for group in COMMAND_GROUPS.values() for n in group} >= set(KINDS)
-    # written down first: every kind a scenario may name, demo not (it takes no options), and grid
+    # written down first: every kind a scenario may name, demo not (it takes no options), grid and tune
     assert MODES == ("sweep", "replay", "chat", "prefix", "soak", "capacity", "cache-capacity", "prefill", "depth",
-                     "slots", "grid")
+                     "slots", "grid", "tune")
 
 
 def test_a_scenario_file_runs_a_capacity_search(loadgen, tmp_path):
