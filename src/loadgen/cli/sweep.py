@@ -29,7 +29,7 @@ from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
+from .options import DURATION, LEVELS, LORA_MIX, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
 from .shared import (
     checking_only,
     format_option,
@@ -87,6 +87,10 @@ if TYPE_CHECKING:
 @click.option("--reasoning-effort", type=click.Choice(REASONING_EFFORTS),
               help="A reasoning model's effort, sent as the API expects (chat: reasoning_effort; responses: "
                    "reasoning.effort).")
+@click.option("--lora-mix", type=LORA_MIX, metavar="ID:W,...",
+              help="llama-server LoRA adapters per request: weights over the server's adapter ids (from its "
+                   "/lora-adapters) and none, e.g. 0:1,1:1,none:1; each request carries its `lora` and its "
+                   "record the adapter (docs/lora.md).")
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -118,7 +122,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset, dataset_field,
           dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field, request_classes, workload_seed,
           ignore_eos,
-          reasoning_effort, temperature, seed, timeout_s,
+          reasoning_effort, lora_mix, temperature, seed, timeout_s,
           wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
           histograms, transport, insecure, output_format, prometheus_port, prometheus_host, prometheus_linger_s,
           workers, ray_address, records_kept, records_format, sysfs, procfs, env_interval_s, idle_s,
@@ -147,7 +151,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
-                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api)),
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api),
+                                    lora_mix=lora_mix),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
@@ -375,9 +380,19 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     remove_worker_files(out_dir)
     doc = execution.doc
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
-    print_run(doc, console, err, output_format, live=True)
+    print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
+
+
+def _lora_records(out_dir: Path, doc: RunDocument) -> list[Any] | None:
+    """A --lora-mix run's records, read back for its adapters' table (output/lora.py); None otherwise."""
+    if doc.config is None or doc.config.lora_mix is None:
+        return None
+    from ..output.cache import kept_records
+    from ..results.reader import load_records
+
+    return kept_records(doc, load_records(out_dir))
 
 
 def run_exit_code(execution: Execution) -> int:

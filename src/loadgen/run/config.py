@@ -269,6 +269,7 @@ class SweepConfig:
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
+            **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
