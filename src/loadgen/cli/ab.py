@@ -17,6 +17,7 @@ run again.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import signal
 import socket
@@ -122,6 +123,9 @@ class AbPlan(msgspec.Struct, frozen=True):
     repeat: int
     label: str
     sweep_args: list[str]
+    # one side's own sweep options, after the shared ones (--baseline-args, --candidate-args)
+    baseline_args: list[str] = []
+    candidate_args: list[str] = []
 
 
 def load_ab(root: Path) -> AbPlan:
@@ -149,6 +153,18 @@ def run_summary(out: Path) -> str:
         return run_line(load_run(out))  # a sweep's levels: "12.3 tok/s at 1, 20.1 at 2"
     except ResultsError:
         return "no levels"
+
+
+def side_args(text: str, option: str) -> tuple[str, ...]:
+    """One side's own sweep options, split as a shell splits them; InputError for options ab sets itself."""
+    try:
+        args = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise InputError(f"{option}: {exc}") from None
+    clash = next((a for a in args if a.split("=")[0] in RESERVED), None)
+    if clash:
+        raise InputError(f"{option}: {clash.split('=')[0]} is set by ab itself")
+    return args
 
 
 def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> subprocess.CompletedProcess:
@@ -179,11 +195,16 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @click.option("--no-gate", is_flag=True, help="Only record the runs (e.g. an A/A for `loadgen calibrate`).")
 @click.option("--resume", type=click.Path(file_okay=False),
               help="Continue an interrupted ab in this folder (its sides and sweep options as first given).")
+@click.option("--baseline-args", default="", metavar="'OPTIONS'",
+              help="Sweep options for the baseline's runs only, after the shared ones (e.g. '--lora-mix 0:1').")
+@click.option("--candidate-args", default="", metavar="'OPTIONS'",
+              help="Sweep options for the candidate's runs only: with one URL for both, an A/B of two "
+                   "settings of the load (e.g. '--lora-mix 0:1,1:1', docs/lora.md).")
 @gate_options
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
-def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, max_throughput_drop,
-               max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
-               allow_env_change, sweep_args) -> None:
+def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, baseline_args,
+               candidate_args, max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
+               config_file, noise_file, allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
@@ -197,6 +218,8 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
             root = Path(resume)
             baseline_url, candidate_url, repeat, label, sweep_args = resumed(root, baseline_url, candidate_url,
                                                                              output, sweep_args)
+            plan = load_ab(root)
+            baseline_args, candidate_args = shlex.join(plan.baseline_args), shlex.join(plan.candidate_args)
         elif not (baseline_url and candidate_url):
             raise InputError("give --baseline-url and --candidate-url (or --resume DIR)")
         clash = next((a for a in sweep_args if a.split("=")[0] in RESERVED), None)
@@ -205,30 +228,18 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
                              "--label and --output to ab")
         config = None if no_gate else gate_config(max_throughput_drop, max_latency_rise, max_error_rate,
                                                   confidence, metrics, strict, config_file)
-        check_side("baseline", baseline_url, label, tuple(sweep_args))
-        check_side("candidate", candidate_url, label, tuple(sweep_args))
+        own = {"baseline": side_args(baseline_args, "--baseline-args"),
+               "candidate": side_args(candidate_args, "--candidate-args")}
+        check_side("baseline", baseline_url, label, (*sweep_args, *own["baseline"]))
+        check_side("candidate", candidate_url, label, (*sweep_args, *own["candidate"]))
         if not resume:
             root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
                           {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
-                           "label": label, "sweep_args": list(sweep_args)})
-    err = Console(stderr=True)
+                           "label": label, "sweep_args": list(sweep_args), "baseline_args": list(own["baseline"]),
+                           "candidate_args": list(own["candidate"])})
     LATCH.install()
-    urls = {"baseline": baseline_url, "candidate": candidate_url}
-    for i, side in order(repeat):
-        out = root / side / f"{i:02d}"
-        err.print(f"ab: {side} run {i}/{repeat} ...", highlight=False, end="")
-        if resume and done(out):
-            err.print(f" kept from before: {run_summary(out)}", highlight=False)
-            continue
-        shutil.rmtree(out, ignore_errors=True)  # an interrupted run, run again
-        proc = one_sweep(urls[side], label, tuple(sweep_args), out)
-        if proc.returncode != 0:
-            err.print(f" stopped (exit {proc.returncode})", highlight=False)
-            err.print(stop_reason(proc.stderr), highlight=False, markup=False, soft_wrap=True)
-            err.print(f"ab: the runs so far are in {root}; continue with loadgen ab --resume {root}", highlight=False)
-            sys.exit(LATCH.exit_code or proc.returncode or EXIT_FAILED)
-        err.print(f" {run_summary(out)}", highlight=False)
-    err.print(f"ab: {repeat}+{repeat} interleaved runs in {root}", highlight=False)
+    run_pairs(root, {"baseline": baseline_url, "candidate": candidate_url}, label, repeat,
+              {side: (*sweep_args, *args) for side, args in own.items()}, bool(resume))
     if config is None:
         return
     with user_errors():
@@ -238,3 +249,25 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
         result = run_gate(baseline, candidate, config,
                           floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
     report_gate(result, config.strict)
+
+
+def run_pairs(root: Path, urls: dict[str, str], label: str, repeat: int, args: dict[str, tuple[str, ...]],
+              resume: bool) -> None:
+    """The runs, side by side in counterbalanced pairs, each side's sweep with its own `args`; a
+    run that stops ends ab with its exit code (the runs so far kept for --resume)."""
+    err = Console(stderr=True)
+    for i, side in order(repeat):
+        out = root / side / f"{i:02d}"
+        err.print(f"ab: {side} run {i}/{repeat} ...", highlight=False, end="")
+        if resume and done(out):
+            err.print(f" kept from before: {run_summary(out)}", highlight=False)
+            continue
+        shutil.rmtree(out, ignore_errors=True)  # an interrupted run, run again
+        proc = one_sweep(urls[side], label, args[side], out)
+        if proc.returncode != 0:
+            err.print(f" stopped (exit {proc.returncode})", highlight=False)
+            err.print(stop_reason(proc.stderr), highlight=False, markup=False, soft_wrap=True)
+            err.print(f"ab: the runs so far are in {root}; continue with loadgen ab --resume {root}", highlight=False)
+            sys.exit(LATCH.exit_code or proc.returncode or EXIT_FAILED)
+        err.print(f" {run_summary(out)}", highlight=False)
+    err.print(f"ab: {repeat}+{repeat} interleaved runs in {root}", highlight=False)

@@ -151,8 +151,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         arrival_seed=arrival_seed, model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream,
-                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api),
-                                    lora_mix=lora_mix),
+                                    reasoning_effort=check_reasoning_effort(reasoning_effort, api), lora_mix=lora_mix),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         stagger_s=stagger_s,
         warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s, parallel_targets=parallel_targets,
@@ -385,9 +384,10 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     return run_exit_code(execution)
 
 
-def _lora_records(out_dir: Path, doc: RunDocument) -> list[Any] | None:
+def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any] | None:
     """A --lora-mix run's records, read back for its adapters' table (output/lora.py); None otherwise."""
-    if doc.config is None or doc.config.lora_mix is None:
+    config = RunDocument.of(doc).config
+    if config is None or config.lora_mix is None:
         return None
     from ..output.cache import kept_records
     from ..results.reader import load_records
