@@ -129,3 +129,22 @@ def test_ctrl_c_stops_the_sweep_under_way_keeps_the_runs_and_exits_130(sims, tmp
     before = tokens_predicted(sims["fast"])
     time.sleep(0.5)
     assert tokens_predicted(sims["fast"]) == before  # no sweep left sending
+
+
+@pytest.mark.parametrize("text, args, says", [
+    ("", (), None),
+    ("--lora-mix 0:1,1:1", ("--lora-mix", "0:1,1:1"), None),
+    ("--prompt 'two words'", ("--prompt", "two words"), None),
+    ("--output elsewhere", None, "--candidate-args: --output is set by ab itself"),
+    ("--url=http://x", None, "--candidate-args: --url is set by ab itself"),
+    ("--prompt 'unclosed", None, "--candidate-args: No closing quotation"),
+])
+def test_one_sides_own_sweep_options_are_split_as_a_shell_splits_them(text, args, says):
+    from loadgen.cli.ab import side_args
+    from loadgen.core.errors import InputError
+
+    if says is None:
+        assert side_args(text, "--candidate-args") == args
+        return
+    with pytest.raises(InputError, match=says):
+        side_args(text, "--candidate-args")
