@@ -165,3 +165,16 @@ def test_shares_per_adapter_per_level_with_what_the_server_applied():
     assert (one.adapter, one.requests, one.ok, one.told, one.mismatched) == ("1", 2, 2, 2, [3])  # cancelled left out
     assert four.share(zero) == pytest.approx(0.6) and zero.latency_p50_ms == pytest.approx(2.0)
     assert adapter_shares([make_record("t", 4, 0, 0, "s", 0, 1, 200, ServerOutcome())]) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--lora-mix", "0:x"), "'0:x' is not ID:WEIGHT"),
+    (("--lora-mix", "0:1", "--workers", "2"), "--lora-mix runs a level's requests in this process"),
+])
+def test_the_command_line_refuses_a_bad_mix_before_any_request(args, says):
+    import subprocess
+
+    from servers import LOADGEN
+
+    proc = subprocess.run([*LOADGEN, "sweep", "--ports", "1", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_USAGE and says in proc.stderr, proc.stderr

@@ -136,7 +136,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    check_one_process(rates, trim, several=workers != 1 or ray_address is not None)
+    check_one_process(rates, trim, several=workers != 1 or ray_address is not None, lora_mix=lora_mix is not None)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
@@ -180,8 +180,10 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     sys.exit(code)
 
 
-def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool) -> None:
-    """--rate inf and --trim need a level's every request in this process: refused with --workers/--ray."""
+def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool, lora_mix: bool = False) -> None:
+    """--rate inf, --trim and --lora-mix need a level's every request in this process: refused with --workers/--ray."""
+    if several and lora_mix:
+        raise ConfigError("--lora-mix runs a level's requests in this process; run it without --workers (or --ray)")
     if several and rates is not None and math.inf in rates:
         raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
     if several and trim is not None:
