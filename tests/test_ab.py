@@ -132,11 +132,11 @@ def test_ctrl_c_stops_the_sweep_under_way_keeps_the_runs_and_exits_130(sims, tmp
 
 
 def test_candidate_args_reach_only_the_candidates_runs_and_are_kept_for_resume(sims, tmp_path):
-    """One server with and without a request feature: --candidate-arg gives the candidate's sweeps
+    """One server with and without a request feature: --candidate-args gives the candidate's sweeps
     a JSON schema (docs/request-features.md); the baseline's bodies stay plain."""
     schema = '{"type": "object"}'
     proc = ab("--baseline-url", sims["fast"], "--candidate-url", sims["fast"], "--repeat", "2", "--no-gate",
-              "--candidate-arg=--json-schema", f"--candidate-arg={schema}", "--output", tmp_path / "ab",
+              "--candidate-args", f"--json-schema '{schema}'", "--output", tmp_path / "ab",
               "--", "--concurrency", "1", "--n-predict", "8", "--requests", "4", "--warmup", "0", "--no-ignore-eos")
     assert proc.returncode == 0, proc.stderr
     for i in (1, 2):
@@ -146,5 +146,24 @@ def test_candidate_args_reach_only_the_candidates_runs_and_are_kept_for_resume(s
         assert base["ignore_eos"] is cand["ignore_eos"] is False
     saved = json.loads((tmp_path / "ab" / "ab.json").read_text())
     assert saved["candidate_args"] == ["--json-schema", schema]
-    again = ab("--resume", tmp_path / "ab", "--candidate-arg=--tools")
-    assert again.returncode == 2 and "leave out --candidate-arg" in again.stderr
+    again = ab("--resume", tmp_path / "ab", "--candidate-args", "--tools 3")
+    assert again.returncode == 2 and "leave out --baseline-args and --candidate-args" in again.stderr
+
+
+@pytest.mark.parametrize("text, args, says", [
+    ("", (), None),
+    ("--lora-mix 0:1,1:1", ("--lora-mix", "0:1,1:1"), None),
+    ("--prompt 'two words'", ("--prompt", "two words"), None),
+    ("--output elsewhere", None, "--candidate-args: --output is set by ab itself"),
+    ("--url=http://x", None, "--candidate-args: --url is set by ab itself"),
+    ("--prompt 'unclosed", None, "--candidate-args: No closing quotation"),
+])
+def test_one_sides_own_sweep_options_are_split_as_a_shell_splits_them(text, args, says):
+    from loadgen.cli.ab import side_args
+    from loadgen.core.errors import InputError
+
+    if says is None:
+        assert side_args(text, "--candidate-args") == args
+        return
+    with pytest.raises(InputError, match=says):
+        side_args(text, "--candidate-args")

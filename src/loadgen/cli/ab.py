@@ -10,16 +10,14 @@ carries into the next.
 Both sides are checked before the first run: each URL parses and accepts a TCP connection, and the
 sweep options are valid (as `loadgen run --check` checks them). A run that stops shows the sweep's
 reason. Ctrl-C (or SIGTERM to loadgen) reaches the sweep under way, which saves what it has; the
-runs so far stay on disk and no further one starts.
-`--candidate-arg` gives the candidate's runs sweep options of their own (repeatable, one word
-each): the same server with and without a request feature, e.g. `--candidate-arg=--json-schema
---candidate-arg=schema.json`, judged as any two sides are (docs/request-features.md). `--resume DIR` continues: the sides, repeat,
+runs so far stay on disk and no further one starts. `--resume DIR` continues: the sides, repeat,
 label and sweep options come from DIR/ab.json, runs whose run.json is complete are kept, the rest
 run again.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import signal
 import socket
@@ -91,7 +89,7 @@ def done(out: Path) -> bool:
 
 
 def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, output: str | None,
-            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...], tuple[str, ...]]:
+            sweep_args: tuple[str, ...]) -> tuple[str, str, int, str, tuple[str, ...]]:
     """The sides, repeat, label and sweep options of the ab in `root`; InputError when the command
     line gives any of them again (they would be ignored)."""
     given = [name for name, value in (("--baseline-url", baseline_url), ("--candidate-url", candidate_url),
@@ -99,8 +97,7 @@ def resumed(root: Path, baseline_url: str | None, candidate_url: str | None, out
     if given:
         raise InputError(f"--resume continues an ab as it was given; leave out {', '.join(given)}")
     saved = load_ab(root)
-    return (saved.baseline_url, saved.candidate_url, saved.repeat, saved.label, tuple(saved.sweep_args),
-            tuple(saved.candidate_args))
+    return saved.baseline_url, saved.candidate_url, saved.repeat, saved.label, tuple(saved.sweep_args)
 
 
 def new_ab(root: Path, force: bool, saved: dict[str, Any]) -> Path:
@@ -126,7 +123,9 @@ class AbPlan(msgspec.Struct, frozen=True):
     repeat: int
     label: str
     sweep_args: list[str]
-    candidate_args: list[str] = []  # the candidate's own sweep options (--candidate-arg); absent: none
+    # one side's own sweep options, after the shared ones (--baseline-args, --candidate-args)
+    baseline_args: list[str] = []
+    candidate_args: list[str] = []
 
 
 def load_ab(root: Path) -> AbPlan:
@@ -156,6 +155,18 @@ def run_summary(out: Path) -> str:
         return "no levels"
 
 
+def side_args(text: str, option: str) -> tuple[str, ...]:
+    """One side's own sweep options, split as a shell splits them; InputError for options ab sets itself."""
+    try:
+        args = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise InputError(f"{option}: {exc}") from None
+    clash = next((a for a in args if a.split("=")[0] in RESERVED), None)
+    if clash:
+        raise InputError(f"{option}: {clash.split('=')[0]} is set by ab itself")
+    return args
+
+
 def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> subprocess.CompletedProcess:
     """A `loadgen sweep` in its own process; a signal loadgen receives meanwhile is passed on to it."""
     cmd = [sys.executable, "-m", "loadgen.cli", "sweep", "--url", url, "--label", label, *sweep_args,
@@ -175,9 +186,6 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @command("ab", context_settings={"ignore_unknown_options": True})
 @click.option("--baseline-url", help="The baseline server's base URL.")
 @click.option("--candidate-url", help="The candidate server's (the same one for an A/A run).")
-@click.option("--candidate-arg", "candidate_args", multiple=True, metavar="ARG",
-              help="A sweep option word for the candidate's runs only (repeatable), e.g. --candidate-arg=--tools "
-                   "--candidate-arg=50: one server with and without a request feature.")
 @click.option("--repeat", type=click.IntRange(min=1, max=100), default=3, show_default=True, help="Runs per side.")
 @click.option("--label", default="server", show_default=True,
               help="The label both sides' results carry (compare matches targets by label).")
@@ -187,11 +195,16 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
 @click.option("--no-gate", is_flag=True, help="Only record the runs (e.g. an A/A for `loadgen calibrate`).")
 @click.option("--resume", type=click.Path(file_okay=False),
               help="Continue an interrupted ab in this folder (its sides and sweep options as first given).")
+@click.option("--baseline-args", default="", metavar="'OPTIONS'",
+              help="Sweep options for the baseline's runs only, after the shared ones (e.g. '--lora-mix 0:1').")
+@click.option("--candidate-args", default="", metavar="'OPTIONS'",
+              help="Sweep options for the candidate's runs only: with one URL for both, an A/B of two "
+                   "settings of the load (e.g. '--lora-mix 0:1,1:1', docs/lora.md).")
 @gate_options
 @click.argument("sweep_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SWEEP OPTIONS]")
-def ab_command(baseline_url, candidate_url, candidate_args, repeat, label, output, force, no_gate, resume, max_throughput_drop,
-               max_latency_rise, max_error_rate, confidence, metrics, strict, config_file, noise_file,
-               allow_env_change, sweep_args) -> None:
+def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gate, resume, baseline_args,
+               candidate_args, max_throughput_drop, max_latency_rise, max_error_rate, confidence, metrics, strict,
+               config_file, noise_file, allow_env_change, sweep_args) -> None:
     """Run BASELINE and CANDIDATE sweeps in pairs (A B, B A, A B ...), --repeat times each, then gate them.
 
     Everything after `--` goes to every `loadgen sweep` (e.g. -- --concurrency 1,4 --n-predict 32).
@@ -203,28 +216,49 @@ def ab_command(baseline_url, candidate_url, candidate_args, repeat, label, outpu
     with user_errors():
         if resume:
             root = Path(resume)
-            if candidate_args:
-                raise InputError("--resume continues an ab as it was given; leave out --candidate-arg")
-            baseline_url, candidate_url, repeat, label, sweep_args, candidate_args = resumed(
-                root, baseline_url, candidate_url, output, sweep_args)
+            if baseline_args or candidate_args:
+                raise InputError("--resume continues an ab as it was given; leave out --baseline-args and "
+                                 "--candidate-args")
+            baseline_url, candidate_url, repeat, label, sweep_args = resumed(root, baseline_url, candidate_url,
+                                                                             output, sweep_args)
+            plan = load_ab(root)
+            baseline_args, candidate_args = shlex.join(plan.baseline_args), shlex.join(plan.candidate_args)
         elif not (baseline_url and candidate_url):
             raise InputError("give --baseline-url and --candidate-url (or --resume DIR)")
-        clash = next((a for a in (*sweep_args, *candidate_args) if a.split("=")[0] in RESERVED), None)
+        clash = next((a for a in sweep_args if a.split("=")[0] in RESERVED), None)
         if clash:
             raise InputError(f"{clash.split('=')[0]} is set by ab itself; give --baseline-url, --candidate-url, "
                              "--label and --output to ab")
         config = None if no_gate else gate_config(max_throughput_drop, max_latency_rise, max_error_rate,
                                                   confidence, metrics, strict, config_file)
-        check_side("baseline", baseline_url, label, tuple(sweep_args))
-        check_side("candidate", candidate_url, label, (*sweep_args, *candidate_args))
+        own = {"baseline": side_args(baseline_args, "--baseline-args"),
+               "candidate": side_args(candidate_args, "--candidate-args")}
+        check_side("baseline", baseline_url, label, (*sweep_args, *own["baseline"]))
+        check_side("candidate", candidate_url, label, (*sweep_args, *own["candidate"]))
         if not resume:
             root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
                           {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
-                           "label": label, "sweep_args": list(sweep_args), "candidate_args": list(candidate_args)})
-    err = Console(stderr=True)
+                           "label": label, "sweep_args": list(sweep_args), "baseline_args": list(own["baseline"]),
+                           "candidate_args": list(own["candidate"])})
     LATCH.install()
-    urls = {"baseline": baseline_url, "candidate": candidate_url}
-    args = {"baseline": tuple(sweep_args), "candidate": (*sweep_args, *candidate_args)}
+    run_pairs(root, {"baseline": baseline_url, "candidate": candidate_url}, label, repeat,
+              {side: (*sweep_args, *args) for side, args in own.items()}, bool(resume))
+    if config is None:
+        return
+    with user_errors():
+        base_dir = root / "baseline"
+        baseline, candidate = load_side(base_dir), load_side(root / "candidate")
+        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
+        result = run_gate(baseline, candidate, config,
+                          floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
+    report_gate(result, config.strict)
+
+
+def run_pairs(root: Path, urls: dict[str, str], label: str, repeat: int, args: dict[str, tuple[str, ...]],
+              resume: bool) -> None:
+    """The runs, side by side in counterbalanced pairs, each side's sweep with its own `args`; a
+    run that stops ends ab with its exit code (the runs so far kept for --resume)."""
+    err = Console(stderr=True)
     for i, side in order(repeat):
         out = root / side / f"{i:02d}"
         err.print(f"ab: {side} run {i}/{repeat} ...", highlight=False, end="")
@@ -240,12 +274,3 @@ def ab_command(baseline_url, candidate_url, candidate_args, repeat, label, outpu
             sys.exit(LATCH.exit_code or proc.returncode or EXIT_FAILED)
         err.print(f" {run_summary(out)}", highlight=False)
     err.print(f"ab: {repeat}+{repeat} interleaved runs in {root}", highlight=False)
-    if config is None:
-        return
-    with user_errors():
-        base_dir = root / "baseline"
-        baseline, candidate = load_side(base_dir), load_side(root / "candidate")
-        baseline, candidate = env_guard(baseline, candidate, allow_env_change)
-        result = run_gate(baseline, candidate, config,
-                          floors=side_noise(base_dir, Path(noise_file) if noise_file else None))
-    report_gate(result, config.strict)

@@ -15,6 +15,7 @@ import click
 
 from ..analysis.trim import Trim
 from ..core.errors import ConfigError
+from ..core.lora_mix import LoraMix, parse_lora_mix
 from ..core.request_class import RequestClass, parse_class, parse_class_flag
 from ..core.workload import LengthSpec, parse_length_spec
 
@@ -173,6 +174,20 @@ class TrimType(click.ParamType):
                 self.fail(f"{text} is out of range: a share above 0% and below 50% of each end", param, ctx)
             return Trim(share=share)
         return Trim(seconds=DURATION.convert(value, param, ctx))
+class LoraMixType(click.ParamType):
+    """--lora-mix: adapter ids (and `none`) with weights, e.g. 0:1,1:1,none:1 (core/lora_mix.py)."""
+
+    name = "lora-mix"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> LoraMix:
+        if isinstance(value, LoraMix):
+            return value
+        try:
+            return parse_lora_mix(str(value))
+        except ConfigError as exc:
+            self.fail(str(exc).removeprefix("--lora-mix: "), param, ctx)
+
+
 class RequestClassType(click.ParamType):
     """A request class (core/request_class.py): a scenario file's `[[class]]` table, or a --class
     flag's `name=chat,prompt_tokens=64,n_predict=32,concurrency=1[,slo=ttft=2s]`."""
@@ -192,6 +207,7 @@ class RequestClassType(click.ParamType):
         self.fail(f"expected a [[class]] table or name=...,n_predict=..., got {value!r}", param, ctx)
 
 
+LORA_MIX = LoraMixType()
 PORTS = IntList(1, 65535)
 RATES = RateList()
 LEVELS = IntList(1, 4096)

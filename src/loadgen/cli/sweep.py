@@ -37,7 +37,7 @@ from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LEVELS, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
+from .options import DURATION, LEVELS, LORA_MIX, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
 from .request_features import feature_options, request_features
 from .shared import (
     checking_only,
@@ -99,6 +99,10 @@ if TYPE_CHECKING:
               help="A reasoning model's effort, sent as the API expects (chat: reasoning_effort; responses: "
                    "reasoning.effort).")
 @feature_options
+@click.option("--lora-mix", type=LORA_MIX, metavar="ID:W,...",
+              help="llama-server LoRA adapters per request: weights over the server's adapter ids (from its "
+                   "/lora-adapters) and none, e.g. 0:1,1:1,none:1; each request carries its `lora` and its "
+                   "record the adapter (docs/lora.md).")
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -129,7 +133,7 @@ if TYPE_CHECKING:
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset,
           dataset_field, dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field,
-          request_classes, workload_seed, ignore_eos, reasoning_effort, temperature, seed, timeout_s, wait_ready_s,
+          request_classes, workload_seed, ignore_eos, reasoning_effort, lora_mix, temperature, seed, timeout_s, wait_ready_s,
           output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
           output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
           records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
@@ -143,7 +147,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    check_one_process(rates, trim, several=(several := workers != 1 or ray_address is not None))
+    check_one_process(rates, trim, several=(several := workers != 1 or ray_address is not None),
+                      lora_mix=lora_mix is not None)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
     check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
@@ -161,6 +166,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items,
+                                    lora_mix=lora_mix,
                                     **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
         duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
@@ -188,8 +194,10 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     sys.exit(code)
 
 
-def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool) -> None:
-    """--rate inf and --trim need a level's every request in this process: refused with --workers/--ray."""
+def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool, lora_mix: bool = False) -> None:
+    """--rate inf, --trim and --lora-mix need a level's every request in this process: refused with --workers/--ray."""
+    if several and lora_mix:
+        raise ConfigError("--lora-mix runs a level's requests in this process; run it without --workers (or --ray)")
     if several and rates is not None and math.inf in rates:
         raise ConfigError("--rate inf sends a level's requests at once from this process; run it without --workers")
     if several and trim is not None:
@@ -387,9 +395,20 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     remove_worker_files(out_dir)
     doc = execution.doc
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
-    print_run(doc, console, err, output_format, live=True)
+    print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
+
+
+def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any] | None:
+    """A --lora-mix run's records, read back for its adapters' table (output/lora.py); None otherwise."""
+    config = RunDocument.of(doc).config
+    if config is None or config.lora_mix is None:
+        return None
+    from ..output.cache import kept_records
+    from ..results.reader import load_records
+
+    return kept_records(doc, load_records(out_dir))
 
 
 def run_exit_code(execution: Execution) -> int:

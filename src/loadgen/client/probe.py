@@ -223,6 +223,14 @@ class Probe(SessionClient):
             info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
         return info
 
+    async def lora_adapters(self) -> tuple[int, bytes]:
+        """(HTTP status, body) of the server's `GET /lora-adapters` (status 0: no answer); the
+        caller judges it (run/lora.py). Asked once, before a --lora-mix run's first level."""
+        try:
+            return await self._get("/lora-adapters")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, _first_line(exc).encode()
+
     async def busy_slots(self) -> int | None:
         """How many slots of /slots are processing now, or None when /slots is off."""
         slots = await self._slots()

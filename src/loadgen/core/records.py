@@ -70,6 +70,7 @@ class ServerOutcome(msgspec.Struct, frozen=True):
     reasoning_tokens: int | None = None
     output_valid: bool | None = None
     tool_calls: int | None = None
+    lora_applied: str | None = None
 
 
 class RequestRecord(msgspec.Struct, frozen=True):
@@ -108,6 +109,10 @@ class RequestRecord(msgspec.Struct, frozen=True):
     # tool call). tool_calls: how many the answer made (None: no tools offered, or none read).
     output_valid: bool | None = None
     tool_calls: int | None = None
+    # --lora-mix (core/lora_mix.py): the adapters the server says it applied to this request
+    # (/completion's `generation_settings.lora`: ids at a non-zero scale joined by "+", or "none").
+    # None: no mix, or an API whose answer does not say (the OpenAI ones).
+    lora_applied: str | None = None
     headers_ns: int | None = None
     # Open loop: when the schedule said to send it (latencies count from here). Closed loop: send_ns.
     intended_ns: int | None = None
@@ -132,6 +137,8 @@ class RequestRecord(msgspec.Struct, frozen=True):
     first_answer_ns: int | None = None
     # A run of request classes (core/request_class.py): the class this request belongs to; None: none.
     request_class: str | None = None
+    # --lora-mix: the adapter this request asked for ("0", "1", ... or "none"); None: no mix.
+    lora: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -199,6 +206,7 @@ def make_record(
     n_predict_target: int | None = None,
     first_answer_ns: int | None = None,
     request_class: str | None = None,
+    lora: str | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -207,7 +215,7 @@ def make_record(
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
-                         n_predict_target, first_answer_ns, request_class)
+                         n_predict_target, first_answer_ns, request_class, lora)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -217,7 +225,8 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
     ServerOutcome.__struct_fields__
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
-    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns", "request_class")
+    "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns", "request_class",
+    "lora")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):

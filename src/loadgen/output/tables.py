@@ -30,6 +30,7 @@ from .cache import cache_table, turn_tables
 from .environment import energy_lines, environment_change_lines, shown_net, soak_window_lines
 from .kind_view import rows_section, view_of
 from .layout import Cell, Column, Grid, Num, grids_csv, grids_json, grids_markdown, print_table
+from .lora import lora_table
 from .workload import workload_table
 
 Doc = RunDocument | dict[str, Any]  # run.json's content, typed (core/rundoc.py) or as read
@@ -636,8 +637,8 @@ def run_grids(doc: Doc, records: Sequence[RequestRecord] | None = None) -> list[
     if table is not None:
         return [table]
     tables = [sweep_table(doc)] if any(t.levels for t in doc.targets) else []
-    return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc))
-                     if g is not None] + turn_tables(doc, records or [])
+    return tables + [g for g in (latency_table(doc), queue_table(doc), workload_table(doc), cache_table(doc),
+                                 lora_table(doc, records or [])) if g is not None] + turn_tables(doc, records or [])
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,9 @@ Version history (SCHEMA_VERSION):
        the context limit or otherwise; analysis/cut_answers.py; absent: none);
        per target "lengths_changed" (floored, requests, floor_tokens: a replayed trace's prompts
        too short to hold the salt, raised; core.rundoc.LengthsChanged; absent: none changed).
+       Added since, without a bump (docs/lora.md): config "lora_mix" (--lora-mix's adapters and
+       weights) and per record "lora" (the adapter asked) and "lora_applied" (what the server said it
+       applied); absent or null in a run without a mix.
     4  "kind" names the command that made the run (core.rundoc.RunKind): "capacity", "replay",
        "prefix", "chat" and "cache-capacity" runs, which said "sweep" before, say so (their levels
        read as a sweep's); a capacity run's search settings are in config "capacity" (by,

@@ -280,6 +280,7 @@ class SweepConfig:
             **({"grammar": g.grammar} if g.grammar is not None else {}),
             **({"tools": len(g.tools)} if g.tools else {}),
             **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
+            **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).

@@ -89,7 +89,7 @@ class _Sender:
     written for speed: attributes read once, records built positionally, streaming apart.
     """
 
-    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures", "_key",
+    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures", "_key", "_lora",
                  "_request", "_build", "_parse", "_parse_at")
 
     def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
@@ -102,6 +102,8 @@ class _Sender:
         self._request, self._build, self._parse = transport.request, backend.build, backend.parse
         # A backend that judges an answer by its request number (run/answer_check.py's check under load)
         self._parse_at = getattr(backend, "parse_at", None)
+        # --lora-mix (client/backends/lora.py): the adapter each seq asks for, kept on its record
+        self._lora = getattr(backend, "lora_label", None)
 
     async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> str | None:
         """Send request `seq`, record it; its error kind, None when it succeeded."""
@@ -202,16 +204,17 @@ class _Sender:
             prompt_tokens, n_predict = shape.prompt_tokens, shape.n_predict
         else:
             prompt_tokens, n_predict = level.prompt_tokens, None
+        lora = None if self._lora is None else self._lora(seq)
         if stream is None:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, None, None, None, None, prompt_tokens, connect_us,
-                                 tls_us, n_predict, None, level.request_class)
+                                 tls_us, n_predict, None, level.request_class, lora)
         else:  # content event times (none when no content came)
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
                                  prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns,
-                                 level.request_class)
+                                 level.request_class, lora)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 

@@ -20,6 +20,7 @@ from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
 from .level_runner import LevelRunner, TargetLoad
+from .lora import refuse_lora_mix
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import probe_stream, stream_level
@@ -132,6 +133,7 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
                                       "prompts of {n} tokens (a shared prefix, the salt and the request's own text)")
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     await refuse_given_prompts_beyond_context(run.config, live, obs)
+    await refuse_lora_mix(run.config, live)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:

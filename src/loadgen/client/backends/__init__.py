@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ...core.lora_mix import LoraMix
 from ...core.records import ServerOutcome
 from ..sse import EventReader
 from .conversation import History
@@ -54,6 +55,8 @@ class GenerationParams:
     def checks_answers(self) -> bool:
         """Whether each answer is judged (core/answer_check.py): a schema, a grammar or tools asked."""
         return self.json_schema is not None or self.grammar is not None or bool(self.tools)
+    # --lora-mix (core/lora_mix.py): body i carries the LoRA adapter the mix gives request i; None: no `lora` field.
+    lora_mix: LoraMix | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -145,6 +148,16 @@ def generation_fields(params: GenerationParams, length_key: str, **first: Any) -
 
 
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
+    """The backend of `api` for `params`; with a LoRA mix, wrapped so each body carries its adapter."""
+    backend = _api_backend(api, params, model)
+    if params.lora_mix is None:
+        return backend
+    from .lora import LoraBackend
+
+    return LoraBackend(backend, params.lora_mix)
+
+
+def _api_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
     if api == "llamacpp":
         from .llamacpp import LlamaCppBackend
 
@@ -172,7 +185,7 @@ def conversation_backend(api: str, params: GenerationParams, model: str | None =
     """The backend of `api` for conversation turns; ValueError for an API without one."""
     if api not in CONVERSATION_APIS:
         raise ValueError(f"no conversation turns over API {api!r}")
-    return make_backend(api, params, model)  # type: ignore[return-value]  # both speak turns
+    return _api_backend(api, params, model)  # type: ignore[return-value]  # both speak turns
 
 
 # The APIs whose backends send a conversation's turns (`build_turn`, `answer_reader`).

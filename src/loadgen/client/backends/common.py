@@ -56,7 +56,7 @@ def served_outcome(t: Timings | None, tokens_predicted: int | None = None, stop_
 assert ServerOutcome.__struct_fields__ == (
     "error_kind", "error_message", "tokens_predicted", "stop_type", "finish_reason", "id_slot", "prompt_n",
     "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "cache_n", "usage", "draft_n",
-    "draft_n_accepted", "reasoning_tokens", "output_valid", "tool_calls")
+    "draft_n_accepted", "reasoning_tokens", "output_valid", "tool_calls", "lora_applied")
 
 
 def reasoning_count(reported: int | None, streamed_events: int) -> int | None:
