@@ -133,8 +133,8 @@ if TYPE_CHECKING:
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset,
           dataset_field, dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field,
-          request_classes, workload_seed, ignore_eos, reasoning_effort, lora_mix, temperature, seed, timeout_s, wait_ready_s,
-          output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
+          request_classes, workload_seed, ignore_eos, reasoning_effort, lora_mix, temperature, seed, timeout_s,
+          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
           output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
           records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
           attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
@@ -147,10 +147,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    check_one_process(rates, trim, several=(several := workers != 1 or ray_address is not None),
-                      lora_mix=lora_mix is not None)
-    slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
-    check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
+    slo = check_processes(api, items, rates, trim, lora_mix, slo_text, attainment, stream, prompt_tokens,
+                          several=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
         source, Workload(prompt_tokens, n_predict, seed=workload_seed), dataset, dataset_field, dataset_answer_field,
@@ -192,6 +190,15 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
+
+
+def check_processes(api: str, items: int, rates: tuple[float, ...] | None, trim: Trim | None, lora_mix: Any,
+                    slo_text: str | None, attainment: float, stream: bool, prompt_tokens: Any, several: bool) -> Any:
+    """What must run in one process, the targets (--slo) and the answer APIs' --items, checked; the Slo."""
+    check_one_process(rates, trim, several=several, lora_mix=lora_mix is not None)
+    slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
+    check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
+    return slo
 
 
 def check_one_process(rates: tuple[float, ...] | None, trim: Trim | None, several: bool, lora_mix: bool = False) -> None:

@@ -193,7 +193,7 @@ def _open(where: Location) -> Iterator[_Db]:
     if isinstance(where, str):
         from .history_postgres import connect_postgres
 
-        db = _Db(*connect_postgres(where, SCHEMA_VERSION, (_RUNS, _LEVELS), MIGRATIONS))
+        db = _Db(*connect_postgres(where, SCHEMA_VERSION, (_RUNS, _LEVELS), MIGRATIONS, HistoryError))
     else:
         db = _connect_sqlite(where)
     try:

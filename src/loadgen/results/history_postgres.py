@@ -26,13 +26,12 @@ def postgres_ddl(sql: str) -> str:
     return re.sub(r"\bINTEGER\b", "BIGINT", sql)
 
 
-def connect_postgres(url: str, schema_version: int, tables: Sequence[str],
-                     migrations: Mapping[int, Sequence[str]]) -> tuple[Any, str, tuple[type, ...]]:
+def connect_postgres(url: str, schema_version: int, tables: Sequence[str], migrations: Mapping[int, Sequence[str]],
+                     HistoryError: type[Exception]) -> tuple[Any, str, tuple[type, ...]]:  # noqa: N803
     """(connection, "postgres", the driver's errors) for results/history.py's `_Db`; the tables made
-    when missing; HistoryError when the driver is missing, the server cannot be reached, or the
-    store is of another schema version."""
-    from .history import HistoryError
-
+    when missing; `HistoryError` (results/history.py's, given: this module imports nothing of it)
+    when the driver is missing, the server cannot be reached, or the store is of another schema
+    version."""
     try:
         import psycopg
     except ImportError:
