@@ -93,7 +93,8 @@ def test_a_sweep_on_a_mac_records_the_mac_per_level_and_flags_low_power_mode(tmp
         doc = _sweep(loadgen, server.origin, tmp_path / "cand", tmp_path / "empty")
     env = doc["environment"]
     assert env["mac"] == {"chip": "Apple M1 Max", "performance_cores": 8, "efficiency_cores": 2,
-                          "memory_bytes": 68719476736, "macos": "macOS 14.5 (23F79)"}
+                          "memory_bytes": 68719476736, "macos": "macOS 14.5 (23F79)",
+                          "gpu_model": None, "gpu_cores": None}  # no system_profiler here
     assert env["os"] == "macOS 14.5 (23F79)" and env["cpu"]["model"] == "Apple M1 Max"
     assert env["cpu"]["logical_cores"] == 10 and env["memory"]["total_mib"] == 65536
     assert env["sample"]["mac"] == {"power_source": "AC Power", "low_power_mode": False,

@@ -1,7 +1,9 @@
 """Energy per token, from the energy counters of a level's environment samples (pure; docs/metrics.md).
 
 Counters: RAPL's `energy_uj` of the top-level package zones (`package-N`; `psys` and sub-zones overlap
-them and are left out) and each GPU's NVML total energy (`energy_mj`). A counter's energy over an
+them and are left out) and each GPU's NVML total energy (`energy_mj`); on Apple Silicon, `powermetrics`'
+CPU, GPU and ANE power integrated over time (a sample's `mac_energy`, client/mac_power.py: "cpu", "gpu",
+"ane"). A counter's energy over an
 interval is last − first, plus its `max_energy_range_uj` when it wrapped (RAPL wraps; NVML's does not
 within a run). Per source ("cpu": RAPL, "gpu": NVML), over a level from its first to its last sample:
 
@@ -56,7 +58,12 @@ def counters_j(sample: EnvSample) -> dict[str, dict[str, tuple[float, float | No
     cpu: dict[str, tuple[float, float | None]] = {z.zone: (z.energy_uj / 1e6, z.max_energy_range_uj / 1e6 if z.max_energy_range_uj else None)
            for z in sample.rapl if z.energy_uj is not None and z.name.startswith("package")}
     gpu: dict[str, tuple[float, float | None]] = {f"gpu{g.index}": (g.energy_mj / 1e3, None) for g in sample.gpus if g.energy_mj is not None}
-    return {k: v for k, v in (("cpu", cpu), ("gpu", gpu)) if v}
+    ane: dict[str, tuple[float, float | None]] = {}
+    if (mac := sample.mac_energy) is not None:  # Apple Silicon's powermetrics, integrated (client/mac_power.py)
+        for joules, into in ((mac.cpu_j, cpu), (mac.gpu_j, gpu), (mac.ane_j, ane)):
+            if joules is not None:
+                into["powermetrics"] = (joules, None)
+    return {k: v for k, v in (("cpu", cpu), ("gpu", gpu), ("ane", ane)) if v}
 
 
 def energy_between(first: EnvSample, last: EnvSample) -> dict[str, float]:

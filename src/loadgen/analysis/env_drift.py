@@ -258,7 +258,8 @@ def _mac_static_facts(fp: Fingerprint) -> dict[str, Any]:
     and thermal state before the first level; none for another machine."""
     if fp.mac is None:
         return {}
-    facts: dict[str, Any] = {"performance cores": fp.mac.performance_cores, "efficiency cores": fp.mac.efficiency_cores}
+    facts: dict[str, Any] = {"performance cores": fp.mac.performance_cores, "efficiency cores": fp.mac.efficiency_cores,
+                             "GPU cores": fp.mac.gpu_cores}
     power = fp.sample.mac
     if power is not None:
         facts |= {"power source": power.power_source, "Low Power Mode": power.low_power_mode,

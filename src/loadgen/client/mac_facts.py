@@ -14,11 +14,14 @@ client/machine_facts.py's `MachineReader` on macOS.
     pmset -g ps                                  "Now drawing from 'AC Power'" (or 'Battery Power')
     pmset -g therm                               "CPU_Speed_Limit \t= 100" and "... thermal warning level ..."
                                                  lines, or "Note: No thermal warning level has been recorded"
+    system_profiler SPDisplaysDataType -json     {"SPDisplaysDataType": [{"sppci_model": "Apple M1 Max",
+                                                 "sppci_cores": "32", ...}]}: the Apple GPU and its cores
     vm_stat                                      "(page size of 16384 bytes)", then "Pages free:  12345." lines
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -45,6 +48,8 @@ class MacFacts:
     swap_total_mib: float | None = None
     swap_used_mib: float | None = None
     pages_free_bytes: int | None = None
+    gpu_model: str | None = None
+    gpu_cores: int | None = None
 
     def summary(self) -> str:
         """"Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory"."""
@@ -138,6 +143,37 @@ def parse_vm_stat(text: str) -> dict[str, int]:
     return out
 
 
+def parse_displays(text: str) -> tuple[str | None, int | None]:
+    """(model, cores) of the first GPU in `system_profiler SPDisplaysDataType -json` that states its
+    cores (an Apple GPU: `sppci_cores` "32"), else of the first GPU listed; (None, None) when the text
+    is not that JSON."""
+    try:
+        gpus = json.loads(text).get("SPDisplaysDataType") or []
+    except (ValueError, AttributeError):
+        return None, None
+    gpus = [g for g in gpus if isinstance(g, dict)]
+    gpu = next((g for g in gpus if _int(str(g.get("sppci_cores", ""))) is not None), gpus[0] if gpus else {})
+    model = gpu.get("sppci_model") or gpu.get("_name")
+    return (str(model) if model else None), _int(str(gpu.get("sppci_cores", "")))
+
+
+_POWER = {"cpu_mw": r"CPU Power", "gpu_mw": r"GPU Power", "ane_mw": r"ANE Power",
+          "combined_mw": r"Combined Power \(CPU \+ GPU \+ ANE\)"}
+
+
+def parse_powermetrics(text: str) -> dict[str, float]:
+    """The powers of `powermetrics --samplers cpu_power,gpu_power,ane_power` (mW): "CPU Power: 1234 mW",
+    "GPU Power: 56 mW", "ANE Power: 0 mW", "Combined Power (CPU + GPU + ANE): 1290 mW"; the first of each
+    (macOS 12 prints "GPU Power" in both the CPU and the GPU section, the same figure), a figure in W
+    ("1.23 W") as mW. Keys: cpu_mw, gpu_mw, ane_mw, combined_mw; a power not printed is absent."""
+    out = {}
+    for key, label in _POWER.items():
+        m = re.search(rf"^\s*{label}:\s*([\d.]+)\s*(mW|W)\b", text, re.MULTILINE)
+        if m:
+            out[key] = float(m.group(1)) * (1000.0 if m.group(2) == "W" else 1.0)
+    return out
+
+
 Run = Callable[[list[str]], str | None]
 
 
@@ -157,10 +193,12 @@ def read_mac_machine(run: Run = run_tool) -> MacMachine:
     ctl = parse_sysctl(run(["sysctl", "machdep.cpu.brand_string", "hw.perflevel0.physicalcpu",
                             "hw.perflevel1.physicalcpu", "hw.memsize"]) or "")
     versions = run(["sw_vers"])
+    gpu_model, gpu_cores = parse_displays(run(["system_profiler", "SPDisplaysDataType", "-json"]) or "")
     return MacMachine(chip=ctl.get("machdep.cpu.brand_string") or None,
                       performance_cores=_int(ctl.get("hw.perflevel0.physicalcpu")),
                       efficiency_cores=_int(ctl.get("hw.perflevel1.physicalcpu")),
-                      memory_bytes=_int(ctl.get("hw.memsize")), macos=parse_sw_vers(versions) if versions else None)
+                      memory_bytes=_int(ctl.get("hw.memsize")), macos=parse_sw_vers(versions) if versions else None,
+                      gpu_model=gpu_model, gpu_cores=gpu_cores)
 
 
 def read_mac_power(run: Run = run_tool) -> MacPower:
@@ -188,7 +226,7 @@ def read_mac_facts(run: Run = run_tool) -> MacFacts:
                     memory_bytes=machine.memory_bytes, macos=machine.macos, power_source=power.power_source,
                     low_power_mode=power.low_power_mode, cpu_speed_limit_pct=power.cpu_speed_limit_pct,
                     thermal_warning=power.thermal_warning, swap_total_mib=swap_total, swap_used_mib=swap_used,
-                    pages_free_bytes=vm.get("Pages free"))
+                    pages_free_bytes=vm.get("Pages free"), gpu_model=machine.gpu_model, gpu_cores=machine.gpu_cores)
 
 
 def mac_cpu_memory(machine: MacMachine, run: Run = run_tool) -> tuple[CpuFacts, MemoryFacts]:
@@ -210,7 +248,11 @@ def _whole(mib: float | None) -> int | None:
 
 def mac_lines(facts: MacFacts) -> list[str]:
     """`loadgen env`'s lines for a Mac."""
-    lines = [f"Mac: {facts.summary()}", f"OS: {facts.macos or 'unknown'}"]
+    lines = [f"Mac: {facts.summary()}"]
+    if facts.gpu_model or facts.gpu_cores:
+        cores = f", {facts.gpu_cores} cores" if facts.gpu_cores else ""
+        lines.append(f"GPU: {facts.gpu_model or 'unknown'}{cores}")
+    lines.append(f"OS: {facts.macos or 'unknown'}")
     power = facts.power_source or "unknown power source"
     mode = {True: "Low Power Mode on", False: "Low Power Mode off", None: "Low Power Mode unknown"}[facts.low_power_mode]
     lines.append(f"power: {power}, {mode}")

@@ -50,7 +50,7 @@ from ..core.environment import (
     Temperature,
     pcie_generation,
 )
-from . import mac_facts
+from . import mac_facts, mac_power
 
 # NVML's clock-event (throttle) reason bits, as nvidia-smi's clocks_event_reasons.active reports them too.
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -400,6 +400,9 @@ class MachineReader:
         # Mac's own tools (client/mac_facts.py) give the fingerprint and each sample's power state.
         self.mac_tools = mac_tools or (mac_facts.run_tool if sys.platform == "darwin" and telemetry is None
                                        else None)
+        self.notes: list[str] = []  # said once, before the run: powermetrics could not be run
+        self._meter: mac_power.PowerMeter | None = None
+        self._meter_tried = False
 
     def sample(self, at_s: float) -> EnvSample:
         if self.telemetry is not None:
@@ -416,18 +419,25 @@ class MachineReader:
                            rapl=read_rapl(roots), cpu_times=read_cpu_times(roots),
                            swap_used_mib=read_memory(roots).swap_used_mib, gpus=gpus,
                            temperatures=read_hwmon(roots))
-        return msgspec.structs.replace(sample, **self._mac_sample()) if self.mac_tools is not None else sample
+        return msgspec.structs.replace(sample, **self._mac_sample(at_s)) if self.mac_tools is not None else sample
 
-    def _mac_sample(self) -> dict[str, Any]:
-        """A sample's Mac fields: its power and thermal state (pmset) and swap in use (vm.swapusage)."""
+    def _mac_sample(self, at_s: float) -> dict[str, Any]:
+        """A sample's Mac fields: its power and thermal state (pmset), swap in use (vm.swapusage) and,
+        where powermetrics runs (root), CPU, GPU and ANE power and energy (client/mac_power.py)."""
         assert self.mac_tools is not None
         _, swap_used = mac_facts.read_mac_swap(self.mac_tools)
+        if not self._meter_tried:
+            self._meter_tried = True
+            self._meter, note = mac_power.power_meter(self.mac_tools)
+            self.notes += [note] if note else []
         return {"mac": mac_facts.read_mac_power(self.mac_tools),
-                "swap_used_mib": None if swap_used is None else int(swap_used)}
+                "swap_used_mib": None if swap_used is None else int(swap_used),
+                "mac_energy": self._meter.read(at_s) if self._meter is not None else None}
 
-    def fingerprint(self, server: dict | None = None) -> Fingerprint:
+    def fingerprint(self, server: dict | None = None, at_s: float = 0.0) -> Fingerprint:
+        """The machine now; `at_s` dates its sample (a Mac's power meter integrates from then)."""
         roots = self.roots
-        sample = self.sample(0.0)
+        sample = self.sample(at_s)
         if self.telemetry is not None:
             os_name, kernel, cpu, memory = self.telemetry.facts()
             return Fingerprint(loadgen=__version__, python=_python(), os=os_name, kernel=kernel,

@@ -147,6 +147,22 @@ class MacMachine(msgspec.Struct, frozen=True, kw_only=True):
     efficiency_cores: int | None = None  # hw.perflevel1.physicalcpu
     memory_bytes: int | None = None  # hw.memsize: unified memory, shared by the CPU and the GPU
     macos: str | None = None  # "macOS 14.5 (23F79)"
+    gpu_model: str | None = None  # "Apple M1 Max" (system_profiler SPDisplaysDataType's sppci_model)
+    gpu_cores: int | None = None  # the Apple GPU's cores (its sppci_cores)
+
+
+class MacEnergy(msgspec.Struct, frozen=True, kw_only=True):
+    """Apple Silicon's power as `powermetrics` measured it over its sample window (mW; None: it did
+    not say), and the energy since the run's first reading (J): the powers integrated over time,
+    trapezoid between readings, so that analysis/energy.py uses them as Linux's RAPL counters."""
+
+    cpu_mw: float | None = None
+    gpu_mw: float | None = None
+    ane_mw: float | None = None
+    combined_mw: float | None = None  # "Combined Power (CPU + GPU + ANE)"
+    cpu_j: float | None = None
+    gpu_j: float | None = None
+    ane_j: float | None = None
 
 
 class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,6 +179,7 @@ class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GpuFacts, ...] = ()
     temperatures: tuple[Temperature, ...] = ()  # hwmon's (absent from runs before they were read)
     mac: MacPower | None = None  # on macOS: power source, Low Power Mode, thermal state (None elsewhere)
+    mac_energy: MacEnergy | None = None  # on macOS with powermetrics (root): CPU, GPU, ANE power and energy
 
 
 class ServerBoot(msgspec.Struct, frozen=True, kw_only=True):

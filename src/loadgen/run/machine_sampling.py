@@ -29,7 +29,7 @@ from ..core.errors import ConfigError
 from ..core.records import LevelRun
 from .config import MachineOptions
 from .level_runner import LevelRunner, TargetLoad
-from .state import Run, TargetRun
+from .state import Run, RunObserver, TargetRun
 
 
 class MachineWatch:
@@ -56,10 +56,11 @@ class MachineWatch:
         """The fingerprint, with the idle power measured over `idle_s` when the machine has an energy
         counter (RAPL or NVML): the baseline that net joules per token subtract."""
         try:
-            fp = await asyncio.to_thread(self.reader.fingerprint, server)
+            fp = await asyncio.to_thread(self.reader.fingerprint, server, self._at_s())
         except TelemetryError as exc:
             raise ConfigError(f"{exc}; is the exporter running there?") from None
-        fp = msgspec.structs.replace(fp, sample=msgspec.structs.replace(fp.sample, at_s=self._at_s()))
+        if fp.mac is None:  # a Mac's sample keeps the moment its power meter started from
+            fp = msgspec.structs.replace(fp, sample=msgspec.structs.replace(fp.sample, at_s=self._at_s()))
         if self.options.idle_s > 0 and counters_j(fp.sample):
             await asyncio.sleep(self.options.idle_s)
             later = await self.sample()
@@ -107,14 +108,18 @@ class SampledRunner:
             return await self.runner.run(load, level)
 
 
-async def machine_watch(run: Run, live: list[TargetRun]) -> MachineWatch | None:
+async def machine_watch(run: Run, live: list[TargetRun], obs: RunObserver | None = None) -> MachineWatch | None:
     """Before the first level of any run kind: the machine's fingerprint into `run.environment` (with
     the servers' /props, and its idle power) and the watch that samples each level; None when the
-    run does not read the machine (--no-environment) or no target answered."""
+    run does not read the machine (--no-environment) or no target answered. What the reader could not
+    read is said once to `obs` (a Mac's powermetrics without root)."""
     if not run.config.machine.enabled or not live:
         return None
     watch = MachineWatch(run.config.machine, run.start_ns)
     run.environment = await watch.fingerprint(server_facts(live))
+    for note in watch.reader.notes:
+        if obs is not None:
+            obs.message(f"note: {note}")
     return watch
 
 
@@ -124,9 +129,10 @@ def level_sampling(watch: MachineWatch | None, level: LevelRun) -> AbstractAsync
     return nullcontext() if watch is None else watch.sampling(level)
 
 
-async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner) -> LevelRunner:
+async def sampled_runner(run: Run, live: list[TargetRun], runner: LevelRunner,
+                         obs: RunObserver | None = None) -> LevelRunner:
     """`machine_watch`, and `runner` wrapped so that each level is sampled (as it is without a watch)."""
-    watch = await machine_watch(run, live)
+    watch = await machine_watch(run, live, obs)
     return runner if watch is None else SampledRunner(runner, watch)
 
 

@@ -68,7 +68,7 @@ async def run_multiturn(run: Run, obs: RunObserver, mode: MultiTurn) -> None:
     """Fill `run`: per reachable target, one level of `mode.users` conversations at once."""
     config = run.config
     live = await prepare_targets(run, obs)
-    watch = await machine_watch(run, live)  # the fingerprint, and each conversation level's machine samples
+    watch = await machine_watch(run, live, obs)  # the fingerprint, and each conversation level's machine samples
     for t in live:
         backend: ConversationBackend = conversation_backend(config.api, config.generation, t.model)
         level = stream_level(LevelRun(target=t.label, concurrency=mode.users), run.sink, keep=True,

@@ -48,7 +48,7 @@ async def run_soak(run: Run, obs: RunObserver, source: PromptSource, settings: S
     refuse_prompts_beyond_context(live, settings.prompt_tokens, run.config.generation.n_predict)
     if not settings.prompt_tokens:
         await refuse_given_prompts_beyond_context(run.config, live, obs)
-    runner = await sampled_runner(run, live, runner)  # the fingerprint, and the machine through the soak
+    runner = await sampled_runner(run, live, runner, obs)  # the fingerprint, and the machine through the soak
     await asyncio.gather(*(_soak_target(run, t, obs, source, settings, runner, transport_factory) for t in live))
 
 

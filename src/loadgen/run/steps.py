@@ -41,7 +41,7 @@ async def run_steps(run: Run, obs: StepObserver, source: PromptSource, sizes: tu
     # A step is a closed loop of one, `repeat` requests long.
     config = replace(run.config, requests_per_level=repeat, duration_s=None)
     live = await prepare_targets(run, obs)
-    runner = await sampled_runner(run, live, runner)  # the fingerprint, and each step's machine samples
+    runner = await sampled_runner(run, live, runner, obs)  # the fingerprint, and each step's machine samples
     for t in live:
         to_cut = [n for n in sizes if n > 0]
         obs.message(f"{t.label}: cutting prompts of {', '.join(f'{n:,}' for n in to_cut)} tokens with its tokenizer")

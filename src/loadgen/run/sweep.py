@@ -138,7 +138,7 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:
         refuse_shapes_beyond_context(live, run.config.replay.shapes)
-    runner = await sampled_runner(run, live, runner)
+    runner = await sampled_runner(run, live, runner, obs)
     if run.config.parallel_targets:
         await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan) for t in live))
     else:
