@@ -199,3 +199,15 @@ def test_without_root_the_sweep_says_so_once_and_has_no_energy(tmp_path, loadgen
     for level in doc["targets"][0]["levels"]:
         assert not level.get("energy")
         assert all(s["mac_energy"] is None for s in level["environment"])
+
+
+def test_env_on_a_mac_prints_the_gpu_and_the_power_draw(tmp_path, loadgen, mac, monkeypatch):
+    _tools(mac, monkeypatch, 0)
+    code, out, err = loadgen("env", "--interval", "0")
+    assert code == 0, err
+    assert "GPU: Apple M1 Max, 32 cores" in out
+    assert "power draw: CPU 500 mW, GPU 100 mW, ANE 0 mW (powermetrics)" in out
+    _tools(mac, monkeypatch, 501, sudo=FAKE_SUDO_DENIED)
+    code, out, err = loadgen("env", "--interval", "0")
+    assert code == 0, err
+    assert f"power draw: {mac_power.ROOT_NOTE}" in out

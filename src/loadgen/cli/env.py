@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..client.mac_facts import mac_lines, read_mac_facts
+from ..client.mac_power import power_line
 from ..core.errors import ConfigError
 from .common import user_errors
 from .help import command
@@ -89,7 +90,7 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
         return
     for line in fingerprint_lines(fp):
         click.echo(line)
-    for line in mac_lines(mac) if mac is not None else []:
+    for line in mac_lines(mac) + [power_line()] if mac is not None else []:
         click.echo(line)
     note = linux_only_note(sys.platform, Path(sysfs).is_dir(), Path(procfs).is_dir())
     if note:

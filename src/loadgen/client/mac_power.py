@@ -68,3 +68,15 @@ def power_meter(run: Run = run_tool, euid: int | None = None) -> tuple[PowerMete
     if root:
         return None, "powermetrics gave no power reading (is it an Apple Silicon Mac?); energy per token is not measured"
     return None, ROOT_NOTE
+
+
+def power_line(run: Run = run_tool) -> str:
+    """`loadgen env`'s line for Apple Silicon's power now: "power draw: CPU 1234 mW, GPU 56 mW, ANE 0 mW
+    (powermetrics)", or why there is none (`ROOT_NOTE`)."""
+    meter, note = power_meter(run)
+    reading = meter.read(0.0) if meter is not None else None
+    if reading is None:
+        return f"power draw: {note or 'powermetrics gave no power reading'}"
+    parts = [f"{name} {mw:g} mW" for name, mw in (("CPU", reading.cpu_mw), ("GPU", reading.gpu_mw),
+                                                  ("ANE", reading.ane_mw)) if mw is not None]
+    return f"power draw: {', '.join(parts)} (powermetrics)"
