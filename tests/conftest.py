@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# connections.py reads sys.platform at import (the kernel's receive stamps are Linux's): imported here,
+# before any test switches the platform to another's, or a worker would keep the loop's clock for good.
+import loadgen.client.connections  # noqa: F401
 from loadgen.results.reader import load_records, load_run_dict
 from servers import SimProcess, in_process_cli, start_llama_server, sweep
 

@@ -31,6 +31,7 @@ EXCLUDED = {
     "analysis/paramcheck_verdict.py": "reads a server's answers to canary requests (/completion, /slots, /props)",
     "cli/help.py": "click's context meta and an option's attributes",
     "cli/observe.py": "click's target flags as one mapping",
+    "cli/request_features.py": "reads a user's JSON schema and tool definitions (OpenAI's tool shape)",
     "cli/scenario.py": "a scenario file's TOML value",
     "cli/shared.py": "the COLUMNS environment variable",
     "output/kv.py": "builds `loadgen kv`'s JSON from a GGUF's KV estimate",

@@ -95,7 +95,11 @@ def test_two_writers_on_a_new_database_both_land(postgres):
     assert len(history.identities(url)) == 2 * 5 * 2  # runs x targets
 
 
-def test_a_sweep_adds_its_levels_and_an_unreachable_store_costs_one_line(postgres, loadgen, tmp_path):
+def test_a_sweep_adds_its_levels_and_an_unreachable_store_costs_one_line(postgres, loadgen, tmp_path, monkeypatch):
+    import os
+
+    # --history reaches a run's children through the environment: set here so the test's end restores it
+    monkeypatch.setenv("LOADGEN_HISTORY", os.environ.get("LOADGEN_HISTORY", "off"))
     url = _fresh(postgres, "sweeps")
     pytest.importorskip("psycopg")  # the dev extra installs it
     with SimThread(slots=2) as sim:

@@ -105,7 +105,11 @@ def test_a_grammar_constrains_every_answer_and_each_counts_valid(jinja_server, t
                  "--warmup", "0", "--grammar", str(grammar), "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     recs = load_records(out)
-    assert all(r.ok and r.output_valid and r.output_tokens <= 2 for r in recs), recs
+    # "yes" or "no" then the end the grammar forces: up to 3 tokens as SmolLM2 may spell them ("n", "o",
+    # and its end-of-text) — never the 8 of --n-predict an unconstrained answer takes
+    odd = [(r.level, r.seq, r.error_kind, r.error_message, r.output_valid, r.output_tokens, r.stop_type)
+           for r in recs if not (r.ok and r.output_valid and r.output_tokens <= 3)]
+    assert odd == [], odd
     assert _levels(out)[0]["metrics"]["output_valid"] == pytest.approx(
         {"count": 4, "mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0})
     _tokens_match_the_server(out)

@@ -62,7 +62,7 @@ def counters_j(sample: EnvSample) -> dict[str, dict[str, tuple[float, float | No
     if (mac := sample.mac_energy) is not None:  # Apple Silicon's powermetrics, integrated (client/mac_power.py)
         for joules, into in ((mac.cpu_j, cpu), (mac.gpu_j, gpu), (mac.ane_j, ane)):
             if joules is not None:
-                into["powermetrics"] = (joules, None)
+                into.update(powermetrics=(joules, None))
     return {k: v for k, v in (("cpu", cpu), ("gpu", gpu), ("ane", ane)) if v}
 
 

@@ -231,18 +231,17 @@ def ab_command(baseline_url, candidate_url, repeat, label, output, force, no_gat
                              "--label and --output to ab")
         config = None if no_gate else gate_config(max_throughput_drop, max_latency_rise, max_error_rate,
                                                   confidence, metrics, strict, config_file)
-        own = {"baseline": side_args(baseline_args, "--baseline-args"),
-               "candidate": side_args(candidate_args, "--candidate-args")}
-        check_side("baseline", baseline_url, label, (*sweep_args, *own["baseline"]))
-        check_side("candidate", candidate_url, label, (*sweep_args, *own["candidate"]))
+        base_own, cand_own = side_args(baseline_args, "--baseline-args"), side_args(candidate_args, "--candidate-args")
+        check_side("baseline", baseline_url, label, (*sweep_args, *base_own))
+        check_side("candidate", candidate_url, label, (*sweep_args, *cand_own))
         if not resume:
             root = new_ab(Path(output) if output else default_dir(Path("results"), "ab"), force,
                           {"baseline_url": baseline_url, "candidate_url": candidate_url, "repeat": repeat,
-                           "label": label, "sweep_args": list(sweep_args), "baseline_args": list(own["baseline"]),
-                           "candidate_args": list(own["candidate"])})
+                           "label": label, "sweep_args": list(sweep_args), "baseline_args": list(base_own),
+                           "candidate_args": list(cand_own)})
     LATCH.install()
     run_pairs(root, {"baseline": baseline_url, "candidate": candidate_url}, label, repeat,
-              {side: (*sweep_args, *args) for side, args in own.items()}, bool(resume))
+              {"baseline": (*sweep_args, *base_own), "candidate": (*sweep_args, *cand_own)}, bool(resume))
     if config is None:
         return
     with user_errors():

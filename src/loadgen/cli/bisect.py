@@ -46,9 +46,6 @@ from .shared import console as _console
 BISECT_FILE = "bisect.json"
 NO_REGRESSION, FAILED, RUNNING = "no_regression", "failed", "running"
 BUILT, BUILD_FAILED = "ok", "failed"
-# gate_config's parameters, as bisect.json keeps them; and the drift guard's
-GATE_KEYS = ("max_throughput_drop", "max_latency_rise", "max_error_rate", "confidence", "metrics", "strict",
-             "config_file")
 
 
 class BisectCommit(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -76,7 +73,9 @@ class BisectDocument(msgspec.Struct, kw_only=True):
     max_repeat: int
     build_timeout_s: float
     measure_args: list[str] = []  # the sweep's options
-    gate: dict[str, Any] = {}  # the gate's options as given (GATE_KEYS; a --resume rebuilds the gate from them)
+    gate: dict[str, Any] = {}  # the gate's options as given (gate_config's parameters; --resume rebuilds it)
+    allow_env_change: bool = False  # --allow-env-change
+    noise_file: str | None = None  # --noise
     commits: list[BisectCommit] = []
     status: str = RUNNING  # running, found, range, undecided, no_regression, failed
     first_bad: str | None = None
@@ -152,8 +151,7 @@ class Bisector:
     def __init__(self, root: Path, doc: BisectDocument, grid: GridDocument, err: Console):
         self.root, self.doc, self.grid, self.err = root.resolve(), doc, grid, err
         self.runner = CellRunner(self.root / "grid", grid, err)
-        self.config = gate_config(**{k: (tuple(v) if k == "metrics" else v)
-                                     for k, v in doc.gate.items() if k in GATE_KEYS})
+        self.config = gate_config(**{k: (tuple(v) if k == "metrics" else v) for k, v in doc.gate.items()})
 
     def save(self) -> None:
         from ..results.atomic import write_json
@@ -239,7 +237,7 @@ class Bisector:
             return [run for r in self.cell(commit).finished_runs()
                     for run in load_side(self.root / "grid" / str(r.run_dir))]
 
-        allow, noise = bool(self.doc.gate.get("allow_env_change")), self.doc.gate.get("noise_file")
+        allow, noise = self.doc.allow_env_change, self.doc.noise_file
         baseline, candidate = env_guard(side(self.doc.commits[0]), side(c), allow, notes=False)
         floors = noise_for(str(self.root / "grid"), noise) if noise else None
         return verdict_of(run_gate(baseline, candidate, self.config, floors=floors))
@@ -404,8 +402,8 @@ def bisect_command(repo, good, bad, build, template, repeat, max_repeat, build_t
                                  bad=commits[-1].sha, build=build, template=template, repeat=repeat,
                                  max_repeat=max(max_repeat, repeat), build_timeout_s=build_timeout_s,
                                  measure_args=list(measure_args), commits=commits,
-                                 gate={**{k: (list(v) if k == "metrics" else v) for k, v in gate.items()},
-                                       "allow_env_change": allow_env_change, "noise_file": noise_file})
+                                 gate={k: (list(v) if k == "metrics" else v) for k, v in gate.items()},
+                                 allow_env_change=allow_env_change, noise_file=noise_file)
             root = new_folder(output, force)
     check_measure_args("sweep", tuple(doc.measure_args))
     if checking_only():

@@ -119,9 +119,7 @@ def kv_command(model, contexts, parallel, unified, type_k, type_v, n_ubatch, n_b
     per_token = bytes_per_token(shape, type_k, type_v, flash_attn)
     if output_format == "json":
         doc = kv_dict(shape, per_token, rows, cache=cache, fits=fits, budget=(budget or 0) - facts.weights_bytes,
-                      weights=facts.weights_bytes, asked=contexts)
-        if "memory" in doc:
-            doc["memory"]["budget_from"] = budget_from
+                      weights=facts.weights_bytes, asked=contexts, budget_from=budget_from)
         click.echo(json.dumps(doc | ({"boot_log": log.to_dict()} if log is not None else {}), indent=2))
         return
     print_kv(console(), shape, per_token, rows, type_k=type_k, type_v=type_v, fits=fits,

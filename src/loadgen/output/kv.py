@@ -142,7 +142,7 @@ def _mib(n_bytes: int) -> float:
 
 def kv_dict(shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], *, cache: dict[str, Any],
             fits: Sequence[SlotFit] = (), budget: int = 0, weights: int = 0,
-            asked: Sequence[int] | None = None) -> dict[str, Any]:
+            asked: Sequence[int] | None = None, budget_from: str | None = None) -> dict[str, Any]:
     """`loadgen kv --format json`: the layout and one entry per configuration, MiB as llama.cpp rounds
     them; `ctx` is the -c given (`asked`), `n_ctx` what llama.cpp pads it to."""
     asked = list(asked) if asked is not None else [e.n_ctx for e in estimates]
@@ -161,6 +161,7 @@ def kv_dict(shape: ModelShape, per_token: int, estimates: Sequence[KvEstimate], 
                       for c, e in zip(asked, estimates)]}
     if fits:
         out["memory"] = {"budget_mib": _mib(budget), "weights_mib": _mib(weights),
+                         **({"budget_from": budget_from} if budget_from is not None else {}),
                          "fits": [{"ctx_per_slot": f.ctx_per_slot, "slots": f.slots,
                                    "total_mib": _mib(f.estimate.total_bytes) if f.estimate else None} for f in fits]}
     return out

@@ -27,19 +27,19 @@ def postgres_ddl(sql: str) -> str:
 
 
 def connect_postgres(url: str, schema_version: int, tables: Sequence[str], migrations: Mapping[int, Sequence[str]],
-                     HistoryError: type[Exception]) -> tuple[Any, str, tuple[type, ...]]:  # noqa: N803
+                     error: type[Exception]) -> tuple[Any, str, tuple[type, ...]]:
     """(connection, "postgres", the driver's errors) for results/history.py's `_Db`; the tables made
-    when missing; `HistoryError` (results/history.py's, given: this module imports nothing of it)
+    when missing; `error` (results/history.py's HistoryError, given: this module imports nothing of it)
     when the driver is missing, the server cannot be reached, or the store is of another schema
     version."""
     try:
         import psycopg
     except ImportError:
-        raise HistoryError("a PostgreSQL history needs psycopg: pip install 'loadgen[postgres]'") from None
+        raise error("a PostgreSQL history needs psycopg: pip install 'loadgen[postgres]'") from None
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
-        raise HistoryError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+        raise error(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
     try:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK,))
@@ -55,10 +55,10 @@ def connect_postgres(url: str, schema_version: int, tables: Sequence[str], migra
                         conn.execute(statement)
                 conn.execute("UPDATE loadgen_history_schema SET schema_version = %s", (schema_version,))
             elif row[0] != schema_version:
-                raise HistoryError(f"schema_version {row[0]}, this loadgen reads {schema_version}")
+                raise error(f"schema_version {row[0]}, this loadgen reads {schema_version}")
     except psycopg.Error as exc:
         conn.close()
-        raise HistoryError(str(exc).strip().splitlines()[0]) from None
+        raise error(str(exc).strip().splitlines()[0]) from None
     except BaseException:
         conn.close()
         raise

@@ -52,8 +52,8 @@ class LlamaCppBackend:
         self.build = self._bodies.build
         check = answer_check(params)
         if check is not None:  # judged answers; a plain run keeps the methods below as they are
-            self.parse = checked_parse(self.parse, check, False)  # type: ignore[method-assign]
-            self.event_reader = lambda: checked_reader(_StreamEvents, check, False)  # type: ignore[method-assign]
+            self.parse = checked_parse(self.parse, check, False)  # type: ignore[method-assign]  # checked answers only
+            self.event_reader = lambda: checked_reader(_StreamEvents, check, False)  # type: ignore[method-assign]  # checked answers only
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:

@@ -113,8 +113,8 @@ class OpenAIBackend:
         check = answer_check(params)
         if check is not None:  # judged answers; a plain run keeps the methods below as they are
             tools = bool(params.tools)
-            self.parse = checked_parse(self.parse, check, tools)  # type: ignore[method-assign]
-            self.event_reader = lambda: checked_reader(_StreamEvents, check, tools)  # type: ignore[method-assign]
+            self.parse = checked_parse(self.parse, check, tools)  # type: ignore[method-assign]  # checked answers only
+            self.event_reader = lambda: checked_reader(_StreamEvents, check, tools)  # type: ignore[method-assign]  # checked answers only
 
     def parse(self, status: int, body: bytes) -> ServerOutcome:
         try:
