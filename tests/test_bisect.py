@@ -118,3 +118,11 @@ def test_bad_input_is_one_line_before_any_build(tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "out" / "src").exists()
+
+
+def test_a_folder_that_is_no_repository_is_one_line(tmp_path):
+    (tmp_path / "plain").mkdir()
+    proc = subprocess.run([*LOADGEN, "bisect", "--repo", str(tmp_path / "plain"), "--good", "a", "--bad", "b",
+                           "--build", BUILD, "--server", SERVER, "--output", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a git repository; give the server's clone" in proc.stderr, proc.stderr

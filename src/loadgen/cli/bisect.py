@@ -96,8 +96,10 @@ def commit_range(repo: Path, good: str, bad: str) -> list[BisectCommit]:
     """The good end, the commits after it on the way to the bad end, and the bad end, oldest first."""
     if shutil.which("git") is None:
         raise ConfigError("bisect needs git on the PATH")
-    if not (repo / ".git").exists() and not git(repo, "rev-parse", "--git-dir").strip():
-        raise ConfigError(f"--repo {repo}: not a git repository")
+    try:
+        git(repo, "rev-parse", "--git-dir")
+    except ConfigError:
+        raise ConfigError(f"--repo {repo}: not a git repository; give the server's clone") from None
     ends = [git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}").strip() for rev in (good, bad)]
     if ends[0] == ends[1]:
         raise ConfigError("--good and --bad are the same commit")

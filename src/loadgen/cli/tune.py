@@ -126,13 +126,13 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
 
     picks = [pick_finalists(_screened(g), doc.finalists) for g in screens]
+    round_cells = [{c.id: c for c in g.cells} for g in screens]  # per round: its cells by id
     final_cells = {c.id: c for c in (final.cells if final is not None else [])}
     best = best_cell([cell_capacity(c.name, [r.capacity for r in c.runs if r.status == "ok"])
                       for c in final_cells.values()]) if final_cells else None
     cells = []
     for cell in screens[0].cells:
-        rounds = [(g.cells[[c.id for c in g.cells].index(cell.id)], pick) for g, pick in zip(screens, picks)
-                  if cell.id in {c.id for c in g.cells}]
+        rounds = [(by_id[cell.id], pick) for by_id, pick in zip(round_cells, picks) if cell.id in by_id]
         answers = [next((run_answer(r.capacity) for r in c.runs if r.status == "ok" and r.capacity), None)
                    for c, _ in rounds]
         entry = TuneCell(id=cell.id, name=cell.name, params=cell.params, stage=SCREEN, status=DROPPED,
