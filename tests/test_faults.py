@@ -34,6 +34,9 @@ FAULT_TABLE = [
     ("first_byte_stall:0.05:0.3", [], None),  # a stall shorter than --timeout is only slow
     ("slow_drip:0.2:0.01", [], None),  # eight pieces of a body 10 ms apart
     ("slow_drip:0.2:0.2", ["--timeout", "0.6"], "timeout"),  # ... 200 ms apart: past the timeout
+    # ... 500 ms apart, a response that went quiet: stalled in 0.2 s, not a timeout 600 s later
+    ("slow_drip:0.2:0.5", ["--stall-timeout", "0.2"], "stalled"),
+    ("first_byte_stall:0.5:0.3", ["--stall-timeout", "0.1"], None),  # the wait for the first byte is no stall
     ("stream_no_final:0.5", [], None),  # no effect without --stream
     ("error_mid_stream:0.3", [], "http_500"),  # without --stream the failed task is a 500
     # a scraper's fault, never a request's. Scrapes every 10 ms: the fault plan (seeded) is fixed, but
@@ -56,6 +59,8 @@ STREAM_TABLE = [
     ("first_byte_stall:3:0.2", ["--timeout", "0.4"], "timeout"),
     ("slow_drip:0.2:0.005", [], None),  # 5 ms before each event: slow, not broken
     ("slow_drip:0.2:0.2", ["--timeout", "0.5"], "timeout"),
+    ("slow_drip:0.2:0.5", ["--stall-timeout", "0.2"], "stalled"),  # events 500 ms apart
+    ("first_byte_stall:0.5:0.3", ["--stall-timeout", "0.1"], None),  # a queue or a long prefill is no stall
     # the OpenAI chat API ends its streams with [DONE]: the same faults, its stream reader
     ("stream_no_final:0.3", ["--api", "chat"], "truncated_stream"),
     ("error_mid_stream:0.3", ["--api", "chat"], "stream_error"),

@@ -35,7 +35,7 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
                 temperature: float, seed: int | None,
                 timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
                 stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25,
-                machine: MachineOptions | None = None) -> SweepConfig:
+                machine: MachineOptions | None = None, stall_s: float | None = None) -> SweepConfig:
     """Targets, API and request settings as a sweep would hold them (one level); `machine`: what
     the run reads of the machine under it (None: the defaults)."""
     from ..client.backends import GenerationParams
@@ -46,7 +46,7 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=ignore_eos, seed=seed, stream=stream),
         api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
-        wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure,
+        stall_s=stall_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure,
         machine=machine or MachineOptions())
 
 

@@ -108,6 +108,10 @@ def request_options(f: Callable) -> Callable:
         click.option("--seed", type=int, help="Sampling seed sent with every request."),
         click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600,
                      show_default=True, help="Seconds before a request counts as timed out."),
+        click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Seconds a response that has begun may send nothing before it counts as `stalled` "
+                          "(a stuck stream), not a `--timeout` minutes later; the wait for its first byte "
+                          "(a queue, a long prefill) never counts [default: off]."),
         click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
                      help="Seconds to wait for a server that is still loading its model."),
         click.option("--output", type=click.Path(file_okay=False),

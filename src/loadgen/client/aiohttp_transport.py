@@ -59,6 +59,10 @@ def _connect_tracing() -> aiohttp.TraceConfig:
     return config
 
 
+class _Stalled(Exception):
+    """A response that began and then went quiet for longer than the stall timeout."""
+
+
 class AiohttpTransport:
     """aiohttp with one keep-alive `ClientSession` per target, through `proxy` when one is given."""
 
@@ -71,11 +75,13 @@ class AiohttpTransport:
         self._close_streams = True
         self._proxy = proxy
         self._hostport = ""
+        self._stall_s: float | None = None
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
-                   close_streams: bool = True) -> None:
+                   close_streams: bool = True, stall_s: float | None = None) -> None:
         self._close_streams = close_streams
+        self._stall_s = stall_s
         self._base = BaseUrl.parse(base_url)
         self._urls = {}
         self._hostport = urlsplit(base_url).netloc
@@ -123,17 +129,40 @@ class AiohttpTransport:
                                              headers=_CLOSE if on_chunk is not None and self._close_streams
                                              else None, trace_request_ctx=timing) as resp:
                 headers_ns = now_ns()
-                if on_chunk is None:
+                if self._stall_s:
+                    data = await self._read_watched(resp, on_chunk, self._stall_s)
+                elif on_chunk is None:
                     data = await resp.read()
                 else:
                     data = b""
                     async for chunk in resp.content.iter_any():
                         on_chunk(chunk, now_ns())
                 return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data, timing.connect_us)
+        except _Stalled as exc:
+            raise TransportError(records.STALLED, "the response stopped: nothing read for longer than the stall "
+                                                  "timeout") from exc
         except TimeoutError as exc:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
         except aiohttp.ClientError as exc:
             raise self._transport_error(exc) from exc
+
+    @staticmethod
+    async def _read_watched(resp: aiohttp.ClientResponse, on_chunk: ChunkCallback | None, stall_s: float) -> bytes:
+        """The body (or its chunks to `on_chunk`), each read given `stall_s` from the last one: one
+        timer moved per read, armed only when a stall timeout is asked for."""
+        loop = asyncio.get_running_loop()
+        parts: list[bytes] = []
+        try:
+            async with asyncio.timeout_at(loop.time() + stall_s) as watch:
+                while chunk := await resp.content.readany():
+                    watch.reschedule(loop.time() + stall_s)
+                    if on_chunk is None:
+                        parts.append(chunk)
+                    else:
+                        on_chunk(chunk, now_ns())
+        except TimeoutError as exc:
+            raise _Stalled from exc
+        return b"".join(parts)
 
     def _url(self, path: str) -> URL:
         """The path under the base URL's prefix, with its query, sent exactly as the fast transport does."""

@@ -73,6 +73,9 @@ class Connection:
         self._waiter: asyncio.Future | None = None
         self.deadline = 0.0  # loop time by which the current request must be complete
         self._got_bytes = False
+        # When the current request's last read arrived (clock.now_ns); 0 before its first: the pool's
+        # watchdog calls a busy connection whose answer began and then went quiet `stalled`.
+        self.last_read_ns = 0
         # How long opening this connection took (µs), and of that the TLS handshake: told with the
         # first response it carries (the request that paid for it), then None.
         self.connect_us: int | None = None
@@ -82,6 +85,7 @@ class Connection:
              close_after: bool = False) -> asyncio.Future:
         self.parser.start(on_chunk)
         self._got_bytes = False
+        self.last_read_ns = 0
         self.close_after = close_after
         waiter = self._waiter = self._loop.create_future()
         self.deadline = deadline
@@ -95,6 +99,7 @@ class Connection:
             self.retire()
             return
         self._got_bytes = True
+        self.last_read_ns = t_ns
         parser = self.parser
         try:
             parser.feed(data, t_ns)
@@ -146,6 +151,9 @@ class Connection:
 
     def timed_out(self) -> None:
         self._fail(TransportError(records.TIMEOUT, "no complete response within the timeout"))
+
+    def stalled(self) -> None:
+        self._fail(TransportError(records.STALLED, "the response stopped: nothing read for longer than the stall timeout"))
 
     def abandon(self) -> None:
         """The caller gave up (cancelled): the connection's state is unknown, so close it."""

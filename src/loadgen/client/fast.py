@@ -50,13 +50,13 @@ class FastTransport(ConnectionPool):
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
-                   close_streams: bool = True) -> None:
+                   close_streams: bool = True, stall_s: float | None = None) -> None:
         self._close_streams = close_streams
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) base URL: {base_url!r}")
         self._base = BaseUrl.parse(base_url)
-        self._start(parts, max_connections, timeout_s, insecure)
+        self._start(parts, max_connections, timeout_s, insecure, stall_s)
         fields = {"Host": parts.netloc, "Content-Type": "application/json"}
         for name, value in (headers or {}).items():
             for existing in [k for k in fields if k.lower() == name.lower()]:

@@ -40,6 +40,7 @@ class ConnectionPool:
         self._max = 1
         self._waiters: deque[asyncio.Future] = deque()
         self._timeout_s = 600.0
+        self._stall_ns = 0  # --stall-timeout in ns; 0: off
         self._closed = False
         # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
         # costs far less than arming and cancelling a timer per request (~4 µs with uvloop).
@@ -47,7 +48,8 @@ class ConnectionPool:
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_every_s = 1.0
 
-    def _start(self, parts: SplitResult, max_connections: int, timeout_s: float, insecure: bool) -> None:
+    def _start(self, parts: SplitResult, max_connections: int, timeout_s: float, insecure: bool,
+               stall_s: float | None = None) -> None:
         """Point the pool at the target `parts` (an http or https URL) on the running loop."""
         self._loop = asyncio.get_running_loop()
         self._host = parts.hostname or ""  # a base URL is parsed with its host at the edge (core.baseurl)
@@ -61,7 +63,9 @@ class ConnectionPool:
         self._read_buffer = memoryview(bytearray(READ_SIZE))  # every socket's reads, copied out at once
         self._max = max_connections if max_connections > 0 else 1 << 30  # 0: no limit (open loop)
         self._timeout_s = timeout_s
-        self._watch_every_s = min(1.0, max(0.005, timeout_s / 20))  # a timeout fires at most 5% late
+        self._stall_ns = round(stall_s * 1e9) if stall_s else 0
+        # A timeout (or a stall) fires at most 5% late.
+        self._watch_every_s = min(1.0, max(0.005, min(timeout_s, stall_s or timeout_s) / 20))
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
     @property
@@ -193,6 +197,10 @@ class ConnectionPool:
         now = self._loop.time()
         for conn in [c for c in self._busy if c.deadline <= now]:
             conn.timed_out()
+        if self._stall_ns:
+            since = now_ns() - self._stall_ns  # a busy connection's last read before this: stalled
+            for conn in [c for c in self._busy if 0 < c.last_read_ns < since]:
+                conn.stalled()
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
     # What its connections tell it (connections.py's `Owner`).

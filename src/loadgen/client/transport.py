@@ -80,9 +80,10 @@ class Transport(Protocol):
 
     async def open(self, base_url: str, max_connections: int, timeout_s: float,
                    headers: Mapping[str, str] | None = None, insecure: bool = False,
-                   close_streams: bool = True) -> None:
+                   close_streams: bool = True, stall_s: float | None = None) -> None:
         """`close_streams`: streamed requests ask for `Connection: close` (for servers that close
-        the connection after a stream anyway, like llama-server; elsewhere it costs a connect)."""
+        the connection after a stream anyway, like llama-server; elsewhere it costs a connect).
+        `stall_s`: a response that began and then sends nothing for longer fails `stalled`."""
         ...
 
     async def request(self, method: str, path: str, body: bytes,

@@ -19,6 +19,10 @@ from .workload import RequestShape
 CONNECT_ERROR = "connect_error"  # could not open a connection (refused, DNS, TLS)
 DISCONNECTED = "disconnected"  # the server closed or reset the connection before a full response
 TIMEOUT = "timeout"  # no complete response within --timeout
+# A response that began and then sent nothing for longer than --stall-timeout (a stuck stream, a
+# server that stopped decoding): told apart from a timeout, and found in seconds instead of --timeout's
+# minutes. The wait before the first byte (a queue, a long prefill) is never a stall.
+STALLED = "stalled"
 INVALID_JSON = "invalid_json"  # a 2xx body that is not the JSON object the API promises
 # How an `invalid_json` record's message starts when the body was not JSON at all (rather than
 # JSON of the wrong shape): what a server without the completion endpoint sends (analysis/evidence.py).

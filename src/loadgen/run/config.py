@@ -102,6 +102,8 @@ class SweepConfig:
     open_loop_least: tuple[int, float] = (16, 20.0)
     warmup: int = 2
     timeout_s: float = 600.0
+    # A response that began and then sends nothing for longer fails `stalled` (core/records.py); None: off.
+    stall_s: float | None = None
     wait_ready_s: float = 60.0
     parallel_targets: bool = False
     probe_interval_s: float = 0.25
@@ -258,6 +260,7 @@ class SweepConfig:
             "duration_s": self.duration_s,
             "warmup": self.warmup,
             "timeout_s": self.timeout_s,
+            "stall_s": self.stall_s,
             "parallel_targets": self.parallel_targets,
             "probe_interval_s": self.probe_interval_s,
             "knee_gain": self.knee_gain,

@@ -106,7 +106,7 @@ async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, co
     `connections` (0: no limit)."""
     transport = factory() if factory is not None else make_transport(config.transport, t.target.url, obs.message)
     await transport.open(t.target.url, connections, config.timeout_s, config.auth_headers(), insecure=config.insecure,
-                         close_streams=t.info.closes_streams if t.info else True)
+                         close_streams=t.info.closes_streams if t.info else True, stall_s=config.stall_s)
     return transport
 
 

@@ -50,7 +50,7 @@ from ...core.rundoc import RunKind
 @format_option
 def prefix_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prefix_tokens, groups,
                    prompt_tokens, concurrency, requests_per_level, n_predict, cache_prompt, warmup, temperature, seed,
-                   timeout_s, wait_ready_s, output, force, records_kept, records_format, output_format,
+                   timeout_s, stall_s, wait_ready_s, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."""
     from ...cli.sweep import ensure_open_files, execute_sweep, refuse_empty_levels
@@ -68,7 +68,7 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
         api_key=api_key, api=check_api(api, model, api_key),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
                                     ignore_eos=True, seed=seed, stream=True),
-        requests_per_level=requests_per_level, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
+        requests_per_level=requests_per_level, warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
         transport=transport, insecure=insecure, shared_prefix=mode,
         slo=build_slo(slo_text, attainment, stream=True))  # streamed: every target can be judged
     ensure_open_files(max(concurrency))

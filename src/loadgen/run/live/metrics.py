@@ -81,7 +81,8 @@ LOOP_LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 
 LOOP_LAG_INTERVAL_S = 0.1
 # Error kinds that exist in every run, so their series start at 0 (HTTP ones appear when they happen).
 FIXED_ERROR_KINDS = (records.CONNECT_ERROR, records.DISCONNECTED, records.TIMEOUT, records.INVALID_JSON,
-                     records.SERVER_ERROR, records.STREAM_ERROR, records.TRUNCATED_STREAM, records.INVALID_OUTPUT)
+                     records.SERVER_ERROR, records.STREAM_ERROR, records.TRUNCATED_STREAM, records.INVALID_OUTPUT,
+                     records.STALLED)
 
 
 class Buckets:

@@ -171,7 +171,7 @@ class Worker:
         if p.url not in self.transports:
             transport = make_transport(p.transport, p.url)
             await transport.open(p.url, p.pool, p.timeout_s, p.headers, insecure=p.insecure,
-                                 close_streams=p.close_streams)
+                                 close_streams=p.close_streams, stall_s=p.stall_s)
             self.transports[p.url] = transport
         return self.transports[p.url]
 

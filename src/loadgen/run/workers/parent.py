@@ -541,7 +541,8 @@ class WorkerPool:
         for p, share, path in zip(procs, shares, paths):
             p.send(Prepare(
                 url=t.target.url, label=t.label, api=config.api, model=t.model, generation=generation,
-                transport=config.transport, timeout_s=config.timeout_s, headers=config.auth_headers(),
+                transport=config.transport, timeout_s=config.timeout_s, stall_s=config.stall_s,
+                headers=config.auth_headers(),
                 insecure=config.insecure, close_streams=t.info.closes_streams if t.info else True,
                 pool=math.ceil(pool / self.size) if pool else 0, decimal_salt=options.salt is new_decimal_salt,
                 give_up_after=options.give_up_after, level=level.level, rate=level.rate,

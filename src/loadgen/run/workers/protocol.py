@@ -33,6 +33,7 @@ class Prepare(msgspec.Struct, tag="prepare"):
     generation: GenerationParams
     transport: str
     timeout_s: float
+    stall_s: float | None
     headers: dict[str, str]
     insecure: bool
     close_streams: bool
