@@ -59,7 +59,7 @@ def test_help_groups_and_scenario_modes_come_from_the_registry():
     assert {n for group in COMMAND_GROUPS.values() for n in group} >= set(KINDS)
     # written down first: every kind a scenario may name, demo not (it takes no options), grid and tune
     assert MODES == ("sweep", "replay", "chat", "prefix", "soak", "capacity", "cache-capacity", "prefill", "depth",
-                     "slots", "grid", "tune")
+                     "slots", "wake", "grid", "tune")
 
 
 def test_a_scenario_file_runs_a_capacity_search(loadgen, tmp_path):

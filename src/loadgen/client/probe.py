@@ -223,6 +223,17 @@ class Probe(SessionClient):
             info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
         return info
 
+    async def is_sleeping(self) -> bool | None:
+        """/props' `is_sleeping` (llama-server's --sleep-idle-seconds; build 11434 answers it without
+        waking); None: the server does not say."""
+        try:
+            status, body = await self._get("/props")
+            props = json.loads(body) if status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        value = props.get("is_sleeping") if isinstance(props, dict) else None
+        return value if isinstance(value, bool) else None
+
     async def lora_adapters(self) -> tuple[int, bytes]:
         """(HTTP status, body) of the server's `GET /lora-adapters` (status 0: no answer); the
         caller judges it (run/lora.py). Asked once, before a --lora-mix run's first level."""

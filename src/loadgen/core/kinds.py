@@ -33,6 +33,9 @@ class Kind:
     # its words ("prompt tok/s"); run.json's row key for the row's size comes first.
     figure: tuple[str, str] | None = None
     view: str | None = None  # "module:attribute" of its KindView; None: a sweep's tables, no answer line
+    # "module:function" building its run.json section of a target, `f(target_run, run) -> dict`, for a
+    # kind without levels whose section the results writer does not know by name (imported when written).
+    section_writer: str | None = None
     scenario: bool = True  # a scenario file may name it as its `mode` (`loadgen run`)
 
 
@@ -69,6 +72,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("slots", "loadgen.kinds.slots.command:slots_command",
          "Save a conversation's slot, forget it, restore it: the next turn's cache_n and TTFT, save/restore time.",
          FIND_LIMITS, levels=False, section="slots", view="loadgen.kinds.slots.view:VIEW"),
+    Kind("wake", "loadgen.kinds.wake.command:wake_command",
+         "A server waking from sleep (--sleep-idle-seconds): what a request that finds it asleep waits.",
+         FIND_LIMITS, levels=False, section="wake", view="loadgen.kinds.wake.view:VIEW",
+         section_writer="loadgen.kinds.wake.section:section"),
 )}
 
 
@@ -88,6 +95,7 @@ class RunKind(enum.StrEnum):
     DEPTH = "depth"
     SOAK = "soak"
     SLOTS = "slots"
+    WAKE = "wake"
 
     @property
     def kind(self) -> Kind:

@@ -438,6 +438,42 @@ class SlotCycle(msgspec.Struct, frozen=True):
     bytes_per_token: float | None = None
 
 
+class WakeCycle(msgspec.Struct, frozen=True):
+    """One idle -> sleep -> wake cycle of `loadgen wake` (run/wake.py): `concurrency` requests on the
+    awake server (warm), the wait until /props said `is_sleeping`, the same number sent at once to
+    the sleeping server (cold, the first of them woke it). TTFTs are the client's; prompt_ms the
+    server's own (its prefill, which a wake does not lengthen: the load is outside it)."""
+
+    cycle: int
+    slept: bool  # /props said is_sleeping before the cold requests were sent
+    slept_after_s: float | None = None  # from the warm requests' end to is_sleeping seen (polled)
+    warm_ttft_ms: float | None = None  # median over the warm requests that succeeded
+    cold_ttft_ms: float | None = None  # median over the cold ones
+    cold_first_ttft_ms: float | None = None  # the cold request that answered first
+    warm_prompt_ms: float | None = None  # the server's prefill, median
+    cold_prompt_ms: float | None = None
+    # The part of TTFT that was not the server's prefill (TTFT less prompt_ms, median): a reload adds
+    # to it, while the prefill's own spread (large on a busy machine) does not enter it.
+    warm_wait_ms: float | None = None
+    cold_wait_ms: float | None = None
+    awake_after: bool | None = None  # /props said awake once the cold requests were answered
+    requests_ok: int = 0  # requests of the cycle (warm and cold) that succeeded
+    failed: int = 0  # requests of the cycle (warm or cold) that failed
+    error: str | None = None  # the first failure, as recorded
+
+
+class WakeSection(msgspec.Struct, frozen=True):
+    """A `loadgen wake` target: its cycles and what they say (analysis/wake.py)."""
+
+    rows: list[WakeCycle] = []
+    concurrency: int = 1
+    idle_s: float = 0.0
+    wakes: int = 0  # cycles in which the server slept and woke
+    wake_ms: float | None = None  # median over the wakes of the cold wait less the warm one (WakeCycle)
+    verdict: str | None = None
+    why: str = ""
+
+
 class SlotsSection(msgspec.Struct, frozen=True):
     """A `loadgen slots` target: its cycles, the background load they ran under (`concurrency`
     plain requests on the other slots; 0: none), and the figures over the cycles."""
@@ -595,14 +631,15 @@ class Target(msgspec.Struct, frozen=True):
     depth: DepthSection | None = None
     soak: SoakSection | None = None
     slots: SlotsSection | None = None  # a `loadgen slots` run
+    wake: WakeSection | None = None  # a `loadgen wake` run
     interference: list[ClassInterference] | None = None  # a run of request classes
     dataset: DatasetFit | None = None  # a dataset-answers run
     lengths_changed: LengthsChanged | None = None  # prompts loadgen lengthened (absent: none)
 
-    def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | SlotsSection | None:
-        """This target's section of a prefill, depth, soak or slots run (None for a sweep)."""
+    def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | SlotsSection | WakeSection | None:
+        """This target's section of a run kind without levels (None for a sweep)."""
         name = kind.kind.section  # core/kinds.py: the section a kind without levels writes
-        return getattr(self, name) if name in ("prefill", "depth", "soak", "slots") else None
+        return getattr(self, name) if name in ("prefill", "depth", "soak", "slots", "wake") else None
 
     def level(self, level: int | float) -> Level | None:
         return next((lv for lv in self.levels if lv.level == level), None)

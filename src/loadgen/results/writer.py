@@ -8,6 +8,7 @@ they hold is results/schema.py's; reading them back is results/reader.py's.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -397,6 +398,9 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
             target["soak"] = _soak_section(t.levels[0] if t.levels else None, run.settings, run.config.slo, _idle_w(run))
         elif run.kind == "slots":
             target["slots"] = slots_section(t, run.settings_dict())
+        elif (kind := run.kind.kind).section_writer is not None and kind.section is not None:
+            module, _, attr = kind.section_writer.partition(":")
+            target[kind.section] = getattr(importlib.import_module(module), attr)(t, run)
         else:
             target[run.kind.value] = {"n_ctx": slot_context(t), "rows": _step_rows(run.kind, t, _idle_w(run))}
         targets.append(target)

@@ -48,6 +48,8 @@ class TargetRun:
     lengths_floored: tuple[int, int, int] | None = None
     # `loadgen slots`: each cycle's figures (analysis/slots.py `CycleFigures`), in the order run.
     slot_cycles: list[Any] = field(default_factory=list)
+    # `loadgen wake`: each cycle's figures (core/rundoc.py `WakeCycle`), in the order run.
+    wake_cycles: list[Any] = field(default_factory=list)
 
 
 @dataclass(slots=True)

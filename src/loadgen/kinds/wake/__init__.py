@@ -1,0 +1,1 @@
+"""`loadgen wake`: a server waking from sleep (docs/wake.md)."""
