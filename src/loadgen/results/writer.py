@@ -32,7 +32,6 @@ from ..analysis.metrics import counter_delta
 from ..analysis.prefill import summarize_prefill
 from ..analysis.saturation import target_verdict
 from ..analysis.slo import Slo, SloTally
-from ..analysis.slots import CycleFigures, cycle_verdict, summarize_slots
 from ..analysis.soak import summarize_soak, summarize_tally, window_seconds
 from ..analysis.soak_machine import SoakMachine, per_window
 from ..analysis.trim import Trim, Trimmed, trim_level
@@ -44,7 +43,7 @@ from ..core.errors import ResultsError
 from ..core.records import LevelRun, ProbeSample, RequestRecord, encode_lines
 from ..core.recordsink import RecordSink
 from ..core.request_class import ALONE, TOGETHER
-from ..core.rundoc import LevelSummary, LevelTrim, SlotCycle, json_safe
+from ..core.rundoc import LevelSummary, LevelTrim, json_safe
 from ..run.config import SoakSettings
 from ..run.state import Run, TargetRun, slot_context
 from .atomic import atomic_write
@@ -358,29 +357,6 @@ def _with_window_machines(windows: list[dict[str, Any]], machine: SoakMachine, i
             window["energy"] = [e.to_dict() for e in energy]
 
 
-def slots_section(t: TargetRun, settings: dict[str, Any]) -> dict[str, Any]:
-    """A `loadgen slots` target's section (core.rundoc.SlotsSection): each cycle with its verdict,
-    the figures over them (analysis/slots.py), and how the background requests fared."""
-    cycles: list[CycleFigures] = list(t.slot_cycles)
-    rows = []
-    for c in cycles:
-        verdict, why = cycle_verdict(c)
-        ok = sum(x is not None for x in (c.prompt_tokens, c.cache_n, c.control_cache_n))
-        rows.append(msgspec.to_builtins(SlotCycle(
-            c.slot, verdict, why, ok, c.prompt_tokens, c.n_saved, c.n_written, c.save_ms, c.n_restored, c.n_read,
-            c.restore_ms, c.cache_n, c.ttft_ms, c.control_cache_n, c.control_ttft_ms, c.file_bytes,
-            c.bytes_per_token)))
-    summary = summarize_slots(cycles)
-    background = [r for lv in t.levels[1:] for r in lv.records]
-    return {"rows": rows, "concurrency": settings.get("concurrency", 0), "forget": settings.get("forget", "erase"),
-            "verdict": summary.verdict if cycles else None, "by_verdict": summary.by_verdict,
-            "save_ms": summary.save_ms, "restore_ms": summary.restore_ms,
-            "bytes_per_token": summary.bytes_per_token, "ttft_restored_ms": summary.ttft_restored_ms,
-            "ttft_control_ms": summary.ttft_control_ms,
-            "background_ok": sum(r.ok for r in background),
-            "background_failed": sum(not r.ok for r in background)}
-
-
 def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
     """run.json of a prefill, depth or soak run: the sweep's contract plus one section per target
     named after the kind (a pure function). A soak's one level is also summarised in `levels`, as
@@ -396,8 +372,6 @@ def mode_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
                                                  percentiles=run.config.percentiles, trim=run.config.trim,
                                                  n_predict=run.config.generation.n_predict)
             target["soak"] = _soak_section(t.levels[0] if t.levels else None, run.settings, run.config.slo, _idle_w(run))
-        elif run.kind == "slots":
-            target["slots"] = slots_section(t, run.settings_dict())
         elif (kind := run.kind.kind).section_writer is not None and kind.section is not None:
             module, _, attr = kind.section_writer.partition(":")
             target[kind.section] = getattr(importlib.import_module(module), attr)(t, run)
