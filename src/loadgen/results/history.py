@@ -23,11 +23,13 @@ from typing import Any
 
 from ..analysis.history_check import RunIdentity
 from ..analysis.history_trend import FIGURES, TrendRow
+from ..core.kinds import KINDS
 
 SCHEMA_VERSION = 2
 OFF = "off"
 BUSY_TIMEOUT_MS = 10_000
-LEVEL_KINDS = {"sweep", "demo", "capacity", "replay", "prefix", "chat", "cache-capacity"}
+# The kinds whose runs have levels (core/kinds.py): the rows the history holds.
+LEVEL_KINDS = frozenset(name for name, kind in KINDS.items() if kind.levels)
 
 _RUNS = """CREATE TABLE IF NOT EXISTS runs (
     run_id INTEGER PRIMARY KEY, folder TEXT NOT NULL, started_utc TEXT, finished_utc TEXT, kind TEXT,
