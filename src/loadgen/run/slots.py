@@ -28,7 +28,6 @@ from ..analysis.metric_defs import ttft_ms
 from ..analysis.slots import CycleFigures, cycle_verdict
 from ..client.backends import ConversationBackend, conversation_backend
 from ..client.backends.conversation import turn_prompt
-from ..client.probe import Probe, TargetUnreachable
 from ..client.slot_actions import SlotAction, SlotActionFailed, SlotClient
 from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..core.clock import now_ns
@@ -41,7 +40,7 @@ from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
 from .state import Run, RunObserver, TargetRun
-from .target_setup import open_transport, prepare_targets
+from .target_setup import open_transport, prepare_targets, ready_probe
 
 FORGET = ("erase", "other")  # how the server is made to forget the slot between save and restore
 
@@ -66,11 +65,7 @@ async def preflight(config: SweepConfig, plan: SlotPlan) -> None:
     --slot-save-path) says so in its own words (UserError, exit 1), as does one that cannot be
     reached. Erasing the first slot asks."""
     target = config.targets[0]
-    async with Probe(target.url, config.auth_headers(), config.timeout_s, config.insecure) as probe:
-        try:
-            await probe.wait_ready(config.wait_ready_s)
-        except TargetUnreachable as exc:
-            raise UserError(f"{target.display}: {exc}", EXIT_FAILED) from None
+    async with ready_probe(config, target) as probe:
         info = await probe.server_info()
     total = info.total_slots
     if total is not None:

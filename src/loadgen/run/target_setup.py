@@ -23,7 +23,7 @@ from ..client.probe import Probe, ServerInfo, TargetUnreachable
 from ..client.registry import make_transport
 from ..client.tokenize import TokenizeUnavailable, server_tokenizer
 from ..client.transport import Transport
-from ..core.errors import ConfigError
+from ..core.errors import EXIT_FAILED, ConfigError, UserError
 from ..core.records import LevelRun, ProbeSample
 from .answer_check import CheckedBackend, ReferenceFailed, reference_pass
 from .config import SweepConfig, Target
@@ -98,6 +98,18 @@ def label_targets(targets: tuple[Target, ...], headers: dict[str, str], insecure
     asyncio.run(ask_all())
     resolve_labels(runs)
     return runs
+
+
+@contextlib.asynccontextmanager
+async def ready_probe(config: SweepConfig, target: Target) -> AsyncIterator[Probe]:
+    """A probe of `target` once /health says it is ready (up to --wait-ready), for a kind's checks
+    before its first request; a target that cannot be reached is one line (UserError, exit 1)."""
+    async with Probe(target.url, config.auth_headers(), config.timeout_s, config.insecure) as probe:
+        try:
+            await probe.wait_ready(config.wait_ready_s)
+        except TargetUnreachable as exc:
+            raise UserError(f"{target.display}: {exc}", EXIT_FAILED) from None
+        yield probe
 
 
 async def open_transport(config: SweepConfig, t: TargetRun, obs: RunObserver, connections: int,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..analysis.metric_defs import ttft_ms, ttft_queue_ms
 from ..client.backends import ConversationBackend, conversation_backend
-from ..client.probe import Probe, TargetUnreachable
+from ..client.probe import Probe
 from ..core.clock import now_ns
 from ..core.errors import EXIT_FAILED, UserError
 from ..core.records import LevelRun, RequestRecord
@@ -34,7 +34,7 @@ from .prompts import synthetic_text
 from .recording import stream_level
 from .salts import new_decimal_salt
 from .state import Run, RunObserver, TargetRun
-from .target_setup import open_transport, prepare_targets
+from .target_setup import open_transport, prepare_targets, ready_probe
 
 POLL_S = 0.2  # how often /props is asked while the server idles
 MESSAGE_CHARS = 160  # each request's message: a sentence or two, so the prefill stays small
@@ -55,11 +55,7 @@ async def preflight(config: SweepConfig) -> None:
     sleeps (no `is_sleeping` in /props: another server, or a llama-server older than sleep), is
     named in one line (UserError, exit 1)."""
     target = config.targets[0]
-    async with Probe(target.url, config.auth_headers(), config.timeout_s, config.insecure) as probe:
-        try:
-            await probe.wait_ready(config.wait_ready_s)
-        except TargetUnreachable as exc:
-            raise UserError(f"{target.display}: {exc}", EXIT_FAILED) from None
+    async with ready_probe(config, target) as probe:
         if await probe.is_sleeping() is None:
             raise UserError(f"{target.display}: /props says nothing of sleep (no is_sleeping): wake needs a "
                             "llama-server that sleeps (--sleep-idle-seconds)", EXIT_FAILED)
