@@ -7,8 +7,8 @@ requests at once to the sleeping server (cold); the verdict is analysis/wake.py'
     cold    `concurrency` requests at once: the first wakes the server, the others wait for it too
     after   /props asked once more: the server is awake again
 
-Only /props is asked while the server idles: a /metrics or /slots scrape is a task of the server's
-queue, which is what its idle clock counts. Every request goes down sweep's one path
+Only /props is asked while the server idles: on build 11434 a /slots read wakes a sleeping server
+(/props, /health and /metrics do not). Every request goes down sweep's one path
 (run/engine.py `TurnSender`) and is recorded in one level (requests.jsonl). A server already asleep
 when the run starts is woken by one request first (recorded, in no cycle).
 """
