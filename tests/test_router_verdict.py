@@ -1,0 +1,90 @@
+"""The router's per-model figures and thrash verdict (analysis/router.py), on tables written first;
+--models parsing and the model each body names (core/model_mix.py, client/backends/router.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadgen.analysis.router import MODEL_UNLOADED, model_figures, thrash_verdict
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.core.errors import ConfigError
+from loadgen.core.model_mix import ModelEvent, ModelMix, parse_model_mix
+from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+
+# (models, models_max, requests, waited, loads) → thrash?, words the line must hold
+VERDICTS = [
+    ((3, 2, 60, 20, 22), True, ["3 models on --models-max 2", "33% of requests waited", "affinity",
+                                "--models-max 3"]),
+    ((3, 3, 60, 3, 3), False, ["no thrash", "3 loads of 3 models"]),  # each model loaded once
+    ((2, 2, 40, 2, 2), False, ["no thrash"]),
+    ((3, 2, 100, 3, 4), False, ["no thrash", "3% of requests"]),  # one reload: below 5%
+    ((3, 2, 100, 5, 5), True, ["5% of requests waited"]),  # at the 5% line
+    ((1, 1, 10, 10, 10), True, ["1 model on --models-max 1"]),  # one model reloaded every time (sleep)
+    ((3, None, 60, 20, 22), True, ["--models-max ?"]),
+]
+
+
+@pytest.mark.parametrize(("args", "thrash", "words"), VERDICTS)
+def test_thrash_verdict(args: tuple, thrash: bool, words: list[str]) -> None:
+    verdict = thrash_verdict(*args)
+    assert verdict is not None
+    assert verdict.thrash is thrash
+    for word in words:
+        assert word in verdict.line
+
+
+def test_no_requests_no_verdict() -> None:
+    assert thrash_verdict(3, 2, 0, 0, 0) is None
+
+
+def _record(seq: int, model: str, send_ms: int, first_ms: int, done_ms: int, *, status: int = 200,
+            error: str | None = None, out: int = 8) -> RequestRecord:
+    outcome = ServerOutcome(error_kind=error, predicted_n=None if error else out, prompt_n=None if error else 30)
+    ms = 1_000_000
+    return make_record("t", 1, 0, seq, "s", send_ms * ms, done_ms * ms, status, outcome, None, None,
+                       first_ms * ms, done_ms * ms, None, 1, None, None, None, None, None, None, None, model)
+
+
+def _ev(ms: int, model: str, status: str) -> ModelEvent:
+    return ModelEvent(ms * 1_000_000, model, status)
+
+
+def test_model_figures_split_cold_load_from_warm_ttft() -> None:
+    events = [_ev(0, "a", "loading"), _ev(300, "a", "loaded"), _ev(1000, "a", "unloaded"),
+              _ev(1100, "a", "loading"), _ev(1350, "a", "loaded")]
+    records = [
+        _record(0, "a", 0, 320, 400),  # waited for the first load: TTFT 320, warm median 20 → 300
+        _record(1, "a", 500, 520, 600),  # warm: TTFT 20
+        _record(2, "a", 700, 720, 800),  # warm: TTFT 20
+        _record(3, "a", 900, 900, 1050, status=200, error="incomplete"),  # cut by the unload at 1000
+        _record(4, "a", 1100, 1370, 1400),  # waited for the reload: 270 - 20 = 250
+        _record(5, "b", 0, 10, 20, status=500, error="http_error"),  # a plain failure
+    ]
+    a, b = model_figures(records, events)
+    assert (a.model, a.requests, a.ok, a.waited, a.loads, a.unloads) == ("a", 5, 4, 2, 2, 1)
+    assert a.cold_load_ms == [300.0, 250.0]
+    assert a.load_ms == [300.0, 250.0]
+    assert a.failures == {MODEL_UNLOADED: 1}
+    assert (a.output_tokens, a.prompt_tokens) == (32, 120)
+    assert b.failures == {"http_error": 1} and b.failed == 1 and b.loads == 0
+
+
+def test_parse_models() -> None:
+    assert parse_model_mix("smol-a:2,smol-b").entries == (("smol-a", 2), ("smol-b", 1))
+    assert parse_model_mix("all").every_listed
+    assert parse_model_mix("all").resolved(["x", "y"]).entries == (("x", 1), ("y", 1))
+    assert parse_model_mix("a,b").missing(["a"]) == ["b"]
+    for bad in ("a:0", "a,a", "a:x", ""):
+        with pytest.raises(ConfigError):
+            parse_model_mix(bad)
+
+
+@pytest.mark.parametrize(("api", "model"), [("llamacpp", None), ("chat", "served"), ("completions", None)])
+def test_each_body_names_its_model(api: str, model: str | None) -> None:
+    mix = ModelMix((("a", 2), ("b", 1)))
+    backend = make_backend(api, GenerationParams(prompt="hi", n_predict=4, model_mix=mix), model)
+    names = [json.loads(backend.build("salt", i))["model"] for i in range(6)]
+    assert names == list(mix.cycle) * 2 and sorted(mix.cycle) == ["a", "a", "b"]
+    assert [backend.model_label(i) for i in range(3)] == list(mix.cycle)  # type: ignore[attr-defined]
