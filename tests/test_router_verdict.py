@@ -40,8 +40,9 @@ def test_no_requests_no_verdict() -> None:
 
 
 def _record(seq: int, model: str, send_ms: int, first_ms: int, done_ms: int, *, status: int = 200,
-            error: str | None = None, out: int = 8) -> RequestRecord:
-    outcome = ServerOutcome(error_kind=error, predicted_n=None if error else out, prompt_n=None if error else 30)
+            error: str | None = None, out: int = 8, prompt_ms: float | None = None) -> RequestRecord:
+    outcome = ServerOutcome(error_kind=error, predicted_n=None if error else out, prompt_n=None if error else 30,
+                            prompt_ms=prompt_ms)
     ms = 1_000_000
     return make_record("t", 1, 0, seq, "s", send_ms * ms, done_ms * ms, status, outcome, None, None,
                        first_ms * ms, done_ms * ms, None, 1, None, None, None, None, None, None, None, model)
@@ -59,12 +60,12 @@ def test_model_figures_split_cold_load_from_warm_ttft() -> None:
         _record(1, "a", 500, 520, 600),  # warm: TTFT 20
         _record(2, "a", 700, 720, 800),  # warm: TTFT 20
         _record(3, "a", 900, 900, 1050, status=200, error="incomplete"),  # cut by the unload at 1000
-        _record(4, "a", 1100, 1370, 1400),  # waited for the reload: 270 - 20 = 250
+        _record(4, "a", 1100, 1370, 1400, prompt_ms=30.0),  # waited for the reload: 270 less its prefill 30
         _record(5, "b", 0, 10, 20, status=500, error="http_error"),  # a plain failure
     ]
     a, b = model_figures(records, events)
     assert (a.model, a.requests, a.ok, a.waited, a.loads, a.unloads) == ("a", 5, 4, 2, 2, 1)
-    assert a.cold_load_ms == [300.0, 250.0]
+    assert a.cold_load_ms == [300.0, 240.0]
     assert a.load_ms == [300.0, 250.0]
     assert a.failures == {MODEL_UNLOADED: 1}
     assert (a.output_tokens, a.prompt_tokens) == (32, 120)
@@ -88,3 +89,14 @@ def test_each_body_names_its_model(api: str, model: str | None) -> None:
     names = [json.loads(backend.build("salt", i))["model"] for i in range(6)]
     assert names == list(mix.cycle) * 2 and sorted(mix.cycle) == ["a", "a", "b"]
     assert [backend.model_label(i) for i in range(3)] == list(mix.cycle)  # type: ignore[attr-defined]
+
+
+def test_a_server_that_is_no_router_is_refused_in_one_line(tmp_path) -> None:
+    from servers import SimThread, sweep
+
+    with SimThread() as sim:
+        proc = sweep("--url", sim.url, "--models", "a,b", "--concurrency", "1", "--requests", "1",
+                     "--output", str(tmp_path / "run"), timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "not a llama-server router" in proc.stderr and "--models-dir" in proc.stderr

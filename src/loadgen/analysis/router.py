@@ -9,8 +9,9 @@ carries no load times of its own, so a load's time is the span from the poll tha
 
 A request **waited for a load** when its model turned "loaded" after the request was sent and
 before its first token (its answer, unstreamed): its time to first token holds the load. Its
-**cold-load time** is that TTFT less the median TTFT of the model's warm requests (those that
-did not wait), so the request's own prefill is not counted as load.
+**cold-load time** is that TTFT less the request's own prefill as the server timed it (llama-server's
+`timings.prompt_ms`), or, where the answer has no timings, less the median TTFT of the model's warm
+requests (those that did not wait): the request's own prefill is not counted as load.
 
 A request that failed while its model was unloaded (an "unloaded" or "unloading" change between
 its send and its end) failed **because** of the unload: its kind is `model_unloaded`, whatever
@@ -44,7 +45,7 @@ class ModelFigures:
     output_tokens: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # error kind → requests (model_unloaded its own)
     waited: int = 0  # requests that waited for a load of their model
-    cold_load_ms: list[float] = field(default_factory=list)  # per waiting request: its TTFT less the warm median
+    cold_load_ms: list[float] = field(default_factory=list)  # per waiting request: its TTFT less its prefill
     load_ms: list[float] = field(default_factory=list)  # per load seen in the timeline: loading → loaded
     loads: int = 0  # changes to "loaded" seen in the timeline
     unloads: int = 0  # changes to "unloaded" after a load
@@ -112,7 +113,7 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
         if e.status in _GONE:
             gone.setdefault(e.model, []).append(e.t_ns)
     figures: dict[str, ModelFigures] = {}
-    waiting: dict[str, list[int]] = {}
+    waiting: dict[str, list[tuple[int, float | None]]] = {}  # (TTFT ns, the server's prompt_ms)
     warm: dict[str, list[int]] = {}
     for r in sorted((r for r in records if r.model is not None), key=lambda r: r.seq):
         if r.error_kind in ("cancelled", "lost"):
@@ -129,12 +130,16 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
         f.output_tokens += r.output_tokens or 0
         first = r.first_token_ns or r.complete_ns
         waited = any(r.send_ns < t <= first for t in loaded.get(r.model, ()))
-        (waiting if waited else warm).setdefault(r.model, []).append(_ttft_ns(r))
+        if waited:
+            waiting.setdefault(r.model, []).append((_ttft_ns(r), r.prompt_ms))
+        else:
+            warm.setdefault(r.model, []).append(_ttft_ns(r))
     spans = load_spans_ms(events)
     for name, f in figures.items():
         f.waited = len(waiting.get(name, ()))
-        base = median(warm[name]) if warm.get(name) else 0
-        f.cold_load_ms = [max(0.0, (t - base) / 1e6) for t in waiting.get(name, ())]
+        base_ms = median(warm[name]) / 1e6 if warm.get(name) else 0.0
+        f.cold_load_ms = [max(0.0, t / 1e6 - (base_ms if prefill_ms is None else prefill_ms))
+                          for t, prefill_ms in waiting.get(name, ())]
         f.load_ms = spans.get(name, [])
         f.loads = len(loaded.get(name, ()))
         first_load = min(loaded.get(name, ()), default=None)

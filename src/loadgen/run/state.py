@@ -48,6 +48,10 @@ class TargetRun:
     lengths_floored: tuple[int, int, int] | None = None
     # `loadgen slots`: each cycle's figures (analysis/slots.py `CycleFigures`), in the order run.
     slot_cycles: list[Any] = field(default_factory=list)
+    # --models against a router (run/router.py): each model's status changes as /models was polled
+    # through the levels (core/model_mix.py `ModelEvent`), and the router's --models-max (/props `max_instances`).
+    model_events: list[Any] = field(default_factory=list)
+    models_max: int | None = None
 
 
 @dataclass(slots=True)
