@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from loadgen.analysis.router import MODEL_UNLOADED, model_figures, thrash_verdict
+from loadgen.analysis.router import failure_kind, model_figures, thrash_verdict
 from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.errors import ConfigError
-from loadgen.core.model_mix import ModelEvent, ModelMix, parse_model_mix
+from loadgen.core.model_mix import MODEL_UNLOADED, ModelEvent, ModelMix, parse_model_mix
 from loadgen.core.records import RequestRecord, ServerOutcome, make_record
 
 # (models, models_max, requests, waited, loads) → thrash?, words the line must hold
@@ -21,7 +21,9 @@ VERDICTS = [
     ((2, 2, 40, 2, 2), False, ["no thrash"]),
     ((3, 2, 100, 3, 4), False, ["no thrash", "3% of requests"]),  # one reload: below 5%
     ((3, 2, 100, 5, 5), True, ["5% of requests waited"]),  # at the 5% line
-    ((1, 1, 10, 10, 10), True, ["1 model on --models-max 1"]),  # one model reloaded every time (sleep)
+    # the router holds every model: reloads come from unloads (by hand, sleep, a crash), not the cap
+    ((1, 1, 10, 10, 10), False, ["1 model on --models-max 1", "reloaded", "not thrash"]),
+    ((3, 3, 60, 20, 22), False, ["reloaded"]),
     ((3, None, 60, 20, 22), True, ["--models-max ?"]),
 ]
 
@@ -72,6 +74,25 @@ def test_model_figures_split_cold_load_from_warm_ttft() -> None:
     assert b.failures == {"http_error": 1} and b.failed == 1 and b.loads == 0
 
 
+# (error kind, status, send ms, end ms, the model's changes) → failure kind; the router cut at 754 ms
+# and reloaded at 10,756 ms on the test bed (its instance waits up to 10 s for requests in flight)
+FAILURES = [
+    ("model_unloaded", 500, 0, 10_749, [], "model_unloaded"),  # the router's "proxy error" 500
+    ("truncated_stream", 200, 7, 754, [(0, "loaded"), (10_756, "loading")], "model_unloaded"),
+    ("truncated_stream", 200, 7, 754, [(0, "loaded"), (400, "unloaded")], "model_unloaded"),  # seen unloaded
+    ("truncated_stream", 200, 7, 754, [(0, "loaded")], "truncated_stream"),  # the instance lives on
+    ("http_500", 500, 7, 754, [(0, "loaded"), (30_000, "loading")], "http_500"),  # reloaded long after
+    ("http_400", 400, 7, 754, [(0, "loaded"), (800, "loading")], "http_400"),  # the client's own error
+    (None, 200, 7, 754, [(0, "loaded"), (800, "loading")], None),
+]
+
+
+@pytest.mark.parametrize(("kind", "status", "send", "end", "changes", "expected"), FAILURES)
+def test_failure_kind(kind: str | None, status: int, send: int, end: int, changes: list, expected: str | None) -> None:
+    record = _record(0, "a", send, end, end, status=status, error=kind)
+    assert failure_kind(record, [_ev(t, "a", s) for t, s in changes]) == expected
+
+
 def test_parse_models() -> None:
     assert parse_model_mix("smol-a:2,smol-b").entries == (("smol-a", 2), ("smol-b", 1))
     assert parse_model_mix("all").every_listed
@@ -100,3 +121,9 @@ def test_a_server_that_is_no_router_is_refused_in_one_line(tmp_path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "not a llama-server router" in proc.stderr and "--models-dir" in proc.stderr
+
+
+def test_the_routers_proxy_error_is_model_unloaded() -> None:
+    backend = make_backend("chat", GenerationParams(prompt="hi", n_predict=4, model_mix=ModelMix((("a", 1),))), "m")
+    assert backend.parse(500, b"proxy error: Failed to read connection").error_kind == MODEL_UNLOADED
+    assert backend.parse(500, b'{"error":{"code":500,"message":"x"}}').error_kind != MODEL_UNLOADED

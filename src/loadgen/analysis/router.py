@@ -13,9 +13,12 @@ before its first token (its answer, unstreamed): its time to first token holds t
 `timings.prompt_ms`), or, where the answer has no timings, less the median TTFT of the model's warm
 requests (those that did not wait): the request's own prefill is not counted as load.
 
-A request that failed while its model was unloaded (an "unloaded" or "unloading" change between
-its send and its end) failed **because** of the unload: its kind is `model_unloaded`, whatever
-the router answered (a cut stream, a 500), never a plain server error.
+A request failed **because** its model was unloaded when the router said so (its 500 "proxy error",
+kind `model_unloaded` already, client/backends/router.py), or when it failed while its model was
+unloaded (an "unloaded" or "unloading" change between its send and its end), or when its stream was
+cut or it got a 5xx and the instance that served it ended soon after (the model's next change after
+the send is not "loaded", within UNLOAD_GRACE_NS of the failure: an unload and reload can pass
+between two polls). Its kind is then `model_unloaded`, never a plain server error.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from ..core.model_mix import ModelEvent
-from ..core.records import RequestRecord
+from ..core.model_mix import MODEL_UNLOADED, ModelEvent
+from ..core.records import TRUNCATED_STREAM, RequestRecord
 
-MODEL_UNLOADED = "model_unloaded"
 _GONE = ("unloaded", "unloading")
+# A router stops a model's instance and waits up to its stop timeout (10 s by default) for the
+# requests in flight: the poll may see the model only when it loads again, that long after the cut.
+UNLOAD_GRACE_NS = 15_000_000_000
 # a router thrashes when models are loaded again and again: more loads than models, and at least
 # this share of the requests waited for one
 THRASH_SHARE = 0.05
@@ -94,13 +99,18 @@ def load_spans_ms(events: Sequence[ModelEvent]) -> dict[str, list[float]]:
     return out
 
 
-def failure_kind(r: RequestRecord, gone: Sequence[int]) -> str | None:
-    """The record's failure kind, `model_unloaded` when its model was unloaded (a time in `gone`)
-    while it ran; None when it succeeded."""
+def failure_kind(r: RequestRecord, events: Sequence[ModelEvent]) -> str | None:
+    """The record's failure kind, `model_unloaded` when its model (whose changes are `events`) was
+    unloaded under it; None when it succeeded."""
     if r.ok:
         return None
-    if any(r.send_ns <= t <= r.complete_ns for t in gone):
+    if r.error_kind == MODEL_UNLOADED or any(e.status in _GONE and r.send_ns <= e.t_ns <= r.complete_ns
+                                               for e in events):
         return MODEL_UNLOADED
+    if r.error_kind == TRUNCATED_STREAM or (r.status or 0) >= 500:
+        after = next((e for e in events if e.t_ns > r.send_ns), None)
+        if after is not None and after.status != "loaded" and after.t_ns - r.complete_ns <= UNLOAD_GRACE_NS:
+            return MODEL_UNLOADED
     return r.error_kind or f"http_{r.status}"
 
 
@@ -108,10 +118,9 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
     """Per model, in the order of first appearance by seq; records without a model (no --models run)
     and the client's own cancellations are left out."""
     loaded = loaded_times(events)
-    gone: dict[str, list[int]] = {}
+    per_model: dict[str, list[ModelEvent]] = {}
     for e in events:
-        if e.status in _GONE:
-            gone.setdefault(e.model, []).append(e.t_ns)
+        per_model.setdefault(e.model, []).append(e)
     figures: dict[str, ModelFigures] = {}
     waiting: dict[str, list[tuple[int, float | None]]] = {}  # (TTFT ns, the server's prompt_ms)
     warm: dict[str, list[int]] = {}
@@ -121,7 +130,7 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
         assert r.model is not None
         f = figures.setdefault(r.model, ModelFigures(r.model))
         f.requests += 1
-        kind = failure_kind(r, gone.get(r.model, ()))
+        kind = failure_kind(r, per_model.get(r.model, ()))
         if kind is not None:
             f.failures[kind] = f.failures.get(kind, 0) + 1
             continue
@@ -150,13 +159,19 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
 
 def thrash_verdict(models: int, models_max: int | None, requests: int, waited: int, loads: int) -> RouterVerdict | None:
     """Whether the router thrashed: its models loaded more often than once each (`loads` > `models`)
-    and at least THRASH_SHARE of the `requests` `waited` for a load; None without requests. The
+    and at least THRASH_SHARE of the `requests` `waited` for a load, on a router that cannot hold
+    them all (`models_max` below `models`, or unknown: a router that holds them all reloads only
+    what was unloaded otherwise); None without requests. The
     advice: keep each model's requests on a router of their own (affinity), or let the router hold
     every model (--models-max ≥ models)."""
     if requests == 0:
         return None
     share = waited / requests
     on = f"{models} model{'s' if models != 1 else ''} on --models-max {models_max if models_max else '?'}"
+    if models_max and models <= models_max and loads > models:
+        return RouterVerdict(False, f"{on}: not thrash, but models reloaded with room for all ({loads} loads of "
+                                    f"{models} models, {share:.0%} of requests waited): unloaded by hand, by "
+                                    "--sleep-idle-seconds or a crash")
     if loads > models and share >= THRASH_SHARE:
         return RouterVerdict(True, f"{on}: {share:.0%} of requests waited for a load ({loads} loads of {models} "
                                    f"models); route each model's requests to a router of its own (affinity) "

@@ -23,6 +23,8 @@ from .errors import ConfigError
 from .lora_mix import weighted_cycle
 
 ALL = "all"
+# the failure kind of a request cut or refused because its model was unloaded under it (analysis/router.py)
+MODEL_UNLOADED = "model_unloaded"
 # a model id as routers name them: a file's stem or a preset's section (letters, digits, ._-/:)
 _ENTRY = re.compile(r"([\w.\-/]+?)(?::(\d{1,6}))?")
 

@@ -86,6 +86,6 @@ def router_grid(records: Sequence[RequestRecord], timelines: Sequence[Timeline])
                          end_section=i == len(figures) - 1)
         if verdict is not None:
             lines.append(f"{tl.label}: {verdict.line}")
-    grid.caption = ("waited for load: requests sent before their model was loaded; cold load: their TTFT less the "
-                    "model's warm median; load: /models 'loading' to 'loaded' as polled")
+    grid.caption = ("waited for load: requests sent before their model was loaded; cold load: their TTFT less "
+                    "their own prefill (timings.prompt_ms); load: /models 'loading' to 'loaded' as polled")
     return grid, lines

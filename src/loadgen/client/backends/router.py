@@ -3,7 +3,9 @@
 Body `seq` is the wrapped backend's body with its `model` field set to `cycle[seq % len(cycle)]`:
 the wrapped body's own `model` (from --model or the server's /v1/models) is replaced, and a body
 without one (llama-server's /completion) gains it. llama-server's router reads `model` from every
-POST body it proxies, /completion's included. Reading the answers is the wrapped backend's.
+POST body it proxies, /completion's included. Reading the answers is the wrapped backend's, but for
+the router's own failure when the model's instance went away under the request (an unload, an
+eviction): HTTP 500 with the text "proxy error: ...", which is `model_unloaded`, no plain 5xx.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 
 import msgspec
 
-from ...core.model_mix import ModelMix
+from ...core.model_mix import MODEL_UNLOADED, ModelMix
+from ...core.records import ServerOutcome
 
 _FIELD = b'"model":'
 
@@ -30,7 +33,7 @@ class ModelBackend:
         self._own = _FIELD + msgspec.json.encode(own) if own is not None else None
         self._fields = [_FIELD + msgspec.json.encode(name) for name in self.cycle]
         self._build = inner.build
-        self.parse = inner.parse
+        self._parse = inner.parse
         self.event_reader = inner.event_reader
 
     def model_label(self, seq: int) -> str:
@@ -43,6 +46,14 @@ class ModelBackend:
         if self._own is not None and self._own in body:
             return body.replace(self._own, field, 1)
         return b"{" + field + b"," + body[1:]
+
+    def parse(self, status: int, body: bytes) -> ServerOutcome:
+        """The wrapped backend's outcome; a router's 5xx "proxy error: ..." (the model's instance
+        went away under the request: unloaded, evicted) is `model_unloaded`."""
+        outcome = self._parse(status, body)
+        if outcome.error_kind is not None and status >= 500 and body.startswith(b"proxy error"):
+            return msgspec.structs.replace(outcome, error_kind=MODEL_UNLOADED)
+        return outcome
 
     def __getattr__(self, name: str) -> Any:  # anything else the engine asks of a backend: the wrapped one's
         return getattr(self.inner, name)
