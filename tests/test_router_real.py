@@ -6,6 +6,7 @@ model loads once (no thrash). Σ output tokens per model equal the router's per-
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import servers
 from loadgen.output.router import read_timelines, router_view
 from loadgen.results.reader import load_records
-from servers import LlamaServer, start_llama_server, sweep
+from servers import LOADGEN, LlamaServer, start_llama_server, sweep
 
 pytestmark = pytest.mark.real
 
@@ -73,6 +74,8 @@ def test_three_models_on_two_thrash_with_cold_loads_split(router2: LlamaServer, 
     assert verdict is not None and verdict.thrash, verdict
     assert "3 models on --models-max 2" in verdict.line and "affinity" in verdict.line
     assert verdict.line in proc.stdout
+    again = subprocess.run([*LOADGEN, "analyze", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    assert "models behind the router" in again.stdout and verdict.line in again.stdout
     for f in figures:
         assert f.requests == 3 and f.ok == 3 and f.waited >= 2 and f.loads >= 2, f
         # a load of a 135M model: a few hundred ms on an idle machine, seconds on a busy one

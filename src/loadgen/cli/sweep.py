@@ -431,16 +431,11 @@ def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any]
 def _print_router(out_dir: Path, run: Any, doc: Any, console: Console) -> None:
     """A --models run: the router's polled timeline written (router.json), its per-model table and verdict."""
     from ..output.cache import kept_records
-    from ..output.layout import print_table
-    from ..output.router import read_timelines, router_grid, write_timelines
-    from ..output.tables import say
+    from ..output.router import print_router, write_timelines
     from ..results.reader import load_records
 
     write_timelines(out_dir, run.targets)
-    grid, lines = router_grid(kept_records(doc, load_records(out_dir)), read_timelines(out_dir))
-    print_table(console, grid)
-    for line in lines:
-        say(console, line)
+    print_router(console, kept_records(doc, load_records(out_dir)), out_dir)
 
 
 def run_exit_code(execution: Execution) -> int:

@@ -21,7 +21,7 @@ from ..analysis.router import ModelFigures, RouterVerdict, model_figures, thrash
 from ..core.model_mix import ModelEvent
 from ..core.records import RequestRecord
 from ..results.atomic import write_json
-from .layout import Column, Grid, Num
+from .layout import Column, Grid, Num, print_table
 
 FILE = "router.json"
 
@@ -89,3 +89,15 @@ def router_grid(records: Sequence[RequestRecord], timelines: Sequence[Timeline])
     grid.caption = ("waited for load: requests sent before their model was loaded; cold load: their TTFT less "
                     "their own prefill (timings.prompt_ms); load: /models 'loading' to 'loaded' as polled")
     return grid, lines
+
+
+def print_router(console: Any, records: Sequence[RequestRecord], out_dir: Path) -> None:
+    """A --models run's per-model table and verdicts, when its folder holds router.json (after the run
+    and from `loadgen analyze`)."""
+    timelines = read_timelines(out_dir)
+    if not timelines:
+        return
+    grid, lines = router_grid(records, timelines)
+    print_table(console, grid)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=not console.is_terminal)  # one line in a pipe
