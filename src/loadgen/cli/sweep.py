@@ -388,6 +388,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     from ..run.sweep import run_sweep
     from ..run.workers.policy import open_level_runner, remove_worker_files
 
+    if config.classes and config.generation.model_mix is not None:
+        raise ConfigError("--models spreads one load's requests over a router's models; run it without --class")
     console = console or _console()
     err = _console(stderr=True)
     run = Run(config, kind)
