@@ -414,7 +414,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
     if config.generation.model_mix is not None:
-        _print_router(out_dir, run, doc, console)
+        _print_router(out_dir, run, doc, console if output_format == "table" else None)
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
 
@@ -430,14 +430,15 @@ def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any]
     return kept_records(doc, load_records(out_dir))
 
 
-def _print_router(out_dir: Path, run: Any, doc: Any, console: Console) -> None:
+def _print_router(out_dir: Path, run: Any, doc: Any, console: Console | None) -> None:
     """A --models run: the router's polled timeline written (router.json), its per-model table and verdict."""
     from ..output.cache import kept_records
     from ..output.router import print_router, write_timelines
     from ..results.reader import load_records
 
     write_timelines(out_dir, run.targets)
-    print_router(console, kept_records(doc, load_records(out_dir)), out_dir)
+    if console is not None:  # JSON, CSV and Markdown on stdout hold their own tables only
+        print_router(console, kept_records(doc, load_records(out_dir)), out_dir)
 
 
 def run_exit_code(execution: Execution) -> int:
