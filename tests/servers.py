@@ -278,13 +278,16 @@ class LlamaServer:
 
 
 def start_llama_server(alias: str | None, slots: int, log_dir: Path, *, metrics: bool = True,
-                       extra: tuple[str, ...] = (), ready_timeout: float = 120, port: int | None = None) -> LlamaServer:
+                       extra: tuple[str, ...] = (), ready_timeout: float = 120, port: int | None = None,
+                       models_dir: Path | None = None) -> LlamaServer:
     """A llama-server on `port` (a free one when None: give the old port to restart a server);
-    `alias` None starts it without --alias."""
+    `alias` None starts it without --alias; `models_dir` starts a router over that folder's GGUF
+    files instead of one model (its children get the other flags)."""
     binary, model = testbed_paths()
     port = port or free_port()
     log = log_dir / f"{alias or 'no-alias'}-{port}-{time.monotonic_ns()}.log"
-    args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots),
+    source = ["--models-dir", str(models_dir)] if models_dir is not None else ["-m", model]
+    args = [binary, *source, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots),
             "-c", "4096", "-t", "1", *(["--alias", alias] if alias else []), *(["--metrics"] if metrics else []),
             *extra]
     with log.open("wb") as f:

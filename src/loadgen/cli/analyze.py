@@ -77,6 +77,10 @@ def analyze(results_dir, knee_gain, knee_latency, output_format, percentiles=Non
     print_run(doc, _console(), _console(stderr=True), output_format, records=kept_records(doc, records))
     if output_format in ("table", "markdown"):
         _kind_answer(path, doc, _console())
+    if output_format == "table":
+        from ..output.router import print_router
+
+        print_router(_console(), kept_records(doc, records), path)  # a --models run (docs/router.md)
 
 
 def _crossover_again(grid_dir: Path) -> None:

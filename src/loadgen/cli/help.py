@@ -27,7 +27,7 @@ CONCERNS: dict[str, tuple[str, ...]] = {
                    "--checkpoint-interval", "--depths", "--time-scale", "--stop-at-knee", "--by",
                    "--max-concurrency", "--budget", "--trim"),
     "Workload": ("--prompt", "--prompt-file", "--dataset", "--dataset-field", "--dataset-samples",
-                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--class", "--ignore-eos", "--reasoning-effort", "--lora-mix",
+                 "--dataset-seed", "--prompt-tokens", "--n-predict", "--class", "--ignore-eos", "--reasoning-effort", "--lora-mix", "--models",
                  "--temperature",
                  "--seed", "--stream",
                  "--params"),

@@ -16,6 +16,7 @@ import click
 from ..analysis.trim import Trim
 from ..core.errors import ConfigError
 from ..core.lora_mix import LoraMix, parse_lora_mix
+from ..core.model_mix import ModelMix, parse_model_mix
 from ..core.request_class import RequestClass, parse_class, parse_class_flag
 from ..core.workload import LengthSpec, parse_length_spec
 
@@ -188,6 +189,20 @@ class LoraMixType(click.ParamType):
             self.fail(str(exc).removeprefix("--lora-mix: "), param, ctx)
 
 
+class ModelMixType(click.ParamType):
+    """--models: a router's model ids with weights, e.g. smol-a:2,smol-b:1, or all (core/model_mix.py)."""
+
+    name = "models"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> ModelMix:
+        if isinstance(value, ModelMix):
+            return value
+        try:
+            return parse_model_mix(str(value))
+        except ConfigError as exc:
+            self.fail(str(exc).removeprefix("--models: "), param, ctx)
+
+
 class RequestClassType(click.ParamType):
     """A request class (core/request_class.py): a scenario file's `[[class]]` table, or a --class
     flag's `name=chat,prompt_tokens=64,n_predict=32,concurrency=1[,slo=ttft=2s]`."""
@@ -208,6 +223,7 @@ class RequestClassType(click.ParamType):
 
 
 LORA_MIX = LoraMixType()
+MODEL_MIX = ModelMixType()
 PORTS = IntList(1, 65535)
 RATES = RateList()
 LEVELS = IntList(1, 4096)

@@ -37,7 +37,7 @@ from .common import results_folder
 from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
-from .options import DURATION, LEVELS, LORA_MIX, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
+from .options import DURATION, LEVELS, LORA_MIX, MODEL_MIX, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
 from .request_features import feature_options, request_features
 from .shared import (
     checking_only,
@@ -103,6 +103,10 @@ if TYPE_CHECKING:
               help="llama-server LoRA adapters per request: weights over the server's adapter ids (from its "
                    "/lora-adapters) and none, e.g. 0:1,1:1,none:1; each request carries its `lora` and its "
                    "record the adapter (docs/lora.md).")
+@click.option("--models", "model_mix", type=MODEL_MIX, metavar="NAME:W,...|all",
+              help="llama-server router mode: spread requests over the router's models by weight (ids from its "
+                   "/models), e.g. smol-a:2,smol-b:1, or all; each request names its `model` and its record "
+                   "the model; per-model cold loads and a thrash verdict after the run (docs/router.md).")
 @request_options
 @click.option("--probe-interval", "probe_interval_s", type=click.FloatRange(min=0), default=0.25, show_default=True,
               help="Seconds between scrapes of each server's /metrics and /slots during a level (a level's "
@@ -133,8 +137,9 @@ if TYPE_CHECKING:
 def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, arrival, burstiness, max_in_flight,
           arrival_seed, requests_per_level, duration_s, stagger_s, warmup, stream, prompt, prompt_file, dataset,
           dataset_field, dataset_samples, dataset_seed, prompt_tokens, n_predict, dataset_answer_field,
-          request_classes, workload_seed, ignore_eos, reasoning_effort, lora_mix, temperature, seed, timeout_s, stall_s,
-          wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets, histograms, transport, insecure,
+          request_classes, workload_seed, ignore_eos, reasoning_effort, lora_mix, model_mix, temperature, seed,
+          timeout_s, stall_s, wait_ready_s, output, force, probe_interval_s, knee_gain, knee_latency, parallel_targets,
+          histograms, transport, insecure,
           output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
           records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
           attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
@@ -147,7 +152,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     if rates is None and (max_in_flight is not None or arrival != "poisson" or burstiness != 1.0):
         raise ConfigError("--arrival, --burstiness and --max-in-flight need --rate")
     check_stagger(stagger_s, rates, duration_s)
-    slo = check_processes(api, items, rates, trim, lora_mix, slo_text, attainment, stream, prompt_tokens,
+    slo = check_processes(api, items, rates, trim, (lora_mix, model_mix), slo_text, attainment, stream, prompt_tokens,
                           several=workers != 1 or ray_address is not None)
     source = prompt_source(prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed)
     source, prompt_tokens, n_predict, workload, entries = sweep_lengths(
@@ -164,7 +169,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items,
-                                    lora_mix=lora_mix,
+                                    lora_mix=lora_mix, model_mix=model_mix,
                                     **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
         duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
@@ -192,9 +197,13 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
     sys.exit(code)
 
 
-def check_processes(api: str, items: int, rates: tuple[float, ...] | None, trim: Trim | None, lora_mix: Any,
+def check_processes(api: str, items: int, rates: tuple[float, ...] | None, trim: Trim | None, mixes: Any,
                     slo_text: str | None, attainment: float, stream: bool, prompt_tokens: Any, several: bool) -> Any:
-    """What must run in one process, the targets (--slo) and the answer APIs' --items, checked; the Slo."""
+    """What must run in one process (`mixes`: --lora-mix's and --models'), the targets (--slo) and the
+    answer APIs' --items, checked; the Slo."""
+    lora_mix, model_mix = mixes if isinstance(mixes, tuple) else (mixes, None)
+    if several and model_mix is not None:
+        raise ConfigError("--models runs a level's requests in this process; run it without --workers (or --ray)")
     check_one_process(rates, trim, several=several, lora_mix=lora_mix is not None)
     slo = build_slo(slo_text, attainment, stream=stream, several_processes=several)
     check_items(api, items, stream=stream, several_processes=several, prompt_tokens=prompt_tokens is not None)
@@ -380,6 +389,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     from ..run.sweep import run_sweep
     from ..run.workers.policy import open_level_runner, remove_worker_files
 
+    if config.classes and config.generation.model_mix is not None:
+        raise ConfigError("--models spreads one load's requests over a router's models; run it without --class")
     console = console or _console()
     err = _console(stderr=True)
     run = Run(config, kind)
@@ -403,6 +414,8 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     doc = execution.doc
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
+    if config.generation.model_mix is not None:
+        _print_router(out_dir, run, doc, console if output_format == "table" else None)
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
 
@@ -416,6 +429,17 @@ def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any]
     from ..results.reader import load_records
 
     return kept_records(doc, load_records(out_dir))
+
+
+def _print_router(out_dir: Path, run: Any, doc: Any, console: Console | None) -> None:
+    """A --models run: the router's polled timeline written (router.json), its per-model table and verdict."""
+    from ..output.cache import kept_records
+    from ..output.router import print_router, write_timelines
+    from ..results.reader import load_records
+
+    write_timelines(out_dir, run.targets)
+    if console is not None:  # JSON, CSV and Markdown on stdout hold their own tables only
+        print_router(console, kept_records(doc, load_records(out_dir)), out_dir)
 
 
 def run_exit_code(execution: Execution) -> int:

@@ -242,6 +242,14 @@ class Probe(SessionClient):
         except (TimeoutError, aiohttp.ClientError) as exc:
             return 0, _first_line(exc).encode()
 
+    async def router_get(self, path: str) -> tuple[int, bytes]:
+        """(HTTP status, body) of a router's `GET path` (/models, /props; status 0: no answer); the
+        caller judges it (run/router.py)."""
+        try:
+            return await self._get(path)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, _first_line(exc).encode()
+
     async def busy_slots(self) -> int | None:
         """How many slots of /slots are processing now, or None when /slots is off."""
         slots = await self._slots()

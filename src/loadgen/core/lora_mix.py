@@ -37,16 +37,7 @@ class LoraMix:
     @property
     def cycle(self) -> tuple[str, ...]:
         """One cycle of Σweights labels by smooth weighted round robin (ties go to the earlier entry)."""
-        total = sum(w for _, w in self.entries)
-        current = [0] * len(self.entries)
-        out = []
-        for _ in range(total):
-            for i, (_, weight) in enumerate(self.entries):
-                current[i] += weight
-            best = max(range(len(current)), key=lambda i: (current[i], -i))
-            current[best] -= total
-            out.append(self.entries[best][0])
-        return tuple(out)
+        return weighted_cycle(self.entries)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -60,6 +51,21 @@ class LoraMix:
     def out_of_range(self, loaded: int) -> list[int]:
         """The ids the mix asks for that a server with `loaded` adapters does not have."""
         return [i for i in self.ids if i >= loaded]
+
+
+def weighted_cycle(entries: Sequence[tuple[str, int]]) -> tuple[str, ...]:
+    """One cycle of Σweights labels by smooth weighted round robin (ties go to the earlier entry):
+    equal weights alternate, and any window of the cycle's length holds each label its weight's worth."""
+    total = sum(w for _, w in entries)
+    current = [0] * len(entries)
+    out = []
+    for _ in range(total):
+        for i, (_, weight) in enumerate(entries):
+            current[i] += weight
+        best = max(range(len(current)), key=lambda i: (current[i], -i))
+        current[best] -= total
+        out.append(entries[best][0])
+    return tuple(out)
 
 
 def parse_lora_mix(text: str) -> LoraMix:

@@ -143,6 +143,8 @@ class RequestRecord(msgspec.Struct, frozen=True):
     request_class: str | None = None
     # --lora-mix: the adapter this request asked for ("0", "1", ... or "none"); None: no mix.
     lora: str | None = None
+    # --models (core/model_mix.py): the router model this request named in its `model` field; None: no mix.
+    model: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -211,6 +213,7 @@ def make_record(
     first_answer_ns: int | None = None,
     request_class: str | None = None,
     lora: str | None = None,
+    model: str | None = None,
 ) -> RequestRecord:
     # A record is made per request: callers on the hot path pass arguments by position, and the
     # record is built positionally too (msgspec takes positional arguments several times faster
@@ -219,7 +222,7 @@ def make_record(
     return RequestRecord(target, level, worker, seq, salt, send_ns, complete_ns, status,  # type: ignore[call-arg]  # mypy cannot count a *-spread's fields
                          *msgspec.structs.astuple(outcome), headers_ns, intended_ns, first_token_ns,
                          last_token_ns, chunk_gaps_us, chunks, prompt_tokens_target, connect_us, tls_us,
-                         n_predict_target, first_answer_ns, request_class, lora)
+                         n_predict_target, first_answer_ns, request_class, lora, model)
 
 
 _OUTCOME_AT = RequestRecord.__struct_fields__.index("error_kind")
@@ -230,7 +233,7 @@ assert RequestRecord.__struct_fields__[_OUTCOME_AT:_OUTCOME_AT + len(ServerOutco
 assert RequestRecord.__struct_fields__[_OUTCOME_AT + len(ServerOutcome.__struct_fields__):] == (
     "headers_ns", "intended_ns", "first_token_ns", "last_token_ns", "chunk_gaps_us", "chunks",
     "prompt_tokens_target", "connect_us", "tls_us", "n_predict_target", "first_answer_ns", "request_class",
-    "lora")
+    "lora", "model")
 
 
 class ProbeSample(msgspec.Struct, frozen=True):

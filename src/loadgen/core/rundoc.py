@@ -747,6 +747,7 @@ class Config(msgspec.Struct, frozen=True):
     arrival_seed: int | None = None  # open loop: the arrival schedule's seed (a level's repeat k draws seed + k)
     capacity: CapacitySearchConfig | None = None  # a capacity run's search settings (schema 4 on)
     lora_mix: str | None = None  # --lora-mix: adapter ids (and none) with their weights (core/lora_mix.py)
+    models: str | None = None  # --models: a router's model ids with their weights (core/model_mix.py)
 
     @property
     def workload_spec(self) -> WorkloadSpec | None:

@@ -60,6 +60,8 @@ Version history (SCHEMA_VERSION):
        Added since, without a bump (docs/lora.md): config "lora_mix" (--lora-mix's adapters and
        weights) and per record "lora" (the adapter asked) and "lora_applied" (what the server said it
        applied); absent or null in a run without a mix.
+       Added since, without a bump (docs/router.md): config "models" (--models's router model ids
+       and weights) and per record "model" (the model the request named); absent or null without.
     4  "kind" names the command that made the run (core.rundoc.RunKind): "capacity", "replay",
        "prefix", "chat" and "cache-capacity" runs, which said "sweep" before, say so (their levels
        read as a sweep's); a capacity run's search settings are in config "capacity" (by,

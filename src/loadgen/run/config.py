@@ -284,6 +284,7 @@ class SweepConfig:
             **({"tools": len(g.tools)} if g.tools else {}),
             **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
             **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
+            **({"models": g.model_mix.spec} if g.model_mix is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).

@@ -89,7 +89,7 @@ class _Sender:
     written for speed: attributes read once, records built positionally, streaming apart.
     """
 
-    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures", "_key", "_lora",
+    __slots__ = ("level", "transport", "backend", "obs", "options", "salt", "connect_failures", "_key", "_lora", "_model",
                  "_request", "_build", "_parse", "_parse_at")
 
     def __init__(self, level: LevelRun, transport: Transport, backend: Backend, obs: Observer,
@@ -104,6 +104,9 @@ class _Sender:
         self._parse_at = getattr(backend, "parse_at", None)
         # --lora-mix (client/backends/lora.py): the adapter each seq asks for, kept on its record
         self._lora = getattr(backend, "lora_label", None)
+        # --models (client/backends/router.py): the router model each seq names, kept on its record
+        self._model = getattr(backend, "model_label", None) or getattr(getattr(backend, "inner", None),
+                                                                       "model_label", None)
 
     async def send(self, worker: int, seq: int, intended_ns: int | None = None) -> str | None:
         """Send request `seq`, record it; its error kind, None when it succeeded."""
@@ -205,16 +208,17 @@ class _Sender:
         else:
             prompt_tokens, n_predict = level.prompt_tokens, None
         lora = None if self._lora is None else self._lora(seq)
+        model = None if self._model is None else self._model(seq)
         if stream is None:
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, None, None, None, None, prompt_tokens, connect_us,
-                                 tls_us, n_predict, None, level.request_class, lora)
+                                 tls_us, n_predict, None, level.request_class, lora, model)
         else:  # content event times (none when no content came)
             record = make_record(level.target, self._key, worker, seq, salt, send_ns, complete_ns, status, outcome,
                                  headers_ns, intended_ns, stream.first_ns, stream.last_ns,
                                  stream.gaps_us.tolist() if stream.chunks else None, stream.chunks,
                                  prompt_tokens, connect_us, tls_us, n_predict, stream.first_answer_ns,
-                                 level.request_class, lora)
+                                 level.request_class, lora, model)
         level.records.append(record)  # the one point a completed record passes (core/recordsink.py)
         return record
 

@@ -50,6 +50,10 @@ class TargetRun:
     slot_cycles: list[Any] = field(default_factory=list)
     # `loadgen wake`: each cycle's figures (core/rundoc.py `WakeCycle`), in the order run.
     wake_cycles: list[Any] = field(default_factory=list)
+    # --models against a router (run/router.py): each model's status changes as /models was polled
+    # through the levels (core/model_mix.py `ModelEvent`), and the router's --models-max (/props `max_instances`).
+    model_events: list[Any] = field(default_factory=list)
+    models_max: int | None = None
 
 
 @dataclass(slots=True)

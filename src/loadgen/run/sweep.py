@@ -24,6 +24,7 @@ from .lora import refuse_lora_mix
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
 from .recording import probe_stream, stream_level
+from .router import refuse_model_mix, router_timeline
 from .shared_prefix import new_level_salt
 from .state import Run, RunObserver, TargetRun
 from .target_setup import (
@@ -126,7 +127,8 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     before the first level and sampled through every level unless `config.machine.enabled` is off
     (run/machine_sampling.py).
     """
-    live = await prepare_targets(run, obs, note_metrics_off=True)
+    # a router's /metrics answers only with ?model= (run/router.py): not "off"
+    live = await prepare_targets(run, obs, note_metrics_off=run.config.generation.model_mix is None)
     shared = run.config.shared_prefix
     if shared is not None:  # the prefix, the salt and the request's own text: every prompt that long
         refuse_prompts_beyond_context(live, shared.total_tokens, run.config.generation.n_predict,
@@ -134,13 +136,15 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     await refuse_given_prompts_beyond_context(run.config, live, obs)
     await refuse_lora_mix(run.config, live)
+    await refuse_model_mix(run, live)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:
         refuse_shapes_beyond_context(live, run.config.replay.shapes)
     runner = await sampled_runner(run, live, runner, obs)
-    if run.config.parallel_targets:
-        await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan) for t in live))
-    else:
-        for t in live:
-            await _sweep_target(run, t, obs, runner, transport_factory, plan)
+    async with router_timeline(run, live):
+        if run.config.parallel_targets:
+            await asyncio.gather(*(_sweep_target(run, t, obs, runner, transport_factory, plan) for t in live))
+        else:
+            for t in live:
+                await _sweep_target(run, t, obs, runner, transport_factory, plan)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ...core.lora_mix import LoraMix
+from ...core.model_mix import ModelMix
 from ...core.records import ServerOutcome
 from ..sse import EventReader
 from .conversation import History
@@ -57,6 +58,8 @@ class GenerationParams:
         return self.json_schema is not None or self.grammar is not None or bool(self.tools)
     # --lora-mix (core/lora_mix.py): body i carries the LoRA adapter the mix gives request i; None: no `lora` field.
     lora_mix: LoraMix | None = None
+    # --models (core/model_mix.py): body i names the router model the mix gives request i; None: the one model.
+    model_mix: ModelMix | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -148,8 +151,13 @@ def generation_fields(params: GenerationParams, length_key: str, **first: Any) -
 
 
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
-    """The backend of `api` for `params`; with a LoRA mix, wrapped so each body carries its adapter."""
+    """The backend of `api` for `params`; with a model mix (router) or a LoRA mix, wrapped so each body
+    names its model or carries its adapter."""
     backend = _api_backend(api, params, model)
+    if params.model_mix is not None:
+        from .router import ModelBackend
+
+        backend = ModelBackend(backend, params.model_mix)
     if params.lora_mix is None:
         return backend
     from .lora import LoraBackend

@@ -1,0 +1,103 @@
+"""A --models run against a router: its load timeline written beside the records (router.json),
+and per target each model's requests, tokens, failures and cold loads, with the thrash verdict
+(analysis/router.py, docs/router.md).
+
+router.json: `{"targets": [{"label", "models_max", "events": [{"t_ns", "model", "status"}]}]}`,
+each event a change of one model's /models status as loadgen's poll saw it, `t_ns` on the
+records' clock (requests.jsonl's send_ns); `read_timelines` reads it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import msgspec
+
+from ..analysis.router import ModelFigures, RouterVerdict, model_figures, thrash_verdict
+from ..core.model_mix import ModelEvent
+from ..core.records import RequestRecord
+from ..results.atomic import write_json
+from .layout import Column, Grid, Num, print_table
+
+FILE = "router.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    label: str
+    models_max: int | None
+    events: list[ModelEvent]
+
+
+def write_timelines(out_dir: Path, targets: Sequence[Any]) -> None:
+    """The targets' (run/state.py TargetRun) polled /models changes, as router.json."""
+    write_json(out_dir / FILE, {"targets": [
+        {"label": t.label, "models_max": t.models_max, "events": msgspec.to_builtins(t.model_events)}
+        for t in targets]})
+
+
+def read_timelines(out_dir: Path) -> list[Timeline]:
+    """router.json's timelines; none when the run has no such file."""
+    path = out_dir / FILE
+    if not path.exists():
+        return []
+    doc = msgspec.json.decode(path.read_bytes())
+    return [Timeline(t["label"], t.get("models_max"), msgspec.convert(t["events"], list[ModelEvent]))
+            for t in doc["targets"]]
+
+
+def router_view(records: Sequence[RequestRecord], timeline: Timeline) -> tuple[list[ModelFigures], RouterVerdict | None]:
+    """One target's per-model figures and its verdict."""
+    mine = [r for r in records if r.target == timeline.label]
+    figures = model_figures(mine, timeline.events)
+    verdict = thrash_verdict(len(figures), timeline.models_max, sum(f.requests for f in figures),
+                             sum(f.waited for f in figures), sum(f.loads for f in figures))
+    return figures, verdict
+
+
+def _per_minute(count: int, records: Sequence[RequestRecord]) -> float | None:
+    if not records:
+        return None
+    span_s = (max(r.complete_ns for r in records) - min(r.send_ns for r in records)) / 1e9
+    return count / span_s * 60 if span_s > 0 else None
+
+
+def router_grid(records: Sequence[RequestRecord], timelines: Sequence[Timeline]) -> tuple[Grid, list[str]]:
+    """The per-model table of every target, and each target's verdict line."""
+    grid = Grid("models behind the router (--models)",
+                [Column("target", key=True), Column("model", key=True), Column("requests"), Column("ok"),
+                 Column("failed"), Column("output\ntokens"), Column("waited\nfor load"), Column("cold load\nms p50"),
+                 Column("load\nms p50"), Column("loads\n/min"), Column("unloads\n/min"), Column("failures")])
+    lines = []
+    for tl in timelines:
+        figures, verdict = router_view(records, tl)
+        mine = [r for r in records if r.target == tl.label]
+        for i, f in enumerate(figures):
+            grid.add_row(tl.label, f.model, Num(f.requests, None), Num(f.ok, None), Num(f.failed, None),
+                         Num(f.output_tokens, None), Num(f.waited, None),
+                         Num(median(f.cold_load_ms) if f.cold_load_ms else None, 0),
+                         Num(median(f.load_ms) if f.load_ms else None, 0),
+                         Num(_per_minute(f.loads, mine), 1), Num(_per_minute(f.unloads, mine), 1),
+                         ", ".join(f"{k} {n}" for k, n in f.failures.items()) or "-",
+                         end_section=i == len(figures) - 1)
+        if verdict is not None:
+            lines.append(f"{tl.label}: {verdict.line}")
+    grid.caption = ("waited for load: requests sent before their model was loaded; cold load: their TTFT less "
+                    "their own prefill (timings.prompt_ms); load: /models 'loading' to 'loaded' as polled")
+    return grid, lines
+
+
+def print_router(console: Any, records: Sequence[RequestRecord], out_dir: Path) -> None:
+    """A --models run's per-model table and verdicts, when its folder holds router.json (after the run
+    and from `loadgen analyze`)."""
+    timelines = read_timelines(out_dir)
+    if not timelines:
+        return
+    grid, lines = router_grid(records, timelines)
+    print_table(console, grid)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=not console.is_terminal)  # one line in a pipe

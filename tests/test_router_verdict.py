@@ -1,0 +1,129 @@
+"""The router's per-model figures and thrash verdict (analysis/router.py), on tables written first;
+--models parsing and the model each body names (core/model_mix.py, client/backends/router.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadgen.analysis.router import failure_kind, model_figures, thrash_verdict
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.core.errors import ConfigError
+from loadgen.core.model_mix import MODEL_UNLOADED, ModelEvent, ModelMix, parse_model_mix
+from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+
+# (models, models_max, requests, waited, loads) → thrash?, words the line must hold
+VERDICTS = [
+    ((3, 2, 60, 20, 22), True, ["3 models on --models-max 2", "33% of requests waited", "affinity",
+                                "--models-max 3"]),
+    ((3, 3, 60, 3, 3), False, ["no thrash", "3 loads of 3 models"]),  # each model loaded once
+    ((2, 2, 40, 2, 2), False, ["no thrash"]),
+    ((3, 2, 100, 3, 4), False, ["no thrash", "3% of requests"]),  # one reload: below 5%
+    ((3, 2, 100, 5, 5), True, ["5% of requests waited"]),  # at the 5% line
+    # the router holds every model: reloads come from unloads (by hand, sleep, a crash), not the cap
+    ((1, 1, 10, 10, 10), False, ["1 model on --models-max 1", "reloaded", "not thrash"]),
+    ((3, 3, 60, 20, 22), False, ["reloaded"]),
+    ((3, None, 60, 20, 22), True, ["--models-max ?"]),
+]
+
+
+@pytest.mark.parametrize(("args", "thrash", "words"), VERDICTS)
+def test_thrash_verdict(args: tuple, thrash: bool, words: list[str]) -> None:
+    verdict = thrash_verdict(*args)
+    assert verdict is not None
+    assert verdict.thrash is thrash
+    for word in words:
+        assert word in verdict.line
+
+
+def test_no_requests_no_verdict() -> None:
+    assert thrash_verdict(3, 2, 0, 0, 0) is None
+
+
+def _record(seq: int, model: str, send_ms: int, first_ms: int, done_ms: int, *, status: int = 200,
+            error: str | None = None, out: int = 8, prompt_ms: float | None = None) -> RequestRecord:
+    outcome = ServerOutcome(error_kind=error, predicted_n=None if error else out, prompt_n=None if error else 30,
+                            prompt_ms=prompt_ms)
+    ms = 1_000_000
+    return make_record("t", 1, 0, seq, "s", send_ms * ms, done_ms * ms, status, outcome, None, None,
+                       first_ms * ms, done_ms * ms, None, 1, None, None, None, None, None, None, None, model)
+
+
+def _ev(ms: int, model: str, status: str) -> ModelEvent:
+    return ModelEvent(ms * 1_000_000, model, status)
+
+
+def test_model_figures_split_cold_load_from_warm_ttft() -> None:
+    events = [_ev(0, "a", "loading"), _ev(300, "a", "loaded"), _ev(1000, "a", "unloaded"),
+              _ev(1100, "a", "loading"), _ev(1350, "a", "loaded")]
+    records = [
+        _record(0, "a", 0, 320, 400),  # waited for the first load: TTFT 320, warm median 20 → 300
+        _record(1, "a", 500, 520, 600),  # warm: TTFT 20
+        _record(2, "a", 700, 720, 800),  # warm: TTFT 20
+        _record(3, "a", 900, 900, 1050, status=200, error="incomplete"),  # cut by the unload at 1000
+        _record(4, "a", 1100, 1370, 1400, prompt_ms=30.0),  # waited for the reload: 270 less its prefill 30
+        _record(5, "b", 0, 10, 20, status=500, error="http_error"),  # a plain failure
+    ]
+    a, b = model_figures(records, events)
+    assert (a.model, a.requests, a.ok, a.waited, a.loads, a.unloads) == ("a", 5, 4, 2, 2, 1)
+    assert a.cold_load_ms == [300.0, 240.0]
+    assert a.load_ms == [300.0, 250.0]
+    assert a.failures == {MODEL_UNLOADED: 1}
+    assert (a.output_tokens, a.prompt_tokens) == (32, 120)
+    assert b.failures == {"http_error": 1} and b.failed == 1 and b.loads == 0
+
+
+# (error kind, status, send ms, end ms, the model's changes) → failure kind; the router cut at 754 ms
+# and reloaded at 10,756 ms on the test bed (its instance waits up to 10 s for requests in flight)
+FAILURES = [
+    ("model_unloaded", 500, 0, 10_749, [], "model_unloaded"),  # the router's "proxy error" 500
+    ("truncated_stream", 200, 7, 754, [(0, "loaded"), (10_756, "loading")], "model_unloaded"),
+    ("truncated_stream", 200, 7, 754, [(0, "loaded"), (400, "unloaded")], "model_unloaded"),  # seen unloaded
+    ("truncated_stream", 200, 7, 754, [(0, "loaded")], "truncated_stream"),  # the instance lives on
+    ("http_500", 500, 7, 754, [(0, "loaded"), (30_000, "loading")], "http_500"),  # reloaded long after
+    ("http_400", 400, 7, 754, [(0, "loaded"), (800, "loading")], "http_400"),  # the client's own error
+    (None, 200, 7, 754, [(0, "loaded"), (800, "loading")], None),
+]
+
+
+@pytest.mark.parametrize(("kind", "status", "send", "end", "changes", "expected"), FAILURES)
+def test_failure_kind(kind: str | None, status: int, send: int, end: int, changes: list, expected: str | None) -> None:
+    record = _record(0, "a", send, end, end, status=status, error=kind)
+    assert failure_kind(record, [_ev(t, "a", s) for t, s in changes]) == expected
+
+
+def test_parse_models() -> None:
+    assert parse_model_mix("smol-a:2,smol-b").entries == (("smol-a", 2), ("smol-b", 1))
+    assert parse_model_mix("all").every_listed
+    assert parse_model_mix("all").resolved(["x", "y"]).entries == (("x", 1), ("y", 1))
+    assert parse_model_mix("a,b").missing(["a"]) == ["b"]
+    for bad in ("a:0", "a,a", "a:x", ""):
+        with pytest.raises(ConfigError):
+            parse_model_mix(bad)
+
+
+@pytest.mark.parametrize(("api", "model"), [("llamacpp", None), ("chat", "served"), ("completions", None)])
+def test_each_body_names_its_model(api: str, model: str | None) -> None:
+    mix = ModelMix((("a", 2), ("b", 1)))
+    backend = make_backend(api, GenerationParams(prompt="hi", n_predict=4, model_mix=mix), model)
+    names = [json.loads(backend.build("salt", i))["model"] for i in range(6)]
+    assert names == list(mix.cycle) * 2 and sorted(mix.cycle) == ["a", "a", "b"]
+    assert [backend.model_label(i) for i in range(3)] == list(mix.cycle)  # type: ignore[attr-defined]
+
+
+def test_a_server_that_is_no_router_is_refused_in_one_line(tmp_path) -> None:
+    from servers import SimThread, sweep
+
+    with SimThread() as sim:
+        proc = sweep("--url", sim.url, "--models", "a,b", "--concurrency", "1", "--requests", "1",
+                     "--output", str(tmp_path / "run"), timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "not a llama-server router" in proc.stderr and "--models-dir" in proc.stderr
+
+
+def test_the_routers_proxy_error_is_model_unloaded() -> None:
+    backend = make_backend("chat", GenerationParams(prompt="hi", n_predict=4, model_mix=ModelMix((("a", 1),))), "m")
+    assert backend.parse(500, b"proxy error: Failed to read connection").error_kind == MODEL_UNLOADED
+    assert backend.parse(500, b'{"error":{"code":500,"message":"x"}}').error_kind != MODEL_UNLOADED
