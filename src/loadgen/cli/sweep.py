@@ -178,13 +178,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment),
         workload=workload, dataset_entries=entries, percentiles=percentiles or (), trim=trim,
         classes=tuple(request_classes))
-    config = resolve_workers(workers, ray_address, config)
-    if workload is not None and (config.workers != 1 or config.ray_address is not None):
-        raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "
-                          "drop --workers/--ray")
-    if stop_at_knee and len(config.targets) != 1:
-        raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
-    ensure_open_files(connections_needed(config), config.open_loop and not config.classes)
+    config = check_scale(resolve_workers(workers, ray_address, config), stop_at_knee)
     if checking_only():
         return show_classes(config.classes)
     out_dir = results_folder(output, force, "sweep")
@@ -195,6 +189,18 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
         code = execute_sweep(config, out_dir, histograms=histograms, output_format=output_format, live=live,
                              records=records_kept, records_format=records_format, stop_at_knee=stop_at_knee)
     sys.exit(code)
+
+
+def check_scale(config: SweepConfig, stop_at_knee: bool) -> SweepConfig:
+    """What the resolved config cannot do, refused in one line: drawn lengths over several processes,
+    --stop-at-knee with several targets, more connections than open files allow."""
+    if config.workload is not None and (config.workers != 1 or config.ray_address is not None):
+        raise ConfigError("drawn lengths (--prompt-tokens/--n-predict distributions) run in one process; "
+                          "drop --workers/--ray")
+    if stop_at_knee and len(config.targets) != 1:
+        raise ConfigError("--stop-at-knee ends one server's ladder; give one target")
+    ensure_open_files(connections_needed(config), config.open_loop and not config.classes)
+    return config
 
 
 def check_processes(api: str, items: int, rates: tuple[float, ...] | None, trim: Trim | None, mixes: Any,
