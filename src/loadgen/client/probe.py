@@ -132,6 +132,7 @@ def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
         "model_alias": props.get("model_alias"),
         "model_path": props.get("model_path"),
         "build_info": props.get("build_info"),
+        **({"modalities": props["modalities"]} if isinstance(props.get("modalities"), dict) else {}),
     }
 
 
@@ -228,6 +229,17 @@ class Probe(SessionClient):
         caller judges it (run/lora.py). Asked once, before a --lora-mix run's first level."""
         try:
             return await self._get("/lora-adapters")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, _first_line(exc).encode()
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """(HTTP status, body) of one POST of `body` (JSON) to the target's `path` (status 0: no
+        answer, the body says why). For a few requests before the first level (run/images.py)."""
+        assert self._session is not None
+        try:
+            async with self._session.post(yarl.URL(self._target.url(path), encoded=True), data=body,
+                                          headers={"Content-Type": "application/json"}) as resp:
+                return resp.status, await resp.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             return 0, _first_line(exc).encode()
 

@@ -281,6 +281,7 @@ class SweepConfig:
             **({"tools": len(g.tools)} if g.tools else {}),
             **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
             **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
+            **({"images": g.images.to_dict()} if g.images is not None else {}),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).

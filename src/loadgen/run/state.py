@@ -48,6 +48,8 @@ class TargetRun:
     lengths_floored: tuple[int, int, int] | None = None
     # `loadgen slots`: each cycle's figures (analysis/slots.py `CycleFigures`), in the order run.
     slot_cycles: list[Any] = field(default_factory=list)
+    # --images: what the images cost this target, measured before the first level (run/images.py); None: no images.
+    images: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

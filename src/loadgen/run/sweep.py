@@ -20,6 +20,7 @@ from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
 from .level_runner import LevelRunner, TargetLoad
+from .images import check_images
 from .lora import refuse_lora_mix
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
@@ -134,6 +135,7 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     refuse_prompts_beyond_context(live, run.config.prompt_tokens, run.config.generation.n_predict)
     await refuse_given_prompts_beyond_context(run.config, live, obs)
     await refuse_lora_mix(run.config, live)
+    await check_images(run.config, live)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ...core.images import ImageSet
 from ...core.lora_mix import LoraMix
 from ...core.records import ServerOutcome
 from ..sse import EventReader
@@ -57,6 +58,9 @@ class GenerationParams:
         return self.json_schema is not None or self.grammar is not None or bool(self.tools)
     # --lora-mix (core/lora_mix.py): body i carries the LoRA adapter the mix gives request i; None: no `lora` field.
     lora_mix: LoraMix | None = None
+    # --images (core/images.py, backends/images.py): the images every chat, Responses or Messages
+    # body carries, salted per request; None: text only.
+    images: ImageSet | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -148,8 +152,13 @@ def generation_fields(params: GenerationParams, length_key: str, **first: Any) -
 
 
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
-    """The backend of `api` for `params`; with a LoRA mix, wrapped so each body carries its adapter."""
+    """The backend of `api` for `params`; with images, wrapped so each body carries them; with a
+    LoRA mix, wrapped so each body carries its adapter."""
     backend = _api_backend(api, params, model)
+    if params.images is not None:
+        from .images import ImageBackend
+
+        backend = ImageBackend(backend, api, params.images)
     if params.lora_mix is None:
         return backend
     from .lora import LoraBackend
@@ -201,6 +210,7 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 # and tools (chat).
 STRUCTURED_APIS = ("llamacpp", "completions", "chat")
 TOOLS_APIS = ("chat",)
+IMAGE_APIS = ("chat", "responses", "messages")  # the APIs whose messages carry images (backends/images.py)
 # The APIs whose requests carry a model name (from --model or the server's /v1/models).
 OPENAI_APIS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 # The APIs whose prompt goes through the server's chat template.
