@@ -1,0 +1,129 @@
+"""--images without a server: the image bytes salted per request, each API's part shapes, and the
+refusals before the first level (core/images.py, client/backends/images.py, cli/request_features.py,
+run/images.py; docs/request-features.md)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from loadgen.cli.request_features import image_features
+from loadgen.client.backends import GenerationParams, make_backend
+from loadgen.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
+from loadgen.core.images import generated, parse_spec
+from loadgen.core.records import ServerOutcome, Usage
+from loadgen.run.images import image_figures, projector_refusal
+
+
+def _pixels(b64: str):
+    with Image.open(io.BytesIO(base64.b64decode(b64))) as im:
+        return im.size, np.asarray(im.convert("RGB")).reshape(-1, 3).tolist()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1:640x480", (1, 640, 480)),
+    ("3:64x64", (3, 64, 64)),
+    (" 2:2x1 ", (2, 2, 1)),
+    ("0:64x64", None),   # no images
+    ("1:1x64", None),    # one pixel wide: no room for the salt
+    ("1:64", None),
+    ("64x64", None),
+    ("1:9000x10", None),
+])
+def test_the_spec_is_k_images_of_w_by_h(text, expected):
+    if expected is None:
+        with pytest.raises(ConfigError):
+            parse_spec(text)
+    else:
+        assert parse_spec(text) == expected
+
+
+def test_every_request_and_every_image_in_it_gets_its_own_pixels():
+    images = generated("2:40x30")
+    a0, a1 = images.for_request("0000000000000001", 0)
+    b0, _ = images.for_request("0000000000000002", 1)
+    size, base = _pixels(images.images[0])
+    decoded = [_pixels(x) for x in (a0, a1, b0)]
+    assert all(s == size == (40, 30) for s, _ in decoded)  # each still a whole, decodable image
+    assert len({a0, a1, b0}) == 3
+    for _, pixels in decoded:  # only the salt's two pixels differ from the image as made
+        changed = [i for i, (p, q) in enumerate(zip(pixels, base, strict=True)) if p != q]
+        assert changed and set(changed) <= {40 * 29, 40 * 29 + 1}  # BMP's first stored pixels: the bottom row's
+    assert images.for_request("0000000000000001", 0) == [a0, a1]  # a salt gives the same bytes again
+
+
+def test_the_cache_mode_sends_the_images_as_made():
+    images = generated("1:16x16", cached=True)
+    assert images.for_request("1", 0) == images.for_request("2", 5) == [images.images[0]]
+    assert images.to_dict() == {"images": "1:16x16", "per_request": 1, "salted": False}
+
+
+def _body(api, cache=False):
+    params = GenerationParams(prompt="Describe it.", n_predict=4, images=generated("2:8x8", cached=cache))
+    return json.loads(make_backend(api, params, "m").build("0123456789012345", 0))
+
+
+def test_each_api_carries_the_images_first_then_the_salted_text():
+    chat = _body("chat")["messages"][-1]["content"]
+    assert [p["type"] for p in chat] == ["image_url", "image_url", "text"]
+    assert chat[0]["image_url"]["url"].startswith("data:image/bmp;base64,Qk")  # "BM"
+    assert chat[2]["text"].startswith("[0123456789012345]") and "Describe it." in chat[2]["text"]
+    responses = _body("responses")["input"]
+    assert [p["type"] for p in responses[0]["content"]] == ["input_image", "input_image", "input_text"]
+    assert responses[0]["content"][0]["image_url"].startswith("data:image/bmp;base64,")
+    messages = _body("messages")["messages"][-1]["content"]
+    assert [p["type"] for p in messages] == ["image", "image", "text"]
+    assert messages[0]["source"]["media_type"] == "image/bmp" and messages[0]["source"]["type"] == "base64"
+    assert _body("chat")["cache_prompt"] is False and _body("chat", cache=True)["cache_prompt"] is True
+
+
+def test_an_api_without_images_a_file_that_is_no_image_and_a_cache_without_images_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="the llamacpp API carries no images"):
+        image_features("1:64x64", api="llamacpp")
+    with pytest.raises(ConfigError, match="the completions API carries no images"):
+        image_features("1:64x64", api="completions")
+    text = tmp_path / "notes.png"
+    text.write_text("not a picture")
+    with pytest.raises(ConfigError, match=r"--images-from .*notes.png: not an image pillow can read") as err:
+        image_features(None, (str(tmp_path),), api="chat")
+    assert err.value.exit_code == EXIT_USAGE
+    with pytest.raises(ConfigError, match="--image-cache needs --images"):
+        image_features(None, (), True, api="chat")
+    with pytest.raises(ConfigError, match="no such file"):
+        image_features(None, (str(tmp_path / "missing"),), api="chat")
+    assert image_features(None, (), api="llamacpp") == {}
+
+
+def test_files_go_as_their_own_pixels(tmp_path):
+    Image.new("RGB", (12, 10), (200, 10, 30)).save(tmp_path / "a.png")
+    Image.new("RGB", (5, 7), (1, 2, 3)).save(tmp_path / "b.jpg")
+    images = image_features("2", (str(tmp_path),), api="messages")["images"]
+    assert images.per_request == 2 and [_pixels(x)[0] for x in images.images] == [(12, 10), (5, 7)]
+    assert images.spec == "2 from 2 files"
+
+
+@pytest.mark.parametrize("props, refused", [
+    ({"modalities": {"vision": False, "audio": False}}, True),   # llama-server without --mmproj
+    ({"modalities": {"vision": True, "audio": False}}, False),
+    ({"total_slots": 2}, False),                                 # says nothing: asked directly
+    (None, False),
+])
+def test_a_server_whose_props_say_no_vision_is_refused_exit_1(props, refused):
+    refusal = projector_refusal(props, "srv")
+    assert (refusal is not None) == refused
+    if refusal is not None:
+        assert refusal.exit_code == EXIT_FAILED and "--mmproj" in str(refusal)
+
+
+def test_image_tokens_are_the_whole_prompts_difference_cached_tokens_included():
+    text = ServerOutcome(prompt_n=58, prompt_ms=100.0, cache_n=0)
+    first = ServerOutcome(prompt_n=50, prompt_ms=300.0, cache_n=24)   # a cached template head
+    later = ServerOutcome(prompt_n=None, cache_n=None, usage=Usage(prompt_tokens=74))
+    figures = image_figures(text, first, later)
+    assert figures["image_tokens"] == 16 and figures["prompt_n"] == 74 and figures["later_prompt_n"] == 74
+    assert figures["prompt_ms_first"] == 300.0 and figures["prompt_ms_later"] is None
