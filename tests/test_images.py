@@ -96,13 +96,13 @@ def test_an_api_without_images_a_file_that_is_no_image_and_a_cache_without_image
         image_features(None, (), True, api="chat")
     with pytest.raises(ConfigError, match="no such file"):
         image_features(None, (str(tmp_path / "missing"),), api="chat")
-    assert image_features(None, (), api="llamacpp") == {}
+    assert image_features(None, (), api="llamacpp") is None
 
 
 def test_files_go_as_their_own_pixels(tmp_path):
     Image.new("RGB", (12, 10), (200, 10, 30)).save(tmp_path / "a.png")
     Image.new("RGB", (5, 7), (1, 2, 3)).save(tmp_path / "b.jpg")
-    images = image_features("2", (str(tmp_path),), api="messages")["images"]
+    images = image_features("2", (str(tmp_path),), api="messages")
     assert images.per_request == 2 and [_pixels(x)[0] for x in images.images] == [(12, 10), (5, 7)]
     assert images.spec == "2 from 2 files"
 

@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from ..client.backends import IMAGE_APIS, STRUCTURED_APIS, TOOLS_APIS
-from ..core.images import ImageSet
 from ..core.errors import ConfigError
+from ..core.images import ImageSet
 
 TOOL_CHOICES = ("auto", "required", "none")
 
@@ -79,22 +79,22 @@ def request_features(json_schema: str | None, grammar_file: str | None, tools: s
 
 
 def image_features(images: str | None, images_from: tuple[str, ...] = (), image_cache: bool = False,
-                   api: str = "chat") -> dict[str, ImageSet]:
-    """The GenerationParams `images` field --images / --images-from / --image-cache ask for
-    (checked: ConfigError otherwise); empty when no images are asked."""
+                   api: str = "chat") -> ImageSet | None:
+    """The GenerationParams `images` --images / --images-from / --image-cache ask for (checked:
+    ConfigError otherwise); None when no images are asked."""
     if images is None and not images_from:
         if image_cache:
             raise ConfigError("--image-cache needs --images or --images-from")
-        return {}
+        return None
     if api not in IMAGE_APIS:
         raise ConfigError(f"--images applies to --api {', '.join(IMAGE_APIS)} (the {api} API carries no images)")
     from ..core import images as core_images
 
     if not images_from:
-        return {"images": core_images.generated(str(images), cached=image_cache)}
+        return core_images.generated(str(images), cached=image_cache)
     if images is not None and not images.isdigit():
         raise ConfigError(f"--images {images!r} with --images-from: give K, the images a request carries")
-    return {"images": core_images.from_files(_image_paths(images_from), int(images or 1), cached=image_cache)}
+    return core_images.from_files(_image_paths(images_from), int(images or 1), cached=image_cache)
 
 
 def _image_paths(given: tuple[str, ...]) -> list[str]:

@@ -138,7 +138,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
           records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
           attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
-          json_schema=None, grammar_file=None, tools=None, tool_choice=None, items=1, images=None, images_from=(), image_cache=False) -> None:
+          json_schema=None, grammar_file=None, tools=None, tool_choice=None, items=1, **image_args) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if request_classes:  # they replace the levels
         concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
@@ -164,9 +164,8 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     n_predict=0 if api in ANSWER_APIS else n_predict,  # they generate nothing
                                     temperature=temperature, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items,
-                                    lora_mix=lora_mix,
-                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos),
-                                    **image_features(images, images_from, image_cache, api)),
+                                    lora_mix=lora_mix, images=image_features(api=api, **image_args),
+                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
         duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, wait_ready_s=wait_ready_s,
         parallel_targets=parallel_targets, probe_interval_s=probe_interval_s, knee_gain=knee_gain, knee_latency=knee_latency,

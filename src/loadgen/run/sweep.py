@@ -19,8 +19,8 @@ from ..client.backends import make_backend
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
-from .level_runner import LevelRunner, TargetLoad
 from .images import check_images
+from .level_runner import LevelRunner, TargetLoad
 from .lora import refuse_lora_mix
 from .machine_sampling import sampled_runner
 from .prompts import PromptSource
