@@ -1,6 +1,6 @@
 """--images against the real llama-server test bed (build 11434) started with a random-weight
 vision projector the test writes (tests/mmproj_gguf.py: 64-pixel images, 16 tokens each): the
-image tokens a request carries equal the server's own count, a salted image is never answered from
+image tokens a request carries equal the server's own count (and Σ tokens a level its counters), a salted image is never answered from
 the cache while --image-cache lets it be, and a server without a projector is refused before the
 first level (docs/request-features.md)."""
 
@@ -31,7 +31,13 @@ def _run(url, out, *args):
     proc = sweep("--url", url, "--api", "chat", "--concurrency", "2", "--requests", "4", "--n-predict", "4",
                  "--warmup", "0", "--output", str(out), *args)
     assert proc.returncode == 0, proc.stderr
-    return load_run_dict(out)["targets"][0]["images"], load_records(out)
+    target = load_run_dict(out)["targets"][0]
+    records = load_records(out)
+    level, = target["levels"]  # Σ tokens of the level = the server's own counters, image tokens included
+    delta = level["server_metrics_delta"]
+    assert delta["llamacpp:prompt_tokens_total"] == sum(r.prompt_n for r in records), delta
+    assert delta["llamacpp:tokens_predicted_total"] == level["output_tokens"] == sum(r.output_tokens for r in records)
+    return target["images"], records
 
 
 def test_image_tokens_equal_the_servers_count_and_a_salted_image_is_never_cached(vision_server, tmp_path):
@@ -46,7 +52,7 @@ def test_image_tokens_equal_the_servers_count_and_a_salted_image_is_never_cached
 
 def test_the_cache_mode_lets_the_server_reuse_a_repeated_image(vision_server, tmp_path):
     images, records = _run(vision_server.url, tmp_path / "run", "--images", "1:64x64", "--image-cache",
-                           "--concurrency", "1")
+                           "--concurrency", "1", "--requests", "3")  # the last of an option wins
     assert images["image_tokens"] == 16
     assert all(r.ok for r in records)
     # the template's head and the image come before the salted text: read from the cache
