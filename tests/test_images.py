@@ -5,6 +5,7 @@ run/images.py; docs/request-features.md)."""
 from __future__ import annotations
 
 import base64
+import http.server
 import io
 import json
 
@@ -18,6 +19,7 @@ from loadgen.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
 from loadgen.core.images import generated, parse_spec
 from loadgen.core.records import ServerOutcome, Usage
 from loadgen.run.images import image_figures, projector_refusal
+from servers import SimThread, run_cli, serve_handler
 
 
 def _pixels(b64: str):
@@ -107,14 +109,14 @@ def test_files_go_as_their_own_pixels(tmp_path):
     assert images.spec == "2 from 2 files"
 
 
-@pytest.mark.parametrize("props, refused", [
-    ({"modalities": {"vision": False, "audio": False}}, True),   # llama-server without --mmproj
-    ({"modalities": {"vision": True, "audio": False}}, False),
-    ({"total_slots": 2}, False),                                 # says nothing: asked directly
-    (None, False),
+@pytest.mark.parametrize("modalities, refused", [
+    ({"vision": False, "video": False, "audio": False}, True),  # llama-server without --mmproj
+    ({"vision": True, "video": True, "audio": False}, False),
+    ({"audio": True}, False),                                   # says nothing of vision: asked directly
+    (None, False),                                              # not llama-server
 ])
-def test_a_server_whose_props_say_no_vision_is_refused_exit_1(props, refused):
-    refusal = projector_refusal(props, "srv")
+def test_a_server_whose_props_say_no_vision_is_refused_exit_1(modalities, refused):
+    refusal = projector_refusal(modalities, "srv")
     assert (refusal is not None) == refused
     if refusal is not None:
         assert refusal.exit_code == EXIT_FAILED and "--mmproj" in str(refusal)
@@ -127,3 +129,42 @@ def test_image_tokens_are_the_whole_prompts_difference_cached_tokens_included():
     figures = image_figures(text, first, later)
     assert figures["image_tokens"] == 16 and figures["prompt_n"] == 74 and figures["later_prompt_n"] == 74
     assert figures["prompt_ms_first"] == 300.0 and figures["prompt_ms_later"] is None
+
+
+def test_the_simulator_says_no_vision_and_is_refused_before_the_first_level(tmp_path):
+    with SimThread() as sim:
+        code, _, err = run_cli("sweep", "--url", sim.url, "--api", "chat", "--images", "1:32x32", "--concurrency", "1",
+                               "--requests", "1", "--output", tmp_path / "run")
+    assert code == EXIT_FAILED, err
+    assert "takes no images (its /props says modalities.vision false)" in err
+
+
+class _NoImages(http.server.BaseHTTPRequestHandler):
+    """A server that says nothing of modalities and answers a request with images with an error."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(404 if self.path == "/props" else 200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        has_images = isinstance(body["messages"][-1]["content"], list)
+        self.send_response(500 if has_images else 200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        answer = ({"error": {"code": 500, "message": "image input is not supported by this server"}} if has_images
+                  else {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 1}})
+        self.wfile.write(json.dumps(answer).encode())
+
+
+def test_a_server_that_refuses_an_image_is_named_from_its_answer(tmp_path):
+    with serve_handler(_NoImages) as url:
+        code, _, err = run_cli("sweep", "--url", url, "--api", "chat", "--images", "1:32x32", "--concurrency", "1",
+                               "--requests", "1", "--output", tmp_path / "run")
+    assert code == EXIT_FAILED, err
+    assert "refused a request with images: image input is not supported by this server" in err

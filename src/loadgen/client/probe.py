@@ -132,7 +132,6 @@ def summarize_props(props: Mapping[str, Any]) -> dict[str, Any]:
         "model_alias": props.get("model_alias"),
         "model_path": props.get("model_path"),
         "build_info": props.get("build_info"),
-        **({"modalities": props["modalities"]} if isinstance(props.get("modalities"), dict) else {}),
     }
 
 
@@ -231,6 +230,17 @@ class Probe(SessionClient):
             return await self._get("/lora-adapters")
         except (TimeoutError, aiohttp.ClientError) as exc:
             return 0, _first_line(exc).encode()
+
+    async def modalities(self) -> dict[str, Any] | None:
+        """/props' `modalities` (llama-server: `{"vision": bool, "audio": bool, ...}`), or None when
+        it says none (not llama-server, no answer). Asked before an --images run's first level."""
+        try:
+            status, body = await self._get("/props")
+            props = json.loads(body) if status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        found = props.get("modalities") if isinstance(props, dict) else None
+        return found if isinstance(found, dict) else None
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) of one POST of `body` (JSON) to the target's `path` (status 0: no

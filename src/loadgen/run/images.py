@@ -30,11 +30,10 @@ from .salts import new_salt
 from .state import TargetRun
 
 
-def projector_refusal(props: dict[str, Any] | None, where: str) -> ConfigError | None:
-    """The refusal of images for a server whose /props summary is `props`, or None (it takes
+def projector_refusal(modalities: dict[str, Any] | None, where: str) -> ConfigError | None:
+    """The refusal of images for a server whose /props says `modalities`, or None (it takes
     images, or does not say)."""
-    modalities = (props or {}).get("modalities")
-    if isinstance(modalities, dict) and modalities.get("vision") is False:
+    if modalities is not None and modalities.get("vision") is False:
         return ConfigError(f"{where} takes no images (its /props says modalities.vision false): start llama-server "
                            "with --mmproj FILE, or drop --images", exit_code=EXIT_FAILED)
     return None
@@ -64,12 +63,12 @@ async def check_images(config: SweepConfig, targets: list[TargetRun]) -> None:
     one = replace(g, n_predict=1, stream=False, prompts=(), n_predicts=())
     for t in targets:
         where = f"{t.label} ({t.target.display})"
-        refusal = projector_refusal(t.info.props if t.info else None, where)
-        if refusal is not None:
-            raise refusal
         plain, with_images = (make_backend(config.api, replace(one, images=im), t.model) for im in (None, g.images))
         async with Probe(t.target.url, config.auth_headers(), timeout_s=config.timeout_s, insecure=config.insecure,
                          server_url=t.target.server_url) as probe:
+            refusal = projector_refusal(await probe.modalities(), where)
+            if refusal is not None:
+                raise refusal
             outcomes = []
             for backend in (plain, with_images, with_images):  # salts as the run's: the same text length
                 status, body = await probe.post(backend.path, backend.build(new_salt(), 0))
