@@ -82,6 +82,10 @@ def test_each_api_carries_the_images_first_then_the_salted_text():
     assert [p["type"] for p in messages] == ["image", "image", "text"]
     assert messages[0]["source"]["media_type"] == "image/bmp" and messages[0]["source"]["type"] == "base64"
     assert _body("chat")["cache_prompt"] is False and _body("chat", cache=True)["cache_prompt"] is True
+    sent = [p["source"]["data"] for p in messages[:2]]  # the bytes spliced in are the salted images
+    assert sent == generated("2:8x8").for_request("0123456789012345", 0) != list(generated("2:8x8").images) * 2
+    cached = [p["image_url"]["url"].split(",", 1)[1] for p in _body("chat", cache=True)["messages"][-1]["content"][:2]]
+    assert cached == list(generated("2:8x8").images) * 2
 
 
 def test_an_api_without_images_a_file_that_is_no_image_and_a_cache_without_images_are_refused(tmp_path):

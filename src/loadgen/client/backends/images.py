@@ -76,12 +76,15 @@ class ImageBackend:
         self.inner, self.api, self.images = inner, api, images
         self.name, self.method, self.path, self.stream = inner.name, inner.method, inner.path, inner.stream
         self.parse, self.event_reader = inner.parse, inner.event_reader
+        self._marks = [msgspec.json.encode(_MARK.format(j))[1:-1] for j in range(images.per_request)]
 
     def build(self, salt: str, index: int = 0) -> bytes:
         body = with_parts(self.api, msgspec.json.decode(self.inner.build(salt, index)), self.images.per_request,
                           self.images.cached)
-        raw = msgspec.json.encode(body)
-        for j, b64 in enumerate(self.images.for_request(salt, index)):
-            raw = raw.replace(msgspec.json.encode(_MARK.format(j))[1:-1], b64.encode(), 1)
-        return raw
-
+        rest = msgspec.json.encode(body)
+        parts: list[Any] = []
+        for j, image in enumerate(self.images.pieces(salt, index)):  # spliced in, nothing re-encoded
+            head, rest = rest.split(self._marks[j], 1)
+            parts += [head, *image]
+        parts.append(rest)
+        return b"".join(parts)
