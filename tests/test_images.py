@@ -18,6 +18,7 @@ from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError
 from loadgen.core.images import generated, parse_spec
 from loadgen.core.records import ServerOutcome, Usage
+from loadgen.results.reader import load_records, load_run_dict
 from loadgen.run.images import image_figures, projector_refusal
 from servers import SimThread, run_cli, serve_handler
 
@@ -172,3 +173,19 @@ def test_a_server_that_refuses_an_image_is_named_from_its_answer(tmp_path):
                                "--requests", "1", "--output", tmp_path / "run")
     assert code == EXIT_FAILED, err
     assert "refused a request with images: image input is not supported by this server" in err
+
+
+def test_the_simulator_learns_an_images_cost_from_its_profile(tmp_path):
+    profile = tmp_path / "vision.toml"
+    profile.write_text('name = "vision"\nmodel_alias = "vision-sim"\nprefill_tok_s = 50000.0\nstep_ms = 1.0\n'
+                       'alpha = 0.25\nn_ctx = 4096\neos_probability = 0.02\nimage_tokens = 16\n')
+    for api in ("chat", "responses", "messages"):
+        with SimThread(str(profile)) as sim:
+            code, _, err = run_cli("sweep", "--url", sim.url, "--api", api, "--images", "2:32x32", "--concurrency", "2",
+                                   "--requests", "4", "--n-predict", "4", "--output", tmp_path / api)
+        assert code == 0, err
+        images = load_run_dict(tmp_path / api)["targets"][0]["images"]
+        assert images["image_tokens"] == 32, (api, images)
+        records = load_records(tmp_path / api)
+        assert {(r.prompt_n or r.usage.prompt_tokens) + (r.cache_n or 0) - images["text_prompt_n"]
+                for r in records} == {32}, api
