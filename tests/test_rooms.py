@@ -20,10 +20,12 @@ from test_layers import PACKAGE, import_edges, module_name, source_modules
 KNOWN_CIRCLES = {
     # GenerationParams lives in the package face that also picks the backend; every backend of
     # the face is in it (responses and messages came with the same face, embeddings and the request
-    # features' fields (features.py, which the face's bodies use) too: not a new circle).
+    # features' fields (features.py, which the face's bodies use) too, and the images' wrapper, which
+    # the face picks: not a new circle).
     frozenset({"loadgen.client.backends", "loadgen.client.backends.llamacpp", "loadgen.client.backends.openai",
                "loadgen.client.backends.responses", "loadgen.client.backends.messages",
-               "loadgen.client.backends.embeddings", "loadgen.client.backends.features"}),
+               "loadgen.client.backends.embeddings", "loadgen.client.backends.features",
+               "loadgen.client.backends.images"}),
 }
 EVENT_LOOP_MODULES = ("asyncio", "uvloop", "loadgen.run.loops")
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import click
 
-from ..client.backends import STRUCTURED_APIS, TOOLS_APIS
+from ..client.backends import IMAGE_APIS, STRUCTURED_APIS, TOOLS_APIS
 from ..core.errors import ConfigError
+from ..core.images import ImageSet
 
 TOOL_CHOICES = ("auto", "required", "none")
 
@@ -35,6 +36,13 @@ def feature_options(f: Callable) -> Callable:
                      help="Offer N synthetic tools with every request, or the OpenAI tool definitions of a JSON "
                           "file (a list); chat API; llama-server needs --jinja."),
         click.option("--tool-choice", metavar="auto|required|none|NAME", help="With --tools: the `tool_choice` sent."),
+        click.option("--images", "images", metavar="K:WxH|K",
+                     help="K generated W×H images in every request (chat, responses, messages), each salted per "
+                          "request so the server's image cache never answers; with --images-from, K of its images."),
+        click.option("--images-from", "images_from", metavar="PATH", multiple=True,
+                     help="Send these image files (a folder: its files) instead of generated ones; repeatable."),
+        click.option("--image-cache", is_flag=True, default=False,
+                     help="Send the images unsalted and let the server reuse them (cache_prompt): measures its cache."),
     ]):
         f = option(f)
     return f
@@ -68,6 +76,38 @@ def request_features(json_schema: str | None, grammar_file: str | None, tools: s
             raise ConfigError(f"--tool-choice {tool_choice!r}: give auto, required, none or an offered tool's name")
         fields["tool_choice"] = tool_choice
     return {**fields, "ignore_eos": ignore_eos and not fields}
+
+
+def image_features(images: str | None, images_from: tuple[str, ...] = (), image_cache: bool = False,
+                   api: str = "chat") -> ImageSet | None:
+    """The GenerationParams `images` --images / --images-from / --image-cache ask for (checked:
+    ConfigError otherwise); None when no images are asked."""
+    if images is None and not images_from:
+        if image_cache:
+            raise ConfigError("--image-cache needs --images or --images-from")
+        return None
+    if api not in IMAGE_APIS:
+        raise ConfigError(f"--images applies to --api {', '.join(IMAGE_APIS)} (the {api} API carries no images)")
+    from ..core import images as core_images
+
+    if not images_from:
+        return core_images.generated(str(images), cached=image_cache)
+    if images is not None and not images.isdigit():
+        raise ConfigError(f"--images {images!r} with --images-from: give K, the images a request carries")
+    return core_images.from_files(_image_paths(images_from), int(images or 1), cached=image_cache)
+
+
+def _image_paths(given: tuple[str, ...]) -> list[str]:
+    paths: list[str] = []
+    for name in given:
+        path = Path(name)
+        if path.is_dir():
+            paths.extend(str(p) for p in sorted(path.iterdir()) if p.is_file())
+        elif path.is_file():
+            paths.append(name)
+        else:
+            raise ConfigError(f"--images-from {name}: no such file or folder")
+    return paths
 
 
 def synthetic_tools(n: int) -> tuple[dict[str, Any], ...]:

@@ -38,7 +38,7 @@ from .env import machine_config, machine_options
 from .help import command
 from .live import prometheus_options, serving_live_metrics
 from .options import DURATION, LEVELS, LORA_MIX, MODEL_MIX, PERCENTILES, RATES, REQUEST_CLASS, TRIM, IntList
-from .request_features import feature_options, request_features
+from .request_features import feature_options, image_features, request_features
 from .shared import (
     checking_only,
     format_option,
@@ -143,7 +143,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
           output_format, prometheus_port, prometheus_host, prometheus_linger_s, workers, ray_address, records_kept,
           records_format, sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment, slo_text=None,
           attainment=DEFAULT_ATTAINMENT, stop_at_knee=False, server_urls=(), percentiles=None, trim=None,
-          json_schema=None, grammar_file=None, tools=None, tool_choice=None, items=1) -> None:
+          json_schema=None, grammar_file=None, tools=None, tool_choice=None, items=1, **image_args) -> None:
     """Sweep concurrency levels (or request rates) against one or more servers, side by side."""
     if request_classes:  # they replace the levels
         concurrency = check_classes_flags(request_classes, concurrency, rates, prompt_tokens, n_predict, duration_s,
@@ -170,6 +170,7 @@ def sweep(ports, host, urls, labels, api, model, api_key, concurrency, rates, ar
                                     temperature=temperature, seed=seed, stream=stream,
                                     reasoning_effort=check_reasoning_effort(reasoning_effort, api), items=items,
                                     lora_mix=lora_mix, model_mix=model_mix,
+                                    images=image_features(api=api, **image_args),
                                     **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
         api=check_api(api, model, api_key, answers=True), requests_per_level=requests_per_level,
         duration_s=duration_s, stagger_s=stagger_s, warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,

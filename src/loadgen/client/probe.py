@@ -250,6 +250,28 @@ class Probe(SessionClient):
         except (TimeoutError, aiohttp.ClientError) as exc:
             return 0, _first_line(exc).encode()
 
+    async def modalities(self) -> dict[str, Any] | None:
+        """/props' `modalities` (llama-server: `{"vision": bool, "audio": bool, ...}`), or None when
+        it says none (not llama-server, no answer). Asked before an --images run's first level."""
+        try:
+            status, body = await self._get("/props")
+            props = json.loads(body) if status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        found = props.get("modalities") if isinstance(props, dict) else None
+        return found if isinstance(found, dict) else None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """(HTTP status, body) of one POST of `body` (JSON) to the target's `path` (status 0: no
+        answer, the body says why). For a few requests before the first level (run/images.py)."""
+        assert self._session is not None
+        try:
+            async with self._session.post(yarl.URL(self._target.url(path), encoded=True), data=body,
+                                          headers={"Content-Type": "application/json"}) as resp:
+                return resp.status, await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, _first_line(exc).encode()
+
     async def busy_slots(self) -> int | None:
         """How many slots of /slots are processing now, or None when /slots is off."""
         slots = await self._slots()

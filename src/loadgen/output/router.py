@@ -10,7 +10,6 @@ records' clock (requests.jsonl's send_ns); `read_timelines` reads it back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import msgspec
 
 from ..analysis.router import ModelFigures, RouterVerdict, model_figures, thrash_verdict
+from ..core.errors import ResultsError
 from ..core.model_mix import ModelEvent
 from ..core.records import RequestRecord
 from ..results.atomic import write_json
@@ -26,18 +26,22 @@ from .layout import Column, Grid, Num, print_table
 FILE = "router.json"
 
 
-@dataclass(frozen=True, slots=True)
-class Timeline:
+class Timeline(msgspec.Struct, frozen=True):
+    """One target's polled /models changes and its router's --models-max, as router.json holds them."""
+
     label: str
-    models_max: int | None
-    events: list[ModelEvent]
+    models_max: int | None = None
+    events: list[ModelEvent] = []
+
+
+class _RouterFile(msgspec.Struct, frozen=True):
+    targets: list[Timeline] = []
 
 
 def write_timelines(out_dir: Path, targets: Sequence[Any]) -> None:
     """The targets' (run/state.py TargetRun) polled /models changes, as router.json."""
-    write_json(out_dir / FILE, {"targets": [
-        {"label": t.label, "models_max": t.models_max, "events": msgspec.to_builtins(t.model_events)}
-        for t in targets]})
+    typed = _RouterFile([Timeline(t.label, t.models_max, list(t.model_events)) for t in targets])
+    write_json(out_dir / FILE, msgspec.to_builtins(typed))
 
 
 def read_timelines(out_dir: Path) -> list[Timeline]:
@@ -45,9 +49,10 @@ def read_timelines(out_dir: Path) -> list[Timeline]:
     path = out_dir / FILE
     if not path.exists():
         return []
-    doc = msgspec.json.decode(path.read_bytes())
-    return [Timeline(t["label"], t.get("models_max"), msgspec.convert(t["events"], list[ModelEvent]))
-            for t in doc["targets"]]
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=_RouterFile).targets
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ResultsError(f"{path}: not a router timeline loadgen wrote ({exc})") from None
 
 
 def router_view(records: Sequence[RequestRecord], timeline: Timeline) -> tuple[list[ModelFigures], RouterVerdict | None]:

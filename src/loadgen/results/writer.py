@@ -102,6 +102,8 @@ def run_document(run: Run, *, meta: dict[str, Any]) -> dict[str, Any]:
         if t.lengths_floored is not None:  # prompts too short for the salt, raised (run/trace_prompts.py)
             floored, requests, floor_tokens = t.lengths_floored
             target["lengths_changed"] = {"floored": floored, "requests": requests, "floor_tokens": floor_tokens}
+        if t.images is not None:  # --images: their tokens and cost, measured before the first level (run/images.py)
+            target["images"] = t.images
         if config.classes:  # classes side by side, not a ladder: how each fared beside the others instead
             target["verdict"] = None
             target["interference"] = [v.to_dict() for v in class_interference(t, levels)]

@@ -9,7 +9,7 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..analysis.slo import Slo
@@ -278,13 +278,7 @@ class SweepConfig:
             "prompt_tokens": self.prompt_tokens,
             "prompts": len(g.prompt_list),
             **({"reasoning_effort": g.reasoning_effort} if g.reasoning_effort is not None else {}),
-            # Request features (docs/request-features.md), only when asked: plain runs keep their shape.
-            **({"json_schema": g.json_schema} if g.json_schema is not None else {}),
-            **({"grammar": g.grammar} if g.grammar is not None else {}),
-            **({"tools": len(g.tools)} if g.tools else {}),
-            **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
-            **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
-            **({"models": g.model_mix.spec} if g.model_mix is not None else {}),
+            **_request_features(g),
             "workers": self.workers,
             "ray": self.ray_address,
             # Only when lengths are drawn, so fixed-shape runs keep their shape (and compare as before).
@@ -300,6 +294,20 @@ class SweepConfig:
             # only when off (--no-environment): `compare` then says why a run has no machine record
             **({"environment": False} if not self.machine.enabled else {}),
         }
+
+
+def _request_features(g: GenerationParams) -> dict[str, Any]:
+    """run.json config's request features (docs/request-features.md) and mixes, only those asked:
+    plain runs keep their shape."""
+    return {
+        **({"json_schema": g.json_schema} if g.json_schema is not None else {}),
+        **({"grammar": g.grammar} if g.grammar is not None else {}),
+        **({"tools": len(g.tools)} if g.tools else {}),
+        **({"tool_choice": g.tool_choice} if g.tool_choice is not None else {}),
+        **({"lora_mix": g.lora_mix.spec} if g.lora_mix is not None else {}),
+        **({"models": g.model_mix.spec} if g.model_mix is not None else {}),
+        **({"images": g.images.to_dict()} if g.images is not None else {}),
+    }
 
 
 def parse_int_list(text: str, what: str, *, minimum: int = 1, maximum: int | None = None) -> tuple[int, ...]:

@@ -54,6 +54,8 @@ class TargetRun:
     # through the levels (core/model_mix.py `ModelEvent`), and the router's --models-max (/props `max_instances`).
     model_events: list[Any] = field(default_factory=list)
     models_max: int | None = None
+    # --images: what the images cost this target, measured before the first level (run/images.py); None: no images.
+    images: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from ..client.backends import make_backend
 from ..client.probe import Probe
 from ..core.records import LevelRun
 from .engine import DEFAULT_OPTIONS
+from .images import check_images
 from .level_runner import LevelRunner, TargetLoad
 from .lora import refuse_lora_mix
 from .machine_sampling import sampled_runner
@@ -137,6 +138,7 @@ async def run_sweep(run: Run, obs: RunObserver, runner: LevelRunner,
     await refuse_given_prompts_beyond_context(run.config, live, obs)
     await refuse_lora_mix(run.config, live)
     await refuse_model_mix(run, live)
+    await check_images(run.config, live)
     if run.config.workload is not None:
         refuse_shapes_beyond_context(live, run.config.workload.draw())
     if run.config.replay is not None:

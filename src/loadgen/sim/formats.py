@@ -329,7 +329,7 @@ def props(profile: Profile, n_slots: int, metrics_enabled: bool) -> dict[str, An
         "model_alias": profile.model_alias,
         "model_ftype": MODEL_FTYPE,
         "model_path": profile.model_path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": {"vision": profile.image_tokens > 0, "video": False, "audio": False},
         "media_marker": "<__media__>",
         "endpoint_slots": True,
         "endpoint_props": False,

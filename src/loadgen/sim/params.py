@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -131,15 +132,16 @@ def default_params() -> CompletionParams:
     return CompletionParams(prompt_tokens=(), prompt_text="")
 
 
-def parse_request(body: Any, api: Api, n_slots: int) -> CompletionParams:
-    """A request body -> CompletionParams. Raises InvalidRequest with llama-server's message."""
+def parse_request(body: Any, api: Api, n_slots: int, image_tokens: int = 0) -> CompletionParams:
+    """A request body -> CompletionParams. Raises InvalidRequest with llama-server's message.
+    `image_tokens`: what one image of a chat, Responses or Messages request becomes (0: refused)."""
     if not isinstance(body, dict):
         raise InvalidRequest(f"[json.exception.type_error.304] cannot use at() with {_json_type(body)}")
     if api in (Api.OAI_CHAT, Api.ANTHROPIC_MESSAGES):
-        text = chat_prompt(body)
+        text = chat_prompt(body, image_tokens)
         tokens = tokenize(text)
     elif api is Api.OAI_RESPONSES:
-        text = responses_prompt(body)
+        text = responses_prompt(body, image_tokens)
         tokens = tokenize(text)
     else:
         if "prompt" not in body:
@@ -183,7 +185,7 @@ def _constrained(body: dict[str, Any]) -> bool:
             or isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object"))
 
 
-def chat_prompt(body: dict[str, Any]) -> str:
+def chat_prompt(body: dict[str, Any], image_tokens: int = 0) -> str:
     """Render the OpenAI chat messages with ChatML and open the assistant's turn. Offered `tools`
     come first, one JSON line each in a system message, as a tool-calling model's template puts
     them: their cost is the prefill of that text (docs/request-features.md)."""
@@ -202,27 +204,47 @@ def chat_prompt(body: dict[str, Any]) -> str:
         role = message.get("role") if isinstance(message.get("role"), str) else ""
         if role != "assistant" and "content" not in message:
             raise InvalidRequest("All non-assistant messages must contain 'content'")
-        out.append(f"<|im_start|>{role}\n{_content_text(message.get('content'))}<|im_end|>\n")
+        out.append(f"<|im_start|>{role}\n{_content_text(message.get('content'), image_tokens)}<|im_end|>\n")
     out.append("<|im_start|>assistant\n")
     return "".join(out)
 
 
-def responses_prompt(body: dict[str, Any]) -> str:
+def responses_prompt(body: dict[str, Any], image_tokens: int = 0) -> str:
     """The Responses API's `input` (a string, or a list of messages) rendered like chat."""
     if "input" not in body:
         raise InvalidRequest("'input' is required")
     given = body["input"]
     messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
-    return chat_prompt({"messages": messages})
+    return chat_prompt({"messages": messages}, image_tokens)
 
 
-def _content_text(content: Any) -> str:
+_TEXT_PARTS = ("text", "input_text")
+_IMAGE_PARTS = ("image_url", "input_image", "image")  # chat's, Responses', Messages'
+NO_PROJECTOR = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+
+
+def _content_text(content: Any, image_tokens: int = 0) -> str:
     if content is None or isinstance(content, str):
         return content or ""
-    if isinstance(content, list):  # content parts: only the text ones mean anything here
-        return "".join(part.get("text", "") for part in content
-                       if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
+    if isinstance(content, list):  # content parts: text, and images as image_tokens tokens each
+        out = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+                out.append(part["text"])
+            elif kind in _IMAGE_PARTS:
+                if not image_tokens:
+                    raise InvalidRequest(NO_PROJECTOR)
+                out.append(image_text(json.dumps(part, sort_keys=True), image_tokens))
+        return "".join(out)
     raise InvalidRequest("Expected 'content' to be a string or an array")
+
+
+def image_text(data: str, n_tokens: int) -> str:
+    """An image as `n_tokens` one-token words drawn from its bytes (two images share tokens only
+    when their bytes are the same, as llama-server's image cache keys them)."""
+    word = " " + "".join(chr(ord("a") + int(c, 16)) for c in format(zlib.crc32(data.encode()), "08x"))
+    return word * n_tokens
 
 
 def _prompt(prompt: Any) -> tuple[str, list[int]]:

@@ -8,6 +8,8 @@ The timing model (see scheduler.py for how it is driven):
     so the aggregate decode rate at b busy slots is b * 1000 / step_ms(b) tok/s;
               a step costs grammar_ms_per_token more for each of those slots whose request
               asks for structured output (a schema or a grammar; 0 by default)
+    images:   each image in a chat, Responses or Messages request is image_tokens prompt tokens
+              (0 by default: no projector), prefilled like the text
 
 Built-in profiles live in `loadgen/profiles/*.toml`; `load_profile` takes a built-in name or a path.
 """
@@ -43,6 +45,10 @@ class Profile:
     # work per token and sequence (docs/request-features.md). 0: free.
     grammar_ms_per_token: float = 0.0
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # Images (docs/request-features.md): the prompt tokens one image becomes, as a vision projector's
+    # fixed image size gives; their cost is their prefill. 0: no projector (/props says vision false
+    # and a request with an image is refused, as llama-server without --mmproj refuses it).
+    image_tokens: int = 0
     # Tokens per second of an embedding or rerank text, in one slot (sim/embeddings.py); 0: prefill_tok_s.
     embed_tok_s: float = 0.0
 
@@ -89,7 +95,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "model_alias": (str,), "model_path": (str,),
     "prefill_tok_s": (int, float), "step_ms": (int, float), "alpha": (int, float), "eos_probability": (int, float),
     "grammar_ms_per_token": (int, float), "n_ctx": (int,), "n_batch": (int,), "n_params": (int,),
-    "size_bytes": (int,), "n_ctx_train": (int,),
+    "size_bytes": (int,), "n_ctx_train": (int,), "image_tokens": (int,),
     "faults": (list,), "embed_tok_s": (int, float),
 }
 
@@ -112,7 +118,7 @@ def parse_profile(text: str, source: str = "<profile>") -> Profile:
     for key in ("prefill_tok_s", "step_ms", "n_ctx", "n_batch"):
         if key in data and data[key] <= 0:
             raise ValueError(f"profile {source}: '{key}' must be positive")
-    for key in ("alpha", "grammar_ms_per_token"):
+    for key in ("alpha", "grammar_ms_per_token", "image_tokens"):
         if data.get(key, 0) < 0:
             raise ValueError(f"profile {source}: '{key}' must not be negative")
     if not 0 <= data["eos_probability"] <= 1:

@@ -210,7 +210,7 @@ class SimServer:
         if isinstance(body, web.Response):
             return body
         try:
-            params = parse_request(body, api, self.options.slots)
+            params = parse_request(body, api, self.options.slots, self.profile.image_tokens)
         except InvalidRequest as exc:
             return error_response(400, str(exc), "invalid_request_error")
         task = self.scheduler.submit(params)

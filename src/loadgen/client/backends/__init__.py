@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ...core.images import ImageSet
 from ...core.lora_mix import LoraMix
 from ...core.model_mix import ModelMix
 from ...core.records import ServerOutcome
@@ -60,6 +61,9 @@ class GenerationParams:
     lora_mix: LoraMix | None = None
     # --models (core/model_mix.py): body i names the router model the mix gives request i; None: the one model.
     model_mix: ModelMix | None = None
+    # --images (core/images.py, backends/images.py): the images every chat, Responses or Messages
+    # body carries, salted per request; None: text only.
+    images: ImageSet | None = None
 
     @property
     def prompt_list(self) -> tuple[str, ...]:
@@ -151,9 +155,13 @@ def generation_fields(params: GenerationParams, length_key: str, **first: Any) -
 
 
 def make_backend(api: str, params: GenerationParams, model: str | None = None) -> Backend:
-    """The backend of `api` for `params`; with a model mix (router) or a LoRA mix, wrapped so each body
-    names its model or carries its adapter."""
+    """The backend of `api` for `params`; with images, a model mix (router) or a LoRA mix, wrapped so
+    each body carries its images, names its model or carries its adapter."""
     backend = _api_backend(api, params, model)
+    if params.images is not None:
+        from .images import ImageBackend
+
+        backend = ImageBackend(backend, api, params.images)
     if params.model_mix is not None:
         from .router import ModelBackend
 
@@ -209,6 +217,7 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 # and tools (chat).
 STRUCTURED_APIS = ("llamacpp", "completions", "chat")
 TOOLS_APIS = ("chat",)
+IMAGE_APIS = ("chat", "responses", "messages")  # the APIs whose messages carry images (backends/images.py)
 # The APIs whose requests carry a model name (from --model or the server's /v1/models).
 OPENAI_APIS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 # The APIs whose prompt goes through the server's chat template.

@@ -113,9 +113,9 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
                      n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, stall_s, wait_ready_s, output, force, probe_interval_s,
                      records_kept, records_format, output_format, json_schema=None, grammar_file=None, tools=None,
-                     tool_choice=None) -> None:
+                     tool_choice=None, **image_args) -> None:
     """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
-    from ...cli.request_features import request_features
+    from ...cli.request_features import image_features, request_features
     from ...cli.sweep import connections_needed, ensure_open_files, sweep_lengths
     from ...client.backends import GenerationParams
     from ...run.capacity import RATE_LEVEL_LEAST, CapacitySettings
@@ -139,7 +139,8 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
                                     temperature=temperature, seed=seed, stream=stream,
-                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos)),
+                                    **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos),
+                                    images=image_features(api=api, **image_args)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
         warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
         prompt_tokens=prompt_tokens, workload=workload, dataset_entries=entries,
