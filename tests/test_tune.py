@@ -69,6 +69,7 @@ def test_tune_screens_every_cell_and_names_the_best_the_full_search_finds(tmp_pa
     assert doc["tie"] is False and "the runner-up, parallel=2 fa=on" in doc["sentence"], doc["sentence"]
     final = json.loads((out / "final" / "grid.json").read_text())
     assert [c["measure_args"] for c in final["cells"]] == [["--start", "4"]]  # from the screen's answer
+    assert final["repeat"] == 1  # a lone finalist: one full search
     assert doc["server_seconds"] > 0 and doc["full_grid_estimate_s"] > 0
     assert "winner's command line:" in proc.stdout
     for stage in ("screen", "final"):
@@ -113,7 +114,7 @@ def test_capacity_options_tune_sets_itself_are_refused(loadgen, tmp_path, args, 
 def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
     """Written down first: with --budget 1s the first screen run starts (nothing is known of a run's cost
     yet) and takes more than a second of server time, so the other three cells are never screened and the
-    one finalist's two final runs never start; tune.json and the output say so."""
+    lone finalist's one final run never starts; tune.json and the output say so."""
     import json
     import subprocess
 
@@ -132,7 +133,7 @@ def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
     status = [c["status"] for c in doc["cells"]]
     assert status == ["finalist", "untried", "untried", "untried"], status
     assert doc["cells"][1]["reason"] == "not screened: the --budget of 1 s was spent"
-    assert doc["budget_s"] == 1 and doc["cut"] == "3 cell(s) not screened, 2 final run(s) not run", doc["cut"]
+    assert doc["budget_s"] == 1 and doc["cut"] == "3 cell(s) not screened, 1 final run(s) not run", doc["cut"]
     assert doc["winner"] is None
     assert "cut by the --budget of 1 s" in proc.stdout and "--budget of 1 s is spent" in proc.stderr
     assert not any(pid_alive(p) for stage in ("screen", "final") if (out / stage).is_dir() for p in grid_pids(out / stage))

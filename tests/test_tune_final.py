@@ -49,3 +49,15 @@ def test_finalists_the_screen_separates_beyond_the_noise_are_not_searched_again(
 ])
 def test_a_later_search_starts_at_the_screens_answer(low, by_rate, start):
     assert start_level(low, by_rate) == start
+
+
+@pytest.mark.parametrize("entrants, final_repeat, runs", [
+    (2, 2, 2),  # finalists race: their repeats tell a lead from the noise
+    (3, 3, 3),
+    (1, 2, 1),  # a lone finalist: the screen settled its lead, one full search gives its capacity
+    (1, 1, 1),
+])
+def test_a_lone_finalist_gets_one_full_search(entrants, final_repeat, runs):
+    from loadgen.analysis.tune_plan import final_runs
+
+    assert final_runs(entrants, final_repeat) == runs

@@ -19,7 +19,8 @@ a longer search would only confirm it, so it goes to the final as it is.
 The final (`final_entrants`): the finalists the screen already separates are not searched again. A
 finalist whose screen bracket lies wholly below the leader's proven low by more than the noise
 (`upper × (1 + noise) < leader's low`, capacity's `--noise`, 10%: a lead the capacity search itself
-would not call noise) is dropped; a censored answer ("≥4") has no upper bound and always races. Each
+would not call noise) is dropped; a censored answer ("≥4") has no upper bound and always races. A
+lone finalist gets one full search (`final_runs`), not `--final-repeat`. Each
 search after the first round starts at the cell's screen answer (`start_level`: capacity `--start`),
 so it checks around it instead of climbing from 1 again.
 """
@@ -81,6 +82,13 @@ def final_entrants(screened: Sequence[Screened], k: int, noise: float) -> Pick:
         dropped[c] = (f"screened at {by_id[c].upper:g} at most, below the leader's {top:g} beyond the "
                       f"{noise:.0%} noise: not searched again")
     return Pick(tuple(c for c in pick.finalists if c not in below), dropped)
+
+
+def final_runs(entrants: int, final_repeat: int) -> int:
+    """Full capacity searches per finalist in the final: `--final-repeat`, whose repeats tell a lead from
+    the noise between finalists; one for a lone finalist, whose lead the screen already settled beyond
+    the noise (`final_entrants`) and which has nothing to be told apart from."""
+    return final_repeat if entrants > 1 else min(1, final_repeat)
 
 
 def start_level(low: float | None, by_rate: bool) -> float | None:

@@ -35,6 +35,7 @@ from ..analysis.tune_plan import (
     Pick,
     Screened,
     final_entrants,
+    final_runs,
     next_round,
     seconds_between,
     start_level,
@@ -176,6 +177,7 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     picks = [_pick(g, doc) for g in screens]
     round_cells = [{c.id: c for c in g.cells} for g in screens]  # per round: its cells by id
     final_cells = {c.id: c for c in (final.cells if final is not None else [])}
+    planned = final.repeat if final is not None else doc.final_repeat  # runs per finalist (tune_plan final_runs)
     best = best_cell([cell_capacity(c.name, [r.capacity for r in c.runs if r.status == "ok"])
                       for c in final_cells.values()]) if final_cells else None
     cells = []
@@ -204,8 +206,8 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
             if best is not None and (best.kind in (BEST, UNTESTED) or alone) and best.best == fcell.name:
                 entry.status = WINNER
             done = sum(1 for r in fcell.runs if r.status == "ok")
-            if done < doc.final_repeat and doc.budget_s is not None and doc.stage == FINAL:
-                entry.reason = f"{done} of {doc.final_repeat} final run(s): the --budget was spent"
+            if done < planned and doc.budget_s is not None and doc.stage == FINAL:
+                entry.reason = f"{done} of {planned} final run(s): the --budget was spent"
         cells.append(entry)
     winner = next((c for c in cells if c.status == WINNER), None)
     # the command to copy: the template with the winner's values (not grid's port and -lv additions)
@@ -221,7 +223,7 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     lost = sum(c.server_s for c in cells if c.status in INFEASIBLE_OR_FAILED)
     estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
     untried = sum(1 for c in cells if c.status == UNTRIED)
-    short = (sum(max(0, doc.final_repeat - sum(1 for r in c.runs if r.status == "ok")) for c in final_cells.values())
+    short = (sum(max(0, planned - sum(1 for r in c.runs if r.status == "ok")) for c in final_cells.values())
              if doc.stage == FINAL else 0)
     cut = ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
                                       f"{short} final run(s) not run" if short else "") if part) or None
@@ -397,7 +399,7 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
         if final is None and pick.finalists:
             by_id, starts = {c.id: c for c in last.cells}, _starts(last, pick.finalists)
             final = msgspec.structs.replace(
-                screen, repeat=doc.final_repeat, measure_args=list(doc.measure_args),
+                screen, repeat=final_runs(len(pick.finalists), doc.final_repeat), measure_args=list(doc.measure_args),
                 cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[], measure_args=starts[c])
                        for c in pick.finalists])
             for cell in final.cells:
@@ -406,7 +408,7 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
             write_grid(root / FINAL, final)
         write_tune(root, build_tune(doc, screens, final))
         if final is not None:
-            err.print(f"tune: {len(final.cells)} finalist(s), {doc.final_repeat} full capacity search(es) each",
+            err.print(f"tune: {len(final.cells)} finalist(s), {final.repeat} full capacity search(es) each",
                       highlight=False)
             run_grid(root / FINAL, final, err, within_budget(doc, [*screens, final], final, err))
             if not LATCH.received:
