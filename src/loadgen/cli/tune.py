@@ -222,16 +222,21 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     ran = sum(1 for c in cells if c.status not in INFEASIBLE_OR_FAILED)
     lost = sum(c.server_s for c in cells if c.status in INFEASIBLE_OR_FAILED)
     estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
-    untried = sum(1 for c in cells if c.status == UNTRIED)
-    short = (sum(max(0, planned - sum(1 for r in c.runs if r.status == "ok")) for c in final_cells.values())
-             if doc.stage == FINAL else 0)
-    cut = ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
-                                      f"{short} final run(s) not run" if short else "") if part) or None
+    cut = _cut(doc, cells, list(final_cells.values()), planned)
     return msgspec.structs.replace(
         doc, cut=cut if doc.budget_s is not None else None,
         cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
         tie=bool(best and best.kind == "tie"), tied_with=list(best.tied) if best and best.kind == "tie" else [],
         sentence=_sentence(best, picks[-1], cells, screens[-1]) if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
+
+
+def _cut(doc: TuneDocument, cells: list[TuneCell], finals: list[GridCell], planned: int) -> str | None:
+    """What the --budget left out: cells never screened, final runs never run (None: nothing)."""
+    untried = sum(1 for c in cells if c.status == UNTRIED)
+    short = (sum(max(0, planned - sum(1 for r in c.runs if r.status == "ok")) for c in finals)
+             if doc.stage == FINAL else 0)
+    return ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
+                                       f"{short} final run(s) not run" if short else "") if part) or None
 
 
 def _sentence(best: BestCell, pick: Pick, cells: list[TuneCell], last: GridDocument) -> str:
