@@ -20,7 +20,9 @@ The grid runs each cell `--repeat 2` (the evidence tune's final has: two full ca
 finalist), tune its defaults (a 40-request screen, 2 finalists, 2 final repeats). Server seconds are
 the sums of every server's lifetime, as both write them. Figures are printed, never asserted.
 
-    python benchmarks/tune_vs_grid.py [--spaces boot-failures,context-bound,wide] [--keep DIR]
+    python benchmarks/tune_vs_grid.py [--spaces boot-failures,context-bound,wide] [--keep DIR] [--only grid|tune]
+
+(`--only grid --keep DIR`, then `--only tune --keep DIR`: the grids once, the tunes against them.)
 """
 
 from __future__ import annotations
@@ -70,21 +72,24 @@ def run(args: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
     return subprocess.run([*LOADGEN, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def one_space(name: str, root: Path, profile: Path) -> None:
+def one_space(name: str, root: Path, profile: Path, only: str) -> None:
     flags, params, truth = SPACES[name]
     template = f"{GRID_SERVER} {flags} --profile {profile} --time-scale 1"
     param_args = [a for p in params for a in ("--param", p)]
     started = time.monotonic()
     grid = run(["grid", "--server", template, *param_args, "--measure", "capacity", "--repeat", "2",
-                "--output", str(root / f"{name}-grid"), *MEASURE])
+                "--output", str(root / f"{name}-grid"), *MEASURE]) if only != "tune" else None
     grid_wall = time.monotonic() - started
-    started = time.monotonic()
-    tune = run(["tune", "--server", template, *param_args, "--screen-budget", "40", "--output",
-                str(root / f"{name}-tune"), *MEASURE])
-    tune_wall = time.monotonic() - started
-    if grid.returncode not in (0, 1) or not (root / f"{name}-grid" / "grid.json").is_file():
+    if grid is not None and (grid.returncode not in (0, 1) or not (root / f"{name}-grid" / "grid.json").is_file()):
         print(f"{name}: grid failed ({grid.returncode}): {grid.stderr[-800:]}")
         return
+    if only == "grid":
+        print(f"{name}: grid {grid_seconds(root / f'{name}-grid')[0]:.1f} server s, wall {grid_wall:.0f} s", flush=True)
+        return
+    started = time.monotonic()
+    tune = run(["tune", "--server", template, *param_args, "--screen-budget", "40", "--output",
+                str(root / f"{name}-tune"), "--force", *MEASURE])
+    tune_wall = time.monotonic() - started
     if tune.returncode != 0:
         print(f"{name}: tune failed ({tune.returncode}): {tune.stderr[-800:]}")
         return
@@ -107,6 +112,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spaces", default=",".join(SPACES))
     parser.add_argument("--keep", help="Write the grids and tunes here (default: a temporary folder, removed).")
+    parser.add_argument("--only", choices=("grid", "tune", "both"), default="both",
+                        help="grid: run the grids only; tune: run the tunes against the grids already in --keep.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
@@ -114,7 +121,7 @@ def main() -> None:
         profile = root / "capsim.toml"
         profile.write_text(CAPACITY_SIM)
         for name in args.spaces.split(","):
-            one_space(name, root, profile)
+            one_space(name, root, profile, args.only)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,19 @@ def test_next_probe_by_concurrency(history, max_level, repeat, expected):
     assert next_probe(history, max_level=max_level, repeat=repeat, noise=0.10).level == expected
 
 
+@pytest.mark.parametrize("history, start, expected", [  # --start above 1 (tune's final starts at the screen's answer)
+    ({}, 6, 6),
+    (H(c6=[.5]), 6, 12),  # passes: doubling as from 1
+    (H(c6=[.5], c12=[3.0]), 6, 9),  # then bisecting
+    (H(c6=[3.0]), 6, 3),  # the start fails: halving downwards, not "nothing passes"
+    (H(c6=[3.0], c3=[3.0]), 6, 1),
+    (H(c6=[3.0], c3=[3.0], c1=[3.0]), 6, None),  # not even one user
+    (H(c6=[3.0], c3=[.5]), 6, 4),  # a level passed below: bisecting as usual
+])
+def test_next_probe_from_a_start_above_one(history, start, expected):
+    assert next_probe(history, max_level=64, repeat=1, noise=0.10, start=start).level == expected
+
+
 def R(**levels):
     return {float(k[1:].replace("_", ".")): [p(s) for s in v] for k, v in levels.items()}
 

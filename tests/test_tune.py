@@ -35,7 +35,8 @@ def test_tune_screens_every_cell_and_names_the_best_the_full_search_finds(tmp_pa
     """Written down first: on the stand-in server a cell with N slots serves exactly N users within
     ttft<=150ms (tests/test_grid_capacity_cli.py), and `-fa bogus` is refused at boot. Over
     parallel=1,2,4 x fa=on,bogus: the three bogus cells fail with their reason, parallel=1 is dropped
-    by the screen, parallel=2 and 4 race, and parallel=4 (fa on) wins by a lead outside the noise."""
+    by the screen; parallel=2 (2 pass, 4 fail: at most 3) is below parallel=4's 4 beyond the 10% noise, so
+    only parallel=4 (fa on) has its full search, from --start 4, and wins."""
     import json
 
     from loadgen.core.processes import pid_alive
@@ -56,14 +57,19 @@ def test_tune_screens_every_cell_and_names_the_best_the_full_search_finds(tmp_pa
     doc = json.loads((out / "tune.json").read_text())
     status = {c["name"]: c["status"] for c in doc["cells"]}
     assert status == {"parallel=1 fa=on": "dropped", "parallel=1 fa=bogus": "failed",
-                      "parallel=2 fa=on": "finalist", "parallel=2 fa=bogus": "failed",
+                      "parallel=2 fa=on": "dropped", "parallel=2 fa=bogus": "failed",
                       "parallel=4 fa=on": "winner", "parallel=4 fa=bogus": "failed"}, status
     assert doc["winner"]["params"] == {"parallel": "4", "fa": "on"}
     assert "--port" not in doc["winner"]["argv"] and "-lv" not in doc["winner"]["argv"]  # the template's command, to copy
     assert doc["winner"]["argv"][doc["winner"]["argv"].index("--parallel") + 1] == "4"
     dropped = next(c for c in doc["cells"] if c["name"] == "parallel=1 fa=on")
     assert dropped["reason"] == "screened at 1, below the finalists' 2", dropped
-    assert doc["tie"] is False and "lead outside the noise" in doc["sentence"]
+    second = next(c for c in doc["cells"] if c["name"] == "parallel=2 fa=on")
+    assert second["reason"] == "screened at 3 at most, below the leader's 4 beyond the 10% noise: not searched again"
+    assert doc["tie"] is False and "the runner-up, parallel=2 fa=on" in doc["sentence"], doc["sentence"]
+    final = json.loads((out / "final" / "grid.json").read_text())
+    assert [c["measure_args"] for c in final["cells"]] == [["--start", "4"]]  # from the screen's answer
+    assert final["repeat"] == 1  # a lone finalist: one full search
     assert doc["server_seconds"] > 0 and doc["full_grid_estimate_s"] > 0
     assert "winner's command line:" in proc.stdout
     for stage in ("screen", "final"):
@@ -108,7 +114,7 @@ def test_capacity_options_tune_sets_itself_are_refused(loadgen, tmp_path, args, 
 def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
     """Written down first: with --budget 1s the first screen run starts (nothing is known of a run's cost
     yet) and takes more than a second of server time, so the other three cells are never screened and the
-    one finalist's two final runs never start; tune.json and the output say so."""
+    lone finalist's one final run never starts; tune.json and the output say so."""
     import json
     import subprocess
 
@@ -127,7 +133,7 @@ def test_a_budget_stops_the_search_and_says_what_it_left_out(tmp_path):
     status = [c["status"] for c in doc["cells"]]
     assert status == ["finalist", "untried", "untried", "untried"], status
     assert doc["cells"][1]["reason"] == "not screened: the --budget of 1 s was spent"
-    assert doc["budget_s"] == 1 and doc["cut"] == "3 cell(s) not screened, 2 final run(s) not run", doc["cut"]
+    assert doc["budget_s"] == 1 and doc["cut"] == "3 cell(s) not screened, 1 final run(s) not run", doc["cut"]
     assert doc["winner"] is None
     assert "cut by the --budget of 1 s" in proc.stdout and "--budget of 1 s is spent" in proc.stderr
     assert not any(pid_alive(p) for stage in ("screen", "final") if (out / stage).is_dir() for p in grid_pids(out / stage))

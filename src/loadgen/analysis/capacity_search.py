@@ -31,7 +31,8 @@ Choosing the next level (`next_probe`), levels as integers from 1 (concurrency),
    below it; while they are more than one step apart, probe the middle ((lo + hi) // 2; for
    rates the midpoint, until hi / lo <= 1 + `rate_resolution`); when nothing passed below hi: by
    rate, halve hi (three significant digits) until a rate passes or the next would be below
-   `min_rate`; by concurrency, probe `start` when hi is above it, else stop.
+   `min_rate`; by concurrency, probe `start` when hi is above it, else halve hi (a `start` above 1
+   that failed: tune's searches start at a screen's answer) until a level passes, stopping at 1.
 The first level is `start`, or `max_level` when that is lower: no level is ever above the cap.
 
 The answer (`conclude`): feasible_max = lo (None when nothing passed), infeasible_min = the lowest
@@ -221,6 +222,8 @@ def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int
     if lo is None:
         if hi > start and start not in decisions:
             return Next(start, f"{level_name(hi, by_rate)} does not pass: trying {level_name(start, by_rate)}")
+        if hi > 1:  # started above 1 (--start) and it failed: halve downwards until a level passes
+            return Next(max(1, int(hi) // 2), f"{level_name(hi, by_rate)} does not pass: halving")
         return Next(None, f"{level_name(hi, by_rate)} does not pass and nothing below it does")
     if by_rate:
         if hi / lo <= 1 + rate_resolution:

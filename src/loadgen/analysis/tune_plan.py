@@ -15,10 +15,19 @@ Successive halving (`next_round`): when more than `k` race on because a short se
 their capacity ("≥4" for three cells: a tie the budget made), those cells are screened again with
 twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
 a longer search would only confirm it, so it goes to the final as it is.
+
+The final (`final_entrants`): the finalists the screen already separates are not searched again. A
+finalist whose screen bracket lies wholly below the leader's proven low by more than the noise
+(`upper × (1 + noise) < leader's low`, capacity's `--noise`, 10%: a lead the capacity search itself
+would not call noise) is dropped; a censored answer ("≥4") has no upper bound and always races. A
+lone finalist gets one full search (`final_runs`), not `--final-repeat`. Each
+search after the first round starts at the cell's screen answer (`start_level`: capacity `--start`),
+so it checks around it instead of climbing from 1 again.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +44,7 @@ class Screened:
     low: float | None
     reason: str | None = None
     censored: bool = False  # its search passed every level it had the budget for: the capacity may be higher
+    upper: float = math.inf  # the highest capacity its answer allows (analysis/grid_capacity.py RunAnswer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,37 @@ def pick_finalists(screened: Sequence[Screened], k: int) -> Pick:
         if s.cell not in keep:
             dropped[s.cell] = f"screened at {s.low:g}, below the finalists' {cut:g}"
     return Pick(keep, dropped)
+
+
+def final_entrants(screened: Sequence[Screened], k: int, noise: float) -> Pick:
+    """The cells whose full capacity search the final runs: `pick_finalists`' cells less those the
+    screen already puts below the leader beyond the noise (module docstring)."""
+    pick = pick_finalists(screened, k)
+    if not pick.finalists:
+        return pick
+    by_id = {s.cell: s for s in screened}
+    top = max(by_id[c].low or 0.0 for c in pick.finalists)
+    below = [c for c in pick.finalists if by_id[c].upper * (1 + noise) < top]
+    dropped = dict(pick.dropped)
+    for c in below:
+        dropped[c] = (f"screened at {by_id[c].upper:g} at most, below the leader's {top:g} beyond the "
+                      f"{noise:.0%} noise: not searched again")
+    return Pick(tuple(c for c in pick.finalists if c not in below), dropped)
+
+
+def final_runs(entrants: int, final_repeat: int) -> int:
+    """Full capacity searches per finalist in the final: `--final-repeat`, whose repeats tell a lead from
+    the noise between finalists; one for a lone finalist, whose lead the screen already settled beyond
+    the noise (`final_entrants`) and which has nothing to be told apart from."""
+    return final_repeat if entrants > 1 else min(1, final_repeat)
+
+
+def start_level(low: float | None, by_rate: bool) -> float | None:
+    """Where a cell's next capacity search starts (`--start`): at its screen answer's low end, the
+    highest level that passed; None (from the search's own start) when nothing passed."""
+    if low is None or low <= 0 or (not by_rate and low < 1):
+        return None
+    return float(math.floor(low)) if not by_rate else low
 
 
 def next_round(screened: Sequence[Screened], k: int) -> tuple[str, ...]:

@@ -345,7 +345,7 @@ class CellRunner:
         self._learn_working_set(entry)
         entry.props = {k: props.get(k) for k in PROPS}
         entry.run_dir = str((folder / "run").relative_to(self.root))
-        args = (*self.grid.measure_args, *cell_measure_args(self.grid.measure, argv, server.pid))
+        args = (*self.grid.measure_args, *(cell.measure_args or ()), *cell_measure_args(self.grid.measure, argv, server.pid))
         code = measure(self.grid.measure, server.url, CELL_LABEL, args, folder / "run", folder)
         entry.measure_exit = code
         died = server.proc.poll()

@@ -22,13 +22,24 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
 from rich.console import Console
 
 from ..analysis.kv import MIB
-from ..analysis.tune_plan import DROPPED, FINALIST, Screened, next_round, pick_finalists, seconds_between
+from ..analysis.tune_plan import (
+    DROPPED,
+    FINALIST,
+    Pick,
+    Screened,
+    final_entrants,
+    final_runs,
+    next_round,
+    seconds_between,
+    start_level,
+)
 from ..core.errors import EXIT_FAILED, ConfigError
 from ..core.griddoc import GridCell, GridDocument
 from ..core.signals import LATCH
@@ -39,6 +50,9 @@ from .kv import parse_size
 from .options import Duration
 from .shared import checking_only
 from .shared import console as _console
+
+if TYPE_CHECKING:
+    from ..analysis.grid_capacity import BestCell
 
 TUNE_FILE = "tune.json"
 SCREEN, FINAL = "screen", "final"
@@ -102,9 +116,43 @@ def _server_s(cell: GridCell) -> float:
     return sum(seconds_between(r.started_utc, r.finished_utc) for r in cell.runs)
 
 
+def option_value(args: list[str] | tuple[str, ...], name: str, default: str) -> str:
+    """The value a capacity option has in `args` (`--name V` or `--name=V`; the last one wins, as in click)."""
+    value = default
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _noise(args: list[str]) -> float:
+    from ..analysis.capacity_search import DEFAULT_NOISE
+
+    return float(option_value(args, "--noise", str(DEFAULT_NOISE)))
+
+
+def _starts(grid: GridDocument, cells: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each cell's own capacity options for its next search: `--start` at its answer in `grid` (tune_plan
+    `start_level`), none when nothing passed."""
+    by_rate = option_value(grid.measure_args, "--by", "concurrency") == "rate"
+    lows = {s.cell: s.low for s in _screened(grid)}
+    out = {}
+    for cell in cells:
+        start = start_level(lows.get(cell), by_rate)
+        out[cell] = ["--start", f"{start:g}"] if start is not None else []
+    return out
+
+
+def _pick(grid: GridDocument, doc: TuneDocument) -> Pick:
+    return final_entrants(_screened(grid), doc.finalists, _noise(doc.measure_args))
+
+
 def _screened(grid: GridDocument) -> list[Screened]:
     from ..analysis.grid_capacity import run_answer
 
+    top = float(option_value(grid.measure_args, "--max-concurrency", "64"))
     out = []
     for cell in grid.cells:
         answers = [r.capacity for r in cell.runs if r.status == "ok" and r.capacity is not None]
@@ -112,7 +160,8 @@ def _screened(grid: GridDocument) -> list[Screened]:
         answer = run_answer(answers[0]) if answers else None
         low = answer.low if answer else None
         reason = f"{failed.status}: {failed.reason}" if failed is not None and low is None else None
-        out.append(Screened(cell.id, cell.name, low, reason, bool(answer and math.isinf(answer.upper))))
+        censored = bool(answer and math.isinf(answer.upper) and answer.low < top)  # the cap passed: no more to find
+        out.append(Screened(cell.id, cell.name, low, reason, censored, answer.upper if answer else math.inf))
     return out
 
 
@@ -123,11 +172,12 @@ def round_name(r: int) -> str:
 
 def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocument | None) -> TuneDocument:
     """tune.json's content from the stages' grids as they stand (`screens`: the screen's rounds)."""
-    from ..analysis.grid_capacity import BEST, UNTESTED, best_cell, cell_capacity, run_answer
+    from ..analysis.grid_capacity import ALONE, BEST, UNTESTED, best_cell, cell_capacity, run_answer
 
-    picks = [pick_finalists(_screened(g), doc.finalists) for g in screens]
+    picks = [_pick(g, doc) for g in screens]
     round_cells = [{c.id: c for c in g.cells} for g in screens]  # per round: its cells by id
     final_cells = {c.id: c for c in (final.cells if final is not None else [])}
+    planned = final.repeat if final is not None else doc.final_repeat  # runs per finalist (tune_plan final_runs)
     best = best_cell([cell_capacity(c.name, [r.capacity for r in c.runs if r.status == "ok"])
                       for c in final_cells.values()]) if final_cells else None
     cells = []
@@ -152,11 +202,12 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
             entry.stage, entry.status = FINAL, FINALIST
             entry.final = cell_capacity(fcell.name, [r.capacity for r in fcell.runs if r.status == "ok"]).text
             entry.server_s = round(entry.server_s + _server_s(fcell), 1)
-            if best is not None and best.kind in (BEST, UNTESTED) and best.best == fcell.name:
+            alone = best is not None and best.kind == ALONE and len(final_cells) == 1  # the screen separated the rest
+            if best is not None and (best.kind in (BEST, UNTESTED) or alone) and best.best == fcell.name:
                 entry.status = WINNER
             done = sum(1 for r in fcell.runs if r.status == "ok")
-            if done < doc.final_repeat and doc.budget_s is not None and doc.stage == FINAL:
-                entry.reason = f"{done} of {doc.final_repeat} final run(s): the --budget was spent"
+            if done < planned and doc.budget_s is not None and doc.stage == FINAL:
+                entry.reason = f"{done} of {planned} final run(s): the --budget was spent"
         cells.append(entry)
     winner = next((c for c in cells if c.status == WINNER), None)
     # the command to copy: the template with the winner's values (not grid's port and -lv additions)
@@ -171,16 +222,34 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     ran = sum(1 for c in cells if c.status not in INFEASIBLE_OR_FAILED)
     lost = sum(c.server_s for c in cells if c.status in INFEASIBLE_OR_FAILED)
     estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
-    untried = sum(1 for c in cells if c.status == UNTRIED)
-    short = (sum(max(0, doc.final_repeat - sum(1 for r in c.runs if r.status == "ok")) for c in final_cells.values())
-             if doc.stage == FINAL else 0)
-    cut = ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
-                                      f"{short} final run(s) not run" if short else "") if part) or None
+    cut = _cut(doc, cells, list(final_cells.values()), planned)
     return msgspec.structs.replace(
         doc, cut=cut if doc.budget_s is not None else None,
         cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
         tie=bool(best and best.kind == "tie"), tied_with=list(best.tied) if best and best.kind == "tie" else [],
-        sentence=best.sentence if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
+        sentence=_sentence(best, picks[-1], cells, screens[-1]) if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
+
+
+def _cut(doc: TuneDocument, cells: list[TuneCell], finals: list[GridCell], planned: int) -> str | None:
+    """What the --budget left out: cells never screened, final runs never run (None: nothing)."""
+    untried = sum(1 for c in cells if c.status == UNTRIED)
+    short = (sum(max(0, planned - sum(1 for r in c.runs if r.status == "ok")) for c in finals)
+             if doc.stage == FINAL else 0)
+    return ", ".join(part for part in (f"{untried} cell(s) not screened" if untried else "",
+                                       f"{short} final run(s) not run" if short else "") if part) or None
+
+
+def _sentence(best: BestCell, pick: Pick, cells: list[TuneCell], last: GridDocument) -> str:
+    """The final's best-cell sentence; with one finalist, what the screen said of the runner-up."""
+    from ..analysis.grid_capacity import ALONE
+
+    separated = [c for c in cells if c.id in pick.dropped and "not searched again" in pick.dropped[c.id]]
+    if best.kind != ALONE or not separated:
+        return best.sentence
+    lows = {s.cell: s.low or 0.0 for s in _screened(last)}
+    runner = max(separated, key=lambda c: lows.get(c.id, 0.0))
+    return (f"{best.sentence}; the runner-up, {runner.name} (screen {runner.screen}), is below it beyond the noise "
+            "by the screen, not searched again")
 
 
 def write_tune(root: Path, doc: TuneDocument) -> None:
@@ -306,10 +375,11 @@ def screen_rounds(root: Path, doc: TuneDocument, screen: GridDocument, err: Cons
         if is_grid(folder):
             nxt = load_grid(folder)
         else:
-            by_id = {c.id: c for c in grid.cells}
+            by_id, starts = {c.id: c for c in grid.cells}, _starts(grid, advance)
             nxt = msgspec.structs.replace(
                 grid, measure_args=list(_screen_args(tuple(doc.measure_args), doc.screen_budget * 2 ** r)),
-                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[]) for c in advance])
+                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[], measure_args=starts[c])
+                       for c in advance])
             folder.mkdir(exist_ok=True)
             write_grid(folder, nxt)
         rounds.append(nxt)
@@ -330,19 +400,20 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
     if not LATCH.received:
         doc = msgspec.structs.replace(doc, stage=SCREEN)
         last = screens[-1]
-        pick = pick_finalists(_screened(last), doc.finalists)
+        pick = _pick(last, doc)
         if final is None and pick.finalists:
-            by_id = {c.id: c for c in last.cells}
+            by_id, starts = {c.id: c for c in last.cells}, _starts(last, pick.finalists)
             final = msgspec.structs.replace(
-                screen, repeat=doc.final_repeat, measure_args=list(doc.measure_args),
-                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[]) for c in pick.finalists])
+                screen, repeat=final_runs(len(pick.finalists), doc.final_repeat), measure_args=list(doc.measure_args),
+                cells=[GridCell(id=c, name=by_id[c].name, params=by_id[c].params, runs=[], measure_args=starts[c])
+                       for c in pick.finalists])
             for cell in final.cells:
                 render(final.template, cell.params)
             (root / FINAL).mkdir(exist_ok=True)
             write_grid(root / FINAL, final)
         write_tune(root, build_tune(doc, screens, final))
         if final is not None:
-            err.print(f"tune: {len(final.cells)} finalist(s), {doc.final_repeat} full capacity search(es) each",
+            err.print(f"tune: {len(final.cells)} finalist(s), {final.repeat} full capacity search(es) each",
                       highlight=False)
             run_grid(root / FINAL, final, err, within_budget(doc, [*screens, final], final, err))
             if not LATCH.received:

@@ -159,6 +159,7 @@ class GridCell(msgspec.Struct, kw_only=True):
     name: str
     params: dict[str, str]
     runs: list[GridRun] = []
+    measure_args: list[str] | None = None  # this cell's own options after the grid's (tune: its --start)
 
     def finished_runs(self) -> list[GridRun]:
         """The runs that ended ok with a run folder, in repeat order."""

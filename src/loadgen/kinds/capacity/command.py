@@ -76,8 +76,8 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--max-concurrency", "max_level", type=float, default=64, show_default=True,
               help="The highest level the search may try (users, or req/s with --by rate).")
 @click.option("--start", "start", type=float, default=1, show_default=True,
-              help="The first level (users, or req/s with --by rate); by rate the search halves downwards from it "
-                   "until a rate passes.")
+              help="The first level (users, or req/s with --by rate); when it fails the search halves downwards "
+                   "from it until a level passes.")
 @click.option("--arrival-seed", type=int, default=0, show_default=True,
               help="By rate: seed of the first run's arrival schedule; each further run of a level adds 1.")
 @click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
