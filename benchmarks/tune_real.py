@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the 
 from servers import LOADGEN, free_port, testbed_paths, wait_healthy  # noqa: E402
 
 PARAMS = ("parallel=1,2,4", "ub=64,512", "ctk=f16,q8_0")
-CAPACITY = ("--stream", "--slo", "ttft=2s,tpot=250ms", "--prompt-tokens", "128", "--n-predict", "32",
+CAPACITY = ("--stream", "--slo", "ttft=4s,tpot=300ms", "--prompt-tokens", "64", "--n-predict", "32",
             "--max-concurrency", "8", "--warmup", "1")
 
 

@@ -61,3 +61,26 @@ def test_a_lone_finalist_gets_one_full_search(entrants, final_repeat, runs):
     from loadgen.analysis.tune_plan import final_runs
 
     assert final_runs(entrants, final_repeat) == runs
+
+
+# An unscreened cell's reason: the --budget only when the budget cut it, never after a Ctrl-C
+# (a search stopped 254 s into a 900 s budget said "the --budget of 900 s was spent").
+@pytest.mark.parametrize("interrupted, budget_s, reason, cut", [
+    (False, 900.0, "not screened: the --budget of 900 s was spent", "2 cell(s) not screened"),
+    (True, 900.0, "not screened: the search was interrupted (--resume screens it)", None),
+    (True, None, "not screened: the search was interrupted (--resume screens it)", None),
+    (False, None, "not screened yet", None),
+])
+def test_an_unscreened_cell_says_why(interrupted, budget_s, reason, cut):
+    from loadgen.cli.tune import TuneDocument, build_tune
+    from loadgen.core.griddoc import GridCell, GridDocument, GridParamEntry, GridRun
+
+    cells = [GridCell(id="c01", name="p=1", params={"p": "1"}),  # never started
+             GridCell(id="c02", name="p=2", params={"p": "2"}, runs=[GridRun(repeat=1, status="interrupted")])]
+    screen = GridDocument(template="srv --port {port} -p {p}", params=[GridParamEntry("p", ["1", "2"])], repeat=1,
+                          measure="capacity", measure_args=[], wait_ready_s=60, cells=cells)
+    doc = TuneDocument(template=screen.template, finalists=2, final_repeat=2, screen_budget=120, stage="none",
+                       budget_s=budget_s)
+    built = build_tune(doc, [screen], None, interrupted)
+    assert [(c.status, c.reason) for c in built.cells] == [("untried", reason)] * 2
+    assert built.cut == cut

@@ -170,7 +170,8 @@ def round_name(r: int) -> str:
     return SCREEN if r == 1 else f"{SCREEN}{r}"
 
 
-def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocument | None) -> TuneDocument:
+def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocument | None,
+               interrupted: bool = False) -> TuneDocument:
     """tune.json's content from the stages' grids as they stand (`screens`: the screen's rounds)."""
     from ..analysis.grid_capacity import ALONE, BEST, UNTESTED, best_cell, cell_capacity, run_answer
 
@@ -190,9 +191,8 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
                          server_s=round(sum(_server_s(c) for c, _ in rounds), 1))
         failed = next((r for r in cell.runs if r.status in INFEASIBLE_OR_FAILED), None)
         last, last_pick = rounds[-1]
-        if not cell.runs:
-            entry.status, entry.reason = UNTRIED, f"not screened: the --budget of {doc.budget_s:g} s was spent" \
-                if doc.budget_s is not None else "not screened yet"
+        if not cell.runs or all(r.status == "interrupted" for r in cell.runs):
+            entry.status, entry.reason = UNTRIED, _untried(doc, interrupted)
         elif failed is not None and not answers[0]:
             entry.status, entry.reason = failed.status, failed.reason
         elif cell.id in last_pick.dropped:
@@ -224,10 +224,18 @@ def build_tune(doc: TuneDocument, screens: list[GridDocument], final: GridDocume
     estimate = round(ran * doc.final_repeat * sum(finals) / len(finals) + lost, 1) if finals else None
     cut = _cut(doc, cells, list(final_cells.values()), planned)
     return msgspec.structs.replace(
-        doc, cut=cut if doc.budget_s is not None else None,
+        doc, cut=cut if doc.budget_s is not None and not interrupted else None,
         cells=cells, winner=TuneWinner(winner.params, command) if winner and command else None,
         tie=bool(best and best.kind == "tie"), tied_with=list(best.tied) if best and best.kind == "tie" else [],
         sentence=_sentence(best, picks[-1], cells, screens[-1]) if best else None, server_seconds=round(spent, 1), full_grid_estimate_s=estimate)
+
+
+def _untried(doc: TuneDocument, interrupted: bool) -> str:
+    """Why a cell was not screened: the search was stopped, or the --budget was spent before it."""
+    if interrupted:
+        return "not screened: the search was interrupted (--resume screens it)"
+    return f"not screened: the --budget of {doc.budget_s:g} s was spent" if doc.budget_s is not None \
+        else "not screened yet"
 
 
 def _cut(doc: TuneDocument, cells: list[TuneCell], finals: list[GridCell], planned: int) -> str | None:
@@ -411,14 +419,14 @@ def run_stages(root: Path, doc: TuneDocument, screen: GridDocument) -> None:
                 render(final.template, cell.params)
             (root / FINAL).mkdir(exist_ok=True)
             write_grid(root / FINAL, final)
-        write_tune(root, build_tune(doc, screens, final))
+        write_tune(root, build_tune(doc, screens, final, bool(LATCH.received)))
         if final is not None:
             err.print(f"tune: {len(final.cells)} finalist(s), {final.repeat} full capacity search(es) each",
                       highlight=False)
             run_grid(root / FINAL, final, err, within_budget(doc, [*screens, final], final, err))
             if not LATCH.received:
                 doc = msgspec.structs.replace(doc, stage=FINAL)
-    doc = build_tune(doc, screens, final)
+    doc = build_tune(doc, screens, final, bool(LATCH.received))
     write_tune(root, doc)
     print_tune(doc)
     err.print(f"tune: {root} ({time.monotonic() - started:.0f} s)", highlight=False)
