@@ -255,7 +255,8 @@ def read_mac_facts(run: Run = run_tool) -> MacFacts:
                     low_power_mode=power.low_power_mode, cpu_speed_limit_pct=power.cpu_speed_limit_pct,
                     thermal_warning=power.thermal_warning, swap_total_mib=swap_total, swap_used_mib=swap_used,
                     pages_free_bytes=vm.get("Pages free"),
-                    gpu_model=machine.gpu_model, gpu_cores=machine.gpu_cores, memory=memory)
+                    gpu_model=machine.gpu_model, gpu_cores=machine.gpu_cores,
+                    memory=None if memory == MacMemory() else memory)
 
 
 def mac_cpu_memory(machine: MacMachine, run: Run = run_tool) -> tuple[CpuFacts, MemoryFacts]:
