@@ -63,11 +63,12 @@ class TiedPopen(subprocess.Popen):
 
 
 def start_tied(argv: Sequence[str], signum: int = signal.SIGTERM, **kwargs: Any) -> TiedPopen:
-    """Start `argv` (Popen's keywords but stdin and preexec_fn) so that it cannot outlive loadgen:
-    with the kernel's parent-death signal `signum` (Linux), else under `core.watchdog` in a session of
-    its own (the watchdog ends its group), its stdin a pipe whose write end only this process holds:
-    closed when loadgen exits however it exits, or when the returned object is collected. The
-    program's stdin is then /dev/null."""
+    """Start `argv` (Popen's keywords, no preexec_fn) so that it cannot outlive loadgen: with the
+    kernel's parent-death signal `signum` (Linux), else under `core.watchdog` in a session of its own
+    (the watchdog ends its group), the watchdog's stdin a pipe whose write end only this process holds
+    (os.pipe's ends are not inherited): closed when loadgen exits however it exits, or when the
+    returned object is collected. Under the watchdog the program's stdin is /dev/null, whatever
+    `stdin` says."""
     if parent_death_signal_available():
         return TiedPopen(list(argv), preexec_fn=die_with_parent(signum), **kwargs)
     read, write = os.pipe()
