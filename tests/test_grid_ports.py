@@ -123,8 +123,9 @@ def _fake_proc(root: Path, port: int, listeners: dict[int, str], processes: dict
     return root
 
 
-def test_port_holder_reads_the_socket_table_and_the_sessions_fds(tmp_path):
+def test_port_holder_reads_the_socket_table_and_the_sessions_fds(tmp_path, monkeypatch):
     """Session 10 (the server and a child of it) holds inode 100; pid 20, another session, holds 200."""
+    monkeypatch.delenv("LOADGEN_LINUX_FACILITIES", raising=False)  # the /proc/net/tcp reader itself, on a fake /proc
     loopback, anywhere = "0100007F", "00000000"
     processes = {10: (10, [100]), 11: (10, [101]), 20: (20, [200])}
     shared = _fake_proc(tmp_path / "a", 8080, {100: loopback, 200: anywhere}, processes)

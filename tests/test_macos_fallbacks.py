@@ -414,14 +414,6 @@ def test_env_on_a_mac_prints_the_mac(loadgen, monkeypatch):
 
 # ---------------------------------------------------------------- a SIGKILLed grid leaves no server, without PR_SET_PDEATHSIG
 
-NO_PDEATHSIG_GRID = """
-import sys
-import loadgen.run.servers as servers
-servers.parent_death_signal_available = lambda: False
-sys.argv = ["loadgen", *sys.argv[1:]]
-from loadgen.cli.main import main
-main()
-"""
 
 
 def _children(pid: int) -> list[int]:
@@ -440,28 +432,33 @@ def _cmdline(pid: int) -> str:
 def test_a_sigkilled_grid_leaves_no_server_behind_without_the_parent_death_signal(tmp_path):
     from servers import GRID_SERVER
 
-    grid = subprocess.Popen([sys.executable, "-c", NO_PDEATHSIG_GRID, "grid", "--server",
+    # LOADGEN_LINUX_FACILITIES=off: no parent-death signal, as on a Mac (core/facilities.py)
+    grid = subprocess.Popen([sys.executable, "-m", "loadgen", "grid", "--server",
                              f"{GRID_SERVER} --parallel {{parallel}}", "--param", "parallel=1", "--measure", "sweep",
                              "--output", str(tmp_path / "grid"), "--", "--concurrency", "1", "--requests", "100000",
                              "--n-predict", "8", "--warmup", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), start_new_session=True)
-    server = None
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**_env(), "LOADGEN_LINUX_FACILITIES": "off"}, start_new_session=True)
+    server = sweep = None
     try:
         deadline = time.monotonic() + 60
-        while server is None and time.monotonic() < deadline:
+        while (server is None or sweep is None) and time.monotonic() < deadline:
             for wrapper in _children(grid.pid):
                 if "loadgen.core.watchdog" in _cmdline(wrapper):
-                    server = next((p for p in _children(wrapper) if "fake-llama-server" in _cmdline(p)), None)
+                    server = server or next((p for p in _children(wrapper) if "fake-llama-server" in _cmdline(p)), None)
+                    sweep = sweep or next((p for p in _children(wrapper) if "loadgen.cli sweep" in _cmdline(p)), None)
             time.sleep(0.1)
         assert server is not None, "the grid started no server under the watchdog"
+        assert sweep is not None, "the grid's measurement does not run under the watchdog"
         os.kill(grid.pid, signal.SIGKILL)
         grid.wait(timeout=5)
         assert _gone_within(server, 15), "the server outlived its SIGKILLed grid"
+        assert _gone_within(sweep, 15), "the measurement outlived its SIGKILLed grid"
     finally:
         if grid.poll() is None:
             grid.kill()
             grid.wait(timeout=5)
-        for pid in [server] if server else []:
+        for pid in [p for p in (server, sweep) if p]:
             if pid_alive(pid) and not _zombie(pid):
                 os.kill(pid, signal.SIGKILL)
 

@@ -9,8 +9,9 @@ Three rules, each over recorded `core.environment` records:
   limit, a GPU's power limit, a GPU clock-event reason that was absent at the start (power cap,
   thermal, hardware slowdown), or a steal share above STEAL_LIMIT over the level
   (Δsteal / Δtotal jiffies of /proc/stat's `cpu` line); on a Mac (`mac_changes`), its power source,
-  Low Power Mode, its CPU speed limit (`pmset -g therm`) or a thermal warning that appeared. Such a
-  level is flagged.
+  Low Power Mode, its CPU speed limit (`pmset -g therm`) or a thermal warning that appeared, and
+  (`mac_memory_changes`) its memory pressure rising or its swapping (swap used grown, pages swapped
+  out). Such a level is flagged.
 * `environment_differences(baseline, candidate)`: what differs between two sides' run documents:
   the facts in `_static_facts` (kernel, OS, CPU model and cores, governors, turbo, RAPL limits,
   memory, GPU names, drivers and power limits) and, per level, each accelerator's
@@ -38,11 +39,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..core.environment import EnvSample, Fingerprint, GpuFacts, MacPower, PciLink, fingerprint_from, samples_from
+from ..core.environment import (
+    EnvSample,
+    Fingerprint,
+    GpuFacts,
+    MacPower,
+    PciLink,
+    fingerprint_from,
+    samples_from,
+)
 from ..core.rundoc import RunDocument
 from ..core.server_props import ServerProps
 
 STEAL_LIMIT = 0.02  # more than 2% of the CPU time stolen by the hypervisor: another tenant competes
+SWAP_GROWTH_MIB = 64  # a Mac that swapped this much more during a level paged the server (or what it competes with)
 THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 
 
@@ -133,6 +143,10 @@ def _mac_warnings(sample: EnvSample) -> list[str]:
                    f"let it cool (and check its vents) before measuring.")
     if mac.thermal_warning:
         out.append(f"thermal warning ({mac.thermal_warning}): let the Mac cool before measuring.")
+    pressure = sample.mac_memory.pressure if sample.mac_memory is not None else None
+    if pressure not in (None, "normal"):
+        out.append(f"memory pressure is {pressure} (kern.memorystatus_vm_pressure_level): quit what else holds "
+                   f"memory, so the server's pages are not compressed or swapped under load.")
     if mac.power_source == "Battery Power":
         out.append("the Mac runs on battery: macOS may lower its speed; plug it in before measuring.")
     return out
@@ -187,7 +201,7 @@ def level_changes(samples: Sequence[EnvSample], steal_limit: float = STEAL_LIMIT
     for index, reasons in sorted(appeared.items()):
         if reasons:
             out.append(f"GPU {index} clock-event reasons appeared: {', '.join(sorted(reasons))}")
-    out += mac_changes(samples)
+    out += mac_changes(samples) + mac_memory_changes(samples)
     steal = steal_share(first, last)
     if steal is not None and steal > steal_limit:
         out.append(f"{STEAL_CHANGE}{steal:.1%} of CPU time (limit {steal_limit:.0%})")
@@ -209,6 +223,36 @@ def mac_changes(samples: Sequence[EnvSample]) -> list[str]:
         if now.thermal_warning and not start.thermal_warning and "thermal warning" not in out:
             out["thermal warning"] = f"thermal warning at {at_s:.1f} s: {now.thermal_warning}"
     return list(out.values())
+
+
+def mac_memory_changes(samples: Sequence[EnvSample], growth_mib: float = SWAP_GROWTH_MIB) -> list[str]:
+    """What a Mac's memory did during one level (`EnvSample.mac_memory`, Mac samples only): its pressure
+    level rising above the level's start (a fall is not flagged), and swapping: swap used grown by
+    `growth_mib` or more, or that much swapped out (vm_stat's Swapouts) even with swap used steady
+    (pages out and back in). Each is said once, at the first sample that shows it."""
+    mem = [s for s in samples if s.mac_memory is not None]
+    if len(mem) < 2:
+        return []
+    start, out = mem[0], dict[str, str]()
+    first = start.mac_memory
+    assert first is not None
+    for s in mem[1:]:
+        now = s.mac_memory
+        assert now is not None
+        if (first.pressure_level is not None and now.pressure_level is not None
+                and now.pressure_level > first.pressure_level and "pressure" not in out):
+            out["pressure"] = f"memory pressure {first.pressure} → {now.pressure} at {s.at_s:.1f} s"
+        grew = _delta(start.swap_used_mib, s.swap_used_mib)
+        swapped = _delta(first.swapped_out_mib, now.swapped_out_mib)
+        if "swap" not in out and max(grew or 0, swapped or 0) >= growth_mib:
+            parts = ([f"swap used {start.swap_used_mib} → {s.swap_used_mib} MiB"] if grew is not None else []) + \
+                    ([f"{swapped:g} MiB swapped out"] if swapped is not None else [])
+            out["swap"] = f"swapping at {s.at_s:.1f} s: {', '.join(parts)}"
+    return list(out.values())
+
+
+def _delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else round(after - before, 1)
 
 
 def _mac_facts_of(start: MacPower, now: MacPower) -> list[tuple[str, str | None, str | None]]:

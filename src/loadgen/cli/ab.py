@@ -32,10 +32,11 @@ from rich.console import Console
 
 from ..core.baseurl import BaseUrl, BaseUrlError
 from ..core.errors import EXIT_FAILED, InputError, ResultsError
+from ..core.processes import start_tied
 from ..core.signals import LATCH
 from ..results.atomic import write_json
 from ..results.reader import load_run
-from .common import die_with_parent, user_errors
+from .common import user_errors
 from .gate import env_guard, gate_config, gate_options, report_gate
 from .help import command
 from .shared import CHECK_ONLY
@@ -173,8 +174,8 @@ def one_sweep(url: str, label: str, sweep_args: tuple[str, ...], out: Path) -> s
            "--output", str(out)]
     # Its own session: a Ctrl-C at the terminal reaches loadgen only, which passes it on once (the
     # sweep then stops gracefully, as after one Ctrl-C, instead of seeing two).
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=die_with_parent(signal.SIGINT))
+    proc = start_tied(cmd, signal.SIGINT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                      start_new_session=True)
     LATCH.listen(lambda signum: proc.poll() is None and proc.send_signal(signum))
     try:
         stdout, stderr = proc.communicate()

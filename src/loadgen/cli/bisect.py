@@ -339,11 +339,11 @@ def run_build(cmd: str, cwd: Path, log: Path, timeout_s: float) -> int | None:
     import os
     import signal
 
-    from ..core.processes import die_with_parent
+    from ..core.processes import start_tied
 
     with log.open("wb") as out:
-        proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
+        proc = start_tied(["bash", "-c", cmd], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 
 from ..core.errors import EXIT_FAILED, UserError
-from .common import die_with_parent
+from ..core.processes import start_tied
 
 READY_TIMEOUT_S = 60.0  # a loaded machine can take a while to import Python and bind
 
@@ -33,11 +33,10 @@ def simulator_processes(profiles: Sequence[str], *, slots: int, time_scale: floa
     procs: list[subprocess.Popen] = []
     try:
         for profile in profiles:
-            procs.append(subprocess.Popen(
+            procs.append(start_tied(
                 [sys.executable, "-m", "loadgen", "sim", "--profile", profile, "--port", "0",
                  "--slots", str(slots), "--time-scale", repr(time_scale), "--seed", str(seed)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                preexec_fn=die_with_parent(signal.SIGINT)))
+                signal.SIGINT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         urls = [_listening_url(proc) for proc in procs]
         for proc, url in zip(procs, urls):
             _wait_ready(proc, url)

@@ -7,7 +7,6 @@ Exit 0 whatever it finds: the warnings are advice, a sweep records the same fact
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+import msgspec
 
 from ..client.mac_facts import mac_lines, read_mac_facts
 from ..client.mac_power import power_line
@@ -85,7 +85,7 @@ def env_command(sysfs: str, procfs: str, urls: tuple[str, ...], connections: int
             preflight_warnings(fp, later, connections=planned, http_threads=threads)
     mac = read_mac_facts() if sys.platform == "darwin" else None
     if output_format == "json":
-        mac_doc = {} if mac is None else {"mac": dataclasses.asdict(mac)}
+        mac_doc = {} if mac is None else {"mac": msgspec.to_builtins(mac)}  # a dataclass holding a Struct
         click.echo(json.dumps({"fingerprint": fp.to_dict(), "warnings": warnings, **mac_doc}, indent=2))
         return
     for line in fingerprint_lines(fp):

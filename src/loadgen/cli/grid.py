@@ -57,6 +57,7 @@ from ..core.griddoc import (
     Measure,
 )
 from ..core.ports import bind_problem
+from ..core.processes import start_tied
 from ..core.server_props import ServerProps
 from ..core.signals import LATCH
 from ..results.reader import load_run
@@ -72,7 +73,7 @@ from ..run.servers import (
     stop,
     wait_ready,
 )
-from .common import die_with_parent, results_folder, user_errors
+from .common import results_folder, user_errors
 from .help import command
 from .kv import parse_size
 from .shared import CHECK_ONLY, checking_only
@@ -180,8 +181,8 @@ def measure(kind: str, url: str, label: str, args: tuple[str, ...], out: Path, f
     """The measurement in its own process (output to files); a signal loadgen gets is passed on."""
     cmd = [sys.executable, "-m", "loadgen.cli", kind, "--url", url, "--label", label, *args, "--output", str(out)]
     with open(folder / f"{kind}.out", "wb") as stdout, open(folder / f"{kind}.err", "wb") as stderr:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True,
-                                preexec_fn=die_with_parent(signal.SIGINT))
+        proc = start_tied(cmd, signal.SIGINT, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                          start_new_session=True)
 
         def pass_on(signum: int) -> None:
             if proc.poll() is None:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from ..core import records
 from ..core.clock import now_ns
+from ..core.facilities import linux_facilities
 from .http_parser import BadResponse, ResponseParser
 from .transport import ChunkCallback, HttpResponse, TransportError
 
@@ -328,7 +329,9 @@ OWN_SOCKETS = sys.platform != "win32"
 
 
 def enable_rx_stamps(sock: socket.socket) -> bool:
-    if sys.platform != "linux":
+    """Ask the kernel to stamp every read of `sock` (Linux, unless LOADGEN_LINUX_FACILITIES=off);
+    False when it does not: its reads are timed on the loop's clock."""
+    if not linux_facilities():
         return False
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.environment import CpuFacts, MacMachine, MacPower, MemoryFacts
+from ..core.environment import CpuFacts, MacMachine, MacMemory, MacPower, MemoryFacts
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -50,6 +50,7 @@ class MacFacts:
     pages_free_bytes: int | None = None
     gpu_model: str | None = None
     gpu_cores: int | None = None
+    memory: MacMemory | None = None  # the memory pressure (kern.memorystatus_vm_pressure_level, vm_stat)
 
     def summary(self) -> str:
         """"Apple M1 Max, 10 cores (8 performance + 2 efficiency), 64 GiB unified memory"."""
@@ -143,6 +144,21 @@ def parse_vm_stat(text: str) -> dict[str, int]:
     return out
 
 
+def vm_stat_memory(text: str, pressure_level: int | None = None) -> MacMemory:
+    """A `MacMemory` of `vm_stat`'s output (free and compressor pages, Swapins and Swapouts, which
+    count pages too) and the kernel's pressure level."""
+    m = re.search(r"page size of (\d+) bytes", text)
+    page = int(m.group(1)) if m else 4096
+    counts = parse_vm_stat(text)
+
+    def mib(name: str, pages: bool = True) -> float | None:
+        value = counts.get(name)
+        return None if value is None else round(value * (1 if pages else page) / MIB, 1)
+    return MacMemory(pressure_level=pressure_level, free_mib=mib("Pages free"),
+                     compressed_mib=mib("Pages occupied by compressor"),
+                     swapped_in_mib=mib("Swapins", pages=False), swapped_out_mib=mib("Swapouts", pages=False))
+
+
 def parse_displays(text: str) -> tuple[str | None, int | None]:
     """(model, cores) of the first GPU in `system_profiler SPDisplaysDataType -json` that states its
     cores (an Apple GPU: `sppci_cores` "32"), else of the first GPU listed; (None, None) when the text
@@ -215,18 +231,32 @@ def read_mac_swap(run: Run = run_tool) -> tuple[float | None, float | None]:
     return parse_swapusage(parse_sysctl(run(["sysctl", "vm.swapusage"]) or "").get("vm.swapusage", ""))
 
 
+def read_mac_memory(run: Run = run_tool) -> MacMemory:
+    """The Mac's memory pressure now (sysctl kern.memorystatus_vm_pressure_level, vm_stat): read with
+    every sample of a run."""
+    return vm_stat_memory(run(["vm_stat"]) or "", _pressure_level(run))
+
+
+def _pressure_level(run: Run) -> int | None:
+    return _int(parse_sysctl(run(["sysctl", "kern.memorystatus_vm_pressure_level"]) or "")
+                .get("kern.memorystatus_vm_pressure_level"))
+
+
 def read_mac_facts(run: Run = run_tool) -> MacFacts:
     """Every fact the Mac's tools give; a tool that is missing or fails leaves its facts None."""
     machine, power = read_mac_machine(run), read_mac_power(run)
     logical = _int(parse_sysctl(run(["sysctl", "hw.logicalcpu"]) or "").get("hw.logicalcpu"))
     swap_total, swap_used = read_mac_swap(run)
-    vm = parse_vm_stat(run(["vm_stat"]) or "")
+    vm_text = run(["vm_stat"]) or ""
+    memory, vm = vm_stat_memory(vm_text, _pressure_level(run)), parse_vm_stat(vm_text)
     return MacFacts(chip=machine.chip, performance_cores=machine.performance_cores,
                     efficiency_cores=machine.efficiency_cores, logical_cores=logical,
                     memory_bytes=machine.memory_bytes, macos=machine.macos, power_source=power.power_source,
                     low_power_mode=power.low_power_mode, cpu_speed_limit_pct=power.cpu_speed_limit_pct,
                     thermal_warning=power.thermal_warning, swap_total_mib=swap_total, swap_used_mib=swap_used,
-                    pages_free_bytes=vm.get("Pages free"), gpu_model=machine.gpu_model, gpu_cores=machine.gpu_cores)
+                    pages_free_bytes=vm.get("Pages free"),
+                    gpu_model=machine.gpu_model, gpu_cores=machine.gpu_cores,
+                    memory=None if memory == MacMemory() else memory)
 
 
 def mac_cpu_memory(machine: MacMachine, run: Run = run_tool) -> tuple[CpuFacts, MemoryFacts]:
@@ -260,4 +290,8 @@ def mac_lines(facts: MacFacts) -> list[str]:
     lines.append(f"thermal: {facts.thermal_warning or 'no thermal warning recorded'}; CPU speed limit {limit}")
     if facts.swap_total_mib is not None:
         lines.append(f"swap: {facts.swap_total_mib:g} MiB, {facts.swap_used_mib or 0:g} MiB used")
+    memory = facts.memory
+    if memory is not None and (memory.pressure is not None or memory.compressed_mib is not None):
+        compressed = "" if memory.compressed_mib is None else f", {memory.compressed_mib:g} MiB compressed"
+        lines.append(f"memory pressure: {memory.pressure or 'unknown'}{compressed}")
     return lines

@@ -422,7 +422,8 @@ class MachineReader:
         return msgspec.structs.replace(sample, **self._mac_sample(at_s)) if self.mac_tools is not None else sample
 
     def _mac_sample(self, at_s: float) -> dict[str, Any]:
-        """A sample's Mac fields: its power and thermal state (pmset), swap in use (vm.swapusage) and,
+        """A sample's Mac fields: its power and thermal state (pmset), swap in use (vm.swapusage), memory
+        pressure (kern.memorystatus_vm_pressure_level, vm_stat) and,
         where powermetrics runs (root), CPU, GPU and ANE power and energy (client/mac_power.py)."""
         assert self.mac_tools is not None
         _, swap_used = mac_facts.read_mac_swap(self.mac_tools)
@@ -432,6 +433,7 @@ class MachineReader:
             self.notes += [note] if note else []
         return {"mac": mac_facts.read_mac_power(self.mac_tools),
                 "swap_used_mib": None if swap_used is None else int(swap_used),
+                "mac_memory": mac_facts.read_mac_memory(self.mac_tools),
                 "mac_energy": self._meter.read(at_s) if self._meter is not None else None}
 
     def fingerprint(self, server: dict | None = None, at_s: float = 0.0) -> Fingerprint:

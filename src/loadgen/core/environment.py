@@ -151,6 +151,30 @@ class MacMachine(msgspec.Struct, frozen=True, kw_only=True):
     gpu_cores: int | None = None  # the Apple GPU's cores (its sppci_cores)
 
 
+# kern.memorystatus_vm_pressure_level's values (the dispatch memory-pressure levels), as Activity
+# Monitor's Memory Pressure graph colours them: green, yellow, red.
+MAC_PRESSURE = {1: "normal", 2: "warning", 4: "critical"}
+
+
+class MacMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """A Mac's memory pressure now (client/mac_facts.py): the kernel's pressure level (`sysctl
+    kern.memorystatus_vm_pressure_level`: 1 normal, 2 warning, 4 critical; `MAC_PRESSURE`) and
+    `vm_stat`'s pages in MiB: free, held by the compressor ("Pages occupied by compressor"), and
+    swapped in and out since boot ("Swapins", "Swapouts": counters). None: the tool did not say."""
+
+    pressure_level: int | None = None
+    free_mib: float | None = None
+    compressed_mib: float | None = None
+    swapped_in_mib: float | None = None
+    swapped_out_mib: float | None = None
+
+    @property
+    def pressure(self) -> str | None:
+        """"normal", "warning", "critical" (or "level N" for a value macOS has not used so far)."""
+        level = self.pressure_level
+        return None if level is None else MAC_PRESSURE.get(level, f"level {level}")
+
+
 class MacEnergy(msgspec.Struct, frozen=True, kw_only=True):
     """Apple Silicon's power as `powermetrics` measured it over its sample window (mW; None: it did
     not say), and the energy since the run's first reading (J): the powers integrated over time,
@@ -180,6 +204,7 @@ class EnvSample(msgspec.Struct, frozen=True, kw_only=True):
     temperatures: tuple[Temperature, ...] = ()  # hwmon's (absent from runs before they were read)
     mac: MacPower | None = None  # on macOS: power source, Low Power Mode, thermal state (None elsewhere)
     mac_energy: MacEnergy | None = None  # on macOS with powermetrics (root): CPU, GPU, ANE power and energy
+    mac_memory: MacMemory | None = None  # on macOS: memory pressure, compressed and swapped pages (vm_stat)
 
 
 class ServerBoot(msgspec.Struct, frozen=True, kw_only=True):

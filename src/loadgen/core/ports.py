@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .facilities import linux_facilities
+
 PortHolder = Literal["ours", "foreign", "none"]
 LISTEN = "0A"  # the TCP state column of /proc/net/tcp
 
@@ -97,7 +99,7 @@ def port_holder(host: str, port: int, session: int, proc: Path = Path("/proc")) 
     """Who listens on host:port: the processes of `session` alone ("ours"), another process too
     ("foreign"), nobody ("none"); None where /proc cannot tell."""
     tables = []
-    for name in ("tcp", "tcp6"):
+    for name in ("tcp", "tcp6") if linux_facilities() else ():
         try:
             tables.append((proc / "net" / name).read_text())
         except FileNotFoundError:
@@ -156,9 +158,14 @@ def _addresses(host: str) -> set[str]:
     return {a.split("%")[0] for a in found}
 
 
+def has_proc_net_tcp(proc: Path = Path("/proc")) -> bool:
+    """Is the kernel's socket table there to read (Linux, unless LOADGEN_LINUX_FACILITIES=off)?"""
+    return linux_facilities() and (proc / "net" / "tcp").exists()
+
+
 def ownership_check(proc: Path = Path("/proc")) -> str:
     """Which evidence says who holds a port on this system, in words for the user."""
-    if (proc / "net" / "tcp").exists():
+    if has_proc_net_tcp(proc):
         return "the kernel's socket table (/proc/net/tcp)"
     if shutil.which("lsof"):
         return "lsof (no /proc/net/tcp here; it sees other users' sockets only as root)"

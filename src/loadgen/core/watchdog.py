@@ -1,4 +1,5 @@
-"""A server that cannot outlive loadgen where the kernel has no parent-death signal (macOS, BSD).
+"""A child (a grid's server or measurement, ab's sweep, demo's simulator, a bisect build) that cannot
+outlive loadgen where the kernel has no parent-death signal (macOS, BSD; `core.processes.start_tied`).
 
 On Linux `core.processes.die_with_parent` asks the kernel (PR_SET_PDEATHSIG) to signal a child when
 loadgen exits. Elsewhere loadgen starts the server through this wrapper instead:

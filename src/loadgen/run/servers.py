@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.ports import PortHolder, bind_problem, ownership_check
+from ..core.ports import PortHolder, bind_problem, has_proc_net_tcp, ownership_check
 from ..core.ports import port_holder as listening_holder
 from ..core.processes import die_with_parent, parent_death_signal_available, pid_alive, watchdog_argv
 
@@ -87,7 +87,7 @@ def fallback_notes(proc: Path = Path("/proc")) -> list[str]:
     if not parent_death_signal_available():
         notes.append("no parent-death signal on this system: each server runs under loadgen's watchdog, "
                      "which ends it when loadgen exits")
-    if not (proc / "net" / "tcp").exists():
+    if not has_proc_net_tcp(proc):
         notes.append(f"who holds a server's port is told by {ownership_check(proc)}")
     return notes
 
