@@ -233,22 +233,22 @@ def mac_memory_changes(samples: Sequence[EnvSample], growth_mib: float = SWAP_GR
     mem = [s for s in samples if s.mac_memory is not None]
     if len(mem) < 2:
         return []
-    start, out = mem[0], dict[str, str]()
+    start, pressure, swap = mem[0], None, None
     first = start.mac_memory
     assert first is not None
     for s in mem[1:]:
         now = s.mac_memory
         assert now is not None
-        if (first.pressure_level is not None and now.pressure_level is not None
-                and now.pressure_level > first.pressure_level and "pressure" not in out):
-            out["pressure"] = f"memory pressure {first.pressure} → {now.pressure} at {s.at_s:.1f} s"
+        if (pressure is None and first.pressure_level is not None and now.pressure_level is not None
+                and now.pressure_level > first.pressure_level):
+            pressure = f"memory pressure {first.pressure} → {now.pressure} at {s.at_s:.1f} s"
         grew = _delta(start.swap_used_mib, s.swap_used_mib)
         swapped = _delta(first.swapped_out_mib, now.swapped_out_mib)
-        if "swap" not in out and max(grew or 0, swapped or 0) >= growth_mib:
+        if swap is None and max(grew or 0, swapped or 0) >= growth_mib:
             parts = ([f"swap used {start.swap_used_mib} → {s.swap_used_mib} MiB"] if grew is not None else []) + \
                     ([f"{swapped:g} MiB swapped out"] if swapped is not None else [])
-            out["swap"] = f"swapping at {s.at_s:.1f} s: {', '.join(parts)}"
-    return list(out.values())
+            swap = f"swapping at {s.at_s:.1f} s: {', '.join(parts)}"
+    return [line for line in (pressure, swap) if line is not None]
 
 
 def _delta(before: float | None, after: float | None) -> float | None:
