@@ -139,8 +139,8 @@ class AiohttpTransport:
                         on_chunk(chunk, now_ns())
                 return HttpResponse(resp.status, resp.headers, headers_ns, now_ns(), data, timing.connect_us)
         except _Stalled as exc:
-            raise TransportError(records.STALLED, "the response stopped: nothing read for longer than the stall "
-                                                  "timeout") from exc
+            raise TransportError(records.STALLED, f"HTTP {exc.args[0]}: the body began, then nothing came for "
+                                                  f"{self._stall_s:g} s (--stall-timeout)") from exc
         except TimeoutError as exc:
             raise TransportError(records.TIMEOUT, "no complete response within the timeout") from exc
         except aiohttp.ClientError as exc:
@@ -148,20 +148,29 @@ class AiohttpTransport:
 
     @staticmethod
     async def _read_watched(resp: aiohttp.ClientResponse, on_chunk: ChunkCallback | None, stall_s: float) -> bytes:
-        """The body (or its chunks to `on_chunk`), each read given `stall_s` from the last one: one
-        timer moved per read, armed only when a stall timeout is asked for."""
+        """The body (or its chunks to `on_chunk`), each read after the first given `stall_s` from the
+        last one: one timer moved per read, armed only when a stall timeout is asked for. The wait for
+        the body's first byte is --timeout's (llama-server sends its headers before the prefill)."""
         loop = asyncio.get_running_loop()
         parts: list[bytes] = []
+
+        def take(chunk: bytes) -> None:
+            if on_chunk is None:
+                parts.append(chunk)
+            else:
+                on_chunk(chunk, now_ns())
+
+        chunk = await resp.content.readany()
+        if not chunk:
+            return b""
+        take(chunk)
         try:
             async with asyncio.timeout_at(loop.time() + stall_s) as watch:
                 while chunk := await resp.content.readany():
                     watch.reschedule(loop.time() + stall_s)
-                    if on_chunk is None:
-                        parts.append(chunk)
-                    else:
-                        on_chunk(chunk, now_ns())
+                    take(chunk)
         except TimeoutError as exc:
-            raise _Stalled from exc
+            raise _Stalled(resp.status) from exc
         return b"".join(parts)
 
     def _url(self, path: str) -> URL:

@@ -74,8 +74,10 @@ class Connection:
         self._waiter: asyncio.Future | None = None
         self.deadline = 0.0  # loop time by which the current request must be complete
         self._got_bytes = False
-        # When the current request's last read arrived (clock.now_ns); 0 before its first: the pool's
-        # watchdog calls a busy connection whose answer began and then went quiet `stalled`.
+        # When the current request's last read arrived (clock.now_ns), once its body has begun; 0
+        # before: the pool's watchdog calls a busy connection whose body began and then went quiet
+        # `stalled`. Not the headers: llama-server sends them before the prefill of a request it
+        # has begun, so a long prompt's first token comes seconds after them.
         self.last_read_ns = 0
         # How long opening this connection took (µs), and of that the TLS handshake: told with the
         # first response it carries (the request that paid for it), then None.
@@ -100,7 +102,6 @@ class Connection:
             self.retire()
             return
         self._got_bytes = True
-        self.last_read_ns = t_ns
         parser = self.parser
         try:
             parser.feed(data, t_ns)
@@ -110,6 +111,8 @@ class Connection:
         except BaseException as exc:  # raised by on_chunk: the caller's to see
             self._fail(exc)
             return
+        if parser.body_ns:
+            self.last_read_ns = t_ns
         if parser.complete:
             self._finish()
 
@@ -153,8 +156,9 @@ class Connection:
     def timed_out(self) -> None:
         self._fail(TransportError(records.TIMEOUT, "no complete response within the timeout"))
 
-    def stalled(self) -> None:
-        self._fail(TransportError(records.STALLED, "the response stopped: nothing read for longer than the stall timeout"))
+    def stalled(self, stall_s: float) -> None:
+        self._fail(TransportError(records.STALLED, f"HTTP {self.parser.status}: the body began, then nothing came "
+                                                   f"for {stall_s:g} s (--stall-timeout)"))
 
     def abandon(self) -> None:
         """The caller gave up (cancelled): the connection's state is unknown, so close it."""

@@ -31,7 +31,7 @@ class ResponseParser:
     the reads up to the end of the head are kept, and `headers()` parses them when asked.
     """
 
-    __slots__ = ("_parser", "_on_chunk", "_pieces", "_head_reads", "_t_ns", "status", "headers_ns",
+    __slots__ = ("_parser", "_on_chunk", "_pieces", "_head_reads", "_t_ns", "status", "headers_ns", "body_ns",
                  "complete", "complete_ns", "keep_alive", "extra_data")
 
     def __init__(self) -> None:
@@ -45,6 +45,7 @@ class ResponseParser:
         self._t_ns = 0
         self.status = 0  # 0 until the final (non-1xx) status line and headers are in
         self.headers_ns = 0
+        self.body_ns = 0  # when the first byte of the body came (0: none yet); the stall clock's start
         self.complete = False
         self.complete_ns = 0
         self.keep_alive = False
@@ -103,6 +104,8 @@ class ResponseParser:
     def on_body(self, body: bytes) -> None:
         if not self.complete:
             self._pieces.append(body)
+            if not self.body_ns:
+                self.body_ns = self._t_ns
 
     def on_message_complete(self) -> None:
         if self.status and not self.complete:

@@ -200,7 +200,7 @@ class ConnectionPool:
         if self._stall_ns:
             since = now_ns() - self._stall_ns  # a busy connection's last read before this: stalled
             for conn in [c for c in self._busy if 0 < c.last_read_ns < since]:
-                conn.stalled()
+                conn.stalled(self._stall_ns / 1e9)
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
     # What its connections tell it (connections.py's `Owner`).
