@@ -22,12 +22,15 @@ def option_of(setting: Setting) -> click.Option:
     """The click option reading one field: its type and bounds, default and help from the field."""
     meta, extra = setting.meta, setting.extra
     kind: click.ParamType
-    bounds = {"min": meta.ge if meta.gt is None else meta.gt, "max": meta.le if meta.lt is None else meta.lt,
-              "min_open": meta.gt is not None, "max_open": meta.lt is not None}
+    low = meta.ge if meta.gt is None else meta.gt
+    high = meta.le if meta.lt is None else meta.lt
+    bounded = low is not None or high is not None
     if setting.type is float:
-        kind = click.FloatRange(**bounds) if bounds["min"] is not None or bounds["max"] is not None else click.FLOAT
+        kind = click.FloatRange(low, high, min_open=meta.gt is not None, max_open=meta.lt is not None) \
+            if bounded else click.FLOAT
     elif setting.type is int:
-        kind = click.IntRange(**bounds) if bounds["min"] is not None or bounds["max"] is not None else click.INT
+        kind = click.IntRange(low, high, min_open=meta.gt is not None, max_open=meta.lt is not None) \
+            if bounded else click.INT
     elif setting.type is bool:
         kind = click.BOOL
     else:

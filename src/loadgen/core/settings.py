@@ -69,7 +69,7 @@ class Setting:
 
     @property
     def flag(self) -> str:
-        return str(self.meta.extra["flag"])
+        return str(self.extra["flag"])
 
     @property
     def extra(self) -> dict[str, Any]:
