@@ -45,10 +45,14 @@ CONCERNS: dict[str, tuple[str, ...]] = {
 
 def _panels(f: Callable[..., Any]) -> Callable[..., Any]:
     """`f` with one rich-click option panel per concern it has options of."""
-    present = {opt for param in getattr(f, "__click_params__", []) for opt in param.opts}
+    params = getattr(f, "__click_params__", [])
+    present = {opt for param in params for opt in param.opts}
+    # An option derived from a settings record (cli/settings.py) names its own panel.
+    declared = [(param.panel, param.opts[0]) for param in reversed(params) if getattr(param, "panel", None)]
     # Decorators apply bottom-up and rich-click lists panels in the order they were added: reversed.
     for title, options in reversed(CONCERNS.items()):
         mine = [o for o in options if o in present]
+        mine += [o for panel, o in declared if panel == title and o not in mine]
         if mine:
             f = rich_click.option_panel(title, options=mine)(f)
     return f

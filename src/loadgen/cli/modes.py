@@ -23,6 +23,7 @@ from .shared import (
 )
 
 if TYPE_CHECKING:
+    from ..core.settings import RequestSettings
     from ..run.config import MachineOptions, SweepConfig
     from ..run.level_runner import LevelRunner
     from ..run.session import Execution
@@ -32,10 +33,9 @@ if TYPE_CHECKING:
 def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ...], labels: tuple[str, ...],
                 server_urls: tuple[str, ...] = (),
                 api: str, model: str | None, api_key: str | None, transport: str, insecure: bool,
-                temperature: float, seed: int | None,
-                timeout_s: float, wait_ready_s: float, warmup: int, n_predict: int, ignore_eos: bool = True,
+                request: RequestSettings, warmup: int, n_predict: int, ignore_eos: bool = True,
                 stream: bool = False, concurrency: int = 1, probe_interval_s: float = 0.25,
-                machine: MachineOptions | None = None, stall_s: float | None = None) -> SweepConfig:
+                machine: MachineOptions | None = None) -> SweepConfig:
     """Targets, API and request settings as a sweep would hold them (one level); `machine`: what
     the run reads of the machine under it (None: the defaults)."""
     from ..client.backends import GenerationParams
@@ -43,11 +43,11 @@ def base_config(*, ports: tuple[int, ...] | None, host: str, urls: tuple[str, ..
 
     return SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(concurrency,),
-        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                    ignore_eos=ignore_eos, seed=seed, stream=stream),
-        api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
-        stall_s=stall_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s, transport=transport, insecure=insecure,
-        machine=machine or MachineOptions())
+        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, ignore_eos=ignore_eos,
+                                    stream=stream, **request.generation()),
+        api=check_api(api, model, api_key), model=model, api_key=api_key, warmup=warmup,
+        probe_interval_s=probe_interval_s, transport=transport, insecure=insecure,
+        machine=machine or MachineOptions(), **request.config())
 
 
 def finish_mode(execution: Execution, out_dir: Path, err: Console) -> int:

@@ -14,9 +14,11 @@ import click
 from rich.console import Console
 
 from ..core.errors import ConfigError
+from ..core.settings import RequestSettings
 from ..output.layout import FORMATS
 from ..run.prompts import DEFAULT_FIELD, PromptSource, read_dataset, read_text_file, sample_prompts
 from .options import LENGTH, PORTS
+from .settings import settings_options
 
 
 def _apply(f: Callable, options: list[Callable]) -> Callable:
@@ -101,23 +103,19 @@ def length_options(f: Callable) -> Callable:
     ])
 
 
-def request_options(f: Callable) -> Callable:
-    """Sampling, timeouts and where the results go."""
+def recording_options(f: Callable) -> Callable:
+    """Where a run is recorded: --output and --force (the recording group, still declared by hand)."""
     return _apply(f, [
-        click.option("--temperature", type=click.FloatRange(min=0), default=0.7, show_default=True),
-        click.option("--seed", type=int, help="Sampling seed sent with every request."),
-        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600,
-                     show_default=True, help="Seconds before a request counts as timed out."),
-        click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Seconds a response that has begun may send nothing before it counts as `stalled` "
-                          "(a stuck stream), not a `--timeout` minutes later; the wait for its first byte "
-                          "(a queue, a long prefill) never counts [default: off]."),
-        click.option("--wait-ready", "wait_ready_s", type=click.FloatRange(min=0), default=60, show_default=True,
-                     help="Seconds to wait for a server that is still loading its model."),
         click.option("--output", type=click.Path(file_okay=False),
                      help="Results directory [default: results/<UTC time>-<command>]."),
         click.option("--force", is_flag=True, help="Overwrite a results directory that already holds a run."),
     ])
+
+
+def request_options(f: Callable) -> Callable:
+    """Sampling and timeouts, core/settings.py `RequestSettings`, handed to the command as ONE argument
+    `request`; and where the results go (`output`, `force`: recording_options)."""
+    return settings_options(RequestSettings, "request")(recording_options(f))
 
 
 def prompt_source(prompt: str | None, prompt_file: str | None, dataset: str | None, dataset_field: str,

@@ -103,8 +103,7 @@ def parse_ps_rss_mib(text: str) -> float | None:
 @format_option
 def cache_capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, conversation_tokens,
                            ks, rounds, n_predict, server_pid, cache_ram_mib, bytes_per_token, cache_idle_slots,
-                           kv_unified, temperature, seed,
-                           timeout_s, stall_s, wait_ready_s, output, force, output_format, server_urls=()) -> None:
+                           kv_unified, request, output, force, output_format, server_urls=()) -> None:
     """How many conversations the prompt cache keeps warm: K round-robin, K raised level by level."""
     from ...cli.sweep import execute_sweep
     from ...client.backends import GenerationParams
@@ -125,9 +124,9 @@ def cache_capacity_command(ports, host, urls, labels, api, model, api_key, trans
         # K conversations, each its own exact prefix, one request at a time in turn (i mod K).
         return SweepConfig(
             targets=targets, concurrency=(1,), model=model, api_key=api_key, api=check_api(api, model, api_key),
-            generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                        ignore_eos=True, seed=seed, stream=True),
-            requests_per_level=k * rounds, warmup=0, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+            generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict,
+                                        ignore_eos=True, **request.generation(), stream=True),
+            requests_per_level=k * rounds, warmup=0, **request.config(),
             transport=transport, insecure=insecure,
             shared_prefix=SharedPrefix(conversation_tokens, k, conversation_tokens + OWN_TOKENS, True))
 

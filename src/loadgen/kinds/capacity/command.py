@@ -111,7 +111,8 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
                      attainment, by, max_level, start, arrival_seed, budget_text, hold_s, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
-                     n_predict, dataset_answer_field, workload_seed, ignore_eos, temperature, seed, timeout_s, stall_s, wait_ready_s, output, force, probe_interval_s,
+                     n_predict, dataset_answer_field, workload_seed, ignore_eos,
+                     request, output, force, probe_interval_s,
                      records_kept, records_format, output_format, json_schema=None, grammar_file=None, tools=None,
                      tool_choice=None, **image_args) -> None:
     """Find the most concurrent users (or req/s) a server serves within latency targets (--slo), and why."""
@@ -138,11 +139,11 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         targets=targets, concurrency=(max_level,) if not by_rate else (1,), rates=(float(start),) if by_rate else (),
         model=model, api_key=api_key,
         generation=GenerationParams(prompt=texts[0], prompts=texts if len(texts) > 1 else (), n_predict=n_predict,
-                                    temperature=temperature, seed=seed, stream=stream,
+                                    **request.generation(), stream=stream,
                                     **request_features(json_schema, grammar_file, tools, tool_choice, api, ignore_eos),
                                     images=image_features(api=api, **image_args)),
         api=check_api(api, model, api_key), requests_per_level=requests_per_level, duration_s=duration_s,
-        warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s, probe_interval_s=probe_interval_s,
+        warmup=warmup, **request.config(), probe_interval_s=probe_interval_s,
         prompt_tokens=prompt_tokens, workload=workload, dataset_entries=entries,
         prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         open_loop_least=RATE_LEVEL_LEAST, arrival_seed=arrival_seed)  # only a rate (open-loop) level reads it

@@ -59,8 +59,8 @@ CHAT_APIS = CONVERSATION_APIS  # the APIs whose backends send a conversation's t
 @format_option
 def chat_command(ports, host, urls, labels, api, model, api_key, transport, insecure, users, turns, message_tokens,
                  think_s, think_jitter_s, conversation_seed, pin_slots, n_predict, cache_prompt, sysfs, procfs,
-                 env_interval_s, idle_s, telemetry_urls, record_environment, temperature, seed,
-                 timeout_s, stall_s, wait_ready_s, output, force, records_kept, records_format, output_format,
+                 env_interval_s, idle_s, telemetry_urls, record_environment,
+                 request, output, force, records_kept, records_format, output_format,
                  server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Multi-turn conversations that re-send their real history: prompt_n, cache_n, TTFT per turn."""
     from ...cli.env import machine_config
@@ -76,9 +76,9 @@ def chat_command(ports, host, urls, labels, api, model, api_key, transport, inse
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(users,), model=model,
         api_key=api_key, api=check_api(api, model, api_key),
-        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                    ignore_eos=True, seed=seed, stream=True, cache_prompt=cache_prompt),
-        requests_per_level=users * turns, warmup=0, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict,
+                                    ignore_eos=True, **request.generation(), stream=True, cache_prompt=cache_prompt),
+        requests_per_level=users * turns, warmup=0, **request.config(),
         transport=transport, insecure=insecure, multi_turn=mode, slo=build_slo(slo_text, attainment, stream=True),
         machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls, record_environment))
     ensure_open_files(users)

@@ -35,8 +35,8 @@ from ...core.rundoc import RunKind
 @machine_options
 def depth_command(ports, host, urls, labels, server_urls,
                   api, model, api_key, transport, insecure, depths, n_predict, repeat,
-                  warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, temperature,
-                  seed, timeout_s, stall_s, wait_ready_s, output, force, sysfs, procfs, env_interval_s, idle_s,
+                  warmup, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed,
+                  request, output, force, sysfs, procfs, env_interval_s, idle_s,
                   telemetry_urls, record_environment) -> None:
     """Decode speed after a context filled to each depth, and its drop against depth 0 (llama-bench -d)."""
     from ...cli.env import machine_config
@@ -49,7 +49,7 @@ def depth_command(ports, host, urls, labels, server_urls,
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls,
                        api=api, model=model, api_key=api_key,
                        transport=transport, insecure=insecure,
-                       temperature=temperature, seed=seed, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+                       request=request,
                        warmup=warmup, n_predict=n_predict,
                        machine=machine_config(sysfs, procfs, env_interval_s, idle_s, telemetry_urls,
                                               record_environment))

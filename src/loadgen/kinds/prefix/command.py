@@ -49,8 +49,8 @@ from ...core.rundoc import RunKind
 @history_options
 @format_option
 def prefix_command(ports, host, urls, labels, api, model, api_key, transport, insecure, prefix_tokens, groups,
-                   prompt_tokens, concurrency, requests_per_level, n_predict, cache_prompt, warmup, temperature, seed,
-                   timeout_s, stall_s, wait_ready_s, output, force, records_kept, records_format, output_format,
+                   prompt_tokens, concurrency, requests_per_level, n_predict, cache_prompt, warmup,
+                   request, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Groups of requests sharing an exact system prompt, cache on: hit ratio, TTFT of hits vs misses."""
     from ...cli.sweep import ensure_open_files, execute_sweep, refuse_empty_levels
@@ -66,9 +66,9 @@ def prefix_command(ports, host, urls, labels, api, model, api_key, transport, in
     config = SweepConfig(
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=concurrency, model=model,
         api_key=api_key, api=check_api(api, model, api_key),
-        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict, temperature=temperature,
-                                    ignore_eos=True, seed=seed, stream=True),
-        requests_per_level=requests_per_level, warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+        generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=n_predict,
+                                    ignore_eos=True, **request.generation(), stream=True),
+        requests_per_level=requests_per_level, warmup=warmup, **request.config(),
         transport=transport, insecure=insecure, shared_prefix=mode,
         slo=build_slo(slo_text, attainment, stream=True))  # streamed: every target can be judged
     ensure_open_files(max(concurrency))

@@ -59,8 +59,8 @@ MIN_PROMPT_TOKENS = 1
 @history_options
 @format_option
 def replay_command(trace, ports, host, urls, labels, api, model, api_key, transport, insecure, speed, scale_lengths,
-                   max_prompt_tokens, max_n_predict, limit, max_in_flight, stream, warmup, ignore_eos, temperature,
-                   seed, timeout_s, stall_s, wait_ready_s, output, force, records_kept, records_format, output_format,
+                   max_prompt_tokens, max_n_predict, limit, max_in_flight, stream, warmup, ignore_eos,
+                   request, output, force, records_kept, records_format, output_format,
                    server_urls=(), slo_text=None, attainment=DEFAULT_ATTAINMENT) -> None:
     """Replay a trace (Mooncake JSONL, or time/input/output CSV or JSONL) at its own times, open loop."""
     from ...cli.sweep import connections_needed, ensure_open_files, execute_sweep
@@ -75,8 +75,8 @@ def replay_command(trace, ports, host, urls, labels, api, model, api_key, transp
         targets=build_targets(host, ports, urls, labels, server_urls), concurrency=(1,), rates=(plan.rate,),
         max_in_flight=max_in_flight, model=model, api_key=api_key, api=check_api(api, model, api_key),
         generation=GenerationParams(prompt=DEFAULT_PROMPT, n_predict=max(s.n_predict for s in plan.shapes),
-                                    temperature=temperature, ignore_eos=ignore_eos, seed=seed, stream=stream),
-        requests_per_level=len(plan.offsets_ns), warmup=warmup, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+                                    **request.generation(), ignore_eos=ignore_eos, stream=stream),
+        requests_per_level=len(plan.offsets_ns), warmup=warmup, **request.config(),
         transport=transport, insecure=insecure, replay=plan, slo=slo)
     if len(config.targets) > 1:
         raise ConfigError("replay one target at a time: a trace's times are one server's load")

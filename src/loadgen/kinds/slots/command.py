@@ -35,8 +35,7 @@ from ...core.rundoc import RunKind
 @click.option("--n-predict", type=click.IntRange(min=1), default=4, show_default=True, help="Tokens per answer.")
 @request_options
 def slots_command(ports, host, urls, labels, server_urls, api, model, api_key, transport, insecure, slot_ids,
-                  cycles, prompt_tokens, forget, concurrency, slot_save_dir, n_predict, temperature, seed,
-                  timeout_s, stall_s, wait_ready_s, output, force) -> None:
+                  cycles, prompt_tokens, forget, concurrency, slot_save_dir, n_predict, request, output, force) -> None:
     """Save a conversation's slot, forget it, restore it: the next turn's cache_n and TTFT, save/restore time."""
     import asyncio
     import dataclasses
@@ -50,7 +49,7 @@ def slots_command(ports, host, urls, labels, server_urls, api, model, api_key, t
         raise ConfigError(f"--api {api}: slot actions and id_slot are llama-server's; use --api llamacpp")
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls, api=api,
                        model=model, api_key=api_key, transport=transport, insecure=insecure,
-                       temperature=temperature, seed=seed, timeout_s=timeout_s, stall_s=stall_s, wait_ready_s=wait_ready_s,
+                       request=request,
                        warmup=0, n_predict=n_predict, stream=True)
     if len(base.targets) != 1:
         raise ConfigError("slots measures one server at a time: give one --url or --ports")

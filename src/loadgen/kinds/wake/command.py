@@ -26,7 +26,7 @@ from ...core.rundoc import RunKind
 @click.option("--n-predict", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens per answer.")
 @request_options
 def wake_command(ports, host, urls, labels, server_urls, api, model, api_key, transport, insecure, cycles,
-                 concurrency, idle_s, n_predict, temperature, seed, timeout_s, stall_s, wait_ready_s, output,
+                 concurrency, idle_s, n_predict, request, output,
                  force) -> None:
     """A server waking from sleep (--sleep-idle-seconds): what a request that finds it asleep waits."""
     import asyncio
@@ -38,8 +38,7 @@ def wake_command(ports, host, urls, labels, server_urls, api, model, api_key, tr
 
     base = base_config(ports=ports, host=host, urls=urls, labels=labels, server_urls=server_urls, api=api,
                        model=model, api_key=api_key, transport=transport, insecure=insecure,
-                       temperature=temperature, seed=seed, timeout_s=timeout_s, stall_s=stall_s,
-                       wait_ready_s=wait_ready_s, warmup=0, n_predict=n_predict, stream=True, concurrency=concurrency)
+                       request=request, warmup=0, n_predict=n_predict, stream=True, concurrency=concurrency)
     if len(base.targets) != 1:
         raise ConfigError("wake measures one server at a time: give one --url or --ports")
     plan = WakePlan(cycles, concurrency, idle_s)
