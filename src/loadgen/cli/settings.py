@@ -20,7 +20,7 @@ from ..core.settings import Setting, settings_of
 
 def option_of(setting: Setting) -> click.Option:
     """The click option reading one field: its type and bounds, default and help from the field."""
-    meta, extra = setting.meta, setting.extra
+    meta = setting.meta
     kind: click.ParamType
     low = meta.ge if meta.gt is None else meta.gt
     high = meta.le if meta.lt is None else meta.lt
@@ -36,10 +36,10 @@ def option_of(setting: Setting) -> click.Option:
     else:
         kind = click.STRING
     default = None if setting.default is msgspec.NODEFAULT else setting.default
-    option = click.Option([setting.flag, setting.name], type=kind, default=default, help=extra.get("help"),
-                          show_default=default is not None, metavar=extra.get("metavar"),
+    option = click.Option([setting.flag, setting.name], type=kind, default=default, help=setting.help,
+                          show_default=default is not None, metavar=setting.metavar,
                           required=setting.default is msgspec.NODEFAULT, is_flag=setting.type is bool or None)
-    option.panel = extra.get("panel")  # type: ignore[attr-defined]  # read by cli/help.py's panels
+    option.panel = setting.panel  # type: ignore[attr-defined]  # read by cli/help.py's panels
     return option
 
 
@@ -54,7 +54,8 @@ def settings_options(record: type[msgspec.Struct], argument: str) -> Callable[[C
             values = {s.name: kwargs.pop(s.name) for s in settings if s.name in kwargs}
             return f(*args, **{argument: record(**values)}, **kwargs)
 
-        below = command.__dict__.get("__click_params__", [])  # click lists them bottom-up and reverses them
-        command.__click_params__ = [*below, *(option_of(s) for s in reversed(settings))]  # type: ignore[attr-defined]
+        below = getattr(command, "__click_params__", [])  # click lists them bottom-up and reverses them
+        # click's own attribute, which functools.wraps copied and mypy does not know
+        command.__click_params__ = [*below, *(option_of(s) for s in reversed(settings))]  # type: ignore[attr-defined]  # click's attribute
         return command
     return decorate

@@ -59,21 +59,22 @@ class RequestSettings(msgspec.Struct, frozen=True, kw_only=True):
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One field of a settings record as an option reads it: its name, type (None's alternative taken
-    out), whether None is allowed, default, bounds and the `extra` of its Meta."""
+    out), whether None is allowed, default, bounds (its Meta) and what its Meta's `extra` says: the
+    flag, help, metavar, --help panel, and where a run holds it (`goes`)."""
 
     name: str
     type: type
     optional: bool
     default: Any
     meta: msgspec.Meta
+    flag: str
+    help: str | None = None
+    metavar: str | None = None
+    panel: str | None = None
+    goes: str | None = None
 
-    @property
-    def flag(self) -> str:
-        return str(self.extra["flag"])
 
-    @property
-    def extra(self) -> dict[str, Any]:
-        return dict(self.meta.extra or {})
+SAID = ("flag", "help", "metavar", "panel", "goes")  # the keys a field's Meta(extra=...) may hold
 
 
 @functools.cache
@@ -86,13 +87,15 @@ def settings_of(record: type[msgspec.Struct]) -> tuple[Setting, ...]:
     for name in record.__struct_fields__:
         base, *metadata = get_args(hints[name])
         meta = next(m for m in metadata if isinstance(m, msgspec.Meta))
-        if not meta.extra or "flag" not in meta.extra:
+        said = {key: value for key, value in (meta.extra or {}).items() if key in SAID}
+        if not said.get(SAID[0]):
             raise TypeError(f"{record.__name__}.{name} has no flag in its Meta(extra=...)")
         alternatives = get_args(base) if get_origin(base) is not None else (base,)  # float | None: a Union
         kinds = [a for a in alternatives if a is not type(None)]
-        out.append(Setting(name, kinds[0], len(kinds) < len(alternatives), defaults.get(name, msgspec.NODEFAULT), meta))
+        out.append(Setting(name, kinds[0], len(kinds) < len(alternatives), defaults.get(name, msgspec.NODEFAULT), meta,
+                           **said))
     return tuple(out)
 
 
 def _going(record: msgspec.Struct, where: str) -> dict[str, Any]:
-    return {s.name: getattr(record, s.name) for s in settings_of(type(record)) if s.extra.get("goes") == where}
+    return {s.name: getattr(record, s.name) for s in settings_of(type(record)) if s.goes == where}
