@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from loadgen.analysis.wake import FAILED, NO_COST, NO_SLEEP, WAKE_COSTS, wake_section, wake_verdict
+from loadgen.analysis.wake import FAILED, INTERRUPTED, NO_COST, NO_SLEEP, WAKE_COSTS, wake_section, wake_verdict
 from loadgen.core.rundoc import WakeCycle
 from servers import SimThread, serve_handler
 
@@ -42,6 +42,12 @@ def test_the_verdict_table(cycles, verdict, cost):
     got, why, got_cost = wake_verdict(cycles, 30)
     assert (got, got_cost) == (verdict, cost), why
     assert why
+
+
+def test_an_interrupted_run_is_judged_on_the_cycles_that_ended():
+    assert wake_verdict([], 30, interrupted=True)[0] == INTERRUPTED  # a Ctrl-C in cycle 1: not "no cycle ran"
+    section = wake_section([cycle(1)], 1, 30, interrupted=True)
+    assert section.verdict == WAKE_COSTS and "stopped after 1 cycle(s)" in section.why
 
 
 def test_the_why_says_the_cost_and_the_servers_prefill():

@@ -10,6 +10,7 @@ warm median wait; the target's is the median over the cycles in which the server
 
 The verdict (`wake_verdict`), first match:
 
+    interrupted the run was stopped before its first cycle ended
     failed      no cycle ran, a request of a cycle failed (a server answering 503 while it
                 reloads is a finding), or a slept cycle has no wait to compare (no TTFT or
                 no prompt_ms)
@@ -27,7 +28,8 @@ import statistics
 from ..core.rundoc import WakeCycle, WakeSection
 
 WAKE_COSTS, NO_COST, NO_SLEEP, FAILED = "wake costs", "no cost", "no sleep", "failed"
-VERDICTS = (WAKE_COSTS, NO_COST, NO_SLEEP, FAILED)
+INTERRUPTED = "interrupted"  # stopped (Ctrl-C) before any cycle ended: nothing to judge
+VERDICTS = (WAKE_COSTS, NO_COST, NO_SLEEP, FAILED, INTERRUPTED)
 WAKE_FLOOR_MS = 50.0  # below this a cold request's extra wait is a scheduling hiccup, not a reload
 
 
@@ -38,10 +40,12 @@ def cycle_cost_ms(c: WakeCycle) -> float | None:
     return c.cold_wait_ms - c.warm_wait_ms
 
 
-def wake_verdict(cycles: list[WakeCycle], idle_s: float) -> tuple[str, str, float | None]:
-    """(verdict, why in one sentence, the wake cost in ms or None); see the module's docstring."""
+def wake_verdict(cycles: list[WakeCycle], idle_s: float, interrupted: bool = False) -> tuple[str, str, float | None]:
+    """(verdict, why in one sentence, the wake cost in ms or None); see the module's docstring. An
+    interrupted run is judged on the cycles that ended."""
     if not cycles:
-        return FAILED, "no cycle ran", None
+        return (INTERRUPTED, "stopped before the first cycle ended (its requests are in requests.jsonl)", None) \
+            if interrupted else (FAILED, "no cycle ran", None)
     failed = [c for c in cycles if c.failed]
     if failed:
         n = sum(c.failed for c in failed)
@@ -74,8 +78,10 @@ def _prefill(slept: list[WakeCycle]) -> str:
             f"{statistics.median(warm):,.0f} ms) is left out of it")
 
 
-def wake_section(cycles: list[WakeCycle], concurrency: int, idle_s: float) -> WakeSection:
+def wake_section(cycles: list[WakeCycle], concurrency: int, idle_s: float, interrupted: bool = False) -> WakeSection:
     """A target's run.json section: its cycles with the verdict over them."""
-    verdict, why, cost = wake_verdict(cycles, idle_s)
+    verdict, why, cost = wake_verdict(cycles, idle_s, interrupted)
+    if interrupted and cycles:
+        why += f" (stopped after {len(cycles)} cycle(s))"
     return WakeSection(rows=list(cycles), concurrency=concurrency, idle_s=idle_s,
                        wakes=sum(c.slept for c in cycles), wake_ms=cost, verdict=verdict, why=why)

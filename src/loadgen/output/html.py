@@ -255,7 +255,7 @@ def markdown(series: Sequence[TargetSeries]) -> str:
             for level in s.levels:
                 out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in level_row(s, level, extras)) + " |")
             out.append("")
-        else:
+        elif s.kind.has_levels:  # a kind without levels (slots, wake, ...) shows its own table
             out += ["No level was measured.", ""]
         out += [f"- {line}" for line in verdict_sentences(s)]
         out.append("")
@@ -329,7 +329,7 @@ def _levels_html(series: Sequence[TargetSeries]) -> list[str]:
             for level in s.levels:
                 parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in level_row(s, level, extras)) + "</tr>")
             parts.append("</table></div>")
-        else:
+        elif s.kind.has_levels:  # a kind without levels (slots, wake, ...) shows its own table
             parts.append("<p>No level was measured.</p>")
         sentences = verdict_sentences(s)
         if sentences:

@@ -12,5 +12,6 @@ from ...run.state import Run, TargetRun
 
 def section(t: TargetRun, run: Run) -> dict[str, Any]:
     settings = run.settings_dict()
-    built = wake_section(list(t.wake_cycles), int(settings.get("concurrency", 1)), float(settings.get("idle_s", 0.0)))
+    built = wake_section(list(t.wake_cycles), int(settings.get("concurrency", 1)), float(settings.get("idle_s", 0.0)),
+                         run.interrupted)
     return msgspec.to_builtins(built)
