@@ -122,3 +122,9 @@ def test_a_scenario_key_is_read_by_the_fields_option(tmp_path):
     assert str(result.exception).endswith("s.toml:3: timeout: 0.0 is not in the range x>0.")
     scenario.write_text('mode = "sweep"\nports = [8080]\ntimeout = 5\nstall_timeout = 1\nseed = 3\n')
     assert CliRunner().invoke(cli, ["run", str(scenario), "--check"]).exit_code == 0
+
+
+def test_a_stall_timeout_not_below_the_timeout_is_one_line(loadgen, tmp_path):
+    code, _, err = loadgen("sweep", "--url", "http://127.0.0.1:9", "--stall-timeout", "5", "--timeout", "1",
+                           "--output", tmp_path / "run")
+    assert code == 2 and "--stall-timeout 5 is not below --timeout 1" in err and len(err.strip().splitlines()) == 1

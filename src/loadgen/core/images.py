@@ -88,7 +88,8 @@ def parse_spec(text: str) -> tuple[int, int, int]:
     """--images K:WxH -> (K, W, H); K ≥ 1, each side 2..8192 (two pixels hold the salt)."""
     m = _SPEC.match(text.strip())
     if m is None:
-        raise ConfigError(f"--images {text!r}: give K:WxH, e.g. 1:640x480 (K images of W×H pixels a request)")
+        raise ConfigError(f"--images {text!r}: give K:WxH, e.g. 1:640x480 (K images of W×H pixels a request), "
+                          "or K with --images-from")
     k, w, h = (int(g) for g in m.groups())
     if k < 1 or not (2 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE):
         raise ConfigError(f"--images {text!r}: K at least 1, width 2-{MAX_SIDE} and height 1-{MAX_SIDE} pixels")

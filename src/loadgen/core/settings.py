@@ -21,6 +21,8 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 import msgspec
 
+from .errors import ConfigError
+
 GENERATION, CONFIG = "generation", "config"  # where a field goes: GenerationParams, SweepConfig
 TARGET, WORKLOAD = "Target", "Workload"  # cli/help.py CONCERNS' headings
 
@@ -41,11 +43,16 @@ class RequestSettings(msgspec.Struct, frozen=True, kw_only=True):
     stall_s: Annotated[float | None, msgspec.Meta(gt=0, extra={
         "flag": "--stall-timeout", "panel": TARGET, "goes": CONFIG,
         "help": "Seconds a response that has begun may send nothing before it counts as `stalled` (a stuck "
-                "stream), not a `--timeout` minutes later; the wait for its first byte (a queue, a long "
-                "prefill) never counts [default: off]."})] = None
+                "stream), not a `--timeout` minutes later; the wait for its body's first byte (a queue, "
+                "a long prefill) never counts [default: off]."})] = None
     wait_ready_s: Annotated[float, msgspec.Meta(ge=0, extra={
         "flag": "--wait-ready", "panel": TARGET, "goes": CONFIG,
         "help": "Seconds to wait for a server that is still loading its model."})] = 60
+
+    def __post_init__(self) -> None:
+        if self.stall_s is not None and self.stall_s >= self.timeout_s:
+            raise ConfigError(f"--stall-timeout {self.stall_s:g} is not below --timeout {self.timeout_s:g}: the "
+                              "request would time out before it could stall")
 
     def generation(self) -> dict[str, Any]:
         """The fields GenerationParams holds, by name: `GenerationParams(..., **request.generation())`."""
