@@ -18,29 +18,15 @@ With `--image-cache` the body also asks `cache_prompt: true`, so the server may 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from ...core.images import MIME, ImageSet
-from ...core.records import ServerOutcome
-from ..sse import EventReader
 from . import IMAGE_APIS
+from .wrapped import Wrapped
 
 _MARK = "\x00loadgen-image-{}\x00"
-
-
-class _Wrapped(Protocol):
-    name: str
-    method: str
-    path: str
-    stream: bool
-
-    def build(self, salt: str, index: int = 0) -> bytes: ...
-
-    def parse(self, status: int, body: bytes) -> ServerOutcome: ...
-
-    def event_reader(self) -> EventReader: ...
 
 
 def image_part(api: str, mark: str) -> dict[str, Any]:
@@ -70,7 +56,7 @@ def with_parts(api: str, body: dict[str, Any], n_images: int, cache: bool) -> di
 class ImageBackend:
     """`inner`'s requests, each with its images; the same API otherwise."""
 
-    def __init__(self, inner: _Wrapped, api: str, images: ImageSet):
+    def __init__(self, inner: Wrapped, api: str, images: ImageSet):
         if api not in IMAGE_APIS:
             raise ValueError(f"images go on the {', '.join(IMAGE_APIS)} APIs, not {api}")
         self.inner, self.api, self.images = inner, api, images

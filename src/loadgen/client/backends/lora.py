@@ -16,13 +16,14 @@ Only a run with a mix builds this backend: a plain run's bodies and stream readi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from ...core.lora_mix import LoraMix, applied_label, lora_field
 from ...core.records import ServerOutcome
 from ..sse import EventReader
+from .wrapped import Wrapped
 
 _KEY = b'"generation_settings"'
 
@@ -64,25 +65,10 @@ def _with_applied(outcome: ServerOutcome, label: str | None) -> ServerOutcome:
     return msgspec.structs.replace(outcome, lora_applied=label)
 
 
-class _Wrapped(Protocol):
-    """The wrapped backend: any API's (`Backend`, said again here: the package's face imports this module)."""
-
-    name: str
-    method: str
-    path: str
-    stream: bool
-
-    def build(self, salt: str, index: int = 0) -> bytes: ...
-
-    def parse(self, status: int, body: bytes) -> ServerOutcome: ...
-
-    def event_reader(self) -> EventReader: ...
-
-
 class LoraBackend:
     """`inner`'s requests, each with the adapter the mix gives its index; the same API otherwise."""
 
-    def __init__(self, inner: _Wrapped, mix: LoraMix):
+    def __init__(self, inner: Wrapped, mix: LoraMix):
         self.inner = inner
         self.name, self.method, self.path, self.stream = inner.name, inner.method, inner.path, inner.stream
         self.cycle = mix.cycle
