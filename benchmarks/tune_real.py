@@ -11,7 +11,7 @@ highest level that passed) lies in the span of the winner's final runs' answers,
 capacity's --noise (10%) and one level either way (a capacity search's levels are whole users).
 Figures are printed, never asserted.
 
-    python benchmarks/tune_real.py [--budget 20m] [--keep DIR] [--repeat 2]
+    python benchmarks/tune_real.py [--budget 25m] [--keep DIR] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' one helper module for the servers they start
 from servers import LOADGEN, free_port, testbed_paths, wait_healthy  # noqa: E402
 
-PARAMS = ("parallel=1,2,4", "ub=64,512", "ctk=f16,q8_0")
+PARAMS = ("parallel=2,4", "ub=128,512", "ctk=f16,q8_0")
 CAPACITY = ("--stream", "--slo", "ttft=4s,tpot=300ms", "--prompt-tokens", "64", "--n-predict", "32",
             "--max-concurrency", "8", "--warmup", "1")
 
@@ -73,7 +73,7 @@ def measure_again(binary: str, model: str, params: dict[str, str], out: Path, re
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", default="20m")
+    ap.add_argument("--budget", default="25m")
     ap.add_argument("--keep", type=Path)
     ap.add_argument("--repeat", type=int, default=2, help="full searches of the winner on the fresh server")
     args = ap.parse_args()
