@@ -22,7 +22,7 @@ from typing import Protocol
 from ..core import records
 from ..core.clock import now_ns
 from ..core.facilities import linux_facilities
-from .http_parser import BadResponse, ResponseParser
+from .http_parser import BadResponse, BodyTimedParser, ResponseParser
 from .transport import ChunkCallback, HttpResponse, TransportError
 
 
@@ -33,6 +33,7 @@ class Owner(Protocol):
     loop            the running loop the connection's I/O is on
     kernel_stamps   time plain-TCP reads by the kernel's receive stamps when the socket allows
     read_buffer     one buffer every socket reads into, each read copied out before the next
+    stall_ns        --stall-timeout in ns (0: off): only then are a body's reads timed
     """
 
     @property
@@ -41,6 +42,8 @@ class Owner(Protocol):
     def kernel_stamps(self) -> bool: ...
     @property
     def read_buffer(self) -> memoryview: ...
+    @property
+    def stall_ns(self) -> int: ...
 
     def busy(self, conn: Connection) -> None:
         """`conn` carries a request now (its deadline is watched)."""
@@ -68,7 +71,10 @@ class Connection:
     def __init__(self, pool: Owner) -> None:
         self._pool = pool
         self._loop = pool.loop
-        self.parser = ResponseParser()
+        # With --stall-timeout, a parser that notes its body's first byte, and reads timed after it;
+        # without, neither costs a read anything.
+        self._stall_watched = bool(pool.stall_ns)
+        self.parser = BodyTimedParser() if self._stall_watched else ResponseParser()
         self.open = False  # counted in the pool: connected and not yet retired
         self.close_after = False  # the request asked for Connection: close
         self._waiter: asyncio.Future | None = None
@@ -111,7 +117,7 @@ class Connection:
         except BaseException as exc:  # raised by on_chunk: the caller's to see
             self._fail(exc)
             return
-        if parser.body_ns:
+        if self._stall_watched and parser.body_ns:
             self.last_read_ns = t_ns
         if parser.complete:
             self._finish()

@@ -104,8 +104,6 @@ class ResponseParser:
     def on_body(self, body: bytes) -> None:
         if not self.complete:
             self._pieces.append(body)
-            if not self.body_ns:
-                self.body_ns = self._t_ns
 
     def on_message_complete(self) -> None:
         if self.status and not self.complete:
@@ -172,3 +170,16 @@ class ResponseHeaders(Mapping[str, str]):
 def _first_line(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+class BodyTimedParser(ResponseParser):
+    """A ResponseParser that also notes when its body's first byte came (`body_ns`), for
+    --stall-timeout (connections.py): a separate class so that a run without it pays nothing per read."""
+
+    __slots__ = ()
+
+    def on_body(self, body: bytes) -> None:
+        if not self.complete:
+            self._pieces.append(body)
+            if not self.body_ns:
+                self.body_ns = self._t_ns

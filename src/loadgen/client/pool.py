@@ -40,7 +40,7 @@ class ConnectionPool:
         self._max = 1
         self._waiters: deque[asyncio.Future] = deque()
         self._timeout_s = 600.0
-        self._stall_ns = 0  # --stall-timeout in ns; 0: off
+        self.stall_ns = 0  # --stall-timeout in ns; 0: off (connections time their body's reads only when on)
         self._closed = False
         # Timeouts: one watchdog timer per transport checks the busy connections' deadlines, which
         # costs far less than arming and cancelling a timer per request (~4 µs with uvloop).
@@ -63,7 +63,7 @@ class ConnectionPool:
         self._read_buffer = memoryview(bytearray(READ_SIZE))  # every socket's reads, copied out at once
         self._max = max_connections if max_connections > 0 else 1 << 30  # 0: no limit (open loop)
         self._timeout_s = timeout_s
-        self._stall_ns = round(stall_s * 1e9) if stall_s else 0
+        self.stall_ns = round(stall_s * 1e9) if stall_s else 0
         # A timeout (or a stall) fires at most 5% late.
         self._watch_every_s = min(1.0, max(0.005, min(timeout_s, stall_s or timeout_s) / 20))
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
@@ -197,10 +197,10 @@ class ConnectionPool:
         now = self._loop.time()
         for conn in [c for c in self._busy if c.deadline <= now]:
             conn.timed_out()
-        if self._stall_ns:
-            since = now_ns() - self._stall_ns  # a busy connection's last read before this: stalled
+        if self.stall_ns:
+            since = now_ns() - self.stall_ns  # a busy connection's last read before this: stalled
             for conn in [c for c in self._busy if 0 < c.last_read_ns < since]:
-                conn.stalled(self._stall_ns / 1e9)
+                conn.stalled(self.stall_ns / 1e9)
         self._watchdog = self._loop.call_later(self._watch_every_s, self._watch)
 
     # What its connections tell it (connections.py's `Owner`).
