@@ -127,3 +127,30 @@ def test_the_routers_proxy_error_is_model_unloaded() -> None:
     backend = make_backend("chat", GenerationParams(prompt="hi", n_predict=4, model_mix=ModelMix((("a", 1),))), "m")
     assert backend.parse(500, b"proxy error: Failed to read connection").error_kind == MODEL_UNLOADED
     assert backend.parse(500, b'{"error":{"code":500,"message":"x"}}').error_kind != MODEL_UNLOADED
+
+
+# a model's changes → (loads, unloads): a model already loaded when the poll first sees it is not a
+# load; only loads seen happening ("loading" → "loaded", or unloaded → loaded) count
+LOADS_SEEN = [
+    ([(0, "loaded")], (0, 0)),  # left loaded by an earlier run: no load
+    ([(0, "loaded"), (500, "unloaded"), (600, "loading"), (800, "loaded")], (1, 1)),
+    ([(0, "unloaded"), (100, "loading"), (300, "loaded")], (1, 0)),
+    ([(0, "unloaded"), (100, "loaded")], (1, 0)),  # the loading fell between two polls
+    ([(0, "loading"), (300, "loaded")], (1, 0)),  # seen loading: a load
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), LOADS_SEEN)
+def test_only_loads_seen_happening_count(changes: list, expected: tuple[int, int]) -> None:
+    (f,) = model_figures([_record(0, "a", 900, 920, 950)], [_ev(t, "a", s) for t, s in changes])
+    assert (f.loads, f.unloads) == expected
+
+
+def test_a_model_loaded_at_the_start_does_not_make_thrash() -> None:
+    # the trial: smol-a left loaded by an earlier run, smol-b loaded once; 2 models, no load of smol-a
+    events = [_ev(0, "a", "loaded"), _ev(0, "b", "unloaded"), _ev(10, "b", "loading"), _ev(300, "b", "loaded")]
+    records = [_record(i, "a" if i % 4 else "b", 5 + i * 400, 320 + i * 400, 330 + i * 400) for i in range(8)]
+    figures = model_figures(records, events)
+    assert {f.model: f.loads for f in figures} == {"a": 0, "b": 1}
+    verdict = thrash_verdict(2, 2, 8, sum(f.waited for f in figures), sum(f.loads for f in figures))
+    assert verdict is not None and "(1 load" in verdict.line and "2 loads" not in verdict.line

@@ -5,7 +5,9 @@ Pure: records and the router's polled status timeline in, figures out. The timel
 loadgen saw of `GET /models` (each model's `status.value`: "unloaded", "loading", "loaded", ...)
 polled through the run, one `ModelEvent` per change (core/model_mix.py); build 11434's /models
 carries no load times of its own, so a load's time is the span from the poll that first saw it
-"loading" to the one that first saw it "loaded" (to within the poll interval).
+"loading" to the one that first saw it "loaded" (to within the poll interval). Only loads seen
+happening count ("loading" → "loaded", or unloaded → loaded): a model already loaded at the first
+poll (left so by an earlier run) was not loaded by this one.
 
 A request **waited for a load** when its model turned "loaded" after the request was sent and
 before its first token (its answer, unstreamed): its time to first token holds the load. Its
@@ -52,8 +54,8 @@ class ModelFigures:
     waited: int = 0  # requests that waited for a load of their model
     cold_load_ms: list[float] = field(default_factory=list)  # per waiting request: its TTFT less its prefill
     load_ms: list[float] = field(default_factory=list)  # per load seen in the timeline: loading → loaded
-    loads: int = 0  # changes to "loaded" seen in the timeline
-    unloads: int = 0  # changes to "unloaded" after a load
+    loads: int = 0  # changes to "loaded" seen happening (not a model loaded when the run began)
+    unloads: int = 0  # changes to "unloaded" seen happening
 
     @property
     def failed(self) -> int:
@@ -79,12 +81,21 @@ def _prompt_processed(r: RequestRecord) -> int:
 
 
 def loaded_times(events: Iterable[ModelEvent]) -> dict[str, list[int]]:
-    """Per model, the times its status turned "loaded"."""
+    """Per model, the times its status turned "loaded": loads seen happening. A model whose first
+    polled status is "loaded" was loaded before the run (by an earlier one): not a load."""
     out: dict[str, list[int]] = {}
+    seen: set[str] = set()
     for e in events:
-        if e.status == "loaded":
+        if e.status == "loaded" and e.model in seen:
             out.setdefault(e.model, []).append(e.t_ns)
+        seen.add(e.model)
     return out
+
+
+def unload_count(events: Iterable[ModelEvent], model: str) -> int:
+    """The model's changes to "unloaded" seen happening (not its first polled status)."""
+    mine = [e for e in events if e.model == model]
+    return sum(1 for e in mine[1:] if e.status == "unloaded")
 
 
 def load_spans_ms(events: Sequence[ModelEvent]) -> dict[str, list[float]]:
@@ -151,9 +162,7 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
                           for t, prefill_ms in waiting.get(name, ())]
         f.load_ms = spans.get(name, [])
         f.loads = len(loaded.get(name, ()))
-        first_load = min(loaded.get(name, ()), default=None)
-        f.unloads = sum(1 for e in events if e.model == name and e.status == "unloaded"
-                        and first_load is not None and e.t_ns > first_load)
+        f.unloads = unload_count(events, name)
     return list(figures.values())
 
 
