@@ -154,3 +154,15 @@ def test_a_model_loaded_at_the_start_does_not_make_thrash() -> None:
     assert {f.model: f.loads for f in figures} == {"a": 0, "b": 1}
     verdict = thrash_verdict(2, 2, 8, sum(f.waited for f in figures), sum(f.loads for f in figures))
     assert verdict is not None and "(1 load" in verdict.line and "2 loads" not in verdict.line
+
+
+# (--model) → refused?; a router whose requests would name no model is refused before the first level
+@pytest.mark.parametrize(("model", "refused"), [(None, True), ("smol-a", False)])
+def test_a_router_without_models_is_refused(model: str | None, refused: bool) -> None:
+    from loadgen.run.router import router_without_models
+
+    refusal = router_without_models("smol (127.0.0.1:8080)", model)
+    assert (refusal is not None) is refused
+    if refusal is not None:
+        assert refusal.exit_code == 1 and "\n" not in str(refusal)
+        assert "router" in str(refusal) and "--models NAME:W,...|all" in str(refusal) and "--model NAME" in str(refusal)

@@ -421,7 +421,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     doc = execution.doc
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
-    if config.generation.model_mix is not None:
+    if run.config.generation.model_mix is not None:  # --models, or --model NAME of a router (run/router.py)
         _print_router(out_dir, run, doc, console if output_format == "table" else None)
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
