@@ -166,3 +166,21 @@ def test_a_router_without_models_is_refused(model: str | None, refused: bool) ->
     if refusal is not None:
         assert refusal.exit_code == 1 and "\n" not in str(refusal)
         assert "router" in str(refusal) and "--models NAME:W,...|all" in str(refusal) and "--model NAME" in str(refusal)
+
+
+# (records name a model?) → the sweep's own lines: a router's /metrics is per model, its c=1 wait holds loads
+@pytest.mark.parametrize("router", [False, True])
+def test_the_sweeps_lines_do_not_contradict_the_router(router: bool) -> None:
+    from loadgen.analysis.saturation import analyze_target
+    from loadgen.output.tables import overhead_lines
+
+    records = [_record(i, "a" if router else None, i * 1000, 400, 500, prompt_ms=10.0) for i in range(4)]  # type: ignore[arg-type]
+    levels = [{"concurrency": 1, "throughput_tok_s": 16.0, "latency_ms": {"mean": 500.0}}]
+    v = analyze_target("t", levels, records, [], total_slots=None, metrics_available=False)
+    joined = "\n".join(v.lines)
+    assert ("start llama-server with --metrics" in joined) is not router
+    assert ("/metrics?model=" in joined) is router
+    doc = {"config": {"models": "a:1"} if router else {}, "targets": [
+        {"label": "t", "verdict": {"label": "t", "overhead_ms": 390.0, "metrics_available": False}}]}
+    (line,) = overhead_lines(doc)
+    assert ("model loads" in line) is router and "390.0 ms" in line
