@@ -74,6 +74,7 @@ def test_three_models_on_two_thrash_with_cold_loads_split(router2: LlamaServer, 
     assert verdict is not None and verdict.thrash, verdict
     assert "3 models on --models-max 2" in verdict.line and "affinity" in verdict.line
     assert verdict.line in proc.stdout
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["targets"][0]["router"]["verdict"] == verdict.line
     again = subprocess.run([*LOADGEN, "analyze", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
     assert "models behind the router" in again.stdout and verdict.line in again.stdout
     for f in figures:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from loadgen.analysis.router import failure_kind, model_figures, thrash_verdict
@@ -12,6 +13,7 @@ from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.errors import ConfigError
 from loadgen.core.model_mix import MODEL_UNLOADED, ModelEvent, ModelMix, parse_model_mix
 from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+from loadgen.core.rundoc import RunDocument
 
 # (models, models_max, requests, waited, loads) → thrash?, words the line must hold
 VERDICTS = [
@@ -184,3 +186,28 @@ def test_the_sweeps_lines_do_not_contradict_the_router(router: bool) -> None:
         {"label": "t", "verdict": {"label": "t", "overhead_ms": 390.0, "metrics_available": False}}]}
     (line,) = overhead_lines(doc)
     assert ("model loads" in line) is router and "390.0 ms" in line
+
+
+def test_the_router_summary_goes_into_run_json_report_and_export(tmp_path) -> None:
+    from loadgen.analysis.router import router_summary
+    from loadgen.output.exporters import CsvExporter, JsonExporter, select
+    from loadgen.output.html import verdict_sentences
+    from loadgen.output.report_model import RunSource, build_series
+
+    events = [_ev(0, "a", "unloaded"), _ev(10, "a", "loading"), _ev(300, "a", "loaded")]
+    records = [_record(0, "a", 0, 320, 400, prompt_ms=20.0), _record(1, "a", 500, 520, 600)]
+    summary = router_summary(records, events, 2)
+    assert summary.verdict is not None and summary.thrash is False and summary.models_max == 2
+    (m,) = summary.models
+    assert (m.model, m.requests, m.ok, m.failed, m.loads, m.waited, m.cold_load_ms_p50) == ("a", 2, 2, 0, 1, 1, 300.0)
+    run = {"schema": "loadgen.run", "schema_version": 4, "complete": True, "config": {"models": "a:1"},
+           "targets": [{"label": "t", "levels": [], "router": msgspec.to_builtins(summary)}]}
+    files = dict(CsvExporter().render(select(run, records)))
+    lines = files["router.csv"].decode().splitlines()
+    assert lines[0] == "target,model,requests,ok,failed,loads,cold_load_ms_p50,waited,models_max,thrash,verdict"
+    assert lines[1].startswith("t,a,2,2,0,1,300.0,1,2,False,") and "no thrash" in lines[1]
+    levels = json.loads(dict(JsonExporter().render(select(run, records)))["levels.json"])
+    assert levels["targets"][0]["router"]["verdict"] == summary.verdict
+    (series,) = build_series([RunSource("r", RunDocument.of(run), records, [])])
+    assert f"router: {summary.verdict}" in verdict_sentences(series)
+    assert any("models behind the router" in g.title for g in series.tables)

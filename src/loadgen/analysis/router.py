@@ -31,6 +31,7 @@ from statistics import median
 
 from ..core.model_mix import MODEL_UNLOADED, ModelEvent
 from ..core.records import TRUNCATED_STREAM, RequestRecord
+from ..core.rundoc import RouterModel, RouterSummary
 
 _GONE = ("unloaded", "unloading")
 # A router stops a model's instance and waits up to its stop timeout (10 s by default) for the
@@ -187,3 +188,21 @@ def thrash_verdict(models: int, models_max: int | None, requests: int, waited: i
                                    f"or start the router with --models-max {models} or more")
     return RouterVerdict(False, f"{on}: no thrash ({loads} loads of {models} models, {share:.0%} of requests "
                                 f"waited for a load)")
+
+
+def router_view(records: Sequence[RequestRecord], events: Sequence[ModelEvent],
+                models_max: int | None) -> tuple[list[ModelFigures], RouterVerdict | None]:
+    """One target's per-model figures (its records only) and its verdict."""
+    figures = model_figures(records, events)
+    verdict = thrash_verdict(len(figures), models_max, sum(f.requests for f in figures),
+                             sum(f.waited for f in figures), sum(f.loads for f in figures))
+    return figures, verdict
+
+
+def router_summary(records: Sequence[RequestRecord], events: Sequence[ModelEvent],
+                   models_max: int | None) -> RouterSummary:
+    """One target's router as run.json keeps it (core/rundoc.py RouterSummary)."""
+    figures, verdict = router_view(records, events, models_max)
+    models = [RouterModel(f.model, f.requests, f.ok, f.failed, f.loads,
+                          median(f.cold_load_ms) if f.cold_load_ms else None, f.waited) for f in figures]
+    return RouterSummary(models_max, models, verdict.thrash if verdict else None, verdict.line if verdict else None)
