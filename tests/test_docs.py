@@ -106,3 +106,21 @@ def test_the_metrics_page_shows_each_definitions_formula_as_written_from_them():
     assert block.group(1) == metric_defs.docs_table(), "run scripts/metrics-doc"
     for m in metric_defs.all_metrics():
         assert m.formula in block.group(1), m.name
+
+
+def test_docs_examples_give_the_port_flag_the_command_has() -> None:
+    """`loadgen sweep --port 8080` is no option (it is --ports); `loadgen sim --port` is."""
+    import click
+
+    from loadgen.cli.main import cli as main
+
+    wrong = []
+    for page in sorted(DOCS.glob("*.md")):
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            match = re.search(r"\bloadgen ([a-z][a-z-]*)\b.*?(--ports?) \d", line)
+            if match is None:
+                continue
+            command = main.get_command(click.Context(main), match[1])
+            if command is not None and match[2] not in {o for p in command.params for o in p.opts}:
+                wrong.append(f"{page.name}:{n}: loadgen {match[1]} {match[2]}")
+    assert not wrong, wrong

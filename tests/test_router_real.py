@@ -74,6 +74,7 @@ def test_three_models_on_two_thrash_with_cold_loads_split(router2: LlamaServer, 
     assert verdict is not None and verdict.thrash, verdict
     assert "3 models on --models-max 2" in verdict.line and "affinity" in verdict.line
     assert verdict.line in proc.stdout
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["targets"][0]["router"]["verdict"] == verdict.line
     again = subprocess.run([*LOADGEN, "analyze", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
     assert "models behind the router" in again.stdout and verdict.line in again.stdout
     for f in figures:
@@ -106,3 +107,15 @@ def test_a_model_the_router_lacks_is_refused_before_the_first_level(router3: Lla
                  "--output", str(tmp_path / "run"), timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "nosuch" in proc.stderr and "smol-a, smol-b, smol-c" in proc.stderr
+
+
+def test_a_router_without_models_is_refused_and_model_names_one(router3: LlamaServer, tmp_path: Path) -> None:
+    proc = sweep("--url", router3.url, "--concurrency", "1", "--requests", "2", "--output", str(tmp_path / "no"),
+                 timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "router" in proc.stderr and "--models NAME:W,...|all" in proc.stderr and "--model NAME" in proc.stderr
+    proc = sweep("--url", router3.url, "--api", "chat", "--model", "smol-b", "--concurrency", "1", "--requests", "2", "--warmup", "0",
+                 "--n-predict", "4", "--output", str(tmp_path / "one"), timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = load_records(tmp_path / "one")
+    assert len(records) == 2 and all(r.ok and r.model == "smol-b" for r in records), records

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from loadgen.analysis.router import failure_kind, model_figures, thrash_verdict
@@ -12,6 +13,7 @@ from loadgen.client.backends import GenerationParams, make_backend
 from loadgen.core.errors import ConfigError
 from loadgen.core.model_mix import MODEL_UNLOADED, ModelEvent, ModelMix, parse_model_mix
 from loadgen.core.records import RequestRecord, ServerOutcome, make_record
+from loadgen.core.rundoc import RunDocument
 
 # (models, models_max, requests, waited, loads) → thrash?, words the line must hold
 VERDICTS = [
@@ -127,3 +129,85 @@ def test_the_routers_proxy_error_is_model_unloaded() -> None:
     backend = make_backend("chat", GenerationParams(prompt="hi", n_predict=4, model_mix=ModelMix((("a", 1),))), "m")
     assert backend.parse(500, b"proxy error: Failed to read connection").error_kind == MODEL_UNLOADED
     assert backend.parse(500, b'{"error":{"code":500,"message":"x"}}').error_kind != MODEL_UNLOADED
+
+
+# a model's changes → (loads, unloads): a model already loaded when the poll first sees it is not a
+# load; only loads seen happening ("loading" → "loaded", or unloaded → loaded) count
+LOADS_SEEN = [
+    ([(0, "loaded")], (0, 0)),  # left loaded by an earlier run: no load
+    ([(0, "loaded"), (500, "unloaded"), (600, "loading"), (800, "loaded")], (1, 1)),
+    ([(0, "unloaded"), (100, "loading"), (300, "loaded")], (1, 0)),
+    ([(0, "unloaded"), (100, "loaded")], (1, 0)),  # the loading fell between two polls
+    ([(0, "loading"), (300, "loaded")], (1, 0)),  # seen loading: a load
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), LOADS_SEEN)
+def test_only_loads_seen_happening_count(changes: list, expected: tuple[int, int]) -> None:
+    (f,) = model_figures([_record(0, "a", 900, 920, 950)], [_ev(t, "a", s) for t, s in changes])
+    assert (f.loads, f.unloads) == expected
+
+
+def test_a_model_loaded_at_the_start_does_not_make_thrash() -> None:
+    # the trial: smol-a left loaded by an earlier run, smol-b loaded once; 2 models, no load of smol-a
+    events = [_ev(0, "a", "loaded"), _ev(0, "b", "unloaded"), _ev(10, "b", "loading"), _ev(300, "b", "loaded")]
+    records = [_record(i, "a" if i % 4 else "b", 5 + i * 400, 320 + i * 400, 330 + i * 400) for i in range(8)]
+    figures = model_figures(records, events)
+    assert {f.model: f.loads for f in figures} == {"a": 0, "b": 1}
+    verdict = thrash_verdict(2, 2, 8, sum(f.waited for f in figures), sum(f.loads for f in figures))
+    assert verdict is not None and "(1 load" in verdict.line and "2 loads" not in verdict.line
+
+
+# (--model) → refused?; a router whose requests would name no model is refused before the first level
+@pytest.mark.parametrize(("model", "refused"), [(None, True), ("smol-a", False)])
+def test_a_router_without_models_is_refused(model: str | None, refused: bool) -> None:
+    from loadgen.run.router import router_without_models
+
+    refusal = router_without_models("smol (127.0.0.1:8080)", model)
+    assert (refusal is not None) is refused
+    if refusal is not None:
+        assert refusal.exit_code == 1 and "\n" not in str(refusal)
+        assert "router" in str(refusal) and "--models NAME:W,...|all" in str(refusal) and "--model NAME" in str(refusal)
+
+
+# (records name a model?) → the sweep's own lines: a router's /metrics is per model, its c=1 wait holds loads
+@pytest.mark.parametrize("router", [False, True])
+def test_the_sweeps_lines_do_not_contradict_the_router(router: bool) -> None:
+    from loadgen.analysis.saturation import analyze_target
+    from loadgen.output.tables import overhead_lines
+
+    records = [_record(i, "a" if router else None, i * 1000, 400, 500, prompt_ms=10.0) for i in range(4)]  # type: ignore[arg-type]
+    levels = [{"concurrency": 1, "throughput_tok_s": 16.0, "latency_ms": {"mean": 500.0}}]
+    v = analyze_target("t", levels, records, [], total_slots=None, metrics_available=False)
+    joined = "\n".join(v.lines)
+    assert ("start llama-server with --metrics" in joined) is not router
+    assert ("/metrics?model=" in joined) is router
+    doc = {"config": {"models": "a:1"} if router else {}, "targets": [
+        {"label": "t", "verdict": {"label": "t", "overhead_ms": 390.0, "metrics_available": False}}]}
+    (line,) = overhead_lines(doc)
+    assert ("model loads" in line) is router and "390.0 ms" in line
+
+
+def test_the_router_summary_goes_into_run_json_report_and_export(tmp_path) -> None:
+    from loadgen.analysis.router import router_summary
+    from loadgen.output.exporters import CsvExporter, JsonExporter, select
+    from loadgen.output.html import verdict_sentences
+    from loadgen.output.report_model import RunSource, build_series
+
+    events = [_ev(0, "a", "unloaded"), _ev(10, "a", "loading"), _ev(300, "a", "loaded")]
+    records = [_record(0, "a", 0, 320, 400, prompt_ms=20.0), _record(1, "a", 500, 520, 600)]
+    summary = router_summary(records, events, 2)
+    assert summary.verdict is not None and summary.thrash is False and summary.models_max == 2
+    (m,) = summary.models
+    assert (m.model, m.requests, m.ok, m.failed, m.loads, m.waited, m.cold_load_ms_p50) == ("a", 2, 2, 0, 1, 1, 300.0)
+    run = {"schema": "loadgen.run", "schema_version": 4, "complete": True, "config": {"models": "a:1"},
+           "targets": [{"label": "t", "levels": [], "router": msgspec.to_builtins(summary)}]}
+    files = dict(CsvExporter().render(select(run, records)))
+    lines = files["router.csv"].decode().splitlines()
+    assert lines[0] == "target,model,requests,ok,failed,loads,cold_load_ms_p50,waited,models_max,thrash,verdict"
+    assert lines[1].startswith("t,a,2,2,0,1,300.0,1,2,False,") and "no thrash" in lines[1]
+    levels = json.loads(dict(JsonExporter().render(select(run, records)))["levels.json"])
+    assert levels["targets"][0]["router"]["verdict"] == summary.verdict
+    (series,) = build_series([RunSource("r", RunDocument.of(run), records, [])])
+    assert f"router: {summary.verdict}" in verdict_sentences(series)
+    assert any("models behind the router" in g.title for g in series.tables)

@@ -5,7 +5,9 @@ Pure: records and the router's polled status timeline in, figures out. The timel
 loadgen saw of `GET /models` (each model's `status.value`: "unloaded", "loading", "loaded", ...)
 polled through the run, one `ModelEvent` per change (core/model_mix.py); build 11434's /models
 carries no load times of its own, so a load's time is the span from the poll that first saw it
-"loading" to the one that first saw it "loaded" (to within the poll interval).
+"loading" to the one that first saw it "loaded" (to within the poll interval). Only loads seen
+happening count ("loading" → "loaded", or unloaded → loaded): a model already loaded at the first
+poll (left so by an earlier run) was not loaded by this one.
 
 A request **waited for a load** when its model turned "loaded" after the request was sent and
 before its first token (its answer, unstreamed): its time to first token holds the load. Its
@@ -29,6 +31,7 @@ from statistics import median
 
 from ..core.model_mix import MODEL_UNLOADED, ModelEvent
 from ..core.records import TRUNCATED_STREAM, RequestRecord
+from ..core.rundoc import RouterModel, RouterSummary
 
 _GONE = ("unloaded", "unloading")
 # A router stops a model's instance and waits up to its stop timeout (10 s by default) for the
@@ -52,8 +55,8 @@ class ModelFigures:
     waited: int = 0  # requests that waited for a load of their model
     cold_load_ms: list[float] = field(default_factory=list)  # per waiting request: its TTFT less its prefill
     load_ms: list[float] = field(default_factory=list)  # per load seen in the timeline: loading → loaded
-    loads: int = 0  # changes to "loaded" seen in the timeline
-    unloads: int = 0  # changes to "unloaded" after a load
+    loads: int = 0  # changes to "loaded" seen happening (not a model loaded when the run began)
+    unloads: int = 0  # changes to "unloaded" seen happening
 
     @property
     def failed(self) -> int:
@@ -79,12 +82,21 @@ def _prompt_processed(r: RequestRecord) -> int:
 
 
 def loaded_times(events: Iterable[ModelEvent]) -> dict[str, list[int]]:
-    """Per model, the times its status turned "loaded"."""
+    """Per model, the times its status turned "loaded": loads seen happening. A model whose first
+    polled status is "loaded" was loaded before the run (by an earlier one): not a load."""
     out: dict[str, list[int]] = {}
+    seen: set[str] = set()
     for e in events:
-        if e.status == "loaded":
+        if e.status == "loaded" and e.model in seen:
             out.setdefault(e.model, []).append(e.t_ns)
+        seen.add(e.model)
     return out
+
+
+def unload_count(events: Iterable[ModelEvent], model: str) -> int:
+    """The model's changes to "unloaded" seen happening (not its first polled status)."""
+    mine = [e for e in events if e.model == model]
+    return sum(1 for e in mine[1:] if e.status == "unloaded")
 
 
 def load_spans_ms(events: Sequence[ModelEvent]) -> dict[str, list[float]]:
@@ -151,9 +163,7 @@ def model_figures(records: Iterable[RequestRecord], events: Sequence[ModelEvent]
                           for t, prefill_ms in waiting.get(name, ())]
         f.load_ms = spans.get(name, [])
         f.loads = len(loaded.get(name, ()))
-        first_load = min(loaded.get(name, ()), default=None)
-        f.unloads = sum(1 for e in events if e.model == name and e.status == "unloaded"
-                        and first_load is not None and e.t_ns > first_load)
+        f.unloads = unload_count(events, name)
     return list(figures.values())
 
 
@@ -178,3 +188,21 @@ def thrash_verdict(models: int, models_max: int | None, requests: int, waited: i
                                    f"or start the router with --models-max {models} or more")
     return RouterVerdict(False, f"{on}: no thrash ({loads} loads of {models} models, {share:.0%} of requests "
                                 f"waited for a load)")
+
+
+def router_view(records: Sequence[RequestRecord], events: Sequence[ModelEvent],
+                models_max: int | None) -> tuple[list[ModelFigures], RouterVerdict | None]:
+    """One target's per-model figures (its records only) and its verdict."""
+    figures = model_figures(records, events)
+    verdict = thrash_verdict(len(figures), models_max, sum(f.requests for f in figures),
+                             sum(f.waited for f in figures), sum(f.loads for f in figures))
+    return figures, verdict
+
+
+def router_summary(records: Sequence[RequestRecord], events: Sequence[ModelEvent],
+                   models_max: int | None) -> RouterSummary:
+    """One target's router as run.json keeps it (core/rundoc.py RouterSummary)."""
+    figures, verdict = router_view(records, events, models_max)
+    models = [RouterModel(f.model, f.requests, f.ok, f.failed, f.loads,
+                          median(f.cold_load_ms) if f.cold_load_ms else None, f.waited) for f in figures]
+    return RouterSummary(models_max, models, verdict.thrash if verdict else None, verdict.line if verdict else None)

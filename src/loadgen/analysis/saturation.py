@@ -381,6 +381,8 @@ def analyze_target(label: str, summaries: Sequence[LevelSummary | LevelFigures |
     concurrencies = [lv.key for lv in levels]
     throughput = {lv.key: lv.throughput_tok_s for lv in levels}
     overhead = overhead_ms(by_level.get(1, [])) if 1 in concurrencies and not open_loop else None
+    # --models: a router answers /metrics per model only (?model=), never "off" (run/router.py)
+    router = not metrics_available and any(r.model is not None for r in records)
     at_1 = None if open_loop else throughput.get(1)
     readable = metrics_available or bool(slots_available) or any(
         s.busy_slots is not None or s.requests_processing is not None for s in samples)
@@ -405,14 +407,21 @@ def analyze_target(label: str, summaries: Sequence[LevelSummary | LevelFigures |
             for q, lv in zip(queueing, levels))
         knee = open_loop_knee(points, [q.open_loop for q in queueing if q.open_loop is not None],
                               {lv.key for lv in levels if lv.stopped_reason or not has_completed(lv)})
-        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available, trace)
-        lines += _failure_lines(label, queueing, open_loop)
+        lines = _open_loop_lines(label, knee, queueing, levels, metrics_available or router, trace)
+        lines += _failure_lines(label, queueing, open_loop) + ([router_metrics_line(label)] if router else [])
         return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
     knee = find_knee(points, knee_gain, knee_latency, slots_full, total_slots, slots_free)
-    lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available,
+    lines = _verdict_lines(label, total_slots, overhead, knee, queueing, metrics_available or router,
                            max(concurrencies, default=0), [p.level for p in points], slots_full)
-    lines += _failure_lines(label, queueing, open_loop)
+    lines += _failure_lines(label, queueing, open_loop) + ([router_metrics_line(label)] if router else [])
     return TargetVerdict(label, total_slots, overhead, knee, queueing, metrics_available, tuple(lines))
+
+
+def router_metrics_line(label: str) -> str:
+    """A --models run's line in place of "/metrics unavailable": the router has /metrics, per model."""
+    return (f"{label}: a router answers /metrics per model only (/metrics?model=NAME, which would load an unloaded "
+            "model), so loadgen does not read it: the deferred queue is not visible; see the router table "
+            "for model loads.")
 
 
 def _all_records(lv: LevelFigures, rs: Sequence[RequestRecord]) -> bool:

@@ -421,7 +421,7 @@ def execute_sweep(config: SweepConfig, out_dir: Path, console: Console | None = 
     doc = execution.doc
     write_histograms(out_dir, doc, run, histograms and not config.classes, err)
     print_run(doc, console, err, output_format, live=True, records=_lora_records(out_dir, doc))
-    if config.generation.model_mix is not None:
+    if run.config.generation.model_mix is not None:  # --models, or --model NAME of a router (run/router.py)
         _print_router(out_dir, run, doc, console if output_format == "table" else None)
     err.print(f"results: {out_dir}", highlight=False)
     return run_exit_code(execution)
@@ -439,14 +439,17 @@ def _lora_records(out_dir: Path, doc: RunDocument | dict[str, Any]) -> list[Any]
 
 
 def _print_router(out_dir: Path, run: Any, doc: Any, console: Console | None) -> None:
-    """A --models run: the router's polled timeline written (router.json), its per-model table and verdict."""
+    """A --models run: the router's polled timeline written (router.json), its summary into run.json, its
+    per-model table and verdict."""
     from ..output.cache import kept_records
-    from ..output.router import print_router, write_timelines
+    from ..output.router import print_router, summarize_router, write_timelines
     from ..results.reader import load_records
 
     write_timelines(out_dir, run.targets)
+    records = kept_records(doc, load_records(out_dir))
+    summarize_router(records, out_dir)  # into run.json: report and export show it
     if console is not None:  # JSON, CSV and Markdown on stdout hold their own tables only
-        print_router(console, kept_records(doc, load_records(out_dir)), out_dir)
+        print_router(console, records, out_dir)
 
 
 def run_exit_code(execution: Execution) -> int:

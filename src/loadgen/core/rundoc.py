@@ -620,6 +620,27 @@ class LengthsChanged(msgspec.Struct, frozen=True):
     floor_tokens: int
 
 
+class RouterModel(msgspec.Struct, frozen=True):
+    """One model's requests behind a router over a --models run (analysis/router.py ModelFigures)."""
+
+    model: str
+    requests: int = 0
+    ok: int = 0
+    failed: int = 0
+    loads: int = 0  # loads seen happening (docs/router.md)
+    cold_load_ms_p50: float | None = None  # of the requests that waited for a load: TTFT less prefill
+    waited: int = 0  # requests that waited for a load of their model
+
+
+class RouterSummary(msgspec.Struct, frozen=True):
+    """A --models run's router, per target: each model's figures and the thrash verdict (docs/router.md)."""
+
+    models_max: int | None = None  # the router's --models-max (/props max_instances)
+    models: list[RouterModel] = []
+    thrash: bool | None = None  # None: no requests, no verdict
+    verdict: str | None = None
+
+
 class Target(msgspec.Struct, frozen=True):
     label: str
     levels: list[Level] = []
@@ -635,6 +656,7 @@ class Target(msgspec.Struct, frozen=True):
     interference: list[ClassInterference] | None = None  # a run of request classes
     dataset: DatasetFit | None = None  # a dataset-answers run
     lengths_changed: LengthsChanged | None = None  # prompts loadgen lengthened (absent: none)
+    router: RouterSummary | None = None  # a --models run: its router's models and verdict
 
     def section(self, kind: RunKind) -> PrefillSection | DepthSection | SoakSection | SlotsSection | WakeSection | None:
         """This target's section of a run kind without levels (None for a sweep)."""

@@ -9,6 +9,7 @@ a format is adding one class to `EXPORTERS`. Exporters return bytes and touch no
     hlog   one HdrHistogram interval log per metric, one interval per target and level, tagged
            <label>/c<level>/<metric>, values recorded in µs: <metric>.hlog
     csv    requests.csv (every field of every record) and levels.csv (one row per level summary);
+           a --models run also router.csv (each target's models behind the router, with its verdict);
            a chat run also turns.csv (its per-turn table, one row per target and turn); a run of
            request classes has request_class and phase after target in both (`request_phases`);
            a prefill or depth run: prefill.csv / depth.csv (its table, one row per length or depth)
@@ -513,6 +514,20 @@ def _turns_csv(data: ExportData) -> ExportFiles:
     return [("turns.csv", out.getvalue().encode("utf-8"))]
 
 
+def _router_csv(data: ExportData) -> ExportFiles:
+    """A --models run: router.csv, one row per target and model (run.json's `router`, docs/router.md)."""
+    from .router import ROW_FIELDS, summary_rows
+
+    rows = [row for t in data.targets if t.router is not None for row in summary_rows(t.label, t.router)]
+    if not rows:
+        return []
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=list(ROW_FIELDS))
+    writer.writeheader()
+    writer.writerows(rows)
+    return [("router.csv", out.getvalue().encode("utf-8"))]
+
+
 class CsvExporter:
     """requests.csv: one row per request, every record field; levels.csv: one row per level."""
 
@@ -540,7 +555,7 @@ class CsvExporter:
         writer.writeheader()
         writer.writerows(level_rows(data))
         return [("requests.csv", requests.getvalue().encode("utf-8")), ("levels.csv", levels.getvalue().encode("utf-8")),
-                *_turns_csv(data)]
+                *_turns_csv(data), *_router_csv(data)]
 
 
 class JsonExporter:
@@ -560,7 +575,8 @@ class JsonExporter:
             "schema": "loadgen.levels",
             "schema_version": 1,
             **_verbatim_head(data),
-            "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.verdict}
+            "targets": [{**_target_head(t), "levels": _verbatim_levels(raw), "verdict": raw.verdict,
+                         **({"router": msgspec.to_builtins(t.router)} if t.router is not None else {})}
                         for t, raw in zip(data.targets, data.verbatim, strict=True)],
             **({"turns": turns} if (turns := turn_rows(data)) else {}),  # a multi-turn run: its per-turn figures
         }

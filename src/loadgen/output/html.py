@@ -235,6 +235,9 @@ def level_row(series: TargetSeries, level: Level, extras: Extras = Extras()) -> 
 
 def verdict_sentences(series: TargetSeries) -> list[str]:
     lines = ([series.answer] if series.answer else []) + list(series.verdict.verdict)
+    router = series.target.router
+    if router is not None and router.verdict:  # a --models run: the thrash verdict (docs/router.md)
+        lines.append(f"router: {router.verdict}")
     if series.target.error:
         lines.insert(0, f"error: {series.target.error}")
     if not series.complete:

@@ -22,6 +22,7 @@ from ..core.records import ProbeSample, RequestRecord
 from ..core.rundoc import Distribution, Level, RunDocument, RunKind, SoakSection, Target, Verdict
 from .cache import kept_records, turn_tables
 from .layout import Grid
+from .router import summary_grid
 
 INCOMPLETE = "incomplete"
 
@@ -295,5 +296,6 @@ def build_series(sources: Sequence[RunSource]) -> list[TargetSeries]:
                 label=label, run_name=source.name, target=target, complete=complete, open_loop=run.open_loop,
                 kind=run.kind, answer=source.answer,
                 records=records, probe=[s for s in source.probe if s.target == name],
-                tables=[*source.tables, *turn_tables(run, kept_records(run, records))]))
+                tables=[*source.tables, *turn_tables(run, kept_records(run, records)),
+                        *([summary_grid(target.router)] if target.router else [])]))
     return series

@@ -16,10 +16,12 @@ from typing import Any
 
 import msgspec
 
-from ..analysis.router import ModelFigures, RouterVerdict, model_figures, thrash_verdict
+from ..analysis.router import ModelFigures, RouterVerdict
+from ..analysis.router import router_view as target_router_view
 from ..core.errors import ResultsError
 from ..core.model_mix import ModelEvent
 from ..core.records import RequestRecord
+from ..core.rundoc import RouterSummary
 from ..results.atomic import write_json
 from .layout import Column, Grid, Num, print_table
 
@@ -57,11 +59,8 @@ def read_timelines(out_dir: Path) -> list[Timeline]:
 
 def router_view(records: Sequence[RequestRecord], timeline: Timeline) -> tuple[list[ModelFigures], RouterVerdict | None]:
     """One target's per-model figures and its verdict."""
-    mine = [r for r in records if r.target == timeline.label]
-    figures = model_figures(mine, timeline.events)
-    verdict = thrash_verdict(len(figures), timeline.models_max, sum(f.requests for f in figures),
-                             sum(f.waited for f in figures), sum(f.loads for f in figures))
-    return figures, verdict
+    return target_router_view([r for r in records if r.target == timeline.label], timeline.events,
+                              timeline.models_max)
 
 
 def _per_minute(count: int, records: Sequence[RequestRecord]) -> float | None:
@@ -96,6 +95,16 @@ def router_grid(records: Sequence[RequestRecord], timelines: Sequence[Timeline])
     return grid, lines
 
 
+def summarize_router(records: Sequence[RequestRecord], out_dir: Path) -> None:
+    """A --models run's router summary per target written into run.json (`router`, for report and
+    export), from the records and router.json."""
+    from ..analysis.router import router_summary
+    from ..results.writer import add_router_summaries  # the run's writer: not for a report of a saved run
+
+    add_router_summaries(out_dir, {tl.label: router_summary([r for r in records if r.target == tl.label], tl.events,
+                                                            tl.models_max) for tl in read_timelines(out_dir)})
+
+
 def print_router(console: Any, records: Sequence[RequestRecord], out_dir: Path) -> None:
     """A --models run's per-model table and verdicts, when its folder holds router.json (after the run
     and from `loadgen analyze`)."""
@@ -106,3 +115,24 @@ def print_router(console: Any, records: Sequence[RequestRecord], out_dir: Path) 
     print_table(console, grid)
     for line in lines:
         console.print(line, markup=False, highlight=False, soft_wrap=not console.is_terminal)  # one line in a pipe
+
+
+ROW_FIELDS = ("target", "model", "requests", "ok", "failed", "loads", "cold_load_ms_p50", "waited", "models_max",
+              "thrash", "verdict")
+
+
+def summary_rows(label: str, summary: RouterSummary) -> list[dict[str, Any]]:
+    """router.csv's rows of one target (run.json's `router`): one per model, each with the verdict."""
+    return [{"target": label, **msgspec.to_builtins(m), "models_max": summary.models_max, "thrash": summary.thrash,
+             "verdict": summary.verdict} for m in summary.models]
+
+
+def summary_grid(summary: RouterSummary) -> Grid:
+    """run.json's router summary of one target as a table (report.html; its verdict is a sentence there)."""
+    grid = Grid(f"models behind the router (--models-max {summary.models_max or '?'})",
+                [Column("model", key=True), Column("requests"), Column("ok"), Column("failed"), Column("loads"),
+                 Column("waited\nfor load"), Column("cold load\nms p50")])
+    for m in summary.models:
+        grid.add_row(m.model, Num(m.requests, None), Num(m.ok, None), Num(m.failed, None), Num(m.loads, None),
+                     Num(m.waited, None), Num(m.cold_load_ms_p50, 0))
+    return grid

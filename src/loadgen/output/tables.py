@@ -446,10 +446,13 @@ def length_lines(doc: Doc) -> list[str]:
 
 def overhead_lines(doc: Doc) -> list[str]:
     out = []
-    for t in RunDocument.of(doc).targets:
+    document = RunDocument.of(doc)
+    # --models: a request sent to an unloaded model waits for its load before the server starts it
+    what = ("HTTP, tokenization and model loads (--models: see the router table)"
+            if document.config is not None and document.config.models is not None else "HTTP and tokenization")
+    for t in document.targets:
         if t.verdict and t.verdict.overhead_ms is not None:
-            out.append(f"{t.label}: {t.verdict.overhead_ms:.1f} ms of HTTP and tokenization at c=1, "
-                       "not counted as queuing")
+            out.append(f"{t.label}: {t.verdict.overhead_ms:.1f} ms of {what} at c=1, not counted as queuing")
     return out
 
 

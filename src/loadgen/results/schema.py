@@ -61,7 +61,9 @@ Version history (SCHEMA_VERSION):
        weights) and per record "lora" (the adapter asked) and "lora_applied" (what the server said it
        applied); absent or null in a run without a mix.
        Added since, without a bump (docs/router.md): config "models" (--models's router model ids
-       and weights) and per record "model" (the model the request named); absent or null without.
+       and weights) and per record "model" (the model the request named); absent or null without;
+       per target "router" (core.rundoc.RouterSummary: models_max, per model requests, ok, failed,
+       loads, cold_load_ms_p50, waited, and the thrash verdict; absent without --models).
     4  "kind" names the command that made the run (core.rundoc.RunKind): "capacity", "replay",
        "prefix", "chat" and "cache-capacity" runs, which said "sweep" before, say so (their levels
        read as a sweep's); a capacity run's search settings are in config "capacity" (by,

@@ -414,6 +414,22 @@ def add_server_boot(run_dir: Path, label: str, boot: ServerBoot) -> bool:
     return True
 
 
+def add_router_summaries(run_dir: Path, summaries: dict[str, Any]) -> bool:
+    """Add a --models run's router summary per target label (core/rundoc.py RouterSummary, made from
+    the records on disk and router.json after the run, output/router.py) to run.json's targets as
+    "router", rewriting it atomically. False, and nothing written, when run.json cannot be read."""
+    path = run_dir / RUN_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    for target in doc.get("targets") or [] if isinstance(doc, dict) else []:
+        if isinstance(target, dict) and target.get("label") in summaries:
+            target["router"] = msgspec.to_builtins(summaries[target["label"]])
+    atomic_write(path, [json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"])
+    return True
+
+
 def prepare_dir(out_dir: Path, force: bool) -> Path:
     """Create the output directory; refuse a non-empty one unless `force`."""
     if out_dir.exists() and not out_dir.is_dir():

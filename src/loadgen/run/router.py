@@ -25,7 +25,7 @@ from ..client.probe import Probe
 from ..core.clock import now_ns
 from ..core.errors import EXIT_FAILED, ConfigError
 from ..core.model_mix import ModelEvent, ModelMix
-from .state import Run, TargetRun
+from .state import Run, TargetRun, maybe_router
 
 POLL_S = 0.02  # /models answers in well under a millisecond; a load of a small model takes a few hundred
 
@@ -63,24 +63,60 @@ def mix_refusal(mix: ModelMix, where: str, statuses: dict[str, str] | None, what
     return None
 
 
+def _props(status: int, body: bytes) -> dict[str, Any]:
+    try:
+        props = json.loads(body) if status == 200 else {}
+    except ValueError:
+        return {}
+    return props if isinstance(props, dict) else {}
+
+
 async def _router_facts(run: Run, t: TargetRun) -> tuple[int, bytes, int | None]:
     async with Probe(t.target.url, run.config.auth_headers(), insecure=run.config.insecure,
                      server_url=t.target.server_url) as probe:
         status, body = await probe.router_get("/models")
-        props_status, props = await probe.router_get("/props")
-    models_max = None
-    if props_status == 200:
-        try:
-            models_max = json.loads(props).get("max_instances")
-        except (ValueError, AttributeError):
-            models_max = None
+        models_max = _props(*await probe.router_get("/props")).get("max_instances")
     return status, body, models_max if isinstance(models_max, int) else None
+
+
+def router_without_models(where: str, model: str | None) -> ConfigError | None:
+    """The refusal of a run without --models against a router (its /props says role "router"),
+    whose requests would name no model (every one an HTTP 400); None when `model` (--model) names one."""
+    if model is not None:
+        return None
+    return ConfigError(f"{where} is a llama-server router (its /props says role router): its requests must name a "
+                       "model; give --models NAME:W,...|all, or --model NAME with --api chat or completions",
+                       exit_code=EXIT_FAILED)
+
+
+async def _one_model_of_router(run: Run, targets: list[TargetRun]) -> ModelMix | None:
+    """Without --models: a router target refused without --model (ConfigError); with --model NAME,
+    NAME as a mix of one (every API's body then names it, llama.cpp's /completion too)."""
+    for t in targets:
+        if not maybe_router(t.info):
+            continue  # no /props, or a server of one model (its slots): nothing more asked
+        async with Probe(t.target.url, run.config.auth_headers(), insecure=run.config.insecure,
+                         server_url=t.target.server_url) as probe:
+            role = _props(*await probe.router_get("/props")).get("role")
+        if role != "router":
+            continue
+        refusal = router_without_models(f"{t.label} ({t.target.display})", run.config.model)
+        if refusal is not None:
+            raise refusal
+        assert run.config.model is not None
+        return None if run.config.several_processes else ModelMix(((run.config.model, 1),))
+    return None
 
 
 async def refuse_model_mix(run: Run, targets: list[TargetRun]) -> None:
     """A --models run, before the first level: each target's /models against the mix (the first
-    refusal raised, ConfigError); `all` resolved to the first target's models."""
+    refusal raised, ConfigError); `all` resolved to the first target's models. Without --models, a
+    router refused, or with --model NAME run as `--models NAME`."""
     mix = run.config.generation.model_mix
+    if mix is None:
+        mix = await _one_model_of_router(run, targets)
+        if mix is not None:
+            run.config = replace(run.config, generation=replace(run.config.generation, model_mix=mix))
     if mix is None:
         return
     for i, t in enumerate(targets):

@@ -125,6 +125,13 @@ def server_model_name(info: ServerInfo | None) -> str | None:
     return None
 
 
+def maybe_router(info: ServerInfo | None) -> bool:
+    """Whether the server may be llama-server's router (run/router.py asks its /props role): it answered
+    /props without `total_slots`, which a server of one model always gives."""
+    props = info.props if info else None
+    return props is not None and not isinstance(props.get("total_slots"), int)
+
+
 def slot_context(t: TargetRun) -> int | None:
     """The server's per-slot context (/props default_generation_settings.n_ctx), or None if unknown."""
     props = t.info.props if t.info else None

@@ -34,7 +34,7 @@ from .level_runner import TargetLoad
 from .prompts import PromptSource
 from .request_source import TargetRequests, source_for
 from .salts import new_salt
-from .state import Run, RunObserver, TargetRun, resolve_labels, slot_context
+from .state import Run, RunObserver, TargetRun, maybe_router, resolve_labels, slot_context
 
 TransportFactory = Callable[[], Transport]
 
@@ -73,7 +73,9 @@ async def prepare_targets(run: Run, obs: RunObserver, *, note_metrics_off: bool 
     for t in run.targets:
         if t.error:
             obs.message(f"{about(t.label, t.error)}; skipping this target")
-        elif note_metrics_off and t.info and not t.info.metrics_enabled and (t.info.props is not None or t.info.models):
+        elif (note_metrics_off and t.info and not t.info.metrics_enabled and not maybe_router(t.info)
+              and (t.info.props is not None or t.info.models)):
+            # a router's /metrics answers per model only (?model=, run/router.py): not "off"
             # only for a server that said what it is (/props or /v1/models): one that answered neither
             # may be no LLM server at all, which the warm-up tells first and alone
             obs.message(f"{t.label}: /metrics is off or unreadable, so the deferred queue is not visible; "
