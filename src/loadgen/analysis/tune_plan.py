@@ -12,8 +12,9 @@ had no budget for is not a failure), so the rule keeps ties generously:
 - every other cell is dropped, with the low it was screened at against the cut.
 
 Successive halving (`next_round`): when more than `k` race on because a short search stopped below
-their capacity ("≥4" for three cells: a tie the budget made), those cells are screened again with
-twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
+their capacity ("≥4" for three cells: a tie the budget made), or a cell below the cut is censored
+(its search ran out of budget below the cut: it may pass it), those cells and the finalists are
+screened again with twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
 a longer search would only confirm it, so it goes to the final as it is.
 
 The final (`final_entrants`): the finalists the screen already separates are not searched again. A
@@ -128,17 +129,20 @@ def screen_bar(lows: Sequence[float | None], k: int, noise: float, by_rate: bool
 
 def next_round(screened: Sequence[Screened], k: int) -> tuple[str, ...]:
     """The cells a screen round sends to one more round with twice the budget (successive halving): the
-    finalists of this round (`pick_finalists`: the k best and the ties at the cut) when they are more
-    than k and a cell tied at the cut is censored (its short search stopped below its capacity, so more
-    budget can tell the tie apart); () when the round decided: k or fewer, or a tie at the cut of
-    answers that are not censored (a longer search would only confirm it: they race in the final)."""
+    finalists of this round (`pick_finalists`: the k best and the ties at the cut) and every censored
+    cell below the cut (its short search stopped below its capacity, which may pass the cut: a search
+    that started at a higher bar runs out of budget sooner), when there is such a cell or the finalists
+    are more than k with a censored one tied at the cut; () when the round decided: no censored cell
+    below the cut, and k or fewer finalists or a tie at the cut of answers that are not censored (a
+    longer search would only confirm it: they race in the final)."""
     pick = pick_finalists(screened, k)
-    if len(pick.finalists) <= k:
+    if not pick.finalists:
         return ()
-    cut = sorted((s.low or 0.0 for s in screened if s.low is not None), reverse=True)[k - 1]
-    if not any(s.censored and s.low == cut for s in screened if s.cell in pick.finalists):
-        return ()
-    return pick.finalists
+    lows = {s.cell: s.low or 0.0 for s in screened if s.low is not None}
+    cut = min(lows[c] for c in pick.finalists)
+    below = tuple(s.cell for s in screened if s.censored and s.low is not None and s.low < cut)
+    tied = len(pick.finalists) > k and any(s.censored and s.low == cut for s in screened if s.cell in pick.finalists)
+    return (*pick.finalists, *below) if below or tied else ()
 
 
 def seconds_between(started_utc: str | None, finished_utc: str | None) -> float:

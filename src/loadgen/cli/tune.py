@@ -397,7 +397,7 @@ def screen_rounds(root: Path, doc: TuneDocument, screen: GridDocument, err: Cons
     while True:
         r, grid = len(rounds), rounds[-1]
         if r > 1:
-            err.print(f"tune: screen round {r}: {len(grid.cells)} cell(s) tied at the cut, "
+            err.print(f"tune: screen round {r}: {len(grid.cells)} cell(s) at the cut or censored below it, "
                       f"{doc.screen_budget * 2 ** (r - 1)} requests each", highlight=False)
         run_grid(root / round_name(r), grid, err, within_budget(doc, rounds, grid, err),
                  bar_check(doc, grid, err) if r == 1 else None)
