@@ -241,6 +241,7 @@ def test_a_search_cut_short_says_so_in_its_verdict():
     (["loadgen", "capacity", "--by", "rate", "--max-concurrency", "5", "--start=2.5", "--repeat", "1", "--noise=0.2"],
      (True, 5.0, 2.5, 1, 0.2)),
     (["loadgen", "capacity", "--max-concurrency=16", "--start", "2"], (False, 16, 2, 3, 0.10)),
+    (["loadgen", "capacity", "--start", "3", "--at-least"], (False, 64, 3, 3, 0.10, True)),  # tune's bar check
     (["loadgen", "sweep", "--concurrency", "1,2"], None),  # not a capacity run
     (["loadgen", "capacity", "--repeat", "many"], None),  # unreadable
     (None, None),
@@ -248,7 +249,8 @@ def test_a_search_cut_short_says_so_in_its_verdict():
 def test_the_search_settings_are_read_back_from_the_runs_command(command, expected):
     from loadgen.output.capacity_answer import settings_of_command
     s = settings_of_command(command)
-    assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected
+    got = None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise) + ((True,) if s.at_least else ())
+    assert got == expected
 
 
 # holds_fresh, worked by hand first (z(0.9) = 1.2816, t(0.9, 2) = 1.8856; p with half a miss added
