@@ -72,8 +72,10 @@ def run(args: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
     return subprocess.run([*LOADGEN, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def one_space(name: str, root: Path, profile: Path, only: str) -> None:
+def one_space(name: str, root: Path, profile: Path, only: str, reverse: bool = False) -> None:
     flags, params, truth = SPACES[name]
+    if reverse and only == "tune":  # the values listed best guess first (the largest first): the screen's bar
+        params = tuple(f"{p.split('=')[0]}={','.join(reversed(p.split('=')[1].split(',')))}" for p in params)
     template = f"{GRID_SERVER} {flags} --profile {profile} --time-scale 1"
     param_args = [a for p in params for a in ("--param", p)]
     started = time.monotonic()
@@ -88,14 +90,14 @@ def one_space(name: str, root: Path, profile: Path, only: str) -> None:
         return
     started = time.monotonic()
     tune = run(["tune", "--server", template, *param_args, "--screen-budget", "40", "--output",
-                str(root / f"{name}-tune"), "--force", *MEASURE])
+                str(root / f"{name}-tune{'-rev' if reverse else ''}"), "--force", *MEASURE])
     tune_wall = time.monotonic() - started
     if tune.returncode != 0:
         print(f"{name}: tune failed ({tune.returncode}): {tune.stderr[-800:]}")
         return
     g_seconds, cells = grid_seconds(root / f"{name}-grid")
     best, means = best_cells(cells)
-    doc = json.loads((root / f"{name}-tune" / "tune.json").read_text())
+    doc = json.loads((root / f"{name}-tune{'-rev' if reverse else ''}" / "tune.json").read_text())
     winner = doc["winner"]["params"] if doc.get("winner") else None
     named = {c["name"] for c in doc["cells"] if c["status"] == "winner"} | set(doc.get("tied_with") or [])
     agrees = bool(named & best) if doc.get("tie") else (winner is not None and
@@ -111,6 +113,9 @@ def one_space(name: str, root: Path, profile: Path, only: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spaces", default=",".join(SPACES))
+    parser.add_argument("--reverse", action="store_true",
+                        help="With --only tune: each --param's values in reverse (largest first), as a user who lists "
+                             "the values expected best first gives them (the screen's bar drops more).")
     parser.add_argument("--keep", help="Write the grids and tunes here (default: a temporary folder, removed).")
     parser.add_argument("--only", choices=("grid", "tune", "both"), default="both",
                         help="grid: run the grids only; tune: run the tunes against the grids already in --keep.")
@@ -121,7 +126,7 @@ def main() -> None:
         profile = root / "capsim.toml"
         profile.write_text(CAPACITY_SIM)
         for name in args.spaces.split(","):
-            one_space(name, root, profile, args.only)
+            one_space(name, root, profile, args.only, args.reverse)
 
 
 if __name__ == "__main__":

@@ -165,7 +165,8 @@ def test_analyze_rebuilds_the_answer_when_capacity_json_is_missing(loadgen, tmp_
     doc = json.loads((out / "run.json").read_text())
     assert (doc["kind"], doc["schema_version"]) == ("capacity", 4)
     assert doc["config"]["capacity"] == {"by": "concurrency", "max_level": 8, "start": 1, "repeat": 3, "noise": 0.1,
-                                         "budget_requests": None, "budget_s": None, "hold_s": 120.0}
+                                         "budget_requests": None, "budget_s": None, "hold_s": 120.0,
+                                         "at_least": False}
     # a run written before schema 4 said "sweep" and kept the settings only in its command line
     doc.update(kind="sweep", schema_version=3)
     del doc["config"]["capacity"]

@@ -98,6 +98,22 @@ def test_next_probe_from_a_start_above_one(history, start, expected):
     assert next_probe(history, max_level=64, repeat=1, noise=0.10, start=start).level == expected
 
 
+@pytest.mark.parametrize("history, start, by_rate, expected", [  # --at-least: tune's screen against its bar
+    ({}, 6, False, 6),  # the bar is the first level
+    (H(c6=[3.0]), 6, False, None),  # the bar fails: stop, no halving downwards
+    (H(c6=[1.05]), 6, False, None),  # near the line fails with repeat 1: stop (the bar's noise is tune's to allow)
+    (H(c6=[.5]), 6, False, 12),  # the bar passes: climbing as from any start
+    (H(c6=[.5], c12=[3.0]), 6, False, 9),  # then bisecting as usual
+    (H(c1=[3.0]), 1, False, None),  # a bar at 1 that fails: the same stop as without it
+    ({}, 2.5, True, 2.5),
+    ({2.5: [p(3.0, 2.5)]}, 2.5, True, None),  # by rate too: no halving to 1.25 req/s
+    ({2.5: [p(.3, 2.5)]}, 2.5, True, 5.0),
+])
+def test_next_probe_at_least_stops_when_the_start_fails(history, start, by_rate, expected):
+    assert next_probe(history, max_level=64, repeat=1, noise=0.10, start=start, by_rate=by_rate,
+                      at_least=True).level == expected
+
+
 def R(**levels):
     return {float(k[1:].replace("_", ".")): [p(s) for s in v] for k, v in levels.items()}
 
@@ -225,6 +241,7 @@ def test_a_search_cut_short_says_so_in_its_verdict():
     (["loadgen", "capacity", "--by", "rate", "--max-concurrency", "5", "--start=2.5", "--repeat", "1", "--noise=0.2"],
      (True, 5.0, 2.5, 1, 0.2)),
     (["loadgen", "capacity", "--max-concurrency=16", "--start", "2"], (False, 16, 2, 3, 0.10)),
+    (["loadgen", "capacity", "--start", "3", "--at-least"], (False, 64, 3, 3, 0.10, True)),  # tune's bar check
     (["loadgen", "sweep", "--concurrency", "1,2"], None),  # not a capacity run
     (["loadgen", "capacity", "--repeat", "many"], None),  # unreadable
     (None, None),
@@ -232,7 +249,8 @@ def test_a_search_cut_short_says_so_in_its_verdict():
 def test_the_search_settings_are_read_back_from_the_runs_command(command, expected):
     from loadgen.output.capacity_answer import settings_of_command
     s = settings_of_command(command)
-    assert (None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise)) == expected
+    got = None if s is None else (s.by_rate, s.max_level, s.start, s.repeat, s.noise) + ((True,) if s.at_least else ())
+    assert got == expected
 
 
 # holds_fresh, worked by hand first (z(0.9) = 1.2816, t(0.9, 2) = 1.8856; p with half a miss added

@@ -150,6 +150,12 @@ def c(cell, low, censored=False):
     ([c("a", 6), c("b", 4, True), c("c", 4)], 2, ("a", "b", "c")),  # the cut's tie is censored on one side
     ([c("a", 6, True), c("b", 4), c("c", 4)], 2, ()),  # a censored leader is a finalist anyway; the cut's tie is real
     ([c("a", None), c("b", 3, True)], 1, ()),  # one answer: decided
+    # a censored cell below the cut may reach past it (a search that started at a higher bar runs out of
+    # budget sooner): screened again with the finalists, never dropped by a budget
+    ([c("a", 6), c("b", 6), c("c", 5, True)], 2, ("a", "b", "c")),
+    ([c("a", 6, True), c("b", 6, True), c("c", 5, True), c("d", 2)], 2, ("a", "b", "c")),
+    ([c("a", 6), c("b", 4, True)], 1, ("a", "b")),
+    ([c("a", 6), c("b", 4)], 1, ()),  # b's search ended below the cut on its own: decided
 ])
 def test_a_tie_the_budget_made_is_screened_again(screened, k, advance):
     from loadgen.analysis.tune_plan import next_round

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from loadgen.analysis.tune_plan import Screened, final_entrants, start_level
+from loadgen.analysis.tune_plan import Screened, final_entrants, screen_bar, start_level
 
 INF = math.inf
 SEP = "below the leader's {top} beyond the 10% noise: not searched again"
@@ -84,3 +84,26 @@ def test_an_unscreened_cell_says_why(interrupted, budget_s, reason, cut):
     built = build_tune(doc, [screen], None, interrupted)
     assert [(c.status, c.reason) for c in built.cells] == [("untried", reason)] * 2
     assert built.cut == cut
+
+
+@pytest.mark.parametrize("lows, k, noise, by_rate, bar", [  # the screen's bar (written before the rule ran)
+    ([], 2, 0.10, False, None),  # nothing screened yet: climb from 1
+    ([8.0], 2, 0.10, False, None),  # fewer answers than --finalists: no cut to reach yet
+    ([8.0, 4.0], 2, 0.10, False, 3),  # the 2nd best, 4, less the noise: 3.6, whole users down
+    ([8.0, 4.0, 6.0], 2, 0.10, False, 5),  # 6 / 1.1 = 5.45
+    ([8.0, None, 0.0], 2, 0.10, False, None),  # a failed cell and one below its bar are no answers
+    ([8.0, 2.0], 2, 0.10, False, None),  # 2 / 1.1 = 1.8 -> 1: a bar at 1 is no bar
+    ([8.0, 8.0], 2, 0.0, False, 8),  # no noise: the cut itself (a cell tied at it passes)
+    ([8.0, 8.0], 1, 0.10, False, 7),  # one finalist: the leader's 8 less the noise, 7.27
+    ([4.0, 2.2], 2, 0.10, True, 2.0),  # by rate: 2.2 / 1.1
+    ([4.0, 1.0], 2, 0.10, True, 0.909),  # three significant digits, rounded down
+])
+def test_the_screen_bar_is_the_finalists_cut_so_far_less_the_noise(lows, k, noise, by_rate, bar):
+    assert screen_bar(lows, k, noise, by_rate) == bar
+
+
+def test_a_cell_below_the_bar_is_dropped_saying_so():
+    screened = [s("a", 8, 8), s("b", 4, 4), Screened("c", "c", 0.0, None, upper=2.0, barred=3.0)]
+    got = final_entrants(screened, 2, 0.10)
+    assert got.dropped["c"] == ("below the screen's bar: 3 did not pass (the finalists' cut so far less the "
+                                "noise), not searched further")

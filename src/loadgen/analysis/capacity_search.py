@@ -32,7 +32,10 @@ Choosing the next level (`next_probe`), levels as integers from 1 (concurrency),
    rates the midpoint, until hi / lo <= 1 + `rate_resolution`); when nothing passed below hi: by
    rate, halve hi (three significant digits) until a rate passes or the next would be below
    `min_rate`; by concurrency, probe `start` when hi is above it, else halve hi (a `start` above 1
-   that failed: tune's searches start at a screen's answer) until a level passes, stopping at 1.
+   that failed: tune's searches start at a screen's answer) until a level passes, stopping at 1;
+   with `at_least` (capacity `--at-least`: tune's screen against its bar) a `start` that does not
+   pass ends the search there, by concurrency and by rate: the question was only whether the
+   capacity reaches `start`, and the answer is that it does not (nothing below it is searched).
 The first level is `start`, or `max_level` when that is lower: no level is ever above the cap.
 
 The answer (`conclude`): feasible_max = lo (None when nothing passed), infeasible_min = the lowest
@@ -88,11 +91,12 @@ class CapacitySettings:
     budget_requests: int | None = None
     budget_s: float | None = None
     hold_s: float | None = DEFAULT_HOLD_S  # by rate: the fresh run an answer must hold on (holds_fresh)
+    at_least: bool = False  # a start that does not pass ends the search (next_probe)
 
     def to_dict(self) -> dict[str, object]:
         return {"by": "rate" if self.by_rate else "concurrency", "max_level": self.max_level, "start": self.start,
                 "repeat": self.repeat, "noise": self.noise, "budget_requests": self.budget_requests,
-                "budget_s": self.budget_s, "hold_s": self.hold_s}
+                "budget_s": self.budget_s, "hold_s": self.hold_s, "at_least": self.at_least}
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +199,7 @@ def decisions_of(history: Mapping[int | float, Sequence[Probe]], repeat: int, no
 def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int | float, repeat: int = DEFAULT_REPEAT,
                noise: float = DEFAULT_NOISE, start: int | float = 1, by_rate: bool = False,
                rate_resolution: float = RATE_RESOLUTION, min_rate: float = MIN_RATE,
-               hold_s: float | None = None) -> Next:
+               hold_s: float | None = None, at_least: bool = False) -> Next:
     """The next level to run (module docstring, "Choosing the next level")."""
     decisions = decisions_of(history, repeat, noise, by_rate, hold_s)
     again = sorted(lv for lv, d in decisions.items() if d == REPEAT)
@@ -213,6 +217,8 @@ def next_probe(history: Mapping[int | float, Sequence[Probe]], *, max_level: int
             return Next(None, f"{level_name(max_level, by_rate)} (the most allowed) passes")
         nxt = min(lo * 2, max_level)
         return Next(nxt, f"{level_name(lo, by_rate)} passes: doubling")
+    if lo is None and at_least and start in decisions:  # only asked whether the capacity reaches start
+        return Next(None, f"{level_name(start, by_rate)} does not pass: below it (--at-least), not searched downwards")
     if lo is None and by_rate:  # nothing passed yet: halve downwards until a rate passes
         lower = _round_rate(hi / 2)
         if lower < min_rate:

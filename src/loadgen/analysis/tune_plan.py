@@ -12,8 +12,9 @@ had no budget for is not a failure), so the rule keeps ties generously:
 - every other cell is dropped, with the low it was screened at against the cut.
 
 Successive halving (`next_round`): when more than `k` race on because a short search stopped below
-their capacity ("≥4" for three cells: a tie the budget made), those cells are screened again with
-twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
+their capacity ("≥4" for three cells: a tie the budget made), or a cell below the cut is censored
+(its search ran out of budget below the cut: it may pass it), those cells and the finalists are
+screened again with twice the budget, up to `--screen-rounds` rounds; a tie of answers that are not censored is real, and
 a longer search would only confirm it, so it goes to the final as it is.
 
 The final (`final_entrants`): the finalists the screen already separates are not searched again. A
@@ -23,6 +24,14 @@ would not call noise) is dropped; a censored answer ("≥4") has no upper bound 
 lone finalist gets one full search (`final_runs`), not `--final-repeat`. Each
 search after the first round starts at the cell's screen answer (`start_level`: capacity `--start`),
 so it checks around it instead of climbing from 1 again.
+
+The bar (`screen_bar`): the screen's first round runs its cells one at a time, in the grid's order.
+Once `k` cells have a proven low, the k-th best of them is the finalists' cut as it stands (the cut
+only rises as cells are added), and a later cell matters only if it reaches it. So its search starts
+at the bar, the cut less the noise (`cut / (1 + noise)`, capacity's `--noise`: a cell that fails the
+cut by what run-to-run noise moves is not dropped for it), with capacity `--at-least`: a bar that
+does not pass ends the search (its capacity is below the cut; how far below does not matter) and
+the cell is dropped; a bar that passes climbs from there as from any start.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ class Screened:
     reason: str | None = None
     censored: bool = False  # its search passed every level it had the budget for: the capacity may be higher
     upper: float = math.inf  # the highest capacity its answer allows (analysis/grid_capacity.py RunAnswer)
+    barred: float | None = None  # the screen's bar it was checked at and did not pass (screen_bar)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,9 @@ def pick_finalists(screened: Sequence[Screened], k: int) -> Pick:
     keep = tuple(s.cell for s in answered if (s.low or 0.0) >= cut)
     for s in answered:
         if s.cell not in keep:
-            dropped[s.cell] = f"screened at {s.low:g}, below the finalists' {cut:g}"
+            dropped[s.cell] = (f"below the screen's bar: {s.barred:g} did not pass (the finalists' cut so far less "
+                               "the noise), not searched further" if s.barred is not None
+                               else f"screened at {s.low:g}, below the finalists' {cut:g}")
     return Pick(keep, dropped)
 
 
@@ -99,19 +111,38 @@ def start_level(low: float | None, by_rate: bool) -> float | None:
     return float(math.floor(low)) if not by_rate else low
 
 
+def screen_bar(lows: Sequence[float | None], k: int, noise: float, by_rate: bool) -> float | None:
+    """The level a cell screened next must reach to matter (module docstring, "The bar"): the k-th best
+    proven low so far (the finalists' cut as it stands) less the noise, `cut / (1 + noise)`, whole users
+    down (None below 2: a bar at 1 is the search's own start), a rate to three significant digits down;
+    None while fewer than k cells have a proven low."""
+    proven = sorted((low for low in lows if low is not None and low > 0), reverse=True)
+    if len(proven) < k:
+        return None
+    bar = proven[k - 1] / (1 + noise)
+    if not by_rate:
+        whole = math.floor(bar + 1e-9)
+        return float(whole) if whole >= 2 else None
+    step = 10.0 ** (math.floor(math.log10(bar)) - 2)
+    return float(f"{math.floor(bar / step + 1e-9) * step:.3g}")
+
+
 def next_round(screened: Sequence[Screened], k: int) -> tuple[str, ...]:
     """The cells a screen round sends to one more round with twice the budget (successive halving): the
-    finalists of this round (`pick_finalists`: the k best and the ties at the cut) when they are more
-    than k and a cell tied at the cut is censored (its short search stopped below its capacity, so more
-    budget can tell the tie apart); () when the round decided: k or fewer, or a tie at the cut of
-    answers that are not censored (a longer search would only confirm it: they race in the final)."""
+    finalists of this round (`pick_finalists`: the k best and the ties at the cut) and every censored
+    cell below the cut (its short search stopped below its capacity, which may pass the cut: a search
+    that started at a higher bar runs out of budget sooner), when there is such a cell or the finalists
+    are more than k with a censored one tied at the cut; () when the round decided: no censored cell
+    below the cut, and k or fewer finalists or a tie at the cut of answers that are not censored (a
+    longer search would only confirm it: they race in the final)."""
     pick = pick_finalists(screened, k)
-    if len(pick.finalists) <= k:
+    if not pick.finalists:
         return ()
-    cut = sorted((s.low or 0.0 for s in screened if s.low is not None), reverse=True)[k - 1]
-    if not any(s.censored and s.low == cut for s in screened if s.cell in pick.finalists):
-        return ()
-    return pick.finalists
+    lows = {s.cell: s.low or 0.0 for s in screened if s.low is not None}
+    cut = min(lows[c] for c in pick.finalists)
+    below = tuple(s.cell for s in screened if s.censored and s.low is not None and s.low < cut)
+    tied = len(pick.finalists) > k and any(s.censored and s.low == cut for s in screened if s.cell in pick.finalists)
+    return (*pick.finalists, *below) if below or tied else ()
 
 
 def seconds_between(started_utc: str | None, finished_utc: str | None) -> float:

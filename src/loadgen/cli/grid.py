@@ -376,9 +376,11 @@ class CellRunner:
             entry.status, entry.reason = "failed", str(exc)
 
 
-def run_grid(root: Path, grid: GridDocument, err: Console, keep_going: Callable[[], bool] | None = None) -> int:
+def run_grid(root: Path, grid: GridDocument, err: Console, keep_going: Callable[[], bool] | None = None,
+             before_run: Callable[[GridCell], None] | None = None) -> int:
     """Every (repeat, cell) not done yet, in interleaved order; grid.json after each. `keep_going`, asked
-    before each run, stops the grid when it says no (tune's --budget): the rest stay not run."""
+    before each run, stops the grid when it says no (tune's --budget): the rest stay not run.
+    `before_run(cell)` may set the cell's own measurement options from the runs before it (tune's bar)."""
     from ..analysis.grid_cells import run_order
     from ..results.grid_file import DONE, write_grid
 
@@ -392,6 +394,8 @@ def run_grid(root: Path, grid: GridDocument, err: Console, keep_going: Callable[
         if LATCH.received or (keep_going is not None and not keep_going()):
             break
         cell = cells[index]
+        if before_run is not None:
+            before_run(cell)
         err.print(f"grid {n}/{len(todo)}: {cell.id} {cell.name} (run {repeat}/{grid.repeat})", highlight=False)
         entry = runner.run(cell, repeat)
         cell.runs = [e for e in cell.runs if e.repeat != repeat] + [entry]

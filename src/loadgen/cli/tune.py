@@ -37,6 +37,7 @@ from ..analysis.tune_plan import (
     final_entrants,
     final_runs,
     next_round,
+    screen_bar,
     seconds_between,
     start_level,
 )
@@ -110,6 +111,8 @@ def check_tune_args(args: tuple[str, ...]) -> None:
     given = {a.split("=")[0] for a in args}
     if "--repeat" in given:
         raise ConfigError("--repeat: tune sets it per stage (the screen 1, the final --final-repeat)")
+    if "--at-least" in given:
+        raise ConfigError("--at-least: tune sets it in the screen (a cell checked against the bar)")
 
 
 def _server_s(cell: GridCell) -> float:
@@ -161,8 +164,29 @@ def _screened(grid: GridDocument) -> list[Screened]:
         low = answer.low if answer else None
         reason = f"{failed.status}: {failed.reason}" if failed is not None and low is None else None
         censored = bool(answer and math.isinf(answer.upper) and answer.low < top)  # the cap passed: no more to find
-        out.append(Screened(cell.id, cell.name, low, reason, censored, answer.upper if answer else math.inf))
+        barred = (float(option_value(cell.measure_args or [], "--start", "1"))
+                  if answer is not None and answer.low == 0 and "--at-least" in (cell.measure_args or []) else None)
+        out.append(Screened(cell.id, cell.name, low, reason, censored, answer.upper if answer else math.inf, barred))
     return out
+
+
+def bar_check(doc: TuneDocument, grid: GridDocument, err: Console) -> Callable[[GridCell], None]:
+    """The screen's first round, before each cell: its search starts at the bar the cells before it set
+    (tune_plan `screen_bar`, capacity `--start BAR --at-least`: a bar that fails ends it), or from the
+    search's own start while there is none or the user's --start is higher."""
+    by_rate = option_value(doc.measure_args, "--by", "concurrency") == "rate"
+    given = float(option_value(doc.measure_args, "--start", "1"))
+    noise = _noise(doc.measure_args)
+
+    def before(cell: GridCell) -> None:
+        lows = [s.low for s in _screened(grid) if s.cell != cell.id]
+        bar = screen_bar(lows, doc.finalists, noise, by_rate)
+        cell.measure_args = ["--start", f"{bar:g}", "--at-least"] if bar is not None and bar > given else None
+        if cell.measure_args:
+            err.print(f"tune: {cell.name} checked against the bar, {bar:g} first: below it, it is dropped",
+                      highlight=False)
+
+    return before
 
 
 def round_name(r: int) -> str:
@@ -373,9 +397,10 @@ def screen_rounds(root: Path, doc: TuneDocument, screen: GridDocument, err: Cons
     while True:
         r, grid = len(rounds), rounds[-1]
         if r > 1:
-            err.print(f"tune: screen round {r}: {len(grid.cells)} cell(s) tied at the cut, "
+            err.print(f"tune: screen round {r}: {len(grid.cells)} cell(s) at the cut or censored below it, "
                       f"{doc.screen_budget * 2 ** (r - 1)} requests each", highlight=False)
-        run_grid(root / round_name(r), grid, err, within_budget(doc, rounds, grid, err))
+        run_grid(root / round_name(r), grid, err, within_budget(doc, rounds, grid, err),
+                 bar_check(doc, grid, err) if r == 1 else None)
         advance = next_round(_screened(grid), doc.finalists)
         if LATCH.received or not advance or r >= doc.screen_rounds:
             return rounds

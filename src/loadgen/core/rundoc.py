@@ -742,6 +742,7 @@ class CapacitySearchConfig(msgspec.Struct, frozen=True):
     budget_requests: int | None = None
     budget_s: float | None = None
     hold_s: float | None = None  # --hold (2026-12-05 on); None: a run before it, a fresh run as long as a level
+    at_least: bool = False  # --at-least (2026-12-06 on: tune's screen against its bar); absent before it
 
 
 class Config(msgspec.Struct, frozen=True):

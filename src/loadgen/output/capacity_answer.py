@@ -252,6 +252,7 @@ def settings_of_command(command: Sequence[str] | None) -> CapacitySettings | Non
     by_rate, max_level, start, repeat, noise = read.by == "rate", read.max_level, read.start, read.repeat, read.noise
     return CapacitySettings(by_rate=by_rate, max_level=max_level if by_rate else int(max_level),
                             start=start if by_rate else int(start), repeat=repeat, noise=noise,
+                            at_least="--at-least" in args,
                             hold_s=None)  # runs before --hold judged a fresh run as long as a level
 
 

@@ -73,7 +73,7 @@ class CapacitySearch:
         s, started = self.settings, now_ns()
         while True:
             nxt = next_probe(self.history, max_level=s.max_level, repeat=s.repeat, noise=s.noise, start=s.start,
-                             by_rate=s.by_rate, hold_s=s.hold_s)
+                             by_rate=s.by_rate, hold_s=s.hold_s, at_least=s.at_least)
             if nxt.level is None:
                 self.ended = nxt.reason
                 return

@@ -78,6 +78,9 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @click.option("--start", "start", type=float, default=1, show_default=True,
               help="The first level (users, or req/s with --by rate); when it fails the search halves downwards "
                    "from it until a level passes.")
+@click.option("--at-least", is_flag=True,
+              help="Only ask whether the capacity reaches --start: when --start does not pass the search stops there "
+                   "(nothing below it is searched); when it passes the search climbs as usual.")
 @click.option("--arrival-seed", type=int, default=0, show_default=True,
               help="By rate: seed of the first run's arrival schedule; each further run of a level adds 1.")
 @click.option("--budget", "budget_text", help="Stop before the requests would pass this count (400) or once this "
@@ -109,7 +112,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
 @history_options
 @format_option
 def capacity_command(ports, host, urls, labels, api, model, api_key, transport, insecure, server_urls, slo_text,
-                     attainment, by, max_level, start, arrival_seed, budget_text, hold_s, repeat, noise, requests_per_level, duration_s, warmup,
+                     attainment, by, max_level, start, at_least, arrival_seed, budget_text, hold_s, repeat, noise, requests_per_level, duration_s, warmup,
                      stream, prompt, prompt_file, dataset, dataset_field, dataset_samples, dataset_seed, prompt_tokens,
                      n_predict, dataset_answer_field, workload_seed, ignore_eos,
                      request, output, force, probe_interval_s,
@@ -148,7 +151,7 @@ def capacity_command(ports, host, urls, labels, api, model, api_key, transport, 
         prompt_source=source, transport=transport, insecure=insecure, slo=slo,
         open_loop_least=RATE_LEVEL_LEAST, arrival_seed=arrival_seed)  # only a rate (open-loop) level reads it
     settings = CapacitySettings(by_rate=by_rate, max_level=max_level, start=start, repeat=repeat, noise=noise,
-                                budget_requests=budget_requests, budget_s=budget_s, hold_s=hold_s)
+                                budget_requests=budget_requests, budget_s=budget_s, hold_s=hold_s, at_least=at_least)
     ensure_open_files(connections_needed(config))
     if checking_only():
         return
