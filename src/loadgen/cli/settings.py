@@ -28,9 +28,9 @@ def option_of(setting: Setting) -> click.Option:
     if setting.type is float:
         kind = click.FloatRange(low, high, min_open=meta.gt is not None, max_open=meta.lt is not None) \
             if bounded else click.FLOAT
-    elif setting.type is int:
-        kind = click.IntRange(low, high, min_open=meta.gt is not None, max_open=meta.lt is not None) \
-            if bounded else click.INT
+    elif setting.type is int:  # an int field's bounds are whole (msgspec's Meta types them int | float)
+        kind = click.IntRange(None if low is None else int(low), None if high is None else int(high),
+                              min_open=meta.gt is not None, max_open=meta.lt is not None) if bounded else click.INT
     elif setting.type is bool:
         kind = click.BOOL
     else:
