@@ -223,43 +223,35 @@ class Probe(SessionClient):
             info.notes.append("/metrics is off: start llama-server with --metrics to see its deferred queue")
         return info
 
-    async def is_sleeping(self) -> bool | None:
-        """/props' `is_sleeping` (llama-server's --sleep-idle-seconds; build 11434 answers it without
-        waking); None: the server does not say."""
+    async def props(self) -> dict[str, Any]:
+        """The server's /props object now ({}: no answer, not 200, not a JSON object), for the few
+        facts asked again after server_info: `is_sleeping`, `modalities`, a router's `role`."""
         try:
             status, body = await self._get("/props")
             props = json.loads(body) if status == 200 else None
         except (TimeoutError, aiohttp.ClientError, ValueError):
-            return None
-        value = props.get("is_sleeping") if isinstance(props, dict) else None
+            return {}
+        return props if isinstance(props, dict) else {}
+
+    async def is_sleeping(self) -> bool | None:
+        """/props' `is_sleeping` (llama-server's --sleep-idle-seconds; build 11434 answers it without
+        waking); None: the server does not say."""
+        value = (await self.props()).get("is_sleeping")
         return value if isinstance(value, bool) else None
-
-    async def lora_adapters(self) -> tuple[int, bytes]:
-        """(HTTP status, body) of the server's `GET /lora-adapters` (status 0: no answer); the
-        caller judges it (run/lora.py). Asked once, before a --lora-mix run's first level."""
-        try:
-            return await self._get("/lora-adapters")
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            return 0, _first_line(exc).encode()
-
-    async def router_get(self, path: str) -> tuple[int, bytes]:
-        """(HTTP status, body) of a router's `GET path` (/models, /props; status 0: no answer); the
-        caller judges it (run/router.py)."""
-        try:
-            return await self._get(path)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            return 0, _first_line(exc).encode()
 
     async def modalities(self) -> dict[str, Any] | None:
         """/props' `modalities` (llama-server: `{"vision": bool, "audio": bool, ...}`), or None when
         it says none (not llama-server, no answer). Asked before an --images run's first level."""
-        try:
-            status, body = await self._get("/props")
-            props = json.loads(body) if status == 200 else None
-        except (TimeoutError, aiohttp.ClientError, ValueError):
-            return None
-        found = props.get("modalities") if isinstance(props, dict) else None
+        found = (await self.props()).get("modalities")
         return found if isinstance(found, dict) else None
+
+    async def answer(self, path: str) -> tuple[int, bytes]:
+        """(HTTP status, body) of the server's `GET path` (status 0: no answer, the body says why); the
+        caller judges it: a router's /models (run/router.py), /lora-adapters (run/lora.py)."""
+        try:
+            return await self._get(path)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return 0, _first_line(exc).encode()
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, body) of one POST of `body` (JSON) to the target's `path` (status 0: no

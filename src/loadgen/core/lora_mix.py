@@ -19,7 +19,7 @@ adapters at their start-up scales, not the base model).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -68,21 +68,30 @@ def weighted_cycle(entries: Sequence[tuple[str, int]]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def parse_lora_mix(text: str) -> LoraMix:
-    """`ID:WEIGHT,...` (ID an adapter id or `none`, WEIGHT a whole number ≥ 1); ConfigError otherwise."""
+def weighted_entries(text: str, option: str, entry: re.Pattern[str], shape: str,
+                     label: Callable[[str], str] = str) -> tuple[tuple[str, int], ...]:
+    """`LABEL[:WEIGHT],...` of a mix option (`--lora-mix`, `--models`): each part matched by `entry`
+    (its groups the label and the weight, 1 when left out), `label` normalising it; a part that does
+    not match (said as `shape`), a weight of 0 or a label given twice is a ConfigError."""
     entries: list[tuple[str, int]] = []
     for part in text.split(","):
-        match = _ENTRY.fullmatch(part.strip())
+        match = entry.fullmatch(part.strip())
         if match is None:
-            raise ConfigError(f"--lora-mix: {part.strip()!r} is not ID:WEIGHT (ID an adapter id from the server's "
-                              "/lora-adapters or `none`, WEIGHT a whole number, e.g. 0:1,1:1,none:1)")
-        label, weight = str(int(match[1])) if match[1] != NONE else NONE, int(match[2])
+            raise ConfigError(f"{option}: {part.strip()!r} is not {shape}")
+        name, weight = label(match[1]), int(match[2] or 1)
         if weight < 1:
-            raise ConfigError(f"--lora-mix: {label}'s weight is 0; leave the entry out instead")
-        if label in (seen for seen, _ in entries):
-            raise ConfigError(f"--lora-mix: {label} is given twice")
-        entries.append((label, weight))
-    return LoraMix(tuple(entries))
+            raise ConfigError(f"{option}: {name}'s weight is 0; leave the entry out instead")
+        if name in (seen for seen, _ in entries):
+            raise ConfigError(f"{option}: {name} is given twice")
+        entries.append((name, weight))
+    return tuple(entries)
+
+
+def parse_lora_mix(text: str) -> LoraMix:
+    """`ID:WEIGHT,...` (ID an adapter id or `none`, WEIGHT a whole number ≥ 1); ConfigError otherwise."""
+    return LoraMix(weighted_entries(
+        text, "--lora-mix", _ENTRY, "ID:WEIGHT (ID an adapter id from the server's /lora-adapters or `none`, "
+        "WEIGHT a whole number, e.g. 0:1,1:1,none:1)", lambda found: found if found == NONE else str(int(found))))
 
 
 def lora_field(label: str) -> list[dict[str, float | int]]:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from .errors import ConfigError
-from .lora_mix import weighted_cycle
+from .lora_mix import weighted_cycle, weighted_entries
 
 ALL = "all"
 # the failure kind of a request cut or refused because its model was unloaded under it (analysis/router.py)
@@ -73,16 +72,5 @@ def parse_model_mix(text: str) -> ModelMix:
     """`all`, or `NAME[:WEIGHT],...` (WEIGHT a whole number ≥ 1, 1 when left out); ConfigError otherwise."""
     if text.strip() == ALL:
         return ModelMix(())
-    entries: list[tuple[str, int]] = []
-    for part in text.split(","):
-        match = _ENTRY.fullmatch(part.strip())
-        if match is None:
-            raise ConfigError(f"--models: {part.strip()!r} is not NAME[:WEIGHT] (NAME a model id of the router's "
-                              "/models, WEIGHT a whole number, e.g. smol-a:2,smol-b:1), nor `all`")
-        name, weight = match[1], int(match[2] or 1)
-        if weight < 1:
-            raise ConfigError(f"--models: {name}'s weight is 0; leave the entry out instead")
-        if name in (seen for seen, _ in entries):
-            raise ConfigError(f"--models: {name} is given twice")
-        entries.append((name, weight))
-    return ModelMix(tuple(entries))
+    return ModelMix(weighted_entries(text, "--models", _ENTRY, "NAME[:WEIGHT] (NAME a model id of the router's "
+                                     "/models, WEIGHT a whole number, e.g. smol-a:2,smol-b:1), nor `all`"))

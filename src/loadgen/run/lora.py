@@ -52,7 +52,7 @@ async def refuse_lora_mix(config: SweepConfig, targets: list[TargetRun]) -> None
     for t in targets:
         async with Probe(t.target.url, config.auth_headers(), insecure=config.insecure,
                          server_url=t.target.server_url) as probe:
-            status, body = await probe.lora_adapters()
+            status, body = await probe.answer("/lora-adapters")
         refusal = lora_refusal(mix, f"{t.label} ({t.target.display})", status, body)
         if refusal is not None:
             raise refusal

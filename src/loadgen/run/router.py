@@ -63,19 +63,11 @@ def mix_refusal(mix: ModelMix, where: str, statuses: dict[str, str] | None, what
     return None
 
 
-def _props(status: int, body: bytes) -> dict[str, Any]:
-    try:
-        props = json.loads(body) if status == 200 else {}
-    except ValueError:
-        return {}
-    return props if isinstance(props, dict) else {}
-
-
 async def _router_facts(run: Run, t: TargetRun) -> tuple[int, bytes, int | None]:
     async with Probe(t.target.url, run.config.auth_headers(), insecure=run.config.insecure,
                      server_url=t.target.server_url) as probe:
-        status, body = await probe.router_get("/models")
-        models_max = _props(*await probe.router_get("/props")).get("max_instances")
+        status, body = await probe.answer("/models")
+        models_max = (await probe.props()).get("max_instances")
     return status, body, models_max if isinstance(models_max, int) else None
 
 
@@ -97,7 +89,7 @@ async def _one_model_of_router(run: Run, targets: list[TargetRun]) -> ModelMix |
             continue  # no /props, or a server of one model (its slots): nothing more asked
         async with Probe(t.target.url, run.config.auth_headers(), insecure=run.config.insecure,
                          server_url=t.target.server_url) as probe:
-            role = _props(*await probe.router_get("/props")).get("role")
+            role = (await probe.props()).get("role")
         if role != "router":
             continue
         refusal = router_without_models(f"{t.label} ({t.target.display})", run.config.model)
@@ -138,7 +130,7 @@ async def _poll(run: Run, t: TargetRun) -> None:
                      server_url=t.target.server_url) as probe:
         while True:
             sent = now_ns()
-            status, body = await probe.router_get("/models")
+            status, body = await probe.answer("/models")
             at = (sent + now_ns()) // 2
             for name, value in (listed_statuses(status, body) or {}).items():
                 if seen.get(name) != value:
